@@ -1,0 +1,1 @@
+//! Results of every version and conversion between them (in progress).
