@@ -1,0 +1,1 @@
+//! Fake plugins: real executables written into a test temp dir.

@@ -1,0 +1,1 @@
+//! Real network namespaces, bridges and subnets unique to each test.
