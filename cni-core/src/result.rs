@@ -1,1 +1,0 @@
-//! Results of every version and conversion between them (in progress).
