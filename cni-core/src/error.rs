@@ -325,7 +325,6 @@ impl Error {
         ErrorObject::new(cni_version, self.code(), self.to_string(), details)
     }
 
-    #[allow(dead_code)] // used by the config module
     pub(crate) fn invalid_config(origin: impl fmt::Display, reason: impl Into<String>) -> Self {
         Error::InvalidConfig {
             origin: origin.to_string(),

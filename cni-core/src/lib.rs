@@ -1,20 +1,37 @@
 //! Pure CNI logic: everything about the Container Network Interface that does
 //! not run a process.
 //!
-//! - [`command`]: the CNI operations.
 //! - [`version`]: spec versions, selection, the `VERSION` reply.
+//! - [`command`]: the CNI operations.
 //! - [`error`]: the CNI error object, well-known codes, this crate's [`Error`].
+//! - [`config`]: network configuration lists and plugin configurations.
+//! - [`confdir`]: finding networks in a conf dir.
+//! - [`args`]: `CNI_ARGS`, capability arguments, [`RuntimeConf`].
 //! - [`validate`]: container IDs, network names, interface names, plugin types.
+//! - [`stdin`]: the per-plugin JSON on stdin for every verb.
+//! - [`env`](mod@env): the `CNI_*` environment for every verb.
 //! - [`result`]: results of every version (0.1.0 to 1.1.0) and conversion between them.
+//! - [`cache`]: the libcni-compatible result cache record.
+//!
+//! No process is executed and nothing is async here; file reading is limited
+//! to the conf dir and cache files the caller names.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod args;
+pub mod cache;
 pub mod command;
+pub mod confdir;
+pub mod config;
+pub mod env;
 pub mod error;
 pub mod result;
+pub mod stdin;
 pub mod validate;
 pub mod version;
 
+pub use args::{CapabilityArgs, CniArgs, RuntimeConf};
 pub use command::Command;
+pub use config::{NetworkConfigList, PluginConfig};
 pub use error::{Error, ErrorObject};
 pub use version::Version;

@@ -1,0 +1,355 @@
+//! The result cache record, byte-compatible with libcni's `cniCacheV1`.
+//!
+//! One file per attachment at `<cacheDir>/results/<network>-<containerID>-<ifname>`
+//! (default cache dir `/var/lib/cni`), holding:
+//!
+//! ```json
+//! {"kind":"cniCacheV1","containerId":"c1","config":"<base64 of the list bytes>",
+//!  "ifName":"eth0","networkName":"net1","netns":"/run/netns/c1",
+//!  "cniArgs":[["K","V"]],"capabilityArgs":{...},"result":{...}}
+//! ```
+//!
+//! `netns`, `cniArgs`, `capabilityArgs` and `result` are omitted when empty,
+//! as Go's `omitempty` does. A file that is a bare result (what libcni wrote
+//! before `cniCacheV1`) is read as [`CacheEntry::LegacyResult`].
+//!
+//! File names are ambiguous when names contain `-` (`a-b` + `c` and `a` +
+//! `b-c` give the same name), so a record read for an attachment must be
+//! checked with [`CacheRecord::check_matches`] before it is trusted.
+//!
+//! This module does no I/O except in [`CacheEntry::read`]; the atomic
+//! writes, locks and the moving aside of corrupt files live in `cni-async`.
+//!
+//! ```
+//! use cni_core::cache::{CacheRecord, CacheEntry};
+//! use cni_core::args::RuntimeConf;
+//!
+//! let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
+//! let rec = CacheRecord::new("net1", &rt, br#"{"name":"net1"}"#.to_vec(), None);
+//! let bytes = rec.encode();
+//! match CacheEntry::decode(&bytes, "test").unwrap() {
+//!     CacheEntry::Record(back) => {
+//!         back.check_matches("net1", "c1", "eth0").unwrap();
+//!         assert_eq!(back.config, br#"{"name":"net1"}"#);
+//!     }
+//!     CacheEntry::LegacyResult(_) => unreachable!(),
+//! }
+//! assert_eq!(cni_core::cache::file_name("net1", "c1", "eth0").unwrap(), "net1-c1-eth0");
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::{Map, Value};
+
+use crate::args::{CapabilityArgs, CniArgs, RuntimeConf};
+use crate::error::Error;
+use crate::validate;
+
+/// The `kind` of current cache records.
+pub const KIND_V1: &str = "cniCacheV1";
+/// The default cache dir.
+pub const DEFAULT_CACHE_DIR: &str = "/var/lib/cni";
+/// The subdirectory of the cache dir that holds result records.
+pub const RESULTS_DIR: &str = "results";
+
+/// The file name of an attachment's record: `<network>-<containerID>-<ifname>`.
+///
+/// All three parts are validated, so the name never contains `/` and never
+/// is `.` or `..`: the path cannot leave the results dir.
+pub fn file_name(network: &str, container_id: &str, ifname: &str) -> Result<String, Error> {
+    validate::network_name(network)?;
+    validate::container_id(container_id)?;
+    validate::interface_name(ifname)?;
+    Ok(format!("{network}-{container_id}-{ifname}"))
+}
+
+/// `<cache_dir>/results`.
+pub fn results_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.join(RESULTS_DIR)
+}
+
+/// `<cache_dir>/results/<network>-<containerID>-<ifname>`.
+pub fn file_path(
+    cache_dir: &Path,
+    network: &str,
+    container_id: &str,
+    ifname: &str,
+) -> Result<PathBuf, Error> {
+    Ok(results_dir(cache_dir).join(file_name(network, container_id, ifname)?))
+}
+
+/// A `cniCacheV1` record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheRecord {
+    /// `containerId`.
+    pub container_id: String,
+    /// `config`: the network configuration list's bytes (base64 on disk).
+    pub config: Vec<u8>,
+    /// `ifName`.
+    pub if_name: String,
+    /// `networkName`.
+    pub network_name: String,
+    /// `netns` (empty = omitted).
+    pub netns: String,
+    /// `cniArgs`, as `[[k, v], ...]`.
+    pub cni_args: CniArgs,
+    /// `capabilityArgs`.
+    pub capability_args: CapabilityArgs,
+    /// `result`: the final ADD result as JSON, in the list's version.
+    pub result: Option<Value>,
+}
+
+impl CacheRecord {
+    /// A record for an attachment of `network` described by `rt`.
+    pub fn new(network: &str, rt: &RuntimeConf, config: Vec<u8>, result: Option<Value>) -> Self {
+        CacheRecord {
+            container_id: rt.container_id.clone(),
+            config,
+            if_name: rt.ifname.clone(),
+            network_name: network.to_owned(),
+            netns: rt.netns.clone(),
+            cni_args: rt.args.clone(),
+            capability_args: rt.capability_args.clone(),
+            result,
+        }
+    }
+
+    /// The runtime parameters stored in the record.
+    pub fn runtime_conf(&self) -> RuntimeConf {
+        RuntimeConf {
+            container_id: self.container_id.clone(),
+            netns: self.netns.clone(),
+            ifname: self.if_name.clone(),
+            args: self.cni_args.clone(),
+            capability_args: self.capability_args.clone(),
+        }
+    }
+
+    /// The record as a JSON object, with libcni's key order.
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("kind".into(), KIND_V1.into());
+        m.insert("containerId".into(), self.container_id.clone().into());
+        m.insert("config".into(), BASE64.encode(&self.config).into());
+        m.insert("ifName".into(), self.if_name.clone().into());
+        m.insert("networkName".into(), self.network_name.clone().into());
+        if !self.netns.is_empty() {
+            m.insert("netns".into(), self.netns.clone().into());
+        }
+        if !self.cni_args.is_empty() {
+            let pairs = self
+                .cni_args
+                .pairs()
+                .iter()
+                .map(|(k, v)| Value::Array(vec![k.clone().into(), v.clone().into()]))
+                .collect();
+            m.insert("cniArgs".into(), Value::Array(pairs));
+        }
+        if !self.capability_args.is_empty() {
+            m.insert(
+                "capabilityArgs".into(),
+                Value::Object(self.capability_args.as_map().clone()),
+            );
+        }
+        if let Some(r) = &self.result {
+            m.insert("result".into(), r.clone());
+        }
+        Value::Object(m)
+    }
+
+    /// The bytes to write to the cache file.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.to_value()).expect("a JSON value always serializes")
+    }
+
+    /// Checks that the record belongs to the attachment asked for. File names
+    /// are ambiguous when names contain `-`; the fields inside are not.
+    pub fn check_matches(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<(), Error> {
+        for (field, want, got) in [
+            ("networkName", network, self.network_name.as_str()),
+            ("containerId", container_id, self.container_id.as_str()),
+            ("ifName", ifname, self.if_name.as_str()),
+        ] {
+            if want != got {
+                return Err(Error::InvalidCacheRecord {
+                    origin: format!("for {network}/{container_id}/{ifname}"),
+                    reason: format!("field '{field}' is {got:?}, expected {want:?}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a cache file holds.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // read once per operation; boxing buys nothing
+pub enum CacheEntry {
+    /// A `cniCacheV1` record.
+    Record(CacheRecord),
+    /// A bare result written by an old libcni (no attachment metadata).
+    LegacyResult(Value),
+}
+
+impl CacheEntry {
+    /// Decodes a cache file's bytes. `origin` names the file in errors.
+    ///
+    /// A JSON object with `kind` = `cniCacheV1` must be a well-formed record;
+    /// an object without `kind` is taken as a legacy bare result; anything
+    /// else is an error.
+    pub fn decode(bytes: &[u8], origin: &str) -> Result<CacheEntry, Error> {
+        let bad = |reason: String| Error::InvalidCacheRecord {
+            origin: origin.to_owned(),
+            reason,
+        };
+        let value: Value =
+            serde_json::from_slice(bytes).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+        let Value::Object(mut m) = value else {
+            return Err(bad("expected a JSON object".into()));
+        };
+        match m.get("kind") {
+            None => return Ok(CacheEntry::LegacyResult(Value::Object(m))),
+            Some(Value::String(k)) if k == KIND_V1 => {}
+            Some(other) => return Err(bad(format!("unknown kind {other}"))),
+        }
+        let mut string = |key: &str, required: bool| -> Result<String, Error> {
+            match m.shift_remove(key) {
+                Some(Value::String(s)) => Ok(s),
+                None | Some(Value::Null) if !required => Ok(String::new()),
+                None | Some(Value::Null) => Err(bad(format!("missing field '{key}'"))),
+                Some(_) => Err(bad(format!("field '{key}' must be a string"))),
+            }
+        };
+        let container_id = string("containerId", true)?;
+        let config_b64 = string("config", false)?;
+        let if_name = string("ifName", true)?;
+        let network_name = string("networkName", true)?;
+        let netns = string("netns", false)?;
+        let config = BASE64
+            .decode(config_b64.as_bytes())
+            .map_err(|e| bad(format!("field 'config' is not base64: {e}")))?;
+        let cni_args = match m.shift_remove("cniArgs") {
+            None | Some(Value::Null) => CniArgs::new(),
+            Some(Value::Array(items)) => {
+                let mut pairs = Vec::with_capacity(items.len());
+                for (i, item) in items.into_iter().enumerate() {
+                    match item {
+                        Value::Array(kv) if kv.len() == 2 => match (&kv[0], &kv[1]) {
+                            (Value::String(k), Value::String(v)) => {
+                                pairs.push((k.clone(), v.clone()))
+                            }
+                            _ => {
+                                return Err(bad(format!(
+                                    "field 'cniArgs[{i}]' must hold two strings"
+                                )));
+                            }
+                        },
+                        _ => {
+                            return Err(bad(format!(
+                                "field 'cniArgs[{i}]' must be a [key, value] pair"
+                            )));
+                        }
+                    }
+                }
+                CniArgs(pairs)
+            }
+            Some(_) => return Err(bad("field 'cniArgs' must be an array".into())),
+        };
+        let capability_args = match m.shift_remove("capabilityArgs") {
+            None | Some(Value::Null) => CapabilityArgs::new(),
+            Some(Value::Object(o)) => CapabilityArgs(o),
+            Some(_) => return Err(bad("field 'capabilityArgs' must be an object".into())),
+        };
+        let result = match m.shift_remove("result") {
+            None | Some(Value::Null) => None,
+            Some(v @ Value::Object(_)) => Some(v),
+            Some(_) => return Err(bad("field 'result' must be an object".into())),
+        };
+        Ok(CacheEntry::Record(CacheRecord {
+            container_id,
+            config,
+            if_name,
+            network_name,
+            netns,
+            cni_args,
+            capability_args,
+            result,
+        }))
+    }
+
+    /// Reads and decodes a cache file; `Ok(None)` when it does not exist.
+    pub fn read(path: &Path) -> Result<Option<CacheEntry>, Error> {
+        match std::fs::read(path) {
+            Ok(bytes) => CacheEntry::decode(&bytes, &path.display().to_string()).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(Error::Io {
+                path: path.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// The result this entry holds, if any.
+    pub fn result(&self) -> Option<&Value> {
+        match self {
+            CacheEntry::Record(r) => r.result.as_ref(),
+            CacheEntry::LegacyResult(v) => Some(v),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_are_validated() {
+        assert_eq!(file_name("n", "c", "eth0").unwrap(), "n-c-eth0");
+        assert!(file_name("../n", "c", "eth0").is_err());
+        assert!(file_name("n", "../../etc/passwd", "eth0").is_err());
+        assert!(file_name("n", "c", "..").is_err());
+        assert!(file_name("n", "c", "a/b").is_err());
+        assert_eq!(
+            file_path(Path::new("/var/lib/cni"), "n", "c", "eth0").unwrap(),
+            Path::new("/var/lib/cni/results/n-c-eth0")
+        );
+    }
+
+    #[test]
+    fn mismatched_fields_are_refused() {
+        // "a-b" + "c" and "a" + "b-c" share the file name "a-b-c-eth0".
+        let rt = RuntimeConf::new("b-c", "", "eth0");
+        let rec = CacheRecord::new("a", &rt, Vec::new(), None);
+        assert_eq!(
+            file_name("a", "b-c", "eth0").unwrap(),
+            file_name("a-b", "c", "eth0").unwrap()
+        );
+        rec.check_matches("a", "b-c", "eth0").unwrap();
+        let e = rec.check_matches("a-b", "c", "eth0").unwrap_err();
+        assert!(e.to_string().contains("networkName"), "{e}");
+    }
+
+    #[test]
+    fn decode_errors() {
+        for (bytes, want) in [
+            (&b"{"[..], "not valid JSON"),
+            (b"[]", "expected a JSON object"),
+            (br#"{"kind":"cniCacheV2"}"#, "unknown kind"),
+            (br#"{"kind":"cniCacheV1","ifName":"e","networkName":"n"}"#, "missing field 'containerId'"),
+            (br#"{"kind":"cniCacheV1","containerId":"c","ifName":"e","networkName":"n","config":"!!"}"#, "base64"),
+            (br#"{"kind":"cniCacheV1","containerId":"c","ifName":"e","networkName":"n","cniArgs":[["a"]]}"#, "cniArgs[0]"),
+            (br#"{"kind":"cniCacheV1","containerId":"c","ifName":"e","networkName":"n","result":[]}"#, "'result'"),
+        ] {
+            let e = CacheEntry::decode(bytes, "/c/results/x").unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+            assert!(e.to_string().contains("/c/results/x"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Scanning a conf dir and finding a network by name, as libcni's
+//! `LoadNetworkConf` does, without letting one bad file hide the others.
+//!
+//! Rules (spec-digest section 2):
+//! - `*.conflist` files are lists; `*.conf` and `*.json` files are single
+//!   plugin configurations, upconverted to a list of one.
+//! - Files are taken in byte-wise order of their names (`10-a` before `9-b`).
+//! - The first `.conflist` whose `name` matches wins; only when none does,
+//!   the `.conf`/`.json` files are searched.
+//! - A file that does not parse is skipped with a warning and named in the
+//!   "not found" error (spec-digest 10.9; libcni fails on the first bad file).
+//! - A directory with no configuration file at all gives [`Error::NoConfigs`],
+//!   distinct from [`Error::NetworkNotFound`].
+//! - Symbolic links are followed only when they stay inside the conf dir
+//!   (Kubernetes ConfigMap mounts link into `..data/`); a link that points
+//!   outside is skipped, so a conf dir writer cannot make us parse arbitrary
+//!   files elsewhere.
+//!
+//! ```no_run
+//! use cni_core::confdir;
+//! use std::path::Path;
+//!
+//! let list = confdir::load_network(Path::new("/etc/cni/net.d"), "mynet")?;
+//! println!("{} plugins at {}", list.plugins().len(), list.version());
+//! # Ok::<(), cni_core::Error>(())
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{NetworkConfigList, PluginConfig};
+use crate::error::{Error, SkippedFile};
+
+/// Extensions of network configuration lists.
+pub const LIST_EXTENSIONS: &[&str] = &["conflist"];
+/// Extensions of single plugin configurations.
+pub const SINGLE_EXTENSIONS: &[&str] = &["conf", "json"];
+
+/// The regular files (or links to regular files inside `dir`) in `dir` whose
+/// extension is one of `extensions`, sorted byte-wise by name. A missing
+/// directory has no files.
+pub fn files_with_extensions(dir: &Path, extensions: &[&str]) -> Result<Vec<PathBuf>, Error> {
+    Ok(scan_files(dir, extensions)?.0)
+}
+
+/// Like [`files_with_extensions`] but also returns the entries it refused
+/// (links leaving the dir, unreadable entries).
+fn scan_files(dir: &Path, extensions: &[&str]) -> Result<(Vec<PathBuf>, Vec<SkippedFile>), Error> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
+        Err(source) => {
+            return Err(Error::Io {
+                path: dir.to_owned(),
+                source,
+            });
+        }
+    };
+    let mut names: Vec<std::ffi::OsString> = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        names.push(entry.file_name());
+    }
+    // Byte-wise order, as Go's sort.Strings.
+    names.sort_by(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
+
+    let mut canonical_dir: Option<PathBuf> = None;
+    let mut files = Vec::new();
+    let mut skipped = Vec::new();
+    for name in names {
+        let path = dir.join(&name);
+        let ext_ok = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| extensions.contains(&e));
+        if !ext_ok {
+            continue;
+        }
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) => {
+                skipped.push(SkippedFile {
+                    path,
+                    reason: format!("cannot stat: {e}"),
+                });
+                continue;
+            }
+        };
+        if meta.file_type().is_symlink() {
+            let dir_real = match &canonical_dir {
+                Some(d) => d.clone(),
+                None => {
+                    let d = std::fs::canonicalize(dir).map_err(|source| Error::Io {
+                        path: dir.to_owned(),
+                        source,
+                    })?;
+                    canonical_dir = Some(d.clone());
+                    d
+                }
+            };
+            match std::fs::canonicalize(&path) {
+                Ok(target) if target.starts_with(&dir_real) && target.is_file() => files.push(path),
+                Ok(target) if !target.starts_with(&dir_real) => skipped.push(SkippedFile {
+                    path,
+                    reason: format!(
+                        "symbolic link to {} points outside {}",
+                        target.display(),
+                        dir.display()
+                    ),
+                }),
+                Ok(_) => {} // a link to a directory: not a config file
+                Err(e) => skipped.push(SkippedFile {
+                    path,
+                    reason: format!("dangling symbolic link: {e}"),
+                }),
+            }
+        } else if meta.is_file() {
+            files.push(path);
+        }
+    }
+    Ok((files, skipped))
+}
+
+/// One usable network found in a conf dir.
+#[derive(Debug, Clone)]
+pub struct FoundNetwork {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// The parsed list (a `.conf`/`.json` upconverted).
+    pub list: NetworkConfigList,
+}
+
+/// Everything in a conf dir, parsed: networks in lookup order (all
+/// `.conflist` files first, then `.conf`/`.json`), and the files skipped.
+#[derive(Debug, Clone, Default)]
+pub struct ConfDirScan {
+    /// Parsed networks in lookup order. A name may appear more than once; the
+    /// first occurrence is the one [`load_network`] returns.
+    pub networks: Vec<FoundNetwork>,
+    /// Files that could not be used, with the reason.
+    pub skipped: Vec<SkippedFile>,
+    /// How many configuration files (by extension) the dir holds.
+    pub files_seen: usize,
+}
+
+impl ConfDirScan {
+    /// The first network with this name.
+    pub fn find(&self, name: &str) -> Option<&FoundNetwork> {
+        self.networks.iter().find(|n| n.list.name() == name)
+    }
+
+    /// Networks with duplicates removed (first occurrence wins), in lookup order.
+    pub fn unique(&self) -> Vec<&FoundNetwork> {
+        let mut seen: Vec<&str> = Vec::new();
+        let mut out = Vec::new();
+        for n in &self.networks {
+            if !seen.contains(&n.list.name()) {
+                seen.push(n.list.name());
+                out.push(n);
+            }
+        }
+        out
+    }
+}
+
+fn load_single(path: &Path) -> Result<NetworkConfigList, Error> {
+    NetworkConfigList::from_plugin(PluginConfig::from_file(path)?)
+}
+
+fn warn_skipped(s: &SkippedFile) {
+    tracing::warn!(file = %s.path.display(), reason = %s.reason, "skipping network configuration file");
+}
+
+/// Parses every configuration file in `dir`. Unparsable files are skipped
+/// with a warning (and listed in [`ConfDirScan::skipped`]).
+pub fn scan(dir: &Path) -> Result<ConfDirScan, Error> {
+    let (lists, mut skipped) = scan_files(dir, LIST_EXTENSIONS)?;
+    let (singles, skipped_singles) = scan_files(dir, SINGLE_EXTENSIONS)?;
+    skipped.extend(skipped_singles);
+    let mut out = ConfDirScan {
+        files_seen: lists.len() + singles.len() + skipped.len(),
+        ..Default::default()
+    };
+    for s in &skipped {
+        warn_skipped(s);
+    }
+    out.skipped = skipped;
+    type Loader = fn(&Path) -> Result<NetworkConfigList, Error>;
+    let lists = lists
+        .into_iter()
+        .map(|p| (p, NetworkConfigList::from_file as Loader));
+    let singles = singles.into_iter().map(|p| (p, load_single as Loader));
+    for (path, loader) in lists.chain(singles) {
+        match loader(&path) {
+            Ok(list) => out.networks.push(FoundNetwork { path, list }),
+            Err(e) => {
+                let s = SkippedFile {
+                    path,
+                    reason: e.to_string(),
+                };
+                warn_skipped(&s);
+                out.skipped.push(s);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Finds the network named `name` in `dir` (see the module docs for the rules).
+///
+/// Unlike [`scan`], this stops at the first match, so files after it are
+/// not parsed.
+pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList, Error> {
+    let (lists, mut skipped) = scan_files(dir, LIST_EXTENSIONS)?;
+    for s in &skipped {
+        warn_skipped(s);
+    }
+    let mut seen = lists.len() + skipped.len();
+    for path in lists {
+        match NetworkConfigList::from_file(&path) {
+            Ok(list) if list.name() == name => return Ok(list),
+            Ok(_) => {}
+            Err(e) => {
+                let s = SkippedFile {
+                    path,
+                    reason: e.to_string(),
+                };
+                warn_skipped(&s);
+                skipped.push(s);
+            }
+        }
+    }
+    let (singles, skipped_singles) = scan_files(dir, SINGLE_EXTENSIONS)?;
+    for s in &skipped_singles {
+        warn_skipped(s);
+    }
+    seen += singles.len() + skipped_singles.len();
+    skipped.extend(skipped_singles);
+    for path in singles {
+        match load_single(&path) {
+            Ok(list) if list.name() == name => return Ok(list),
+            Ok(_) => {}
+            Err(e) => {
+                let s = SkippedFile {
+                    path,
+                    reason: e.to_string(),
+                };
+                warn_skipped(&s);
+                skipped.push(s);
+            }
+        }
+    }
+    if seen == 0 {
+        return Err(Error::NoConfigs {
+            dir: dir.to_owned(),
+        });
+    }
+    Err(Error::NetworkNotFound {
+        name: name.to_owned(),
+        dir: dir.to_owned(),
+        skipped,
+    })
+}

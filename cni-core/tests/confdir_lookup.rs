@@ -1,0 +1,215 @@
+//! Conf-dir scanning and lookup over real files in temp dirs.
+
+mod support;
+
+use cni_core::{Error, Version, confdir};
+use support::{ConfDir, conf, conflist};
+
+fn plugin_types(list: &cni_core::NetworkConfigList) -> Vec<&str> {
+    list.plugins().iter().map(|p| p.plugin_type()).collect()
+}
+
+#[test]
+fn sort_order_is_bytewise() {
+    let d = ConfDir::new();
+    // "10-" sorts before "9-" byte-wise: the 10- file wins for the shared name.
+    d.write("9-b.conflist", &conflist("net", "from-9"));
+    d.write("10-a.conflist", &conflist("net", "from-10"));
+    let list = confdir::load_network(d.path(), "net").unwrap();
+    assert_eq!(plugin_types(&list), ["from-10"]);
+
+    let scan = confdir::scan(d.path()).unwrap();
+    let files: Vec<_> = scan
+        .networks
+        .iter()
+        .map(|n| n.path.file_name().unwrap().to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(files, ["10-a.conflist", "9-b.conflist"]);
+    assert_eq!(scan.unique().len(), 1);
+}
+
+#[test]
+fn name_matching_picks_the_right_file() {
+    let d = ConfDir::new();
+    d.write("10-a.conflist", &conflist("alpha", "a"));
+    d.write("20-b.conflist", &conflist("beta", "b"));
+    assert_eq!(
+        plugin_types(&confdir::load_network(d.path(), "beta").unwrap()),
+        ["b"]
+    );
+    assert_eq!(
+        plugin_types(&confdir::load_network(d.path(), "alpha").unwrap()),
+        ["a"]
+    );
+}
+
+#[test]
+fn conflist_wins_over_conf_even_when_conf_sorts_first() {
+    let d = ConfDir::new();
+    d.write("00-single.conf", &conf("net", "single"));
+    d.write("99-list.conflist", &conflist("net", "list"));
+    assert_eq!(
+        plugin_types(&confdir::load_network(d.path(), "net").unwrap()),
+        ["list"]
+    );
+}
+
+#[test]
+fn conf_and_json_are_upconverted() {
+    let d = ConfDir::new();
+    d.write("10-one.conf", &conf("one", "bridge"));
+    d.write("20-two.json", &conf("two", "ptp"));
+    d.write("30-ignored.txt", &conf("three", "x"));
+    let one = confdir::load_network(d.path(), "one").unwrap();
+    assert_eq!(one.version(), Version::V0_4_0);
+    assert_eq!(plugin_types(&one), ["bridge"]);
+    assert_eq!(
+        plugin_types(&confdir::load_network(d.path(), "two").unwrap()),
+        ["ptp"]
+    );
+    assert!(matches!(
+        confdir::load_network(d.path(), "three"),
+        Err(Error::NetworkNotFound { .. })
+    ));
+}
+
+#[test]
+fn plugin_subdirectory_is_appended_sorted() {
+    let d = ConfDir::new();
+    d.write(
+        "10-net.conflist",
+        r#"{"cniVersion":"1.1.0","name":"net","plugins":[{"type":"inline"}]}"#,
+    );
+    d.write("net/20-b.conf", r#"{"type":"second"}"#);
+    d.write("net/10-a.conf", r#"{"type":"first"}"#);
+    d.write("net/30-c.json", r#"{"type":"not-a-conf-ext"}"#);
+    let list = confdir::load_network(d.path(), "net").unwrap();
+    assert_eq!(plugin_types(&list), ["inline", "first", "second"]);
+
+    // The cache gets a self-contained list that reproduces the same plugins.
+    let cached = cni_core::NetworkConfigList::from_bytes(&list.cache_bytes(), None).unwrap();
+    assert_eq!(plugin_types(&cached), ["inline", "first", "second"]);
+    assert!(cached.load_only_inlined_plugins());
+}
+
+#[test]
+fn plugin_subdirectory_alone_is_enough() {
+    let d = ConfDir::new();
+    d.write("10-net.conflist", r#"{"cniVersion":"1.1.0","name":"net"}"#);
+    d.write("net/10-a.conf", r#"{"type":"only"}"#);
+    let list = confdir::load_network(d.path(), "net").unwrap();
+    assert_eq!(plugin_types(&list), ["only"]);
+    // Without inline plugins and without plugin files there is nothing to run.
+    d.write(
+        "20-empty.conflist",
+        r#"{"cniVersion":"1.1.0","name":"empty"}"#,
+    );
+    let e = confdir::load_network(d.path(), "empty").unwrap_err();
+    assert!(e.to_string().contains("20-empty.conflist"), "{e}");
+}
+
+#[test]
+fn load_only_inlined_plugins_ignores_the_subdirectory() {
+    let d = ConfDir::new();
+    d.write(
+        "10-net.conflist",
+        r#"{"cniVersion":"1.1.0","name":"net","loadOnlyInlinedPlugins":"True","plugins":[{"type":"inline"}]}"#,
+    );
+    d.write("net/10-a.conf", r#"{"type":"extra"}"#);
+    assert_eq!(
+        plugin_types(&confdir::load_network(d.path(), "net").unwrap()),
+        ["inline"]
+    );
+}
+
+#[test]
+fn bad_files_are_skipped_and_named() {
+    let d = ConfDir::new();
+    let bad = d.write("10-broken.conflist", "{ not json");
+    d.write("20-good.conflist", &conflist("good", "bridge"));
+    let bad_type = d.write(
+        "30-badtype.conf",
+        r#"{"name":"x","cniVersion":"1.0.0","type":"../../bin/sh"}"#,
+    );
+
+    // A broken file before the match does not hide it (libcni would fail here).
+    assert_eq!(
+        plugin_types(&confdir::load_network(d.path(), "good").unwrap()),
+        ["bridge"]
+    );
+
+    // Not found: the error names the skipped files.
+    let e = confdir::load_network(d.path(), "missing").unwrap_err();
+    match &e {
+        Error::NetworkNotFound { name, skipped, .. } => {
+            assert_eq!(name, "missing");
+            let paths: Vec<_> = skipped.iter().map(|s| s.path.clone()).collect();
+            assert_eq!(paths, [bad.clone(), bad_type.clone()]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let msg = e.to_string();
+    assert!(
+        msg.contains("10-broken.conflist") && msg.contains("30-badtype.conf"),
+        "{msg}"
+    );
+
+    let scan = confdir::scan(d.path()).unwrap();
+    assert_eq!(scan.networks.len(), 1);
+    assert_eq!(scan.skipped.len(), 2);
+}
+
+#[test]
+fn no_configs_is_distinct_from_not_found() {
+    let d = ConfDir::new();
+    assert!(matches!(
+        confdir::load_network(d.path(), "x"),
+        Err(Error::NoConfigs { .. })
+    ));
+    // A missing dir is "no configs" too.
+    let missing = d.path().join("nope");
+    let e = confdir::load_network(&missing, "x").unwrap_err();
+    assert!(matches!(e, Error::NoConfigs { .. }), "{e:?}");
+    assert!(e.to_string().contains("nope"));
+    // Files of other extensions do not count.
+    d.write("README.md", "hi");
+    assert!(matches!(
+        confdir::load_network(d.path(), "x"),
+        Err(Error::NoConfigs { .. })
+    ));
+    // Only conflists, none matching: not found.
+    d.write("10-a.conflist", &conflist("a", "x"));
+    assert!(matches!(
+        confdir::load_network(d.path(), "x"),
+        Err(Error::NetworkNotFound { .. })
+    ));
+}
+
+#[test]
+fn symlinks_inside_are_followed_outside_refused() {
+    let d = ConfDir::new();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("evil.conflist");
+    std::fs::write(&target, conflist("evil", "x")).unwrap();
+    std::os::unix::fs::symlink(&target, d.path().join("10-evil.conflist")).unwrap();
+
+    // Kubernetes ConfigMap style: ..data/ inside the dir.
+    d.write("..data/20-ok.conflist", &conflist("ok", "bridge"));
+    std::os::unix::fs::symlink("..data/20-ok.conflist", d.path().join("20-ok.conflist")).unwrap();
+
+    assert_eq!(
+        plugin_types(&confdir::load_network(d.path(), "ok").unwrap()),
+        ["bridge"]
+    );
+    let e = confdir::load_network(d.path(), "evil").unwrap_err();
+    assert!(e.to_string().contains("points outside"), "{e}");
+}
+
+#[test]
+fn unreadable_dir_is_an_io_error_naming_it() {
+    let d = ConfDir::new();
+    let file = d.write("not-a-dir", "x");
+    let e = confdir::load_network(&file, "x").unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e:?}");
+    assert!(e.to_string().contains("not-a-dir"), "{e}");
+}
