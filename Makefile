@@ -33,11 +33,12 @@ fmt-check:
 	$(CARGO) fmt --all -- --check
 
 lint:
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 unit:
-	$(CARGO) test --workspace --all-targets
-	$(CARGO) test --workspace --doc
+	$(CARGO) test --workspace --all-targets --all-features
+	$(CARGO) test --workspace --doc --all-features
 
 test: setup fmt-check lint unit
 

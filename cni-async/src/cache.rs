@@ -1,0 +1,459 @@
+//! The on-disk result cache, shared with libcni.
+//!
+//! Layout and format are libcni's (`<dir>/results/<network>-<containerID>-<ifname>`,
+//! a `cniCacheV1` JSON record, dir mode 0700, file mode 0600; see
+//! [`cni_core::cache`]), so an attachment made by a Go runtime on the same
+//! host can be deleted by us and the other way round. On top of that:
+//!
+//! - **Atomic writes**: a temp file in the same dir, `fsync`, `rename` over the
+//!   target, `fsync` of the dir. A crash leaves the old record or the new one,
+//!   never half of one.
+//! - **Per-attachment locks**: `<dir>/locks/<network>-<containerID>-<ifname>.lock`
+//!   with `flock`, so two processes (cnitool and cnid, say) never run an
+//!   operation on the same attachment at once. The lock file is removed on a
+//!   successful DEL by the holder; waiters detect the stale inode and retry.
+//! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to
+//!   `<dir>/corrupt/` with a warning and treated as absent; they are never
+//!   silently trusted and never silently lost.
+//! - **Records are checked** against the attachment asked for: file names are
+//!   ambiguous when names contain `-`, the fields inside are not. A record for
+//!   another attachment is left alone.
+//!
+//! # Caveats
+//! - Disk work runs on tokio's blocking pool (`spawn_blocking`). If the future
+//!   is dropped mid-write the blocking task still completes: the write is
+//!   atomic either way.
+//! - Locks are advisory (`flock`) and held by an open file: they die with the
+//!   process, so a `kill -9` never leaves a lock behind. libcni takes no lock.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), cni_async::Error> {
+//! use cni_async::cache::ResultCache;
+//! use std::time::Duration;
+//!
+//! let cache = ResultCache::new("/var/lib/cni");
+//! let _lock = cache.lock("mynet", "c1", "eth0", Duration::from_secs(5)).await?;
+//! if let Some(entry) = cache.read("mynet", "c1", "eth0").await? {
+//!     println!("cached result: {:?}", entry.result());
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cni_core::cache::{self as record, CacheEntry, CacheRecord};
+
+use crate::error::Error;
+
+/// Subdirectory of the cache dir holding lock files.
+pub const LOCKS_DIR: &str = "locks";
+/// Subdirectory of the cache dir where corrupt entries are moved.
+pub const CORRUPT_DIR: &str = "corrupt";
+
+/// The result cache rooted at one directory (default `/var/lib/cni`).
+#[derive(Debug, Clone)]
+pub struct ResultCache {
+    dir: PathBuf,
+    durable: bool,
+}
+
+impl Default for ResultCache {
+    fn default() -> Self {
+        ResultCache::new(record::DEFAULT_CACHE_DIR)
+    }
+}
+
+fn io_err(path: &Path, op: &'static str, source: std::io::Error) -> Error {
+    Error::Cache {
+        path: path.to_owned(),
+        op,
+        source,
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err(Error::Cache {
+            path: PathBuf::new(),
+            op: "run blocking cache task",
+            source: std::io::Error::other(e.to_string()),
+        }),
+    }
+}
+
+impl ResultCache {
+    /// A cache rooted at `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        ResultCache {
+            dir: dir.into(),
+            durable: true,
+        }
+    }
+
+    /// Whether writes and removals are `fsync`ed (default true). Turning it
+    /// off keeps writes atomic (rename) but not durable across power loss;
+    /// useful for throwaway test harnesses on slow disks.
+    pub fn with_durable(mut self, durable: bool) -> Self {
+        self.durable = durable;
+        self
+    }
+
+    /// The cache dir.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `<dir>/results`.
+    pub fn results_dir(&self) -> PathBuf {
+        record::results_dir(&self.dir)
+    }
+
+    /// The record file of an attachment (names validated).
+    pub fn path(&self, network: &str, container_id: &str, ifname: &str) -> Result<PathBuf, Error> {
+        Ok(record::file_path(&self.dir, network, container_id, ifname)?)
+    }
+
+    /// Takes the attachment's lock, waiting up to `timeout` for another
+    /// holder (another process or task) to release it.
+    pub async fn lock(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+    ) -> Result<AttachmentLock, Error> {
+        let name = record::file_name(network, container_id, ifname)?;
+        let locks = self.dir.join(LOCKS_DIR);
+        let path = locks.join(format!("{name}.lock"));
+        let start = Instant::now();
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            let (p, l) = (path.clone(), locks.clone());
+            if let Some(file) = blocking(move || try_lock_once(&l, &p)).await? {
+                return Ok(AttachmentLock {
+                    path,
+                    file: Some(file),
+                });
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(Error::CacheLocked {
+                    path,
+                    waited,
+                });
+            }
+            tokio::time::sleep(backoff.min(timeout - waited)).await;
+            backoff = (backoff * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Reads the entry of an attachment.
+    ///
+    /// `Ok(None)` when there is none, when the file holds a record of another
+    /// attachment (name collision), or when it was corrupt (then it has been
+    /// moved to `<dir>/corrupt/` with a warning).
+    pub async fn read(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<CacheEntry>, Error> {
+        let path = self.path(network, container_id, ifname)?;
+        let (net, cid, ifn) = (network.to_owned(), container_id.to_owned(), ifname.to_owned());
+        let dir = self.dir.clone();
+        blocking(move || read_entry(&dir, &path, &net, &cid, &ifn)).await
+    }
+
+    /// Writes an attachment's record atomically (temp file, fsync, rename,
+    /// fsync of the dir).
+    pub async fn write(&self, rec: &CacheRecord) -> Result<(), Error> {
+        let path = self.path(&rec.network_name, &rec.container_id, &rec.if_name)?;
+        let bytes = rec.encode();
+        let results = self.results_dir();
+        let durable = self.durable;
+        blocking(move || write_atomic(&results, &path, &bytes, durable)).await
+    }
+
+    /// Removes an attachment's record, if the file holds that attachment's
+    /// record (or a legacy bare result). A missing file is fine.
+    pub async fn remove(&self, network: &str, container_id: &str, ifname: &str) -> Result<(), Error> {
+        let path = self.path(network, container_id, ifname)?;
+        let (net, cid, ifn) = (network.to_owned(), container_id.to_owned(), ifname.to_owned());
+        let durable = self.durable;
+        let dir = self.dir.clone();
+        blocking(move || {
+            // Check ownership first: never delete another attachment's record.
+            if read_entry(&dir, &path, &net, &cid, &ifn)?.is_none() {
+                return Ok(());
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(io_err(&path, "remove", e)),
+            }
+            if durable {
+                sync_dir(path.parent().unwrap_or(Path::new("/")))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every cached attachment (only `cniCacheV1` records), optionally only
+    /// those of one container, sorted by file name. Unreadable or corrupt
+    /// files are skipped with a warning (not moved: listing changes nothing).
+    pub async fn list(&self, container_id: Option<&str>) -> Result<Vec<CacheRecord>, Error> {
+        let results = self.results_dir();
+        let filter = container_id.map(str::to_owned);
+        blocking(move || list_records(&results, filter.as_deref())).await
+    }
+}
+
+fn try_lock_once(locks: &Path, path: &Path) -> Result<Option<File>, Error> {
+    loop {
+        let file = match open_lock_file(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                create_private_dir(locks)?;
+                open_lock_file(path).map_err(|e| io_err(path, "open lock file", e))?
+            }
+            Err(e) => return Err(io_err(path, "open lock file", e)),
+        };
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_err(path, "lock", e)),
+        }
+        // The holder before us may have removed the file after a DEL; then
+        // our lock is on an orphaned inode and we must start over.
+        let ours = file.metadata().map_err(|e| io_err(path, "stat lock file", e))?;
+        match std::fs::symlink_metadata(path) {
+            Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => return Ok(Some(file)),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err(path, "stat lock file", e)),
+        }
+    }
+}
+
+fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), Error> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| io_err(dir, "create directory", e))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err(dir, "fsync directory", e))
+}
+
+fn unique_suffix() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{}-{nanos}", std::process::id())
+}
+
+fn write_atomic(results: &Path, path: &Path, bytes: &[u8], durable: bool) -> Result<(), Error> {
+    create_private_dir(results)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = results.join(format!(".{name}.tmp-{}", unique_suffix()));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .map_err(|e| io_err(&tmp, "create temp file", e))?;
+        f.write_all(bytes).map_err(|e| io_err(&tmp, "write", e))?;
+        if durable {
+            f.sync_all().map_err(|e| io_err(&tmp, "fsync", e))?;
+        }
+        drop(f);
+        std::fs::rename(&tmp, path).map_err(|e| io_err(path, "rename temp file into place", e))?;
+        if durable {
+            sync_dir(results)?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Reads without following a symlink at the final component.
+fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+fn is_symlink_refusal(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ELOOP)
+}
+
+fn move_aside(cache_dir: &Path, path: &Path, reason: &str) {
+    let corrupt = cache_dir.join(CORRUPT_DIR);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "entry".into());
+    let target = corrupt.join(format!("{name}.{}", unique_suffix()));
+    let moved = create_private_dir(&corrupt)
+        .map_err(|e| e.to_string())
+        .and_then(|()| std::fs::rename(path, &target).map_err(|e| e.to_string()));
+    match moved {
+        Ok(()) => tracing::warn!(
+            file = %path.display(),
+            moved_to = %target.display(),
+            %reason,
+            "corrupt cache entry moved aside"
+        ),
+        Err(e) => tracing::warn!(
+            file = %path.display(),
+            %reason,
+            error = %e,
+            "corrupt cache entry could not be moved aside"
+        ),
+    }
+}
+
+fn read_entry(
+    cache_dir: &Path,
+    path: &Path,
+    network: &str,
+    container_id: &str,
+    ifname: &str,
+) -> Result<Option<CacheEntry>, Error> {
+    let bytes = match read_nofollow(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if is_symlink_refusal(&e) => {
+            move_aside(cache_dir, path, "is a symbolic link");
+            return Ok(None);
+        }
+        Err(e) => return Err(io_err(path, "read", e)),
+    };
+    match CacheEntry::decode(&bytes, &path.display().to_string()) {
+        Ok(CacheEntry::Record(rec)) => match rec.check_matches(network, container_id, ifname) {
+            Ok(()) => Ok(Some(CacheEntry::Record(rec))),
+            Err(e) => {
+                tracing::debug!(file = %path.display(), error = %e, "cache file belongs to another attachment");
+                Ok(None)
+            }
+        },
+        Ok(legacy) => Ok(Some(legacy)),
+        Err(e) => {
+            move_aside(cache_dir, path, &e.to_string());
+            Ok(None)
+        }
+    }
+}
+
+fn list_records(results: &Path, container_id: Option<&str>) -> Result<Vec<CacheRecord>, Error> {
+    let entries = match std::fs::read_dir(results) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(results, "read directory", e)),
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        if let Some(cid) = container_id {
+            // Cheap pre-filter, as libcni does; the record's field decides.
+            if !name.contains(&format!("-{cid}-")) {
+                continue;
+            }
+        }
+        let path = results.join(&name);
+        let bytes = match read_nofollow(&path) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "skipping unreadable cache entry");
+                continue;
+            }
+        };
+        match CacheEntry::decode(&bytes, &path.display().to_string()) {
+            Ok(CacheEntry::Record(rec)) => {
+                if container_id.is_some_and(|c| c != rec.container_id) {
+                    continue;
+                }
+                if rec.if_name.is_empty() || rec.network_name.is_empty() {
+                    continue;
+                }
+                // Only records whose file name is the one they would be written to.
+                if record::file_name(&rec.network_name, &rec.container_id, &rec.if_name).ok().as_deref()
+                    != Some(name.as_str())
+                {
+                    tracing::warn!(file = %path.display(), "skipping cache entry whose fields do not match its file name");
+                    continue;
+                }
+                out.push(rec);
+            }
+            Ok(CacheEntry::LegacyResult(_)) => {}
+            Err(e) => tracing::warn!(file = %path.display(), error = %e, "skipping corrupt cache entry"),
+        }
+    }
+    Ok(out)
+}
+
+/// An attachment's lock; released when dropped.
+#[derive(Debug)]
+pub struct AttachmentLock {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+impl AttachmentLock {
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Releases the lock and removes the lock file (after a successful DEL:
+    /// the attachment is gone, so should its lock file be). Waiters holding
+    /// the old file notice and retry on a fresh one.
+    pub fn release_and_remove(mut self) {
+        if let Some(file) = self.file.take() {
+            let _ = std::fs::remove_file(&self.path);
+            drop(file);
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! This crate's error type.
+//!
+//! Plugin failures keep their evidence: plugin type, command, exit status,
+//! the CNI error object the plugin printed (code, msg, details), its stderr and
+//! the start of its stdout. Every variant maps to a CNI error code
+//! ([`Error::code`]), so a CLI or daemon can answer with the spec's error JSON
+//! ([`Error::to_error_object`]).
+//!
+//! | variant | CNI code |
+//! |---|---|
+//! | [`Error::Core`] | the core error's own code |
+//! | [`Error::Plugin`] with an error object | the plugin's code |
+//! | [`Error::Plugin`] with undecodable stdout | 6 (decoding failure) |
+//! | [`Error::Plugin`] with empty stdout | 999 (internal: no code was given) |
+//! | [`Error::Timeout`] | 11 (try again later) |
+//! | [`Error::PluginNotFound`] | 7 (invalid network config: it names a plugin that is not installed) |
+//! | [`Error::Spawn`], [`Error::OutputTooLarge`], [`Error::Io`] | 5 (I/O failure) |
+//!
+//! A timeout maps to 11 because a deadline expiring is usually transient
+//! (a loaded host, a slow IPAM server) and the spec's answer to transient
+//! conditions is "try again later"; the plugin's process group has been
+//! killed by then, so a retry (after the DEL the runtime owes anyway) is safe.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cni_core::error::code;
+use cni_core::{Command, ErrorObject};
+
+/// How a plugin process ended, when it did not succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PluginExit {
+    /// It exited with this (non-zero) status.
+    Code(i32),
+    /// It was killed by this signal number.
+    Signal(i32),
+}
+
+impl PluginExit {
+    /// From a process exit status; `None` for success.
+    pub(crate) fn from_status(status: std::process::ExitStatus) -> Option<Self> {
+        use std::os::unix::process::ExitStatusExt;
+        if status.success() {
+            return None;
+        }
+        if let Some(c) = status.code() {
+            return Some(PluginExit::Code(c));
+        }
+        if let Some(s) = status.signal() {
+            return Some(PluginExit::Signal(s));
+        }
+        // Stopped/continued statuses are never returned by wait for an exit.
+        Some(PluginExit::Code(-1))
+    }
+}
+
+impl fmt::Display for PluginExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PluginExit::Code(c) => write!(f, "exit status {c}"),
+            PluginExit::Signal(s) => match crate::sys::process::signal_name(*s) {
+                Some(name) => write!(f, "killed by signal {s} ({name})"),
+                None => write!(f, "killed by signal {s}"),
+            },
+        }
+    }
+}
+
+/// Everything that can go wrong in `cni-async`.
+///
+/// Messages are lower-case and name the plugin, file or value at fault.
+/// [`Error::code`] gives the CNI error code that fits each variant.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An error of the pure CNI logic (configuration, versions, validation, results).
+    #[error(transparent)]
+    Core(#[from] cni_core::Error),
+
+    /// No executable file named after the plugin type in any plugin dir.
+    #[error("{}", fmt_not_found(plugin_type, dirs, skipped))]
+    PluginNotFound {
+        /// The plugin type looked for.
+        plugin_type: String,
+        /// The dirs searched, in order (`CNI_PATH`).
+        dirs: Vec<PathBuf>,
+        /// Files of that name that were skipped because they are not executable.
+        skipped: Vec<PathBuf>,
+    },
+
+    /// The plugin binary could not be started (missing, not executable, bad
+    /// format, still "text file busy" when the deadline came).
+    #[error("cannot execute plugin {} ({plugin_type} {command}){}: {source}",
+        path.display(), fmt_attempts(*attempts))]
+    Spawn {
+        /// The plugin type.
+        plugin_type: String,
+        /// The command it was to run.
+        command: Command,
+        /// The binary.
+        path: PathBuf,
+        /// How many times the spawn was tried (more than 1 after "text file busy").
+        attempts: u32,
+        /// The error of the last attempt.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The plugin ran and failed: it exited non-zero or was killed by a signal.
+    #[error("{}", fmt_plugin(plugin_type, *command, *status, error.as_deref(), stdout, stderr))]
+    Plugin {
+        /// The plugin type.
+        plugin_type: String,
+        /// The command it ran.
+        command: Command,
+        /// How it ended.
+        status: PluginExit,
+        /// The CNI error object it printed on stdout, if stdout decoded as one
+        /// (boxed to keep `Result<_, Error>` small).
+        error: Option<Box<ErrorObject>>,
+        /// Its stdout (lossy UTF-8, at most the first 4 KiB) when that is not an
+        /// error object; empty when it decoded or was empty.
+        stdout: String,
+        /// Its stderr (lossy UTF-8, at most the first 8 KiB).
+        stderr: String,
+    },
+
+    /// The plugin did not finish within its deadline; its process group was
+    /// killed (SIGTERM, then SIGKILL after a grace period) and it was reaped.
+    #[error("plugin {plugin_type} {command} timed out after {} (deadline {}){}",
+        fmt_duration(*elapsed), fmt_duration(*timeout), fmt_stderr_suffix(stderr_so_far))]
+    Timeout {
+        /// The plugin type.
+        plugin_type: String,
+        /// The command it ran.
+        command: Command,
+        /// Time from spawn until the deadline was noticed.
+        elapsed: Duration,
+        /// The deadline it had.
+        timeout: Duration,
+        /// What it had written to stderr until then (lossy UTF-8, at most 8 KiB).
+        stderr_so_far: String,
+    },
+
+    /// The plugin wrote more to stdout than the limit allows; its process
+    /// group was killed.
+    #[error("plugin {plugin_type} {command} wrote more than {limit} bytes to stdout")]
+    OutputTooLarge {
+        /// The plugin type.
+        plugin_type: String,
+        /// The command it ran.
+        command: Command,
+        /// The stdout limit in bytes.
+        limit: usize,
+    },
+
+    /// Talking to a running plugin failed (reading its pipes, waiting for it).
+    #[error("i/o error with plugin {plugin_type} {command} while {during}: {source}")]
+    Io {
+        /// The plugin type.
+        plugin_type: String,
+        /// The command it ran.
+        command: Command,
+        /// What was being done: `reading stdout`, `waiting for exit`, ...
+        during: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A network-namespace operation failed (feature `netns`): create,
+    /// open, delete, setns, or running something inside one.
+    #[cfg(feature = "netns")]
+    #[error("network namespace {}: {op} failed: {source}", path.display())]
+    Netns {
+        /// The namespace file (`/run/netns/NAME`, `/proc/PID/ns/net`), or
+        /// `/run/netns` itself for setting up that directory.
+        path: PathBuf,
+        /// What was being done: `open`, `unshare(CLONE_NEWNET)`, `setns`,
+        /// `unlink`, ``run `ip -j addr show dev eth0` ``, ...
+        op: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Not a usable name for a named network namespace (feature `netns`).
+    #[cfg(feature = "netns")]
+    #[error("invalid network namespace name {name:?}: {reason}")]
+    NetnsName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// A command run inside a network namespace exited unsuccessfully
+    /// (feature `netns`).
+    #[cfg(feature = "netns")]
+    #[error("`{command}` in network namespace {} failed ({status}){}",
+        path.display(), fmt_stderr_suffix(stderr))]
+    NetnsCommand {
+        /// The namespace file.
+        path: PathBuf,
+        /// The command line.
+        command: String,
+        /// How it ended.
+        status: std::process::ExitStatus,
+        /// Its stderr (lossy UTF-8, trailing whitespace trimmed).
+        stderr: String,
+    },
+
+    // ----- the operations layer (ops.rs) and the cache (cache.rs) -----
+    /// The plugin exited 0 but its output is not what the command needs
+    /// (no result, not a valid result, a bad VERSION reply).
+    #[error("plugin {plugin_type} {command} printed an invalid reply: {reason}{}{}",
+        fmt_labeled(" stdout: ", stdout), fmt_stderr_suffix(stderr))]
+    PluginOutput {
+        /// The plugin type.
+        plugin_type: String,
+        /// The command it ran.
+        command: Command,
+        /// What is wrong with the output.
+        reason: String,
+        /// Its stdout (lossy UTF-8, at most the first 4 KiB).
+        stdout: String,
+        /// Its stderr (lossy UTF-8, at most the first 8 KiB).
+        stderr: String,
+    },
+
+    /// The result cache could not be read or written.
+    #[error("result cache {}: {op} failed: {source}", path.display())]
+    Cache {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Another process or task held the attachment's lock until the deadline.
+    #[error("attachment is busy: lock {} still held after {}", path.display(), fmt_duration(*waited))]
+    CacheLocked {
+        /// The lock file.
+        path: PathBuf,
+        /// How long we waited.
+        waited: Duration,
+    },
+
+    /// The attachment has no cached ADD result (CHECK before ADD, or DEL from
+    /// the cache of an attachment that does not exist).
+    #[error("no cached ADD result for container {container_id:?} interface {ifname:?} on network {network:?}")]
+    NotAttached {
+        /// The network.
+        network: String,
+        /// The container ID.
+        container_id: String,
+        /// The interface name.
+        ifname: String,
+    },
+
+    /// The command does not exist at the network's version (CHECK below 0.4.0).
+    #[error("network {network:?} is at version {version}, which has no {command} command")]
+    Unsupported {
+        /// The network.
+        network: String,
+        /// The command.
+        command: Command,
+        /// The network's version.
+        version: cni_core::Version,
+    },
+
+    /// STATUS: a plugin is not ready to ADD (CNI code 50).
+    #[error("network {network:?} is not ready: plugin {plugin_type}: {error}{}", fmt_stderr_suffix(stderr))]
+    NotReady {
+        /// The network.
+        network: String,
+        /// The plugin that said so.
+        plugin_type: String,
+        /// Its error object.
+        error: Box<ErrorObject>,
+        /// Its stderr.
+        stderr: String,
+    },
+
+    /// STATUS: a plugin is not ready, and existing attachments may have
+    /// limited connectivity (CNI code 51).
+    #[error("network {network:?} is not ready and existing attachments may have limited connectivity: plugin {plugin_type}: {error}{}", fmt_stderr_suffix(stderr))]
+    NotReadyLimitedConnectivity {
+        /// The network.
+        network: String,
+        /// The plugin that said so.
+        plugin_type: String,
+        /// Its error object.
+        error: Box<ErrorObject>,
+        /// Its stderr.
+        stderr: String,
+    },
+
+    /// An ADD failed and so did the rollback that followed it.
+    #[error("{error}; rollback also failed: {rollback}")]
+    RollbackFailed {
+        /// Why the ADD failed.
+        error: Box<Error>,
+        /// Why the rollback (DEL of the plugins that ran) failed.
+        rollback: Box<Error>,
+    },
+
+    /// Several errors from one operation that goes on past errors (GC, validation).
+    #[error("{operation} failed with {} error(s): {}", errors.len(), fmt_errors(errors))]
+    Multiple {
+        /// The operation.
+        operation: String,
+        /// Every error, in order.
+        errors: Vec<Error>,
+    },
+
+    /// An error with what was being done when it happened.
+    #[error("{context}: {source}")]
+    Context {
+        /// What was being done.
+        context: String,
+        /// The error.
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+fn fmt_labeled(label: &str, text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(";{label}{}", text.trim_end())
+    }
+}
+
+fn fmt_errors(errors: &[Error]) -> String {
+    errors
+        .iter()
+        .enumerate()
+        .map(|(i, e)| format!("[{}] {e}", i + 1))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Longest stdout kept in [`Error::Plugin`].
+pub(crate) const ERROR_STDOUT_MAX: usize = 4 * 1024;
+/// Longest stderr kept in [`Error::Plugin`] and [`Error::Timeout`].
+pub(crate) const ERROR_STDERR_MAX: usize = 8 * 1024;
+
+/// Lossy UTF-8 of at most `max` bytes, with a marker when cut.
+pub(crate) fn lossy_capped(bytes: &[u8], max: usize) -> String {
+    if bytes.len() <= max {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    let mut s = String::from_utf8_lossy(&bytes[..max]).into_owned();
+    s.push_str(&format!("... [{} more bytes]", bytes.len() - max));
+    s
+}
+
+impl Error {
+    /// The CNI error code that fits this error (see the table in the module docs).
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::Core(e) => e.code(),
+            Error::PluginNotFound { .. } => code::INVALID_NETWORK_CONFIG,
+            Error::Spawn { .. } | Error::OutputTooLarge { .. } | Error::Io { .. } => {
+                code::IO_FAILURE
+            }
+            Error::Plugin { error, stdout, .. } => match error {
+                Some(obj) => obj.code,
+                None if !stdout.is_empty() => code::DECODING_FAILURE,
+                None => code::INTERNAL,
+            },
+            Error::Timeout { .. } => code::TRY_AGAIN_LATER,
+            #[cfg(feature = "netns")]
+            Error::Netns { .. } | Error::NetnsCommand { .. } => code::IO_FAILURE,
+            #[cfg(feature = "netns")]
+            Error::NetnsName { .. } => code::INVALID_ENVIRONMENT_VARIABLES,
+            Error::PluginOutput { .. } => code::DECODING_FAILURE,
+            Error::Cache { .. } => code::IO_FAILURE,
+            Error::CacheLocked { .. } => code::TRY_AGAIN_LATER,
+            Error::NotAttached { .. } => code::UNKNOWN_CONTAINER,
+            Error::Unsupported { .. } => code::INCOMPATIBLE_VERSION,
+            Error::NotReady { .. } => code::PLUGIN_NOT_AVAILABLE,
+            Error::NotReadyLimitedConnectivity { .. } => {
+                code::PLUGIN_NOT_AVAILABLE_LIMITED_CONNECTIVITY
+            }
+            Error::RollbackFailed { error, .. } => error.code(),
+            Error::Multiple { errors, .. } => errors.first().map_or(code::INTERNAL, Error::code),
+            Error::Context { source, .. } => source.code(),
+        }
+    }
+
+    /// This error as the spec's error JSON object, written in `cni_version`.
+    ///
+    /// A plugin's own error object is passed on as the plugin wrote it (code,
+    /// msg, details), as libcni does; every other error has this error's
+    /// message as `msg`, and the stderr of the plugin (if any) as `details`.
+    pub fn to_error_object(&self, cni_version: &str) -> ErrorObject {
+        match self {
+            Error::Core(e) => e.to_error_object(cni_version),
+            Error::Plugin {
+                error: Some(obj), ..
+            } => ErrorObject::new(cni_version, obj.code, obj.msg.clone(), obj.details.clone()),
+            Error::Plugin { stderr, .. } => ErrorObject::new(
+                cni_version,
+                self.code(),
+                self.to_string(),
+                stderr.trim_end(),
+            ),
+            Error::Timeout { stderr_so_far, .. } => ErrorObject::new(
+                cni_version,
+                self.code(),
+                self.to_string(),
+                stderr_so_far.trim_end(),
+            ),
+            _ => ErrorObject::new(cni_version, self.code(), self.to_string(), ""),
+        }
+    }
+
+    /// Whether this is a plugin that ran and failed ([`Error::Plugin`]) with
+    /// this CNI code.
+    pub fn is_plugin_code(&self, wanted: u32) -> bool {
+        matches!(self, Error::Plugin { error: Some(obj), .. } if obj.code == wanted)
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    if d.as_secs() >= 10 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+fn fmt_attempts(attempts: u32) -> String {
+    if attempts > 1 {
+        format!(" after {attempts} attempts")
+    } else {
+        String::new()
+    }
+}
+
+fn fmt_stderr_suffix(stderr: &str) -> String {
+    let s = stderr.trim_end();
+    if s.is_empty() {
+        String::new()
+    } else {
+        format!("; stderr: {s:?}")
+    }
+}
+
+fn fmt_not_found(plugin_type: &str, dirs: &[PathBuf], skipped: &[PathBuf]) -> String {
+    let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let mut s = if dirs.is_empty() {
+        format!("plugin {plugin_type:?} not found: no plugin dirs given (CNI_PATH is empty)")
+    } else {
+        format!("plugin {plugin_type:?} not found in {}", dirs.join(":"))
+    };
+    if !skipped.is_empty() {
+        let files: Vec<String> = skipped.iter().map(|p| p.display().to_string()).collect();
+        s.push_str(&format!(" (not executable: {})", files.join(", ")));
+    }
+    s
+}
+
+/// The message of [`Error::Plugin`]. The spec's rule for a non-zero exit with
+/// empty stdout: the message is the stderr or, failing that, the exit status.
+fn fmt_plugin(
+    plugin_type: &str,
+    command: Command,
+    status: PluginExit,
+    error: Option<&ErrorObject>,
+    stdout: &str,
+    stderr: &str,
+) -> String {
+    let head = format!("plugin {plugin_type} {command} failed");
+    let stderr = stderr.trim_end();
+    match error {
+        Some(obj) => format!("{head} ({status}): {obj}{}", fmt_stderr_suffix(stderr)),
+        None if stdout.is_empty() => {
+            if stderr.is_empty() {
+                format!("{head}: {status}")
+            } else {
+                format!("{head} ({status}): {stderr}")
+            }
+        }
+        None => format!(
+            "{head} ({status}) with undecodable output {stdout:?}{}",
+            fmt_stderr_suffix(stderr)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plugin(error: Option<ErrorObject>, stdout: &str, stderr: &str) -> Error {
+        let error = error.map(Box::new);
+        Error::Plugin {
+            plugin_type: "bridge".into(),
+            command: Command::Add,
+            status: PluginExit::Code(1),
+            error,
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+        }
+    }
+
+    #[test]
+    fn plugin_error_messages_and_codes() {
+        let e = plugin(
+            Some(ErrorObject::new(
+                "1.0.0",
+                101,
+                "no IPs left",
+                "range 10.0.0.0/24",
+            )),
+            "",
+            "oops\n",
+        );
+        assert_eq!(
+            e.to_string(),
+            "plugin bridge ADD failed (exit status 1): no IPs left; range 10.0.0.0/24 (CNI code 101); stderr: \"oops\""
+        );
+        assert_eq!(e.code(), 101);
+        assert!(e.is_plugin_code(101));
+        let obj = e.to_error_object("1.1.0");
+        assert_eq!(
+            obj,
+            ErrorObject::new("1.1.0", 101, "no IPs left", "range 10.0.0.0/24")
+        );
+
+        let e = plugin(None, "", "cannot open file\n");
+        assert_eq!(
+            e.to_string(),
+            "plugin bridge ADD failed (exit status 1): cannot open file"
+        );
+        assert_eq!(e.code(), code::INTERNAL);
+        assert_eq!(e.to_error_object("1.1.0").details, "cannot open file");
+
+        let e = plugin(None, "", "");
+        assert_eq!(e.to_string(), "plugin bridge ADD failed: exit status 1");
+
+        let e = plugin(None, "garbage", "");
+        assert_eq!(
+            e.to_string(),
+            "plugin bridge ADD failed (exit status 1) with undecodable output \"garbage\""
+        );
+        assert_eq!(e.code(), code::DECODING_FAILURE);
+    }
+
+    #[test]
+    fn signals_are_named() {
+        assert_eq!(
+            PluginExit::Signal(9).to_string(),
+            "killed by signal 9 (SIGKILL)"
+        );
+        assert_eq!(PluginExit::Code(2).to_string(), "exit status 2");
+    }
+
+    #[test]
+    fn timeout_and_core_codes() {
+        let e = Error::Timeout {
+            plugin_type: "slow".into(),
+            command: Command::Del,
+            elapsed: Duration::from_millis(1500),
+            timeout: Duration::from_millis(1500),
+            stderr_so_far: "waiting\n".into(),
+        };
+        assert_eq!(e.code(), 11);
+        assert_eq!(
+            e.to_string(),
+            "plugin slow DEL timed out after 1500ms (deadline 1500ms); stderr: \"waiting\""
+        );
+        let core: Error = cni_core::validate::plugin_type("a/b").unwrap_err().into();
+        assert_eq!(core.code(), 7);
+    }
+
+    #[test]
+    fn not_found_lists_dirs_and_skipped() {
+        let e = Error::PluginNotFound {
+            plugin_type: "bridge".into(),
+            dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
+            skipped: vec!["/opt/cni/bin/bridge".into()],
+        };
+        assert_eq!(
+            e.to_string(),
+            "plugin \"bridge\" not found in /opt/cni/bin:/usr/lib/cni (not executable: /opt/cni/bin/bridge)"
+        );
+        assert_eq!(e.code(), 7);
+    }
+
+    #[test]
+    fn capped_text() {
+        assert_eq!(lossy_capped(b"abc", 3), "abc");
+        assert_eq!(lossy_capped(b"abcdef", 3), "abc... [3 more bytes]");
+    }
+}

@@ -1,0 +1,556 @@
+//! [`RawExec`]: plugins as child processes on `tokio::process`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::process::Child;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{ExecOutput, ExecRequest, PluginExec, plugin_failure};
+use crate::error::{ERROR_STDERR_MAX, Error, PluginExit, lossy_capped};
+use crate::sys::process::{SIGKILL, SIGTERM, group_alive, signal_group};
+
+/// How often the group is checked for survivors while waiting out the grace.
+const GROUP_POLL: Duration = Duration::from_millis(10);
+/// How long we wait for a SIGKILLed plugin to be reaped before handing it to
+/// tokio's orphan queue (only a process stuck in uninterruptible sleep takes long).
+const REAP_LIMIT: Duration = Duration::from_secs(2);
+/// First and longest pause between spawns that failed with "text file busy".
+const ETXTBSY_BACKOFF_FIRST: Duration = Duration::from_millis(5);
+const ETXTBSY_BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// Read buffer sizes.
+const STDOUT_CHUNK: usize = 64 * 1024;
+const STDERR_CHUNK: usize = 16 * 1024;
+
+/// The default [`PluginExec`]: runs each plugin as a child process in its own
+/// process group, with a deadline, output caps and a kill-on-drop of the
+/// whole group. See the [module docs](super) for the caveats.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use cni_async::exec::{ExecRequest, OutputLimits, PluginExec, RawExec};
+/// use cni_core::Command;
+///
+/// # async fn demo() -> Result<(), cni_async::Error> {
+/// let exec = RawExec::new().with_kill_grace(Duration::from_millis(500));
+/// let path = exec.find_plugin("loopback", &["/usr/lib/cni".into()])?;
+/// let env = [("CNI_COMMAND".to_owned(), "VERSION".to_owned())];
+/// let req = ExecRequest::new(&path, "loopback", Command::Version, &env, b"{}", Duration::from_secs(10))
+///     .with_limits(OutputLimits { stdout: 1 << 20, ..OutputLimits::default() });
+/// match exec.exec(req).await {
+///     Ok(out) => println!("{}", String::from_utf8_lossy(&out.stdout)),
+///     Err(e) => eprintln!("{e} (CNI code {})", e.code()),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RawExec {
+    kill_grace: Duration,
+    drain_window: Duration,
+}
+
+impl RawExec {
+    /// Default time between SIGTERM and SIGKILL: 1 s.
+    pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(1);
+    /// Default time we keep reading a plugin's pipes after it exited: 100 ms.
+    pub const DEFAULT_DRAIN_WINDOW: Duration = Duration::from_millis(100);
+
+    /// An executor with the default grace and drain window.
+    pub fn new() -> Self {
+        RawExec {
+            kill_grace: Self::DEFAULT_KILL_GRACE,
+            drain_window: Self::DEFAULT_DRAIN_WINDOW,
+        }
+    }
+
+    /// Sets the time between SIGTERM and SIGKILL to the plugin's group on
+    /// timeout, cancellation or output overflow.
+    pub fn with_kill_grace(mut self, grace: Duration) -> Self {
+        self.kill_grace = grace;
+        self
+    }
+
+    /// Sets how long we keep reading stdout and stderr after the plugin
+    /// exited, for data still in the pipes. When a process the plugin left
+    /// behind still holds a pipe at the end of it, its group is killed and the
+    /// output read so far is the plugin's output.
+    pub fn with_drain_window(mut self, window: Duration) -> Self {
+        self.drain_window = window;
+        self
+    }
+
+    /// The time between SIGTERM and SIGKILL.
+    pub fn kill_grace(&self) -> Duration {
+        self.kill_grace
+    }
+
+    /// How long pipes are read after the plugin exited.
+    pub fn drain_window(&self) -> Duration {
+        self.drain_window
+    }
+}
+
+impl Default for RawExec {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PluginExec for RawExec {
+    fn exec<'a>(&'a self, req: ExecRequest<'a>) -> BoxFuture<'a, Result<ExecOutput, Error>> {
+        let span = tracing::info_span!(
+            "cni_plugin",
+            plugin_type = req.plugin_type,
+            command = %req.command,
+            path = %req.plugin_path.display(),
+        );
+        Box::pin(self.run(req).instrument(span))
+    }
+}
+
+/// Why the I/O loop ended.
+enum End {
+    /// The plugin exited and both pipes reached EOF.
+    Done,
+    /// The plugin exited; a pipe was still open at the end of the drain window.
+    Drained,
+    /// The deadline passed while the plugin ran.
+    Timeout,
+    /// stdout went over its cap.
+    TooLarge,
+    /// Reading stdout or waiting failed.
+    Io(&'static str, io::Error),
+}
+
+impl RawExec {
+    async fn run(&self, req: ExecRequest<'_>) -> Result<ExecOutput, Error> {
+        let start = Instant::now();
+        // A timeout too large for the clock is no deadline at all.
+        let deadline = start
+            .checked_add(req.timeout)
+            .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400));
+
+        let mut child = spawn(&req, deadline).await?;
+        let Some(pgid) = child.id() else {
+            // Only after a completed wait; never right after spawn.
+            return Err(io_error(&req, "starting", io::Error::other("no pid")));
+        };
+        tracing::debug!(pid = pgid, "plugin started");
+        let mut stdin = child.stdin.take();
+        let mut stdout = child.stdout.take();
+        let mut stderr = child.stderr.take();
+        let mut guard = RunGuard(Some(Reaper {
+            child: Some(child),
+            pgid,
+            grace: self.kill_grace,
+            done: false,
+        }));
+
+        if req.stdin.is_empty() {
+            stdin = None;
+        }
+        let mut written = 0usize;
+        let mut out: Vec<u8> = Vec::new();
+        let mut err: Vec<u8> = Vec::new();
+        let mut err_dropped = 0usize;
+        let mut out_chunk = vec![0u8; STDOUT_CHUNK];
+        let mut err_chunk = vec![0u8; STDERR_CHUNK];
+        let mut status: Option<ExitStatus> = None;
+        let mut elapsed = Duration::ZERO;
+
+        let deadline_sleep = tokio::time::sleep_until(deadline);
+        tokio::pin!(deadline_sleep);
+        // Armed when the plugin exits.
+        let drain_sleep = tokio::time::sleep_until(deadline);
+        tokio::pin!(drain_sleep);
+
+        let end = loop {
+            if status.is_some() && stdout.is_none() && stderr.is_none() {
+                break End::Done;
+            }
+            let child = guard.child();
+            // Biased: the deadline first, so a plugin flooding its pipes
+            // cannot starve it.
+            tokio::select! {
+                biased;
+                () = &mut deadline_sleep, if status.is_none() => break End::Timeout,
+                () = &mut drain_sleep, if status.is_some() => break End::Drained,
+                r = child.wait(), if status.is_none() => match r {
+                    Ok(s) => {
+                        elapsed = start.elapsed();
+                        status = Some(s);
+                        // Nobody will read the rest of stdin.
+                        stdin = None;
+                        drain_sleep.as_mut().reset(Instant::now() + self.drain_window);
+                    }
+                    Err(e) => break End::Io("waiting for its exit", e),
+                },
+                r = read_some(&mut stdout, &mut out_chunk) => match r {
+                    Ok(0) => stdout = None,
+                    Ok(n) => {
+                        if out.len() + n > req.limits.stdout {
+                            break End::TooLarge;
+                        }
+                        out.extend_from_slice(&out_chunk[..n]);
+                    }
+                    Err(e) => break End::Io("reading its stdout", e),
+                },
+                r = read_some(&mut stderr, &mut err_chunk) => match r {
+                    Ok(0) => stderr = None,
+                    Ok(n) => {
+                        let keep = n.min(req.limits.stderr.saturating_sub(err.len()));
+                        err.extend_from_slice(&err_chunk[..keep]);
+                        err_dropped += n - keep;
+                    }
+                    Err(e) => {
+                        // stderr is informational: stop reading it, carry on.
+                        tracing::debug!(error = %e, "cannot read plugin stderr");
+                        stderr = None;
+                    }
+                },
+                r = write_some(&mut stdin, &req.stdin[written..]) => match r {
+                    Ok(n) => {
+                        written += n;
+                        if written >= req.stdin.len() {
+                            // Dropping the pipe closes it: the plugin sees EOF.
+                            stdin = None;
+                        }
+                    }
+                    Err(e) => {
+                        // EPIPE: the plugin closed stdin or exited without
+                        // reading it all. Its exit status decides.
+                        tracing::debug!(error = %e, written, "plugin did not take all of stdin");
+                        stdin = None;
+                    }
+                },
+            }
+        };
+        // Close our ends: a writer left behind gets EPIPE instead of blocking.
+        drop((stdin, stdout, stderr));
+
+        if err_dropped > 0 {
+            tracing::debug!(
+                kept = err.len(),
+                dropped = err_dropped,
+                "plugin stderr over its cap"
+            );
+        }
+        let status = match end {
+            End::Done => {
+                guard.settle();
+                status
+            }
+            End::Drained => {
+                tracing::warn!(
+                    pgid,
+                    "plugin exited but a process it left behind holds its stdout or stderr open; \
+                     killing its process group"
+                );
+                guard.terminate().await;
+                status
+            }
+            End::Timeout => {
+                let elapsed = start.elapsed();
+                tracing::warn!(
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    "plugin timed out; killing its process group"
+                );
+                guard.terminate().await;
+                return Err(Error::Timeout {
+                    plugin_type: req.plugin_type.to_owned(),
+                    command: req.command,
+                    elapsed,
+                    timeout: req.timeout,
+                    stderr_so_far: lossy_capped(&err, ERROR_STDERR_MAX),
+                });
+            }
+            End::TooLarge => {
+                tracing::warn!(
+                    limit = req.limits.stdout,
+                    "plugin stdout over its cap; killing its process group"
+                );
+                guard.terminate().await;
+                return Err(Error::OutputTooLarge {
+                    plugin_type: req.plugin_type.to_owned(),
+                    command: req.command,
+                    limit: req.limits.stdout,
+                });
+            }
+            End::Io(during, e) => {
+                guard.terminate().await;
+                return Err(io_error(&req, during, e));
+            }
+        };
+        // Done and Drained both have the exit status.
+        let Some(status) = status else {
+            return Err(io_error(
+                &req,
+                "waiting for its exit",
+                io::Error::other("no exit status"),
+            ));
+        };
+
+        match PluginExit::from_status(status) {
+            None => {
+                if err.is_empty() {
+                    tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, "plugin succeeded");
+                } else {
+                    tracing::debug!(
+                        elapsed_ms = elapsed.as_millis() as u64,
+                        stderr = %String::from_utf8_lossy(&err).trim_end(),
+                        "plugin succeeded"
+                    );
+                }
+                Ok(ExecOutput {
+                    stdout: out,
+                    stderr: err,
+                    elapsed,
+                })
+            }
+            Some(exit) => {
+                let e = plugin_failure(req.plugin_type, req.command, exit, &out, &err);
+                tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, error = %e, "plugin failed");
+                Err(e)
+            }
+        }
+    }
+}
+
+fn io_error(req: &ExecRequest<'_>, during: &'static str, source: io::Error) -> Error {
+    Error::Io {
+        plugin_type: req.plugin_type.to_owned(),
+        command: req.command,
+        during,
+        source,
+    }
+}
+
+/// Spawns the plugin in its own process group, retrying "text file busy"
+/// with a fresh spawn each time until the deadline (spec-digest 10.3).
+async fn spawn(req: &ExecRequest<'_>, deadline: Instant) -> Result<Child, Error> {
+    let path = spawnable_path(req.plugin_path);
+    let mut attempts = 0u32;
+    let mut backoff = ETXTBSY_BACKOFF_FIRST;
+    loop {
+        attempts += 1;
+        let mut cmd = tokio::process::Command::new(&path);
+        cmd.envs(req.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group, so one killpg reaches everything it forks.
+            // No pre_exec: std keeps using posix_spawn.
+            .process_group(0)
+            // Our guard kills the whole group; kill_on_drop would kill the child only.
+            .kill_on_drop(false);
+        match cmd.spawn() {
+            Ok(child) => return Ok(child),
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETXTBSY)
+                    && Instant::now() + backoff < deadline =>
+            {
+                tracing::debug!(attempts, "plugin binary busy (text file busy); retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ETXTBSY_BACKOFF_MAX);
+            }
+            Err(source) => {
+                return Err(Error::Spawn {
+                    plugin_type: req.plugin_type.to_owned(),
+                    command: req.command,
+                    path: req.plugin_path.to_owned(),
+                    attempts,
+                    source,
+                });
+            }
+        }
+    }
+}
+
+/// A bare file name would be searched in `PATH` by exec; a plugin path never is.
+fn spawnable_path(path: &Path) -> PathBuf {
+    let mut components = path.components();
+    match (components.next(), components.next()) {
+        (Some(std::path::Component::Normal(_)), None) => Path::new(".").join(path),
+        _ => path.to_owned(),
+    }
+}
+
+/// Reads from a pipe that may be closed already (then never ready).
+async fn read_some<R: AsyncRead + Unpin>(
+    pipe: &mut Option<R>,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    match pipe {
+        Some(p) => p.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes to a pipe that may be closed already (then never ready).
+async fn write_some<W: AsyncWrite + Unpin>(pipe: &mut Option<W>, data: &[u8]) -> io::Result<usize> {
+    match pipe {
+        Some(p) if !data.is_empty() => p.write(data).await,
+        _ => std::future::pending().await,
+    }
+}
+
+/// Owns the running plugin. Dropped before [`RunGuard::settle`] or
+/// [`RunGuard::terminate`] (the caller dropped our future), it sends SIGTERM
+/// to the group at once and leaves the rest (grace, SIGKILL, reaping) to a
+/// task on the current runtime, or to a thread when there is none.
+struct RunGuard(Option<Reaper>);
+
+impl RunGuard {
+    fn child(&mut self) -> &mut Child {
+        self.0
+            .as_mut()
+            .and_then(|r| r.child.as_mut())
+            .expect("the guard holds the child until it is settled or terminated")
+    }
+
+    /// The plugin exited, was reaped and its pipes are closed: nothing to kill.
+    fn settle(&mut self) {
+        if let Some(mut r) = self.0.take() {
+            r.done = true;
+        }
+    }
+
+    /// TERM the group, wait out the grace, KILL, reap.
+    async fn terminate(&mut self) {
+        if let Some(r) = self.0.take() {
+            r.run(false).await;
+        }
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        let Some(reaper) = self.0.take() else {
+            return;
+        };
+        tracing::debug!(
+            pgid = reaper.pgid,
+            "plugin run cancelled; killing its process group"
+        );
+        let _ = signal_group(reaper.pgid, SIGTERM);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                // If the runtime is shutting down the task is dropped
+                // unpolled, and the Reaper's own Drop sends SIGKILL.
+                drop(handle.spawn(reaper.run(true)));
+            }
+            Err(_) => {
+                let spawned = std::thread::Builder::new()
+                    .name("cni-plugin-reaper".into())
+                    .spawn(move || reaper.run_blocking());
+                // When no thread can be made, the Reaper is dropped with the
+                // closure: SIGKILL at once.
+                drop(spawned);
+            }
+        }
+    }
+}
+
+/// Ends a plugin's process group: SIGTERM, grace, SIGKILL, reap. Dropped
+/// before it is done, it sends SIGKILL at once.
+struct Reaper {
+    /// The plugin; `None` once handed over.
+    child: Option<Child>,
+    pgid: u32,
+    grace: Duration,
+    done: bool,
+}
+
+impl Reaper {
+    async fn run(mut self, term_sent: bool) {
+        if !term_sent {
+            let _ = signal_group(self.pgid, SIGTERM);
+        }
+        let grace_end = Instant::now() + self.grace;
+        if let Some(child) = self.child.as_mut() {
+            let _ = tokio::time::timeout_at(grace_end, child.wait()).await;
+        }
+        while Instant::now() < grace_end && group_alive(self.pgid) {
+            tokio::time::sleep(GROUP_POLL).await;
+        }
+        if group_alive(self.pgid) {
+            tracing::debug!(
+                pgid = self.pgid,
+                "process group survived SIGTERM; sending SIGKILL"
+            );
+            let _ = signal_group(self.pgid, SIGKILL);
+        }
+        if let Some(child) = self.child.as_mut()
+            && tokio::time::timeout(REAP_LIMIT, child.wait())
+                .await
+                .is_err()
+        {
+            tracing::warn!(
+                pgid = self.pgid,
+                "plugin not reaped after SIGKILL; leaving it to tokio's orphan reaper"
+            );
+        }
+        self.done = true;
+    }
+
+    /// [`Reaper::run`] for a plain thread, after SIGTERM was sent.
+    fn run_blocking(mut self) {
+        let grace_end = std::time::Instant::now() + self.grace;
+        let exited = |child: &mut Option<Child>| match child {
+            Some(c) => !matches!(c.try_wait(), Ok(None)),
+            None => true,
+        };
+        while std::time::Instant::now() < grace_end
+            && (!exited(&mut self.child) || group_alive(self.pgid))
+        {
+            std::thread::sleep(GROUP_POLL);
+        }
+        if group_alive(self.pgid) {
+            let _ = signal_group(self.pgid, SIGKILL);
+        }
+        let reap_end = std::time::Instant::now() + REAP_LIMIT;
+        while !exited(&mut self.child) && std::time::Instant::now() < reap_end {
+            std::thread::sleep(GROUP_POLL);
+        }
+        self.done = true;
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if group_alive(self.pgid) {
+            let _ = signal_group(self.pgid, SIGKILL);
+        }
+        if let Some(child) = self.child.as_mut() {
+            // Reaps it if it is gone already; otherwise tokio's orphan queue will.
+            let _ = child.try_wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_names_are_not_searched_in_path() {
+        assert_eq!(spawnable_path(Path::new("bridge")), Path::new("./bridge"));
+        assert_eq!(
+            spawnable_path(Path::new("/opt/cni/bin/bridge")),
+            Path::new("/opt/cni/bin/bridge")
+        );
+        assert_eq!(
+            spawnable_path(Path::new("bin/bridge")),
+            Path::new("bin/bridge")
+        );
+    }
+}

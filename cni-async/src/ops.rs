@@ -1,0 +1,920 @@
+//! The CNI operations on network configuration lists and single networks:
+//! what libcni's `CNIConfig` does, in tokio, with deadlines.
+//!
+//! [`Cni`] holds the plugin dirs, the result cache, the executor and the
+//! default deadlines; it is cheap to clone and safe to share between tasks.
+//!
+//! | operation | plugins run | cache |
+//! |---|---|---|
+//! | [`Cni::add_network_list`] | first to last, each result chained as the next `prevResult`; stops at the first error | final result written after the whole chain succeeded |
+//! | [`Cni::del_network_list`] | last to first, `prevResult` = cached result (0.4.0+); stops at the first error | removed after success, kept on failure |
+//! | [`Cni::check_network_list`] | first to last, `prevResult` = cached result | read; CHECK without a cached result is refused (code 3) |
+//! | [`Cni::status_network_list`] | first to last (1.1.0 lists only) | - |
+//! | [`Cni::gc_network_list`] | DEL of each stale cached attachment, then GC of every plugin (1.1.0) | stale entries removed |
+//!
+//! Names and IDs are validated on every verb (libcni: ADD only), so no
+//! cache path built from them can leave the cache dir. Each ADD, DEL and
+//! CHECK holds the attachment's lock ([`crate::cache`]) for its whole run.
+//!
+//! # Caveats
+//! - **Deadlines** bound the whole operation, not each plugin: every plugin
+//!   gets what is left of the operation's deadline. The default is per verb
+//!   ([`Timeouts`]); [`CallOptions::timeout`] overrides it per call.
+//! - **Cancellation**: dropping the future of an operation kills the plugin
+//!   that is running (its whole process group) but cannot undo the plugins
+//!   that already ran. The spec makes the caller follow every ADD with a DEL,
+//!   also a failed or cancelled one; do that, or set
+//!   [`CallOptions::rollback`] and let the ADD finish (cnid runs each
+//!   operation on its own task for this reason).
+//! - **Rollback** (opt-in, [`CallOptions::rollback`]): when an ADD fails part
+//!   way, the plugins that ran, including the one that failed, are deleted
+//!   last to first with a fresh deadline, never the expired one.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), cni_async::Error> {
+//! use cni_async::Cni;
+//! use cni_core::{confdir, RuntimeConf};
+//! use std::path::Path;
+//!
+//! let cni = Cni::builder().plugin_dirs(["/opt/cni/bin", "/usr/lib/cni"]).build();
+//! let list = confdir::load_network(Path::new("/etc/cni/net.d"), "mynet")?;
+//! let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
+//! let result = cni.add_network_list(&list, &rt).await?;
+//! println!("{}", result.to_json_pretty());
+//! cni.check_network_list(&list, &rt).await?;
+//! cni.del_network_list(&list, &rt).await?;
+//! # Ok(()) }
+//! ```
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cni_core::cache::{CacheEntry, CacheRecord};
+use cni_core::error::code;
+use cni_core::result::CniResult;
+use cni_core::stdin::{GcAttachment, StdinInput, plugin_stdin, version_stdin};
+use cni_core::version::PluginInfo;
+use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, Version, env, validate};
+use serde_json::Value;
+use tracing::Instrument;
+
+use crate::cache::ResultCache;
+use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, lossy_capped};
+use crate::exec::{ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
+
+/// The default plugin dirs: `/opt/cni/bin`, then Debian's `/usr/lib/cni`.
+pub const DEFAULT_PLUGIN_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
+
+/// Per-call options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallOptions {
+    /// Deadline for the whole operation; `None` = the per-verb default.
+    pub timeout: Option<Duration>,
+    /// ADD only: when the chain fails part way, DEL the plugins that ran
+    /// (including the one that failed), last to first, with a fresh deadline.
+    pub rollback: bool,
+}
+
+impl CallOptions {
+    /// Options with this deadline.
+    pub fn with_timeout(timeout: Duration) -> Self {
+        CallOptions {
+            timeout: Some(timeout),
+            ..Default::default()
+        }
+    }
+}
+
+/// What GC did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcSummary {
+    /// Stale cached attachments that were deleted (DEL run, cache entry removed).
+    pub deleted: Vec<GcAttachment>,
+    /// Whether GC was sent to the plugins (1.1.0 lists only).
+    pub plugins_called: bool,
+    /// True when the list has `disableGC` and nothing was done.
+    pub disabled: bool,
+}
+
+/// Builder for [`Cni`].
+#[derive(Debug, Clone)]
+pub struct CniBuilder {
+    plugin_dirs: Vec<PathBuf>,
+    cache: ResultCache,
+    exec: Option<Arc<dyn PluginExec>>,
+    timeouts: Timeouts,
+    limits: OutputLimits,
+}
+
+impl CniBuilder {
+    /// Where plugin binaries are looked up, in order (`CNI_PATH`).
+    pub fn plugin_dirs<I, P>(mut self, dirs: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.plugin_dirs = dirs.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The cache dir (default `/var/lib/cni`).
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache = ResultCache::new(dir);
+        self
+    }
+
+    /// A cache with non-default settings.
+    pub fn cache(mut self, cache: ResultCache) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// The executor (default [`RawExec`]).
+    pub fn exec(mut self, exec: Arc<dyn PluginExec>) -> Self {
+        self.exec = Some(exec);
+        self
+    }
+
+    /// Per-verb deadlines.
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// Caps on plugin output.
+    pub fn output_limits(mut self, limits: OutputLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Builds the [`Cni`].
+    pub fn build(self) -> Cni {
+        let cni_path = env::join_path(&self.plugin_dirs);
+        Cni {
+            inner: Arc::new(Inner {
+                plugin_dirs: self.plugin_dirs,
+                cni_path,
+                cache: self.cache,
+                exec: self.exec.unwrap_or_else(|| Arc::new(RawExec::new())),
+                timeouts: self.timeouts,
+                limits: self.limits,
+            }),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    plugin_dirs: Vec<PathBuf>,
+    cni_path: String,
+    cache: ResultCache,
+    exec: Arc<dyn PluginExec>,
+    timeouts: Timeouts,
+    limits: OutputLimits,
+}
+
+/// Runs CNI operations (see the module docs). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Cni {
+    inner: Arc<Inner>,
+}
+
+impl Default for Cni {
+    fn default() -> Self {
+        Cni::builder().build()
+    }
+}
+
+/// One network as the operations see it: a list, or a single plugin
+/// configuration used on its own (libcni's `AddNetwork` and friends).
+struct Net<'a> {
+    name: &'a str,
+    version: Version,
+    plugins: &'a [PluginConfig],
+    cache_bytes: Cow<'a, [u8]>,
+    disable_check: bool,
+}
+
+impl<'a> Net<'a> {
+    fn list(list: &'a NetworkConfigList) -> Self {
+        Net {
+            name: list.name(),
+            version: list.version(),
+            plugins: list.plugins(),
+            cache_bytes: Cow::Owned(list.cache_bytes()),
+            disable_check: list.disable_check(),
+        }
+    }
+
+    fn single(plugin: &'a PluginConfig) -> Result<Self, Error> {
+        let version = cni_core::version::select_version(plugin.cni_version(), &[])?;
+        Ok(Net {
+            name: plugin.name().unwrap_or_default(),
+            version,
+            plugins: std::slice::from_ref(plugin),
+            cache_bytes: Cow::Borrowed(plugin.bytes()),
+            disable_check: false,
+        })
+    }
+}
+
+/// A deadline for one operation.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    total: Duration,
+}
+
+impl Deadline {
+    fn after(total: Duration) -> Self {
+        Deadline {
+            at: Instant::now() + total,
+            total,
+        }
+    }
+
+    fn remaining(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now())
+    }
+}
+
+impl Cni {
+    /// A builder with the default plugin dirs (or `CNI_PATH` is NOT read:
+    /// pass it explicitly), cache dir `/var/lib/cni`, [`RawExec`] and the
+    /// default deadlines.
+    pub fn builder() -> CniBuilder {
+        CniBuilder {
+            plugin_dirs: DEFAULT_PLUGIN_DIRS.iter().map(PathBuf::from).collect(),
+            cache: ResultCache::default(),
+            exec: None,
+            timeouts: Timeouts::default(),
+            limits: OutputLimits::default(),
+        }
+    }
+
+    /// The plugin dirs.
+    pub fn plugin_dirs(&self) -> &[PathBuf] {
+        &self.inner.plugin_dirs
+    }
+
+    /// The result cache.
+    pub fn cache(&self) -> &ResultCache {
+        &self.inner.cache
+    }
+
+    /// The default deadlines.
+    pub fn timeouts(&self) -> Timeouts {
+        self.inner.timeouts
+    }
+
+    fn deadline(&self, command: Command, opts: &CallOptions) -> Deadline {
+        Deadline::after(
+            opts.timeout
+                .unwrap_or_else(|| self.inner.timeouts.for_command(command)),
+        )
+    }
+
+    // ----- lists -----
+
+    /// ADD with the default options.
+    pub async fn add_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<CniResult, Error> {
+        self.add_network_list_with(list, rt, CallOptions::default()).await
+    }
+
+    /// ADD: runs the plugins first to last, chaining each result as the
+    /// next `prevResult` (converted to the list's version first), and caches
+    /// the final result.
+    pub async fn add_network_list_with(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+        opts: CallOptions,
+    ) -> Result<CniResult, Error> {
+        self.add(Net::list(list), rt, opts).await
+    }
+
+    /// DEL with the default options.
+    pub async fn del_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<(), Error> {
+        self.del_network_list_with(list, rt, CallOptions::default()).await
+    }
+
+    /// DEL: runs the plugins last to first with the cached result as
+    /// `prevResult` (0.4.0 and later), then removes the cache entry. A
+    /// missing or corrupt cache entry is not an error: DEL runs without
+    /// `prevResult`. Repeating a DEL is fine.
+    pub async fn del_network_list_with(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+        opts: CallOptions,
+    ) -> Result<(), Error> {
+        let deadline = self.deadline(Command::Del, &opts);
+        self.del(&Net::list(list), rt, deadline).await
+    }
+
+    /// DEL using the configuration stored in the cache entry of the
+    /// attachment, for when the network's config has since been removed or
+    /// changed (spec-digest 10.10). The cached `CNI_ARGS` and capability args
+    /// are used when `rt` has none. Errors with code 3 when there is no entry.
+    pub async fn del_cached(&self, network: &str, rt: &RuntimeConf, opts: CallOptions) -> Result<(), Error> {
+        validate::network_name(network)?;
+        rt.validate()?;
+        let Some(CacheEntry::Record(rec)) = self
+            .inner
+            .cache
+            .read(network, &rt.container_id, &rt.ifname)
+            .await?
+        else {
+            return Err(Error::NotAttached {
+                network: network.to_owned(),
+                container_id: rt.container_id.clone(),
+                ifname: rt.ifname.clone(),
+            });
+        };
+        let list = NetworkConfigList::from_bytes(&rec.config, None)?;
+        let mut rt = rt.clone();
+        if rt.args.is_empty() {
+            rt.args = rec.cni_args.clone();
+        }
+        if rt.capability_args.is_empty() {
+            rt.capability_args = rec.capability_args.clone();
+        }
+        if rt.netns.is_empty() {
+            rt.netns = rec.netns.clone();
+        }
+        self.del_network_list_with(&list, &rt, opts).await
+    }
+
+    /// CHECK with the default options.
+    pub async fn check_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<(), Error> {
+        self.check_network_list_with(list, rt, CallOptions::default()).await
+    }
+
+    /// CHECK: refused below 0.4.0; a no-op with `disableCheck`; refused with
+    /// code 3 when no ADD result is cached (spec: never CHECK before ADD,
+    /// spec-digest 10.12); otherwise runs the plugins first to last with the
+    /// cached result as `prevResult`.
+    pub async fn check_network_list_with(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+        opts: CallOptions,
+    ) -> Result<(), Error> {
+        self.check(Net::list(list), rt, opts).await
+    }
+
+    /// STATUS with the default options.
+    pub async fn status_network_list(&self, list: &NetworkConfigList) -> Result<(), Error> {
+        self.status_network_list_with(list, CallOptions::default()).await
+    }
+
+    /// STATUS: asks each plugin, first to last, whether it is ready for ADD.
+    /// Lists below 1.1.0 have no STATUS: the call succeeds without running
+    /// anything (as libcni). Codes 50 and 51 come back as
+    /// [`Error::NotReady`] and [`Error::NotReadyLimitedConnectivity`].
+    pub async fn status_network_list_with(&self, list: &NetworkConfigList, opts: CallOptions) -> Result<(), Error> {
+        validate::network_name(list.name())?;
+        if !list.version().has_status_and_gc() {
+            tracing::debug!(network = list.name(), version = %list.version(), "STATUS not defined before 1.1.0; nothing to do");
+            return Ok(());
+        }
+        let deadline = self.deadline(Command::Status, &opts);
+        let span = tracing::info_span!("cni.status", network = list.name());
+        async {
+            for plugin in list.plugins() {
+                let stdin = plugin_stdin(list.name(), list.version(), plugin, StdinInput::Status)?;
+                let res = self.run_plugin(plugin, Command::Status, None, &stdin, deadline).await;
+                if let Err(e) = res {
+                    return Err(match e {
+                        Error::Plugin {
+                            plugin_type,
+                            error: Some(obj),
+                            stderr,
+                            ..
+                        } if obj.code == code::PLUGIN_NOT_AVAILABLE => Error::NotReady {
+                            network: list.name().to_owned(),
+                            plugin_type,
+                            error: obj,
+                            stderr,
+                        },
+                        Error::Plugin {
+                            plugin_type,
+                            error: Some(obj),
+                            stderr,
+                            ..
+                        } if obj.code == code::PLUGIN_NOT_AVAILABLE_LIMITED_CONNECTIVITY => {
+                            Error::NotReadyLimitedConnectivity {
+                                network: list.name().to_owned(),
+                                plugin_type,
+                                error: obj,
+                                stderr,
+                            }
+                        }
+                        other => other,
+                    });
+                }
+            }
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// GC with the default options.
+    pub async fn gc_network_list(
+        &self,
+        list: &NetworkConfigList,
+        valid_attachments: &[GcAttachment],
+    ) -> Result<GcSummary, Error> {
+        self.gc_network_list_with(list, valid_attachments, CallOptions::default()).await
+    }
+
+    /// GC: a no-op with `disableGC`. Otherwise every cached attachment of
+    /// this network that is not in `valid_attachments` gets a DEL (with this
+    /// config and the cached args) and loses its cache entry; then, for 1.1.0
+    /// lists, every plugin gets GC with `cni.dev/valid-attachments` (and the
+    /// older `cni.dev/attachments`). Errors do not stop the rest; all of them
+    /// come back together as [`Error::Multiple`].
+    ///
+    /// The deadline applies to each stale DEL and to the GC phase separately.
+    pub async fn gc_network_list_with(
+        &self,
+        list: &NetworkConfigList,
+        valid_attachments: &[GcAttachment],
+        opts: CallOptions,
+    ) -> Result<GcSummary, Error> {
+        validate::network_name(list.name())?;
+        if list.disable_gc() {
+            return Ok(GcSummary {
+                disabled: true,
+                ..Default::default()
+            });
+        }
+        let span = tracing::info_span!("cni.gc", network = list.name());
+        async {
+            let net = Net::list(list);
+            let mut summary = GcSummary::default();
+            let mut errors = Vec::new();
+            let cached = self.inner.cache.list(None).await?;
+            for rec in cached.into_iter().filter(|r| r.network_name == list.name()) {
+                let key = GcAttachment {
+                    container_id: rec.container_id.clone(),
+                    ifname: rec.if_name.clone(),
+                };
+                if valid_attachments.contains(&key) {
+                    continue;
+                }
+                let rt = rec.runtime_conf();
+                let deadline = self.deadline(Command::Del, &opts);
+                match self.del(&net, &rt, deadline).await {
+                    Ok(()) => summary.deleted.push(key),
+                    Err(e) => errors.push(Error::Context {
+                        context: format!(
+                            "delete stale attachment {} {} of network {}",
+                            rt.container_id,
+                            rt.ifname,
+                            list.name()
+                        ),
+                        source: Box::new(e),
+                    }),
+                }
+            }
+            if list.version().has_status_and_gc() {
+                summary.plugins_called = true;
+                let deadline = self.deadline(Command::Gc, &opts);
+                for plugin in list.plugins() {
+                    let stdin = plugin_stdin(
+                        list.name(),
+                        list.version(),
+                        plugin,
+                        StdinInput::Gc { valid_attachments },
+                    )?;
+                    if let Err(e) = self.run_plugin(plugin, Command::Gc, None, &stdin, deadline).await {
+                        errors.push(e);
+                    }
+                }
+            }
+            match errors.len() {
+                0 => Ok(summary),
+                _ => Err(Error::Multiple {
+                    operation: format!("GC of network {}", list.name()),
+                    errors,
+                }),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Asks each plugin of the list for its supported versions; errors for
+    /// every plugin that is missing or does not support the list's version
+    /// (all collected). On success, the capabilities the list enables.
+    pub async fn validate_network_list(&self, list: &NetworkConfigList) -> Result<Vec<String>, Error> {
+        let mut errors = Vec::new();
+        for plugin in list.plugins() {
+            match self.version_info(plugin.plugin_type()).await {
+                Ok(info) if info.supports(list.version()) => {}
+                Ok(info) => errors.push(Error::Core(cni_core::Error::UnsupportedVersion {
+                    version: list.version().to_string(),
+                    context: format!(
+                        "plugin {} (supports {})",
+                        plugin.plugin_type(),
+                        info.supported_versions.join(", ")
+                    ),
+                })),
+                Err(e) => errors.push(e),
+            }
+        }
+        match errors.len() {
+            0 => Ok(list.capabilities()),
+            1 => Err(errors.remove(0)),
+            _ => Err(Error::Multiple {
+                operation: format!("validation of network {}", list.name()),
+                errors,
+            }),
+        }
+    }
+
+    /// The cached final ADD result of an attachment, converted to the list's version.
+    pub async fn cached_result(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<Option<CniResult>, Error> {
+        self.cached_result_of(list.name(), list.version(), rt).await
+    }
+
+    /// The configuration bytes and runtime parameters stored for an
+    /// attachment (libcni's `GetNetworkListCachedConfig`).
+    pub async fn cached_config(&self, network: &str, rt: &RuntimeConf) -> Result<Option<(Vec<u8>, RuntimeConf)>, Error> {
+        validate::network_name(network)?;
+        rt.validate()?;
+        match self.inner.cache.read(network, &rt.container_id, &rt.ifname).await? {
+            Some(CacheEntry::Record(rec)) => {
+                let mut out = rt.clone();
+                if !rec.cni_args.is_empty() {
+                    out.args = rec.cni_args.clone();
+                }
+                out.capability_args = rec.capability_args.clone();
+                Ok(Some((rec.config, out)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The cached attachments, all or those of one container.
+    pub async fn cached_attachments(&self, container_id: Option<&str>) -> Result<Vec<CacheRecord>, Error> {
+        if let Some(c) = container_id {
+            validate::container_id(c)?;
+        }
+        self.inner.cache.list(container_id).await
+    }
+
+    /// Runs `VERSION` on a plugin.
+    pub async fn version_info(&self, plugin_type: &str) -> Result<PluginInfo, Error> {
+        let path = self.inner.exec.find_plugin(plugin_type, &self.inner.plugin_dirs)?;
+        let env = env::plugin_env(Command::Version, None, &self.inner.cni_path);
+        let stdin = version_stdin(Version::CURRENT);
+        let out = self
+            .inner
+            .exec
+            .exec(
+                ExecRequest::new(
+                    &path,
+                    plugin_type,
+                    Command::Version,
+                    &env,
+                    &stdin,
+                    self.inner.timeouts.version,
+                )
+                .with_limits(self.inner.limits),
+            )
+            .await?;
+        PluginInfo::decode(&out.stdout).map_err(|e| Error::PluginOutput {
+            plugin_type: plugin_type.to_owned(),
+            command: Command::Version,
+            reason: e.to_string(),
+            stdout: lossy_capped(&out.stdout, ERROR_STDOUT_MAX),
+            stderr: lossy_capped(&out.stderr, ERROR_STDERR_MAX),
+        })
+    }
+
+    // ----- single networks -----
+
+    /// ADD of a single plugin configuration (its own `name` and `cniVersion`).
+    pub async fn add_network(&self, plugin: &PluginConfig, rt: &RuntimeConf, opts: CallOptions) -> Result<CniResult, Error> {
+        self.add(Net::single(plugin)?, rt, opts).await
+    }
+
+    /// DEL of a single plugin configuration.
+    pub async fn del_network(&self, plugin: &PluginConfig, rt: &RuntimeConf, opts: CallOptions) -> Result<(), Error> {
+        let deadline = self.deadline(Command::Del, &opts);
+        self.del(&Net::single(plugin)?, rt, deadline).await
+    }
+
+    /// CHECK of a single plugin configuration.
+    pub async fn check_network(&self, plugin: &PluginConfig, rt: &RuntimeConf, opts: CallOptions) -> Result<(), Error> {
+        self.check(Net::single(plugin)?, rt, opts).await
+    }
+
+    /// The cached result of a single plugin configuration's attachment.
+    pub async fn cached_network_result(&self, plugin: &PluginConfig, rt: &RuntimeConf) -> Result<Option<CniResult>, Error> {
+        let net = Net::single(plugin)?;
+        self.cached_result_of(net.name, net.version, rt).await
+    }
+
+    /// Checks that the plugin exists and supports the config's version;
+    /// returns the capabilities it enables.
+    pub async fn validate_network(&self, plugin: &PluginConfig) -> Result<Vec<String>, Error> {
+        let net = Net::single(plugin)?;
+        let info = self.version_info(plugin.plugin_type()).await?;
+        if !info.supports(net.version) {
+            return Err(Error::Core(cni_core::Error::UnsupportedVersion {
+                version: net.version.to_string(),
+                context: format!(
+                    "plugin {} (supports {})",
+                    plugin.plugin_type(),
+                    info.supported_versions.join(", ")
+                ),
+            }));
+        }
+        Ok(plugin
+            .capabilities()
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(c, _)| c.clone())
+            .collect())
+    }
+
+    // ----- the work -----
+
+    fn validate_attachment(net: &Net<'_>, rt: &RuntimeConf) -> Result<(), Error> {
+        validate::network_name(net.name)?;
+        rt.validate()?;
+        Ok(())
+    }
+
+    async fn add(&self, net: Net<'_>, rt: &RuntimeConf, opts: CallOptions) -> Result<CniResult, Error> {
+        Self::validate_attachment(&net, rt)?;
+        let deadline = self.deadline(Command::Add, &opts);
+        let span = tracing::info_span!("cni.add", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
+        async {
+            let started = Instant::now();
+            let lock = self
+                .inner
+                .cache
+                .lock(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
+                .await?;
+            let mut prev: Option<CniResult> = None;
+            let mut prev_value: Option<Value> = None;
+            for (index, plugin) in net.plugins.iter().enumerate() {
+                let step = self
+                    .add_one(&net, plugin, rt, prev_value.as_ref(), deadline)
+                    .await;
+                match step {
+                    Ok(result) => {
+                        prev_value = Some(result.to_value());
+                        prev = Some(result);
+                    }
+                    Err(e) if opts.rollback => {
+                        tracing::warn!(plugin = plugin.plugin_type(), error = %e, "ADD failed; rolling back the plugins that ran");
+                        let ran = &net.plugins[..=index];
+                        let rb = self
+                            .rollback(&net, ran, rt, prev_value.as_ref())
+                            .await;
+                        drop(lock);
+                        return Err(match rb {
+                            Ok(()) => e,
+                            Err(rb) => Error::RollbackFailed {
+                                error: Box::new(e),
+                                rollback: Box::new(rb),
+                            },
+                        });
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let Some(result) = prev else {
+                return Err(Error::Core(cni_core::Error::InvalidConfig {
+                    origin: format!("network {}", net.name),
+                    reason: "no plugins to run".into(),
+                }));
+            };
+            let rec = CacheRecord::new(net.name, rt, net.cache_bytes.to_vec(), prev_value);
+            if let Err(e) = self.inner.cache.write(&rec).await {
+                // The attachment exists but is not recorded: a later DEL would
+                // run without prevResult. With rollback, undo it; otherwise
+                // the caller must DEL (as after any failed ADD).
+                if opts.rollback {
+                    let value = result.to_value();
+                    let _ = self.rollback(&net, net.plugins, rt, Some(&value)).await;
+                }
+                return Err(e);
+            }
+            drop(lock);
+            tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "ADD done");
+            Ok(result)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn add_one(
+        &self,
+        net: &Net<'_>,
+        plugin: &PluginConfig,
+        rt: &RuntimeConf,
+        prev: Option<&Value>,
+        deadline: Deadline,
+    ) -> Result<CniResult, Error> {
+        let stdin = plugin_stdin(
+            net.name,
+            net.version,
+            plugin,
+            StdinInput::Attachment { rt, prev_result: prev },
+        )?;
+        let out = self
+            .run_plugin(plugin, Command::Add, Some(rt), &stdin, deadline)
+            .await?;
+        let bad = |reason: String| Error::PluginOutput {
+            plugin_type: plugin.plugin_type().to_owned(),
+            command: Command::Add,
+            reason,
+            stdout: lossy_capped(&out.stdout, ERROR_STDOUT_MAX),
+            stderr: lossy_capped(&out.stderr, ERROR_STDERR_MAX),
+        };
+        if out.stdout.iter().all(u8::is_ascii_whitespace) {
+            return Err(bad("plugin succeeded but printed no result".into()));
+        }
+        let result = CniResult::parse(&out.stdout, net.version).map_err(|e| bad(e.to_string()))?;
+        if result.version() == net.version {
+            return Ok(result);
+        }
+        // An older (or newer) result: convert before chaining, printing and
+        // caching it (spec-digest 10.6).
+        tracing::debug!(plugin = plugin.plugin_type(), from = %result.version(), to = %net.version, "converting plugin result");
+        result
+            .convert(net.version)
+            .map_err(|e| bad(e.to_string()))
+    }
+
+    async fn rollback(
+        &self,
+        net: &Net<'_>,
+        ran: &[PluginConfig],
+        rt: &RuntimeConf,
+        prev: Option<&Value>,
+    ) -> Result<(), Error> {
+        // A fresh deadline: never the ADD's, which may have expired.
+        let deadline = Deadline::after(self.inner.timeouts.del);
+        let prev = if net.version.has_prev_result_on_del() { prev } else { None };
+        for plugin in ran.iter().rev() {
+            self.del_one(net, plugin, rt, prev, deadline).await?;
+        }
+        Ok(())
+    }
+
+    async fn del_one(
+        &self,
+        net: &Net<'_>,
+        plugin: &PluginConfig,
+        rt: &RuntimeConf,
+        prev: Option<&Value>,
+        deadline: Deadline,
+    ) -> Result<(), Error> {
+        let stdin = plugin_stdin(
+            net.name,
+            net.version,
+            plugin,
+            StdinInput::Attachment { rt, prev_result: prev },
+        )?;
+        self.run_plugin(plugin, Command::Del, Some(rt), &stdin, deadline)
+            .await?;
+        Ok(())
+    }
+
+    async fn del(&self, net: &Net<'_>, rt: &RuntimeConf, deadline: Deadline) -> Result<(), Error> {
+        Self::validate_attachment(net, rt)?;
+        let span = tracing::info_span!("cni.del", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
+        async {
+            let lock = self
+                .inner
+                .cache
+                .lock(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
+                .await?;
+            let prev = if net.version.has_prev_result_on_del() {
+                self.cached_result_of(net.name, net.version, rt)
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "cached result unusable; DEL runs without prevResult");
+                        None
+                    })
+                    .map(|r| r.to_value())
+            } else {
+                None
+            };
+            for plugin in net.plugins.iter().rev() {
+                self.del_one(net, plugin, rt, prev.as_ref(), deadline).await?;
+            }
+            self.inner
+                .cache
+                .remove(net.name, &rt.container_id, &rt.ifname)
+                .await?;
+            lock.release_and_remove();
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn check(&self, net: Net<'_>, rt: &RuntimeConf, opts: CallOptions) -> Result<(), Error> {
+        Self::validate_attachment(&net, rt)?;
+        if !net.version.has_check() {
+            return Err(Error::Unsupported {
+                network: net.name.to_owned(),
+                command: Command::Check,
+                version: net.version,
+            });
+        }
+        if net.disable_check {
+            tracing::debug!(network = net.name, "disableCheck is set; CHECK is a no-op");
+            return Ok(());
+        }
+        let deadline = self.deadline(Command::Check, &opts);
+        let span = tracing::info_span!("cni.check", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
+        async {
+            let _lock = self
+                .inner
+                .cache
+                .lock(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
+                .await?;
+            let Some(cached) = self.cached_result_of(net.name, net.version, rt).await? else {
+                return Err(Error::NotAttached {
+                    network: net.name.to_owned(),
+                    container_id: rt.container_id.clone(),
+                    ifname: rt.ifname.clone(),
+                });
+            };
+            let prev = cached.to_value();
+            for plugin in net.plugins {
+                let stdin = plugin_stdin(
+                    net.name,
+                    net.version,
+                    plugin,
+                    StdinInput::Attachment { rt, prev_result: Some(&prev) },
+                )?;
+                self.run_plugin(plugin, Command::Check, Some(rt), &stdin, deadline)
+                    .await?;
+            }
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn cached_result_of(&self, network: &str, version: Version, rt: &RuntimeConf) -> Result<Option<CniResult>, Error> {
+        validate::network_name(network)?;
+        rt.validate()?;
+        let Some(entry) = self
+            .inner
+            .cache
+            .read(network, &rt.container_id, &rt.ifname)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let Some(value) = entry.result() else {
+            return Ok(None);
+        };
+        // The cached result should be in the config's version unless the
+        // config changed while the container ran; convert it either way.
+        let result = CniResult::from_value(value, version)?;
+        Ok(Some(result.convert(version)?))
+    }
+
+    async fn run_plugin(
+        &self,
+        plugin: &PluginConfig,
+        command: Command,
+        rt: Option<&RuntimeConf>,
+        stdin: &[u8],
+        deadline: Deadline,
+    ) -> Result<crate::exec::ExecOutput, Error> {
+        let path = self
+            .inner
+            .exec
+            .find_plugin(plugin.plugin_type(), &self.inner.plugin_dirs)?;
+        let env = env::plugin_env(command, rt, &self.inner.cni_path);
+        let remaining = deadline.remaining();
+        if remaining.is_zero() {
+            return Err(Error::Timeout {
+                plugin_type: plugin.plugin_type().to_owned(),
+                command,
+                elapsed: deadline.total,
+                timeout: deadline.total,
+                stderr_so_far: String::new(),
+            });
+        }
+        let req = ExecRequest::new(&path, plugin.plugin_type(), command, &env, stdin, remaining)
+            .with_limits(self.inner.limits);
+        self.inner.exec.exec(req).await
+    }
+}

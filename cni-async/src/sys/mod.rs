@@ -1,0 +1,10 @@
+//! The few raw system calls this crate makes, each behind a small safe
+//! wrapper (nix). Everything that signals processes or switches namespaces
+//! lives here and nowhere else.
+//!
+//! - [`process`]: signalling process groups, the executable check of plugin lookup.
+//! - `netns` (feature `netns`): setns, unshare, mount for network namespaces.
+
+#[cfg(feature = "netns")]
+pub(crate) mod netns;
+pub(crate) mod process;
