@@ -1,0 +1,808 @@
+//! Network namespaces for runtimes and test harnesses (feature `netns`):
+//! create and delete named ones exactly as `ip netns add`/`del` do, open
+//! existing ones, run code and commands inside them.
+//!
+//! - [`Netns::create`] makes `/run/netns/NAME` natively (no `ip` binary): the
+//!   result is listed by `ip netns list`, usable with `ip -n NAME`, and
+//!   removable with `ip netns del NAME`. [`Netns::delete`] and
+//!   [`Netns::delete_named`] remove it again, and also remove namespaces that
+//!   `ip netns add` made.
+//! - [`Netns::open`] takes any namespace file: `/run/netns/NAME`,
+//!   `/proc/PID/ns/net`, or a bind mount of one elsewhere.
+//! - [`NetnsGuard`] deletes its namespace when dropped, also when a test
+//!   panics.
+//! - [`Netns::run`] / [`Netns::run_async`] run a closure inside the namespace,
+//!   [`Netns::exec_in`] / [`Netns::exec_in_async`] run a command inside it.
+//! - [`Netns::links`], [`Netns::addrs`] and [`Netns::ping`] answer the
+//!   questions tests ask about a namespace.
+//!
+//! Everything here needs `CAP_SYS_ADMIN` (root) except opening and reading.
+//!
+//! ```no_run
+//! use std::process::Command;
+//! use cni_async::netns::{Netns, NetnsGuard};
+//!
+//! # fn main() -> Result<(), cni_async::Error> {
+//! // Deleted again when `ns` goes out of scope, even on a panic.
+//! let ns = NetnsGuard::create("demo")?;
+//! assert_eq!(ns.path().to_str(), Some("/run/netns/demo"));
+//!
+//! // A fresh namespace has only a loopback device, and it is down.
+//! assert_eq!(ns.links()?, vec!["lo".to_string()]);
+//!
+//! // Closures and commands run on a dedicated thread inside the namespace.
+//! let mut up = Command::new("ip");
+//! up.args(["link", "set", "lo", "up"]);
+//! assert!(ns.exec_in(up)?.status.success());
+//! assert!(ns.ping("127.0.0.1".parse().unwrap())?);
+//!
+//! // The same namespace, opened by path (as a plugin gets it in CNI_NETNS).
+//! let again = Netns::open("/run/netns/demo")?;
+//! assert_eq!(again.inode()?, ns.inode()?);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Caveats
+//!
+//! - **Namespaces belong to threads.** `setns(2)` and `unshare(2)` with
+//!   `CLONE_NEWNET` move only the calling thread; the rest of the process stays
+//!   where it was. A tokio worker that switched would run every task that
+//!   lands on it afterwards, and every `.await` point of the switched task, in
+//!   the wrong namespace. So nothing here ever switches the caller's thread or
+//!   a runtime thread: each switch happens on a new OS thread made for it,
+//!   which exits when the work is done, so no switch outlives it and none is
+//!   held across an `.await`. A thread costs some tens of microseconds; this
+//!   is not meant for hot paths.
+//! - **Children inherit the thread, not the process.** A command spawned from
+//!   the switched thread (as [`Netns::exec_in`] does) starts in the target
+//!   namespace; no `pre_exec` hook is involved. Threads the closure itself
+//!   spawns inherit the namespace too.
+//! - **`/proc/self/net` shows the main thread's namespace**, not the current
+//!   thread's: code inside [`Netns::run`] must read `/proc/thread-self/net/...`.
+//!   Likewise `/sys/class/net` shows the namespace of whoever mounted sysfs;
+//!   use netlink (`ip`) or `/proc/thread-self/net` instead.
+//! - **Mount propagation.** A named namespace is a bind mount of the
+//!   namespace file onto `/run/netns/NAME`. As iproute2 does, [`Netns::create`]
+//!   first makes `/run/netns` a shared mount point (bind-mounting it onto
+//!   itself when it is not a mount point yet), so that the mount shows up, and
+//!   a later unmount is seen, in mount namespaces that share it (containers
+//!   started after the namespace, other `ip netns` users). Mount namespaces
+//!   that are private or slave copies made earlier keep their own view: there
+//!   the namespace can outlive [`Netns::delete`]. Conversely, a process that
+//!   runs in a private mount namespace of its own (systemd `PrivateMounts=`,
+//!   some container setups) creates namespaces that only it can see.
+//! - **Lifetime.** A named namespace lives as long as its bind mount, any open
+//!   [`Netns`] fd, or any process inside it. If the process is killed between
+//!   create and delete (a test runner's timeout, `SIGKILL`), nothing runs
+//!   [`NetnsGuard`]'s `Drop`: the mount stays in `/run/netns` until someone
+//!   runs `ip netns del NAME` or [`Netns::delete_named`]. If it is killed in
+//!   the middle of [`Netns::create`], an empty `/run/netns/NAME` file may
+//!   remain; `ip netns del` and [`Netns::delete_named`] remove that too.
+//! - Only `/run/netns` is used (iproute2's `/var/run/netns`, which on current
+//!   systems is the same directory through the `/var/run` symlink).
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::fs;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, PoisonError};
+
+use ipnet::IpNet;
+use nix::errno::Errno;
+use serde_json::Value;
+
+use crate::Error;
+use crate::sys::netns as sys;
+
+/// Where named network namespaces live, as with `ip netns`.
+pub const NETNS_RUN_DIR: &str = "/run/netns";
+
+/// Longest namespace name accepted: a file name (`NAME_MAX`).
+pub const NETNS_NAME_MAX: usize = 255;
+
+/// Name given to the threads that switch namespaces.
+const THREAD_NAME: &str = "cni-netns";
+
+/// An open network namespace: an owned fd on its namespace file, and the
+/// path it was opened from.
+///
+/// The fd keeps the namespace alive (even after [`Netns::delete`] of another
+/// handle) until this value is dropped.
+#[derive(Debug)]
+pub struct Netns {
+    fd: OwnedFd,
+    path: PathBuf,
+    name: Option<String>,
+}
+
+impl Netns {
+    /// Creates the named network namespace `/run/netns/NAME`, as
+    /// `ip netns add NAME` does, and opens it.
+    ///
+    /// Fails with [`Error::NetnsName`] for an invalid name, and with
+    /// [`Error::Netns`] whose source is of kind
+    /// [`io::ErrorKind::AlreadyExists`] when the name is taken.
+    ///
+    /// ```no_run
+    /// use cni_async::netns::Netns;
+    /// # fn main() -> Result<(), cni_async::Error> {
+    /// let ns = Netns::create("blue")?;
+    /// // ... `ip -n blue link` works here ...
+    /// ns.delete()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn create(name: &str) -> Result<Netns, Error> {
+        validate_name(name)?;
+        let dir = Path::new(NETNS_RUN_DIR);
+        let path = dir.join(name);
+        prepare_run_dir(dir)?;
+        sys::create_empty_exclusive(&path)
+            .map_err(|e| netns_err(&path, "create mount target", e))?;
+
+        // A new thread enters a new namespace and pins it with the bind
+        // mount; the namespace outlives the thread, which then exits.
+        let outcome: Result<(), (&str, io::Error)> = std::thread::scope(|s| {
+            let spawned = std::thread::Builder::new()
+                .name(THREAD_NAME.into())
+                .spawn_scoped(s, || {
+                    sys::unshare_net().map_err(|e| ("unshare(CLONE_NEWNET)", e))?;
+                    sys::bind_mount(Path::new("/proc/thread-self/ns/net"), &path)
+                        .map_err(|e| ("bind-mount /proc/thread-self/ns/net", e))
+                });
+            match spawned {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|_| Err(("unshare", io::Error::other("thread panicked")))),
+                Err(e) => Err(("spawn thread", e)),
+            }
+        });
+        if let Err((op, source)) = outcome {
+            let _ = fs::remove_file(&path);
+            return Err(netns_err(&path, op, source));
+        }
+        match Netns::open(&path) {
+            Ok(ns) => Ok(ns),
+            Err(e) => {
+                let _ = sys::umount_detach(&path);
+                let _ = fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens the network namespace file at `path`: `/run/netns/NAME`,
+    /// `/proc/PID/ns/net`, `/proc/PID/task/TID/ns/net`, or a bind mount of
+    /// one of these.
+    ///
+    /// Fails when the file does not exist or is not a network namespace
+    /// (an empty file left in `/run/netns` by an interrupted create is not).
+    pub fn open(path: impl AsRef<Path>) -> Result<Netns, Error> {
+        let given = path.as_ref();
+        let path = std::path::absolute(given).unwrap_or_else(|_| given.to_owned());
+        let fd = sys::open_ns(&path).map_err(|e| netns_err(&path, "open", e))?;
+        let is_net =
+            sys::is_net_ns(fd.as_fd()).map_err(|e| netns_err(&path, "ioctl(NS_GET_NSTYPE)", e))?;
+        if !is_net {
+            return Err(netns_err(
+                &path,
+                "open",
+                io::Error::new(io::ErrorKind::InvalidInput, "not a network namespace"),
+            ));
+        }
+        let name = name_in_run_dir(&path);
+        Ok(Netns { fd, path, name })
+    }
+
+    /// Opens the named namespace `/run/netns/NAME`.
+    pub fn open_named(name: &str) -> Result<Netns, Error> {
+        validate_name(name)?;
+        Netns::open(Path::new(NETNS_RUN_DIR).join(name))
+    }
+
+    /// Deletes the named namespace `/run/netns/NAME`, as `ip netns del NAME`
+    /// does: a lazy unmount (`MNT_DETACH`), then unlink. Works for namespaces
+    /// made by `ip netns add` as well as by [`Netns::create`], and for the
+    /// empty file an interrupted create leaves.
+    ///
+    /// The namespace itself goes away once nothing else holds it (open fds,
+    /// processes inside it). Fails with an [`io::ErrorKind::NotFound`] source
+    /// when there is no such name.
+    pub fn delete_named(name: &str) -> Result<(), Error> {
+        validate_name(name)?;
+        let path = Path::new(NETNS_RUN_DIR).join(name);
+        match sys::umount_detach(&path) {
+            // EINVAL: not a mount point (an empty file); ENOENT: the unlink
+            // below reports it.
+            Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(netns_err(&path, "umount", e.into())),
+        }
+        fs::remove_file(&path).map_err(|e| netns_err(&path, "unlink", e))
+    }
+
+    /// The names in `/run/netns` (what `ip netns list` shows), sorted; empty
+    /// when the directory does not exist.
+    pub fn list_named() -> Result<Vec<String>, Error> {
+        let dir = Path::new(NETNS_RUN_DIR);
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(netns_err(dir, "list", e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| netns_err(dir, "list", e))?;
+            if let Some(name) = entry.file_name().to_str() {
+                names.push(name.to_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Deletes this named namespace (see [`Netns::delete_named`]) and closes
+    /// the fd.
+    ///
+    /// Fails without deleting anything when this namespace was not opened
+    /// from `/run/netns`, or when its name now refers to a different
+    /// namespace (deleted and made again by someone else).
+    pub fn delete(self) -> Result<(), Error> {
+        let Some(name) = self.name.as_deref() else {
+            return Err(netns_err(
+                &self.path,
+                "delete",
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("not a named network namespace in {NETNS_RUN_DIR}"),
+                ),
+            ));
+        };
+        let ours =
+            sys::fd_identity(self.fd.as_fd()).map_err(|e| netns_err(&self.path, "fstat", e))?;
+        if let Ok((dev, ino)) = sys::path_identity(&self.path) {
+            // Same filesystem (nsfs) but another inode: another namespace.
+            if dev == ours.0 && ino != ours.1 {
+                return Err(netns_err(
+                    &self.path,
+                    "delete",
+                    io::Error::other("the name now refers to another network namespace"),
+                ));
+            }
+        }
+        let name = name.to_owned();
+        drop(self.fd);
+        Netns::delete_named(&name)
+    }
+
+    /// The path this namespace was opened from (absolute): what to pass as
+    /// `CNI_NETNS`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The name, when this is a named namespace in `/run/netns`.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The namespace's inode number: its identity, as shown by `lsns` and by
+    /// `readlink /proc/PID/ns/net` (`net:[INODE]`). Two handles with the same
+    /// inode refer to the same namespace.
+    pub fn inode(&self) -> Result<u64, Error> {
+        sys::fd_identity(self.fd.as_fd())
+            .map(|(_, ino)| ino)
+            .map_err(|e| netns_err(&self.path, "fstat", e))
+    }
+
+    /// Another handle on the same namespace (a duplicated fd).
+    pub fn try_clone(&self) -> Result<Netns, Error> {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| netns_err(&self.path, "dup", e))?;
+        Ok(Netns {
+            fd,
+            path: self.path.clone(),
+            name: self.name.clone(),
+        })
+    }
+
+    /// Runs `f` inside this namespace and returns what it returns.
+    ///
+    /// `f` runs on a new OS thread that enters the namespace (`setns`) and
+    /// exits afterwards; the calling thread never changes namespace. This
+    /// blocks the caller until `f` returns: from async code use
+    /// [`Netns::run_async`]. A panic in `f` is resumed in the caller.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), cni_async::Error> {
+    /// let ns = cni_async::netns::Netns::open("/run/netns/blue")?;
+    /// // /proc/thread-self, not /proc/self: see the module's caveats.
+    /// let dev = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/dev"))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn run<F, T>(&self, f: F) -> Result<T, Error>
+    where
+        F: FnOnce() -> T + Send,
+        T: Send,
+    {
+        let fd = self.fd.as_fd();
+        let joined = std::thread::scope(|s| {
+            let handle = std::thread::Builder::new()
+                .name(THREAD_NAME.into())
+                .spawn_scoped(s, move || {
+                    sys::setns_net(fd)?;
+                    Ok(f())
+                })
+                .map_err(|e| netns_err(&self.path, "spawn thread", e))?;
+            Ok::<_, Error>(handle.join())
+        })?;
+        match joined {
+            Ok(result) => result.map_err(|e| netns_err(&self.path, "setns", e)),
+            Err(payload) => panic::resume_unwind(payload),
+        }
+    }
+
+    /// Runs `f` inside this namespace without blocking the async caller.
+    ///
+    /// Like [`Netns::run`], `f` runs on a new OS thread (not a runtime
+    /// thread, not the blocking pool, whose threads are reused) that enters
+    /// the namespace and exits afterwards; the returned future waits for it.
+    /// A panic in `f` is resumed in the awaiting task.
+    ///
+    /// # Cancellation
+    ///
+    /// Dropping the future does not stop `f`: the thread runs it to the end
+    /// and its result is discarded.
+    pub async fn run_async<F, T>(&self, f: F) -> Result<T, Error>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| netns_err(&self.path, "dup", e))?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name(THREAD_NAME.into())
+            .spawn(move || {
+                let outcome = match sys::setns_net(fd.as_fd()) {
+                    Ok(()) => {
+                        drop(fd);
+                        Ok(panic::catch_unwind(AssertUnwindSafe(f)))
+                    }
+                    Err(e) => Err(e),
+                };
+                let _ = tx.send(outcome);
+            })
+            .map_err(|e| netns_err(&self.path, "spawn thread", e))?;
+        match rx.await {
+            Ok(Ok(Ok(value))) => Ok(value),
+            Ok(Ok(Err(payload))) => panic::resume_unwind(payload),
+            Ok(Err(e)) => Err(netns_err(&self.path, "setns", e)),
+            Err(_) => Err(netns_err(
+                &self.path,
+                "run",
+                io::Error::other("namespace thread ended without a result"),
+            )),
+        }
+    }
+
+    /// Runs `cmd` inside this namespace and waits for it, as
+    /// [`Command::output`] does (stdout and stderr captured unless `cmd` says
+    /// otherwise, stdin `/dev/null` unless set).
+    ///
+    /// A new OS thread enters the namespace and spawns the command from
+    /// there, so the child starts in the namespace; the thread waits for the
+    /// child and exits. A non-zero exit is not an error here: look at
+    /// `status`.
+    ///
+    /// ```no_run
+    /// use std::process::Command;
+    /// # fn main() -> Result<(), cni_async::Error> {
+    /// let ns = cni_async::netns::Netns::open("/run/netns/blue")?;
+    /// let mut cmd = Command::new("ip");
+    /// cmd.args(["-br", "link"]);
+    /// let out = ns.exec_in(cmd)?;
+    /// println!("{}", String::from_utf8_lossy(&out.stdout));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn exec_in(&self, mut cmd: Command) -> Result<Output, Error> {
+        let shown = show_command(&cmd);
+        self.run(move || cmd.output())?
+            .map_err(|e| netns_err(&self.path, format!("run `{shown}`"), e))
+    }
+
+    /// Runs `cmd` inside this namespace and awaits its output, without
+    /// blocking the async caller. Needs a tokio runtime with I/O enabled.
+    ///
+    /// A new OS thread enters the namespace and spawns the command there as
+    /// a [`tokio::process::Child`], then exits; the output is awaited on the
+    /// caller's task. Unlike [`Netns::exec_in`], stdout and stderr are always
+    /// captured and stdin is always `/dev/null`, whatever `cmd` set.
+    ///
+    /// # Cancellation
+    ///
+    /// Dropping the future kills the command (`SIGKILL`, the command only,
+    /// not what it forked).
+    pub async fn exec_in_async(&self, mut cmd: Command) -> Result<Output, Error> {
+        let shown = show_command(&cmd);
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| netns_err(&self.path, format!("run `{shown}`"), io::Error::other(e)))?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        let child = self
+            .run_async(move || {
+                // Registers the child's pipes and exit with our runtime.
+                let _entered = runtime.enter();
+                cmd.spawn()
+            })
+            .await?
+            .map_err(|e| netns_err(&self.path, format!("spawn `{shown}`"), e))?;
+        child
+            .wait_with_output()
+            .await
+            .map_err(|e| netns_err(&self.path, format!("wait for `{shown}`"), e))
+    }
+
+    /// The names of the network interfaces in this namespace, in kernel order
+    /// (from `/proc/thread-self/net/dev`, read inside the namespace).
+    pub fn links(&self) -> Result<Vec<String>, Error> {
+        let text = self
+            .run(|| fs::read_to_string("/proc/thread-self/net/dev"))?
+            .map_err(|e| netns_err(&self.path, "read /proc/thread-self/net/dev", e))?;
+        Ok(parse_net_dev(&text))
+    }
+
+    /// Whether this namespace has an interface named `ifname`.
+    pub fn link_exists(&self, ifname: &str) -> Result<bool, Error> {
+        Ok(self.links()?.iter().any(|l| l == ifname))
+    }
+
+    /// The addresses of interface `ifname` in this namespace, IPv4 and IPv6,
+    /// with their prefix lengths, in the order the kernel lists them
+    /// (`ip -j addr show dev IFNAME` run inside the namespace).
+    ///
+    /// This includes IPv6 link-local addresses, which the kernel adds a
+    /// moment after a link comes up: filter them out in assertions that
+    /// should not depend on that timing.
+    ///
+    /// Fails with [`Error::NetnsCommand`] when `ip` fails (no such
+    /// interface).
+    pub fn addrs(&self, ifname: &str) -> Result<Vec<IpNet>, Error> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["-j", "addr", "show", "dev", ifname]);
+        let out = self.exec_checked(cmd)?;
+        parse_ip_addr_json(&out.stdout).map_err(|e| {
+            netns_err(
+                &self.path,
+                format!("parse output of `ip -j addr show dev {ifname}`"),
+                io::Error::new(io::ErrorKind::InvalidData, e),
+            )
+        })
+    }
+
+    /// Whether one ICMP echo from this namespace to `ip` is answered within a
+    /// second (`ping -n -q -c 1 -W 1 IP` inside the namespace).
+    ///
+    /// Fails only when `ping` cannot be run; "unreachable" is `Ok(false)`.
+    pub fn ping(&self, ip: IpAddr) -> Result<bool, Error> {
+        let mut cmd = Command::new("ping");
+        cmd.args(["-n", "-q", "-c", "1", "-W", "1"])
+            .arg(ip.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Ok(self.exec_in(cmd)?.status.success())
+    }
+
+    /// [`Netns::exec_in`], with a non-zero exit turned into
+    /// [`Error::NetnsCommand`].
+    fn exec_checked(&self, cmd: Command) -> Result<Output, Error> {
+        let shown = show_command(&cmd);
+        let out = self.exec_in(cmd)?;
+        if out.status.success() {
+            Ok(out)
+        } else {
+            Err(Error::NetnsCommand {
+                path: self.path.clone(),
+                command: shown,
+                status: out.status,
+                stderr: String::from_utf8_lossy(&out.stderr).trim_end().to_owned(),
+            })
+        }
+    }
+}
+
+impl AsFd for Netns {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl fmt::Display for Netns {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())
+    }
+}
+
+/// A named network namespace that is deleted when this guard is dropped,
+/// also during a panic's unwinding.
+///
+/// Dereferences to the [`Netns`]. Deletion errors on drop are logged
+/// (`tracing` warning) and otherwise ignored; call [`NetnsGuard::delete`] to
+/// see them.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cni_async::Error> {
+/// {
+///     let ns = cni_async::netns::NetnsGuard::create("scratch")?;
+///     println!("{}", ns.path().display());
+/// } // `ip netns del scratch` happened here
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct NetnsGuard {
+    netns: Option<Netns>,
+}
+
+impl NetnsGuard {
+    /// Creates the named namespace (see [`Netns::create`]) under a guard.
+    pub fn create(name: &str) -> Result<NetnsGuard, Error> {
+        Netns::create(name).map(NetnsGuard::new)
+    }
+
+    /// Puts an open named namespace under a guard. If `netns` was not opened
+    /// from `/run/netns`, dropping the guard only closes it.
+    pub fn new(netns: Netns) -> NetnsGuard {
+        NetnsGuard { netns: Some(netns) }
+    }
+
+    /// Deletes the namespace now, reporting errors.
+    pub fn delete(mut self) -> Result<(), Error> {
+        match self.netns.take() {
+            Some(netns) => netns.delete(),
+            None => Ok(()),
+        }
+    }
+
+    /// Disarms the guard: the namespace is kept, and returned.
+    pub fn into_inner(mut self) -> Netns {
+        match self.netns.take() {
+            Some(netns) => netns,
+            // `netns` is only taken by methods that consume the guard.
+            None => unreachable!("NetnsGuard without a namespace"),
+        }
+    }
+
+    fn get(&self) -> &Netns {
+        match &self.netns {
+            Some(netns) => netns,
+            None => unreachable!("NetnsGuard without a namespace"),
+        }
+    }
+}
+
+impl std::ops::Deref for NetnsGuard {
+    type Target = Netns;
+
+    fn deref(&self) -> &Netns {
+        self.get()
+    }
+}
+
+impl AsFd for NetnsGuard {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.get().as_fd()
+    }
+}
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        if let Some(netns) = self.netns.take() {
+            if netns.name.is_none() {
+                return;
+            }
+            let path = netns.path.clone();
+            if let Err(e) = netns.delete() {
+                tracing::warn!(path = %path.display(), error = %e, "cannot delete network namespace");
+            }
+        }
+    }
+}
+
+/// Checks a namespace name: a single file name in `/run/netns`.
+fn validate_name(name: &str) -> Result<(), Error> {
+    let reason = if name.is_empty() {
+        "empty"
+    } else if name == "." || name == ".." {
+        "not a file name"
+    } else if name.contains('/') {
+        "contains '/'"
+    } else if name.contains('\0') {
+        "contains a NUL byte"
+    } else if name.len() > NETNS_NAME_MAX {
+        "longer than 255 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(Error::NetnsName {
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+/// Makes `dir` exist and be a shared mount point, as iproute2 does before
+/// every `ip netns add`: `mount --make-rshared dir`, and when that fails
+/// because `dir` is not a mount point, `mount --rbind dir dir` and again.
+fn prepare_run_dir(dir: &Path) -> Result<(), Error> {
+    // Two threads of ours racing here would stack two bind mounts.
+    static SETUP: Mutex<()> = Mutex::new(());
+    let _lock = SETUP.lock().unwrap_or_else(PoisonError::into_inner);
+
+    match fs::DirBuilder::new().mode(0o755).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(netns_err(dir, "create directory", e)),
+    }
+    let mut bound = false;
+    loop {
+        match sys::make_rshared(dir) {
+            Ok(()) => return Ok(()),
+            Err(Errno::EINVAL) if !bound => {
+                sys::rbind_onto_itself(dir)
+                    .map_err(|e| netns_err(dir, "bind-mount onto itself", e))?;
+                bound = true;
+            }
+            Err(e) => return Err(netns_err(dir, "make shared mount", e.into())),
+        }
+    }
+}
+
+/// The name, when `path` is a file directly in [`NETNS_RUN_DIR`].
+fn name_in_run_dir(path: &Path) -> Option<String> {
+    let name = path.file_name().and_then(OsStr::to_str)?;
+    let parent = fs::canonicalize(path.parent()?).ok()?;
+    let run_dir = fs::canonicalize(NETNS_RUN_DIR).ok()?;
+    (parent == run_dir && validate_name(name).is_ok()).then(|| name.to_owned())
+}
+
+fn netns_err(path: &Path, op: impl Into<String>, source: io::Error) -> Error {
+    Error::Netns {
+        path: path.to_owned(),
+        op: op.into(),
+        source,
+    }
+}
+
+/// `program arg arg` for messages.
+fn show_command(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for arg in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&arg.to_string_lossy());
+    }
+    s
+}
+
+/// Interface names from the text of `/proc/net/dev` (two header lines, then
+/// `name: counters...`).
+fn parse_net_dev(text: &str) -> Vec<String> {
+    text.lines()
+        .skip(2)
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, _)| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// Addresses from `ip -j addr show` output: `[{"ifname": .., "addr_info":
+/// [{"local": "10.0.0.2", "prefixlen": 24, ..}, ..]}, ..]`. Some iproute2
+/// versions print `{}` for links they filtered out; those are skipped.
+fn parse_ip_addr_json(bytes: &[u8]) -> Result<Vec<IpNet>, String> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let links = value.as_array().ok_or("not a JSON array")?;
+    let mut out = Vec::new();
+    for link in links {
+        let Some(infos) = link.get("addr_info").and_then(Value::as_array) else {
+            continue;
+        };
+        for info in infos {
+            let local = info
+                .get("local")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("addr_info entry without \"local\": {info}"))?;
+            let ip: IpAddr = local
+                .parse()
+                .map_err(|e| format!("bad address {local:?}: {e}"))?;
+            let prefix = info
+                .get("prefixlen")
+                .and_then(Value::as_u64)
+                .and_then(|p| u8::try_from(p).ok())
+                .ok_or_else(|| format!("addr_info entry without a valid \"prefixlen\": {info}"))?;
+            let net =
+                IpNet::new(ip, prefix).map_err(|e| format!("bad prefix length in {info}: {e}"))?;
+            out.push(net);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        for good in ["a", "cnt-1", "x.y", "..a", &"n".repeat(255)] {
+            assert!(validate_name(good).is_ok(), "{good:?}");
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            (".", "not a file name"),
+            ("..", "not a file name"),
+            ("a/b", "contains '/'"),
+            ("/abs", "contains '/'"),
+            ("a\0b", "contains a NUL byte"),
+        ] {
+            match validate_name(bad) {
+                Err(Error::NetnsName { name, reason }) => {
+                    assert_eq!(name, bad);
+                    assert_eq!(reason, why);
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        assert!(validate_name(&"n".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn net_dev_is_parsed() {
+        let text = "Inter-|   Receive                            |  Transmit\n \
+             face |bytes    packets errs drop fifo frame compressed multicast|bytes\n    \
+             lo:       0       0    0    0    0     0          0         0        0\n  \
+             eth0: 1296      16    0    0    0     0          0         0      796\n";
+        assert_eq!(parse_net_dev(text), vec!["lo", "eth0"]);
+        assert!(parse_net_dev("").is_empty());
+    }
+
+    #[test]
+    fn ip_addr_json_is_parsed() {
+        let json = br#"[{},{"ifindex":2,"ifname":"eth0","addr_info":[
+            {"family":"inet","local":"10.201.3.2","prefixlen":24,"scope":"global"},
+            {"family":"inet6","local":"fe80::1","prefixlen":64,"scope":"link"}]},
+            {"ifindex":3,"ifname":"x"}]"#;
+        let got = parse_ip_addr_json(json).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                "10.201.3.2/24".parse::<IpNet>().unwrap(),
+                "fe80::1/64".parse::<IpNet>().unwrap()
+            ]
+        );
+        assert_eq!(parse_ip_addr_json(b"[]").unwrap(), vec![]);
+        assert!(parse_ip_addr_json(b"{}").is_err());
+        assert!(parse_ip_addr_json(b"not json").is_err());
+        assert!(
+            parse_ip_addr_json(br#"[{"addr_info":[{"local":"10.0.0.1","prefixlen":33}]}]"#)
+                .is_err()
+        );
+        assert!(
+            parse_ip_addr_json(br#"[{"addr_info":[{"local":"nope","prefixlen":3}]}]"#).is_err()
+        );
+    }
+}
