@@ -144,10 +144,7 @@ impl ResultCache {
             }
             let waited = start.elapsed();
             if waited >= timeout {
-                return Err(Error::CacheLocked {
-                    path,
-                    waited,
-                });
+                return Err(Error::CacheLocked { path, waited });
             }
             tokio::time::sleep(backoff.min(timeout - waited)).await;
             backoff = (backoff * 2).min(Duration::from_millis(50));
@@ -166,7 +163,11 @@ impl ResultCache {
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
         let path = self.path(network, container_id, ifname)?;
-        let (net, cid, ifn) = (network.to_owned(), container_id.to_owned(), ifname.to_owned());
+        let (net, cid, ifn) = (
+            network.to_owned(),
+            container_id.to_owned(),
+            ifname.to_owned(),
+        );
         let dir = self.dir.clone();
         blocking(move || read_entry(&dir, &path, &net, &cid, &ifn)).await
     }
@@ -181,11 +182,101 @@ impl ResultCache {
         blocking(move || write_atomic(&results, &path, &bytes, durable)).await
     }
 
+    /// Like [`ResultCache::write`], but the attachment's lock travels with
+    /// the disk work: if the caller's future is dropped mid-write, the lock is
+    /// released only when the write has finished, so no other operation on
+    /// the attachment can start before the record is in place. Returns the
+    /// lock (unless the blocking task itself was lost) and the outcome.
+    pub async fn write_holding(
+        &self,
+        rec: &CacheRecord,
+        lock: AttachmentLock,
+    ) -> (Option<AttachmentLock>, Result<(), Error>) {
+        let path = match self.path(&rec.network_name, &rec.container_id, &rec.if_name) {
+            Ok(p) => p,
+            Err(e) => return (Some(lock), Err(e)),
+        };
+        let bytes = rec.encode();
+        let results = self.results_dir();
+        let durable = self.durable;
+        let task = tokio::task::spawn_blocking(move || {
+            let r = write_atomic(&results, &path, &bytes, durable);
+            (lock, r)
+        });
+        match task.await {
+            Ok((lock, r)) => (Some(lock), r),
+            Err(e) => (
+                None,
+                Err(Error::Cache {
+                    path: PathBuf::new(),
+                    op: "run blocking cache task",
+                    source: std::io::Error::other(e.to_string()),
+                }),
+            ),
+        }
+    }
+
+    /// Fails with [`Error::AttachmentCollision`] when the attachment's file
+    /// holds the record of *another* attachment (`a-b`+`c` and `a`+`b-c`
+    /// share a file name). A missing file, a record of this attachment, a
+    /// legacy bare result or a corrupt file (moved aside) are all fine.
+    pub async fn ensure_not_taken(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<(), Error> {
+        let path = self.path(network, container_id, ifname)?;
+        let (net, cid, ifn) = (
+            network.to_owned(),
+            container_id.to_owned(),
+            ifname.to_owned(),
+        );
+        let dir = self.dir.clone();
+        blocking(move || {
+            let bytes = match read_nofollow(&path) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) if is_symlink_refusal(&e) => {
+                    move_aside(&dir, &path, "is a symbolic link");
+                    return Ok(());
+                }
+                Err(e) => return Err(io_err(&path, "read", e)),
+            };
+            match CacheEntry::decode(&bytes, &path.display().to_string()) {
+                Ok(CacheEntry::Record(rec)) if rec.check_matches(&net, &cid, &ifn).is_err() => {
+                    Err(Error::AttachmentCollision {
+                        path,
+                        occupant: format!(
+                            "network {:?} container {:?} interface {:?}",
+                            rec.network_name, rec.container_id, rec.if_name
+                        ),
+                    })
+                }
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    move_aside(&dir, &path, &e.to_string());
+                    Ok(())
+                }
+            }
+        })
+        .await
+    }
+
     /// Removes an attachment's record, if the file holds that attachment's
     /// record (or a legacy bare result). A missing file is fine.
-    pub async fn remove(&self, network: &str, container_id: &str, ifname: &str) -> Result<(), Error> {
+    pub async fn remove(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<(), Error> {
         let path = self.path(network, container_id, ifname)?;
-        let (net, cid, ifn) = (network.to_owned(), container_id.to_owned(), ifname.to_owned());
+        let (net, cid, ifn) = (
+            network.to_owned(),
+            container_id.to_owned(),
+            ifname.to_owned(),
+        );
         let durable = self.durable;
         let dir = self.dir.clone();
         blocking(move || {
@@ -233,7 +324,9 @@ fn try_lock_once(locks: &Path, path: &Path) -> Result<Option<File>, Error> {
         }
         // The holder before us may have removed the file after a DEL; then
         // our lock is on an orphaned inode and we must start over.
-        let ours = file.metadata().map_err(|e| io_err(path, "stat lock file", e))?;
+        let ours = file
+            .metadata()
+            .map_err(|e| io_err(path, "stat lock file", e))?;
         match std::fs::symlink_metadata(path) {
             Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => return Ok(Some(file)),
             Ok(_) => continue,
@@ -311,10 +404,18 @@ fn write_atomic(results: &Path, path: &Path, bytes: &[u8], durable: bool) -> Res
 /// Reads without following a symlink at the final component.
 fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
+    // O_NONBLOCK: a FIFO planted at an entry path must not hang us (it has
+    // no effect on regular files).
     let mut f = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
     let mut buf = Vec::new();
     f.read_to_end(&mut buf)?;
     Ok(buf)
@@ -419,7 +520,9 @@ fn list_records(results: &Path, container_id: Option<&str>) -> Result<Vec<CacheR
                     continue;
                 }
                 // Only records whose file name is the one they would be written to.
-                if record::file_name(&rec.network_name, &rec.container_id, &rec.if_name).ok().as_deref()
+                if record::file_name(&rec.network_name, &rec.container_id, &rec.if_name)
+                    .ok()
+                    .as_deref()
                     != Some(name.as_str())
                 {
                     tracing::warn!(file = %path.display(), "skipping cache entry whose fields do not match its file name");
@@ -428,7 +531,9 @@ fn list_records(results: &Path, container_id: Option<&str>) -> Result<Vec<CacheR
                 out.push(rec);
             }
             Ok(CacheEntry::LegacyResult(_)) => {}
-            Err(e) => tracing::warn!(file = %path.display(), error = %e, "skipping corrupt cache entry"),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "skipping corrupt cache entry")
+            }
         }
     }
     Ok(out)

@@ -215,8 +215,11 @@ pub enum Error {
     // ----- the operations layer (ops.rs) and the cache (cache.rs) -----
     /// The plugin exited 0 but its output is not what the command needs
     /// (no result, not a valid result, a bad VERSION reply).
-    #[error("plugin {plugin_type} {command} printed an invalid reply: {reason}{}{}",
-        fmt_labeled(" stdout: ", stdout), fmt_stderr_suffix(stderr))]
+    #[error(
+        "plugin {plugin_type} {command} printed an invalid reply: {reason}{}{}",
+        fmt_labeled(" stdout: ", stdout),
+        fmt_stderr_suffix(stderr)
+    )]
     PluginOutput {
         /// The plugin type.
         plugin_type: String,
@@ -253,7 +256,9 @@ pub enum Error {
 
     /// The attachment has no cached ADD result (CHECK before ADD, or DEL from
     /// the cache of an attachment that does not exist).
-    #[error("no cached ADD result for container {container_id:?} interface {ifname:?} on network {network:?}")]
+    #[error(
+        "no cached ADD result for container {container_id:?} interface {ifname:?} on network {network:?}"
+    )]
     NotAttached {
         /// The network.
         network: String,
@@ -275,7 +280,10 @@ pub enum Error {
     },
 
     /// STATUS: a plugin is not ready to ADD (CNI code 50).
-    #[error("network {network:?} is not ready: plugin {plugin_type}: {error}{}", fmt_stderr_suffix(stderr))]
+    #[error(
+        "network {network:?} is not ready: plugin {plugin_type}: {error}{}",
+        fmt_stderr_suffix(stderr)
+    )]
     NotReady {
         /// The network.
         network: String,
@@ -289,7 +297,10 @@ pub enum Error {
 
     /// STATUS: a plugin is not ready, and existing attachments may have
     /// limited connectivity (CNI code 51).
-    #[error("network {network:?} is not ready and existing attachments may have limited connectivity: plugin {plugin_type}: {error}{}", fmt_stderr_suffix(stderr))]
+    #[error(
+        "network {network:?} is not ready and existing attachments may have limited connectivity: plugin {plugin_type}: {error}{}",
+        fmt_stderr_suffix(stderr)
+    )]
     NotReadyLimitedConnectivity {
         /// The network.
         network: String,
@@ -299,6 +310,17 @@ pub enum Error {
         error: Box<ErrorObject>,
         /// Its stderr.
         stderr: String,
+    },
+
+    /// The cache file an ADD would write holds another attachment's record
+    /// (names with `-` make file names ambiguous); the ADD is refused rather
+    /// than overwrite it.
+    #[error("result cache {} already holds the record of {occupant}; refusing to overwrite it", path.display())]
+    AttachmentCollision {
+        /// The cache file.
+        path: PathBuf,
+        /// The attachment that owns it.
+        occupant: String,
     },
 
     /// An ADD failed and so did the rollback that followed it.
@@ -384,6 +406,7 @@ impl Error {
             Error::PluginOutput { .. } => code::DECODING_FAILURE,
             Error::Cache { .. } => code::IO_FAILURE,
             Error::CacheLocked { .. } => code::TRY_AGAIN_LATER,
+            Error::AttachmentCollision { .. } => code::INVALID_ENVIRONMENT_VARIABLES,
             Error::NotAttached { .. } => code::UNKNOWN_CONTAINER,
             Error::Unsupported { .. } => code::INCOMPATIBLE_VERSION,
             Error::NotReady { .. } => code::PLUGIN_NOT_AVAILABLE,

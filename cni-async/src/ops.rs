@@ -279,8 +279,13 @@ impl Cni {
     // ----- lists -----
 
     /// ADD with the default options.
-    pub async fn add_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<CniResult, Error> {
-        self.add_network_list_with(list, rt, CallOptions::default()).await
+    pub async fn add_network_list(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<CniResult, Error> {
+        self.add_network_list_with(list, rt, CallOptions::default())
+            .await
     }
 
     /// ADD: runs the plugins first to last, chaining each result as the
@@ -296,8 +301,13 @@ impl Cni {
     }
 
     /// DEL with the default options.
-    pub async fn del_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<(), Error> {
-        self.del_network_list_with(list, rt, CallOptions::default()).await
+    pub async fn del_network_list(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<(), Error> {
+        self.del_network_list_with(list, rt, CallOptions::default())
+            .await
     }
 
     /// DEL: runs the plugins last to first with the cached result as
@@ -318,7 +328,12 @@ impl Cni {
     /// attachment, for when the network's config has since been removed or
     /// changed (spec-digest 10.10). The cached `CNI_ARGS` and capability args
     /// are used when `rt` has none. Errors with code 3 when there is no entry.
-    pub async fn del_cached(&self, network: &str, rt: &RuntimeConf, opts: CallOptions) -> Result<(), Error> {
+    pub async fn del_cached(
+        &self,
+        network: &str,
+        rt: &RuntimeConf,
+        opts: CallOptions,
+    ) -> Result<(), Error> {
         validate::network_name(network)?;
         rt.validate()?;
         let Some(CacheEntry::Record(rec)) = self
@@ -333,7 +348,11 @@ impl Cni {
                 ifname: rt.ifname.clone(),
             });
         };
-        let list = NetworkConfigList::from_bytes(&rec.config, None)?;
+        // The entry of a single-network ADD holds a plugin config, not a list.
+        let mut list = NetworkConfigList::from_bytes(&rec.config, None)?;
+        if list.plugins().is_empty() && !list.raw().contains_key("plugins") {
+            list = NetworkConfigList::from_plugin(PluginConfig::from_bytes(&rec.config, None)?)?;
+        }
         let mut rt = rt.clone();
         if rt.args.is_empty() {
             rt.args = rec.cni_args.clone();
@@ -348,8 +367,13 @@ impl Cni {
     }
 
     /// CHECK with the default options.
-    pub async fn check_network_list(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<(), Error> {
-        self.check_network_list_with(list, rt, CallOptions::default()).await
+    pub async fn check_network_list(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<(), Error> {
+        self.check_network_list_with(list, rt, CallOptions::default())
+            .await
     }
 
     /// CHECK: refused below 0.4.0; a no-op with `disableCheck`; refused with
@@ -367,14 +391,19 @@ impl Cni {
 
     /// STATUS with the default options.
     pub async fn status_network_list(&self, list: &NetworkConfigList) -> Result<(), Error> {
-        self.status_network_list_with(list, CallOptions::default()).await
+        self.status_network_list_with(list, CallOptions::default())
+            .await
     }
 
     /// STATUS: asks each plugin, first to last, whether it is ready for ADD.
     /// Lists below 1.1.0 have no STATUS: the call succeeds without running
     /// anything (as libcni). Codes 50 and 51 come back as
     /// [`Error::NotReady`] and [`Error::NotReadyLimitedConnectivity`].
-    pub async fn status_network_list_with(&self, list: &NetworkConfigList, opts: CallOptions) -> Result<(), Error> {
+    pub async fn status_network_list_with(
+        &self,
+        list: &NetworkConfigList,
+        opts: CallOptions,
+    ) -> Result<(), Error> {
         validate::network_name(list.name())?;
         if !list.version().has_status_and_gc() {
             tracing::debug!(network = list.name(), version = %list.version(), "STATUS not defined before 1.1.0; nothing to do");
@@ -385,7 +414,9 @@ impl Cni {
         async {
             for plugin in list.plugins() {
                 let stdin = plugin_stdin(list.name(), list.version(), plugin, StdinInput::Status)?;
-                let res = self.run_plugin(plugin, Command::Status, None, &stdin, deadline).await;
+                let res = self
+                    .run_plugin(plugin, Command::Status, None, &stdin, deadline)
+                    .await;
                 if let Err(e) = res {
                     return Err(match e {
                         Error::Plugin {
@@ -428,7 +459,8 @@ impl Cni {
         list: &NetworkConfigList,
         valid_attachments: &[GcAttachment],
     ) -> Result<GcSummary, Error> {
-        self.gc_network_list_with(list, valid_attachments, CallOptions::default()).await
+        self.gc_network_list_with(list, valid_attachments, CallOptions::default())
+            .await
     }
 
     /// GC: a no-op with `disableGC`. Otherwise every cached attachment of
@@ -491,7 +523,10 @@ impl Cni {
                         plugin,
                         StdinInput::Gc { valid_attachments },
                     )?;
-                    if let Err(e) = self.run_plugin(plugin, Command::Gc, None, &stdin, deadline).await {
+                    if let Err(e) = self
+                        .run_plugin(plugin, Command::Gc, None, &stdin, deadline)
+                        .await
+                    {
                         errors.push(e);
                     }
                 }
@@ -511,7 +546,10 @@ impl Cni {
     /// Asks each plugin of the list for its supported versions; errors for
     /// every plugin that is missing or does not support the list's version
     /// (all collected). On success, the capabilities the list enables.
-    pub async fn validate_network_list(&self, list: &NetworkConfigList) -> Result<Vec<String>, Error> {
+    pub async fn validate_network_list(
+        &self,
+        list: &NetworkConfigList,
+    ) -> Result<Vec<String>, Error> {
         let mut errors = Vec::new();
         for plugin in list.plugins() {
             match self.version_info(plugin.plugin_type()).await {
@@ -538,16 +576,29 @@ impl Cni {
     }
 
     /// The cached final ADD result of an attachment, converted to the list's version.
-    pub async fn cached_result(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<Option<CniResult>, Error> {
+    pub async fn cached_result(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<Option<CniResult>, Error> {
         self.cached_result_of(list.name(), list.version(), rt).await
     }
 
     /// The configuration bytes and runtime parameters stored for an
     /// attachment (libcni's `GetNetworkListCachedConfig`).
-    pub async fn cached_config(&self, network: &str, rt: &RuntimeConf) -> Result<Option<(Vec<u8>, RuntimeConf)>, Error> {
+    pub async fn cached_config(
+        &self,
+        network: &str,
+        rt: &RuntimeConf,
+    ) -> Result<Option<(Vec<u8>, RuntimeConf)>, Error> {
         validate::network_name(network)?;
         rt.validate()?;
-        match self.inner.cache.read(network, &rt.container_id, &rt.ifname).await? {
+        match self
+            .inner
+            .cache
+            .read(network, &rt.container_id, &rt.ifname)
+            .await?
+        {
             Some(CacheEntry::Record(rec)) => {
                 let mut out = rt.clone();
                 if !rec.cni_args.is_empty() {
@@ -561,7 +612,10 @@ impl Cni {
     }
 
     /// The cached attachments, all or those of one container.
-    pub async fn cached_attachments(&self, container_id: Option<&str>) -> Result<Vec<CacheRecord>, Error> {
+    pub async fn cached_attachments(
+        &self,
+        container_id: Option<&str>,
+    ) -> Result<Vec<CacheRecord>, Error> {
         if let Some(c) = container_id {
             validate::container_id(c)?;
         }
@@ -570,8 +624,18 @@ impl Cni {
 
     /// Runs `VERSION` on a plugin.
     pub async fn version_info(&self, plugin_type: &str) -> Result<PluginInfo, Error> {
-        let path = self.inner.exec.find_plugin(plugin_type, &self.inner.plugin_dirs)?;
-        let env = env::plugin_env(Command::Version, None, &self.inner.cni_path);
+        let path = self
+            .inner
+            .exec
+            .find_plugin(plugin_type, &self.inner.plugin_dirs)?;
+        let mut env = env::plugin_env(Command::Version, None, &self.inner.cni_path);
+        // Plugins built on an old skel insist on these even for VERSION;
+        // libcni passes "dummy" for the same reason.
+        for (k, v) in env.iter_mut() {
+            if k == env::CNI_NETNS || k == env::CNI_IFNAME {
+                *v = "dummy".into();
+            }
+        }
         let stdin = version_stdin(Version::CURRENT);
         let out = self
             .inner
@@ -587,7 +651,23 @@ impl Cni {
                 )
                 .with_limits(self.inner.limits),
             )
-            .await?;
+            .await;
+        let out = match out {
+            Ok(out) => out,
+            // A plugin from before VERSION existed (spec 0.1.0) rejects it.
+            Err(Error::Plugin { error, stderr, .. })
+                if error
+                    .as_deref()
+                    .is_some_and(|o| o.msg == "unknown CNI_COMMAND: VERSION")
+                    || stderr.trim() == "unknown CNI_COMMAND: VERSION" =>
+            {
+                return Ok(PluginInfo {
+                    cni_version: "0.1.0".into(),
+                    supported_versions: vec!["0.1.0".into()],
+                });
+            }
+            Err(e) => return Err(e),
+        };
         PluginInfo::decode(&out.stdout).map_err(|e| Error::PluginOutput {
             plugin_type: plugin_type.to_owned(),
             command: Command::Version,
@@ -600,23 +680,42 @@ impl Cni {
     // ----- single networks -----
 
     /// ADD of a single plugin configuration (its own `name` and `cniVersion`).
-    pub async fn add_network(&self, plugin: &PluginConfig, rt: &RuntimeConf, opts: CallOptions) -> Result<CniResult, Error> {
+    pub async fn add_network(
+        &self,
+        plugin: &PluginConfig,
+        rt: &RuntimeConf,
+        opts: CallOptions,
+    ) -> Result<CniResult, Error> {
         self.add(Net::single(plugin)?, rt, opts).await
     }
 
     /// DEL of a single plugin configuration.
-    pub async fn del_network(&self, plugin: &PluginConfig, rt: &RuntimeConf, opts: CallOptions) -> Result<(), Error> {
+    pub async fn del_network(
+        &self,
+        plugin: &PluginConfig,
+        rt: &RuntimeConf,
+        opts: CallOptions,
+    ) -> Result<(), Error> {
         let deadline = self.deadline(Command::Del, &opts);
         self.del(&Net::single(plugin)?, rt, deadline).await
     }
 
     /// CHECK of a single plugin configuration.
-    pub async fn check_network(&self, plugin: &PluginConfig, rt: &RuntimeConf, opts: CallOptions) -> Result<(), Error> {
+    pub async fn check_network(
+        &self,
+        plugin: &PluginConfig,
+        rt: &RuntimeConf,
+        opts: CallOptions,
+    ) -> Result<(), Error> {
         self.check(Net::single(plugin)?, rt, opts).await
     }
 
     /// The cached result of a single plugin configuration's attachment.
-    pub async fn cached_network_result(&self, plugin: &PluginConfig, rt: &RuntimeConf) -> Result<Option<CniResult>, Error> {
+    pub async fn cached_network_result(
+        &self,
+        plugin: &PluginConfig,
+        rt: &RuntimeConf,
+    ) -> Result<Option<CniResult>, Error> {
         let net = Net::single(plugin)?;
         self.cached_result_of(net.name, net.version, rt).await
     }
@@ -649,10 +748,23 @@ impl Cni {
     fn validate_attachment(net: &Net<'_>, rt: &RuntimeConf) -> Result<(), Error> {
         validate::network_name(net.name)?;
         rt.validate()?;
+        // A list without plugins (no `plugins`, plugin files not loaded)
+        // would make DEL drop the cache entry without running anything.
+        if net.plugins.is_empty() {
+            return Err(Error::Core(cni_core::Error::InvalidConfig {
+                origin: format!("network {}", net.name),
+                reason: "no plugins to run".into(),
+            }));
+        }
         Ok(())
     }
 
-    async fn add(&self, net: Net<'_>, rt: &RuntimeConf, opts: CallOptions) -> Result<CniResult, Error> {
+    async fn add(
+        &self,
+        net: Net<'_>,
+        rt: &RuntimeConf,
+        opts: CallOptions,
+    ) -> Result<CniResult, Error> {
         Self::validate_attachment(&net, rt)?;
         let deadline = self.deadline(Command::Add, &opts);
         let span = tracing::info_span!("cni.add", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
@@ -662,6 +774,12 @@ impl Cni {
                 .inner
                 .cache
                 .lock(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
+                .await?;
+            // File names are ambiguous when names contain '-': never let this
+            // ADD overwrite the record of another attachment.
+            self.inner
+                .cache
+                .ensure_not_taken(net.name, &rt.container_id, &rt.ifname)
                 .await?;
             let mut prev: Option<CniResult> = None;
             let mut prev_value: Option<Value> = None;
@@ -676,7 +794,11 @@ impl Cni {
                     }
                     Err(e) if opts.rollback => {
                         tracing::warn!(plugin = plugin.plugin_type(), error = %e, "ADD failed; rolling back the plugins that ran");
-                        let ran = &net.plugins[..=index];
+                        // A plugin that could not be found or started never
+                        // ran: its DEL would fail the same way and stop the
+                        // rollback of the plugins that did.
+                        let started = !matches!(e, Error::PluginNotFound { .. } | Error::Spawn { .. });
+                        let ran = &net.plugins[..index + usize::from(started)];
                         let rb = self
                             .rollback(&net, ran, rt, prev_value.as_ref())
                             .await;
@@ -699,13 +821,22 @@ impl Cni {
                 }));
             };
             let rec = CacheRecord::new(net.name, rt, net.cache_bytes.to_vec(), prev_value);
-            if let Err(e) = self.inner.cache.write(&rec).await {
+            // The lock travels with the write: if this future is dropped
+            // mid-write, the lock is released only once the write is done,
+            // so a DEL cannot slip in before the record lands.
+            let (lock, written) = self.inner.cache.write_holding(&rec, lock).await;
+            if let Err(e) = written {
                 // The attachment exists but is not recorded: a later DEL would
                 // run without prevResult. With rollback, undo it; otherwise
                 // the caller must DEL (as after any failed ADD).
                 if opts.rollback {
                     let value = result.to_value();
-                    let _ = self.rollback(&net, net.plugins, rt, Some(&value)).await;
+                    if let Err(rb) = self.rollback(&net, net.plugins, rt, Some(&value)).await {
+                        return Err(Error::RollbackFailed {
+                            error: Box::new(e),
+                            rollback: Box::new(rb),
+                        });
+                    }
                 }
                 return Err(e);
             }
@@ -729,7 +860,10 @@ impl Cni {
             net.name,
             net.version,
             plugin,
-            StdinInput::Attachment { rt, prev_result: prev },
+            StdinInput::Attachment {
+                rt,
+                prev_result: prev,
+            },
         )?;
         let out = self
             .run_plugin(plugin, Command::Add, Some(rt), &stdin, deadline)
@@ -751,9 +885,7 @@ impl Cni {
         // An older (or newer) result: convert before chaining, printing and
         // caching it (spec-digest 10.6).
         tracing::debug!(plugin = plugin.plugin_type(), from = %result.version(), to = %net.version, "converting plugin result");
-        result
-            .convert(net.version)
-            .map_err(|e| bad(e.to_string()))
+        result.convert(net.version).map_err(|e| bad(e.to_string()))
     }
 
     async fn rollback(
@@ -765,11 +897,28 @@ impl Cni {
     ) -> Result<(), Error> {
         // A fresh deadline: never the ADD's, which may have expired.
         let deadline = Deadline::after(self.inner.timeouts.del);
-        let prev = if net.version.has_prev_result_on_del() { prev } else { None };
+        let prev = if net.version.has_prev_result_on_del() {
+            prev
+        } else {
+            None
+        };
+        // Unlike DEL, a rollback goes on past a failing plugin: it is
+        // cleanup, and every plugin undone is a leak avoided.
+        let mut errors = Vec::new();
         for plugin in ran.iter().rev() {
-            self.del_one(net, plugin, rt, prev, deadline).await?;
+            if let Err(e) = self.del_one(net, plugin, rt, prev, deadline).await {
+                tracing::warn!(plugin = plugin.plugin_type(), error = %e, "rollback DEL failed; continuing with the others");
+                errors.push(e);
+            }
         }
-        Ok(())
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(Error::Multiple {
+                operation: format!("rollback of network {}", net.name),
+                errors,
+            }),
+        }
     }
 
     async fn del_one(
@@ -784,7 +933,10 @@ impl Cni {
             net.name,
             net.version,
             plugin,
-            StdinInput::Attachment { rt, prev_result: prev },
+            StdinInput::Attachment {
+                rt,
+                prev_result: prev,
+            },
         )?;
         self.run_plugin(plugin, Command::Del, Some(rt), &stdin, deadline)
             .await?;
@@ -795,11 +947,23 @@ impl Cni {
         Self::validate_attachment(net, rt)?;
         let span = tracing::info_span!("cni.del", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
         async {
-            let lock = self
+            // DEL must work when things are already gone (spec), also when
+            // the cache dir is unusable (read-only, full, removed): then it
+            // runs unlocked and without prevResult rather than not at all.
+            // Only a lock held by someone else stops it.
+            let lock = match self
                 .inner
                 .cache
                 .lock(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
-                .await?;
+                .await
+            {
+                Ok(lock) => Some(lock),
+                Err(Error::Cache { path, op, source }) => {
+                    tracing::warn!(file = %path.display(), op, error = %source, "cannot take the attachment lock; DEL runs unlocked");
+                    None
+                }
+                Err(e) => return Err(e),
+            };
             let prev = if net.version.has_prev_result_on_del() {
                 self.cached_result_of(net.name, net.version, rt)
                     .await
@@ -814,11 +978,21 @@ impl Cni {
             for plugin in net.plugins.iter().rev() {
                 self.del_one(net, plugin, rt, prev.as_ref(), deadline).await?;
             }
-            self.inner
+            // The plugins are done: the attachment is gone. A cache entry we
+            // cannot remove is stale, not an error of the DEL (a later DEL or
+            // GC finds it again and repeats the harmless DEL).
+            if let Err(e) = self
+                .inner
                 .cache
                 .remove(net.name, &rt.container_id, &rt.ifname)
-                .await?;
-            lock.release_and_remove();
+                .await
+            {
+                tracing::warn!(error = %e, "DEL succeeded but its cache entry could not be removed");
+                return Ok(());
+            }
+            if let Some(lock) = lock {
+                lock.release_and_remove();
+            }
             Ok(())
         }
         .instrument(span)
@@ -859,7 +1033,10 @@ impl Cni {
                     net.name,
                     net.version,
                     plugin,
-                    StdinInput::Attachment { rt, prev_result: Some(&prev) },
+                    StdinInput::Attachment {
+                        rt,
+                        prev_result: Some(&prev),
+                    },
                 )?;
                 self.run_plugin(plugin, Command::Check, Some(rt), &stdin, deadline)
                     .await?;
@@ -870,7 +1047,12 @@ impl Cni {
         .await
     }
 
-    async fn cached_result_of(&self, network: &str, version: Version, rt: &RuntimeConf) -> Result<Option<CniResult>, Error> {
+    async fn cached_result_of(
+        &self,
+        network: &str,
+        version: Version,
+        rt: &RuntimeConf,
+    ) -> Result<Option<CniResult>, Error> {
         validate::network_name(network)?;
         rt.validate()?;
         let Some(entry) = self

@@ -418,3 +418,207 @@ impl Drop for GroupReaper {
         }
     }
 }
+
+// ---- the operations layer ----
+
+/// A [`PluginDir`] plus a cache dir inside it (`<root>/cache`, not created),
+/// and [`cni_async::Cni`]s over both. Dropping it removes everything.
+#[derive(Debug)]
+pub struct Rig {
+    /// The fake plugins.
+    pub dir: PluginDir,
+    /// The cache dir (`<root>/cache`).
+    pub cache_dir: PathBuf,
+}
+
+impl Default for Rig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Kill grace used by the rigs' executors: short, so timeouts stay fast.
+pub const RIG_KILL_GRACE: Duration = Duration::from_millis(300);
+
+impl Rig {
+    /// A fresh plugin dir with its cache dir path.
+    pub fn new() -> Self {
+        let dir = PluginDir::new();
+        let cache_dir = dir.scratch("cache");
+        Rig { dir, cache_dir }
+    }
+
+    /// A `Cni` over the plugin dir and cache dir: 10 s deadlines for every
+    /// verb, a [`RIG_KILL_GRACE`] kill grace.
+    pub fn cni(&self) -> cni_async::Cni {
+        self.cni_with(cni_async::Timeouts::uniform(Duration::from_secs(10)))
+    }
+
+    /// Like [`Rig::cni`] with other default deadlines.
+    pub fn cni_with(&self, timeouts: cni_async::Timeouts) -> cni_async::Cni {
+        cni_async::Cni::builder()
+            .plugin_dirs(self.dir.dirs())
+            .cache_dir(&self.cache_dir)
+            .exec(std::sync::Arc::new(
+                cni_async::RawExec::new().with_kill_grace(RIG_KILL_GRACE),
+            ))
+            .timeouts(timeouts)
+            .build()
+    }
+
+    /// Writes a fake plugin (see [`PluginDir::fake`]).
+    pub fn fake(&self, name: &str, fake: &Fake) -> PathBuf {
+        self.dir.fake(name, fake)
+    }
+
+    /// `<cache>/results/<network>-<cid>-<ifname>`.
+    pub fn cache_file(&self, network: &str, container_id: &str, ifname: &str) -> PathBuf {
+        self.cache_dir
+            .join("results")
+            .join(format!("{network}-{container_id}-{ifname}"))
+    }
+
+    /// `<cache>/locks/<network>-<cid>-<ifname>.lock`.
+    pub fn lock_file(&self, network: &str, container_id: &str, ifname: &str) -> PathBuf {
+        self.cache_dir
+            .join("locks")
+            .join(format!("{network}-{container_id}-{ifname}.lock"))
+    }
+
+    /// The cache file of an attachment parsed as JSON (`None` if absent).
+    pub fn cache_json(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Option<serde_json::Value> {
+        let bytes = fs::read(self.cache_file(network, container_id, ifname)).ok()?;
+        Some(serde_json::from_slice(&bytes).expect("cache file is JSON"))
+    }
+
+    /// The names in `<cache>/corrupt/` (empty if it does not exist).
+    pub fn corrupt_files(&self) -> Vec<String> {
+        dir_names(&self.cache_dir.join("corrupt"))
+    }
+
+    /// The names in `<cache>/results/` (empty if it does not exist).
+    pub fn result_files(&self) -> Vec<String> {
+        dir_names(&self.cache_dir.join("results"))
+    }
+}
+
+/// The sorted names in `dir` (empty if it does not exist).
+pub fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = match fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    names.sort();
+    names
+}
+
+/// A network configuration list from a JSON value.
+pub fn conflist(value: serde_json::Value) -> cni_core::NetworkConfigList {
+    cni_core::NetworkConfigList::from_value(&value).expect("test conflist parses")
+}
+
+/// Runtime parameters: netns `/run/netns/<cid>`, no args.
+pub fn runtime(container_id: &str, ifname: &str) -> cni_core::RuntimeConf {
+    cni_core::RuntimeConf::new(container_id, format!("/run/netns/{container_id}"), ifname)
+}
+
+/// A VERSION reply supporting `versions`.
+pub fn version_reply(versions: &[&str]) -> Response {
+    Response::ok(
+        &serde_json::json!({"cniVersion": "1.1.0", "supportedVersions": versions}).to_string(),
+    )
+}
+
+impl Invocation {
+    /// The `CNI_*` variables it got.
+    pub fn cni_env(&self) -> BTreeMap<String, String> {
+        self.env
+            .iter()
+            .filter(|(k, _)| k.starts_with("CNI_"))
+            .cloned()
+            .collect()
+    }
+
+    /// Its variables other than `CNI_*` (what it inherited).
+    pub fn inherited_env(&self) -> BTreeMap<String, String> {
+        self.env
+            .iter()
+            .filter(|(k, _)| !k.starts_with("CNI_"))
+            .cloned()
+            .collect()
+    }
+
+    /// `CNI_COMMAND`.
+    pub fn command(&self) -> &str {
+        self.var("CNI_COMMAND").unwrap_or_default()
+    }
+}
+
+/// The six `CNI_*` variables as a map.
+pub fn cni_vars(
+    command: &str,
+    container_id: &str,
+    netns: &str,
+    ifname: &str,
+    args: &str,
+    path: &str,
+) -> BTreeMap<String, String> {
+    [
+        ("CNI_COMMAND", command),
+        ("CNI_CONTAINERID", container_id),
+        ("CNI_NETNS", netns),
+        ("CNI_IFNAME", ifname),
+        ("CNI_ARGS", args),
+        ("CNI_PATH", path),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// Our own environment without `CNI_*`: what every plugin should inherit.
+pub fn our_env_without_cni() -> BTreeMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| !k.starts_with("CNI_"))
+        .collect()
+}
+
+/// `value` with the keys of every object sorted (for order-free diffs).
+pub fn sorted_json(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted_json(&m[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sorted_json).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Asserts two JSON values are equal (key order aside), showing a line diff
+/// of both, pretty-printed with sorted keys, when they are not.
+#[track_caller]
+pub fn assert_json_eq(actual: &serde_json::Value, expected: &serde_json::Value, what: &str) {
+    if actual != expected {
+        let pretty = |v: &serde_json::Value| {
+            serde_json::to_string_pretty(&sorted_json(v)).expect("JSON value serializes")
+        };
+        pretty_assertions::assert_eq!(pretty(actual), pretty(expected), "{what}");
+        // Same text but unequal values cannot happen; fail anyway.
+        panic!("{what}: {actual} != {expected}");
+    }
+}

@@ -1,0 +1,193 @@
+//! Deadlines bound whole operations (shared across plugins), hanging
+//! plugins and their grandchildren are killed, and a dropped ADD kills its
+//! plugin and writes no cache entry.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use cni_async::{CallOptions, Error};
+use cni_core::RuntimeConf;
+use serde_json::json;
+use support::fake::{
+    Fake, GroupReaper, RIG_KILL_GRACE, Response, Rig, conflist, live_in_group, our_zombie,
+    sh_quote, wait_for_pids, wait_gone,
+};
+
+fn rt() -> RuntimeConf {
+    RuntimeConf::new("c1", "/run/netns/c1", "eth0")
+}
+
+const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.215.0.2/24"}]}"#;
+
+/// Shell lines that append the shell's pid and a grandchild's pid to `pids`
+/// and then wait forever.
+fn hang_with_grandchild(pids: &std::path::Path) -> String {
+    let p = sh_quote(&pids.to_string_lossy());
+    format!("echo $$ >> {p}\nsleep 1000 &\necho $! >> {p}\nwait")
+}
+
+#[tokio::test]
+async fn the_deadline_is_shared_across_the_chain() {
+    let rig = Rig::new();
+    for p in ["p1", "p2"] {
+        rig.fake(
+            p,
+            &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT).with_shell("sleep 0.6")),
+        );
+    }
+    let list =
+        conflist(json!({"cniVersion":"1.0.0","name":"dl","plugins":[{"type":"p1"},{"type":"p2"}]}));
+    let started = Instant::now();
+    let err = rig
+        .cni()
+        .add_network_list_with(
+            &list,
+            &rt(),
+            CallOptions::with_timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    match &err {
+        Error::Timeout {
+            plugin_type,
+            timeout,
+            ..
+        } => {
+            assert_eq!(plugin_type, "p2", "the second plugin times out");
+            assert!(
+                *timeout < Duration::from_millis(500),
+                "p2 got {timeout:?}, not what was left"
+            );
+        }
+        other => panic!("expected a timeout, got {other}"),
+    }
+    assert!(
+        elapsed >= Duration::from_secs(1),
+        "returned early: {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(1) + RIG_KILL_GRACE + Duration::from_millis(500),
+        "took {elapsed:?}"
+    );
+    assert_eq!(rig.dir.invocations().len(), 2);
+    assert!(rig.result_files().is_empty());
+}
+
+/// The per-verb default deadline applies when the call gives none.
+#[tokio::test]
+async fn the_per_verb_default_applies() {
+    let rig = Rig::new();
+    let pids = rig.dir.scratch("pids");
+    let _reaper = GroupReaper(pids.clone());
+    let shell = format!("echo $$ >> {}\nsleep 5", sh_quote(&pids.to_string_lossy()));
+    rig.fake(
+        "p1",
+        &Fake::new(Response::ok("").with_shell(&shell)).on("ADD", Response::ok(RESULT)),
+    );
+    let list = conflist(json!({"cniVersion":"1.0.0","name":"dl","plugins":[{"type":"p1"}]}));
+    let cni = rig.cni_with(cni_async::Timeouts {
+        del: Duration::from_millis(400),
+        ..cni_async::Timeouts::uniform(Duration::from_secs(10))
+    });
+    cni.add_network_list(&list, &rt())
+        .await
+        .expect("ADD under the 10 s default");
+    let started = Instant::now();
+    let err = cni.del_network_list(&list, &rt()).await.unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        rig.cache_file("dl", "c1", "eth0").exists(),
+        "entry kept after a failed DEL"
+    );
+    let del = support::fake::read_pids(&pids);
+    assert_eq!(del.len(), 1);
+    assert!(wait_gone(&del, Duration::from_secs(1)).await.is_empty());
+    assert!(live_in_group(del[0]).is_empty());
+}
+
+#[tokio::test]
+async fn a_hanging_plugin_and_its_grandchild_are_killed_at_the_deadline() {
+    let rig = Rig::new();
+    let pids = rig.dir.scratch("pids");
+    let _reaper = GroupReaper(pids.clone());
+    rig.fake(
+        "hang",
+        &Fake::new(Response::ok("")).on(
+            "ADD",
+            Response::ok(RESULT).with_shell(&hang_with_grandchild(&pids)),
+        ),
+    );
+    let list = conflist(json!({"cniVersion":"1.0.0","name":"dl","plugins":[{"type":"hang"}]}));
+    let timeout = Duration::from_millis(700);
+    let started = Instant::now();
+    let err = rig
+        .cni()
+        .add_network_list_with(&list, &rt(), CallOptions::with_timeout(timeout))
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(
+        elapsed < timeout + Duration::from_secs(1),
+        "took {elapsed:?}"
+    );
+
+    let pids = support::fake::read_pids(&pids);
+    assert_eq!(pids.len(), 2, "plugin and grandchild pids: {pids:?}");
+    let left = wait_gone(&pids, Duration::from_secs(2)).await;
+    assert!(left.is_empty(), "processes left: {left:?}");
+    assert!(live_in_group(pids[0]).is_empty());
+    assert!(!our_zombie(pids[0]));
+    assert!(rig.result_files().is_empty());
+}
+
+/// Dropping the ADD future while its second plugin runs kills that plugin's
+/// group; no cache entry is written and the attachment's lock is free.
+#[tokio::test]
+async fn dropping_an_add_kills_the_plugin_and_writes_no_cache_entry() {
+    let rig = Rig::new();
+    let pids = rig.dir.scratch("pids");
+    let _reaper = GroupReaper(pids.clone());
+    rig.fake(
+        "p1",
+        &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT)),
+    );
+    rig.fake(
+        "hang",
+        &Fake::new(Response::ok("")).on(
+            "ADD",
+            Response::ok(RESULT).with_shell(&hang_with_grandchild(&pids)),
+        ),
+    );
+    let list = conflist(
+        json!({"cniVersion":"1.0.0","name":"cancel","plugins":[{"type":"p1"},{"type":"hang"}]}),
+    );
+    let cni = rig.cni();
+    let rt = rt();
+    let running = tokio::select! {
+        r = cni.add_network_list(&list, &rt) => panic!("ADD finished: {r:?}"),
+        p = wait_for_pids(&pids, 2, Duration::from_secs(5)) => p,
+    };
+    // The ADD future is dropped here.
+    assert_eq!(running.len(), 2, "the hanging plugin started: {running:?}");
+    let left = wait_gone(&running, RIG_KILL_GRACE + Duration::from_secs(2)).await;
+    assert!(left.is_empty(), "processes left after the drop: {left:?}");
+    assert!(!our_zombie(running[0]));
+
+    assert!(
+        rig.result_files().is_empty(),
+        "cache entry written: {:?}",
+        rig.result_files()
+    );
+    cni.cache()
+        .lock("cancel", "c1", "eth0", Duration::from_millis(100))
+        .await
+        .expect("the lock was released with the dropped future");
+}
