@@ -4,14 +4,21 @@
 //! the network-namespace helpers (`netns`, feature `netns`) come first.
 #![warn(missing_docs)]
 
+#[cfg(feature = "netns")]
+pub mod batch;
 pub mod cache;
+pub mod caps;
 pub mod error;
 pub mod exec;
+pub mod multi;
 #[cfg(feature = "netns")]
 pub mod netns;
 pub mod ops;
 pub(crate) mod sys;
 
+#[cfg(feature = "netns")]
+pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
 pub use error::{Error, PluginExit};
-pub use ops::{CallOptions, Cni, CniBuilder, GcSummary};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
+pub use multi::{MultiNetwork, MultiNetworkBuilder, MultiResult, Sandbox, SetupMode};
+pub use ops::{CallOptions, Cni, CniBuilder, GcSummary};

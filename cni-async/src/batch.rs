@@ -1,0 +1,856 @@
+//! Many network namespaces at once, each attached to the same networks: for
+//! test harnesses, benchmarks and load generators (feature `netns`).
+//!
+//! [`BatchBuilder::setup`] creates N named namespaces (`PREFIX0`,
+//! `PREFIX1`, ... in `/run/netns`; the container ID of each is its name),
+//! attaches each to every network of a [`MultiNetwork`], at most
+//! `concurrency` namespaces in flight at a time, and returns a [`Batch`]
+//! holding each namespace's outcome. A namespace that cannot be created or
+//! attached is reported (its [`BatchMember::error`]) and the others go on;
+//! its own networks were rolled back by [`MultiNetwork::setup`].
+//!
+//! [`Batch::teardown`] detaches every namespace from every network (DEL,
+//! last network first, also for those whose setup failed: DEL is
+//! idempotent) and deletes every namespace, with the same bounded
+//! concurrency, going on past errors.
+//!
+//! Progress comes as [`BatchEvent`]s to the callback given to
+//! [`BatchBuilder::on_event`]: a namespace created, attached, failed,
+//! deleted, or its teardown failed, with running [`BatchCounts`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), cni_async::Error> {
+//! use cni_async::{Cni, MultiNetwork};
+//! use cni_async::batch::{BatchBuilder, BatchEventKind};
+//! use cni_core::confdir;
+//! use std::path::Path;
+//!
+//! let cni = Cni::builder().plugin_dirs(["/usr/lib/cni"]).build();
+//! let list = confdir::load_network(Path::new("/etc/cni/net.d"), "bench")?;
+//! let networks = MultiNetwork::builder(cni).network(list).build()?;
+//!
+//! let batch = BatchBuilder::new(networks)
+//!     .prefix("bench-")
+//!     .count(100)
+//!     .concurrency(16)
+//!     .on_event(|e| {
+//!         if e.kind == BatchEventKind::Failed {
+//!             eprintln!("{}: {}", e.name, e.error.map(|e| e.to_string()).unwrap_or_default());
+//!         }
+//!     })
+//!     .setup()
+//!     .await?;
+//! println!("{} attached, {} failed in {:?}",
+//!     batch.counts().attached, batch.counts().failed, batch.setup_elapsed());
+//! for member in batch.attached() {
+//!     println!("{} {:?}", member.name(), member.result().map(|r| r.addresses("eth0")));
+//! }
+//! batch.teardown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Caveats
+//!
+//! - **Teardown on drop blocks.** Dropping a [`Batch`] without calling
+//!   [`Batch::teardown`] (a panicking test, an early return) tears it down
+//!   anyway: `Drop` cannot await, so it starts a thread with its own
+//!   current-thread tokio runtime, runs the same teardown there and waits
+//!   for it. The dropping thread is blocked meanwhile (a tokio worker
+//!   included), typically for as long as the DELs take. This is a safety
+//!   net; call [`Batch::teardown`] to see the errors (on drop they are only
+//!   logged as `tracing` warnings). If no thread or runtime can be started,
+//!   the namespaces are still deleted but nothing is DELeted (host-local
+//!   keeps those addresses until its dataDir is cleaned). [`Batch::keep`]
+//!   disarms it.
+//! - **Cancellation.** Dropping the future of [`BatchBuilder::setup`] or
+//!   [`Batch::teardown`] kills the plugins in flight (see
+//!   [`MultiNetwork`]'s caveats) and then tears down, as on drop, everything
+//!   the batch created so far.
+//! - **Killed processes.** Nothing runs on `SIGKILL`: the namespaces stay in
+//!   `/run/netns` (`ip netns del`, [`Netns::delete_named`]) and the
+//!   attachments in the plugins' state. Use a prefix unique to the run to
+//!   find them.
+//! - **Names are not reserved.** A name that already exists in `/run/netns`
+//!   makes that member fail (`AlreadyExists`); the others go on.
+//! - **The runtime's duties.** Each namespace is its own container: its
+//!   operations run one at a time (or as [`MultiNetwork::mode`] says), and
+//!   every ADD is followed by a DEL in teardown.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use cni_core::validate;
+use futures::stream::{self, StreamExt};
+
+use crate::Error;
+use crate::multi::{MultiNetwork, MultiResult, Sandbox};
+use crate::netns::{NETNS_NAME_MAX, NETNS_RUN_DIR, Netns, NetnsGuard};
+
+/// The default namespace name prefix.
+pub const DEFAULT_PREFIX: &str = "cni-batch-";
+
+/// The progress callback of a batch.
+pub type EventCallback = dyn Fn(&BatchEvent<'_>) + Send + Sync;
+
+/// What happened to one namespace of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BatchEventKind {
+    /// The namespace was created.
+    Created,
+    /// It is attached to every network.
+    Attached,
+    /// Creating it or attaching it failed (`error` says why); what was set
+    /// up for it was rolled back.
+    Failed,
+    /// Teardown: its networks were removed and the namespace deleted.
+    Deleted,
+    /// Teardown: removing a network or deleting the namespace failed
+    /// (`error` says why); the namespace was deleted when possible.
+    TeardownFailed,
+}
+
+/// Running totals of a batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct BatchCounts {
+    /// Namespaces in the batch.
+    pub total: usize,
+    /// Namespaces created so far.
+    pub created: usize,
+    /// Namespaces attached to every network so far.
+    pub attached: usize,
+    /// Namespaces whose setup failed so far.
+    pub failed: usize,
+    /// Namespaces deleted so far (teardown).
+    pub deleted: usize,
+    /// Namespaces whose teardown failed so far.
+    pub teardown_failed: usize,
+}
+
+/// A progress report, passed to the [`BatchBuilder::on_event`] callback.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchEvent<'a> {
+    /// What happened.
+    pub kind: BatchEventKind,
+    /// The namespace's index in the batch.
+    pub index: usize,
+    /// The namespace's name.
+    pub name: &'a str,
+    /// The error, for [`BatchEventKind::Failed`] and
+    /// [`BatchEventKind::TeardownFailed`].
+    pub error: Option<&'a Error>,
+    /// The totals, this event included.
+    pub counts: BatchCounts,
+    /// Time since the setup or teardown started.
+    pub elapsed: Duration,
+}
+
+/// One namespace of a [`Batch`] and its outcome.
+#[derive(Debug)]
+pub struct BatchMember {
+    index: usize,
+    name: String,
+    netns: Option<NetnsGuard>,
+    /// An ADD was started for it: teardown owes it a DEL.
+    attempted: bool,
+    outcome: Outcome,
+}
+
+#[derive(Debug)]
+enum Outcome {
+    Pending,
+    Attached(MultiResult),
+    Failed(Error),
+}
+
+impl BatchMember {
+    fn new(index: usize, name: String) -> Self {
+        BatchMember {
+            index,
+            name,
+            netns: None,
+            attempted: false,
+            outcome: Outcome::Pending,
+        }
+    }
+
+    /// Its index in the batch (`0..count`).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The namespace name (`PREFIX` + index).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The container ID used for its attachments: the namespace name.
+    pub fn container_id(&self) -> &str {
+        &self.name
+    }
+
+    /// The namespace path, `/run/netns/NAME`.
+    pub fn path(&self) -> PathBuf {
+        Path::new(NETNS_RUN_DIR).join(&self.name)
+    }
+
+    /// The namespace, unless creating it failed.
+    pub fn netns(&self) -> Option<&Netns> {
+        self.netns.as_deref()
+    }
+
+    /// Whether it is attached to every network.
+    pub fn is_attached(&self) -> bool {
+        matches!(self.outcome, Outcome::Attached(_))
+    }
+
+    /// The aggregated result of its networks, when attached.
+    pub fn result(&self) -> Option<&MultiResult> {
+        match &self.outcome {
+            Outcome::Attached(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Why its setup failed (creating the namespace, or a network: see
+    /// [`MultiNetwork::setup`]).
+    pub fn error(&self) -> Option<&Error> {
+        match &self.outcome {
+            Outcome::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Builder of a batch; [`BatchBuilder::setup`] runs it.
+#[must_use]
+pub struct BatchBuilder {
+    multi: MultiNetwork,
+    prefix: String,
+    count: usize,
+    concurrency: usize,
+    template: Sandbox,
+    callback: Option<Arc<EventCallback>>,
+}
+
+impl fmt::Debug for BatchBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchBuilder")
+            .field("multi", &self.multi)
+            .field("prefix", &self.prefix)
+            .field("count", &self.count)
+            .field("concurrency", &self.concurrency)
+            .field("template", &self.template)
+            .field("callback", &self.callback.is_some())
+            .finish()
+    }
+}
+
+impl BatchBuilder {
+    /// A batch of one namespace named `cni-batch-0` on `multi`'s networks,
+    /// with as many in flight as the machine has CPUs.
+    pub fn new(multi: MultiNetwork) -> Self {
+        BatchBuilder {
+            multi,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            count: 1,
+            concurrency: std::thread::available_parallelism().map_or(4, usize::from),
+            template: Sandbox::new("", ""),
+            callback: None,
+        }
+    }
+
+    /// The namespace name prefix: names are the prefix plus the index. It
+    /// must make valid container IDs (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How many namespaces.
+    pub fn count(mut self, count: usize) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// How many namespaces are set up (or torn down) at once, at least 1.
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Labels, capability arguments and `ignore_unknown` for every
+    /// namespace; its container ID and netns path are replaced by each
+    /// member's.
+    pub fn sandbox_template(mut self, template: Sandbox) -> Self {
+        self.template = template;
+        self
+    }
+
+    /// Calls `callback` for every [`BatchEvent`], from the task (or, for a
+    /// teardown on drop, the thread) doing the work. Keep it short.
+    pub fn on_event(mut self, callback: impl Fn(&BatchEvent<'_>) + Send + Sync + 'static) -> Self {
+        self.callback = Some(Arc::new(callback));
+        self
+    }
+
+    /// Creates and attaches the namespaces. Fails only when the settings are
+    /// invalid (a prefix that makes bad names, bad labels); the failures of
+    /// single namespaces are in the [`Batch`].
+    pub async fn setup(self) -> Result<Batch, Error> {
+        if self.count > 0 {
+            let last = format!("{}{}", self.prefix, self.count - 1);
+            validate::container_id(&format!("{}0", self.prefix))?;
+            validate::container_id(&last)?;
+            if last.len() > NETNS_NAME_MAX {
+                return Err(Error::NetnsName {
+                    name: last,
+                    reason: "longer than 255 bytes",
+                });
+            }
+            self.template
+                .clone()
+                .with_container(format!("{}0", self.prefix))
+                .validate()?;
+        }
+        let members = (0..self.count)
+            .map(|i| Some(BatchMember::new(i, format!("{}{i}", self.prefix))))
+            .collect();
+        let ctx = Arc::new(Ctx {
+            multi: self.multi,
+            template: self.template,
+            concurrency: self.concurrency,
+            progress: Progress::new(self.count, self.callback),
+        });
+        let slots = Arc::new(Mutex::new(Slots {
+            members,
+            closed: false,
+        }));
+        ctx.progress.restart_clock();
+        let started = Instant::now();
+        let work = {
+            let (c, s) = (ctx.clone(), slots.clone());
+            Box::pin(
+                stream::iter(0..self.count)
+                    .map(move |i| setup_one(c.clone(), s.clone(), i))
+                    .buffer_unordered(ctx.concurrency),
+            )
+        };
+        let mut running = Running {
+            work,
+            stage: Stage {
+                ctx: ctx.clone(),
+                slots,
+            },
+        };
+        while running.work.next().await.is_some() {}
+        let Running { work, stage } = running;
+        drop(work);
+        let members = stage.finish();
+        Ok(Batch {
+            ctx,
+            members,
+            setup_elapsed: started.elapsed(),
+        })
+    }
+}
+
+impl Sandbox {
+    fn with_container(mut self, name: String) -> Self {
+        self.netns = Path::new(NETNS_RUN_DIR).join(&name).display().to_string();
+        self.container_id = name;
+        self
+    }
+}
+
+/// Namespaces created and attached by [`BatchBuilder::setup`]; see the
+/// [module docs](self). Dropping it tears it down (blocking).
+pub struct Batch {
+    ctx: Arc<Ctx>,
+    members: Vec<BatchMember>,
+    setup_elapsed: Duration,
+}
+
+impl fmt::Debug for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("members", &self.members)
+            .field("counts", &self.counts())
+            .field("setup_elapsed", &self.setup_elapsed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Batch {
+    /// A builder (see [`BatchBuilder`]).
+    pub fn builder(multi: MultiNetwork) -> BatchBuilder {
+        BatchBuilder::new(multi)
+    }
+
+    /// Every namespace, by index.
+    pub fn members(&self) -> &[BatchMember] {
+        &self.members
+    }
+
+    /// The namespaces attached to every network.
+    pub fn attached(&self) -> impl Iterator<Item = &BatchMember> {
+        self.members.iter().filter(|m| m.is_attached())
+    }
+
+    /// The namespaces whose setup failed.
+    pub fn failed(&self) -> impl Iterator<Item = &BatchMember> {
+        self.members.iter().filter(|m| m.error().is_some())
+    }
+
+    /// The totals so far.
+    pub fn counts(&self) -> BatchCounts {
+        self.ctx.progress.counts()
+    }
+
+    /// How long [`BatchBuilder::setup`] took.
+    pub fn setup_elapsed(&self) -> Duration {
+        self.setup_elapsed
+    }
+
+    /// The networks.
+    pub fn networks(&self) -> &MultiNetwork {
+        &self.ctx.multi
+    }
+
+    /// Detaches every namespace from every network and deletes it, with the
+    /// batch's concurrency, going on past errors. Fails with
+    /// [`Error::Multiple`] listing, per namespace, what could not be undone
+    /// (an [`Error::Context`] naming the namespace).
+    pub async fn teardown(mut self) -> Result<(), Error> {
+        let members = std::mem::take(&mut self.members);
+        let slots = Arc::new(Mutex::new(Slots {
+            members: members.into_iter().map(Some).collect(),
+            closed: true,
+        }));
+        self.ctx.progress.restart_clock();
+        let mut running = Running {
+            work: Box::pin(teardown_all(self.ctx.clone(), slots.clone())),
+            stage: Stage {
+                ctx: self.ctx.clone(),
+                slots,
+            },
+        };
+        let errors = (&mut running.work).await;
+        let Running { work, stage } = running;
+        drop(work);
+        drop(stage);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Multiple {
+                operation: "batch teardown".into(),
+                errors,
+            })
+        }
+    }
+
+    /// Leaves everything in place (namespaces and attachments) and returns
+    /// the names of the namespaces that exist. Nothing is torn down on drop.
+    pub fn keep(mut self) -> Vec<String> {
+        std::mem::take(&mut self.members)
+            .into_iter()
+            .filter_map(|m| {
+                let netns = m.netns?;
+                drop(netns.into_inner());
+                Some(m.name)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        let members = std::mem::take(&mut self.members);
+        blocking_teardown(&self.ctx, members);
+    }
+}
+
+// ----- the work -----
+
+struct Ctx {
+    multi: MultiNetwork,
+    template: Sandbox,
+    concurrency: usize,
+    progress: Progress,
+}
+
+impl Ctx {
+    fn sandbox(&self, name: &str) -> Sandbox {
+        self.template.clone().with_container(name.to_owned())
+    }
+}
+
+struct Progress {
+    total: usize,
+    created: AtomicUsize,
+    attached: AtomicUsize,
+    failed: AtomicUsize,
+    deleted: AtomicUsize,
+    teardown_failed: AtomicUsize,
+    clock: Mutex<Instant>,
+    callback: Option<Arc<EventCallback>>,
+}
+
+impl Progress {
+    fn new(total: usize, callback: Option<Arc<EventCallback>>) -> Self {
+        Progress {
+            total,
+            created: AtomicUsize::new(0),
+            attached: AtomicUsize::new(0),
+            failed: AtomicUsize::new(0),
+            deleted: AtomicUsize::new(0),
+            teardown_failed: AtomicUsize::new(0),
+            clock: Mutex::new(Instant::now()),
+            callback,
+        }
+    }
+
+    fn restart_clock(&self) {
+        *self.clock.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    fn counts(&self) -> BatchCounts {
+        BatchCounts {
+            total: self.total,
+            created: self.created.load(Ordering::Relaxed),
+            attached: self.attached.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            deleted: self.deleted.load(Ordering::Relaxed),
+            teardown_failed: self.teardown_failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts the event (and, for a teardown that failed but still deleted
+    /// the namespace, the deletion), then reports it.
+    fn emit(
+        &self,
+        kind: BatchEventKind,
+        index: usize,
+        name: &str,
+        error: Option<&Error>,
+        deleted: bool,
+    ) {
+        let counter = match kind {
+            BatchEventKind::Created => &self.created,
+            BatchEventKind::Attached => &self.attached,
+            BatchEventKind::Failed => &self.failed,
+            BatchEventKind::Deleted => &self.deleted,
+            BatchEventKind::TeardownFailed => &self.teardown_failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if deleted && kind == BatchEventKind::TeardownFailed {
+            self.deleted.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(cb) = &self.callback {
+            let elapsed = self
+                .clock
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .elapsed();
+            cb(&BatchEvent {
+                kind,
+                index,
+                name,
+                error,
+                counts: self.counts(),
+                elapsed,
+            });
+        }
+    }
+}
+
+/// The members while an operation runs, shared with its tasks.
+struct Slots {
+    /// `None` once a member was taken out (torn down).
+    members: Vec<Option<BatchMember>>,
+    /// Set when the operation ended or was abandoned: a namespace created
+    /// after that is deleted at once instead of being recorded.
+    closed: bool,
+}
+
+type Shared = Arc<Mutex<Slots>>;
+
+fn lock(slots: &Mutex<Slots>) -> MutexGuard<'_, Slots> {
+    slots.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Owns the members during an operation: if the operation's future is
+/// dropped, tears down what is left (blocking, as on drop of a [`Batch`]).
+struct Stage {
+    ctx: Arc<Ctx>,
+    slots: Shared,
+}
+
+impl Stage {
+    /// The operation finished: takes the members out and disarms.
+    fn finish(self) -> Vec<BatchMember> {
+        let mut slots = lock(&self.slots);
+        slots.closed = true;
+        std::mem::take(&mut slots.members)
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        let members: Vec<BatchMember> = {
+            let mut slots = lock(&self.slots);
+            slots.closed = true;
+            std::mem::take(&mut slots.members)
+                .into_iter()
+                .flatten()
+                .collect()
+        };
+        blocking_teardown(&self.ctx, members);
+    }
+}
+
+/// The work of an operation and the stage that owns its members. Fields
+/// drop in order: if the operation is abandoned, the work (its in-flight
+/// plugins and attachment locks) goes first, then the stage tears down.
+struct Running<W> {
+    work: W,
+    stage: Stage,
+}
+
+async fn setup_one(ctx: Arc<Ctx>, slots: Shared, index: usize) {
+    let Some(name) = lock(&slots).members[index].as_ref().map(|m| m.name.clone()) else {
+        return;
+    };
+    let created = {
+        let (slots, name) = (slots.clone(), name.clone());
+        tokio::task::spawn_blocking(move || -> Result<bool, Error> {
+            let ns = Netns::create(&name)?;
+            let mut s = lock(&slots);
+            if !s.closed
+                && let Some(member) = s.members[index].as_mut()
+            {
+                member.netns = Some(NetnsGuard::new(ns));
+                return Ok(true);
+            }
+            // The batch was abandoned while this ran.
+            drop(s);
+            ns.delete()?;
+            Ok(false)
+        })
+        .await
+    };
+    match created {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) => return,
+        Ok(Err(e)) => return record_failure(&ctx, &slots, index, &name, e),
+        Err(join) => {
+            let e = Error::Netns {
+                path: Path::new(NETNS_RUN_DIR).join(&name),
+                op: "create".into(),
+                source: io::Error::other(join.to_string()),
+            };
+            return record_failure(&ctx, &slots, index, &name, e);
+        }
+    }
+    ctx.progress
+        .emit(BatchEventKind::Created, index, &name, None, false);
+
+    match lock(&slots).members[index].as_mut() {
+        Some(m) => m.attempted = true,
+        None => return,
+    }
+    let outcome = ctx.multi.setup(&ctx.sandbox(&name)).await;
+    match outcome {
+        Ok(result) => {
+            ctx.progress
+                .emit(BatchEventKind::Attached, index, &name, None, false);
+            if let Some(m) = lock(&slots).members[index].as_mut() {
+                m.outcome = Outcome::Attached(result);
+            }
+        }
+        Err(e) => record_failure(&ctx, &slots, index, &name, e),
+    }
+}
+
+fn record_failure(ctx: &Ctx, slots: &Mutex<Slots>, index: usize, name: &str, error: Error) {
+    tracing::warn!(netns = name, error = %error, "batch: namespace setup failed");
+    ctx.progress
+        .emit(BatchEventKind::Failed, index, name, Some(&error), false);
+    if let Some(m) = lock(slots).members[index].as_mut() {
+        m.outcome = Outcome::Failed(error);
+    }
+}
+
+async fn teardown_all(ctx: Arc<Ctx>, slots: Shared) -> Vec<Error> {
+    let indices: Vec<usize> = lock(&slots)
+        .members
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.as_ref().map(|_| i))
+        .collect();
+    let per_member: Vec<Vec<Error>> = stream::iter(indices)
+        .map(|i| teardown_one(&ctx, &slots, i))
+        .buffer_unordered(ctx.concurrency)
+        .collect()
+        .await;
+    per_member.into_iter().flatten().collect()
+}
+
+async fn teardown_one(ctx: &Ctx, slots: &Mutex<Slots>, index: usize) -> Vec<Error> {
+    let Some((name, attempted, has_netns)) = lock(slots).members[index]
+        .as_ref()
+        .map(|m| (m.name.clone(), m.attempted, m.netns.is_some()))
+    else {
+        return Vec::new();
+    };
+    let mut errors = Vec::new();
+    if attempted {
+        let mut sandbox = ctx.sandbox(&name);
+        if !has_netns {
+            sandbox.netns.clear();
+        }
+        if let Err(e) = ctx.multi.remove(&sandbox).await {
+            errors.push(e);
+        }
+    }
+    // Only now is the member taken out: if this future is dropped before,
+    // whoever tears down next still sees it.
+    let member = lock(slots).members[index].take();
+    let mut deleted = false;
+    if let Some(guard) = member.and_then(|m| m.netns) {
+        match tokio::task::spawn_blocking(move || guard.delete()).await {
+            Ok(Ok(())) => deleted = true,
+            Ok(Err(e)) => errors.push(e),
+            Err(join) => errors.push(Error::Netns {
+                path: Path::new(NETNS_RUN_DIR).join(&name),
+                op: "delete".into(),
+                source: io::Error::other(join.to_string()),
+            }),
+        }
+    }
+    if errors.is_empty() {
+        if deleted {
+            ctx.progress
+                .emit(BatchEventKind::Deleted, index, &name, None, false);
+        }
+        return errors;
+    }
+    let error = Error::Context {
+        context: format!("network namespace {name}"),
+        source: Box::new(if errors.len() == 1 {
+            errors.remove(0)
+        } else {
+            Error::Multiple {
+                operation: "teardown".into(),
+                errors,
+            }
+        }),
+    };
+    tracing::warn!(netns = %name, error = %error, "batch: teardown failed");
+    ctx.progress.emit(
+        BatchEventKind::TeardownFailed,
+        index,
+        &name,
+        Some(&error),
+        deleted,
+    );
+    vec![error]
+}
+
+/// Teardown from a synchronous context (`Drop`): on a new thread with its
+/// own runtime, waited for. Whatever that cannot handle is dropped here,
+/// which deletes the namespaces ([`NetnsGuard`]).
+fn blocking_teardown(ctx: &Arc<Ctx>, members: Vec<BatchMember>) {
+    if members.iter().all(|m| m.netns.is_none() && !m.attempted) {
+        return;
+    }
+    let slots: Shared = Arc::new(Mutex::new(Slots {
+        members: members.into_iter().map(Some).collect(),
+        closed: true,
+    }));
+    let (ctx2, slots2) = (ctx.clone(), slots.clone());
+    let spawned = std::thread::Builder::new()
+        .name("cni-batch-teardown".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match runtime {
+                Ok(rt) => {
+                    for e in rt.block_on(teardown_all(ctx2, slots2)) {
+                        tracing::warn!(error = %e, "batch teardown on drop");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "batch teardown on drop: no runtime; deleting the namespaces without DEL");
+                }
+            }
+        });
+    match spawned {
+        Ok(handle) => {
+            if handle.join().is_err() {
+                tracing::warn!("batch teardown on drop panicked");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "batch teardown on drop: cannot start a thread; deleting the namespaces without DEL");
+        }
+    }
+    // Left over only when the thread or its runtime could not do the work.
+    let left: Vec<BatchMember> = std::mem::take(&mut lock(&slots).members)
+        .into_iter()
+        .flatten()
+        .collect();
+    drop(left);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Cni;
+    use cni_core::NetworkConfigList;
+
+    fn assert_send<T: Send>(_: &T) {}
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    /// Callers spawn these on multi-threaded runtimes.
+    #[test]
+    fn futures_and_handles_are_send() {
+        assert_send_sync::<Batch>();
+        assert_send_sync::<MultiNetwork>();
+        let list = NetworkConfigList::from_bytes(
+            br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
+            None,
+        )
+        .unwrap();
+        let multi = MultiNetwork::builder(Cni::default())
+            .network(list)
+            .build()
+            .unwrap();
+        let sandbox = Sandbox::new("c1", "");
+        assert_send(&multi.setup(&sandbox));
+        assert_send(&multi.remove(&sandbox));
+        assert_send(&multi.check(&sandbox));
+        assert_send(&multi.status());
+        assert_send(&BatchBuilder::new(multi.clone()).setup());
+        let empty = Batch {
+            ctx: Arc::new(Ctx {
+                multi,
+                template: Sandbox::new("", ""),
+                concurrency: 1,
+                progress: Progress::new(0, None),
+            }),
+            members: Vec::new(),
+            setup_elapsed: Duration::ZERO,
+        };
+        // Never polled: dropping it drops the (empty) batch.
+        assert_send(&empty.teardown());
+    }
+}
