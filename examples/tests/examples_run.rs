@@ -1,0 +1,527 @@
+//! Runs the example programs as a user would (`CARGO_BIN_EXE_*`) and checks
+//! what they print and that they leave nothing behind.
+//!
+//! # Serialized, and not with `make demo`
+//!
+//! `in-process` and `harness` use the bundled network `cnirs-bridge`: bridge
+//! `cnirs-br0`, subnet 10.253.10.0/24, host-local's dir
+//! `/var/lib/cni/networks/cnirs-bridge`. Two runs at once would share the
+//! bridge and the addresses, and one run's final tidy-up (deleting the bridge
+//! it created, removing host-local's dir) would pull them from under the
+//! other. So every test that runs one of them holds [`SERIAL`], and nothing
+//! else may use that network while this test binary runs (`make demo`, the
+//! examples started by hand).
+//!
+//! These tests need root (namespaces, a bridge); `show-stdin` does not.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{BufRead as _, BufReader, Read};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cni_async::netns::Netns;
+use ipnet::IpNet;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+const SHOW_STDIN: &str = env!("CARGO_BIN_EXE_show-stdin");
+const IN_PROCESS: &str = env!("CARGO_BIN_EXE_in-process");
+const HARNESS: &str = env!("CARGO_BIN_EXE_harness");
+
+const NET_D: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/net.d");
+/// The bundled bridge network's bridge, subnet and host-local dir.
+const BRIDGE: &str = "cnirs-br0";
+const SUBNET: &str = "10.253.10.0/24";
+const HOST_LOCAL_DIR: &str = "/var/lib/cni/networks/cnirs-bridge";
+
+/// Held by every test that uses the bundled bridge network (see the module docs).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test runs the examples, which need root: they create network namespaces \
+         and a bridge (run the tests as root)"
+    );
+}
+
+/// A namespace prefix unique to this test process and `tag`.
+fn prefix(tag: &str) -> String {
+    format!("cnirs-t{}{tag}-", std::process::id())
+}
+
+fn bridge_exists() -> bool {
+    Command::new("ip")
+        .args(["link", "show", "dev", BRIDGE])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn namespaces_with(prefix: &str) -> Vec<String> {
+    Netns::list_named()
+        .expect("list /run/netns")
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .collect()
+}
+
+/// host-local's reservations for the bundled network: address -> the
+/// container ID it is reserved for (first line of the file).
+fn reservations() -> Vec<(IpAddr, String)> {
+    let Ok(entries) = fs::read_dir(HOST_LOCAL_DIR) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(IpAddr, String)> = entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let ip: IpAddr = e.file_name().to_str()?.parse().ok()?;
+            let owner = fs::read_to_string(e.path()).unwrap_or_default();
+            Some((ip, owner.lines().next().unwrap_or("").to_owned()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The regular files under `dir` (recursively), relative paths.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path.strip_prefix(dir).unwrap_or(&path).to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What the host looked like before a run, and a safety net that removes
+/// what a failed run left (namespaces with the prefix, the bridge when it
+/// was not there before, host-local files of the prefix) when dropped.
+struct Before {
+    prefix: String,
+    bridge_existed: bool,
+    reservations: Vec<(IpAddr, String)>,
+}
+
+impl Before {
+    fn take(prefix: &str) -> Before {
+        Before {
+            prefix: prefix.to_owned(),
+            bridge_existed: bridge_exists(),
+            reservations: reservations(),
+        }
+    }
+
+    /// Nothing of the run is left: no namespace with its prefix, no bridge
+    /// unless one existed before, no host-local reservation that was not
+    /// there before (and none for its containers).
+    fn assert_nothing_left(&self, output: &str) {
+        assert_eq!(
+            namespaces_with(&self.prefix),
+            Vec::<String>::new(),
+            "namespaces left behind\n{output}"
+        );
+        if !self.bridge_existed {
+            assert!(!bridge_exists(), "bridge {BRIDGE} left behind\n{output}");
+        }
+        let now = reservations();
+        let new: Vec<_> = now
+            .iter()
+            .filter(|r| !self.reservations.contains(r) || r.1.starts_with(&self.prefix))
+            .collect();
+        assert!(
+            new.is_empty(),
+            "host-local reservations left in {HOST_LOCAL_DIR}: {new:?}\n{output}"
+        );
+    }
+}
+
+impl Drop for Before {
+    fn drop(&mut self) {
+        for name in namespaces_with(&self.prefix) {
+            let _ = Netns::delete_named(&name);
+        }
+        if !self.bridge_existed && bridge_exists() {
+            let _ = Command::new("ip")
+                .args(["link", "del", "dev", BRIDGE])
+                .status();
+        }
+        for (ip, owner) in reservations() {
+            if owner.starts_with(&self.prefix) {
+                let _ = fs::remove_file(Path::new(HOST_LOCAL_DIR).join(ip.to_string()));
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Out,
+    Err,
+}
+
+/// A running example: its output arrives line by line.
+struct Running {
+    child: Child,
+    lines: Receiver<(Stream, String)>,
+    seen: Vec<(Stream, String)>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Finished {
+    fn all(&self) -> String {
+        format!(
+            "status: {}\n--- stdout\n{}--- stderr\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Running {
+    fn start(program: &str, args: &[&str]) -> Running {
+        let mut child = Command::new(program)
+            .args(args)
+            // The examples' defaults, whatever the environment says.
+            .env_remove("CNI_PATH")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {program}: {e}"));
+        let (tx, lines) = mpsc::channel();
+        let mut readers = Vec::new();
+        let out = child.stdout.take().expect("piped stdout");
+        let err = child.stderr.take().expect("piped stderr");
+        for (stream, pipe) in [
+            (Stream::Out, Box::new(out) as Box<dyn Read + Send>),
+            (Stream::Err, Box::new(err)),
+        ] {
+            let tx = tx.clone();
+            readers.push(std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send((stream, line)).is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
+        Running {
+            child,
+            lines,
+            seen: Vec::new(),
+            readers,
+        }
+    }
+
+    /// Waits until a line of `stream` satisfies `pred`; false on timeout
+    /// or when the program's output ends first.
+    fn wait_for(&mut self, stream: Stream, pred: impl Fn(&str) -> bool, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok((s, line)) => {
+                    let hit = s == stream && pred(&line);
+                    self.seen.push((s, line));
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+    }
+
+    fn signal(&self, signal: Signal) {
+        let pid = i32::try_from(self.child.id()).expect("pid fits in i32");
+        kill(Pid::from_raw(pid), signal).expect("send the signal");
+    }
+
+    /// Waits for the exit (killing the program after `timeout`) and collects
+    /// all of its output.
+    fn finish(mut self, timeout: Duration) -> Finished {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the example") {
+                break Some(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        self.seen.extend(self.lines.try_iter());
+        let join = |which: Stream| {
+            self.seen
+                .iter()
+                .filter(|(s, _)| *s == which)
+                .map(|(_, l)| format!("{l}\n"))
+                .collect::<String>()
+        };
+        let (stdout, stderr) = (join(Stream::Out), join(Stream::Err));
+        let Some(status) = status else {
+            panic!(
+                "the example ran longer than {timeout:?}\n--- stdout\n{stdout}--- stderr\n{stderr}"
+            );
+        };
+        Finished {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> Finished {
+    Running::start(program, args).finish(Duration::from_secs(120))
+}
+
+/// The addresses (with prefix length) printed in `text` that lie in the
+/// bundled subnet.
+fn addresses_in_subnet(text: &str) -> BTreeSet<IpNet> {
+    let subnet: IpNet = SUBNET.parse().expect("valid subnet");
+    text.split(|c: char| c.is_whitespace() || c == '[' || c == ']' || c == ',')
+        .filter_map(|w| w.parse::<IpNet>().ok())
+        .filter(|n| subnet.contains(&n.addr()))
+        .collect()
+}
+
+#[test]
+fn show_stdin_prints_the_stdin_of_every_bundled_plugin() {
+    let out = run(SHOW_STDIN, &[NET_D]);
+    assert!(out.status.success(), "{}", out.all());
+
+    // What the conf files list, in order.
+    let mut expected: Vec<(String, String)> = Vec::new();
+    let mut files: Vec<PathBuf> = fs::read_dir(NET_D)
+        .expect("list net.d")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "conflist"))
+        .collect();
+    files.sort();
+    for f in &files {
+        let v: Value = serde_json::from_slice(&fs::read(f).expect("read conflist"))
+            .expect("bundled conflist is JSON");
+        let name = v["name"].as_str().expect("network name").to_owned();
+        for p in v["plugins"].as_array().expect("plugins") {
+            let t = p["type"].as_str().expect("plugin type").to_owned();
+            expected.push((name.clone(), t));
+        }
+    }
+    assert!(expected.len() >= 5, "bundled networks: {expected:?}");
+
+    // Every line that looks like JSON is JSON: the stdin of one plugin, in
+    // the order of the files. Only portmap, which declares the capability,
+    // gets the example's port mappings.
+    let mut printed: Vec<(String, String)> = Vec::new();
+    for line in out.stdout.lines().filter(|l| l.starts_with('{')) {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n{}", out.all()));
+        let name = v["name"].as_str().unwrap_or_default().to_owned();
+        let t = v["type"].as_str().unwrap_or_default().to_owned();
+        let mappings = &v["runtimeConfig"]["portMappings"];
+        assert_eq!(
+            mappings.is_array(),
+            t == "portmap",
+            "runtimeConfig of {t}: {line}\n{}",
+            out.all()
+        );
+        printed.push((name, t));
+    }
+    assert_eq!(printed, expected, "{}", out.all());
+}
+
+#[test]
+fn in_process_sets_up_checks_pings_and_tears_down() {
+    require_root();
+    let _serial = serial();
+    let prefix = prefix("ip");
+    let before = Before::take(&prefix);
+
+    let out = run(IN_PROCESS, &["--prefix", &prefix]);
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+
+    // Two different addresses in the bundled subnet, CHECKs, pings both ways.
+    let addrs = addresses_in_subnet(&out.stdout);
+    assert_eq!(addrs.len(), 2, "expected two addresses in {SUBNET}\n{all}");
+    for label in ["a", "b"] {
+        assert!(
+            out.stdout.contains(&format!("CHECK sandbox {label}: ok")),
+            "{all}"
+        );
+    }
+    for (from, to) in [("a", "b"), ("b", "a")] {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("ping {from} -> {to} ")))
+            .unwrap_or_else(|| panic!("no ping {from} -> {to}\n{all}"));
+        assert!(line.contains(": ok, time "), "{line}\n{all}");
+        let target = addrs
+            .iter()
+            .find(|n| line.contains(&format!("({})", n.addr())));
+        assert!(
+            target.is_some(),
+            "ping to an unknown address: {line}\n{all}"
+        );
+    }
+    assert!(out.stdout.contains("teardown: done"), "{all}");
+
+    // The default result cache was a temp dir, and it is gone; nothing in
+    // /var/lib/cni/results for our containers.
+    let cache = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("result cache: "))
+        .unwrap_or_else(|| panic!("no cache dir printed\n{all}"));
+    assert!(
+        cache.starts_with(std::env::temp_dir().to_str().expect("utf-8 temp dir")),
+        "{all}"
+    );
+    assert!(!Path::new(cache).exists(), "{cache} left behind\n{all}");
+    let global = files_under(Path::new("/var/lib/cni/results"));
+    assert!(
+        !global.iter().any(|f| f.to_string_lossy().contains(&prefix)),
+        "written to /var/lib/cni/results: {global:?}\n{all}"
+    );
+    before.assert_nothing_left(&all);
+}
+
+#[test]
+fn in_process_waits_and_tears_down_on_sigterm() {
+    require_root();
+    let _serial = serial();
+    let prefix = prefix("iw");
+    let before = Before::take(&prefix);
+    let cache = tempfile::tempdir().expect("temp dir");
+    let cache_dir = cache.path().to_str().expect("utf-8 temp dir").to_owned();
+
+    let mut running = Running::start(
+        IN_PROCESS,
+        &["--prefix", &prefix, "--cache-dir", &cache_dir, "--wait"],
+    );
+    let up = running.wait_for(
+        Stream::Out,
+        |l| l.contains("press Ctrl-C"),
+        Duration::from_secs(60),
+    );
+    // While it waits: both namespaces exist, both results are in our cache.
+    let namespaces = namespaces_with(&prefix);
+    let cached = files_under(&cache.path().join("results"));
+    running.signal(Signal::SIGTERM);
+    let out = running.finish(Duration::from_secs(60));
+    let all = out.all();
+    assert!(up, "never got to waiting\n{all}");
+    assert_eq!(
+        namespaces,
+        vec![format!("{prefix}a"), format!("{prefix}b")],
+        "{all}"
+    );
+    assert_eq!(cached.len(), 2, "cache entries while up: {cached:?}\n{all}");
+
+    // A SIGTERM while waiting is the planned end: exit 0 after the teardown.
+    assert!(out.status.success(), "{all}");
+    assert!(out.stdout.contains("SIGTERM: tearing down"), "{all}");
+    assert!(out.stdout.contains("teardown: done"), "{all}");
+    let cached = files_under(&cache.path().join("results"));
+    assert!(
+        cached.is_empty(),
+        "cache entries after DEL: {cached:?}\n{all}"
+    );
+    before.assert_nothing_left(&all);
+}
+
+#[test]
+fn harness_sets_up_pings_and_tears_down_ten_namespaces() {
+    require_root();
+    let _serial = serial();
+    let prefix = prefix("h");
+    let before = Before::take(&prefix);
+
+    let out = run(
+        HARNESS,
+        &["--count", "10", "--concurrency", "4", "--prefix", &prefix],
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    for expected in [
+        "setup: 10 attached, 0 failed in ",
+        "pings: 9/9 answered from ",
+        "teardown: 10 deleted, 0 failed in ",
+        "left behind: nothing",
+        "total: ",
+    ] {
+        assert!(out.stdout.contains(expected), "no {expected:?}\n{all}");
+    }
+    // Progress lines (stderr is not a terminal here: a line per tenth).
+    assert!(out.stderr.contains("setup: 10/10"), "{all}");
+    assert!(out.stderr.contains("teardown: 10/10"), "{all}");
+    before.assert_nothing_left(&all);
+}
+
+#[test]
+fn harness_interrupted_during_setup_leaves_nothing_behind() {
+    require_root();
+    let _serial = serial();
+    let prefix = prefix("hi");
+    let before = Before::take(&prefix);
+
+    // Slow enough (one at a time) to be interrupted half-way.
+    let mut running = Running::start(
+        HARNESS,
+        &["--count", "40", "--concurrency", "1", "--prefix", &prefix],
+    );
+    let started = running.wait_for(
+        Stream::Err,
+        |l| l.starts_with("setup: 4/40"),
+        Duration::from_secs(60),
+    );
+    running.signal(Signal::SIGINT);
+    let out = running.finish(Duration::from_secs(120));
+    let all = out.all();
+    assert!(started, "no progress before the signal\n{all}");
+
+    assert_eq!(out.status.code(), Some(130), "{all}");
+    assert!(
+        out.stdout.contains("SIGINT: setup stopped"),
+        "not interrupted during setup\n{all}"
+    );
+    assert!(out.stdout.contains("left behind: nothing"), "{all}");
+    before.assert_nothing_left(&all);
+}
