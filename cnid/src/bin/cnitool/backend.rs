@@ -1,0 +1,128 @@
+//! Where the operations run: the [`Backend`] seam.
+//!
+//! Today there is one backend, [`Local`]: it loads networks from
+//! `NETCONFPATH` and runs the plugins from this process with `cni-async`,
+//! as the reference cnitool does with libcni. A daemon backend
+//! (`cnitool --socket PATH` / `CNID_SOCKET`, sending the same requests to
+//! `cnid`) will implement the same trait; the subcommands only see the trait,
+//! so they print the same output and the same errors whichever runs them.
+//!
+//! The requests carry what cnitool knows from its command line and
+//! environment: network names, plugin types and a [`RuntimeConf`]. Loading a
+//! network (and the `NETCONFPATH` it comes from) is the backend's business.
+
+use std::cell::Cell;
+
+use cni_async::{CallOptions, Cni, GcSummary};
+use cni_core::result::CniResult;
+use cni_core::version::PluginInfo;
+use cni_core::{NetworkConfigList, RuntimeConf, Version};
+
+use crate::setup::Settings;
+
+/// The operations cnitool needs.
+pub(crate) trait Backend {
+    /// ADD: the final result.
+    async fn add(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<CniResult>;
+    /// CHECK after ADD.
+    async fn check(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<()>;
+    /// DEL, from the cached configuration when the network's is gone.
+    async fn del(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<()>;
+    /// GC with no valid attachment: every cached attachment of the network is stale.
+    async fn gc(&self, network: &str) -> anyhow::Result<GcSummary>;
+    /// STATUS of the network's plugins.
+    async fn status(&self, network: &str) -> anyhow::Result<()>;
+    /// A plugin's VERSION reply.
+    async fn version(&self, plugin_type: &str) -> anyhow::Result<PluginInfo>;
+    /// Validation of a network; the capabilities it enables.
+    async fn validate(&self, network: &str) -> anyhow::Result<Vec<String>>;
+    /// The `cniVersion` of the network the last call worked on, if known:
+    /// the version error JSON is written in.
+    fn cni_version(&self) -> Option<Version>;
+}
+
+/// Runs everything in this process.
+#[derive(Debug)]
+pub(crate) struct Local {
+    settings: Settings,
+    cni: Cni,
+    opts: CallOptions,
+    version: Cell<Option<Version>>,
+}
+
+impl Local {
+    /// A local backend with these settings.
+    pub(crate) fn new(settings: Settings) -> Self {
+        Local {
+            cni: settings.build_cni(),
+            opts: settings.call_options(),
+            settings,
+            version: Cell::new(None),
+        }
+    }
+
+    fn load(&self, network: &str) -> Result<NetworkConfigList, cni_core::Error> {
+        let list = self.settings.load_network(network)?;
+        self.version.set(Some(list.version()));
+        Ok(list)
+    }
+}
+
+impl Backend for Local {
+    async fn add(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<CniResult> {
+        let list = self.load(network)?;
+        Ok(self.cni.add_network_list_with(&list, rt, self.opts).await?)
+    }
+
+    async fn check(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<()> {
+        let list = self.load(network)?;
+        Ok(self
+            .cni
+            .check_network_list_with(&list, rt, self.opts)
+            .await?)
+    }
+
+    async fn del(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<()> {
+        let not_found = match self.load(network) {
+            Ok(list) => return Ok(self.cni.del_network_list_with(&list, rt, self.opts).await?),
+            Err(
+                e @ (cni_core::Error::NetworkNotFound { .. } | cni_core::Error::NoConfigs { .. }),
+            ) => e,
+            Err(e) => return Err(e.into()),
+        };
+        // The configuration is gone: DEL with the one stored at ADD
+        // (spec-digest 10.10). Without a cache entry, the original error.
+        match self.cni.del_cached(network, rt, self.opts).await {
+            Ok(()) => {
+                tracing::info!(network, container = %rt.container_id, ifname = %rt.ifname,
+                    "network configuration not found; deleted with the cached configuration");
+                Ok(())
+            }
+            Err(cni_async::Error::NotAttached { .. }) => Err(not_found.into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn gc(&self, network: &str) -> anyhow::Result<GcSummary> {
+        let list = self.load(network)?;
+        Ok(self.cni.gc_network_list_with(&list, &[], self.opts).await?)
+    }
+
+    async fn status(&self, network: &str) -> anyhow::Result<()> {
+        let list = self.load(network)?;
+        Ok(self.cni.status_network_list_with(&list, self.opts).await?)
+    }
+
+    async fn version(&self, plugin_type: &str) -> anyhow::Result<PluginInfo> {
+        Ok(self.cni.version_info(plugin_type).await?)
+    }
+
+    async fn validate(&self, network: &str) -> anyhow::Result<Vec<String>> {
+        let list = self.load(network)?;
+        Ok(self.cni.validate_network_list(&list).await?)
+    }
+
+    fn cni_version(&self) -> Option<Version> {
+        self.version.get()
+    }
+}

@@ -1,0 +1,179 @@
+//! The command line, as clap definitions only; what each command does is in
+//! its own module (`add.rs`, `del.rs`, ...).
+//!
+//! The surface is the reference cnitool's (`add|check|del|gc|status <network>
+//! <netns>`, global `-i/--ifname`, extra positional arguments ignored as
+//! cobra's `MinimumNArgs(2)` allows), plus `version`, `validate`, `batch`
+//! and `--json-errors`.
+
+use std::ffi::OsString;
+
+use clap::{Args, Parser, Subcommand};
+
+/// The environment variables, for `--help`.
+const ENV_HELP: &str = "\
+Environment:
+  NETCONFPATH          conf dir with the network configurations [default: /etc/cni/net.d]
+  CNI_PATH             plugin dirs, ':'-separated [default: /opt/cni/bin:/usr/lib/cni]
+  CNI_ARGS             K=V;K=V pairs passed to the plugins as CNI_ARGS
+  CAP_ARGS             capability arguments, a JSON object
+  CNI_IFNAME           interface name when -i is not given [default: eth0]
+  CNI_CACHE_DIR        result cache dir [default: /var/lib/cni]
+  CNI_TIMEOUT          deadline of each operation in seconds, may be fractional
+                       [default: 60 for add/check/del/gc, 10 for status/version]
+  CNITOOL_JSON_ERRORS  set to 1 for --json-errors
+  RUST_LOG             log filter (tracing), logs go to stderr";
+
+/// CNI Tool: executes a CNI configuration on a network namespace.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cnitool",
+    version,
+    about = "Add, check, delete, garbage-collect or get the status of a network attachment of a network namespace",
+    after_help = ENV_HELP
+)]
+pub(crate) struct Cli {
+    /// Global options.
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options of every command.
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// Interface name (defaults to env var CNI_IFNAME or 'eth0')
+    #[arg(short = 'i', long, global = true, value_name = "NAME")]
+    pub(crate) ifname: Option<String>,
+    /// On failure, print the CNI error JSON on stderr instead of the message
+    /// (also with env CNITOOL_JSON_ERRORS=1)
+    #[arg(long, global = true)]
+    pub(crate) json_errors: bool,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Add network interface to a network namespace; prints the result
+    Add(AttachmentArgs),
+    /// Check network interface in a network namespace
+    Check(AttachmentArgs),
+    /// Delete network interface from a network namespace (uses the cached
+    /// configuration when the network's file is gone)
+    Del(AttachmentArgs),
+    /// Garbage collect: delete every cached attachment of the network, then
+    /// send GC to its plugins (1.1.0 networks)
+    Gc(AttachmentArgs),
+    /// Get status of the network's plugins (1.1.0 networks)
+    Status(AttachmentArgs),
+    /// Print a plugin's VERSION reply
+    Version(VersionArgs),
+    /// Check that every plugin of a network is installed and supports its
+    /// version; prints the capabilities the network enables, one per line
+    Validate(ValidateArgs),
+    /// Set up or tear down many network namespaces on one network at once,
+    /// for test harnesses; prints a JSON summary (runs cnitool-batch; see
+    /// `cnitool batch --help`)
+    Batch(BatchArgs),
+}
+
+/// `<network> <netns>`, as every attachment command of the reference takes.
+#[derive(Debug, Args)]
+pub(crate) struct AttachmentArgs {
+    /// Network name (the `name` of a configuration in NETCONFPATH)
+    #[arg(value_name = "NETWORK")]
+    pub(crate) network: String,
+    /// Network namespace path; relative paths are taken from the current
+    /// directory. The container ID is derived from it
+    #[arg(value_name = "NETNS")]
+    pub(crate) netns: String,
+    /// Ignored (the reference cnitool accepts and ignores extra arguments)
+    #[arg(hide = true, value_name = "IGNORED")]
+    pub(crate) ignored: Vec<String>,
+}
+
+/// `version <plugin-type>`.
+#[derive(Debug, Args)]
+pub(crate) struct VersionArgs {
+    /// Plugin type (a binary in CNI_PATH)
+    #[arg(value_name = "PLUGIN")]
+    pub(crate) plugin_type: String,
+}
+
+/// `validate <network>`.
+#[derive(Debug, Args)]
+pub(crate) struct ValidateArgs {
+    /// Network name
+    #[arg(value_name = "NETWORK")]
+    pub(crate) network: String,
+}
+
+/// `batch ...`: the arguments go, as they are, to the `cnitool-batch`
+/// binary, which defines and documents them (`cnitool batch --help`).
+#[derive(Debug, Args)]
+#[command(disable_help_flag = true)]
+pub(crate) struct BatchArgs {
+    /// `up|down NETWORK [OPTIONS]` (see `cnitool batch --help`)
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub(crate) args: Vec<OsString>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn extra_arguments_are_ignored_and_flags_go_anywhere() {
+        let cli =
+            Cli::try_parse_from(["cnitool", "add", "net", "ns", "x", "y", "-i", "eth1"]).unwrap();
+        assert_eq!(cli.global.ifname.as_deref(), Some("eth1"));
+        match cli.command {
+            Command::Add(a) => {
+                assert_eq!((a.network.as_str(), a.netns.as_str()), ("net", "ns"));
+                assert_eq!(a.ignored, ["x", "y"]);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        let cli = Cli::try_parse_from(["cnitool", "--json-errors", "del", "n", "s"]).unwrap();
+        assert!(cli.global.json_errors);
+    }
+
+    #[test]
+    fn batch_arguments_pass_through() {
+        let args = |cli: Cli| match cli.command {
+            Command::Batch(b) => b.args,
+            other => panic!("parsed as {other:?}"),
+        };
+        let cli = Cli::try_parse_from([
+            "cnitool", "-i", "net1", "batch", "up", "net", "--count", "3", "-i", "x", "--help",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.ifname.as_deref(), Some("net1"));
+        assert_eq!(
+            args(cli),
+            ["up", "net", "--count", "3", "-i", "x", "--help"]
+        );
+        let cli = Cli::try_parse_from(["cnitool", "batch", "--help"]).unwrap();
+        assert_eq!(args(cli), ["--help"]);
+        let cli = Cli::try_parse_from(["cnitool", "batch"]).unwrap();
+        assert!(args(cli).is_empty());
+    }
+
+    #[test]
+    fn two_arguments_are_required() {
+        assert!(Cli::try_parse_from(["cnitool", "add", "net"]).is_err());
+        assert!(Cli::try_parse_from(["cnitool", "gc"]).is_err());
+    }
+}

@@ -1,0 +1,445 @@
+//! Shared setup: the environment turned into [`Settings`] (where configs,
+//! plugins and the cache are, the deadline) and into the [`RuntimeConf`] of
+//! an attachment (container ID, netns, ifname, `CNI_ARGS`, `CAP_ARGS`);
+//! network loading and [`Cni`] building for the local backend.
+//!
+//! Every function reads the environment through an [`Env`] lookup, so the
+//! rules are unit-tested without touching the process environment.
+//!
+//! Differences from the reference cnitool, on purpose:
+//! - `CNI_PATH` unset or empty means the default dirs
+//!   (`/opt/cni/bin:/usr/lib/cni`); the reference passes an empty path then,
+//!   which finds no plugin at all.
+//! - The environment is read before the network is loaded (the reference
+//!   loads the network first), so that a daemon backend, which loads the
+//!   network on its side, sees the same errors in the same order.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use cni_async::exec::Timeouts;
+use cni_async::{CallOptions, Cni};
+use cni_core::error::code;
+use cni_core::{CapabilityArgs, CniArgs, NetworkConfigList, RuntimeConf, confdir};
+use sha2::{Digest, Sha512};
+
+use crate::report::ToolError;
+
+/// `NETCONFPATH`: the conf dir.
+pub(crate) const ENV_NET_DIR: &str = "NETCONFPATH";
+/// `CNI_PATH`: plugin dirs, `:`-separated.
+pub(crate) const ENV_CNI_PATH: &str = "CNI_PATH";
+/// `CNI_ARGS`: `K=V;K=V`.
+pub(crate) const ENV_CNI_ARGS: &str = "CNI_ARGS";
+/// `CAP_ARGS`: a JSON object.
+pub(crate) const ENV_CAP_ARGS: &str = "CAP_ARGS";
+/// `CNI_IFNAME`: the interface name when `-i` is not given.
+pub(crate) const ENV_IFNAME: &str = "CNI_IFNAME";
+/// `CNI_CACHE_DIR`: the result cache dir (not in the reference).
+pub(crate) const ENV_CACHE_DIR: &str = "CNI_CACHE_DIR";
+/// `CNI_TIMEOUT`: seconds per operation (not in the reference).
+pub(crate) const ENV_TIMEOUT: &str = "CNI_TIMEOUT";
+
+/// The reference cnitool's default conf dir.
+pub(crate) const DEFAULT_NET_DIR: &str = "/etc/cni/net.d";
+/// The default interface name.
+pub(crate) const DEFAULT_IFNAME: &str = "eth0";
+/// Prefix of the container IDs cnitool derives.
+pub(crate) const CONTAINER_ID_PREFIX: &str = "cnitool-";
+
+/// A lookup of environment variables.
+pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+
+/// The process environment.
+pub(crate) fn process_env(key: &str) -> Option<OsString> {
+    std::env::var_os(key)
+}
+
+/// A variable's value, `None` when unset or empty.
+fn non_empty(env: Env<'_>, key: &str) -> Option<OsString> {
+    env(key).filter(|v| !v.is_empty())
+}
+
+/// A variable's value as UTF-8 text, `None` when unset or empty.
+fn non_empty_text(env: Env<'_>, key: &str) -> Result<Option<String>, ToolError> {
+    match non_empty(env, key) {
+        None => Ok(None),
+        Some(v) => v.into_string().map(Some).map_err(|v| {
+            ToolError::new(
+                code::INVALID_ENVIRONMENT_VARIABLES,
+                format!("invalid {key} {v:?}: not valid UTF-8"),
+            )
+        }),
+    }
+}
+
+/// Where things are and how long operations may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Settings {
+    /// The conf dir (`NETCONFPATH`).
+    pub(crate) net_dir: PathBuf,
+    /// Plugin dirs (`CNI_PATH`).
+    pub(crate) plugin_dirs: Vec<PathBuf>,
+    /// The cache dir (`CNI_CACHE_DIR`).
+    pub(crate) cache_dir: PathBuf,
+    /// The deadline of each operation (`CNI_TIMEOUT`); `None` = per-verb defaults.
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl Settings {
+    /// Reads `NETCONFPATH`, `CNI_PATH`, `CNI_CACHE_DIR` and `CNI_TIMEOUT`.
+    pub(crate) fn from_env(env: Env<'_>) -> Result<Self, ToolError> {
+        let net_dir = non_empty(env, ENV_NET_DIR)
+            .map_or_else(|| PathBuf::from(DEFAULT_NET_DIR), PathBuf::from);
+        let plugin_dirs = match non_empty(env, ENV_CNI_PATH) {
+            // Like Go's filepath.SplitList: empty components are kept (and
+            // skipped at lookup).
+            Some(v) => std::env::split_paths(&v).collect(),
+            None => cni_async::ops::DEFAULT_PLUGIN_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+        };
+        let cache_dir = non_empty(env, ENV_CACHE_DIR).map_or_else(
+            || PathBuf::from(cni_core::cache::DEFAULT_CACHE_DIR),
+            PathBuf::from,
+        );
+        let timeout = non_empty_text(env, ENV_TIMEOUT)?
+            .map(|v| parse_timeout(&v))
+            .transpose()?;
+        Ok(Settings {
+            net_dir,
+            plugin_dirs,
+            cache_dir,
+            timeout,
+        })
+    }
+
+    /// The [`Cni`] for these settings.
+    pub(crate) fn build_cni(&self) -> Cni {
+        let mut builder = Cni::builder()
+            .plugin_dirs(self.plugin_dirs.iter().cloned())
+            .cache_dir(&self.cache_dir);
+        if let Some(t) = self.timeout {
+            builder = builder.timeouts(Timeouts::uniform(t));
+        }
+        builder.build()
+    }
+
+    /// The options of every call.
+    pub(crate) fn call_options(&self) -> CallOptions {
+        CallOptions {
+            timeout: self.timeout,
+            // As the reference: a failed ADD is left for the user's DEL.
+            rollback: false,
+        }
+    }
+
+    /// Finds a network in the conf dir.
+    pub(crate) fn load_network(&self, name: &str) -> Result<NetworkConfigList, cni_core::Error> {
+        confdir::load_network(&self.net_dir, name)
+    }
+}
+
+/// Parses `CNI_TIMEOUT`: a positive, finite number of seconds (`30`, `0.5`).
+pub(crate) fn parse_timeout(value: &str) -> Result<Duration, ToolError> {
+    let bad = |why: &str| {
+        ToolError::new(
+            code::INVALID_ENVIRONMENT_VARIABLES,
+            format!("invalid {ENV_TIMEOUT} {value:?}: {why}"),
+        )
+    };
+    let secs: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| bad("expected a number of seconds, such as 30 or 0.5"))?;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(bad("expected a positive number of seconds"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| bad("too large"))
+}
+
+/// The attachment of `add`, `check`, `del` (and, parsed but unused as in the
+/// reference, `gc` and `status`): container ID from the netns path, the
+/// interface name from `-i`, `CNI_IFNAME` or `eth0`, `CNI_ARGS`, `CAP_ARGS`.
+pub(crate) fn runtime_conf(
+    env: Env<'_>,
+    netns: &str,
+    ifname_flag: Option<&str>,
+) -> anyhow::Result<RuntimeConf> {
+    let cap_args = match non_empty_text(env, ENV_CAP_ARGS)? {
+        Some(v) => {
+            CapabilityArgs::from_json(&v).with_context(|| format!("{ENV_CAP_ARGS} {v:?}"))?
+        }
+        None => CapabilityArgs::new(),
+    };
+    let args = match non_empty_text(env, ENV_CNI_ARGS)? {
+        // The message names the pair, as the reference's does.
+        Some(v) => CniArgs::parse(&v)?,
+        None => CniArgs::new(),
+    };
+    let ifname = match ifname_flag.filter(|i| !i.is_empty()) {
+        Some(i) => i.to_owned(),
+        None => non_empty_text(env, ENV_IFNAME)?.unwrap_or_else(|| DEFAULT_IFNAME.to_owned()),
+    };
+    let netns = absolute_path(env, netns)?;
+    let mut rt = RuntimeConf::new(container_id(&netns), netns, ifname);
+    rt.args = args;
+    rt.capability_args = cap_args;
+    Ok(rt)
+}
+
+/// `cnitool-` + lowercase hex of the first 10 bytes of SHA-512 of the
+/// (absolute) netns path: the reference cnitool's container ID, so an
+/// attachment made by either tool can be checked and deleted by the other.
+pub(crate) fn container_id(netns: &str) -> String {
+    let digest = Sha512::digest(netns.as_bytes());
+    let mut id = String::with_capacity(CONTAINER_ID_PREFIX.len() + 20);
+    id.push_str(CONTAINER_ID_PREFIX);
+    for b in &digest[..10] {
+        id.push(char::from(HEX[usize::from(b >> 4)]));
+        id.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    id
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Go's `filepath.Abs`: an absolute path is cleaned; a relative one is
+/// joined to the working directory and cleaned. Lexical only: symlinks are
+/// not resolved.
+pub(crate) fn absolute_path(env: Env<'_>, path: &str) -> Result<String, ToolError> {
+    if path.starts_with('/') {
+        return Ok(clean(path));
+    }
+    let wd = working_dir(env)?;
+    Ok(clean(&format!("{wd}/{path}")))
+}
+
+/// Go's `os.Getwd`: `$PWD` when it is absolute and names the current
+/// directory (so a path through a symlink is kept, as the shell shows it),
+/// otherwise the kernel's answer. Matching Go here keeps container IDs equal
+/// to the reference cnitool's for relative netns paths.
+fn working_dir(env: Env<'_>) -> Result<String, ToolError> {
+    let io = |what: &str, e: std::io::Error| {
+        ToolError::new(
+            code::IO_FAILURE,
+            format!("cannot make the netns path absolute: {what}: {e}"),
+        )
+    };
+    let dot = std::fs::metadata(".").map_err(|e| io("stat .", e))?;
+    if let Some(pwd) = env("PWD").filter(|p| p.as_bytes().first() == Some(&b'/')) {
+        let same = std::fs::metadata(Path::new(&pwd))
+            .is_ok_and(|m| m.dev() == dot.dev() && m.ino() == dot.ino());
+        if same && let Some(pwd) = pwd.to_str() {
+            return Ok(pwd.to_owned());
+        }
+    }
+    let wd = std::env::current_dir().map_err(|e| io("current directory", e))?;
+    wd.into_os_string().into_string().map_err(|wd| {
+        ToolError::new(
+            code::INVALID_ENVIRONMENT_VARIABLES,
+            format!(
+                "cannot make the netns path absolute: current directory {:?} is not valid UTF-8",
+                OsStr::new(&wd)
+            ),
+        )
+    })
+}
+
+/// Go's `path.Clean` for slash-separated paths: collapses `//`, drops `.`,
+/// resolves `..` lexically (`/..` is `/`), no trailing slash; `""` is `.`.
+pub(crate) fn clean(path: &str) -> String {
+    let rooted = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => match parts.last() {
+                Some(&last) if last != ".." => {
+                    parts.pop();
+                }
+                _ if rooted => {}
+                _ => parts.push(".."),
+            },
+            p => parts.push(p),
+        }
+    }
+    let joined = parts.join("/");
+    match (rooted, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_owned(),
+        (false, false) => joined,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + use<> {
+        let map: HashMap<String, OsString> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn clean_matches_go() {
+        // Cases from Go's path/filepath tests.
+        for (input, want) in [
+            ("", "."),
+            ("abc", "abc"),
+            ("abc/def", "abc/def"),
+            ("a/b/c", "a/b/c"),
+            (".", "."),
+            ("..", ".."),
+            ("../..", "../.."),
+            ("../../abc", "../../abc"),
+            ("/abc", "/abc"),
+            ("/", "/"),
+            ("abc/", "abc"),
+            ("abc/def/", "abc/def"),
+            ("/abc/", "/abc"),
+            ("//abc", "/abc"),
+            ("abc//def//ghi", "abc/def/ghi"),
+            ("abc/./def", "abc/def"),
+            ("/./abc/def", "/abc/def"),
+            ("abc/.", "abc"),
+            ("abc/def/ghi/../jkl", "abc/def/jkl"),
+            ("abc/def/../ghi/../jkl", "abc/jkl"),
+            ("abc/def/..", "abc"),
+            ("abc/def/../..", "."),
+            ("/abc/def/../..", "/"),
+            ("abc/def/../../..", ".."),
+            ("/abc/def/../../..", "/"),
+            ("abc/def/../../../ghi/jkl/../../../mno", "../../mno"),
+            ("/../abc", "/abc"),
+            ("abc/./../def", "def"),
+            ("abc//./../def", "def"),
+            ("abc/../../././../def", "../../def"),
+        ] {
+            assert_eq!(clean(input), want, "clean({input:?})");
+        }
+    }
+
+    #[test]
+    fn absolute_paths_are_cleaned_only() {
+        let env = env_of(&[]);
+        assert_eq!(
+            absolute_path(&env, "/var/run/netns/../netns//x/").unwrap(),
+            "/var/run/netns/x"
+        );
+    }
+
+    #[test]
+    fn relative_paths_join_the_working_dir() {
+        let env = env_of(&[]);
+        let wd = std::env::current_dir().unwrap();
+        let wd = wd.to_str().unwrap();
+        assert_eq!(absolute_path(&env, "a/./b").unwrap(), format!("{wd}/a/b"));
+        assert_eq!(absolute_path(&env, "").unwrap(), clean(wd));
+    }
+
+    #[test]
+    fn pwd_is_used_only_when_it_names_the_working_dir() {
+        let wd = std::env::current_dir().unwrap();
+        let wd = wd.to_str().unwrap();
+        let env = env_of(&[("PWD", "/")]);
+        if wd != "/" {
+            assert_eq!(absolute_path(&env, "x").unwrap(), format!("{wd}/x"));
+        }
+        let env = env_of(&[("PWD", "relative")]);
+        assert_eq!(absolute_path(&env, "x").unwrap(), format!("{wd}/x"));
+        let with_dot = format!("{wd}/.");
+        let env = env_of(&[("PWD", with_dot.as_str())]);
+        assert_eq!(absolute_path(&env, "x").unwrap(), format!("{wd}/x"));
+    }
+
+    #[test]
+    fn container_id_is_sha512_prefix() {
+        // printf '%s' /var/run/netns/test | sha512sum | cut -c1-20
+        assert_eq!(
+            container_id("/var/run/netns/test"),
+            "cnitool-7b8a61d5d8e94d07cbe4"
+        );
+        assert_eq!(container_id("").len(), "cnitool-".len() + 20);
+    }
+
+    #[test]
+    fn settings_defaults_and_overrides() {
+        let s = Settings::from_env(&env_of(&[("CNI_PATH", ""), ("NETCONFPATH", "")])).unwrap();
+        assert_eq!(
+            s,
+            Settings {
+                net_dir: "/etc/cni/net.d".into(),
+                plugin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
+                cache_dir: "/var/lib/cni".into(),
+                timeout: None,
+            }
+        );
+        let s = Settings::from_env(&env_of(&[
+            ("CNI_PATH", "/a::/b"),
+            ("NETCONFPATH", "/n"),
+            ("CNI_CACHE_DIR", "/c"),
+            ("CNI_TIMEOUT", "1.5"),
+        ]))
+        .unwrap();
+        assert_eq!(s.plugin_dirs, [PathBuf::from("/a"), "".into(), "/b".into()]);
+        assert_eq!(s.net_dir, PathBuf::from("/n"));
+        assert_eq!(s.cache_dir, PathBuf::from("/c"));
+        assert_eq!(s.timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(s.call_options().timeout, Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn timeouts_must_be_positive_numbers() {
+        assert_eq!(parse_timeout(" 2 ").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_timeout("0.25").unwrap(), Duration::from_millis(250));
+        for bad in ["", "abc", "0", "-1", "inf", "NaN", "1e30", "5s"] {
+            let e = parse_timeout(bad).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("invalid CNI_TIMEOUT {bad:?}")),
+                "{e}"
+            );
+            assert_eq!(e.code, 4);
+        }
+    }
+
+    #[test]
+    fn runtime_conf_from_env() {
+        let env = env_of(&[
+            ("CNI_ARGS", "A=1;B=2"),
+            ("CAP_ARGS", r#"{"mac":"aa:bb:cc:dd:ee:ff"}"#),
+            ("CNI_IFNAME", "net5"),
+        ]);
+        let rt = runtime_conf(&env, "/run/netns/x", None).unwrap();
+        assert_eq!(rt.container_id, container_id("/run/netns/x"));
+        assert_eq!(rt.ifname, "net5");
+        assert_eq!(rt.args.to_string(), "A=1;B=2");
+        assert!(rt.capability_args.get("mac").is_some());
+        let rt = runtime_conf(&env, "/run/netns/x", Some("eth9")).unwrap();
+        assert_eq!(rt.ifname, "eth9");
+        // `-i ""` counts as not given, as in the reference.
+        let rt = runtime_conf(&env_of(&[]), "/run/netns/x", Some("")).unwrap();
+        assert_eq!(rt.ifname, "eth0");
+    }
+
+    #[test]
+    fn bad_env_names_the_value() {
+        let e = runtime_conf(&env_of(&[("CNI_ARGS", "A=1;oops")]), "/x", None).unwrap_err();
+        assert!(
+            format!("{e:#}").starts_with("invalid CNI_ARGS pair \"oops\""),
+            "{e:#}"
+        );
+        let e = runtime_conf(&env_of(&[("CAP_ARGS", "[1]")]), "/x", None).unwrap_err();
+        assert!(format!("{e:#}").starts_with("CAP_ARGS \"[1]\": "), "{e:#}");
+    }
+}

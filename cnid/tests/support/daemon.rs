@@ -1,0 +1,494 @@
+//! Running the built `cnid` binary as a real process on a temp socket, with
+//! temp conf, cache and state dirs, and talking to it (typed client, raw
+//! HTTP, curl).
+//!
+//! [`Dirs`] owns the temp dir, so a daemon can be killed and restarted on
+//! the same state. [`Daemon`] kills its process with SIGKILL on drop (also
+//! when the test panics) and then prints the daemon's log tail if the test
+//! is failing.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use cnid::client::Client;
+use serde_json::Value;
+
+/// The built daemon.
+pub const CNID: &str = env!("CARGO_BIN_EXE_cnid");
+
+/// A test's dirs: `root/{cnid.sock, net.d, bin, cache, state, data, log}`.
+#[derive(Debug)]
+pub struct Dirs {
+    root: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub conf: PathBuf,
+    pub bin: PathBuf,
+    pub cache: PathBuf,
+    pub state: PathBuf,
+    /// For plugins' own files (host-local's dataDir, records).
+    pub data: PathBuf,
+}
+
+impl Dirs {
+    pub fn new() -> Dirs {
+        let root = tempfile::Builder::new()
+            .prefix("cnid-test-")
+            .tempdir()
+            .expect("temp dir");
+        let p = root.path().to_owned();
+        let d = Dirs {
+            socket: p.join("run/cnid.sock"),
+            conf: p.join("net.d"),
+            bin: p.join("bin"),
+            cache: p.join("cache"),
+            state: p.join("state"),
+            data: p.join("data"),
+            root,
+        };
+        for dir in [&d.conf, &d.bin, &d.data] {
+            fs::create_dir_all(dir).expect("create test dir");
+        }
+        d
+    }
+
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// Writes an executable `#!/bin/sh` plugin into `bin/`.
+    pub fn plugin(&self, name: &str, body: &str) -> PathBuf {
+        let path = self.bin.join(name);
+        // Write to a temp name and rename: never "text file busy".
+        let tmp = self.bin.join(format!(".{name}.tmp"));
+        fs::write(&tmp, format!("#!/bin/sh\n{body}\n")).expect("write plugin");
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).expect("chmod plugin");
+        fs::rename(&tmp, &path).expect("rename plugin");
+        path
+    }
+
+    /// Writes `net.d/<file>`.
+    pub fn conf(&self, file: &str, json: &Value) -> PathBuf {
+        let path = self.conf.join(file);
+        fs::write(&path, serde_json::to_vec_pretty(json).unwrap()).expect("write conf");
+        path
+    }
+
+    /// The ADD intent files in the state dir.
+    pub fn intents(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.state.join("intents"))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| n.ends_with(".json"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// The cache result files.
+    pub fn cached(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.cache.join("results"))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|n| !n.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+}
+
+/// A running `cnid` process.
+#[derive(Debug)]
+pub struct Daemon {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts cnid on `dirs` with the standard flags plus `extra`, and waits
+    /// until it answers `GET /v1/health`.
+    pub fn start(dirs: &Dirs, extra: &[&str]) -> Daemon {
+        Daemon::start_with(dirs, extra, |_| {})
+    }
+
+    /// Like [`Daemon::start`], with a hook to adjust the command.
+    pub fn start_with(dirs: &Dirs, extra: &[&str], adjust: impl FnOnce(&mut Command)) -> Daemon {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = dirs.root().join(format!("cnid-{n}.log"));
+        let log_file = fs::File::create(&log).expect("create log");
+        let mut cmd = Command::new(CNID);
+        cmd.arg("--socket")
+            .arg(&dirs.socket)
+            .arg("--conf-dir")
+            .arg(&dirs.conf)
+            .arg("--plugin-dir")
+            .arg(&dirs.bin)
+            .arg("--plugin-dir")
+            .arg("/usr/lib/cni")
+            .arg("--cache-dir")
+            .arg(&dirs.cache)
+            .arg("--state-dir")
+            .arg(&dirs.state)
+            .args(extra)
+            .env_remove("NETCONFPATH")
+            .env_remove("CNI_PATH")
+            .env_remove("CNI_CACHE_DIR")
+            .env_remove("CNID_SOCKET")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .env(
+                "RUST_LOG",
+                std::env::var("CNID_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("dup log"))
+            .stderr(log_file);
+        adjust(&mut cmd);
+        let child = cmd.spawn().expect("spawn cnid");
+        let mut d = Daemon {
+            child: Some(child),
+            socket: dirs.socket.clone(),
+            log,
+        };
+        d.wait_ready(Duration::from_secs(15));
+        d
+    }
+
+    /// Wraps a cnid process started some other way (socket activation
+    /// through a shell, say) whose log goes to `log`.
+    pub fn from_child(child: Child, socket: &Path, log: &Path) -> Daemon {
+        let mut d = Daemon {
+            child: Some(child),
+            socket: socket.to_owned(),
+            log: log.to_owned(),
+        };
+        d.wait_ready(Duration::from_secs(15));
+        d
+    }
+
+    fn wait_ready(&mut self, limit: Duration) {
+        let start = Instant::now();
+        loop {
+            if let Ok(r) = raw(&self.socket, "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+                && r.status == 200
+            {
+                return;
+            }
+            if let Some(st) = self.try_status() {
+                panic!("cnid exited at start ({st}); log:\n{}", self.log());
+            }
+            assert!(
+                start.elapsed() < limit,
+                "cnid not ready after {limit:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    /// A typed client.
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.socket).await.expect("connect")
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill has no memory preconditions.
+        let r = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(r, 0, "kill({}, {sig})", self.pid());
+    }
+
+    /// `kill -9` and reap.
+    pub fn kill9(&mut self) -> ExitStatus {
+        self.signal(libc::SIGKILL);
+        self.wait(Duration::from_secs(10))
+            .expect("SIGKILLed cnid reaped")
+    }
+
+    fn try_status(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
+
+    /// Waits up to `limit` for the process to exit.
+    pub fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.try_status() {
+                self.child = None;
+                return Some(st);
+            }
+            if start.elapsed() >= limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("--- cnid log tail ({}) ---", self.log.display());
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+/// A raw HTTP answer.
+#[derive(Debug, Clone)]
+pub struct RawAnswer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawAnswer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "answer is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// Asserts the body is a CNI error object and returns its code.
+    #[track_caller]
+    pub fn cni_error(&self) -> u64 {
+        let v = self.json();
+        let obj = v.as_object().expect("error is a JSON object");
+        assert!(
+            obj.get("cniVersion").and_then(Value::as_str).is_some(),
+            "no cniVersion: {v}"
+        );
+        assert!(
+            obj.get("msg")
+                .and_then(Value::as_str)
+                .is_some_and(|m| !m.is_empty()),
+            "no msg: {v}"
+        );
+        obj.get("code")
+            .and_then(Value::as_u64)
+            .unwrap_or_else(|| panic!("no code: {v}"))
+    }
+}
+
+/// Sends `request` (whole, as bytes) on a fresh connection, with
+/// `Connection: close` semantics expected from the request, and reads the
+/// answer (Content-Length or close-delimited).
+pub fn raw(socket: &Path, request: &str) -> std::io::Result<RawAnswer> {
+    raw_bytes(socket, request.as_bytes())
+}
+
+/// [`raw`] for arbitrary bytes.
+pub fn raw_bytes(socket: &Path, request: &[u8]) -> std::io::Result<RawAnswer> {
+    let mut s = UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    // The peer may answer (413) and close before it read everything.
+    let _ = s.write_all(request);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let n = match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && !buf.is_empty() => break,
+            Err(e) => return Err(e),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(ans) = parse_complete(&buf) {
+            return Ok(ans);
+        }
+    }
+    parse_complete(&buf).ok_or_else(|| {
+        std::io::Error::other(format!(
+            "incomplete answer: {}",
+            String::from_utf8_lossy(&buf)
+        ))
+    })
+}
+
+fn parse_complete(buf: &[u8]) -> Option<RawAnswer> {
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&buf[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let body = &buf[end + 4..];
+    if body.len() < len {
+        return None;
+    }
+    Some(RawAnswer {
+        status,
+        headers,
+        body: body[..len].to_vec(),
+    })
+}
+
+/// `POST path` with a JSON body.
+pub fn post(socket: &Path, path: &str, body: &str) -> RawAnswer {
+    raw(
+        socket,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+}
+
+/// `GET path`.
+pub fn get(socket: &Path, path: &str) -> RawAnswer {
+    raw(
+        socket,
+        &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    )
+    .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+/// Polls `cond` every 20 ms until it holds or `limit` passes.
+pub fn eventually(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The async version of [`eventually`].
+pub async fn eventually_async<F, Fut>(limit: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !cond().await {
+        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Raises this process's open-file limit (tests with many connections).
+pub fn raise_nofile() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write/read a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// Kills a process group (for plugins a SIGKILLed daemon left behind).
+pub fn kill_group(pgid: i32) {
+    if pgid > 1 {
+        // SAFETY: kill has no memory preconditions.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// A recording fake plugin's script: every invocation writes one line
+/// `COMMAND CONTAINER IFNAME SEQ START_NS END_NS` into its own file under
+/// `records` (no locks, no shared file), `SEQ` from `CNI_ARGS`
+/// (`SEQ=n`). ADD prints a 1.0.0 result. `extra` runs between start and
+/// end (a `sleep`, say).
+pub fn recording_plugin(records: &Path, extra: &str) -> String {
+    format!(
+        r#"s=$(date +%s%N)
+cat > /dev/null
+seq=-
+case ";$CNI_ARGS;" in *";SEQ="*) seq=${{CNI_ARGS#*SEQ=}}; seq=${{seq%%;*}};; esac
+{extra}
+if [ "$CNI_COMMAND" = ADD ]; then printf '{{"cniVersion":"1.0.0","ips":[{{"address":"10.99.0.2/24"}}]}}'; fi
+if [ "$CNI_COMMAND" = VERSION ]; then printf '{{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}}'; exit 0; fi
+e=$(date +%s%N)
+echo "$CNI_COMMAND ${{CNI_CONTAINERID:--}} ${{CNI_IFNAME:--}} $seq $s $e" > "{dir}/$$.$s"
+"#,
+        dir = records.display()
+    )
+}
+
+/// One recorded plugin run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub command: String,
+    pub container: String,
+    pub ifname: String,
+    pub seq: Option<u64>,
+    pub start: u128,
+    pub end: u128,
+}
+
+/// Every run recorded in `records`, by start time.
+pub fn runs(records: &Path) -> Vec<Run> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(records).expect("records dir").flatten() {
+        let text = fs::read_to_string(e.path()).unwrap_or_default();
+        let f: Vec<&str> = text.split_whitespace().collect();
+        if f.len() != 6 {
+            continue;
+        }
+        out.push(Run {
+            command: f[0].to_owned(),
+            container: f[1].to_owned(),
+            ifname: f[2].to_owned(),
+            seq: f[3].parse().ok(),
+            start: f[4].parse().expect("start ns"),
+            end: f[5].parse().expect("end ns"),
+        });
+    }
+    out.sort_by_key(|r| (r.start, r.end));
+    out
+}
