@@ -1,0 +1,306 @@
+//! The wire types of cnid's HTTP API (version 1), shared by the daemon and
+//! [`crate::client`]. `cnid/API.md` documents every endpoint.
+//!
+//! Requests are JSON objects with camel-case keys; unknown keys are refused
+//! (HTTP 400), so a typo such as `"containerID"` in an ADD body never goes
+//! unnoticed. Errors are the CNI error object ([`cni_core::ErrorObject`]:
+//! `cniVersion`, `code`, `msg`, `details`) with an HTTP status; [`code`]
+//! lists the codes cnid adds for conditions the spec has no code for.
+
+use cni_core::stdin::GcAttachment;
+use cni_core::{CapabilityArgs, CniArgs, RuntimeConf};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The path prefix of the versioned API.
+pub const PREFIX: &str = "/v1";
+
+/// The request header carrying a caller-chosen request ID (echoed in the
+/// response, logged, and listed by `GET /v1/operations`).
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// The response header that is `true` when a DEL shared the execution of an
+/// identical DEL queued before it.
+pub const COALESCED_HEADER: &str = "cnid-coalesced";
+
+/// The longest request ID kept; longer (or non-printable) ones are replaced.
+pub const REQUEST_ID_MAX: usize = 128;
+
+/// The default interface name when a request leaves `ifname` out (as cnitool).
+pub const DEFAULT_IFNAME: &str = "eth0";
+
+/// Error codes cnid uses for conditions the CNI spec has no code for: 900
+/// plus the HTTP status minus 400. Everything else uses the spec's codes
+/// (see `API.md` for the table).
+pub mod code {
+    /// The peer's uid/gid is not allowed (HTTP 403).
+    pub const FORBIDDEN: u32 = 903;
+    /// No such endpoint (HTTP 404; an unknown network is CNI code 7).
+    pub const NO_SUCH_ENDPOINT: u32 = 904;
+    /// The endpoint exists but not with this method (HTTP 405).
+    pub const METHOD_NOT_ALLOWED: u32 = 905;
+    /// ADD of an attachment that exists: DEL it first (HTTP 409).
+    pub const ALREADY_ATTACHED: u32 = 909;
+    /// The request body is larger than the daemon accepts (HTTP 413).
+    pub const BODY_TOO_LARGE: u32 = 913;
+}
+
+fn default_ifname() -> String {
+    DEFAULT_IFNAME.to_owned()
+}
+
+/// The body of ADD, DEL and CHECK (`POST /v1/networks/{network}/add|del|check`).
+///
+/// ```
+/// use cnid::api::AttachmentRequest;
+///
+/// let req: AttachmentRequest = serde_json::from_str(
+///     r#"{"containerId":"c1","netns":"/run/netns/c1","cniArgs":"K8S_POD_NAME=web"}"#,
+/// ).unwrap();
+/// assert_eq!(req.ifname, "eth0");
+/// let rt = req.runtime_conf().unwrap();
+/// assert_eq!(rt.args.get("K8S_POD_NAME"), Some("web"));
+/// assert!(serde_json::from_str::<AttachmentRequest>(r#"{"containerId":"c1","bogus":1}"#).is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AttachmentRequest {
+    /// `CNI_CONTAINERID`.
+    pub container_id: String,
+    /// `CNI_NETNS`: an absolute path; required for ADD and CHECK, may be
+    /// empty for DEL.
+    #[serde(default)]
+    pub netns: String,
+    /// `CNI_IFNAME` (default `eth0`).
+    #[serde(default = "default_ifname")]
+    pub ifname: String,
+    /// `CNI_ARGS` as `K=V;K=V` (the reference cnitool's syntax).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cni_args: String,
+    /// Capability arguments (`portMappings`, `bandwidth`, ...), passed in
+    /// `runtimeConfig` to the plugins that declare them.
+    #[serde(default, skip_serializing_if = "CapabilityArgs::is_empty")]
+    pub capability_args: CapabilityArgs,
+    /// The request's deadline in milliseconds, queueing included (default
+    /// per verb; capped by the daemon's maximum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl AttachmentRequest {
+    /// A request for this container, netns and interface.
+    pub fn new(
+        container_id: impl Into<String>,
+        netns: impl Into<String>,
+        ifname: impl Into<String>,
+    ) -> Self {
+        AttachmentRequest {
+            container_id: container_id.into(),
+            netns: netns.into(),
+            ifname: ifname.into(),
+            cni_args: String::new(),
+            capability_args: CapabilityArgs::new(),
+            timeout_ms: None,
+        }
+    }
+
+    /// The request for an attachment described by a [`RuntimeConf`].
+    pub fn from_runtime_conf(rt: &RuntimeConf) -> Self {
+        AttachmentRequest {
+            container_id: rt.container_id.clone(),
+            netns: rt.netns.clone(),
+            ifname: rt.ifname.clone(),
+            cni_args: rt.args.to_string(),
+            capability_args: rt.capability_args.clone(),
+            timeout_ms: None,
+        }
+    }
+
+    /// The [`RuntimeConf`] of this request (`cniArgs` parsed, nothing else
+    /// checked; the daemon validates every field).
+    pub fn runtime_conf(&self) -> Result<RuntimeConf, cni_core::Error> {
+        Ok(RuntimeConf {
+            container_id: self.container_id.clone(),
+            netns: self.netns.clone(),
+            ifname: self.ifname.clone(),
+            args: CniArgs::parse(&self.cni_args)?,
+            capability_args: self.capability_args.clone(),
+        })
+    }
+}
+
+/// The optional body of STATUS (`POST /v1/networks/{network}/status`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StatusRequest {
+    /// The request's deadline in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The body of GC (`POST /v1/networks/{network}/gc`).
+///
+/// `validAttachments` is required: an empty list means "no attachment of
+/// this network is valid" and deletes every cached one, which should never
+/// happen because a key was forgotten.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GcRequest {
+    /// The attachments that are still in use (`containerID`, `ifname`), as the
+    /// spec's `cni.dev/valid-attachments`.
+    pub valid_attachments: Vec<GcAttachment>,
+    /// The request's deadline in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// What GC did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcResponse {
+    /// Stale attachments that were deleted (cached ones, and half-done ADDs
+    /// the daemon had recorded).
+    pub deleted: Vec<GcAttachment>,
+    /// Whether GC was sent to the plugins (1.1.0 lists only).
+    pub plugins_called: bool,
+    /// True when the list has `disableGC` and nothing was done.
+    pub disabled: bool,
+}
+
+/// One loaded network (`GET /v1/networks`, `GET /v1/networks/{name}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInfo {
+    /// The network name.
+    pub name: String,
+    /// The file it was loaded from.
+    pub file: String,
+    /// The version it runs at (highest supported of `cniVersion`/`cniVersions`).
+    pub cni_version: String,
+    /// The plugin types in ADD order.
+    pub plugins: Vec<String>,
+    /// Capabilities some plugin enables.
+    pub capabilities: Vec<String>,
+    /// `disableCheck`.
+    pub disable_check: bool,
+    /// `disableGC`.
+    #[serde(rename = "disableGC")]
+    pub disable_gc: bool,
+    /// Later files defining the same name, which are ignored (first wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadowed: Vec<String>,
+    /// The configuration list as loaded (only in `GET /v1/networks/{name}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Value>,
+}
+
+/// A configuration file that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigError {
+    /// The file (or the conf dir itself).
+    pub file: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// `GET /v1/networks`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworksResponse {
+    /// The conf dir.
+    pub conf_dir: String,
+    /// Increases by one on every reload.
+    pub generation: u64,
+    /// When the networks were last loaded (milliseconds since the Unix epoch).
+    pub loaded_at_ms: u64,
+    /// The usable networks, in lookup order, duplicates removed.
+    pub networks: Vec<NetworkInfo>,
+    /// Files that could not be used (they do not stop the others).
+    pub errors: Vec<ConfigError>,
+}
+
+/// One cached attachment (`GET /v1/attachments`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentInfo {
+    /// The network name.
+    pub network: String,
+    /// `CNI_CONTAINERID`.
+    pub container_id: String,
+    /// `CNI_IFNAME`.
+    pub ifname: String,
+    /// `CNI_NETNS` at ADD.
+    pub netns: String,
+    /// `CNI_ARGS` at ADD (`K=V;K=V`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cni_args: String,
+    /// Capability arguments at ADD.
+    #[serde(default, skip_serializing_if = "CapabilityArgs::is_empty")]
+    pub capability_args: CapabilityArgs,
+    /// The cached ADD result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+}
+
+/// `GET /v1/attachments`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttachmentsResponse {
+    /// The cached attachments, sorted by cache file name.
+    pub attachments: Vec<AttachmentInfo>,
+}
+
+/// One queued or running operation (`GET /v1/operations`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationInfo {
+    /// The daemon's sequence number (arrival order).
+    pub id: u64,
+    /// The request ID (from `X-Request-Id` or generated).
+    pub request_id: String,
+    /// `ADD`, `DEL`, `CHECK`, `STATUS` or `GC`.
+    pub verb: String,
+    /// The network.
+    pub network: String,
+    /// The container (attachment operations only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// The interface (attachment operations only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifname: Option<String>,
+    /// `queued` or `running`.
+    pub state: String,
+    /// Requests waiting for it (more than 1 for coalesced DELs).
+    pub waiters: u32,
+    /// Milliseconds since it arrived.
+    pub age_ms: u64,
+}
+
+/// `GET /v1/operations`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationsResponse {
+    /// In arrival order.
+    pub operations: Vec<OperationInfo>,
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthResponse {
+    /// `ok`, or `draining` during shutdown.
+    pub status: String,
+    /// The daemon's version.
+    pub version: String,
+    /// The newest CNI spec version the daemon speaks.
+    pub cni_version: String,
+    /// Networks loaded.
+    pub networks: u64,
+    /// Configuration files that could not be used.
+    pub config_errors: u64,
+    /// Operations running plugins now.
+    pub in_flight: u64,
+    /// Operations waiting for their turn.
+    pub queued: u64,
+    /// Seconds since start.
+    pub uptime_seconds: u64,
+}

@@ -1,0 +1,266 @@
+//! `cnid`: the CNI runtime daemon. See `cnid --help` and `cnid/API.md`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use cnid::daemon::{self, Config, PeerPolicy, SystemdEnv};
+
+/// CNI runtime daemon: ADD, DEL, CHECK, STATUS and GC over HTTP/1.1 + JSON
+/// on a Unix socket, one operation at a time per container.
+///
+/// Environment: NETCONFPATH, CNI_PATH (':'-separated), CNI_CACHE_DIR and
+/// CNID_SOCKET are used when the matching flag is absent (as cnitool);
+/// RUST_LOG sets the log filter (default "info"). Socket activation
+/// (LISTEN_FDS) and NOTIFY_SOCKET are honoured.
+#[derive(Debug, Parser)]
+#[command(name = "cnid", version)]
+struct Cli {
+    /// Socket path [env: CNID_SOCKET] [default: /run/cnid/cnid.sock].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Group owning the socket (name or gid) [default: root's].
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
+    /// Socket mode, octal.
+    #[arg(long, value_name = "MODE", default_value = "0660", value_parser = parse_mode)]
+    socket_mode: u32,
+    /// Network configuration dir [env: NETCONFPATH] [default: /etc/cni/net.d].
+    #[arg(long, value_name = "DIR")]
+    conf_dir: Option<PathBuf>,
+    /// Plugin dir, in lookup order; repeat for several [env: CNI_PATH]
+    /// [default: /opt/cni/bin, /usr/lib/cni].
+    #[arg(long = "plugin-dir", value_name = "DIR")]
+    plugin_dirs: Vec<PathBuf>,
+    /// Result cache dir, shared with cnitool and libcni [env: CNI_CACHE_DIR]
+    /// [default: /var/lib/cni].
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// State dir for ADD intents (crash safety).
+    #[arg(long, value_name = "DIR", default_value = daemon::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// A uid allowed to use the socket besides root; repeat or comma-separate.
+    #[arg(long = "allow-uid", value_name = "UID", value_delimiter = ',')]
+    allow_uids: Vec<u32>,
+    /// A primary gid (number or group name) allowed to use the socket;
+    /// repeat or comma-separate.
+    #[arg(long = "allow-gid", value_name = "GID", value_delimiter = ',')]
+    allow_gids: Vec<String>,
+    /// Operations running plugins at once (across containers).
+    #[arg(long, value_name = "N", default_value_t = daemon::DEFAULT_MAX_PARALLEL)]
+    max_parallel: usize,
+    /// Default ADD deadline (queueing included): 60s, 500ms, 2m.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    timeout_add: Duration,
+    /// Default DEL deadline.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    timeout_del: Duration,
+    /// Default CHECK deadline.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    timeout_check: Duration,
+    /// Default STATUS deadline.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    timeout_status: Duration,
+    /// Default GC deadline.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    timeout_gc: Duration,
+    /// The largest deadline a request may ask for (timeoutMs).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    max_timeout: Duration,
+    /// How long shutdown waits for running operations.
+    #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
+    shutdown_timeout: Duration,
+    /// Request body cap in bytes (suffixes K and M: 1024-based).
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_size)]
+    body_limit: usize,
+    /// Do not watch the conf dir with inotify (reload on SIGHUP only).
+    #[arg(long)]
+    no_watch: bool,
+    /// Runtime worker threads.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    worker_threads: usize,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let m = u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .map_err(|e| format!("not an octal mode: {e}"))?;
+    if m > 0o777 {
+        return Err("mode must be at most 0777".into());
+    }
+    Ok(m)
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (examples: 60s, 500ms, 2m)"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        _ => return Err(format!("invalid duration unit in {s:?} (ms, s or m)")),
+    };
+    if d.is_zero() {
+        return Err("duration must be positive".into());
+    }
+    Ok(d)
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let (num, mult) = match s.strip_suffix(['K', 'k']) {
+        Some(n) => (n, 1024),
+        None => match s.strip_suffix('M') {
+            Some(n) => (n, 1024 * 1024),
+            None => (s, 1),
+        },
+    };
+    let n: usize = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    n.checked_mul(mult)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("invalid size {s:?}"))
+}
+
+fn gid_of(group: &str) -> anyhow::Result<u32> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Ok(gid);
+    }
+    match nix::unistd::Group::from_name(group) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        Ok(None) => bail!("no group named {group:?}"),
+        Err(e) => Err(e).with_context(|| format!("cannot look up group {group:?}")),
+    }
+}
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
+    let defaults = Config::default();
+    let plugin_dirs = if !cli.plugin_dirs.is_empty() {
+        cli.plugin_dirs
+    } else if let Some(p) = std::env::var_os("CNI_PATH").filter(|v| !v.is_empty()) {
+        std::env::split_paths(&p).collect()
+    } else {
+        defaults.plugin_dirs.clone()
+    };
+    let gids = cli
+        .allow_gids
+        .iter()
+        .map(|g| gid_of(g))
+        .collect::<anyhow::Result<Vec<u32>>>()
+        .context("--allow-gid")?;
+    let socket_group = cli
+        .socket_group
+        .as_deref()
+        .map(gid_of)
+        .transpose()
+        .context("--socket-group")?;
+    if cli.max_parallel == 0 {
+        bail!("--max-parallel must be at least 1");
+    }
+    let config = Config {
+        socket: cli
+            .socket
+            .or_else(|| env_path("CNID_SOCKET"))
+            .unwrap_or(defaults.socket),
+        socket_mode: cli.socket_mode,
+        socket_group,
+        conf_dir: cli
+            .conf_dir
+            .or_else(|| env_path("NETCONFPATH"))
+            .unwrap_or(defaults.conf_dir),
+        plugin_dirs,
+        cache_dir: cli
+            .cache_dir
+            .or_else(|| env_path("CNI_CACHE_DIR"))
+            .unwrap_or(defaults.cache_dir),
+        state_dir: cli.state_dir,
+        peers: PeerPolicy {
+            uids: cli.allow_uids,
+            gids,
+        },
+        max_parallel: cli.max_parallel,
+        timeouts: cni_async::Timeouts {
+            add: cli.timeout_add,
+            del: cli.timeout_del,
+            check: cli.timeout_check,
+            status: cli.timeout_status,
+            gc: cli.timeout_gc,
+            ..cni_async::Timeouts::default()
+        },
+        max_timeout: cli.max_timeout,
+        body_limit: cli.body_limit,
+        shutdown_timeout: cli.shutdown_timeout,
+        watch: !cli.no_watch,
+        systemd,
+    };
+    Ok((config, cli.worker_threads.max(1)))
+}
+
+fn main() -> ExitCode {
+    // SAFETY: first thing in main; no other thread exists yet.
+    let systemd = unsafe { SystemdEnv::take_from_env() };
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let (config, workers) = match config(cli, systemd) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cnid: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .max_blocking_threads(16)
+        .thread_name("cnid")
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cnid: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(daemon::run(config)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("cnid: {:#}", anyhow::Error::from(e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsers() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("1h").is_err());
+        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
+        assert_eq!(parse_size("64K").unwrap(), 65536);
+        assert_eq!(parse_mode("0660").unwrap(), 0o660);
+        assert!(parse_mode("999").is_err());
+    }
+}

@@ -1,0 +1,491 @@
+//! A typed async client for cnid's API, on hyper 1 over a Unix socket.
+//!
+//! Every endpoint has a method; an error answer of the daemon comes back as
+//! [`ClientError::Api`] with the HTTP status and the CNI error object
+//! (`cniVersion`, `code`, `msg`, `details`), so a CLI can print the same JSON
+//! a plugin or cnitool would.
+//!
+//! Connections are kept alive and reused (one request at a time each, as
+//! HTTP/1.1 has it); idle ones are dropped after 20 s, before the daemon's
+//! 60 s idle limit, so a request is never sent on a connection the daemon
+//! is closing.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), cnid::client::ClientError> {
+//! use cnid::api::AttachmentRequest;
+//! use cnid::client::Client;
+//!
+//! let client = Client::connect("/run/cnid/cnid.sock").await?;
+//! let req = AttachmentRequest::new("c1", "/run/netns/c1", "eth0");
+//! let result = client.add("mynet", &req).await?;
+//! println!("{result}");
+//! client.check("mynet", &req).await?;
+//! client.del("mynet", &req).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Caveats
+//! Dropping a call's future closes its connection; the daemon then cancels
+//! the operation if it is still queued, but one already running plugins is
+//! finished (or rolled back) regardless.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cni_core::ErrorObject;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::api::{
+    self, AttachmentInfo, AttachmentRequest, AttachmentsResponse, GcRequest, GcResponse,
+    HealthResponse, NetworkInfo, NetworksResponse, OperationInfo, OperationsResponse,
+    StatusRequest,
+};
+
+/// How long an idle connection is kept for reuse.
+const IDLE_KEEP: Duration = Duration::from_secs(20);
+/// Idle connections kept at most.
+const IDLE_MAX: usize = 16;
+/// The largest answer read.
+const RESPONSE_MAX: usize = 64 * 1024 * 1024;
+
+/// What can go wrong talking to cnid.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The socket could not be reached.
+    #[error("cannot connect to cnid at {}: {source}", path.display())]
+    Connect {
+        /// The socket path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP exchange failed (connection closed, protocol error).
+    #[error("HTTP exchange with cnid at {} failed: {source}", path.display())]
+    Http {
+        /// The socket path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: hyper::Error,
+    },
+    /// The daemon answered with an error.
+    #[error("cnid answered {status}: {error}")]
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The CNI error object it sent.
+        error: ErrorObject,
+    },
+    /// The answer could not be decoded.
+    #[error("cannot decode cnid's answer to {what}: {reason}")]
+    Decode {
+        /// The request.
+        what: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl ClientError {
+    /// The CNI error object: the daemon's for [`ClientError::Api`], one made
+    /// up (code 5, I/O failure; 6 for undecodable answers) for the others.
+    pub fn error_object(&self, cni_version: &str) -> ErrorObject {
+        match self {
+            ClientError::Api { error, .. } => error.clone(),
+            ClientError::Decode { .. } => ErrorObject::new(
+                cni_version,
+                cni_core::error::code::DECODING_FAILURE,
+                self.to_string(),
+                "",
+            ),
+            _ => ErrorObject::new(
+                cni_version,
+                cni_core::error::code::IO_FAILURE,
+                self.to_string(),
+                "",
+            ),
+        }
+    }
+
+    /// The HTTP status of an [`ClientError::Api`] answer.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A raw answer: status, the headers cnid sets, body.
+#[derive(Debug, Clone)]
+pub struct RawResponse {
+    /// The HTTP status.
+    pub status: u16,
+    /// `X-Request-Id` as echoed.
+    pub request_id: Option<String>,
+    /// Whether a DEL was coalesced with an identical queued one.
+    pub coalesced: bool,
+    /// The body.
+    pub body: Bytes,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    idle: Mutex<Vec<(SendRequest<Full<Bytes>>, Instant)>>,
+}
+
+/// A client of one cnid socket. Cheap to clone; clones share connections.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    request_id: Option<HeaderValue>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Percent-encodes a path segment or query value.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Client {
+    /// Connects to the socket at `path` (one connection, kept for reuse).
+    pub async fn connect(path: impl AsRef<Path>) -> Result<Client, ClientError> {
+        let client = Client {
+            inner: Arc::new(Inner {
+                path: path.as_ref().to_owned(),
+                idle: Mutex::new(Vec::new()),
+            }),
+            request_id: None,
+        };
+        let sender = client.open().await?;
+        client.put_back(sender);
+        Ok(client)
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// A client sending `X-Request-Id: id` with every request (logged by
+    /// the daemon and listed by [`Client::operations`]).
+    pub fn with_request_id(&self, id: &str) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            request_id: HeaderValue::from_str(id).ok(),
+        }
+    }
+
+    async fn open(&self) -> Result<SendRequest<Full<Bytes>>, ClientError> {
+        let stream = tokio::net::UnixStream::connect(&self.inner.path)
+            .await
+            .map_err(|source| ClientError::Connect {
+                path: self.inner.path.clone(),
+                source,
+            })?;
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|source| self.http(source))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "cnid connection ended");
+            }
+        });
+        Ok(sender)
+    }
+
+    fn http(&self, source: hyper::Error) -> ClientError {
+        ClientError::Http {
+            path: self.inner.path.clone(),
+            source,
+        }
+    }
+
+    async fn sender(&self) -> Result<SendRequest<Full<Bytes>>, ClientError> {
+        loop {
+            let pooled = lock(&self.inner.idle).pop();
+            match pooled {
+                Some((mut s, since)) if since.elapsed() < IDLE_KEEP && !s.is_closed() => {
+                    if s.ready().await.is_ok() {
+                        return Ok(s);
+                    }
+                }
+                Some(_) => {}
+                None => return self.open().await,
+            }
+        }
+    }
+
+    fn put_back(&self, sender: SendRequest<Full<Bytes>>) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = lock(&self.inner.idle);
+        if idle.len() < IDLE_MAX {
+            idle.push((sender, Instant::now()));
+        }
+    }
+
+    /// Sends one request and reads the whole answer, whatever its status.
+    pub async fn request(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+    ) -> Result<RawResponse, ClientError> {
+        let mut sender = self.sender().await?;
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(path_and_query)
+            .header(header::HOST, "cnid");
+        if let Some(id) = &self.request_id {
+            builder = builder.header(api::REQUEST_ID_HEADER, id.clone());
+        }
+        if body.is_some() {
+            builder = builder.header(header::CONTENT_TYPE, "application/json");
+        }
+        let req = builder
+            .body(Full::new(body.unwrap_or_default()))
+            .map_err(|e| ClientError::Decode {
+                what: path_and_query.to_owned(),
+                reason: format!("cannot build the request: {e}"),
+            })?;
+        let resp = sender.send_request(req).await.map_err(|e| self.http(e))?;
+        let status = resp.status().as_u16();
+        let header_text = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let request_id = header_text(api::REQUEST_ID_HEADER);
+        let coalesced = header_text(api::COALESCED_HEADER).as_deref() == Some("true");
+        let body = Limited::new(resp.into_body(), RESPONSE_MAX)
+            .collect()
+            .await
+            .map_err(|e| ClientError::Decode {
+                what: path_and_query.to_owned(),
+                reason: format!("cannot read the body: {e}"),
+            })?
+            .to_bytes();
+        self.put_back(sender);
+        Ok(RawResponse {
+            status,
+            request_id,
+            coalesced,
+            body,
+        })
+    }
+
+    /// Sends a request; an error status becomes [`ClientError::Api`].
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Result<RawResponse, ClientError> {
+        let r = self.request(method, path, body).await?;
+        if (200..300).contains(&r.status) {
+            return Ok(r);
+        }
+        let error = ErrorObject::decode(&r.body).unwrap_or_else(|| {
+            ErrorObject::new(
+                cni_core::Version::CURRENT.to_string(),
+                cni_core::error::code::INTERNAL,
+                format!(
+                    "HTTP {} {}",
+                    r.status,
+                    StatusCode::from_u16(r.status)
+                        .ok()
+                        .and_then(|s| s.canonical_reason())
+                        .unwrap_or("")
+                ),
+                String::from_utf8_lossy(&r.body).into_owned(),
+            )
+        });
+        Err(ClientError::Api {
+            status: r.status,
+            error,
+        })
+    }
+
+    fn decode<T: DeserializeOwned>(what: &str, body: &[u8]) -> Result<T, ClientError> {
+        serde_json::from_slice(body).map_err(|e| ClientError::Decode {
+            what: what.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn body<T: Serialize>(v: &T) -> Result<Bytes, ClientError> {
+        serde_json::to_vec(v)
+            .map(Bytes::from)
+            .map_err(|e| ClientError::Decode {
+                what: "request".into(),
+                reason: format!("cannot encode: {e}"),
+            })
+    }
+
+    fn network_path(network: &str, verb: &str) -> String {
+        format!("{}/networks/{}/{verb}", api::PREFIX, encode(network))
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let r = self.call(Method::GET, path, None).await?;
+        Self::decode(path, &r.body)
+    }
+
+    /// `GET /v1/health`.
+    pub async fn health(&self) -> Result<HealthResponse, ClientError> {
+        self.get(&format!("{}/health", api::PREFIX)).await
+    }
+
+    /// `GET /v1/networks`.
+    pub async fn networks(&self) -> Result<NetworksResponse, ClientError> {
+        self.get(&format!("{}/networks", api::PREFIX)).await
+    }
+
+    /// `GET /v1/networks/{name}` (with the configuration).
+    pub async fn network(&self, name: &str) -> Result<NetworkInfo, ClientError> {
+        self.get(&format!("{}/networks/{}", api::PREFIX, encode(name)))
+            .await
+    }
+
+    /// ADD: the CNI result, exactly as the daemon sent it.
+    pub async fn add(&self, network: &str, req: &AttachmentRequest) -> Result<Value, ClientError> {
+        let path = Self::network_path(network, "add");
+        let r = self
+            .call(Method::POST, &path, Some(Self::body(req)?))
+            .await?;
+        Self::decode(&path, &r.body)
+    }
+
+    /// DEL. Succeeds when the attachment does not exist.
+    pub async fn del(&self, network: &str, req: &AttachmentRequest) -> Result<(), ClientError> {
+        self.del_raw(network, req).await.map(|_| ())
+    }
+
+    /// DEL, with the raw answer (to see whether it was coalesced).
+    pub async fn del_raw(
+        &self,
+        network: &str,
+        req: &AttachmentRequest,
+    ) -> Result<RawResponse, ClientError> {
+        self.call(
+            Method::POST,
+            &Self::network_path(network, "del"),
+            Some(Self::body(req)?),
+        )
+        .await
+    }
+
+    /// CHECK.
+    pub async fn check(&self, network: &str, req: &AttachmentRequest) -> Result<(), ClientError> {
+        self.call(
+            Method::POST,
+            &Self::network_path(network, "check"),
+            Some(Self::body(req)?),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// STATUS.
+    pub async fn status(
+        &self,
+        network: &str,
+        timeout: Option<Duration>,
+    ) -> Result<(), ClientError> {
+        let req = StatusRequest {
+            timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        };
+        self.call(
+            Method::POST,
+            &Self::network_path(network, "status"),
+            Some(Self::body(&req)?),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// GC with the attachments that are still valid.
+    pub async fn gc(&self, network: &str, req: &GcRequest) -> Result<GcResponse, ClientError> {
+        let path = Self::network_path(network, "gc");
+        let r = self
+            .call(Method::POST, &path, Some(Self::body(req)?))
+            .await?;
+        Self::decode(&path, &r.body)
+    }
+
+    fn filtered(what: &str, container_id: Option<&str>) -> String {
+        match container_id {
+            Some(c) => format!("{}/{what}?containerId={}", api::PREFIX, encode(c)),
+            None => format!("{}/{what}", api::PREFIX),
+        }
+    }
+
+    /// `GET /v1/attachments`: cached attachments, all or one container's.
+    pub async fn attachments(
+        &self,
+        container_id: Option<&str>,
+    ) -> Result<Vec<AttachmentInfo>, ClientError> {
+        let r: AttachmentsResponse = self
+            .get(&Self::filtered("attachments", container_id))
+            .await?;
+        Ok(r.attachments)
+    }
+
+    /// `GET /v1/operations`: queued and running operations.
+    pub async fn operations(
+        &self,
+        container_id: Option<&str>,
+    ) -> Result<Vec<OperationInfo>, ClientError> {
+        let r: OperationsResponse = self
+            .get(&Self::filtered("operations", container_id))
+            .await?;
+        Ok(r.operations)
+    }
+
+    /// `GET /metrics` (Prometheus text).
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let r = self.call(Method::GET, "/metrics", None).await?;
+        Ok(String::from_utf8_lossy(&r.body).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding() {
+        assert_eq!(encode("net-1"), "net-1");
+        assert_eq!(encode("../x"), "..%2Fx");
+        assert_eq!(
+            Client::filtered("attachments", Some("a b")),
+            "/v1/attachments?containerId=a%20b"
+        );
+    }
+}

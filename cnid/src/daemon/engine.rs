@@ -1,0 +1,435 @@
+//! Running operations: what each verb does around `cni-async`, on tasks of
+//! their own (never on the request's task, so a client that goes away
+//! cannot stop an operation half way).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cni_async::{CallOptions, Cni};
+use cni_core::error::code as cni_code;
+use cni_core::stdin::GcAttachment;
+use cni_core::{Command, NetworkConfigList, RuntimeConf, Version};
+use hyper::StatusCode;
+use hyper::body::Bytes;
+use tokio_util::task::TaskTracker;
+
+use super::error::ApiError;
+use super::intents::{Found, Intent, Intents};
+use super::metrics::Metrics;
+use super::networks::Networks;
+use super::queue::{NewOp, Op, Outcome, Reply, Scheduler, Start, Waiter, Work};
+use crate::api::GcResponse;
+
+/// Per-verb default deadlines and the cap on what a request may ask for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadlines {
+    pub(crate) defaults: cni_async::Timeouts,
+    pub(crate) max: Duration,
+}
+
+impl Deadlines {
+    /// The deadline of a request of `verb` asking for `timeout_ms`.
+    pub(crate) fn for_request(
+        &self,
+        verb: Command,
+        timeout_ms: Option<u64>,
+    ) -> Result<Duration, ApiError> {
+        match timeout_ms {
+            Some(0) => Err(ApiError::bad_request(
+                cni_code::INVALID_ENVIRONMENT_VARIABLES,
+                "invalid timeoutMs 0: must be at least 1",
+            )),
+            Some(ms) => Ok(Duration::from_millis(ms).min(self.max)),
+            None => Ok(self.defaults.for_command(verb).min(self.max)),
+        }
+    }
+}
+
+/// The daemon's state shared by the server, the scheduler's tasks and the
+/// lifecycle.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) cni: Cni,
+    pub(crate) networks: Arc<Networks>,
+    pub(crate) intents: Intents,
+    pub(crate) sched: Arc<Scheduler>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) deadlines: Deadlines,
+    pub(crate) tracker: TaskTracker,
+    pub(crate) started: Instant,
+}
+
+fn reply(status: StatusCode, body: Option<Vec<u8>>) -> Reply {
+    Reply {
+        status,
+        body: body.map(Bytes::from),
+    }
+}
+
+impl Engine {
+    /// Queues an operation and starts what must run it.
+    pub(crate) fn submit(self: &Arc<Self>, new: NewOp) -> Result<Waiter, ApiError> {
+        let (waiter, start) = self.sched.enqueue(new)?;
+        match start {
+            Start::Nothing => {}
+            Start::Driver(cid) => {
+                let this = self.clone();
+                self.tracker.spawn(async move { this.drive(cid).await });
+            }
+            Start::Network(op, ticket) => {
+                let this = self.clone();
+                self.tracker.spawn(async move {
+                    if let Some(claim) = this.sched.acquire(&op, ticket).await {
+                        let outcome = Box::pin(this.run(&op)).await;
+                        this.sched.complete(&op, claim, outcome);
+                    }
+                });
+            }
+        }
+        Ok(waiter)
+    }
+
+    /// A container's driver: runs its queue in order until it is empty.
+    ///
+    /// The operation's future is boxed: it is large (the whole plugin
+    /// chain), and only the few operations that run need one, not every
+    /// container waiting for its turn.
+    async fn drive(self: Arc<Self>, container_id: String) {
+        while let Some((op, ticket)) = self.sched.next_for(&container_id) {
+            if let Some(claim) = self.sched.acquire(&op, Some(ticket)).await {
+                let outcome = Box::pin(self.run(&op)).await;
+                self.sched.complete(&op, claim, outcome);
+            }
+        }
+    }
+
+    async fn run(&self, op: &Arc<Op>) -> Outcome {
+        let Some(work) = op.take_work() else {
+            return Err(ApiError::internal("operation ran twice"));
+        };
+        let opts = CallOptions {
+            timeout: Some(op.remaining().max(Duration::from_millis(1))),
+            rollback: true,
+        };
+        let span = tracing::info_span!("op", id = op.id, request_id = %op.request_id, verb = %op.verb, network = %op.network,
+            container = op.attachment.as_ref().map(|a| a.0.as_str()).unwrap_or(""),
+            ifname = op.attachment.as_ref().map(|a| a.1.as_str()).unwrap_or(""));
+        let started = Instant::now();
+        let outcome = tracing::Instrument::instrument(
+            async {
+                match work {
+                    Work::Add { list, rt } => self.add(&list, &rt, opts).await,
+                    Work::Del { list, rt } => {
+                        self.del(&op.network, list.as_deref(), &rt, opts).await
+                    }
+                    Work::Check { list, rt } => self
+                        .cni
+                        .check_network_list_with(&list, &rt, opts)
+                        .await
+                        .map(|()| reply(StatusCode::NO_CONTENT, None))
+                        .map_err(|e| ApiError::from_cni(&e, list.version())),
+                    Work::Status { list } => self
+                        .cni
+                        .status_network_list_with(&list, opts)
+                        .await
+                        .map(|()| reply(StatusCode::NO_CONTENT, None))
+                        .map_err(|e| ApiError::from_cni(&e, list.version())),
+                    Work::Gc { list, valid } => self.gc(&list, &valid, opts).await,
+                }
+            },
+            span.clone(),
+        )
+        .await;
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        span.in_scope(|| match &outcome {
+            Ok(r) => tracing::info!(status = r.status.as_u16(), elapsed_ms, "operation done"),
+            Err(e) => tracing::warn!(status = e.status.as_u16(), code = e.error.code, error = %e.error.msg, elapsed_ms, "operation failed"),
+        });
+        outcome
+    }
+
+    async fn add(&self, list: &NetworkConfigList, rt: &RuntimeConf, opts: CallOptions) -> Outcome {
+        let (net, version) = (list.name(), list.version());
+        let (cid, ifname) = (rt.container_id.as_str(), rt.ifname.as_str());
+        match self.cni.cache().read(net, cid, ifname).await {
+            Ok(Some(_)) => {
+                return Err(ApiError::already_attached(
+                    net,
+                    cid,
+                    ifname,
+                    "a cached ADD result exists",
+                )
+                .in_version(version));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(ApiError::from_cni(&e, version)),
+        }
+        if self.intents.exists(net, cid, ifname).await {
+            return Err(ApiError::already_attached(
+                net,
+                cid,
+                ifname,
+                "an earlier ADD failed and could not be rolled back",
+            )
+            .in_version(version));
+        }
+        let intent = Intent::new(net, rt, list.cache_bytes());
+        if let Err(e) = self.intents.write(&intent).await {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                cni_code::IO_FAILURE,
+                format!("cannot record the ADD before running plugins: {e}"),
+            )
+            .in_version(version));
+        }
+        match self.cni.add_network_list_with(list, rt, opts).await {
+            Ok(result) => match self.intents.remove(net, cid, ifname).await {
+                Ok(_) => {
+                    let body = serde_json::to_vec(&result.to_value()).unwrap_or_default();
+                    Ok(reply(StatusCode::OK, Some(body)))
+                }
+                Err(e) => {
+                    // A restart would DEL an attachment the caller believes
+                    // made: undo it now and say so.
+                    tracing::error!(error = %e, "cannot remove the ADD intent; deleting the attachment again");
+                    let undo = self
+                        .cni
+                        .del_network_list_with(list, rt, CallOptions::default())
+                        .await;
+                    if undo.is_ok() {
+                        let _ = self.intents.remove(net, cid, ifname).await;
+                    }
+                    Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        cni_code::IO_FAILURE,
+                        format!("ADD succeeded but its record could not be removed ({e}); the attachment was deleted again"),
+                    )
+                    .in_version(version))
+                }
+            },
+            Err(e) => {
+                let undone = !matches!(
+                    e,
+                    cni_async::Error::RollbackFailed { .. } | cni_async::Error::Cache { .. }
+                );
+                if undone {
+                    if let Err(e) = self.intents.remove(net, cid, ifname).await {
+                        tracing::warn!(error = %e, "cannot remove the intent of a rolled-back ADD");
+                    }
+                } else {
+                    tracing::warn!(error = %e, "ADD failed and was not fully undone; its intent stays until a DEL succeeds");
+                }
+                Err(ApiError::from_cni(&e, version))
+            }
+        }
+    }
+
+    async fn del(
+        &self,
+        network: &str,
+        list: Option<&NetworkConfigList>,
+        rt: &RuntimeConf,
+        opts: CallOptions,
+    ) -> Outcome {
+        let version = list.map_or(Version::CURRENT, |l| l.version());
+        let res = match list {
+            Some(list) => self.cni.del_network_list_with(list, rt, opts).await,
+            // Not in the conf dir: the configuration stored at ADD.
+            None => match self.cni.del_cached(network, rt, opts).await {
+                Err(cni_async::Error::NotAttached { .. }) => {
+                    match self
+                        .intents
+                        .read(network, &rt.container_id, &rt.ifname)
+                        .await
+                    {
+                        Some(intent) => match NetworkConfigList::from_bytes(&intent.config, None) {
+                            Ok(l) => self.cni.del_network_list_with(&l, rt, opts).await,
+                            Err(e) => Err(e.into()),
+                        },
+                        None => {
+                            tracing::info!(
+                                "network not loaded and nothing cached: nothing to delete"
+                            );
+                            Ok(())
+                        }
+                    }
+                }
+                other => other,
+            },
+        };
+        match res {
+            Ok(()) => {
+                match self
+                    .intents
+                    .remove(network, &rt.container_id, &rt.ifname)
+                    .await
+                {
+                    Ok(true) => tracing::info!("DEL resolved an unfinished ADD"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "cannot remove an ADD intent after DEL"),
+                }
+                Ok(reply(StatusCode::NO_CONTENT, None))
+            }
+            Err(e) => Err(ApiError::from_cni(&e, version)),
+        }
+    }
+
+    async fn gc(
+        &self,
+        list: &NetworkConfigList,
+        valid: &[GcAttachment],
+        opts: CallOptions,
+    ) -> Outcome {
+        let version = list.version();
+        if list.disable_gc() {
+            let body = serde_json::to_vec(&GcResponse {
+                disabled: true,
+                ..Default::default()
+            })
+            .unwrap_or_default();
+            return Ok(reply(StatusCode::OK, Some(body)));
+        }
+        let keep: HashSet<&GcAttachment> = valid.iter().collect();
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        // ADDs that failed and could not be rolled back: stale unless valid.
+        // (The network's gate is held exclusively: no ADD of it is running.)
+        for intent in self.intents.of_network(list.name()).await {
+            let key = GcAttachment {
+                container_id: intent.rt.container_id.clone(),
+                ifname: intent.rt.ifname.clone(),
+            };
+            if keep.contains(&key) {
+                continue;
+            }
+            let res = match NetworkConfigList::from_bytes(&intent.config, None) {
+                Ok(l) => self.cni.del_network_list_with(&l, &intent.rt, opts).await,
+                Err(e) => Err(e.into()),
+            };
+            match res {
+                Ok(()) => {
+                    let _ = self
+                        .intents
+                        .remove(list.name(), &key.container_id, &key.ifname)
+                        .await;
+                    deleted.push(key);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        match self.cni.gc_network_list_with(list, valid, opts).await {
+            Ok(summary) => {
+                for d in summary.deleted {
+                    if !deleted.contains(&d) {
+                        deleted.push(d);
+                    }
+                }
+                if errors.is_empty() {
+                    let body = serde_json::to_vec(&GcResponse {
+                        deleted,
+                        plugins_called: summary.plugins_called,
+                        disabled: summary.disabled,
+                    })
+                    .unwrap_or_default();
+                    return Ok(reply(StatusCode::OK, Some(body)));
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+        let e = match errors.len() {
+            1 => errors.remove(0),
+            _ => cni_async::Error::Multiple {
+                operation: format!("GC of network {}", list.name()),
+                errors,
+            },
+        };
+        Err(ApiError::from_cni(&e, version))
+    }
+
+    /// At start: DELs every ADD that never completed, in the queue ahead of
+    /// any request. Returns how many were queued.
+    pub(crate) fn recover(self: &Arc<Self>) -> std::io::Result<usize> {
+        let found = self.intents.scan()?;
+        let mut n = 0;
+        for f in found {
+            let (path, intent) = match f {
+                Found::Intent(p, i) => (p, i),
+                Found::Corrupt(p, reason) => {
+                    tracing::error!(file = %p.display(), %reason, "unreadable ADD intent moved aside; its attachment (if any) is not cleaned up");
+                    continue;
+                }
+            };
+            let list = match NetworkConfigList::from_bytes(&intent.config, None) {
+                Ok(l) => Arc::new(l),
+                Err(e) => {
+                    tracing::error!(file = %path.display(), error = %e, "ADD intent holds an unusable configuration; left in place");
+                    continue;
+                }
+            };
+            tracing::warn!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
+                "found an ADD that never completed (daemon killed?); deleting it");
+            let deadline = Instant::now() + self.deadlines.defaults.del;
+            let waiter = self.submit(NewOp {
+                request_id: format!("recovery-{}", n + 1),
+                network: intent.network.clone(),
+                version: list.version(),
+                work: Work::Del {
+                    list: Some(list),
+                    rt: intent.rt.clone(),
+                },
+                deadline,
+            });
+            let metrics = self.metrics.clone();
+            match waiter {
+                Ok(w) => {
+                    self.tracker.spawn(async move {
+                        let out = w.wait().await;
+                        match out.as_ref() {
+                            Ok(_) => {
+                                metrics.recovered_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                tracing::info!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname, "unfinished ADD rolled back");
+                            }
+                            Err(e) => {
+                                metrics.recovered_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                tracing::error!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
+                                    error = %e.error.msg, "cannot roll back an unfinished ADD; it stays recorded and is retried at the next start or by a DEL");
+                            }
+                        }
+                    });
+                    n += 1;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e.error.msg, "cannot queue the rollback of an unfinished ADD")
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// `GET /v1/attachments`.
+    pub(crate) async fn attachments(
+        &self,
+        container_id: Option<&str>,
+    ) -> Result<crate::api::AttachmentsResponse, ApiError> {
+        let recs = self
+            .cni
+            .cached_attachments(container_id)
+            .await
+            .map_err(|e| ApiError::from_cni(&e, Version::CURRENT))?;
+        Ok(crate::api::AttachmentsResponse {
+            attachments: recs
+                .into_iter()
+                .map(|r| crate::api::AttachmentInfo {
+                    network: r.network_name,
+                    container_id: r.container_id,
+                    ifname: r.if_name,
+                    netns: r.netns,
+                    cni_args: r.cni_args.to_string(),
+                    capability_args: r.capability_args,
+                    result: r.result,
+                })
+                .collect(),
+        })
+    }
+}

@@ -1,0 +1,421 @@
+//! Durable ADD intents: crash safety for attachments half made.
+//!
+//! Before the first plugin of an ADD runs, the daemon writes
+//! `<state dir>/intents/<network>:<containerID>:<ifname>.json` (temp file,
+//! `fsync`, `rename`, `fsync` of the dir) holding everything a DEL needs:
+//! the configuration list's bytes (self-contained, plugin files inlined) and
+//! the runtime parameters. The file is removed when the ADD completed
+//! (result cached) and before the caller is answered, or when it failed and
+//! its rollback succeeded. It stays when the rollback failed too, until a
+//! DEL of the attachment succeeds.
+//!
+//! The removal is not `fsync`ed: it survives any crash of the daemon (the
+//! page cache does), and only a power loss or kernel crash can undo it, after
+//! which every container of the host is gone anyway and the DEL that
+//! recovery then makes is what the host needs. The write is `fsync`ed
+//! because IPAM state (host-local's files) outlives a reboot.
+//!
+//! So at start, every intent file belongs to an ADD whose caller never got
+//! a success: the daemon DELs each one with the configuration it recorded
+//! (`prevResult` from the cache when the chain had finished), and a
+//! `kill -9` in the middle of an ADD leaks no IP and no interface.
+//!
+//! `:` cannot occur in network names, container IDs or interface names, so
+//! unlike the result cache's `<network>-<containerID>-<ifname>`, these names
+//! never collide.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use cni_core::{CapabilityArgs, CniArgs, RuntimeConf, validate};
+use serde_json::{Map, Value, json};
+
+/// The `kind` of intent records.
+pub(crate) const KIND: &str = "cnidAddIntentV1";
+/// Subdirectory of the state dir.
+pub(crate) const INTENTS_DIR: &str = "intents";
+/// Where unreadable intent files are moved.
+pub(crate) const CORRUPT_DIR: &str = "corrupt";
+const SUFFIX: &str = ".json";
+
+/// One recorded ADD.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Intent {
+    pub(crate) network: String,
+    pub(crate) rt: RuntimeConf,
+    /// The configuration list's bytes (`NetworkConfigList::cache_bytes`).
+    pub(crate) config: Vec<u8>,
+    pub(crate) created_ms: u64,
+}
+
+impl Intent {
+    pub(crate) fn new(network: &str, rt: &RuntimeConf, config: Vec<u8>) -> Self {
+        Intent {
+            network: network.to_owned(),
+            rt: rt.clone(),
+            config,
+            created_ms: now_ms(),
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let args: Vec<Value> = self
+            .rt
+            .args
+            .pairs()
+            .iter()
+            .map(|(k, v)| json!([k, v]))
+            .collect();
+        let v = json!({
+            "kind": KIND,
+            "networkName": self.network,
+            "containerId": self.rt.container_id,
+            "ifName": self.rt.ifname,
+            "netns": self.rt.netns,
+            "cniArgs": args,
+            "capabilityArgs": Value::Object(self.rt.capability_args.as_map().clone()),
+            "config": BASE64.encode(&self.config),
+            "createdAtMs": self.created_ms,
+            "pid": std::process::id(),
+        });
+        serde_json::to_vec_pretty(&v).unwrap_or_default()
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Intent, String> {
+        let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+        let obj = v.as_object().ok_or("not a JSON object")?;
+        let text = |k: &str| -> Result<String, String> {
+            obj.get(k)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| format!("missing string field {k:?}"))
+        };
+        if text("kind")? != KIND {
+            return Err(format!("kind is not {KIND:?}"));
+        }
+        let mut args = CniArgs::new();
+        if let Some(pairs) = obj.get("cniArgs").and_then(Value::as_array) {
+            for p in pairs {
+                match p.as_array().map(Vec::as_slice) {
+                    Some([Value::String(k), Value::String(v)]) => args.push(k, v),
+                    _ => return Err("field \"cniArgs\" is not a list of [key, value]".into()),
+                }
+            }
+        }
+        let caps = CapabilityArgs::from_value(
+            obj.get("capabilityArgs")
+                .cloned()
+                .unwrap_or(Value::Object(Map::new())),
+        )
+        .map_err(|e| e.to_string())?;
+        let rt = RuntimeConf {
+            container_id: text("containerId")?,
+            netns: text("netns").unwrap_or_default(),
+            ifname: text("ifName")?,
+            args,
+            capability_args: caps,
+        };
+        let network = text("networkName")?;
+        validate::network_name(&network).map_err(|e| e.to_string())?;
+        rt.validate().map_err(|e| e.to_string())?;
+        let config = BASE64
+            .decode(text("config")?)
+            .map_err(|e| format!("field \"config\" is not base64: {e}"))?;
+        Ok(Intent {
+            network,
+            rt,
+            config,
+            created_ms: obj.get("createdAtMs").and_then(Value::as_u64).unwrap_or(0),
+        })
+    }
+}
+
+/// An intent file found at start.
+#[derive(Debug)]
+pub(crate) enum Found {
+    /// A usable intent.
+    Intent(PathBuf, Box<Intent>),
+    /// A file that could not be read (already moved aside).
+    Corrupt(PathBuf, String),
+}
+
+/// The intents dir.
+#[derive(Debug, Clone)]
+pub(crate) struct Intents {
+    dir: PathBuf,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn ctx(path: &Path, op: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{op} {}: {e}", path.display()))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| ctx(dir, "fsync directory", e))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(format!("blocking task failed: {e}"))))
+}
+
+impl Intents {
+    /// The intents dir under `state_dir`.
+    pub(crate) fn new(state_dir: &Path) -> Self {
+        Intents {
+            dir: state_dir.join(INTENTS_DIR),
+        }
+    }
+
+    /// Creates the dir (mode 0700).
+    pub(crate) fn prepare(&self) -> io::Result<()> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(|e| ctx(&self.dir, "create directory", e))
+    }
+
+    fn path(&self, network: &str, container_id: &str, ifname: &str) -> PathBuf {
+        // The names were validated: no '/', no ':', never "." or "..".
+        self.dir
+            .join(format!("{network}:{container_id}:{ifname}{SUFFIX}"))
+    }
+
+    /// Writes the intent durably (temp file, fsync, rename, fsync of the dir).
+    pub(crate) async fn write(&self, intent: &Intent) -> io::Result<()> {
+        let path = self.path(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
+        let bytes = intent.encode();
+        let dir = self.dir.clone();
+        blocking(move || {
+            let tmp = dir.join(format!(
+                ".{}.tmp-{}",
+                path.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                now_ms()
+            ));
+            let res = (|| {
+                let mut f = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(libc_flags())
+                    .open(&tmp)
+                    .map_err(|e| ctx(&tmp, "create", e))?;
+                f.write_all(&bytes).map_err(|e| ctx(&tmp, "write", e))?;
+                f.sync_all().map_err(|e| ctx(&tmp, "fsync", e))?;
+                drop(f);
+                std::fs::rename(&tmp, &path).map_err(|e| ctx(&path, "rename into", e))?;
+                sync_dir(&dir)
+            })();
+            if res.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            res
+        })
+        .await
+    }
+
+    /// Removes an attachment's intent (not `fsync`ed, see the module docs);
+    /// `Ok(false)` when there was none.
+    pub(crate) async fn remove(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> io::Result<bool> {
+        let path = self.path(network, container_id, ifname);
+        blocking(move || match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(ctx(&path, "remove", e)),
+        })
+        .await
+    }
+
+    /// An attachment's intent, if there is a readable one.
+    pub(crate) async fn read(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Option<Intent> {
+        let path = self.path(network, container_id, ifname);
+        blocking(move || {
+            Ok(std::fs::read(&path)
+                .ok()
+                .and_then(|b| Intent::decode(&b).ok()))
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// Whether an attachment has an intent.
+    pub(crate) async fn exists(&self, network: &str, container_id: &str, ifname: &str) -> bool {
+        let path = self.path(network, container_id, ifname);
+        blocking(move || Ok(std::fs::symlink_metadata(&path).is_ok()))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Every intent file, oldest name first; unreadable ones are moved to
+    /// `intents/corrupt/` and reported.
+    pub(crate) fn scan(&self) -> io::Result<Vec<Found>> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(ctx(&self.dir, "read directory", e)),
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            let path = self.dir.join(&name);
+            if name.starts_with('.') {
+                // A temp file of a write that never finished: no plugin ran for it.
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            if !name.ends_with(SUFFIX) {
+                continue;
+            }
+            let decoded = std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| Intent::decode(&b))
+                .and_then(|i| {
+                    let want = self.path(&i.network, &i.rt.container_id, &i.rt.ifname);
+                    if want == path {
+                        Ok(i)
+                    } else {
+                        Err(format!(
+                            "its fields name another attachment ({})",
+                            want.display()
+                        ))
+                    }
+                });
+            match decoded {
+                Ok(i) => out.push(Found::Intent(path, Box::new(i))),
+                Err(reason) => {
+                    self.move_aside(&path);
+                    out.push(Found::Corrupt(path, reason));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// All intents of one network (for GC).
+    pub(crate) async fn of_network(&self, network: &str) -> Vec<Intent> {
+        let this = self.clone();
+        let network = network.to_owned();
+        blocking(move || {
+            Ok(this
+                .scan()?
+                .into_iter()
+                .filter_map(|f| match f {
+                    Found::Intent(_, i) if i.network == network => Some(*i),
+                    _ => None,
+                })
+                .collect())
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    fn move_aside(&self, path: &Path) {
+        let corrupt = self.dir.join(CORRUPT_DIR);
+        let target = corrupt.join(format!(
+            "{}.{}",
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            now_ms()
+        ));
+        let res = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&corrupt)
+            .and_then(|()| std::fs::rename(path, &target));
+        if let Err(e) = res {
+            tracing::warn!(file = %path.display(), error = %e, "cannot move unreadable intent aside");
+        }
+    }
+}
+
+fn libc_flags() -> i32 {
+    nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_CLOEXEC.bits()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn write_scan_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let mut rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        rt.args.push("K", "V");
+        rt.capability_args
+            .insert("n", serde_json::from_str("18446744073709551617").unwrap());
+        let i = Intent::new("net-a", &rt, br#"{"name":"net-a"}"#.to_vec());
+        intents.write(&i).await.unwrap();
+        assert!(intents.exists("net-a", "c-1", "eth0").await);
+        let found = intents.scan().unwrap();
+        match found.as_slice() {
+            [Found::Intent(p, back)] => {
+                assert_eq!(**back, i);
+                assert!(p.ends_with("net-a:c-1:eth0.json"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(intents.of_network("net-a").await.len(), 1);
+        assert!(intents.of_network("net-b").await.is_empty());
+        assert!(intents.remove("net-a", "c-1", "eth0").await.unwrap());
+        assert!(!intents.remove("net-a", "c-1", "eth0").await.unwrap());
+        assert!(intents.scan().unwrap().is_empty());
+    }
+
+    #[test]
+    fn corrupt_files_are_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let bad = dir.path().join(INTENTS_DIR).join("n:c:eth0.json");
+        std::fs::write(&bad, b"{not json").unwrap();
+        match intents.scan().unwrap().as_slice() {
+            [Found::Corrupt(p, _)] => assert_eq!(p, &bad),
+            other => panic!("{other:?}"),
+        }
+        assert!(!bad.exists());
+        assert_eq!(
+            std::fs::read_dir(dir.path().join(INTENTS_DIR).join(CORRUPT_DIR))
+                .unwrap()
+                .count(),
+            1
+        );
+    }
+}

@@ -1,0 +1,435 @@
+//! Prometheus metrics, hand-written text exposition format 0.0.4.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `cnid_operations_total` | counter | `verb`, `outcome` (`ok`, `error`, `coalesced`) |
+//! | `cnid_operation_errors_total` | counter | `verb`, `code` (CNI code) |
+//! | `cnid_operation_duration_seconds` | histogram | `verb` (time running, after the queue) |
+//! | `cnid_operation_queue_seconds` | histogram | `verb` (time queued) |
+//! | `cnid_plugin_exec_duration_seconds` | histogram | `plugin`, `command` |
+//! | `cnid_plugin_exec_errors_total` | counter | `plugin`, `command` |
+//! | `cnid_operations_in_flight` | gauge | |
+//! | `cnid_operations_queued` | gauge | |
+//! | `cnid_connections` | gauge | |
+//! | `cnid_connections_refused_total` | counter | (peer not allowed) |
+//! | `cnid_http_responses_total` | counter | `status` |
+//! | `cnid_networks` / `cnid_config_errors` | gauge | |
+//! | `cnid_config_reloads_total` | counter | |
+//! | `cnid_recovered_intents_total` | counter | `outcome` |
+//!
+//! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
+//! the real executor and times every run.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cni_async::exec::{ExecOutput, ExecRequest, PluginExec};
+use cni_core::Command;
+
+/// Bucket upper bounds in seconds.
+const BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// A fixed-bucket histogram of durations.
+#[derive(Debug, Default)]
+pub(crate) struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    pub(crate) fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (i, le) in BUCKETS.iter().enumerate() {
+            cumulative += self.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let braces = |s: &str| {
+            if s.is_empty() {
+                String::new()
+            } else {
+                format!("{{{s}}}")
+            }
+        };
+        let _ = writeln!(out, "{name}_sum{} {sum}", braces(labels));
+        let _ = writeln!(out, "{name}_count{} {count}", braces(labels));
+    }
+}
+
+/// The verbs the daemon runs, as metric labels and array indexes.
+pub(crate) const VERBS: [Command; 5] = [
+    Command::Add,
+    Command::Del,
+    Command::Check,
+    Command::Status,
+    Command::Gc,
+];
+
+fn verb_index(c: Command) -> usize {
+    VERBS.iter().position(|v| *v == c).unwrap_or(0)
+}
+
+#[derive(Debug, Default)]
+struct VerbMetrics {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    coalesced: AtomicU64,
+    duration: Histogram,
+    queue: Histogram,
+}
+
+#[derive(Debug, Default)]
+struct PluginMetrics {
+    duration: Histogram,
+    errors: AtomicU64,
+}
+
+/// All of the daemon's metrics.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    verbs: [VerbMetrics; VERBS.len()],
+    errors: Mutex<BTreeMap<(usize, u32), u64>>,
+    plugins: Mutex<BTreeMap<(String, usize), Arc<PluginMetrics>>>,
+    http: Mutex<BTreeMap<u16, u64>>,
+    pub(crate) in_flight: AtomicI64,
+    pub(crate) queued: AtomicI64,
+    pub(crate) connections: AtomicI64,
+    pub(crate) refused: AtomicU64,
+    pub(crate) networks: AtomicI64,
+    pub(crate) config_errors: AtomicI64,
+    pub(crate) reloads: AtomicU64,
+    pub(crate) recovered_ok: AtomicU64,
+    pub(crate) recovered_failed: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Metrics {
+    pub(crate) fn operation_done(
+        &self,
+        verb: Command,
+        queued: Duration,
+        ran: Duration,
+        error: Option<u32>,
+    ) {
+        let v = &self.verbs[verb_index(verb)];
+        v.queue.observe(queued);
+        v.duration.observe(ran);
+        match error {
+            None => v.ok.fetch_add(1, Ordering::Relaxed),
+            Some(code) => {
+                *lock(&self.errors)
+                    .entry((verb_index(verb), code))
+                    .or_default() += 1;
+                v.failed.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+    }
+
+    pub(crate) fn coalesced(&self, verb: Command) {
+        self.verbs[verb_index(verb)]
+            .coalesced
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn http_response(&self, status: u16) {
+        *lock(&self.http).entry(status).or_default() += 1;
+    }
+
+    fn plugin(&self, plugin_type: &str, command: Command) -> Arc<PluginMetrics> {
+        let mut map = lock(&self.plugins);
+        let key = (plugin_type.to_owned(), command_index(command));
+        map.entry(key).or_default().clone()
+    }
+
+    /// The text exposition.
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        let g = |out: &mut String, name: &str, help: &str, kind: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        g(
+            &mut out,
+            "cnid_operations_total",
+            "Operations finished, by verb and outcome.",
+            "counter",
+        );
+        for (i, verb) in VERBS.iter().enumerate() {
+            let v = &self.verbs[i];
+            for (outcome, n) in [
+                ("ok", &v.ok),
+                ("error", &v.failed),
+                ("coalesced", &v.coalesced),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "cnid_operations_total{{verb=\"{verb}\",outcome=\"{outcome}\"}} {}",
+                    n.load(Ordering::Relaxed)
+                );
+            }
+        }
+        g(
+            &mut out,
+            "cnid_operation_errors_total",
+            "Failed operations, by verb and CNI error code.",
+            "counter",
+        );
+        for ((verb, code), n) in lock(&self.errors).iter() {
+            let _ = writeln!(
+                out,
+                "cnid_operation_errors_total{{verb=\"{}\",code=\"{code}\"}} {n}",
+                VERBS[*verb]
+            );
+        }
+        g(
+            &mut out,
+            "cnid_operation_duration_seconds",
+            "Time operations ran (after leaving the queue).",
+            "histogram",
+        );
+        for (i, verb) in VERBS.iter().enumerate() {
+            self.verbs[i].duration.write(
+                &mut out,
+                "cnid_operation_duration_seconds",
+                &format!("verb=\"{verb}\""),
+            );
+        }
+        g(
+            &mut out,
+            "cnid_operation_queue_seconds",
+            "Time operations waited for their turn.",
+            "histogram",
+        );
+        for (i, verb) in VERBS.iter().enumerate() {
+            self.verbs[i].queue.write(
+                &mut out,
+                "cnid_operation_queue_seconds",
+                &format!("verb=\"{verb}\""),
+            );
+        }
+        let plugins: Vec<_> = lock(&self.plugins)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        g(
+            &mut out,
+            "cnid_plugin_exec_duration_seconds",
+            "Wall time of each plugin execution.",
+            "histogram",
+        );
+        for ((plugin, cmd), m) in &plugins {
+            let labels = format!(
+                "plugin=\"{}\",command=\"{}\"",
+                escape_label(plugin),
+                COMMANDS[*cmd]
+            );
+            m.duration
+                .write(&mut out, "cnid_plugin_exec_duration_seconds", &labels);
+        }
+        g(
+            &mut out,
+            "cnid_plugin_exec_errors_total",
+            "Plugin executions that failed or timed out.",
+            "counter",
+        );
+        for ((plugin, cmd), m) in &plugins {
+            let _ = writeln!(
+                out,
+                "cnid_plugin_exec_errors_total{{plugin=\"{}\",command=\"{}\"}} {}",
+                escape_label(plugin),
+                COMMANDS[*cmd],
+                m.errors.load(Ordering::Relaxed)
+            );
+        }
+        g(
+            &mut out,
+            "cnid_http_responses_total",
+            "HTTP responses, by status.",
+            "counter",
+        );
+        for (status, n) in lock(&self.http).iter() {
+            let _ = writeln!(out, "cnid_http_responses_total{{status=\"{status}\"}} {n}");
+        }
+        for (name, help, kind, value) in [
+            (
+                "cnid_operations_in_flight",
+                "Operations running plugins now.",
+                "gauge",
+                self.in_flight.load(Ordering::Relaxed),
+            ),
+            (
+                "cnid_operations_queued",
+                "Operations waiting for their turn.",
+                "gauge",
+                self.queued.load(Ordering::Relaxed),
+            ),
+            (
+                "cnid_connections",
+                "Open client connections.",
+                "gauge",
+                self.connections.load(Ordering::Relaxed),
+            ),
+            (
+                "cnid_connections_refused_total",
+                "Connections from peers whose uid/gid is not allowed.",
+                "counter",
+                counter(&self.refused),
+            ),
+            (
+                "cnid_networks",
+                "Networks loaded from the conf dir.",
+                "gauge",
+                self.networks.load(Ordering::Relaxed),
+            ),
+            (
+                "cnid_config_errors",
+                "Configuration files that could not be used.",
+                "gauge",
+                self.config_errors.load(Ordering::Relaxed),
+            ),
+            (
+                "cnid_config_reloads_total",
+                "Reloads of the conf dir.",
+                "counter",
+                counter(&self.reloads),
+            ),
+        ] {
+            g(&mut out, name, help, kind);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        g(
+            &mut out,
+            "cnid_recovered_intents_total",
+            "Unfinished ADDs found at start and deleted, by outcome.",
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "cnid_recovered_intents_total{{outcome=\"ok\"}} {}\ncnid_recovered_intents_total{{outcome=\"error\"}} {}",
+            counter(&self.recovered_ok),
+            counter(&self.recovered_failed)
+        );
+        out
+    }
+}
+
+fn counter(c: &AtomicU64) -> i64 {
+    i64::try_from(c.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
+}
+
+const COMMANDS: [Command; 6] = [
+    Command::Add,
+    Command::Del,
+    Command::Check,
+    Command::Status,
+    Command::Gc,
+    Command::Version,
+];
+
+fn command_index(c: Command) -> usize {
+    COMMANDS.iter().position(|v| *v == c).unwrap_or(0)
+}
+
+fn escape_label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A [`PluginExec`] that times every run of the executor it wraps.
+#[derive(Debug)]
+pub(crate) struct TimedExec {
+    inner: Arc<dyn PluginExec>,
+    metrics: Arc<Metrics>,
+}
+
+impl TimedExec {
+    pub(crate) fn new(inner: Arc<dyn PluginExec>, metrics: Arc<Metrics>) -> Self {
+        TimedExec { inner, metrics }
+    }
+}
+
+impl PluginExec for TimedExec {
+    fn exec<'a>(
+        &'a self,
+        req: ExecRequest<'a>,
+    ) -> Pin<Box<dyn Future<Output = Result<ExecOutput, cni_async::Error>> + Send + 'a>> {
+        Box::pin(async move {
+            let m = self.metrics.plugin(req.plugin_type, req.command);
+            let started = Instant::now();
+            let out = self.inner.exec(req).await;
+            m.duration.observe(started.elapsed());
+            if out.is_err() {
+                m.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            out
+        })
+    }
+
+    fn find_plugin(
+        &self,
+        plugin_type: &str,
+        dirs: &[std::path::PathBuf],
+    ) -> Result<std::path::PathBuf, cni_async::Error> {
+        self.inner.find_plugin(plugin_type, dirs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_text() {
+        let m = Metrics::default();
+        m.operation_done(
+            Command::Add,
+            Duration::from_millis(1),
+            Duration::from_millis(30),
+            None,
+        );
+        m.operation_done(
+            Command::Add,
+            Duration::ZERO,
+            Duration::from_secs(2),
+            Some(7),
+        );
+        let text = m.render();
+        assert!(text.contains("cnid_operations_total{verb=\"ADD\",outcome=\"ok\"} 1"));
+        assert!(text.contains("cnid_operation_errors_total{verb=\"ADD\",code=\"7\"} 1"));
+        assert!(
+            text.contains("cnid_operation_duration_seconds_bucket{verb=\"ADD\",le=\"0.05\"} 1")
+        );
+        assert!(
+            text.contains("cnid_operation_duration_seconds_bucket{verb=\"ADD\",le=\"+Inf\"} 2")
+        );
+        assert!(text.contains("cnid_operation_duration_seconds_count{verb=\"ADD\"} 2"));
+        assert!(text.contains("# TYPE cnid_operations_in_flight gauge"));
+    }
+}

@@ -1,0 +1,328 @@
+//! The cnid daemon: CNI operations over HTTP/1.1 + JSON on a Unix socket.
+//!
+//! This module holds the whole lifecycle in [`run`]: state dir lock,
+//! networks, the listening socket (bound or socket-activated), recovery of
+//! unfinished ADDs, the conf dir watcher, `sd_notify`, signals and the
+//! graceful drain. The parts:
+//!
+//! - `server`: connections, peer credential checks, routing, validation;
+//! - `queue`: per-container FIFO, GC gates, parallelism limit, coalescing;
+//! - `engine`: what each verb does around `cni-async`;
+//! - `intents`: durable ADD intents (crash safety);
+//! - `networks`: the loaded conf dir and its reloading (inotify, SIGHUP);
+//! - `metrics`: Prometheus text, per-plugin timing via a wrapping executor;
+//! - `auth`: the peer policy; `listen`: the socket and systemd; `error`:
+//!   the HTTP status of every error.
+//!
+//! # Caveats
+//! - **Shutdown** (SIGTERM, SIGINT): the socket stops accepting, queued
+//!   operations are answered 503 (nothing of them ran), running ones finish
+//!   (an ADD completes or rolls back), then the socket file is removed
+//!   (unless systemd owns it). If they take longer than
+//!   [`Config::shutdown_timeout`] (or a second signal arrives) the daemon
+//!   exits anyway; an ADD cut off that way is rolled back at the next start
+//!   from its intent.
+//! - **Plugins inherit the daemon's environment** (as with libcni); the
+//!   systemd variables are removed first ([`SystemdEnv::take_from_env`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), cnid::daemon::Error> {
+//! let config = cnid::daemon::Config {
+//!     socket: "/run/cnid/cnid.sock".into(),
+//!     ..cnid::daemon::Config::default()
+//! };
+//! let clean = cnid::daemon::run(config).await?;
+//! std::process::exit(if clean { 0 } else { 1 });
+//! # }
+//! ```
+
+use std::fs::File;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cni_async::exec::{PluginExec, RawExec};
+use cni_async::{Cni, Timeouts};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+mod auth;
+mod engine;
+mod error;
+mod intents;
+mod listen;
+mod metrics;
+mod networks;
+mod queue;
+mod server;
+
+pub use auth::PeerPolicy;
+pub use listen::SystemdEnv;
+
+/// The default socket path.
+pub const DEFAULT_SOCKET: &str = "/run/cnid/cnid.sock";
+/// The default state dir (ADD intents, the daemon's lock).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/cnid";
+/// The default conf dir.
+pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
+/// The default request body cap: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+/// The default number of operations running plugins at once.
+pub const DEFAULT_MAX_PARALLEL: usize = 64;
+
+/// The daemon's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The socket path (unused when socket-activated).
+    pub socket: PathBuf,
+    /// The socket's mode (default 0660).
+    pub socket_mode: u32,
+    /// The socket's group (default: ours).
+    pub socket_group: Option<u32>,
+    /// Where networks are loaded from (`NETCONFPATH`).
+    pub conf_dir: PathBuf,
+    /// Where plugins are looked up, in order (`CNI_PATH`).
+    pub plugin_dirs: Vec<PathBuf>,
+    /// The result cache dir, shared with cnitool and libcni (`CNI_CACHE_DIR`).
+    pub cache_dir: PathBuf,
+    /// The daemon's state dir (ADD intents).
+    pub state_dir: PathBuf,
+    /// Who may use the socket besides root.
+    pub peers: PeerPolicy,
+    /// Operations running plugins at once, across containers.
+    pub max_parallel: usize,
+    /// Default deadline per verb (queueing included).
+    pub timeouts: Timeouts,
+    /// The largest deadline a request may ask for.
+    pub max_timeout: Duration,
+    /// The request body cap in bytes.
+    pub body_limit: usize,
+    /// How long shutdown waits for running operations.
+    pub shutdown_timeout: Duration,
+    /// Watch the conf dir with inotify (SIGHUP always reloads).
+    pub watch: bool,
+    /// Socket activation and readiness notification, from
+    /// [`SystemdEnv::take_from_env`].
+    pub systemd: SystemdEnv,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            socket: DEFAULT_SOCKET.into(),
+            socket_mode: 0o660,
+            socket_group: None,
+            conf_dir: DEFAULT_CONF_DIR.into(),
+            plugin_dirs: cni_async::ops::DEFAULT_PLUGIN_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+            cache_dir: cni_core::cache::DEFAULT_CACHE_DIR.into(),
+            state_dir: DEFAULT_STATE_DIR.into(),
+            peers: PeerPolicy::root_only(),
+            max_parallel: DEFAULT_MAX_PARALLEL,
+            timeouts: Timeouts::default(),
+            max_timeout: Duration::from_secs(300),
+            body_limit: DEFAULT_BODY_LIMIT,
+            shutdown_timeout: Duration::from_secs(90),
+            watch: true,
+            systemd: SystemdEnv::default(),
+        }
+    }
+}
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The state dir could not be prepared or is locked by another daemon.
+    #[error("state dir {}: {reason}", path.display())]
+    StateDir {
+        /// The state dir.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The socket could not be bound or taken from systemd.
+    #[error("socket {}: {source}", path.display())]
+    Socket {
+        /// The socket path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Signal handlers could not be installed.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(#[source] std::io::Error),
+}
+
+/// Takes the state dir's lock: one daemon per state dir.
+fn lock_state_dir(dir: &std::path::Path) -> Result<File, Error> {
+    let err = |reason: String| Error::StateDir {
+        path: dir.to_owned(),
+        reason,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| err(format!("cannot create: {e}")))?;
+    let path = dir.join("cnid.lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| err(format!("cannot open {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(err(
+            "locked by another cnid (one daemon per state dir)".into(),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(err(format!("cannot lock: {e}"))),
+    }
+}
+
+/// Raises the soft open-file limit to the hard one: every connection and
+/// every running plugin's pipes take descriptors.
+fn raise_nofile() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::debug!(error = %e, "cannot raise RLIMIT_NOFILE");
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT. Returns `Ok(true)` after a
+/// clean drain, `Ok(false)` when operations were still running when the
+/// shutdown bound expired (or a second signal came).
+pub async fn run(config: Config) -> Result<bool, Error> {
+    let _state_lock = lock_state_dir(&config.state_dir)?;
+    let intents = intents::Intents::new(&config.state_dir);
+    intents.prepare().map_err(|e| Error::StateDir {
+        path: config.state_dir.clone(),
+        reason: e.to_string(),
+    })?;
+    raise_nofile();
+    let mut term = signal(SignalKind::terminate()).map_err(Error::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(Error::Signals)?;
+
+    let metrics = Arc::new(metrics::Metrics::default());
+    let networks = Arc::new(networks::Networks::new(
+        config.conf_dir.clone(),
+        metrics.clone(),
+    ));
+    networks.reload().await;
+    let exec: Arc<dyn PluginExec> = Arc::new(metrics::TimedExec::new(
+        Arc::new(RawExec::new()),
+        metrics.clone(),
+    ));
+    let cni = Cni::builder()
+        .plugin_dirs(config.plugin_dirs.clone())
+        .cache_dir(config.cache_dir.clone())
+        .exec(exec)
+        .timeouts(config.timeouts)
+        .build();
+
+    // The listener: from systemd, or bound by us (and then removed at exit).
+    let socket_err = |source| Error::Socket {
+        path: config.socket.clone(),
+        source,
+    };
+    let (listener, created) = match config.systemd.activated_listener().map_err(socket_err)? {
+        Some(l) => {
+            tracing::info!("using the socket passed by systemd");
+            (l, None)
+        }
+        None => {
+            let l = listen::bind(&config.socket, config.socket_mode, config.socket_group)
+                .map_err(socket_err)?;
+            (l, Some(config.socket.clone()))
+        }
+    };
+
+    let tracker = TaskTracker::new();
+    let stop = CancellationToken::new();
+    let engine = Arc::new(engine::Engine {
+        cni,
+        networks: networks.clone(),
+        intents,
+        sched: Arc::new(queue::Scheduler::new(config.max_parallel, metrics.clone())),
+        metrics,
+        deadlines: engine::Deadlines {
+            defaults: config.timeouts,
+            max: config.max_timeout,
+        },
+        tracker: tracker.clone(),
+        started: Instant::now(),
+    });
+    // Unfinished ADDs go first in their containers' queues.
+    match engine.recover() {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(count = n, "rolling back ADDs that never completed"),
+        Err(e) => tracing::error!(error = %e, "cannot scan the ADD intents"),
+    }
+    tracker.spawn(networks::watch(networks, config.watch, stop.clone()));
+    let settings = Arc::new(server::HttpSettings {
+        peers: config.peers.clone(),
+        body_limit: config.body_limit,
+    });
+    let server = tracker.spawn(server::serve(
+        listener,
+        engine.clone(),
+        settings,
+        stop.clone(),
+        tracker.clone(),
+    ));
+    tracing::info!(socket = %config.socket.display(), conf_dir = %config.conf_dir.display(),
+        cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(), "cnid ready");
+    if let Some(ns) = &config.systemd.notify_socket
+        && let Err(e) = listen::notify(ns, "READY=1")
+    {
+        tracing::warn!(error = %e, "sd_notify READY=1 failed");
+    }
+
+    let which = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!(
+        signal = which,
+        "shutting down: no new requests; finishing running operations"
+    );
+    if let Some(ns) = &config.systemd.notify_socket {
+        let _ = listen::notify(ns, "STOPPING=1");
+    }
+    // Stop accepting (the listener is dropped with the accept loop), answer
+    // queued operations with 503, let idle connections go.
+    stop.cancel();
+    let cancelled = engine.sched.stop_accepting();
+    if cancelled > 0 {
+        tracing::info!(count = cancelled, "queued operations refused");
+    }
+    let _ = server.await;
+    if let Some(path) = &created
+        && let Err(e) = std::fs::remove_file(path)
+    {
+        tracing::warn!(socket = %path.display(), error = %e, "cannot remove the socket");
+    }
+    tracker.close();
+    let drained = tokio::select! {
+        () = tracker.wait() => true,
+        () = tokio::time::sleep(config.shutdown_timeout) => {
+            tracing::error!(timeout_s = config.shutdown_timeout.as_secs(), "operations still running at the shutdown bound; exiting (unfinished ADDs roll back at the next start)");
+            false
+        }
+        _ = term.recv() => { tracing::error!("second signal: exiting now"); false }
+        _ = int.recv() => { tracing::error!("second signal: exiting now"); false }
+    };
+    if drained {
+        tracing::info!("all operations finished; bye");
+    }
+    Ok(drained)
+}

@@ -1,0 +1,778 @@
+//! Who runs when: per-container FIFO queues, per-network gates for GC, a
+//! global limit on parallel operations, coalescing of duplicate DELs.
+//!
+//! - **One container at a time, in arrival order.** Every ADD, DEL and CHECK
+//!   goes into its container's queue when it arrives (under one mutex, so
+//!   arrival order is the order in which requests were accepted). One
+//!   driver task per container with work pops the queue and runs the
+//!   operations one after the other, across all networks and interfaces of
+//!   the container. Different containers run in parallel.
+//! - **GC is exclusive with ADD, DEL and CHECK on its network.** Each network
+//!   has a fair (FIFO) reader-writer gate: attachment operations take it
+//!   shared when they leave their container's queue, GC takes it exclusive
+//!   *when it arrives*. So GC waits for the operations running on the
+//!   network, and every operation that starts after GC arrived waits until
+//!   GC ends. CHECK is included because GC may delete what it would check.
+//! - **A global limit**: at most `max_parallel` operations run plugins at
+//!   once (a semaphore, taken after the gate).
+//! - **Coalescing**: a DEL identical to the last queued operation of its
+//!   container (also a DEL, same network, interface, netns and arguments,
+//!   not started yet) does not queue again; it waits for that one and gets
+//!   its result. Only the tail is joined, so no operation ever overtakes
+//!   another.
+//! - **Cancellation**: an operation leaves the queue when every request
+//!   waiting for it is gone (client disconnected) or timed out. Once it has
+//!   started it runs to the end (ADD: to its end or its rollback).
+//!
+//! Every wait is on an operation that arrived earlier (container queue,
+//! gate) or on a running operation (semaphore), so there is no cycle and no
+//! deadlock.
+//!
+//! # Caveats
+//! The DELs GC makes of stale attachments hold the network's gate and the
+//! attachment's cache lock, not the container's queue slot: a container GC
+//! deems stale has, by definition, no live operations.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use cni_core::{Command, RuntimeConf, Version};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::error::ApiError;
+use super::metrics::Metrics;
+use crate::api::OperationInfo;
+
+/// A successful answer: status and JSON body (none for 204).
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    pub(crate) status: hyper::StatusCode,
+    pub(crate) body: Option<hyper::body::Bytes>,
+}
+
+/// What an operation ended with.
+pub(crate) type Outcome = Result<Reply, ApiError>;
+
+/// The work of an operation (owned by the operation until it runs).
+#[derive(Debug)]
+pub(crate) enum Work {
+    Add {
+        list: Arc<cni_core::NetworkConfigList>,
+        rt: RuntimeConf,
+    },
+    Del {
+        /// The network's current configuration; `None` when it is not in the
+        /// conf dir (then the cached one, or the ADD intent's, is used).
+        list: Option<Arc<cni_core::NetworkConfigList>>,
+        rt: RuntimeConf,
+    },
+    Check {
+        list: Arc<cni_core::NetworkConfigList>,
+        rt: RuntimeConf,
+    },
+    Status {
+        list: Arc<cni_core::NetworkConfigList>,
+    },
+    Gc {
+        list: Arc<cni_core::NetworkConfigList>,
+        valid: Vec<cni_core::stdin::GcAttachment>,
+    },
+}
+
+impl Work {
+    fn verb(&self) -> Command {
+        match self {
+            Work::Add { .. } => Command::Add,
+            Work::Del { .. } => Command::Del,
+            Work::Check { .. } => Command::Check,
+            Work::Status { .. } => Command::Status,
+            Work::Gc { .. } => Command::Gc,
+        }
+    }
+
+    fn runtime_conf(&self) -> Option<&RuntimeConf> {
+        match self {
+            Work::Add { rt, .. } | Work::Del { rt, .. } | Work::Check { rt, .. } => Some(rt),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Queued,
+    Running,
+    Done,
+    Cancelled,
+}
+
+#[derive(Debug)]
+struct OpState {
+    phase: Phase,
+    waiters: u32,
+    /// The latest deadline of the requests waiting for it.
+    deadline: Instant,
+}
+
+/// One queued or running operation.
+#[derive(Debug)]
+pub(crate) struct Op {
+    pub(crate) id: u64,
+    pub(crate) request_id: String,
+    pub(crate) verb: Command,
+    pub(crate) network: String,
+    /// The network's version (for error objects).
+    pub(crate) version: Version,
+    /// (container ID, ifname) of attachment operations.
+    pub(crate) attachment: Option<(String, String)>,
+    /// For DEL: what makes two DELs identical.
+    del_key: Option<RuntimeConf>,
+    pub(crate) arrived: Instant,
+    work: Mutex<Option<Work>>,
+    state: Mutex<OpState>,
+    result: watch::Sender<Option<Arc<Outcome>>>,
+    cancel: CancellationToken,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Op {
+    /// Takes the work out (once).
+    pub(crate) fn take_work(&self) -> Option<Work> {
+        lock(&self.work).take()
+    }
+
+    fn publish(&self, outcome: Outcome) {
+        self.result.send_replace(Some(Arc::new(outcome)));
+    }
+
+    /// Time left until the deadline.
+    pub(crate) fn remaining(&self) -> Duration {
+        lock(&self.state)
+            .deadline
+            .saturating_duration_since(Instant::now())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GateKind {
+    Shared,
+    Exclusive,
+}
+
+#[derive(Debug, Default)]
+struct Gate {
+    shared: usize,
+    exclusive: bool,
+    waiting: VecDeque<(GateKind, oneshot::Sender<()>)>,
+}
+
+impl Gate {
+    fn compatible(&self, kind: GateKind) -> bool {
+        match kind {
+            GateKind::Shared => !self.exclusive,
+            GateKind::Exclusive => !self.exclusive && self.shared == 0,
+        }
+    }
+
+    fn take(&mut self, kind: GateKind) {
+        match kind {
+            GateKind::Shared => self.shared += 1,
+            GateKind::Exclusive => self.exclusive = true,
+        }
+    }
+
+    fn give_back(&mut self, kind: GateKind) {
+        match kind {
+            GateKind::Shared => self.shared = self.shared.saturating_sub(1),
+            GateKind::Exclusive => self.exclusive = false,
+        }
+    }
+
+    /// Grants the waiters at the front that fit, in order.
+    fn grant_waiting(&mut self) {
+        while let Some((kind, _)) = self.waiting.front() {
+            let kind = *kind;
+            if !self.compatible(kind) {
+                break;
+            }
+            let Some((_, tx)) = self.waiting.pop_front() else {
+                break;
+            };
+            // A waiter that is gone (its operation was cancelled) is skipped.
+            if tx.send(()).is_ok() {
+                self.take(kind);
+            }
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.shared == 0 && !self.exclusive && self.waiting.is_empty()
+    }
+}
+
+#[derive(Debug, Default)]
+struct SchedState {
+    accepting: bool,
+    /// Queued attachment operations per container; an entry exists while
+    /// the container's driver runs.
+    containers: HashMap<String, VecDeque<Arc<Op>>>,
+    gates: HashMap<String, Gate>,
+    /// Queued and running operations, by id (arrival order).
+    ops: BTreeMap<u64, Arc<Op>>,
+}
+
+/// The scheduler (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Scheduler {
+    st: Mutex<SchedState>,
+    permits: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
+    next_id: AtomicU64,
+}
+
+/// What the caller of [`Scheduler::enqueue`] must start.
+#[derive(Debug)]
+pub(crate) enum Start {
+    /// Nothing: the operation joined a queue whose driver runs.
+    Nothing,
+    /// A driver for this container.
+    Driver(String),
+    /// A task for this network operation, with its gate ticket (GC).
+    Network(Arc<Op>, Option<GateTicket>),
+}
+
+/// A new operation's description.
+#[derive(Debug)]
+pub(crate) struct NewOp {
+    pub(crate) request_id: String,
+    pub(crate) network: String,
+    pub(crate) version: Version,
+    pub(crate) work: Work,
+    pub(crate) deadline: Instant,
+}
+
+impl Scheduler {
+    pub(crate) fn new(max_parallel: usize, metrics: Arc<Metrics>) -> Self {
+        Scheduler {
+            st: Mutex::new(SchedState {
+                accepting: true,
+                ..Default::default()
+            }),
+            permits: Arc::new(Semaphore::new(max_parallel.max(1))),
+            metrics,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, SchedState> {
+        lock(&self.st)
+    }
+
+    /// Queues an operation; returns the waiter for its outcome and what to
+    /// start. Refused with 503 once shutdown began.
+    pub(crate) fn enqueue(self: &Arc<Self>, new: NewOp) -> Result<(Waiter, Start), ApiError> {
+        let mut st = self.state();
+        if !st.accepting {
+            return Err(ApiError::shutting_down());
+        }
+        let verb = new.work.verb();
+        let rt = new.work.runtime_conf().cloned();
+        let attachment = rt
+            .as_ref()
+            .map(|rt| (rt.container_id.clone(), rt.ifname.clone()));
+        // Coalesce a DEL with an identical DEL at the tail of its queue.
+        if let (Command::Del, Some(rt)) = (verb, rt.as_ref())
+            && let Some(tail) = st
+                .containers
+                .get(&rt.container_id)
+                .and_then(|q| q.back())
+                .filter(|t| t.verb == Command::Del && t.network == new.network)
+                .filter(|t| t.del_key.as_ref() == Some(rt))
+        {
+            let mut ts = lock(&tail.state);
+            if ts.phase == Phase::Queued {
+                ts.waiters += 1;
+                ts.deadline = ts.deadline.max(new.deadline);
+                drop(ts);
+                self.metrics.coalesced(Command::Del);
+                let waiter = Waiter::new(self.clone(), tail.clone(), new.deadline, true);
+                return Ok((waiter, Start::Nothing));
+            }
+        }
+        let (tx, _rx) = watch::channel(None);
+        let op = Arc::new(Op {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            request_id: new.request_id,
+            verb,
+            network: new.network,
+            version: new.version,
+            attachment,
+            del_key: if verb == Command::Del { rt } else { None },
+            arrived: Instant::now(),
+            work: Mutex::new(Some(new.work)),
+            state: Mutex::new(OpState {
+                phase: Phase::Queued,
+                waiters: 1,
+                deadline: new.deadline,
+            }),
+            result: tx,
+            cancel: CancellationToken::new(),
+        });
+        st.ops.insert(op.id, op.clone());
+        self.metrics.queued.fetch_add(1, Ordering::Relaxed);
+        let waiter = Waiter::new(self.clone(), op.clone(), new.deadline, false);
+        let start = match &op.attachment {
+            Some((cid, _)) => match st.containers.get_mut(cid) {
+                Some(q) => {
+                    q.push_back(op.clone());
+                    Start::Nothing
+                }
+                None => {
+                    st.containers
+                        .insert(cid.clone(), VecDeque::from([op.clone()]));
+                    Start::Driver(cid.clone())
+                }
+            },
+            None if verb == Command::Gc => {
+                // The gate is requested now, on arrival: operations that
+                // start after this point wait for GC.
+                let ticket = self.gate_request_locked(&mut st, &op.network, GateKind::Exclusive);
+                Start::Network(op.clone(), Some(ticket))
+            }
+            None => Start::Network(op.clone(), None),
+        };
+        Ok((waiter, start))
+    }
+
+    /// The next operation of a container's queue with its (shared) gate
+    /// ticket; `None` when the queue is empty (the driver then ends).
+    pub(crate) fn next_for(self: &Arc<Self>, container_id: &str) -> Option<(Arc<Op>, GateTicket)> {
+        let mut st = self.state();
+        loop {
+            let q = st.containers.get_mut(container_id)?;
+            let Some(op) = q.pop_front() else {
+                st.containers.remove(container_id);
+                return None;
+            };
+            if lock(&op.state).phase != Phase::Queued {
+                continue;
+            }
+            let network = op.network.clone();
+            let ticket = self.gate_request_locked(&mut st, &network, GateKind::Shared);
+            return Some((op, ticket));
+        }
+    }
+
+    fn gate_request_locked(
+        self: &Arc<Self>,
+        st: &mut SchedState,
+        network: &str,
+        kind: GateKind,
+    ) -> GateTicket {
+        let gate = st.gates.entry(network.to_owned()).or_default();
+        let state = if gate.waiting.is_empty() && gate.compatible(kind) {
+            gate.take(kind);
+            TicketState::Granted
+        } else {
+            let (tx, rx) = oneshot::channel();
+            gate.waiting.push_back((kind, tx));
+            TicketState::Waiting(rx)
+        };
+        GateTicket {
+            sched: self.clone(),
+            network: network.to_owned(),
+            kind,
+            state,
+        }
+    }
+
+    fn gate_release_locked(st: &mut SchedState, network: &str, kind: GateKind) {
+        if let Some(gate) = st.gates.get_mut(network) {
+            gate.give_back(kind);
+            gate.grant_waiting();
+            if gate.idle() {
+                st.gates.remove(network);
+            }
+        }
+    }
+
+    /// Waits for the gate and a permit while the operation is queued, then
+    /// claims it. `None` when it was cancelled meanwhile or its deadline
+    /// passed (then its outcome has been published).
+    pub(crate) async fn acquire(&self, op: &Arc<Op>, ticket: Option<GateTicket>) -> Option<Claim> {
+        let waited = async {
+            let ticket = match ticket {
+                Some(mut t) => {
+                    t.granted().await;
+                    Some(t)
+                }
+                None => None,
+            };
+            let permit = self.permits.clone().acquire_owned().await.ok()?;
+            Some((ticket, permit))
+        };
+        let (ticket, permit) = tokio::select! {
+            r = waited => r?,
+            () = op.cancel.cancelled() => return None,
+        };
+        // Claim it: Queued -> Running, unless cancelled or out of time.
+        let mut s = lock(&op.state);
+        if s.phase != Phase::Queued {
+            return None;
+        }
+        let now = Instant::now();
+        if now >= s.deadline {
+            s.phase = Phase::Done;
+            drop(s);
+            self.finish_queued(op);
+            op.publish(Err(ApiError::queued_too_long(
+                now.duration_since(op.arrived).as_millis(),
+            )
+            .in_version(op.version)));
+            return None;
+        }
+        s.phase = Phase::Running;
+        drop(s);
+        self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+        Some(Claim {
+            _ticket: ticket,
+            _permit: permit,
+            started: now,
+        })
+    }
+
+    /// Publishes the outcome of a claimed operation.
+    pub(crate) fn complete(&self, op: &Arc<Op>, claim: Claim, outcome: Outcome) {
+        let code = outcome.as_ref().err().map(|e| e.error.code);
+        let ran = claim.started.elapsed();
+        let queued = claim.started.duration_since(op.arrived);
+        lock(&op.state).phase = Phase::Done;
+        self.state().ops.remove(&op.id);
+        self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.operation_done(op.verb, queued, ran, code);
+        op.publish(outcome);
+        // The gate and the permit go with the claim.
+        drop(claim);
+    }
+
+    fn finish_queued(&self, op: &Op) {
+        self.state().ops.remove(&op.id);
+        self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A request stops waiting for `op`. When it was the last one and the
+    /// operation has not started, the operation is cancelled. Returns
+    /// whether the operation had not started.
+    fn leave(&self, op: &Arc<Op>) -> bool {
+        let mut s = lock(&op.state);
+        s.waiters = s.waiters.saturating_sub(1);
+        let queued = s.phase == Phase::Queued;
+        if queued && s.waiters == 0 {
+            s.phase = Phase::Cancelled;
+            drop(s);
+            op.cancel.cancel();
+            self.finish_queued(op);
+            tracing::debug!(id = op.id, request_id = %op.request_id, verb = %op.verb, "operation cancelled before it started");
+        }
+        queued
+    }
+
+    /// Shutdown: refuse new operations and answer the queued ones with 503.
+    /// Running operations go on. Returns how many were cancelled.
+    pub(crate) fn stop_accepting(&self) -> usize {
+        let queued: Vec<Arc<Op>> = {
+            let mut st = self.state();
+            st.accepting = false;
+            st.ops.values().cloned().collect()
+        };
+        let mut n = 0;
+        for op in queued {
+            let mut s = lock(&op.state);
+            if s.phase == Phase::Queued {
+                s.phase = Phase::Cancelled;
+                drop(s);
+                op.cancel.cancel();
+                self.finish_queued(&op);
+                op.publish(Err(ApiError::shutting_down().in_version(op.version)));
+                n += 1;
+            }
+        }
+        n
+    }
+
+    pub(crate) fn accepting(&self) -> bool {
+        self.state().accepting
+    }
+
+    /// `GET /v1/operations`.
+    pub(crate) fn list(&self, container_id: Option<&str>) -> Vec<OperationInfo> {
+        let ops: Vec<Arc<Op>> = self.state().ops.values().cloned().collect();
+        ops.iter()
+            .filter(|op| {
+                container_id.is_none()
+                    || op.attachment.as_ref().map(|a| a.0.as_str()) == container_id
+            })
+            .filter_map(|op| {
+                let s = lock(&op.state);
+                let state = match s.phase {
+                    Phase::Queued => "queued",
+                    Phase::Running => "running",
+                    _ => return None,
+                };
+                Some(OperationInfo {
+                    id: op.id,
+                    request_id: op.request_id.clone(),
+                    verb: op.verb.to_string(),
+                    network: op.network.clone(),
+                    container_id: op.attachment.as_ref().map(|a| a.0.clone()),
+                    ifname: op.attachment.as_ref().map(|a| a.1.clone()),
+                    state: state.to_owned(),
+                    waiters: s.waiters,
+                    age_ms: u64::try_from(op.arrived.elapsed().as_millis()).unwrap_or(u64::MAX),
+                })
+            })
+            .collect()
+    }
+}
+
+/// A claimed operation: holds its gate and permit until completed.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    _ticket: Option<GateTicket>,
+    _permit: OwnedSemaphorePermit,
+    started: Instant,
+}
+
+#[derive(Debug)]
+enum TicketState {
+    Granted,
+    Waiting(oneshot::Receiver<()>),
+}
+
+/// A place in a network's gate; gives it back when dropped.
+#[derive(Debug)]
+pub(crate) struct GateTicket {
+    sched: Arc<Scheduler>,
+    network: String,
+    kind: GateKind,
+    state: TicketState,
+}
+
+impl GateTicket {
+    async fn granted(&mut self) {
+        if let TicketState::Waiting(rx) = &mut self.state {
+            // The sender is only dropped unsent when the gate is dropped,
+            // which never happens while we wait.
+            let _ = rx.await;
+            self.state = TicketState::Granted;
+        }
+    }
+}
+
+impl Drop for GateTicket {
+    fn drop(&mut self) {
+        let mut st = self.sched.state();
+        let granted = match &mut self.state {
+            TicketState::Granted => true,
+            // Granted between our last poll and now? Then give it back.
+            // Checked under the scheduler's lock, which grants are made under.
+            TicketState::Waiting(rx) => rx.try_recv().is_ok(),
+        };
+        if granted {
+            Scheduler::gate_release_locked(&mut st, &self.network, self.kind);
+        }
+    }
+}
+
+/// A request waiting for an operation's outcome. Dropping it (the client
+/// went away) leaves the operation, which is cancelled if nobody else waits
+/// and it has not started.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    sched: Arc<Scheduler>,
+    op: Arc<Op>,
+    rx: watch::Receiver<Option<Arc<Outcome>>>,
+    deadline: Instant,
+    coalesced: bool,
+    left: bool,
+}
+
+impl Waiter {
+    fn new(sched: Arc<Scheduler>, op: Arc<Op>, deadline: Instant, coalesced: bool) -> Self {
+        let rx = op.result.subscribe();
+        Waiter {
+            sched,
+            op,
+            rx,
+            deadline,
+            coalesced,
+            left: false,
+        }
+    }
+
+    /// Whether this request joined an identical DEL.
+    pub(crate) fn coalesced(&self) -> bool {
+        self.coalesced
+    }
+
+    /// Waits for the outcome. At the request's deadline an operation that
+    /// has not started is left (504); one that runs is waited for, since it
+    /// is bounded by its own deadline and then finished or rolled back.
+    pub(crate) async fn wait(mut self) -> Arc<Outcome> {
+        let mut deadline = Some(self.deadline);
+        loop {
+            let timer = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = self.rx.wait_for(Option::is_some) => {
+                    self.left = true;
+                    return match r {
+                        Ok(v) => v.clone().unwrap_or_else(|| Arc::new(Err(ApiError::internal("operation ended without an outcome")))),
+                        Err(_) => Arc::new(Err(ApiError::internal("operation was dropped"))),
+                    };
+                }
+                () = timer => {
+                    self.left = true;
+                    if self.sched.leave(&self.op) {
+                        let waited = self.op.arrived.elapsed().as_millis();
+                        return Arc::new(Err(ApiError::queued_too_long(waited).in_version(self.op.version)));
+                    }
+                    // Running: wait for its end. We left already; keep
+                    // listening.
+                    deadline = None;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if !self.left {
+            self.sched.leave(&self.op);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched(n: usize) -> Arc<Scheduler> {
+        Arc::new(Scheduler::new(n, Arc::new(Metrics::default())))
+    }
+
+    fn del(cid: &str, net: &str) -> NewOp {
+        NewOp {
+            request_id: "r".into(),
+            network: net.into(),
+            version: Version::V1_0_0,
+            work: Work::Del {
+                list: None,
+                rt: RuntimeConf::new(cid, "", "eth0"),
+            },
+            deadline: Instant::now() + Duration::from_secs(30),
+        }
+    }
+
+    #[tokio::test]
+    async fn queue_order_coalescing_and_driver_end() {
+        let s = sched(4);
+        let (_w1, start) = s.enqueue(del("c1", "n")).unwrap();
+        assert!(matches!(start, Start::Driver(ref c) if c == "c1"));
+        // Identical DEL at the tail: joined.
+        let (w2, start) = s.enqueue(del("c1", "n")).unwrap();
+        assert!(matches!(start, Start::Nothing));
+        assert!(w2.coalesced());
+        // Another network: queued behind.
+        let (w3, _) = s.enqueue(del("c1", "m")).unwrap();
+        assert!(!w3.coalesced());
+        assert_eq!(s.list(Some("c1")).len(), 2);
+        assert_eq!(s.list(None)[0].waiters, 2);
+
+        let (op1, t1) = s.next_for("c1").unwrap();
+        assert_eq!(op1.network, "n");
+        let claim = s.acquire(&op1, Some(t1)).await.unwrap();
+        s.complete(
+            &op1,
+            claim,
+            Ok(Reply {
+                status: hyper::StatusCode::NO_CONTENT,
+                body: None,
+            }),
+        );
+        assert!(w2.wait().await.is_ok());
+        // The client of the third one went away: it is skipped.
+        drop(w3);
+        assert!(s.next_for("c1").is_none());
+        assert!(s.list(None).is_empty());
+    }
+
+    #[tokio::test]
+    async fn gc_gate_is_exclusive_and_fifo() {
+        let s = sched(4);
+        // A shared holder (an ADD running on n).
+        let shared = s.gate_request_locked(&mut s.state(), "n", GateKind::Shared);
+        assert!(matches!(shared.state, TicketState::Granted));
+        // GC arrives: waits.
+        let (mut gc, mut later) = {
+            let mut st = s.state();
+            let gc = s.gate_request_locked(&mut st, "n", GateKind::Exclusive);
+            // A later shared request waits behind GC even though only readers hold it.
+            let later = s.gate_request_locked(&mut st, "n", GateKind::Shared);
+            (gc, later)
+        };
+        assert!(matches!(gc.state, TicketState::Waiting(_)));
+        assert!(matches!(later.state, TicketState::Waiting(_)));
+        drop(shared);
+        tokio::time::timeout(Duration::from_secs(1), gc.granted())
+            .await
+            .unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), later.granted())
+                .await
+                .is_err()
+        );
+        drop(gc);
+        tokio::time::timeout(Duration::from_secs(1), later.granted())
+            .await
+            .unwrap();
+        drop(later);
+        assert!(s.state().gates.is_empty());
+    }
+
+    #[tokio::test]
+    async fn deadline_while_queued_cancels() {
+        let s = sched(1);
+        let mut first = del("c1", "n");
+        first.work = Work::Check {
+            list: Arc::new(
+                cni_core::NetworkConfigList::from_bytes(
+                    br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
+                    None,
+                )
+                .unwrap(),
+            ),
+            rt: RuntimeConf::new("c1", "/x", "eth0"),
+        };
+        let (_w1, _) = s.enqueue(first).unwrap();
+        let mut second = del("c1", "n");
+        second.deadline = Instant::now() + Duration::from_millis(20);
+        let (w2, _) = s.enqueue(second).unwrap();
+        let out = w2.wait().await;
+        let e = out.as_ref().as_ref().unwrap_err();
+        assert_eq!(e.status, hyper::StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(s.list(None).len(), 1);
+    }
+}

@@ -1,0 +1,140 @@
+//! Crash safety: `kill -9` of the daemon while an ADD is half done (the
+//! real bridge plugin ran, a slow plugin after it did not finish), then a
+//! restart: the daemon DELs the attachment from its recorded intent, and
+//! nothing is leaked: no IP in host-local, no veth, no interface in the
+//! namespace, no cache entry, no intent.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use cnid::api::AttachmentRequest;
+use serde_json::json;
+use support::daemon::{Daemon, Dirs, eventually, kill_group};
+use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips};
+
+const NET: &str = "dcrash";
+
+fn bridge_ports(bridge: &str) -> Vec<String> {
+    std::fs::read_dir(format!("/sys/class/net/{bridge}/brif"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Kills the slow plugin the killed daemon left behind (its own process
+/// group), also when the test fails.
+struct Orphan(std::path::PathBuf);
+
+impl Drop for Orphan {
+    fn drop(&mut self) {
+        if let Some(pid) = std::fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            kill_group(pid);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_add_then_restart_leaks_nothing() {
+    support::netns::require_root();
+    assert!(
+        Path::new("/usr/lib/cni/bridge").exists(),
+        "the reference plugins are missing: run `make setup`"
+    );
+    let dirs = Dirs::new();
+    let bridge = LinkGuard::new();
+    let subnet = SubnetLease::new();
+    let br = bridge.name();
+    let data_dir = dirs.data.join("host-local");
+    let pid_file = dirs.data.join("slow.pid");
+    let _orphan = Orphan(pid_file.clone());
+    dirs.plugin(
+        "slowpoke",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD) echo $$ > {pid}; sleep 30; echo '{{"cniVersion":"1.0.0"}}';;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac
+exit 0"#,
+            pid = pid_file.display()
+        ),
+    );
+    dirs.conf(
+        "10-crash.conflist",
+        &json!({
+            "cniVersion": "1.0.0",
+            "name": NET,
+            "plugins": [
+                {"type": "bridge", "bridge": br, "isGateway": false, "ipMasq": false,
+                 "ipam": {"type": "host-local", "dataDir": data_dir,
+                          "ranges": [[{"subnet": subnet.cidr()}]]}},
+                {"type": "slowpoke"}
+            ]
+        }),
+    );
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let ns = Netns::new();
+    let req = AttachmentRequest::new("crash-1", ns.path(), "eth0");
+    let add = tokio::spawn(async move { client.add(NET, &req).await });
+
+    // The bridge plugin has run (veth, IP), the slow one is running.
+    eventually(Duration::from_secs(20), "slow plugin started", || {
+        pid_file.exists()
+    });
+    assert_eq!(host_local_ips(&data_dir, NET).len(), 1);
+    let veths = bridge_ports(br);
+    assert_eq!(veths.len(), 1);
+    assert_eq!(ns.ipv4_addrs("eth0").len(), 1);
+    assert_eq!(dirs.intents(), ["dcrash:crash-1:eth0.json"]);
+
+    daemon.kill9();
+    assert!(
+        add.await.unwrap().is_err(),
+        "the ADD's client saw the crash"
+    );
+    // Left as the crash left it: without recovery this would leak.
+    assert_eq!(host_local_ips(&data_dir, NET).len(), 1);
+    assert_eq!(dirs.intents().len(), 1);
+    assert!(dirs.cached().is_empty());
+
+    let daemon = Daemon::start(&dirs, &[]);
+    eventually(
+        Duration::from_secs(30),
+        "rollback of the unfinished ADD",
+        || dirs.intents().is_empty() && host_local_ips(&data_dir, NET).is_empty(),
+    );
+    let ips = host_local_ips(&data_dir, NET);
+    let ports = bridge_ports(br);
+    let veth_left: Vec<&String> = veths
+        .iter()
+        .filter(|v| support::netns::link_exists(v))
+        .collect();
+    let eth0_left = ns.exec("ip", &["link", "show", "eth0"]).status.success();
+    println!(
+        "crash: after kill -9 mid-ADD and restart: IPs held {ips:?}, bridge ports {ports:?}, \
+         veths left {veth_left:?}, eth0 in netns {eth0_left}, intents {:?}, cache {:?}",
+        dirs.intents(),
+        dirs.cached()
+    );
+    assert!(ips.is_empty());
+    assert!(ports.is_empty());
+    assert!(veth_left.is_empty());
+    assert!(!eth0_left);
+    assert!(dirs.cached().is_empty());
+    let client = daemon.client().await;
+    assert!(client.operations(None).await.unwrap().is_empty());
+    let m = client.metrics().await.unwrap();
+    assert!(
+        m.contains("cnid_recovered_intents_total{outcome=\"ok\"} 1"),
+        "{m}"
+    );
+    assert!(daemon.log().contains("unfinished ADD rolled back"));
+}

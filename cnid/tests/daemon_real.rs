@@ -1,0 +1,136 @@
+//! The daemon driving the real reference plugins in real network
+//! namespaces: loopback + bridge (host-local IPAM) + tuning. ADD two
+//! namespaces, CHECK, ping across the bridge, DEL, and then nothing is left:
+//! no IP in host-local, no veth, no interface, no cache entry, no intent.
+
+mod support;
+
+use std::path::Path;
+
+use cnid::api::AttachmentRequest;
+use serde_json::{Value, json};
+use support::daemon::{Daemon, Dirs};
+use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok, link_exists};
+
+const PLUGIN_DIR: &str = "/usr/lib/cni";
+const NET: &str = "dreal";
+
+fn require_plugins() {
+    for p in ["loopback", "bridge", "host-local", "tuning"] {
+        assert!(
+            Path::new(PLUGIN_DIR).join(p).exists(),
+            "the reference plugin {PLUGIN_DIR}/{p} is missing: run `make setup` (apt-get install containernetworking-plugins)"
+        );
+    }
+}
+
+fn bridge_ports(bridge: &str) -> Vec<String> {
+    std::fs::read_dir(format!("/sys/class/net/{bridge}/brif"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn ipv4_of(result: &Value) -> String {
+    result["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|ip| ip["address"].as_str())
+        .find(|a| !a.contains(':'))
+        .unwrap_or_else(|| panic!("no IPv4 address in {result}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridge_chain_add_check_ping_del_through_the_daemon() {
+    support::netns::require_root();
+    require_plugins();
+    let dirs = Dirs::new();
+    let bridge = LinkGuard::new();
+    let subnet = SubnetLease::new();
+    // A fixed bridge MAC: otherwise it changes when the second port joins
+    // and the bridge plugin's CHECK of the first container fails.
+    let br = bridge.name();
+    ip_ok(&["link", "add", "name", br, "type", "bridge"]);
+    ip_ok(&["link", "set", br, "address", "02:cd:00:00:00:01"]);
+    ip_ok(&["link", "set", br, "up"]);
+    let data_dir = dirs.data.join("host-local");
+    dirs.conf(
+        "10-real.conflist",
+        &json!({
+            "cniVersion": "1.0.0",
+            "name": NET,
+            "plugins": [
+                {"type": "loopback"},
+                {"type": "bridge", "bridge": br, "isGateway": false, "ipMasq": false,
+                 "ipam": {"type": "host-local", "dataDir": data_dir,
+                          "ranges": [[{"subnet": subnet.cidr(), "gateway": subnet.host(1).to_string()}]]}},
+                {"type": "tuning", "sysctl": {"net.core.somaxconn": "777"}}
+            ]
+        }),
+    );
+    let daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let (ns_a, ns_b) = (Netns::new(), Netns::new());
+    let req_a = AttachmentRequest::new("real-a", ns_a.path(), "eth0");
+    let mut req_b = AttachmentRequest::new("real-b", ns_b.path(), "eth0");
+    req_b.cni_args = "IgnoreUnknown=1;K8S_POD_NAME=b".into();
+
+    let res_a = client.add(NET, &req_a).await.expect("ADD a");
+    let res_b = client.add(NET, &req_b).await.expect("ADD b");
+    assert_eq!(res_a["cniVersion"], "1.0.0");
+    let (ip_a, ip_b) = (ipv4_of(&res_a), ipv4_of(&res_b));
+    assert_eq!(ns_a.ipv4_addrs("eth0"), std::slice::from_ref(&ip_a));
+    assert_eq!(ns_b.ipv4_addrs("eth0"), std::slice::from_ref(&ip_b));
+    let somaxconn = ns_a.exec("cat", &["/proc/sys/net/core/somaxconn"]);
+    assert_eq!(String::from_utf8_lossy(&somaxconn.stdout).trim(), "777");
+
+    client.check(NET, &req_a).await.expect("CHECK a");
+    client.check(NET, &req_b).await.expect("CHECK b");
+    let addr = |cidr: &str| cidr.split('/').next().unwrap().parse().unwrap();
+    assert!(ns_a.ping(addr(&ip_b), 3), "a cannot ping b");
+    assert!(ns_b.ping(addr(&ip_a), 3), "b cannot ping a");
+
+    // What the daemon knows, and what is held on the host.
+    let att = client.attachments(None).await.unwrap();
+    assert_eq!(att.len(), 2);
+    let b = client.attachments(Some("real-b")).await.unwrap();
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].cni_args, "IgnoreUnknown=1;K8S_POD_NAME=b");
+    assert_eq!(b[0].result.as_ref().map(ipv4_of), Some(ip_b.clone()));
+    assert_eq!(host_local_ips(&data_dir, NET).len(), 2);
+    let veths = bridge_ports(br);
+    assert_eq!(veths.len(), 2, "{veths:?}");
+
+    client.del(NET, &req_a).await.expect("DEL a");
+    client.del(NET, &req_b).await.expect("DEL b");
+    client.del(NET, &req_a).await.expect("DEL a again");
+
+    assert!(host_local_ips(&data_dir, NET).is_empty(), "IPs left");
+    assert!(bridge_ports(br).is_empty(), "ports left on the bridge");
+    for v in &veths {
+        assert!(!link_exists(v), "veth {v} left");
+    }
+    for ns in [&ns_a, &ns_b] {
+        assert!(
+            !ns.exec("ip", &["link", "show", "eth0"]).status.success(),
+            "eth0 left in {}",
+            ns.name()
+        );
+    }
+    assert!(client.attachments(None).await.unwrap().is_empty());
+    assert!(dirs.cached().is_empty());
+    assert!(dirs.intents().is_empty());
+    let m = client.metrics().await.unwrap();
+    for line in [
+        "cnid_plugin_exec_duration_seconds_count{plugin=\"bridge\",command=\"ADD\"} 2",
+        "cnid_plugin_exec_duration_seconds_count{plugin=\"bridge\",command=\"DEL\"} 3",
+        "cnid_plugin_exec_duration_seconds_count{plugin=\"tuning\",command=\"CHECK\"} 2",
+        "cnid_operations_total{verb=\"ADD\",outcome=\"ok\"} 2",
+    ] {
+        assert!(m.contains(line), "missing {line:?} in\n{m}");
+    }
+}
