@@ -1,0 +1,92 @@
+//! `cnitool-batch`: the `cnitool batch up|down` command (see `batch.rs`),
+//! in a binary of its own so that its code is not mapped into every
+//! `cnitool add` (see `batch_exec.rs`). `cnitool batch ARGS` execs it;
+//! running it directly works the same.
+//!
+//! It shares cnitool's environment handling (`setup.rs`) and failure
+//! contract (`report.rs`): the same variables, the same messages, status 1
+//! and, with `--json-errors`, the spec's error JSON on stderr.
+
+mod batch;
+mod batch_cli;
+mod progress;
+mod report;
+mod setup;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::batch::Runner;
+use crate::batch_cli::BatchCli;
+use crate::setup::{Env, Settings};
+
+fn main() -> ExitCode {
+    let json_env = report::json_errors_from_env();
+    let cli = match BatchCli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let json = json_env || std::env::args_os().any(|a| a == "--json-errors");
+            return report::usage_error(&e, json);
+        }
+    };
+    let json = json_env || cli.json_errors;
+    init_logging();
+
+    let env: Env<'_> = &setup::process_env;
+    let settings = match Settings::from_env(env) {
+        Ok(s) => s,
+        Err(e) => return report::failure(&e.into(), None, json),
+    };
+    // One thread runs the event loop; namespace creation goes to tokio's
+    // blocking pool. The plugins are processes: their work is in parallel
+    // whatever the runtime.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let e = anyhow::Error::new(e).context("cannot start the tokio runtime");
+            return report::failure(&e, None, json);
+        }
+    };
+    let runner = Runner::new(settings);
+    match runtime.block_on(runner.exec(env, &cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report::failure(&e, runner.cni_version(), json),
+    }
+}
+
+/// Logs on stderr when `RUST_LOG` is set, with `tracing_subscriber`'s
+/// `Targets` filter, as cnitool does.
+fn init_logging() {
+    use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    let Some(spec) = std::env::var_os("RUST_LOG").filter(|v| !v.is_empty()) else {
+        return;
+    };
+    let filter = match spec
+        .to_str()
+        .map(str::parse::<tracing_subscriber::filter::Targets>)
+    {
+        Some(Ok(filter)) => filter,
+        Some(Err(e)) => {
+            eprintln!("warning: ignoring RUST_LOG {spec:?}: {e}");
+            return;
+        }
+        None => {
+            eprintln!("warning: ignoring RUST_LOG {spec:?}: not valid UTF-8");
+            return;
+        }
+    };
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(filter)
+        .try_init();
+}

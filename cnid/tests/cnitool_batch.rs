@@ -1,0 +1,545 @@
+//! `cnitool batch up|down` as root, with the real bridge and host-local
+//! plugins on a bridge, subnet and host-local dataDir of each test's own,
+//! and fake plugins (wrappers around `cni-noop`) for failures and slowness.
+//!
+//! Network rule: the only traffic is between the test's namespaces over its
+//! own bridge, in its own leased /24; no ipMasq, no gateway, no default
+//! route. Every test removes its namespaces (`PREFIX<number>`) and bridge in
+//! guards, also when it panics.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::netns::{
+    LinkGuard, NETNS_DIR, SubnetLease, host_local_ips, ip, ip_json, ip_ok, require_root, unique_id,
+};
+use support::tool::{Run, Sandbox, expected_container_id};
+
+const PLUGIN_DIR: &str = "/usr/lib/cni";
+const CNI_NOOP: &str = env!("CARGO_BIN_EXE_cni-noop");
+/// `cnitool batch` execs this binary, found next to cnitool.
+const CNITOOL_BATCH: &str = env!("CARGO_BIN_EXE_cnitool-batch");
+
+fn require_plugins() {
+    for p in ["bridge", "host-local"] {
+        assert!(
+            Path::new(PLUGIN_DIR).join(p).is_file(),
+            "this test needs the reference plugin {PLUGIN_DIR}/{p} (Debian: containernetworking-plugins)"
+        );
+    }
+    assert!(
+        Path::new(CNITOOL_BATCH).is_file(),
+        "{CNITOOL_BATCH} not built"
+    );
+}
+
+/// The namespaces `prefix<number>` in `/run/netns`, sorted by number.
+fn batch_namespaces(prefix: &str) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(NETNS_DIR)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| {
+                    n.strip_prefix(prefix)
+                        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort_by_key(|n| (n.len(), n.clone()));
+    names
+}
+
+/// Deletes every namespace `prefix<number>` on drop (also on panic).
+#[derive(Debug)]
+struct NamespacesGuard {
+    prefix: String,
+}
+
+impl Drop for NamespacesGuard {
+    fn drop(&mut self) {
+        for name in batch_namespaces(&self.prefix) {
+            let out = ip(&["netns", "del", &name]);
+            if !out.status.success() {
+                eprintln!(
+                    "cleanup: ip netns del {name} failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim_end()
+                );
+            }
+        }
+    }
+}
+
+/// One test's world. Fields drop in order: namespaces, bridge, subnet
+/// lease, then the temp dir (cache, host-local dataDir, fake plugins).
+struct World {
+    namespaces: NamespacesGuard,
+    bridge: LinkGuard,
+    subnet: SubnetLease,
+    sb: Sandbox,
+    network: String,
+}
+
+impl World {
+    fn new() -> World {
+        require_root();
+        require_plugins();
+        World {
+            namespaces: NamespacesGuard {
+                prefix: format!("cbt{}-", unique_id()),
+            },
+            bridge: LinkGuard::new(),
+            subnet: SubnetLease::new(),
+            sb: Sandbox::new(),
+            network: format!("cnitool-batch-{}", unique_id()),
+        }
+    }
+
+    fn prefix(&self) -> &str {
+        &self.namespaces.prefix
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.sb.root().join("host-local")
+    }
+
+    /// Writes the network: bridge (host-local, our subnet; no gateway, no
+    /// masquerading), then `extra` plugins. The bridge is made first with a
+    /// fixed MAC, so that CHECK of an early member does not see its MAC
+    /// change as ports join.
+    fn bridge_network(&self, extra: &[Value]) {
+        let mut plugins = vec![json!({
+            "type": "bridge",
+            "bridge": self.bridge.name(),
+            "isGateway": false,
+            "ipMasq": false,
+            "ipam": {
+                "type": "host-local",
+                "dataDir": self.data_dir(),
+                "ranges": [[{"subnet": self.subnet.cidr()}]]
+            }
+        })];
+        plugins.extend_from_slice(extra);
+        self.sb.conflist(&self.network, "1.0.0", &plugins);
+        ip_ok(&["link", "add", self.bridge.name(), "type", "bridge"]);
+        ip_ok(&[
+            "link",
+            "set",
+            self.bridge.name(),
+            "address",
+            "02:cb:00:00:00:01",
+        ]);
+    }
+
+    /// A fake plugin `name`: `shell` lines, then `cni-noop` (which passes
+    /// `prevResult` on, or makes a result of its own).
+    fn noop_plugin(&self, name: &str, shell: &str) {
+        self.sb
+            .plugins
+            .script(name, &format!("{shell}\nexec '{CNI_NOOP}'"));
+    }
+
+    /// `cnitool ARGS` with the real plugins and the fake ones.
+    fn run(&self, args: &[&str]) -> Run {
+        let path = format!("{}:{PLUGIN_DIR}", self.sb.plugins.bin().display());
+        self.sb.run_env(args, &[("CNI_PATH", path.as_str())])
+    }
+
+    fn up(&self, count: usize, concurrency: usize) -> Run {
+        self.run(&[
+            "batch",
+            "up",
+            &self.network,
+            "--count",
+            &count.to_string(),
+            "--concurrency",
+            &concurrency.to_string(),
+            "--prefix",
+            self.prefix(),
+        ])
+    }
+
+    fn down(&self, extra: &[&str]) -> Run {
+        let mut args = vec![
+            "batch",
+            "down",
+            self.network.as_str(),
+            "--prefix",
+            self.prefix(),
+        ];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
+    /// The host-side veths on the bridge.
+    fn bridge_ports(&self) -> Vec<String> {
+        ip_json(&["link", "show", "master", self.bridge.name()])
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["ifname"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Asserts that nothing of the batch is left.
+    #[track_caller]
+    fn assert_clean(&self) {
+        assert_eq!(batch_namespaces(self.prefix()), Vec::<String>::new());
+        assert_eq!(self.bridge_ports(), Vec::<String>::new(), "veths left");
+        assert_eq!(
+            host_local_ips(&self.data_dir(), &self.network),
+            Vec::<String>::new(),
+            "host-local still holds addresses"
+        );
+        assert_eq!(self.sb.cache_entries(), Vec::<String>::new());
+    }
+}
+
+/// The IPv4 addresses (`a.b.c.d/len`) of `ifname` in namespace `name`.
+fn ipv4_addrs(name: &str, ifname: &str) -> Vec<String> {
+    ip_json(&["-n", name, "addr", "show", "dev", ifname])
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|link| link["addr_info"].as_array().cloned().unwrap_or_default())
+        .filter(|a| a["family"] == "inet")
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or(""), a["prefixlen"]))
+        .collect()
+}
+
+fn ping_from(name: &str, to: Ipv4Addr) -> bool {
+    let to = to.to_string();
+    (0..3).any(|_| {
+        Command::new("ip")
+            .args(["netns", "exec", name, "ping", "-c1", "-W1", &to])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ping")
+            .status
+            .success()
+    })
+}
+
+fn addr_of(cidr: &str) -> Ipv4Addr {
+    cidr.split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("not an IPv4 address: {cidr}"))
+}
+
+/// The `ips` of a member of a summary, as strings.
+fn ips_of(member: &Value) -> Vec<String> {
+    member["ips"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ips in {member}"))
+        .iter()
+        .map(|v| v.as_str().expect("ip is a string").to_owned())
+        .collect()
+}
+
+#[test]
+fn up_twenty_namespaces_then_down_twice() {
+    let w = World::new();
+    w.bridge_network(&[]);
+    let prefix = w.prefix();
+
+    let run = w.up(20, 4).ok();
+    let summary = run.stdout_json();
+    assert_eq!(summary["network"], w.network.as_str(), "{summary}");
+    assert_eq!(summary["prefix"], prefix);
+    assert_eq!(summary["attached"], 20);
+    assert_eq!(summary["failed"], 0);
+    assert!(summary["elapsedMs"].is_u64(), "{summary}");
+    // Progress, one line per tenth when stderr is not a terminal.
+    assert!(
+        run.stderr
+            .contains("batch up: 20/20 done (100%): 20 attached, 0 failed"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stderr.lines().count(), 10, "{}", run.stderr);
+
+    let members = summary["namespaces"].as_array().expect("namespaces");
+    assert_eq!(members.len(), 20);
+    let mut all_ips = BTreeSet::new();
+    for (i, m) in members.iter().enumerate() {
+        let name = format!("{prefix}{i}");
+        let path = format!("{NETNS_DIR}/{name}");
+        assert_eq!(m["namespace"], name.as_str(), "{m}");
+        assert_eq!(m["path"], path.as_str(), "{m}");
+        // The container ID cnitool add would use for that path.
+        assert_eq!(m["containerId"], expected_container_id(&path).as_str());
+        assert_eq!(m["ifname"], "eth0");
+        assert_eq!(m["error"], Value::Null);
+        let ips = ips_of(m);
+        assert_eq!(ips.len(), 1, "{m}");
+        assert_eq!(
+            addr_of(&ips[0]).octets()[..3],
+            w.subnet.host(0).octets()[..3],
+            "{} outside {}",
+            ips[0],
+            w.subnet.cidr()
+        );
+        // The interface really has it.
+        assert_eq!(ipv4_addrs(&name, "eth0"), ips, "in {name}");
+        all_ips.insert(ips[0].clone());
+    }
+    assert_eq!(all_ips.len(), 20, "addresses are distinct");
+    let names = batch_namespaces(prefix);
+    assert_eq!(names.len(), 20, "{names:?}");
+    // `ip netns list` shows them.
+    let listed = ip_ok(&["netns", "list"]);
+    for name in &names {
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(name)),
+            "{name} not in `ip netns list`"
+        );
+    }
+    assert_eq!(host_local_ips(&w.data_dir(), &w.network).len(), 20);
+    assert_eq!(w.bridge_ports().len(), 20);
+    assert_eq!(w.sb.cache_entries().len(), 20);
+    // No default route anywhere.
+    for name in [&names[0], &names[19]] {
+        let routes = ip_json(&["-n", name, "-4", "route", "show", "default"]);
+        assert_eq!(routes, json!([]), "default route in {name}");
+    }
+
+    // Traffic from the first to the last, over our bridge.
+    let last = addr_of(&ips_of(&members[19])[0]);
+    assert!(
+        ping_from(&names[0], last),
+        "{} cannot ping {last}",
+        names[0]
+    );
+
+    // Plain cnitool finds a member: CHECK, then DEL of the first.
+    let first = format!("{NETNS_DIR}/{prefix}0");
+    w.run(&["check", &w.network, &first]).ok();
+    w.run(&["del", &w.network, &first]).ok();
+    assert_eq!(host_local_ips(&w.data_dir(), &w.network).len(), 19);
+    assert_eq!(w.sb.cache_entries().len(), 19);
+
+    // down: the 19 cached attachments, and a DEL of the first (no longer
+    // cached, its namespace still there) as cnitool del would run it.
+    let run = w.down(&["--concurrency", "4"]).ok();
+    let summary = run.stdout_json();
+    pretty_assertions::assert_eq!(
+        json!({
+            "network": summary["network"],
+            "prefix": summary["prefix"],
+            "detached": summary["detached"],
+            "deleted": summary["deleted"],
+            "errors": summary["errors"],
+        }),
+        json!({
+            "network": w.network,
+            "prefix": prefix,
+            "detached": 20,
+            "deleted": 20,
+            "errors": [],
+        })
+    );
+    assert!(
+        run.stderr
+            .contains("batch down: 20/20 done (100%): 20 torn down, 0 errors"),
+        "{}",
+        run.stderr
+    );
+    w.assert_clean();
+
+    // Again: nothing to do, and quiet.
+    let run = w.down(&["-q"]).ok();
+    let summary = run.stdout_json();
+    assert_eq!(
+        (
+            &summary["detached"],
+            &summary["deleted"],
+            &summary["errors"]
+        ),
+        (&json!(0), &json!(0), &json!([]))
+    );
+    assert_eq!(run.stderr, "");
+    w.assert_clean();
+}
+
+#[test]
+fn failing_members_are_rolled_back_and_reported() {
+    let w = World::new();
+    // Appended to the chain: fails the ADD of members with an odd number.
+    w.noop_plugin(
+        "failodd",
+        r#"case "$CNI_COMMAND:$CNI_NETNS" in ADD:*[13579]) export CNI_NOOP_FAIL=1;; esac"#,
+    );
+    w.bridge_network(&[json!({"type": "failodd"})]);
+    let prefix = w.prefix();
+
+    let run = w.up(6, 3);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains(&format!(
+            "error: 3 of 6 namespaces failed to attach ({prefix}1, {prefix}3, {prefix}5; \
+             see the summary on stdout); the first, {prefix}1: plugin failodd ADD failed"
+        )),
+        "{}",
+        run.stderr
+    );
+    let summary = run.stdout_json();
+    assert_eq!(
+        (&summary["attached"], &summary["failed"]),
+        (&json!(3), &json!(3))
+    );
+    for (i, m) in summary["namespaces"]
+        .as_array()
+        .expect("namespaces")
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(m["namespace"], format!("{prefix}{i}").as_str());
+        if i % 2 == 1 {
+            let error = m["error"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no error in {m}"));
+            assert!(
+                error.contains("plugin failodd ADD failed") && error.contains("CNI_NOOP_FAIL"),
+                "{error}"
+            );
+            assert_eq!(m["ips"], json!([]));
+        } else {
+            assert_eq!(m["error"], Value::Null, "{m}");
+            assert_eq!(ips_of(m).len(), 1, "{m}");
+        }
+    }
+    // The failed members were rolled back (their addresses released, their
+    // veths gone) and their namespaces deleted; the others stay up.
+    let even: Vec<String> = [0, 2, 4].iter().map(|i| format!("{prefix}{i}")).collect();
+    assert_eq!(batch_namespaces(prefix), even);
+    assert_eq!(host_local_ips(&w.data_dir(), &w.network).len(), 3);
+    assert_eq!(w.bridge_ports().len(), 3);
+    assert_eq!(w.sb.cache_entries().len(), 3);
+
+    let summary = w.down(&[]).ok().stdout_json();
+    assert_eq!(
+        (
+            &summary["detached"],
+            &summary["deleted"],
+            &summary["errors"]
+        ),
+        (&json!(3), &json!(3), &json!([]))
+    );
+    w.assert_clean();
+}
+
+#[test]
+fn up_refuses_a_prefix_in_use() {
+    let w = World::new();
+    w.noop_plugin("noop", "");
+    w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "noop"})]);
+    let taken = format!("{}3", w.prefix());
+    ip_ok(&["netns", "add", &taken]);
+
+    let err = w
+        .run(&[
+            "--json-errors",
+            "batch",
+            "up",
+            &w.network,
+            "--count",
+            "5",
+            "--prefix",
+            w.prefix(),
+        ])
+        .fails_json();
+    assert_eq!(err["code"], 4, "{err}");
+    let msg = err["msg"].as_str().expect("msg");
+    assert!(
+        msg.contains(&format!("({taken})")) && msg.contains("cnitool batch down"),
+        "{msg}"
+    );
+    // Nothing was made.
+    assert_eq!(batch_namespaces(w.prefix()), std::slice::from_ref(&taken));
+    assert_eq!(w.sb.cache_entries(), Vec::<String>::new());
+
+    // down takes it (a DEL as cnitool del would run it, then the namespace).
+    let summary = w.down(&["-q"]).ok().stdout_json();
+    assert_eq!(
+        (&summary["detached"], &summary["deleted"]),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(batch_namespaces(w.prefix()), Vec::<String>::new());
+}
+
+#[test]
+fn interrupted_up_tears_everything_down() {
+    let w = World::new();
+    // Every ADD takes 0.4 s; the invocations are recorded.
+    let record = w.sb.root().join("calls");
+    w.noop_plugin(
+        "slow",
+        &format!(
+            "echo \"$CNI_COMMAND $CNI_CONTAINERID\" >> '{}'\n\
+             [ \"$CNI_COMMAND\" = ADD ] && sleep 0.4",
+            record.display()
+        ),
+    );
+    w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "slow"})]);
+    let path = format!("{}:{PLUGIN_DIR}", w.sb.plugins.bin().display());
+    let mut cmd = w.sb.cnitool(&[
+        "batch",
+        "up",
+        &w.network,
+        "--count",
+        "8",
+        "--concurrency",
+        "2",
+        "--prefix",
+        w.prefix(),
+    ]);
+    let child = cmd
+        .env("CNI_PATH", &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cnitool");
+
+    // Once an ADD is in flight (it sleeps), SIGINT.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fs::read_to_string(&record).is_ok_and(|calls| calls.contains("ADD ")) {
+        assert!(Instant::now() < deadline, "no ADD started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = i32::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) on our own child's pid has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().expect("wait for cnitool");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "no summary");
+    assert!(
+        stderr.contains("batch up interrupted by SIGINT; the ")
+            && stderr.contains("namespaces it had set up were torn down"),
+        "{stderr}"
+    );
+
+    // Everything that got an ADD got a DEL; nothing is left.
+    let calls = fs::read_to_string(&record).expect("read the calls");
+    let of = |verb: &str| -> BTreeSet<&str> {
+        calls
+            .lines()
+            .filter_map(|l| l.strip_prefix(verb)?.strip_prefix(' '))
+            .collect()
+    };
+    let (adds, dels) = (of("ADD"), of("DEL"));
+    assert!(!adds.is_empty() && adds.len() < 8, "{calls}");
+    assert!(adds.is_subset(&dels), "ADD without DEL: {calls}");
+    assert_eq!(batch_namespaces(w.prefix()), Vec::<String>::new());
+    assert_eq!(w.sb.cache_entries(), Vec::<String>::new());
+}
