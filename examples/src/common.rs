@@ -1,5 +1,6 @@
-//! What the `in-process` and `harness` examples share: defaults, signal
-//! handling, the bridge they create beforehand, host-local's data dir, ping.
+//! What the `in-process`, `harness`, `daemon-client` and `demo` examples
+//! share: defaults, signal handling, the bridge they create beforehand,
+//! host-local's data dir, ping.
 //!
 //! Included by each binary with `#[path = "../common.rs"] mod common;`; each
 //! uses a part of it.
@@ -10,6 +11,7 @@ use std::fmt;
 use std::fs;
 use std::io;
 use std::net::IpAddr;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -145,13 +147,17 @@ impl Signals {
 }
 
 /// Runs `ip ARGS` on the host and returns its output; fails on a non-zero exit.
+///
+/// `ip` runs in a process group of its own, so that a Ctrl-C on the
+/// terminal (SIGINT to the foreground group) reaches only the example, whose
+/// teardown may be running this very command.
 pub(crate) fn ip<I, S>(args: I) -> Result<Output>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
     let mut cmd = Command::new("ip");
-    cmd.args(args).stdin(Stdio::null());
+    cmd.args(args).stdin(Stdio::null()).process_group(0);
     let shown = format!("{cmd:?}");
     let out = cmd.output().with_context(|| format!("run {shown}"))?;
     if !out.status.success() {
@@ -169,6 +175,7 @@ pub(crate) fn link_exists(name: &str) -> bool {
     Command::new("ip")
         .args(["link", "show", "dev", name])
         .stdin(Stdio::null())
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()

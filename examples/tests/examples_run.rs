@@ -3,7 +3,8 @@
 //!
 //! # Serialized, and not with `make demo`
 //!
-//! `in-process` and `harness` use the bundled network `cnirs-bridge`: bridge
+//! `in-process`, `harness`, `daemon-client` and `demo` use the bundled
+//! network `cnirs-bridge`: bridge
 //! `cnirs-br0`, subnet 10.253.10.0/24, host-local's dir
 //! `/var/lib/cni/networks/cnirs-bridge`. Two runs at once would share the
 //! bridge and the addresses, and one run's final tidy-up (deleting the bridge
@@ -13,6 +14,12 @@
 //! examples started by hand).
 //!
 //! These tests need root (namespaces, a bridge); `show-stdin` does not.
+//!
+//! `daemon-client` and `demo` need the `cnid` binary, which cargo does not
+//! build for this package's tests: [`cnid_binary`] takes the one next to the
+//! examples in the target dir (where `cargo test --workspace` and
+//! `make demo` put it) and builds it with cargo when it is missing or older
+//! than the sources.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -34,6 +41,8 @@ use serde_json::Value;
 const SHOW_STDIN: &str = env!("CARGO_BIN_EXE_show-stdin");
 const IN_PROCESS: &str = env!("CARGO_BIN_EXE_in-process");
 const HARNESS: &str = env!("CARGO_BIN_EXE_harness");
+const DAEMON_CLIENT: &str = env!("CARGO_BIN_EXE_daemon-client");
+const DEMO: &str = env!("CARGO_BIN_EXE_demo");
 
 const NET_D: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/net.d");
 /// The bundled bridge network's bridge, subnet and host-local dir.
@@ -523,5 +532,395 @@ fn harness_interrupted_during_setup_leaves_nothing_behind() {
         "not interrupted during setup\n{all}"
     );
     assert!(out.stdout.contains("left behind: nothing"), "{all}");
+    before.assert_nothing_left(&all);
+}
+
+/// The crates whose sources make up the `cnid` binary.
+const CNID_SOURCES: &[&str] = &["cni-core", "cni-async", "cnid"];
+
+/// The newest modification time of the files under `dir`.
+fn newest_under(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if let Ok(m) = meta.modified() {
+                newest = newest.max(Some(m));
+            }
+        }
+    }
+    newest
+}
+
+/// The `cnid` binary next to the examples, built with cargo first when it
+/// is missing or older than a source file of the crates it is made of.
+fn cnid_binary() -> PathBuf {
+    static BUILT: Mutex<()> = Mutex::new(());
+    let _once = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
+    let path = Path::new(DEMO).with_file_name("cnid");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the examples are in the workspace");
+    let built = fs::metadata(&path).and_then(|m| m.modified()).ok();
+    let sources = CNID_SOURCES
+        .iter()
+        .flat_map(|c| {
+            [
+                newest_under(&workspace.join(c).join("src")),
+                fs::metadata(workspace.join(c).join("Cargo.toml"))
+                    .and_then(|m| m.modified())
+                    .ok(),
+            ]
+        })
+        .flatten()
+        .max();
+    if built.is_none() || sources > built {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-q", "-p", "cnid", "--bin", "cnid"])
+            .current_dir(workspace)
+            .status()
+            .expect("run cargo build -p cnid --bin cnid");
+        assert!(status.success(), "cargo build -p cnid --bin cnid: {status}");
+    }
+    assert!(path.is_file(), "{} missing after the build", path.display());
+    path
+}
+
+/// `GET path` on cnid's socket (HTTP/1.1, `Connection: close`): the status
+/// and the body.
+fn cnid_get(socket: &Path, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::Write as _;
+    let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: cnid\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// A cnid started by a test on a socket in a temp dir, with the bundled
+/// networks and a temp cache and state dir; SIGKILLed when dropped.
+struct TestCnid {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl TestCnid {
+    fn start() -> TestCnid {
+        let dir = tempfile::Builder::new()
+            .prefix("cnirs-test-cnid-")
+            .tempdir()
+            .expect("temp dir");
+        let socket = dir.path().join("cnid.sock");
+        let log = fs::File::create(dir.path().join("cnid.log")).expect("create the log");
+        let child = Command::new(cnid_binary())
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--conf-dir")
+            .arg(NET_D)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .args([
+                "--plugin-dir",
+                "/opt/cni/bin",
+                "--plugin-dir",
+                "/usr/lib/cni",
+            ])
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup the log"))
+            .stderr(log)
+            .spawn()
+            .expect("start cnid");
+        let mut cnid = TestCnid {
+            child: Some(child),
+            dir,
+            socket,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if cnid_get(&cnid.socket, "/v1/health").is_ok_and(|(status, _)| status == 200) {
+                return cnid;
+            }
+            let exited = cnid
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            assert!(
+                exited.is_none() && Instant::now() < deadline,
+                "cnid not ready ({exited:?}); log:\n{}",
+                cnid.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("cnid.log")).unwrap_or_default()
+    }
+
+    /// The cached results in its cache dir.
+    fn cached(&self) -> Vec<PathBuf> {
+        files_under(&self.dir.path().join("cache/results"))
+    }
+
+    /// SIGTERM; its exit status.
+    fn stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("cnid runs");
+        let pid = i32::try_from(child.id()).expect("pid fits in i32");
+        kill(Pid::from_raw(pid), Signal::SIGTERM).expect("SIGTERM cnid");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for cnid") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("cnid did not exit on SIGTERM; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for TestCnid {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The two sandbox addresses in the output, the pings both ways to them,
+/// and the daemon's view listing both with those addresses.
+fn assert_attached_pinged_listed(out: &Finished, prefix: &str) {
+    let all = out.all();
+    let addrs = addresses_in_subnet(&out.stdout);
+    assert_eq!(addrs.len(), 2, "expected two addresses in {SUBNET}\n{all}");
+    for (from, to) in [("a", "b"), ("b", "a")] {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("ping {from} -> {to} ")))
+            .unwrap_or_else(|| panic!("no ping {from} -> {to}\n{all}"));
+        assert!(line.contains(": ok, time "), "{line}\n{all}");
+        assert!(
+            addrs
+                .iter()
+                .any(|n| line.contains(&format!("({})", n.addr()))),
+            "ping to an unknown address: {line}\n{all}"
+        );
+    }
+    for label in ["a", "b"] {
+        assert!(
+            out.stdout.contains(&format!("CHECK sandbox {label}: ok")),
+            "{all}"
+        );
+        // The address ADD printed is the one the daemon lists.
+        let added = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("sandbox {label}: eth0 ")))
+            .unwrap_or_else(|| panic!("no address of sandbox {label}\n{all}"));
+        let listed = out
+            .stdout
+            .lines()
+            .find(|l| {
+                l.trim_start()
+                    .starts_with(&format!("attachment cnirs-bridge {prefix}{label} eth0: "))
+            })
+            .unwrap_or_else(|| panic!("cnid does not list sandbox {label}\n{all}"));
+        assert_eq!(
+            addresses_in_subnet(added),
+            addresses_in_subnet(listed),
+            "{all}"
+        );
+        assert!(
+            listed.contains(&format!("netns /run/netns/{prefix}{label}")),
+            "{listed}\n{all}"
+        );
+    }
+    assert!(
+        out.stdout
+            .contains("GET /v1/attachments: none of ours left"),
+        "{all}"
+    );
+    assert!(out.stdout.contains("teardown: done"), "{all}");
+}
+
+#[test]
+fn daemon_client_attaches_pings_lists_and_detaches_through_cnid() {
+    require_root();
+    let _serial = serial();
+    let prefix = prefix("dc");
+    let before = Before::take(&prefix);
+    let mut cnid = TestCnid::start();
+    let socket = cnid.socket.to_str().expect("utf-8 temp dir").to_owned();
+
+    let out = run(DAEMON_CLIENT, &["--socket", &socket, "--prefix", &prefix]);
+    let all = format!("{}\n--- cnid log\n{}", out.all(), cnid.log());
+    assert!(out.status.success(), "{all}");
+    assert_attached_pinged_listed(&out, &prefix);
+
+    // The daemon agrees: nothing attached, nothing cached.
+    let (status, body) = cnid_get(&cnid.socket, "/v1/attachments").expect("GET /v1/attachments");
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("attachments JSON");
+    assert_eq!(v["attachments"], serde_json::json!([]), "{all}");
+    assert_eq!(cnid.cached(), Vec::<PathBuf>::new(), "{all}");
+    assert!(cnid.stop().success(), "{all}");
+    before.assert_nothing_left(&all);
+}
+
+#[test]
+fn daemon_client_without_a_daemon_fails_clearly() {
+    require_root();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("none.sock");
+    let out = run(
+        DAEMON_CLIENT,
+        &["--socket", socket.to_str().expect("utf-8 temp dir")],
+    );
+    let all = out.all();
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(out.stderr.contains("is cnid running?"), "{all}");
+    assert!(
+        out.stderr
+            .contains(&format!("cannot connect to cnid at {}", socket.display())),
+        "{all}"
+    );
+}
+
+/// The pid the demo printed for cnid.
+fn demo_cnid_pid(stdout: &str) -> Option<i32> {
+    let rest = stdout.split("(pid ").nth(1)?;
+    rest.split(',').next()?.parse().ok()
+}
+
+fn process_exists(pid: i32) -> bool {
+    // Signal 0: only checks that the process exists.
+    kill(Pid::from_raw(pid), None).is_ok()
+}
+
+#[test]
+fn demo_runs_end_to_end_and_leaves_nothing_behind() {
+    require_root();
+    let _serial = serial();
+    let prefix = prefix("dm");
+    let before = Before::take(&prefix);
+    let cnid = cnid_binary();
+
+    let out = run(
+        DEMO,
+        &[
+            "--cnid",
+            cnid.to_str().expect("utf-8 path"),
+            "--prefix",
+            &prefix,
+        ],
+    );
+    let all = out.all();
+    assert!(out.status.success(), "{all}");
+    assert_attached_pinged_listed(&out, &prefix);
+    // A fresh daemon: our two attachments are all it has.
+    assert!(
+        out.stdout
+            .contains("GET /v1/attachments: 2 attachments, 2 of them ours"),
+        "{all}"
+    );
+    assert!(
+        out.stdout.contains("cnid: exited (exit status: 0)"),
+        "{all}"
+    );
+    assert!(out.stdout.contains("left behind: nothing"), "{all}");
+    assert_eq!(
+        out.stdout.lines().last(),
+        Some("demo: done, everything torn down"),
+        "{all}"
+    );
+    // Its temp dir (socket, state, cache, log) is gone, and so is cnid.
+    let tmp = out
+        .stdout
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("removed ")
+                .filter(|p| p.contains("cnid-demo-"))
+        })
+        .unwrap_or_else(|| panic!("no temp dir removed\n{all}"));
+    assert!(!Path::new(tmp).exists(), "{tmp} left behind\n{all}");
+    let pid = demo_cnid_pid(&out.stdout).unwrap_or_else(|| panic!("no cnid pid\n{all}"));
+    assert!(!process_exists(pid), "cnid (pid {pid}) still runs\n{all}");
+    before.assert_nothing_left(&all);
+}
+
+#[test]
+fn demo_interrupted_during_add_tears_down_and_stops_cnid() {
+    require_root();
+    let _serial = serial();
+    let prefix = prefix("di");
+    let before = Before::take(&prefix);
+    let cnid = cnid_binary();
+
+    let mut running = Running::start(
+        DEMO,
+        &[
+            "--cnid",
+            cnid.to_str().expect("utf-8 path"),
+            "--prefix",
+            &prefix,
+        ],
+    );
+    // Interrupted once both namespaces exist and the ADDs are sent.
+    let reached = running.wait_for(
+        Stream::Out,
+        |l| l.contains(". ADD both namespaces"),
+        Duration::from_secs(60),
+    );
+    running.signal(Signal::SIGINT);
+    let out = running.finish(Duration::from_secs(120));
+    let all = out.all();
+    assert!(reached, "never got to the ADDs\n{all}");
+
+    assert_eq!(out.status.code(), Some(130), "{all}");
+    assert!(
+        out.stdout.contains("SIGINT: stopping, tearing down"),
+        "{all}"
+    );
+    assert!(out.stdout.contains("teardown: done"), "{all}");
+    assert!(out.stdout.contains("left behind: nothing"), "{all}");
+    assert_eq!(
+        out.stdout.lines().last(),
+        Some("demo: interrupted by SIGINT, everything torn down"),
+        "{all}"
+    );
+    let pid = demo_cnid_pid(&out.stdout).unwrap_or_else(|| panic!("no cnid pid\n{all}"));
+    assert!(!process_exists(pid), "cnid (pid {pid}) still runs\n{all}");
     before.assert_nothing_left(&all);
 }

@@ -29,6 +29,7 @@ pub const CNITOOL_VARS: &[&str] = &[
     "CNI_CACHE_DIR",
     "CNI_TIMEOUT",
     "CNITOOL_JSON_ERRORS",
+    "CNID_SOCKET",
     "RUST_LOG",
     "CNI_COMMAND",
     "CNI_CONTAINERID",

@@ -3,12 +3,15 @@
 //!
 //! The surface is the reference cnitool's (`add|check|del|gc|status <network>
 //! <netns>`, global `-i/--ifname`, extra positional arguments ignored as
-//! cobra's `MinimumNArgs(2)` allows), plus `version`, `validate`, `batch`
-//! and `--json-errors`.
+//! cobra's `MinimumNArgs(2)` allows), plus `version`, `validate`, `batch`,
+//! `--json-errors` and `--socket`.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+
+use crate::setup::Env;
 
 /// The environment variables, for `--help`.
 const ENV_HELP: &str = "\
@@ -22,6 +25,9 @@ Environment:
   CNI_TIMEOUT          deadline of each operation in seconds, may be fractional
                        [default: 60 for add/check/del/gc, 10 for status/version]
   CNITOOL_JSON_ERRORS  set to 1 for --json-errors
+  CNID_SOCKET          cnid's socket when --socket is not given: add, check, del,
+                       gc and status go to the daemon (version, validate and
+                       batch always run here)
   RUST_LOG             log filter (tracing), logs go to stderr";
 
 /// CNI Tool: executes a CNI configuration on a network namespace.
@@ -51,7 +57,25 @@ pub(crate) struct GlobalArgs {
     /// (also with env CNITOOL_JSON_ERRORS=1)
     #[arg(long, global = true)]
     pub(crate) json_errors: bool,
+    /// Send add, check, del, gc and status to the cnid daemon listening on
+    /// this socket instead of running the plugins here (also with env
+    /// CNID_SOCKET)
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) socket: Option<PathBuf>,
 }
+
+impl GlobalArgs {
+    /// cnid's socket: `--socket`, else `CNID_SOCKET`; `None` (the plugins run
+    /// here) when neither is set (an empty `CNID_SOCKET` counts as unset).
+    pub(crate) fn daemon_socket(&self, env: Env<'_>) -> Option<PathBuf> {
+        self.socket
+            .clone()
+            .or_else(|| env(ENV_SOCKET).filter(|v| !v.is_empty()).map(PathBuf::from))
+    }
+}
+
+/// `CNID_SOCKET`: cnid's socket when `--socket` is not given.
+pub(crate) const ENV_SOCKET: &str = "CNID_SOCKET";
 
 /// The commands.
 #[derive(Debug, Subcommand)]
@@ -77,6 +101,22 @@ pub(crate) enum Command {
     /// for test harnesses; prints a JSON summary (runs cnitool-batch; see
     /// `cnitool batch --help`)
     Batch(BatchArgs),
+}
+
+impl Command {
+    /// Whether cnid runs the command when a socket is given: `add`, `check`,
+    /// `del`, `gc` and `status` (`version`, `validate` and `batch` ask the
+    /// plugins of this machine).
+    pub(crate) fn goes_to_daemon(&self) -> bool {
+        matches!(
+            self,
+            Command::Add(_)
+                | Command::Check(_)
+                | Command::Del(_)
+                | Command::Gc(_)
+                | Command::Status(_)
+        )
+    }
 }
 
 /// `<network> <netns>`, as every attachment command of the reference takes.
@@ -169,6 +209,45 @@ mod tests {
         assert_eq!(args(cli), ["--help"]);
         let cli = Cli::try_parse_from(["cnitool", "batch"]).unwrap();
         assert!(args(cli).is_empty());
+    }
+
+    #[test]
+    fn the_socket_flag_wins_over_the_environment() {
+        let global = |args: &[&str]| {
+            let mut argv = vec!["cnitool"];
+            argv.extend_from_slice(args);
+            argv.extend_from_slice(&["add", "net", "ns"]);
+            Cli::try_parse_from(argv).unwrap().global
+        };
+        let env = |v: &'static str| move |k: &str| (k == "CNID_SOCKET").then(|| OsString::from(v));
+        let flag = global(&["--socket", "/flag.sock"]);
+        assert_eq!(
+            flag.daemon_socket(&env("/env.sock")),
+            Some(PathBuf::from("/flag.sock"))
+        );
+        assert_eq!(
+            global(&[]).daemon_socket(&env("/env.sock")),
+            Some(PathBuf::from("/env.sock"))
+        );
+        // An empty --socket is a usage error; an empty CNID_SOCKET is unset.
+        assert!(Cli::try_parse_from(["cnitool", "--socket", "", "add", "n", "s"]).is_err());
+        assert_eq!(global(&[]).daemon_socket(&env("")), None);
+        assert_eq!(global(&[]).daemon_socket(&|_: &str| None), None);
+    }
+
+    #[test]
+    fn only_attachment_commands_go_to_the_daemon() {
+        let command = |args: &[&str]| {
+            let mut argv = vec!["cnitool"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv).unwrap().command
+        };
+        for verb in ["add", "check", "del", "gc", "status"] {
+            assert!(command(&[verb, "n", "s"]).goes_to_daemon(), "{verb}");
+        }
+        assert!(!command(&["version", "bridge"]).goes_to_daemon());
+        assert!(!command(&["validate", "n"]).goes_to_daemon());
+        assert!(!command(&["batch", "up", "n"]).goes_to_daemon());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `cnitool`: a drop-in for the reference Go cnitool, on `cni-async`.
 //!
 //! ```text
-//! cnitool [-i IFNAME] [--json-errors] add|check|del|gc|status NETWORK NETNS
+//! cnitool [-i IFNAME] [--json-errors] [--socket PATH] add|check|del|gc|status NETWORK NETNS
 //! cnitool version PLUGIN
 //! cnitool validate NETWORK
 //! cnitool [-i IFNAME] batch up NETWORK --count N [--concurrency C] [--prefix P] [-q]
@@ -13,12 +13,18 @@
 //!
 //! Environment as the reference (`NETCONFPATH`, `CNI_PATH`, `CNI_ARGS`,
 //! `CAP_ARGS`, `CNI_IFNAME`) plus `CNI_CACHE_DIR`, `CNI_TIMEOUT`,
-//! `CNITOOL_JSON_ERRORS` and `RUST_LOG`; see `cnitool --help`.
+//! `CNITOOL_JSON_ERRORS`, `CNID_SOCKET` and `RUST_LOG`; see `cnitool --help`.
+//!
+//! With `--socket PATH` or `CNID_SOCKET`, `add`, `check`, `del`, `gc` and
+//! `status` go to the cnid daemon: cnitool execs the `cnitool-daemon`
+//! binary (`daemon_main.rs`, `daemon_exec.rs`), which sends them with cnid's
+//! client, so that the HTTP client's code does not weigh on every local run.
 //!
 //! Layout: `cli` (clap definitions), one module per subcommand with an
-//! `exec` function, `setup` (environment → settings and runtime conf),
-//! `backend` (where operations run: today in-process), `report` (the
-//! failure contract: stderr, exit status 1, optional error JSON).
+//! `exec` function, `dispatch` (command → module, logging), `setup`
+//! (environment → settings and runtime conf), `backend` (where operations
+//! run: in-process; `daemon`: in cnid), `report` (the failure contract:
+//! stderr, exit status 1, optional error JSON).
 //!
 //! The process is short-lived and run once per operation: a current-thread
 //! runtime, no work before parsing, logging only when `RUST_LOG` is set.
@@ -28,7 +34,9 @@ mod backend;
 mod batch_exec;
 mod check;
 mod cli;
+mod daemon_exec;
 mod del;
+mod dispatch;
 mod gc;
 mod report;
 mod setup;
@@ -41,7 +49,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::backend::{Backend, Local};
-use crate::cli::{Cli, Command};
+use crate::cli::Cli;
 use crate::setup::{Env, Settings};
 
 fn main() -> ExitCode {
@@ -54,9 +62,14 @@ fn main() -> ExitCode {
         }
     };
     let json = json_env || cli.global.json_errors;
-    init_logging();
-
     let env: Env<'_> = &setup::process_env;
+    if cli.command.goes_to_daemon() && cli.global.daemon_socket(env).is_some() {
+        // Returns only when the exec failed.
+        let e = daemon_exec::exec();
+        return report::failure(&e, None, json);
+    }
+    dispatch::init_logging();
+
     let settings = match Settings::from_env(env) {
         Ok(s) => s,
         Err(e) => return report::failure(&e.into(), None, json),
@@ -72,59 +85,8 @@ fn main() -> ExitCode {
         }
     };
     let backend = Local::new(settings);
-    match runtime.block_on(run(&backend, env, &cli)) {
+    match runtime.block_on(dispatch::run(&backend, env, &cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report::failure(&e, backend.cni_version(), json),
     }
-}
-
-async fn run(backend: &impl Backend, env: Env<'_>, cli: &Cli) -> anyhow::Result<()> {
-    let global = &cli.global;
-    match &cli.command {
-        Command::Add(args) => add::exec(backend, env, global, args).await,
-        Command::Check(args) => check::exec(backend, env, global, args).await,
-        Command::Del(args) => del::exec(backend, env, global, args).await,
-        Command::Gc(args) => gc::exec(backend, env, global, args).await,
-        Command::Status(args) => status::exec(backend, env, global, args).await,
-        Command::Version(args) => version::exec(backend, args).await,
-        Command::Validate(args) => validate::exec(backend, args).await,
-        Command::Batch(args) => batch_exec::exec(global, args),
-    }
-}
-
-/// A tracing subscriber on stderr, only when `RUST_LOG` is set and non-empty.
-///
-/// The filter is `tracing_subscriber`'s `Targets` (`info`,
-/// `cni_async=debug,warn`, ...), not `EnvFilter`: it covers what a CLI needs
-/// and keeps the regex engine of `EnvFilter` out of the binary (about 0.7 MB
-/// of code, a quarter of a megabyte of RSS on every run).
-fn init_logging() {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-
-    let Some(spec) = std::env::var_os("RUST_LOG").filter(|v| !v.is_empty()) else {
-        return;
-    };
-    let filter = match spec
-        .to_str()
-        .map(str::parse::<tracing_subscriber::filter::Targets>)
-    {
-        Some(Ok(filter)) => filter,
-        Some(Err(e)) => {
-            eprintln!("warning: ignoring RUST_LOG {spec:?}: {e}");
-            return;
-        }
-        None => {
-            eprintln!("warning: ignoring RUST_LOG {spec:?}: not valid UTF-8");
-            return;
-        }
-    };
-    use std::io::IsTerminal;
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    let _ = tracing_subscriber::registry()
-        .with(fmt)
-        .with(filter)
-        .try_init();
 }

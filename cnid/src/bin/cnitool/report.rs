@@ -9,8 +9,9 @@
 //! never captures an error.
 //!
 //! The code is the one of the innermost typed error (a `cni_async` or
-//! `cni_core` error, or cnitool's own [`ToolError`]); a plugin's own error
-//! object is passed on as the plugin wrote it. `cniVersion` is the version of
+//! `cni_core` error, cnitool's own [`ToolError`], or an answer of cnid with
+//! `--socket`); a plugin's own error object is passed on as the plugin
+//! wrote it, and so is cnid's. `cniVersion` is the version of
 //! the network that was loaded, or 1.1.0 when none was.
 
 use std::fmt;
@@ -69,6 +70,10 @@ pub(crate) fn error_object(err: &anyhow::Error, version: Option<Version>) -> Err
             e.to_error_object(&v)
         } else if let Some(e) = cause.downcast_ref::<ToolError>() {
             ErrorObject::new(v.as_str(), e.code, e.msg.as_str(), "")
+        } else if let Some(e) = cause.downcast_ref::<ErrorObject>() {
+            // An error object someone else wrote (cnid's answer, with
+            // --socket): passed on as it is, whatever context is on top.
+            return e.clone();
         } else {
             continue;
         };

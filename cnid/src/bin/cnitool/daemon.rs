@@ -1,0 +1,160 @@
+//! The daemon backend: with `--socket PATH` (or `CNID_SOCKET`), `add`,
+//! `check`, `del`, `gc` and `status` are sent to cnid on that socket with
+//! the typed client ([`cnid::client::Client`]) instead of running plugins
+//! here. It is part of the `cnitool-daemon` binary only (`daemon_main.rs`),
+//! which `cnitool` execs for these commands (`daemon_exec.rs`). The daemon loads the network from its own conf dir and runs the
+//! plugins from its own plugin dirs with its own cache; `NETCONFPATH`,
+//! `CNI_PATH` and `CNI_CACHE_DIR` do not matter to these commands then.
+//!
+//! What cnitool sends is what it would have run: the container ID derived
+//! from the netns path, the interface (`-i`, `CNI_IFNAME`), `CNI_ARGS`,
+//! `CAP_ARGS`, and `CNI_TIMEOUT` as the request's `timeoutMs`. GC sends an
+//! empty list of valid attachments, as the reference cnitool's GC does: every
+//! cached attachment of the network is stale.
+//!
+//! `version` and `validate` ask the plugins of this machine, as without a
+//! daemon: the [`Local`] backend answers them.
+//!
+//! Failures keep cnitool's contract (`report.rs`): status 1, the message on
+//! stderr, and with `--json-errors` the daemon's CNI error object as it sent
+//! it (its `cniVersion`, `code`, `msg`, `details`). When the daemon cannot be
+//! reached, the code is 5 (I/O failure).
+//!
+//! A connection is opened by the first request, not before, so a command
+//! that stays local never touches the socket.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use cni_async::GcSummary;
+use cni_core::result::CniResult;
+use cni_core::version::PluginInfo;
+use cni_core::{RuntimeConf, Version};
+use cnid::api::{AttachmentRequest, GcRequest};
+use cnid::client::{Client, ClientError};
+
+use crate::backend::{Backend, Local};
+use crate::report::ToolError;
+
+/// Sends the attachment commands to cnid; `version` and `validate` stay local.
+#[derive(Debug)]
+pub(crate) struct Daemon {
+    socket: PathBuf,
+    /// `CNI_TIMEOUT`, sent as `timeoutMs`; `None`: the daemon's defaults.
+    timeout: Option<Duration>,
+    local: Local,
+}
+
+impl Daemon {
+    /// A backend talking to cnid on `socket`.
+    pub(crate) fn new(socket: PathBuf, timeout: Option<Duration>, local: Local) -> Self {
+        Daemon {
+            socket,
+            timeout,
+            local,
+        }
+    }
+
+    async fn client(&self) -> anyhow::Result<Client> {
+        Client::connect(&self.socket).await.map_err(failed)
+    }
+
+    fn timeout_ms(&self) -> Option<u64> {
+        // At least 1 ms: the daemon refuses 0.
+        self.timeout
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1))
+    }
+
+    fn request(&self, rt: &RuntimeConf) -> AttachmentRequest {
+        let mut req = AttachmentRequest::from_runtime_conf(rt);
+        req.timeout_ms = self.timeout_ms();
+        req
+    }
+}
+
+impl Backend for Daemon {
+    async fn add(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<CniResult> {
+        let value = self
+            .client()
+            .await?
+            .add(network, &self.request(rt))
+            .await
+            .map_err(failed)?;
+        // Printed as the local backend prints its result.
+        CniResult::from_value(&value, Version::CURRENT).context("the ADD result cnid sent")
+    }
+
+    async fn check(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<()> {
+        self.client()
+            .await?
+            .check(network, &self.request(rt))
+            .await
+            .map_err(failed)
+    }
+
+    async fn del(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<()> {
+        // The daemon falls back to the configuration cached at ADD when the
+        // network's file is gone, as the local backend does.
+        self.client()
+            .await?
+            .del(network, &self.request(rt))
+            .await
+            .map_err(failed)
+    }
+
+    async fn gc(&self, network: &str) -> anyhow::Result<GcSummary> {
+        let req = GcRequest {
+            valid_attachments: Vec::new(),
+            timeout_ms: self.timeout_ms(),
+        };
+        let r = self
+            .client()
+            .await?
+            .gc(network, &req)
+            .await
+            .map_err(failed)?;
+        Ok(GcSummary {
+            deleted: r.deleted,
+            plugins_called: r.plugins_called,
+            disabled: r.disabled,
+        })
+    }
+
+    async fn status(&self, network: &str) -> anyhow::Result<()> {
+        self.client()
+            .await?
+            .status(network, self.timeout)
+            .await
+            .map_err(failed)
+    }
+
+    async fn version(&self, plugin_type: &str) -> anyhow::Result<PluginInfo> {
+        self.local.version(plugin_type).await
+    }
+
+    async fn validate(&self, network: &str) -> anyhow::Result<Vec<String>> {
+        self.local.validate(network).await
+    }
+
+    fn cni_version(&self) -> Option<Version> {
+        // Only the local commands load a network; the daemon's errors carry
+        // their own cniVersion.
+        self.local.cni_version()
+    }
+}
+
+/// cnid's error answer becomes its CNI error object, passed on as it is
+/// (`report.rs`), under the HTTP status for the message; a failure to talk
+/// to cnid at all is code 5 (I/O), an undecodable answer code 6.
+fn failed(e: ClientError) -> anyhow::Error {
+    match e {
+        ClientError::Api { status, error } => {
+            anyhow::Error::new(error).context(format!("cnid answered HTTP {status}"))
+        }
+        other => {
+            let obj = other.error_object(&Version::CURRENT.to_string());
+            ToolError::new(obj.code, obj.msg).into()
+        }
+    }
+}
