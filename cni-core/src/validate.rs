@@ -82,7 +82,8 @@ pub fn network_name(name: &str) -> Result<(), Error> {
 }
 
 /// Checks an interface name (code 4): non-empty, at most 15 bytes, not `.`
-/// or `..`, and without `/`, `:` or whitespace.
+/// or `..`, and without `/`, `:`, whitespace or NUL (which no kernel name,
+/// environment variable or file name can hold).
 pub fn interface_name(name: &str) -> Result<(), Error> {
     let bad = |reason: &str| {
         invalid(
@@ -103,9 +104,9 @@ pub fn interface_name(name: &str) -> Result<(), Error> {
     }
     if name
         .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+        .any(|c| c == '/' || c == ':' || c == '\0' || c.is_whitespace())
     {
-        return Err(bad("interface name contains '/', ':' or whitespace"));
+        return Err(bad("interface name contains '/', ':', NUL or whitespace"));
     }
     Ok(())
 }
@@ -174,6 +175,17 @@ mod tests {
             "a\u{a0}b",
         ] {
             assert_eq!(interface_name(bad).unwrap_err().code(), 4, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn interface_name_with_nul_is_refused() {
+        // Found by the cni_args fuzz target: NUL passed, and would have made
+        // the CNI_IFNAME variable and the cache file path unusable.
+        for bad in ["a\0b", "\0", "eth0\0"] {
+            let e = interface_name(bad).unwrap_err();
+            assert_eq!(e.code(), 4, "{bad:?}");
+            assert!(e.to_string().contains("NUL"), "{e}");
         }
     }
 

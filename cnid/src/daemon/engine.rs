@@ -209,10 +209,12 @@ impl Engine {
                 }
             },
             Err(e) => {
-                let undone = !matches!(
-                    e,
-                    cni_async::Error::RollbackFailed { .. } | cni_async::Error::Cache { .. }
-                );
+                // Every ADD here runs with rollback, so any error but a failed
+                // rollback means nothing is left: a cache error came before
+                // any plugin ran (lock, read-only dir) or after the chain, which
+                // was then rolled back (full disk). Keeping the intent would
+                // refuse the next ADD (409) for nothing.
+                let undone = !matches!(e, cni_async::Error::RollbackFailed { .. });
                 if undone {
                     if let Err(e) = self.intents.remove(net, cid, ifname).await {
                         tracing::warn!(error = %e, "cannot remove the intent of a rolled-back ADD");

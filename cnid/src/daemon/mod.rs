@@ -8,7 +8,8 @@
 //! - `server`: connections, peer credential checks, routing, validation;
 //! - `queue`: per-container FIFO, GC gates, parallelism limit, coalescing;
 //! - `engine`: what each verb does around `cni-async`;
-//! - `intents`: durable ADD intents (crash safety);
+//! - `intents`: durable ADD intents (crash safety); `orphans`: plugins a
+//!   killed daemon left running, stopped at the next start;
 //! - `networks`: the loaded conf dir and its reloading (inotify, SIGHUP);
 //! - `metrics`: Prometheus text, per-plugin timing via a wrapping executor;
 //! - `auth`: the peer policy; `listen`: the socket and systemd; `error`:
@@ -23,7 +24,10 @@
 //!   exits anyway; an ADD cut off that way is rolled back at the next start
 //!   from its intent.
 //! - **Plugins inherit the daemon's environment** (as with libcni); the
-//!   systemd variables are removed first ([`SystemdEnv::take_from_env`]).
+//!   systemd variables are removed first ([`SystemdEnv::take_from_env`]),
+//!   and `CNID_STATE_DIR` (the canonical state dir) is added: a restart
+//!   after a crash stops the plugins still running with it before it rolls
+//!   back unfinished ADDs (`orphans`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cnid::daemon::Error> {
@@ -55,6 +59,7 @@ mod intents;
 mod listen;
 mod metrics;
 mod networks;
+mod orphans;
 mod queue;
 mod server;
 
@@ -218,9 +223,15 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         metrics.clone(),
     ));
     networks.reload().await;
-    let exec: Arc<dyn PluginExec> = Arc::new(metrics::TimedExec::new(
-        Arc::new(RawExec::new()),
-        metrics.clone(),
+    // Plugins carry the state dir's mark, so that a restart after a crash
+    // finds the ones still running and stops them before the recovery.
+    let mark = orphans::mark_value(&config.state_dir);
+    let exec: Arc<dyn PluginExec> = Arc::new(orphans::MarkedExec::new(
+        Arc::new(metrics::TimedExec::new(
+            Arc::new(RawExec::new()),
+            metrics.clone(),
+        )),
+        mark.clone(),
     ));
     let cni = Cni::builder()
         .plugin_dirs(config.plugin_dirs.clone())
@@ -261,6 +272,14 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         tracker: tracker.clone(),
         started: Instant::now(),
     });
+    // Plugins a killed predecessor left running would race the recovery.
+    let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
+    if orphans > 0 {
+        tracing::warn!(
+            count = orphans,
+            "stopped orphaned plugins of a previous cnid"
+        );
+    }
     // Unfinished ADDs go first in their containers' queues.
     match engine.recover() {
         Ok(0) => {}

@@ -446,6 +446,28 @@ fn attachment(req: &AttachmentRequest, verb: Command) -> Result<RuntimeConf, Api
     Ok(rt)
 }
 
+/// The longest `<network>-<containerID>-<ifname>` accepted: the cache's
+/// temp file for it, `.<that>.tmp-<pid>-<nanos>`, must fit in a file name
+/// (255 bytes). Longer names are valid CNI names, but every ADD of them
+/// would fail on a file system error (after running the chain, between 223
+/// and 250 bytes) and every DEL would run its plugins without a lock.
+pub(crate) const MAX_ATTACHMENT_NAME: usize = 222;
+
+/// Refuses names too long for the cache and intent file names.
+fn fits_file_names(network: &str, rt: &RuntimeConf) -> Result<(), ApiError> {
+    let len = network.len() + rt.container_id.len() + rt.ifname.len() + 2;
+    if len > MAX_ATTACHMENT_NAME {
+        return Err(ApiError::bad_request(
+            cni_code::INVALID_ENVIRONMENT_VARIABLES,
+            format!(
+                "network name, container ID and interface name are too long together: \
+                 {len} bytes with separators (at most {MAX_ATTACHMENT_NAME}, to fit the cache file names)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 async fn operation(
     engine: &Arc<Engine>,
     rid: &str,
@@ -467,6 +489,7 @@ async fn operation(
         Command::Add | Command::Del | Command::Check => {
             let req: AttachmentRequest = parse(body, "an attachment object")?;
             let rt = attachment(&req, verb).map_err(|e| e.in_version(version))?;
+            fits_file_names(&network, &rt).map_err(|e| e.in_version(version))?;
             let work = match verb {
                 Command::Add => Work::Add { list: need()?, rt },
                 Command::Check => Work::Check { list: need()?, rt },
@@ -556,6 +579,16 @@ mod tests {
             StatusCode::BAD_REQUEST
         );
         assert!(container_filter(Some("x=1")).is_err());
+    }
+
+    #[test]
+    fn names_must_fit_the_cache_file_names() {
+        let rt = |cid: &str| RuntimeConf::new(cid, "/x", "eth0");
+        let fits = "c".repeat(MAX_ATTACHMENT_NAME - 2 - 3 - 4);
+        assert!(fits_file_names("net", &rt(&fits)).is_ok());
+        let e = fits_file_names("net", &rt(&format!("{fits}c"))).unwrap_err();
+        assert_eq!((e.status, e.error.code), (StatusCode::BAD_REQUEST, 4));
+        assert!(e.error.msg.contains("at most 222"), "{}", e.error.msg);
     }
 
     #[test]
