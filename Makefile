@@ -92,8 +92,8 @@ fuzz: fuzz-build
 # shipped (`cargo build --release`, copied aside: a `cargo bench` build of
 # them would carry the dev-dependencies' features). Writes
 # $(BENCH_TARGET)/bench/overhead.md and the generated part of BENCHMARKS.md.
-# Root for the real-chain and batch scenarios. About 5 minutes on 2 CPUs,
-# plus the build. BENCH_FLAGS=--quick for a smoke run.
+# Root for the real-chain and batch scenarios. About 3 minutes of measuring
+# on 2 CPUs, plus the build. BENCH_FLAGS=--quick for a smoke run.
 BENCH_TARGET ?= $(abspath $(or $(CARGO_TARGET_DIR),target))
 BENCH_FLAGS ?=
 

@@ -23,9 +23,13 @@ const REAP_LIMIT: Duration = Duration::from_secs(2);
 /// First and longest pause between spawns that failed with "text file busy".
 const ETXTBSY_BACKOFF_FIRST: Duration = Duration::from_millis(5);
 const ETXTBSY_BACKOFF_MAX: Duration = Duration::from_millis(100);
-/// Read buffer sizes.
-const STDOUT_CHUNK: usize = 64 * 1024;
-const STDERR_CHUNK: usize = 16 * 1024;
+/// Read buffer sizes. They live as long as the plugin runs, once per
+/// plugin in flight (cnid runs up to --max-parallel at once): small, since a
+/// plugin's result is a few KiB and a larger one just takes more reads.
+/// (64 + 16 KiB cost cnid 80 MiB of RSS with 1,000 plugins running; see
+/// BENCHMARKS.md.)
+const STDOUT_CHUNK: usize = 16 * 1024;
+const STDERR_CHUNK: usize = 4 * 1024;
 
 /// The default [`PluginExec`]: runs each plugin as a child process in its own
 /// process group, with a deadline, output caps and a kill-on-drop of the

@@ -1,11 +1,11 @@
 //! Where the operations run: the [`Backend`] seam.
 //!
-//! Today there is one backend, [`Local`]: it loads networks from
-//! `NETCONFPATH` and runs the plugins from this process with `cni-async`,
-//! as the reference cnitool does with libcni. A daemon backend
-//! (`cnitool --socket PATH` / `CNID_SOCKET`, sending the same requests to
-//! `cnid`) will implement the same trait; the subcommands only see the trait,
-//! so they print the same output and the same errors whichever runs them.
+//! [`Local`] loads networks from `NETCONFPATH` and runs the plugins from
+//! this process with `cni-async`, as the reference cnitool does with libcni.
+//! The daemon backend (`crate::daemon::Daemon`: `cnitool --socket PATH` /
+//! `CNID_SOCKET`) sends the same requests to `cnid`. The subcommands only
+//! see the trait, so they print the same output and the same errors
+//! whichever runs them.
 //!
 //! The requests carry what cnitool knows from its command line and
 //! environment: network names, plugin types and a [`RuntimeConf`]. Loading a
@@ -54,7 +54,7 @@ impl Local {
     /// A local backend with these settings.
     pub(crate) fn new(settings: Settings) -> Self {
         Local {
-            cni: settings.build_cni(),
+            cni: settings.build_cni_single(),
             opts: settings.call_options(),
             settings,
             version: Cell::new(None),

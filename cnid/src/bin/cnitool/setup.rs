@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
+use cni_async::cache::ResultCache;
 use cni_async::exec::Timeouts;
 use cni_async::{CallOptions, Cni};
 use cni_core::error::code;
@@ -119,11 +120,29 @@ impl Settings {
         })
     }
 
-    /// The [`Cni`] for these settings.
+    /// The [`Cni`] for these settings, for runs of several operations at
+    /// once (`batch`): cache I/O on tokio's blocking pool, so that the
+    /// fsyncs of different attachments overlap.
+    // setup.rs is compiled into cnitool, cnitool-batch and cnitool-daemon;
+    // each uses one of `build_cni` and `build_cni_single`.
+    #[allow(dead_code)]
     pub(crate) fn build_cni(&self) -> Cni {
+        self.cni_with_cache(ResultCache::new(&self.cache_dir))
+    }
+
+    /// The [`Cni`] for one operation (`add`, `del`, ...): cache I/O runs on
+    /// the calling thread. Such a run has nothing to overlap the disk work
+    /// with, so tokio's blocking pool would only add the start of its
+    /// thread and a hand-off per call (BENCHMARKS.md has the figures).
+    #[allow(dead_code)]
+    pub(crate) fn build_cni_single(&self) -> Cni {
+        self.cni_with_cache(ResultCache::new(&self.cache_dir).with_inline_io(true))
+    }
+
+    fn cni_with_cache(&self, cache: ResultCache) -> Cni {
         let mut builder = Cni::builder()
             .plugin_dirs(self.plugin_dirs.iter().cloned())
-            .cache_dir(&self.cache_dir);
+            .cache(cache);
         if let Some(t) = self.timeout {
             builder = builder.timeouts(Timeouts::uniform(t));
         }

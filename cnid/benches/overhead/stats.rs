@@ -1,0 +1,106 @@
+//! Medians and spreads.
+
+/// The `q` quantile of sorted data, linearly interpolated.
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        1 => sorted[0],
+        n => {
+            let pos = q.clamp(0.0, 1.0) * (n - 1) as f64;
+            let lo = pos.floor() as usize;
+            let hi = pos.ceil() as usize;
+            sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+        }
+    }
+}
+
+/// Median, 10th and 90th percentile of a sample.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Summary {
+    pub(crate) median: f64,
+    pub(crate) p10: f64,
+    pub(crate) p90: f64,
+    pub(crate) n: usize,
+}
+
+impl Summary {
+    pub(crate) fn of(data: &[f64]) -> Summary {
+        let mut v: Vec<f64> = data.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        Summary {
+            median: quantile(&v, 0.5),
+            p10: quantile(&v, 0.1),
+            p90: quantile(&v, 0.9),
+            n: v.len(),
+        }
+    }
+
+    /// Median, and the smallest and largest value in place of p10 and p90
+    /// (for a handful of runs).
+    pub(crate) fn min_max(data: &[f64]) -> Summary {
+        let s = Summary::of(data);
+        let (lo, hi) = data
+            .iter()
+            .filter(|x| x.is_finite())
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+                (a.min(*x), b.max(*x))
+            });
+        Summary {
+            p10: lo,
+            p90: hi,
+            ..s
+        }
+    }
+
+    /// Per-pair ratios `a[i] / b[i]`.
+    pub(crate) fn ratios(a: &[f64], b: &[f64]) -> Summary {
+        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        Summary::of(&r)
+    }
+
+    /// Per-pair differences `a[i] - b[i]`.
+    pub(crate) fn diffs(a: &[f64], b: &[f64]) -> Summary {
+        let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+        Summary::of(&d)
+    }
+
+    /// `median (p10–p90)` with values multiplied by `scale`.
+    pub(crate) fn fmt(&self, scale: f64, decimals: usize) -> String {
+        format!(
+            "{:.d$} ({:.d$}–{:.d$})",
+            self.median * scale,
+            self.p10 * scale,
+            self.p90 * scale,
+            d = decimals
+        )
+    }
+
+    /// Milliseconds, from seconds.
+    pub(crate) fn ms(&self) -> String {
+        let d = if self.median.abs() >= 0.1 { 2 } else { 3 };
+        self.fmt(1e3, d)
+    }
+
+    /// A ratio: `1.23x (1.10–1.40)`.
+    pub(crate) fn ratio(&self) -> String {
+        format!("{:.2}x ({:.2}–{:.2})", self.median, self.p10, self.p90)
+    }
+}
+
+/// A check of the arithmetic above, run by `cargo test` (which runs this
+/// benchmark binary without `--bench`).
+pub(crate) fn self_check() -> Result<(), String> {
+    let s = Summary::of(&[5.0, 1.0, 3.0, 2.0, 4.0]);
+    let ok = s.median == 3.0
+        && s.n == 5
+        && (s.p10 - 1.4).abs() < 1e-9
+        && (s.p90 - 4.6).abs() < 1e-9
+        && Summary::ratios(&[2.0, 3.0], &[1.0, 1.0]).median == 2.5
+        && Summary::diffs(&[2.0, 3.0], &[1.0, 1.0]).median == 1.5
+        && Summary::of(&[]).median.is_nan();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("stats self-check failed: {s:?}"))
+    }
+}
