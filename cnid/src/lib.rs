@@ -4,8 +4,20 @@
 //!   serialization, crash-safe ADD, reload, metrics); the `cnid` binary runs it.
 //! - [`client`]: a typed async client of the daemon.
 //! - [`api`]: the wire types both share (`API.md` documents the endpoints).
+//! - [`decode`]: the daemon's decoding and validation of requests (pure).
+//!
+//! # Features
+//! - `runtime` (default): [`daemon`], [`client`] and the binaries, with
+//!   their dependencies (tokio, hyper, cni-async, clap, ...). Without it the
+//!   crate is [`api`] and [`decode`] only, on `cni-core`, `serde` and
+//!   `serde_json` (what the fuzz targets in `cni-core/fuzz` build).
 #![warn(missing_docs)]
+// The docs link `daemon` and `client`, which need `runtime`.
+#![cfg_attr(not(feature = "runtime"), allow(rustdoc::broken_intra_doc_links))]
 
 pub mod api;
+#[cfg(feature = "runtime")]
 pub mod client;
+#[cfg(feature = "runtime")]
 pub mod daemon;
+pub mod decode;

@@ -22,6 +22,7 @@ use cni_core::{ErrorObject, Version};
 use hyper::StatusCode;
 
 use crate::api::code;
+use crate::decode::{self, RequestError};
 
 /// An error response.
 #[derive(Debug, Clone)]
@@ -142,6 +143,16 @@ impl ApiError {
     }
 }
 
+impl From<RequestError> for ApiError {
+    /// A request refused by [`crate::decode`].
+    fn from(e: RequestError) -> Self {
+        ApiError {
+            status: StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
+            error: e.error,
+        }
+    }
+}
+
 fn status_of(e: &cni_async::Error) -> StatusCode {
     use cni_async::Error as E;
     match e {
@@ -170,16 +181,7 @@ fn status_of(e: &cni_async::Error) -> StatusCode {
 }
 
 fn core_status(e: &cni_core::Error) -> StatusCode {
-    use cni_core::Error as E;
-    match e {
-        E::InvalidParameter { .. } | E::InvalidCniArgs { .. } | E::InvalidCapabilityArgs { .. } => {
-            StatusCode::BAD_REQUEST
-        }
-        E::NetworkNotFound { .. } | E::NoConfigs { .. } => StatusCode::NOT_FOUND,
-        // A plugin's result that does not decode or convert.
-        E::InvalidResult { .. } | E::Conversion { .. } => StatusCode::BAD_GATEWAY,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+    StatusCode::from_u16(decode::core_status(e)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 #[cfg(test)]

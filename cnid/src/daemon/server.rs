@@ -1,5 +1,6 @@
-//! HTTP/1.1 on the Unix socket: connections, peer checks, routing,
-//! request parsing and validation, responses.
+//! HTTP/1.1 on the Unix socket: connections, peer checks, routing, reading
+//! requests, responses. Decoding and validation of what a request carries is
+//! [`crate::decode`] (pure); this module adds the netns existence check.
 //!
 //! Routing is by hand (a dozen fixed paths): no framework, small buffers,
 //! nothing allocated per request beyond the body and the answer.
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cni_core::error::code as cni_code;
-use cni_core::{Command, RuntimeConf, Version, validate};
+use cni_core::{Command, RuntimeConf, Version};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
@@ -28,9 +29,8 @@ use super::engine::Engine;
 use super::error::ApiError;
 use super::networks;
 use super::queue::{NewOp, Work};
-use crate::api::{
-    self, AttachmentRequest, GcRequest, HealthResponse, OperationsResponse, StatusRequest,
-};
+use crate::api::{self, HealthResponse, OperationsResponse};
+use crate::decode::{DecodedRequest, decode_container_filter, decode_network_name, decode_request};
 
 /// Idle keep-alive connections (and slow request heads) are closed after this.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -226,56 +226,6 @@ fn empty(status: StatusCode) -> Resp {
     r
 }
 
-/// Percent-decodes one path segment or query value.
-fn decode(s: &str) -> Result<String, ApiError> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| {
-                        ApiError::bad_body(format!("invalid percent-encoding in {s:?}"))
-                    })?;
-                out.push(hex);
-                i += 3;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).map_err(|_| ApiError::bad_body(format!("{s:?} is not UTF-8")))
-}
-
-/// The `containerId` query parameter (the only one any endpoint takes).
-fn container_filter(query: Option<&str>) -> Result<Option<String>, ApiError> {
-    let mut cid = None;
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
-            "containerId" => {
-                let v = decode(&v.replace('+', " "))?;
-                validate::container_id(&v)
-                    .map_err(|e| ApiError::from_cni(&e.into(), Version::CURRENT))?;
-                cid = Some(v);
-            }
-            other => {
-                return Err(ApiError::bad_request(
-                    cni_code::INVALID_ENVIRONMENT_VARIABLES,
-                    format!("unknown query parameter {other:?} (known: containerId)"),
-                ));
-            }
-        }
-    }
-    Ok(cid)
-}
-
 async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
     let declared = req
         .headers()
@@ -292,16 +242,6 @@ async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, ApiErr
             "cannot read the request body: {e}"
         ))),
     }
-}
-
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::bad_body(format!(
-            "the request body is empty; expected {what}"
-        )));
-    }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_body(format!("invalid request body (expected {what}): {e}")))
 }
 
 async fn route(
@@ -351,7 +291,7 @@ async fn route(
         }
         ["networks", name] => {
             want(Method::GET)?;
-            let name = network_name(name)?;
+            let name = decode_network_name(name)?;
             let n = engine
                 .networks
                 .get(&name)
@@ -368,13 +308,13 @@ async fn route(
                 _ => return Err(ApiError::no_endpoint(&path)),
             };
             want(Method::POST)?;
-            let name = network_name(name)?;
+            let name = decode_network_name(name)?;
             let body = read_body(req, settings.body_limit).await?;
             operation(engine, rid, verb, name, &body).await
         }
         ["attachments"] => {
             want(Method::GET)?;
-            let cid = container_filter(query.as_deref())?;
+            let cid = decode_container_filter(query.as_deref())?;
             Ok(to_json(
                 StatusCode::OK,
                 &engine.attachments(cid.as_deref()).await?,
@@ -382,7 +322,7 @@ async fn route(
         }
         ["operations"] => {
             want(Method::GET)?;
-            let cid = container_filter(query.as_deref())?;
+            let cid = decode_container_filter(query.as_deref())?;
             Ok(to_json(
                 StatusCode::OK,
                 &OperationsResponse {
@@ -392,12 +332,6 @@ async fn route(
         }
         _ => Err(ApiError::no_endpoint(&path)),
     }
-}
-
-fn network_name(raw: &str) -> Result<String, ApiError> {
-    let name = decode(raw)?;
-    validate::network_name(&name).map_err(|e| ApiError::from_cni(&e.into(), Version::CURRENT))?;
-    Ok(name)
 }
 
 fn health(engine: &Engine) -> HealthResponse {
@@ -420,49 +354,13 @@ fn health(engine: &Engine) -> HealthResponse {
     }
 }
 
-/// Checks an attachment request: IDs, names, `CNI_ARGS`, netns.
-fn attachment(req: &AttachmentRequest, verb: Command) -> Result<RuntimeConf, ApiError> {
-    let core = |e: cni_core::Error| ApiError::from_cni(&e.into(), Version::CURRENT);
-    let rt = req.runtime_conf().map_err(core)?;
-    rt.validate().map_err(core)?;
-    let netns_bad = |reason: &str| {
-        ApiError::bad_request(
-            cni_code::INVALID_ENVIRONMENT_VARIABLES,
-            format!("invalid netns {:?}: {reason}", rt.netns),
-        )
-    };
-    if rt.netns.is_empty() {
-        if verb != Command::Del {
-            return Err(netns_bad("required for ADD and CHECK"));
-        }
-    } else {
-        if !rt.netns.starts_with('/') {
-            return Err(netns_bad("must be an absolute path"));
-        }
-        if verb != Command::Del && std::fs::symlink_metadata(&rt.netns).is_err() {
-            return Err(netns_bad("no such file"));
-        }
-    }
-    Ok(rt)
-}
-
-/// The longest `<network>-<containerID>-<ifname>` accepted: the cache's
-/// temp file for it, `.<that>.tmp-<pid>-<nanos>`, must fit in a file name
-/// (255 bytes). Longer names are valid CNI names, but every ADD of them
-/// would fail on a file system error (after running the chain, between 223
-/// and 250 bytes) and every DEL would run its plugins without a lock.
-pub(crate) const MAX_ATTACHMENT_NAME: usize = 222;
-
-/// Refuses names too long for the cache and intent file names.
-fn fits_file_names(network: &str, rt: &RuntimeConf) -> Result<(), ApiError> {
-    let len = network.len() + rt.container_id.len() + rt.ifname.len() + 2;
-    if len > MAX_ATTACHMENT_NAME {
+/// ADD and CHECK need a netns that exists ([`decode_request`] checked the
+/// rest of the attachment; DEL may name one that is gone).
+fn netns_exists(rt: &RuntimeConf, verb: Command) -> Result<(), ApiError> {
+    if verb != Command::Del && std::fs::symlink_metadata(&rt.netns).is_err() {
         return Err(ApiError::bad_request(
             cni_code::INVALID_ENVIRONMENT_VARIABLES,
-            format!(
-                "network name, container ID and interface name are too long together: \
-                 {len} bytes with separators (at most {MAX_ATTACHMENT_NAME}, to fit the cache file names)"
-            ),
+            format!("invalid netns {:?}: no such file", rt.netns),
         ));
     }
     Ok(())
@@ -485,11 +383,11 @@ async fn operation(
             .map(|n| n.list.clone())
             .ok_or_else(|| ApiError::unknown_network(&network))
     };
-    let (work, timeout_ms) = match verb {
-        Command::Add | Command::Del | Command::Check => {
-            let req: AttachmentRequest = parse(body, "an attachment object")?;
-            let rt = attachment(&req, verb).map_err(|e| e.in_version(version))?;
-            fits_file_names(&network, &rt).map_err(|e| e.in_version(version))?;
+    let decoded =
+        decode_request(verb, &network, body).map_err(|e| ApiError::from(e).in_version(version))?;
+    let (work, timeout_ms) = match decoded {
+        DecodedRequest::Attachment { rt, timeout_ms } => {
+            netns_exists(&rt, verb).map_err(|e| e.in_version(version))?;
             let work = match verb {
                 Command::Add => Work::Add { list: need()?, rt },
                 Command::Check => Work::Check { list: need()?, rt },
@@ -498,31 +396,19 @@ async fn operation(
                     rt,
                 },
             };
-            (work, req.timeout_ms)
+            (work, timeout_ms)
         }
-        Command::Status => {
-            let req: StatusRequest = if body.iter().all(u8::is_ascii_whitespace) {
-                StatusRequest::default()
-            } else {
-                parse(body, "a status object")?
-            };
-            (Work::Status { list: need()? }, req.timeout_ms)
-        }
-        _ => {
-            let req: GcRequest = parse(body, "a GC object with validAttachments")?;
-            for a in &req.valid_attachments {
-                validate::container_id(&a.container_id)
-                    .and_then(|()| validate::interface_name(&a.ifname))
-                    .map_err(|e| ApiError::from_cni(&e.into(), version))?;
-            }
-            (
-                Work::Gc {
-                    list: need()?,
-                    valid: req.valid_attachments,
-                },
-                req.timeout_ms,
-            )
-        }
+        DecodedRequest::Status { timeout_ms } => (Work::Status { list: need()? }, timeout_ms),
+        DecodedRequest::Gc {
+            valid_attachments,
+            timeout_ms,
+        } => (
+            Work::Gc {
+                list: need()?,
+                valid: valid_attachments,
+            },
+            timeout_ms,
+        ),
     };
     let timeout = engine
         .deadlines
@@ -556,57 +442,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percent_decoding() {
-        assert_eq!(decode("a%2Fb").unwrap(), "a/b");
-        assert_eq!(decode("..%2fx").unwrap(), "../x");
-        assert!(decode("%zz").is_err());
-        assert!(decode("%ff").is_err());
-        assert!(network_name("..%2Fx").is_err());
-        assert_eq!(network_name("net-1").unwrap(), "net-1");
-    }
-
-    #[test]
-    fn query() {
-        assert_eq!(container_filter(None).unwrap(), None);
-        assert_eq!(
-            container_filter(Some("containerId=c1")).unwrap().as_deref(),
-            Some("c1")
-        );
-        assert_eq!(
-            container_filter(Some("containerId=..%2Fx"))
-                .unwrap_err()
-                .status,
-            StatusCode::BAD_REQUEST
-        );
-        assert!(container_filter(Some("x=1")).is_err());
-    }
-
-    #[test]
-    fn names_must_fit_the_cache_file_names() {
-        let rt = |cid: &str| RuntimeConf::new(cid, "/x", "eth0");
-        let fits = "c".repeat(MAX_ATTACHMENT_NAME - 2 - 3 - 4);
-        assert!(fits_file_names("net", &rt(&fits)).is_ok());
-        let e = fits_file_names("net", &rt(&format!("{fits}c"))).unwrap_err();
-        assert_eq!((e.status, e.error.code), (StatusCode::BAD_REQUEST, 4));
-        assert!(e.error.msg.contains("at most 222"), "{}", e.error.msg);
-    }
-
-    #[test]
-    fn attachment_checks() {
-        let mut r = AttachmentRequest::new("c1", "", "eth0");
-        assert!(attachment(&r, Command::Del).is_ok());
-        assert_eq!(
-            attachment(&r, Command::Add).unwrap_err().status,
-            StatusCode::BAD_REQUEST
-        );
-        r.netns = "relative".into();
-        assert!(attachment(&r, Command::Del).is_err());
-        r.netns = "/proc/self/ns/net".into();
-        assert!(attachment(&r, Command::Add).is_ok());
-        r.cni_args = "novalue".into();
-        assert_eq!(attachment(&r, Command::Add).unwrap_err().error.code, 4);
-        r.cni_args.clear();
-        r.ifname = "../x".into();
-        assert!(attachment(&r, Command::Add).is_err());
+    fn netns_must_exist_for_add_and_check() {
+        let rt = |netns: &str| RuntimeConf::new("c1", netns, "eth0");
+        assert!(netns_exists(&rt("/proc/self/ns/net"), Command::Add).is_ok());
+        for verb in [Command::Add, Command::Check] {
+            let e = netns_exists(&rt("/nonexistent/netns"), verb).unwrap_err();
+            assert_eq!((e.status, e.error.code), (StatusCode::BAD_REQUEST, 4));
+            assert!(e.error.msg.contains("no such file"), "{}", e.error.msg);
+        }
+        assert!(netns_exists(&rt("/nonexistent/netns"), Command::Del).is_ok());
+        assert!(netns_exists(&rt(""), Command::Del).is_ok());
     }
 }

@@ -1,0 +1,408 @@
+//! The daemon's request decoding and validation, without I/O: the network
+//! name in the URL path, the `containerId` query parameter and the JSON
+//! bodies of ADD, DEL, CHECK, STATUS and GC.
+//!
+//! The daemon runs every request through these functions before it looks
+//! up the network or queues anything; the fuzz target `daemon_request`
+//! (`cni-core/fuzz`) runs them on arbitrary input. A refusal is a
+//! [`RequestError`]: the HTTP status and the CNI error object of the answer.
+//!
+//! What the daemon adds on top, because it needs the file system: ADD and
+//! CHECK are refused (400, code 4) when `netns` does not exist.
+//!
+//! ```
+//! use cni_core::Command;
+//! use cnid::decode::{DecodedRequest, decode_network_name, decode_request};
+//!
+//! assert_eq!(decode_network_name("my%2Dnet").unwrap(), "my-net");
+//! let body = br#"{"containerId":"c1","netns":"/run/netns/c1"}"#;
+//! let Ok(DecodedRequest::Attachment { rt, timeout_ms }) =
+//!     decode_request(Command::Add, "my-net", body)
+//! else {
+//!     panic!("refused");
+//! };
+//! assert_eq!((rt.ifname.as_str(), timeout_ms), ("eth0", None));
+//!
+//! let e = decode_request(Command::Add, "my-net", br#"{"containerId":"../x"}"#).unwrap_err();
+//! assert_eq!((e.status, e.error.code), (400, 4));
+//! ```
+
+use cni_core::error::code as cni_code;
+use cni_core::stdin::GcAttachment;
+use cni_core::{Command, ErrorObject, RuntimeConf, Version, validate};
+use serde::de::DeserializeOwned;
+
+use crate::api::{AttachmentRequest, GcRequest, StatusRequest, code};
+
+/// The longest `<network>-<containerID>-<ifname>` accepted: the cache's
+/// temp file for it, `.<that>.tmp-<pid>-<nanos>`, must fit in a file name
+/// (255 bytes). Longer names are valid CNI names, but every ADD of them
+/// would fail on a file system error (after running the chain, between 223
+/// and 250 bytes) and every DEL would run its plugins without a lock.
+pub const MAX_ATTACHMENT_NAME: usize = 222;
+
+/// A refused request: the HTTP status and the CNI error object the daemon
+/// answers with.
+///
+/// The error object's `cniVersion` is [`Version::CURRENT`]; the daemon
+/// rewrites it to the network's version when the network is loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("HTTP {status}: {}", error.msg)]
+#[non_exhaustive]
+pub struct RequestError {
+    /// The HTTP status (400, or 404 for a verb without an endpoint).
+    pub status: u16,
+    /// The CNI error object (code, msg, details).
+    pub error: ErrorObject,
+}
+
+impl RequestError {
+    fn new(status: u16, code: u32, msg: impl Into<String>) -> Self {
+        RequestError {
+            status,
+            error: ErrorObject::new(Version::CURRENT.to_string(), code, msg, ""),
+        }
+    }
+
+    /// 400 with this CNI code.
+    fn bad_request(code: u32, msg: impl Into<String>) -> Self {
+        RequestError::new(400, code, msg)
+    }
+
+    /// 400, code 6 (decoding failure).
+    pub(crate) fn bad_body(msg: impl Into<String>) -> Self {
+        RequestError::bad_request(cni_code::DECODING_FAILURE, msg)
+    }
+
+    /// A validator's refusal, with its code and the value in `details`.
+    fn core(e: &cni_core::Error) -> Self {
+        RequestError {
+            status: core_status(e),
+            error: e.to_error_object(&Version::CURRENT.to_string()),
+        }
+    }
+}
+
+/// The HTTP status of an error of `cni-core`: 400 for invalid request
+/// values, 404 for a missing network, 502 for a plugin's result that does
+/// not decode, 500 otherwise.
+pub(crate) fn core_status(e: &cni_core::Error) -> u16 {
+    use cni_core::Error as E;
+    match e {
+        E::InvalidParameter { .. } | E::InvalidCniArgs { .. } | E::InvalidCapabilityArgs { .. } => {
+            400
+        }
+        E::NetworkNotFound { .. } | E::NoConfigs { .. } => 404,
+        // A plugin's result that does not decode or convert.
+        E::InvalidResult { .. } | E::Conversion { .. } => 502,
+        _ => 500,
+    }
+}
+
+/// A request body that decoded and passed every check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodedRequest {
+    /// ADD, DEL or CHECK: the attachment (`cniArgs` parsed; IDs, names and
+    /// netns checked, except that the netns exists).
+    Attachment {
+        /// The attachment.
+        rt: RuntimeConf,
+        /// `timeoutMs`.
+        timeout_ms: Option<u64>,
+    },
+    /// STATUS.
+    Status {
+        /// `timeoutMs`.
+        timeout_ms: Option<u64>,
+    },
+    /// GC.
+    Gc {
+        /// `validAttachments`, each with a valid container ID and ifname.
+        valid_attachments: Vec<GcAttachment>,
+        /// `timeoutMs`.
+        timeout_ms: Option<u64>,
+    },
+}
+
+/// Percent-decodes one path segment or query value (400, code 6 on a bad
+/// escape or a result that is not UTF-8).
+fn percent_decode(s: &str) -> Result<String, RequestError> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| {
+                        RequestError::bad_body(format!("invalid percent-encoding in {s:?}"))
+                    })?;
+                out.push(hex);
+                i += 3;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| RequestError::bad_body(format!("{s:?} is not UTF-8")))
+}
+
+/// The network name of a `/v1/networks/{network}[/verb]` path segment:
+/// percent-decoded, then validated (400, code 7 when invalid).
+pub fn decode_network_name(segment: &str) -> Result<String, RequestError> {
+    let name = percent_decode(segment)?;
+    validate::network_name(&name).map_err(|e| RequestError::core(&e))?;
+    Ok(name)
+}
+
+/// The `containerId` query parameter of `GET /v1/attachments` and
+/// `GET /v1/operations` (the only parameter any endpoint takes): `None`
+/// without one; the last one wins when repeated. `+` is a space.
+pub fn decode_container_filter(query: Option<&str>) -> Result<Option<String>, RequestError> {
+    let mut cid = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "containerId" => {
+                let v = percent_decode(&v.replace('+', " "))?;
+                validate::container_id(&v).map_err(|e| RequestError::core(&e))?;
+                cid = Some(v);
+            }
+            other => {
+                return Err(RequestError::bad_request(
+                    cni_code::INVALID_ENVIRONMENT_VARIABLES,
+                    format!("unknown query parameter {other:?} (known: containerId)"),
+                ));
+            }
+        }
+    }
+    Ok(cid)
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, RequestError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(RequestError::bad_body(format!(
+            "the request body is empty; expected {what}"
+        )));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| RequestError::bad_body(format!("invalid request body (expected {what}): {e}")))
+}
+
+/// Checks an attachment request: IDs, names, `CNI_ARGS`, and that netns is
+/// absolute (or empty, for DEL only).
+fn attachment(req: &AttachmentRequest, verb: Command) -> Result<RuntimeConf, RequestError> {
+    let rt = req.runtime_conf().map_err(|e| RequestError::core(&e))?;
+    rt.validate().map_err(|e| RequestError::core(&e))?;
+    let netns_bad = |reason: &str| {
+        RequestError::bad_request(
+            cni_code::INVALID_ENVIRONMENT_VARIABLES,
+            format!("invalid netns {:?}: {reason}", rt.netns),
+        )
+    };
+    if rt.netns.is_empty() {
+        if verb != Command::Del {
+            return Err(netns_bad("required for ADD and CHECK"));
+        }
+    } else if !rt.netns.starts_with('/') {
+        return Err(netns_bad("must be an absolute path"));
+    }
+    Ok(rt)
+}
+
+/// Refuses names too long for the cache and intent file names.
+fn fits_file_names(network: &str, rt: &RuntimeConf) -> Result<(), RequestError> {
+    let len = network.len() + rt.container_id.len() + rt.ifname.len() + 2;
+    if len > MAX_ATTACHMENT_NAME {
+        return Err(RequestError::bad_request(
+            cni_code::INVALID_ENVIRONMENT_VARIABLES,
+            format!(
+                "network name, container ID and interface name are too long together: \
+                 {len} bytes with separators (at most {MAX_ATTACHMENT_NAME}, to fit the cache file names)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Decodes and checks the body of `POST /v1/networks/{network}/{verb}`.
+///
+/// - ADD, DEL, CHECK: an [`AttachmentRequest`]; valid container ID, ifname
+///   and `cniArgs`; `netns` absolute, or empty for DEL; network name,
+///   container ID and ifname together at most [`MAX_ATTACHMENT_NAME`] bytes
+///   with separators.
+/// - STATUS: a [`StatusRequest`], or an empty (all-whitespace) body.
+/// - GC: a [`GcRequest`] whose `validAttachments` have valid container IDs
+///   and ifnames.
+/// - VERSION has no endpoint (404, code 904).
+///
+/// `network` is the already decoded name ([`decode_network_name`]).
+pub fn decode_request(
+    verb: Command,
+    network: &str,
+    body: &[u8],
+) -> Result<DecodedRequest, RequestError> {
+    match verb {
+        Command::Add | Command::Del | Command::Check => {
+            let req: AttachmentRequest = parse(body, "an attachment object")?;
+            let rt = attachment(&req, verb)?;
+            fits_file_names(network, &rt)?;
+            Ok(DecodedRequest::Attachment {
+                rt,
+                timeout_ms: req.timeout_ms,
+            })
+        }
+        Command::Status => {
+            let req: StatusRequest = if body.iter().all(u8::is_ascii_whitespace) {
+                StatusRequest::default()
+            } else {
+                parse(body, "a status object")?
+            };
+            Ok(DecodedRequest::Status {
+                timeout_ms: req.timeout_ms,
+            })
+        }
+        Command::Gc => {
+            let req: GcRequest = parse(body, "a GC object with validAttachments")?;
+            for a in &req.valid_attachments {
+                validate::container_id(&a.container_id)
+                    .and_then(|()| validate::interface_name(&a.ifname))
+                    .map_err(|e| RequestError::core(&e))?;
+            }
+            Ok(DecodedRequest::Gc {
+                valid_attachments: req.valid_attachments,
+                timeout_ms: req.timeout_ms,
+            })
+        }
+        other => Err(RequestError::new(
+            404,
+            code::NO_SUCH_ENDPOINT,
+            format!("no endpoint for {other}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(body: &str) -> Result<DecodedRequest, RequestError> {
+        decode_request(Command::Add, "net", body.as_bytes())
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%2Fb").unwrap(), "a/b");
+        assert_eq!(percent_decode("..%2fx").unwrap(), "../x");
+        assert!(percent_decode("%zz").is_err());
+        assert!(percent_decode("%2").is_err());
+        let e = percent_decode("%ff").unwrap_err();
+        assert_eq!((e.status, e.error.code), (400, 6));
+        let e = decode_network_name("..%2Fx").unwrap_err();
+        assert_eq!((e.status, e.error.code), (400, 7));
+        assert_eq!(decode_network_name("net-1").unwrap(), "net-1");
+        assert_eq!(decode_network_name("n%65t").unwrap(), "net");
+    }
+
+    #[test]
+    fn query() {
+        assert_eq!(decode_container_filter(None).unwrap(), None);
+        assert_eq!(decode_container_filter(Some("")).unwrap(), None);
+        assert_eq!(
+            decode_container_filter(Some("containerId=c1"))
+                .unwrap()
+                .as_deref(),
+            Some("c1")
+        );
+        assert_eq!(
+            decode_container_filter(Some("containerId=c1&containerId=c2"))
+                .unwrap()
+                .as_deref(),
+            Some("c2")
+        );
+        let e = decode_container_filter(Some("containerId=..%2Fx")).unwrap_err();
+        assert_eq!((e.status, e.error.code), (400, 4));
+        assert_eq!(e.error.details, "../x");
+        // `+` is a space, which no container ID has.
+        assert!(decode_container_filter(Some("containerId=a+b")).is_err());
+        let e = decode_container_filter(Some("x=1")).unwrap_err();
+        assert_eq!((e.status, e.error.code), (400, 4));
+    }
+
+    #[test]
+    fn names_must_fit_the_cache_file_names() {
+        let rt = |cid: &str| RuntimeConf::new(cid, "/x", "eth0");
+        let fits = "c".repeat(MAX_ATTACHMENT_NAME - 2 - 3 - 4);
+        assert!(fits_file_names("net", &rt(&fits)).is_ok());
+        let e = fits_file_names("net", &rt(&format!("{fits}c"))).unwrap_err();
+        assert_eq!((e.status, e.error.code), (400, 4));
+        assert!(e.error.msg.contains("at most 222"), "{}", e.error.msg);
+        // The same through decode_request.
+        let body = format!(r#"{{"containerId":"{fits}c","netns":"/x"}}"#);
+        assert!(add(&body).unwrap_err().error.msg.contains("too long"));
+    }
+
+    #[test]
+    fn attachment_checks() {
+        let mut r = AttachmentRequest::new("c1", "", "eth0");
+        assert!(attachment(&r, Command::Del).is_ok());
+        assert_eq!(attachment(&r, Command::Add).unwrap_err().status, 400);
+        r.netns = "relative".into();
+        assert!(attachment(&r, Command::Del).is_err());
+        // Existence is the daemon's check, not this one.
+        r.netns = "/nonexistent/netns".into();
+        assert!(attachment(&r, Command::Add).is_ok());
+        r.cni_args = "novalue".into();
+        assert_eq!(attachment(&r, Command::Add).unwrap_err().error.code, 4);
+        r.cni_args.clear();
+        r.ifname = "../x".into();
+        assert!(attachment(&r, Command::Add).is_err());
+    }
+
+    #[test]
+    fn bodies() {
+        let ok = add(r#"{"containerId":"c1","netns":"/x","timeoutMs":5}"#).unwrap();
+        let DecodedRequest::Attachment { rt, timeout_ms } = ok else {
+            panic!("{ok:?}");
+        };
+        assert_eq!((rt.container_id.as_str(), timeout_ms), ("c1", Some(5)));
+        for (body, code) in [
+            ("", 6),
+            (" \n", 6),
+            ("{", 6),
+            (r#"{"containerId":"c1","netns":"/x","bogus":1}"#, 6),
+            (r#"{"netns":"/x"}"#, 6),
+            (r#"{"containerId":"","netns":"/x"}"#, 3),
+            (r#"{"containerId":"c1","netns":"/x","ifname":"a/b"}"#, 4),
+        ] {
+            let e = add(body).unwrap_err();
+            assert_eq!((e.status, e.error.code), (400, code), "{body:?}: {e}");
+            assert_eq!(e.error.cni_version, Version::CURRENT.to_string());
+        }
+        assert_eq!(
+            decode_request(Command::Status, "net", b" ").unwrap(),
+            DecodedRequest::Status { timeout_ms: None }
+        );
+        assert_eq!(
+            decode_request(Command::Status, "net", br#"{"timeoutMs":1}"#).unwrap(),
+            DecodedRequest::Status {
+                timeout_ms: Some(1)
+            }
+        );
+        assert!(decode_request(Command::Status, "net", b"{\"x\":1}").is_err());
+        let gc = |b: &str| decode_request(Command::Gc, "net", b.as_bytes());
+        assert_eq!(gc("").unwrap_err().error.code, 6);
+        assert_eq!(gc("{}").unwrap_err().error.code, 6);
+        assert!(gc(r#"{"validAttachments":[]}"#).is_ok());
+        let e = gc(r#"{"validAttachments":[{"containerID":"c1","ifname":"a:b"}]}"#).unwrap_err();
+        assert_eq!((e.status, e.error.code), (400, 4));
+        let e = decode_request(Command::Version, "net", b"{}").unwrap_err();
+        assert_eq!((e.status, e.error.code), (404, 904));
+    }
+}
