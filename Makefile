@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine (see README.md):
 #   make demo   cnid and the bundled example network end to end
-#   make test   fmt check, clippy -D warnings, and the whole test suite
+#   make test   fmt check, clippy -D warnings, the whole test suite, a fuzz smoke run
 # Both install what they need first (as root: the reference CNI plugins,
 # iproute2, ping and curl from Debian).
 
@@ -45,7 +45,8 @@ unit:
 	$(CARGO) test --workspace --all-targets --all-features
 	$(CARGO) test --workspace --doc --all-features
 
-test: setup fmt-check lint unit
+# fuzz-smoke last: 30 s per parser target (cargo-fuzz is installed if missing).
+test: setup fmt-check lint unit fuzz-smoke
 
 # The long runs at full size (make test runs them reduced): the crash soak
 # (300 operations over 30 containers on the real bridge, 10 kill -9 of cnid;
