@@ -235,7 +235,8 @@ async fn every_verb_and_position_gets_exact_stdin_and_env() {
         );
     }
 
-    // VERSION: our version on stdin, only CNI_COMMAND and CNI_PATH set.
+    // VERSION: our version on stdin; CNI_COMMAND and CNI_PATH set, and
+    // "dummy" netns and ifname for plugins built on an old skel (as libcni).
     let info = cni.version_info("p2").await.expect("VERSION");
     assert_eq!(info.supported_versions, ["1.0.0", "1.1.0"]);
     let calls = rig.dir.invocations();
@@ -243,7 +244,7 @@ async fn every_verb_and_position_gets_exact_stdin_and_env() {
     assert_call(
         &calls[15],
         "p2",
-        &network("VERSION"),
+        &cni_vars("VERSION", "", "dummy", "dummy", "", &path),
         &json!({"cniVersion":"1.1.0"}),
         "VERSION",
     );
