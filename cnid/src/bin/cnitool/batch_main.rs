@@ -9,6 +9,7 @@
 
 mod batch;
 mod batch_cli;
+mod logging;
 mod progress;
 mod report;
 mod setup;
@@ -31,7 +32,7 @@ fn main() -> ExitCode {
         }
     };
     let json = json_env || cli.json_errors;
-    init_logging();
+    logging::init_logging();
 
     let env: Env<'_> = &setup::process_env;
     let settings = match Settings::from_env(env) {
@@ -56,37 +57,4 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report::failure(&e, runner.cni_version(), json),
     }
-}
-
-/// Logs on stderr when `RUST_LOG` is set, with `tracing_subscriber`'s
-/// `Targets` filter, as cnitool does.
-fn init_logging() {
-    use std::io::IsTerminal;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-
-    let Some(spec) = std::env::var_os("RUST_LOG").filter(|v| !v.is_empty()) else {
-        return;
-    };
-    let filter = match spec
-        .to_str()
-        .map(str::parse::<tracing_subscriber::filter::Targets>)
-    {
-        Some(Ok(filter)) => filter,
-        Some(Err(e)) => {
-            eprintln!("warning: ignoring RUST_LOG {spec:?}: {e}");
-            return;
-        }
-        None => {
-            eprintln!("warning: ignoring RUST_LOG {spec:?}: not valid UTF-8");
-            return;
-        }
-    };
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    let _ = tracing_subscriber::registry()
-        .with(fmt)
-        .with(filter)
-        .try_init();
 }

@@ -18,6 +18,7 @@ mod daemon;
 mod del;
 mod dispatch;
 mod gc;
+mod logging;
 mod report;
 mod setup;
 mod status;
@@ -45,7 +46,7 @@ fn main() -> ExitCode {
         }
     };
     let json = json_env || cli.global.json_errors;
-    dispatch::init_logging();
+    logging::init_logging();
 
     let env: Env<'_> = &setup::process_env;
     let settings = match Settings::from_env(env) {

@@ -38,6 +38,7 @@ mod daemon_exec;
 mod del;
 mod dispatch;
 mod gc;
+mod logging;
 mod report;
 mod setup;
 mod status;
@@ -68,7 +69,7 @@ fn main() -> ExitCode {
         let e = daemon_exec::exec();
         return report::failure(&e, None, json);
     }
-    dispatch::init_logging();
+    logging::init_logging();
 
     let settings = match Settings::from_env(env) {
         Ok(s) => s,
