@@ -40,6 +40,7 @@ fmt-check:
 lint:
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
 
 unit:
 	$(CARGO) test --workspace --all-targets --all-features

@@ -53,7 +53,7 @@ struct Args {
     #[arg(long, value_name = "NAME", default_value = "cnirs-bridge")]
     network: String,
     /// Namespace names (and container IDs) are PREFIX + `a` and PREFIX + `b`
-    /// [default: cnirs-dc<pid>-].
+    /// [default: cnirs-dcPID-].
     #[arg(long, value_name = "PREFIX")]
     prefix: Option<String>,
 }

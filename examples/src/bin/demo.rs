@@ -74,7 +74,7 @@ struct Args {
     #[arg(long, value_name = "DIRS")]
     plugin_dirs: Option<String>,
     /// Namespace names (and container IDs) are PREFIX + `a` and PREFIX + `b`
-    /// [default: cnirs-demo<pid>-].
+    /// [default: cnirs-demoPID-].
     #[arg(long, value_name = "PREFIX")]
     prefix: Option<String>,
 }

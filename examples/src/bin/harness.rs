@@ -82,7 +82,7 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
     /// Namespace names (and container IDs) are PREFIX + index
-    /// [default: cnirs-h<pid>-].
+    /// [default: cnirs-hPID-].
     #[arg(long, value_name = "PREFIX")]
     prefix: Option<String>,
     /// Print every namespace's address and ping.

@@ -63,7 +63,7 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
     /// Namespace names (and container IDs) are PREFIX + `a` and PREFIX + `b`
-    /// [default: cnirs-ip<pid>-].
+    /// [default: cnirs-ipPID-].
     #[arg(long, value_name = "PREFIX")]
     prefix: Option<String>,
     /// After the ping, keep everything up until Ctrl-C or SIGTERM.
