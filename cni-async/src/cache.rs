@@ -264,30 +264,15 @@ impl ResultCache {
         );
         let dir = self.dir.clone();
         blocking(self.inline, move || {
-            let bytes = match read_nofollow(&path) {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                Err(e) if is_symlink_refusal(&e) => {
-                    move_aside(&dir, &path, "is a symbolic link");
-                    return Ok(());
-                }
-                Err(e) => return Err(io_err(&path, "read", e)),
-            };
-            match CacheEntry::decode(&bytes, &path.display().to_string()) {
-                Ok(CacheEntry::Record(rec)) if rec.check_matches(&net, &cid, &ifn).is_err() => {
-                    Err(Error::AttachmentCollision {
-                        path,
-                        occupant: format!(
-                            "network {:?} container {:?} interface {:?}",
-                            rec.network_name, rec.container_id, rec.if_name
-                        ),
-                    })
-                }
-                Ok(_) => Ok(()),
-                Err(e) => {
-                    move_aside(&dir, &path, &e.to_string());
-                    Ok(())
-                }
+            match read_slot(&dir, &path, &net, &cid, &ifn)? {
+                Slot::Theirs(rec) => Err(Error::AttachmentCollision {
+                    path,
+                    occupant: format!(
+                        "network {:?} container {:?} interface {:?}",
+                        rec.network_name, rec.container_id, rec.if_name
+                    ),
+                }),
+                Slot::Empty | Slot::Ours(_) => Ok(()),
             }
         })
         .await
@@ -484,6 +469,48 @@ fn move_aside(cache_dir: &Path, path: &Path, reason: &str) {
     }
 }
 
+/// What an attachment's cache file holds, as seen by that attachment.
+enum Slot {
+    /// Nothing usable: no file, or a corrupt or symlinked one (moved aside).
+    Empty,
+    /// This attachment's record, or a legacy bare result.
+    Ours(CacheEntry),
+    /// The record of another attachment whose names collide with ours.
+    Theirs(CacheRecord),
+}
+
+fn read_slot(
+    cache_dir: &Path,
+    path: &Path,
+    network: &str,
+    container_id: &str,
+    ifname: &str,
+) -> Result<Slot, Error> {
+    let bytes = match read_nofollow(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Slot::Empty),
+        Err(e) if is_symlink_refusal(&e) => {
+            move_aside(cache_dir, path, "is a symbolic link");
+            return Ok(Slot::Empty);
+        }
+        Err(e) => return Err(io_err(path, "read", e)),
+    };
+    match CacheEntry::decode(&bytes, &path.display().to_string()) {
+        Ok(CacheEntry::Record(rec)) => match rec.check_matches(network, container_id, ifname) {
+            Ok(()) => Ok(Slot::Ours(CacheEntry::Record(rec))),
+            Err(e) => {
+                tracing::debug!(file = %path.display(), error = %e, "cache file belongs to another attachment");
+                Ok(Slot::Theirs(rec))
+            }
+        },
+        Ok(legacy) => Ok(Slot::Ours(legacy)),
+        Err(e) => {
+            move_aside(cache_dir, path, &e.to_string());
+            Ok(Slot::Empty)
+        }
+    }
+}
+
 fn read_entry(
     cache_dir: &Path,
     path: &Path,
@@ -491,29 +518,12 @@ fn read_entry(
     container_id: &str,
     ifname: &str,
 ) -> Result<Option<CacheEntry>, Error> {
-    let bytes = match read_nofollow(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if is_symlink_refusal(&e) => {
-            move_aside(cache_dir, path, "is a symbolic link");
-            return Ok(None);
-        }
-        Err(e) => return Err(io_err(path, "read", e)),
-    };
-    match CacheEntry::decode(&bytes, &path.display().to_string()) {
-        Ok(CacheEntry::Record(rec)) => match rec.check_matches(network, container_id, ifname) {
-            Ok(()) => Ok(Some(CacheEntry::Record(rec))),
-            Err(e) => {
-                tracing::debug!(file = %path.display(), error = %e, "cache file belongs to another attachment");
-                Ok(None)
-            }
+    Ok(
+        match read_slot(cache_dir, path, network, container_id, ifname)? {
+            Slot::Ours(entry) => Some(entry),
+            Slot::Empty | Slot::Theirs(_) => None,
         },
-        Ok(legacy) => Ok(Some(legacy)),
-        Err(e) => {
-            move_aside(cache_dir, path, &e.to_string());
-            Ok(None)
-        }
-    }
+    )
 }
 
 fn list_records(results: &Path, container_id: Option<&str>) -> Result<Vec<CacheRecord>, Error> {

@@ -208,6 +208,31 @@ pub fn scan(dir: &Path) -> Result<ConfDirScan, Error> {
     Ok(out)
 }
 
+/// Loads `paths` in order until one holds the network `name`; files that
+/// do not load are warned about and added to `skipped`.
+fn first_named(
+    paths: Vec<PathBuf>,
+    load: fn(&Path) -> Result<NetworkConfigList, Error>,
+    name: &str,
+    skipped: &mut Vec<SkippedFile>,
+) -> Option<NetworkConfigList> {
+    for path in paths {
+        match load(&path) {
+            Ok(list) if list.name() == name => return Some(list),
+            Ok(_) => {}
+            Err(e) => {
+                let s = SkippedFile {
+                    path,
+                    reason: e.to_string(),
+                };
+                warn_skipped(&s);
+                skipped.push(s);
+            }
+        }
+    }
+    None
+}
+
 /// Finds the network named `name` in `dir` (see the module docs for the rules).
 ///
 /// Unlike [`scan`], this stops at the first match, so files after it are
@@ -218,19 +243,8 @@ pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList, Error> 
         warn_skipped(s);
     }
     let mut seen = lists.len() + skipped.len();
-    for path in lists {
-        match NetworkConfigList::from_file(&path) {
-            Ok(list) if list.name() == name => return Ok(list),
-            Ok(_) => {}
-            Err(e) => {
-                let s = SkippedFile {
-                    path,
-                    reason: e.to_string(),
-                };
-                warn_skipped(&s);
-                skipped.push(s);
-            }
-        }
+    if let Some(list) = first_named(lists, NetworkConfigList::from_file, name, &mut skipped) {
+        return Ok(list);
     }
     let (singles, skipped_singles) = scan_files(dir, SINGLE_EXTENSIONS)?;
     for s in &skipped_singles {
@@ -238,19 +252,8 @@ pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList, Error> 
     }
     seen += singles.len() + skipped_singles.len();
     skipped.extend(skipped_singles);
-    for path in singles {
-        match load_single(&path) {
-            Ok(list) if list.name() == name => return Ok(list),
-            Ok(_) => {}
-            Err(e) => {
-                let s = SkippedFile {
-                    path,
-                    reason: e.to_string(),
-                };
-                warn_skipped(&s);
-                skipped.push(s);
-            }
-        }
+    if let Some(list) = first_named(singles, load_single, name, &mut skipped) {
+        return Ok(list);
     }
     if seen == 0 {
         return Err(Error::NoConfigs {

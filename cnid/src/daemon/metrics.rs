@@ -247,7 +247,7 @@ impl Metrics {
             let labels = format!(
                 "plugin=\"{}\",command=\"{}\"",
                 escape_label(plugin),
-                COMMANDS[*cmd]
+                Command::ALL[*cmd]
             );
             m.duration
                 .write(&mut out, "cnid_plugin_exec_duration_seconds", &labels);
@@ -263,7 +263,7 @@ impl Metrics {
                 out,
                 "cnid_plugin_exec_errors_total{{plugin=\"{}\",command=\"{}\"}} {}",
                 escape_label(plugin),
-                COMMANDS[*cmd],
+                Command::ALL[*cmd],
                 m.errors.load(Ordering::Relaxed)
             );
         }
@@ -343,17 +343,8 @@ fn counter(c: &AtomicU64) -> i64 {
     i64::try_from(c.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
 }
 
-const COMMANDS: [Command; 6] = [
-    Command::Add,
-    Command::Del,
-    Command::Check,
-    Command::Status,
-    Command::Gc,
-    Command::Version,
-];
-
 fn command_index(c: Command) -> usize {
-    COMMANDS.iter().position(|v| *v == c).unwrap_or(0)
+    Command::ALL.iter().position(|v| *v == c).unwrap_or(0)
 }
 
 fn escape_label(s: &str) -> String {
