@@ -7,8 +7,9 @@
 //! - the loopback network ([`MultiNetworkBuilder::loopback`], network
 //!   `cni-loopback`, interface `lo`), as go-cni's `WithLoNetwork`;
 //! - the first N networks of a conf dir ([`MultiNetworkBuilder::conf_dir`]),
-//!   in lookup order (`.conflist` files first, then `.conf`/`.json`, each
-//!   sorted by file name; a network name is taken once);
+//!   in go-cni's order (`.conflist`, `.conf` and `.json` files sorted
+//!   together by file name, so the first is the default network; a network
+//!   name is taken once, from the file libcni's lookup by name picks);
 //! - explicit lists ([`MultiNetworkBuilder::network`],
 //!   [`MultiNetworkBuilder::network_with_ifname`]).
 //!
@@ -928,6 +929,33 @@ mod tests {
             .map(|n| (n.name(), n.ifname()))
             .collect();
         assert_eq!(got, vec![("b", "net0"), ("a", "net1"), ("c", "net2")]);
+    }
+
+    /// go-cni's order: a Multus-style `.conf` sorting first is the default
+    /// network (`eth0`), ahead of the `.conflist` files.
+    #[test]
+    fn conf_dir_default_network_is_the_first_file_of_any_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("00-multus.conf"),
+            r#"{"cniVersion":"1.0.0","name":"multus-cni-network","type":"multus"}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("10-calico.conflist"),
+            r#"{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"calico"}]}"#,
+        )
+        .unwrap();
+        let m = MultiNetwork::builder(Cni::default())
+            .conf_dir(dir.path(), 1)
+            .build()
+            .unwrap();
+        let got: Vec<(&str, &str)> = m
+            .networks()
+            .iter()
+            .map(|n| (n.name(), n.ifname()))
+            .collect();
+        assert_eq!(got, vec![("multus-cni-network", "eth0")]);
     }
 
     #[test]

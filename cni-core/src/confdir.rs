@@ -1,14 +1,20 @@
 //! Scanning a conf dir and finding a network by name, as libcni's
 //! `LoadNetworkConf` does, without letting one bad file hide the others.
 //!
-//! Rules (spec-digest section 2):
+//! Rules (the CNI spec's conf dir, libcni's `LoadNetworkConf`):
 //! - `*.conflist` files are lists; `*.conf` and `*.json` files are single
 //!   plugin configurations, upconverted to a list of one.
 //! - Files are taken in byte-wise order of their names (`10-a` before `9-b`).
-//! - The first `.conflist` whose `name` matches wins; only when none does,
-//!   the `.conf`/`.json` files are searched.
+//! - **Lookup by name** ([`load_network`], [`ConfDirScan::find`]) follows
+//!   libcni: the first `.conflist` whose `name` matches wins; only when none
+//!   does, the `.conf`/`.json` files are searched.
+//! - **The default network** ([`ConfDirScan::default_network`]) follows
+//!   go-cni, ocicni and the kubelet: all three extensions sorted together,
+//!   the first file that loads. So `00-multus.conf` beside
+//!   `10-calico.conflist` makes Multus the default, as a node expects.
 //! - A file that does not parse is skipped with a warning and named in the
-//!   "not found" error (spec-digest 10.9; libcni fails on the first bad file).
+//!   "not found" error (`docs/decisions.md` D9; libcni fails on the first
+//!   bad file).
 //! - A directory with no configuration file at all gives [`Error::NoConfigs`],
 //!   distinct from [`Error::NetworkNotFound`].
 //! - Symbolic links are followed only when they stay inside the conf dir
@@ -71,11 +77,7 @@ fn scan_files(dir: &Path, extensions: &[&str]) -> Result<(Vec<PathBuf>, Vec<Skip
     let mut skipped = Vec::new();
     for name in names {
         let path = dir.join(&name);
-        let ext_ok = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| extensions.contains(&e));
-        if !ext_ok {
+        if !has_extension(&path, extensions) {
             continue;
         }
         let meta = match std::fs::symlink_metadata(&path) {
@@ -132,12 +134,26 @@ pub struct FoundNetwork {
     pub list: NetworkConfigList,
 }
 
-/// Everything in a conf dir, parsed: networks in lookup order (all
-/// `.conflist` files first, then `.conf`/`.json`), and the files skipped.
+impl FoundNetwork {
+    /// Whether it came from a `.conflist` file (lookup by name prefers those).
+    pub fn is_list_file(&self) -> bool {
+        has_extension(&self.path, LIST_EXTENSIONS)
+    }
+}
+
+fn has_extension(path: &Path, extensions: &[&str]) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| extensions.contains(&e))
+}
+
+/// Everything in a conf dir, parsed: networks in file-name order (all
+/// extensions together), and the files skipped.
 #[derive(Debug, Clone, Default)]
 pub struct ConfDirScan {
-    /// Parsed networks in lookup order. A name may appear more than once; the
-    /// first occurrence is the one [`load_network`] returns.
+    /// Parsed networks in byte-wise order of their file names, `.conflist`,
+    /// `.conf` and `.json` together (go-cni's order). A name may appear more
+    /// than once; [`ConfDirScan::find`] picks among them by libcni's rule.
     pub networks: Vec<FoundNetwork>,
     /// Files that could not be used, with the reason.
     pub skipped: Vec<SkippedFile>,
@@ -146,22 +162,47 @@ pub struct ConfDirScan {
 }
 
 impl ConfDirScan {
-    /// The first network with this name.
+    /// The network `name` as [`load_network`] finds it (libcni's rule): the
+    /// first `.conflist` with that name, else the first `.conf`/`.json`.
     pub fn find(&self, name: &str) -> Option<&FoundNetwork> {
-        self.networks.iter().find(|n| n.list.name() == name)
+        let mut named = self.networks.iter().filter(|n| n.list.name() == name);
+        let first = named.next()?;
+        if first.is_list_file() {
+            return Some(first);
+        }
+        Some(named.find(|n| n.is_list_file()).unwrap_or(first))
     }
 
-    /// Networks with duplicates removed (first occurrence wins), in lookup order.
+    /// The default network, as go-cni, ocicni and the kubelet choose it: the
+    /// first file, by name across all extensions, that loads.
+    pub fn default_network(&self) -> Option<&FoundNetwork> {
+        self.networks.first()
+    }
+
+    /// One entry per network name, each the one [`ConfDirScan::find`]
+    /// returns, in the file-name order of the name's first file (so the
+    /// first entry is the default network's name).
     pub fn unique(&self) -> Vec<&FoundNetwork> {
         let mut seen: Vec<&str> = Vec::new();
         let mut out = Vec::new();
         for n in &self.networks {
-            if !seen.contains(&n.list.name()) {
-                seen.push(n.list.name());
-                out.push(n);
+            let name = n.list.name();
+            if !seen.contains(&name) {
+                seen.push(name);
+                out.extend(self.find(name));
             }
         }
         out
+    }
+
+    /// The files of networks that [`ConfDirScan::unique`] does not return:
+    /// other files with the same name as a chosen one.
+    pub fn shadowed(&self, chosen: &FoundNetwork) -> Vec<&Path> {
+        self.networks
+            .iter()
+            .filter(|n| n.list.name() == chosen.list.name() && n.path != chosen.path)
+            .map(|n| n.path.as_path())
+            .collect()
     }
 }
 
@@ -187,13 +228,18 @@ pub fn scan(dir: &Path) -> Result<ConfDirScan, Error> {
         warn_skipped(s);
     }
     out.skipped = skipped;
-    type Loader = fn(&Path) -> Result<NetworkConfigList, Error>;
-    let lists = lists
-        .into_iter()
-        .map(|p| (p, NetworkConfigList::from_file as Loader));
-    let singles = singles.into_iter().map(|p| (p, load_single as Loader));
-    for (path, loader) in lists.chain(singles) {
-        match loader(&path) {
+    let mut files: Vec<PathBuf> = lists.into_iter().chain(singles).collect();
+    files.sort_by(|a, b| {
+        let name = |p: &PathBuf| p.file_name().map(|n| n.as_encoded_bytes().to_vec());
+        name(a).cmp(&name(b))
+    });
+    for path in files {
+        let loaded = if has_extension(&path, LIST_EXTENSIONS) {
+            NetworkConfigList::from_file(&path)
+        } else {
+            load_single(&path)
+        };
+        match loaded {
             Ok(list) => out.networks.push(FoundNetwork { path, list }),
             Err(e) => {
                 let s = SkippedFile {

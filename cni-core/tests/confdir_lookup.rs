@@ -213,3 +213,50 @@ fn unreadable_dir_is_an_io_error_naming_it() {
     assert!(matches!(e, Error::Io { .. }), "{e:?}");
     assert!(e.to_string().contains("not-a-dir"), "{e}");
 }
+
+/// go-cni, ocicni and the kubelet sort `.conf`, `.conflist` and `.json`
+/// together and take the first file that loads as the default network: a
+/// Multus-style `00-multus.conf` in front of `10-calico.conflist` must be the
+/// default, not bypassed. Lookup by name keeps libcni's rule (a `.conflist`
+/// wins over a `.conf` of the same name).
+#[test]
+fn default_network_is_the_first_file_of_any_extension() {
+    let d = ConfDir::new();
+    d.write("00-multus.conf", &conf("multus-cni-network", "multus"));
+    d.write("10-calico.conflist", &conflist("k8s-pod-network", "calico"));
+    d.write("05-broken.conflist", "{");
+    d.write("20-extra.json", &conf("extra", "extra"));
+    let scan = confdir::scan(d.path()).unwrap();
+    let default = scan.default_network().expect("a default network");
+    assert_eq!(default.list.name(), "multus-cni-network");
+    assert_eq!(plugin_types(&default.list), ["multus"]);
+    let names: Vec<&str> = scan.unique().iter().map(|n| n.list.name()).collect();
+    assert_eq!(names, ["multus-cni-network", "k8s-pod-network", "extra"]);
+    assert_eq!(scan.skipped.len(), 1, "{:?}", scan.skipped);
+
+    // By name, a .conflist beats an earlier .conf of the same name.
+    d.write("01-dup.conf", &conf("k8s-pod-network", "single"));
+    let scan = confdir::scan(d.path()).unwrap();
+    let found = scan.find("k8s-pod-network").unwrap();
+    assert_eq!(plugin_types(&found.list), ["calico"]);
+    assert_eq!(
+        plugin_types(&confdir::load_network(d.path(), "k8s-pod-network").unwrap()),
+        ["calico"]
+    );
+    let shadowed: Vec<_> = scan
+        .shadowed(found)
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(shadowed, ["01-dup.conf"]);
+    // unique() keeps the name's place of first appearance, with libcni's pick.
+    let unique: Vec<&str> = scan
+        .unique()
+        .iter()
+        .map(|n| n.path.file_name().unwrap().to_str().unwrap())
+        .collect();
+    assert_eq!(
+        unique,
+        ["00-multus.conf", "10-calico.conflist", "20-extra.json"]
+    );
+}

@@ -214,7 +214,8 @@ pub struct NetworksResponse {
     pub generation: u64,
     /// When the networks were last loaded (milliseconds since the Unix epoch).
     pub loaded_at_ms: u64,
-    /// The usable networks, in lookup order, duplicates removed.
+    /// The usable networks in conf-dir file order (all extensions sorted
+    /// together; the first is the default network), one per name.
     pub networks: Vec<NetworkInfo>,
     /// Files that could not be used (they do not stop the others).
     pub errors: Vec<ConfigError>,

@@ -53,7 +53,8 @@ pub(crate) struct Loaded {
 pub(crate) struct Snapshot {
     pub(crate) generation: u64,
     pub(crate) loaded_at_ms: u64,
-    /// In lookup order, duplicates removed.
+    /// In conf-dir file order (the first is the default network), one per
+    /// name as lookup by name picks it.
     pub(crate) networks: Vec<Arc<Loaded>>,
     by_name: HashMap<String, Arc<Loaded>>,
     pub(crate) errors: Vec<ConfigError>,
@@ -112,14 +113,10 @@ impl Networks {
         };
         match confdir::scan(&self.dir) {
             Ok(scan) => {
-                let mut order: Vec<String> = Vec::new();
-                let mut found_by_name: HashMap<String, Loaded> = HashMap::new();
-                for found in &scan.networks {
+                // One network per name, picked as libcni's lookup by name
+                // does, in the order of the conf dir's files.
+                for found in scan.unique() {
                     let name = found.list.name();
-                    if let Some(first) = found_by_name.get_mut(name) {
-                        first.shadowed.push(found.path.clone());
-                        continue;
-                    }
                     if let Err(e) = cni_core::validate::network_name(name) {
                         snap.errors.push(ConfigError {
                             file: found.path.display().to_string(),
@@ -127,22 +124,17 @@ impl Networks {
                         });
                         continue;
                     }
-                    order.push(name.to_owned());
-                    found_by_name.insert(
-                        name.to_owned(),
-                        Loaded {
-                            path: found.path.clone(),
-                            list: Arc::new(found.list.clone()),
-                            shadowed: Vec::new(),
-                        },
-                    );
-                }
-                for name in order {
-                    if let Some(l) = found_by_name.remove(&name) {
-                        let l = Arc::new(l);
-                        snap.by_name.insert(name, l.clone());
-                        snap.networks.push(l);
-                    }
+                    let l = Arc::new(Loaded {
+                        path: found.path.clone(),
+                        list: Arc::new(found.list.clone()),
+                        shadowed: scan
+                            .shadowed(found)
+                            .into_iter()
+                            .map(Path::to_path_buf)
+                            .collect(),
+                    });
+                    snap.by_name.insert(name.to_owned(), l.clone());
+                    snap.networks.push(l);
                 }
                 for s in scan.skipped {
                     snap.errors.push(ConfigError {
