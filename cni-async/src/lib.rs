@@ -20,5 +20,8 @@ pub(crate) mod sys;
 pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
 pub use error::{Error, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
-pub use multi::{MultiNetwork, MultiNetworkBuilder, MultiResult, Sandbox, SetupMode};
+pub use multi::{
+    KubernetesPod, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc, NetworkRequest,
+    Sandbox, SetupMode,
+};
 pub use ops::{CallOptions, Cni, CniBuilder, GcSummary};

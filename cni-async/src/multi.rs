@@ -14,17 +14,26 @@
 //!   [`MultiNetworkBuilder::network_with_ifname`]).
 //!
 //! Networks without an explicit interface name get `eth0`, `eth1`, ... in
-//! order (the prefix is [`MultiNetworkBuilder::interface_prefix`]).
+//! order (the prefix is [`MultiNetworkBuilder::interface_prefix`]). These
+//! are the **default set**. The conf dir's further networks (beyond the
+//! first N) are kept too, to be named by a sandbox.
 //!
-//! For one sandbox (a [`Sandbox`]: container ID, netns path, labels and
-//! capability arguments) it then runs:
+//! A [`Sandbox`] is one container: its ID, netns path, labels (`CNI_ARGS`;
+//! [`Sandbox::with_kubernetes_pod`] sets those containerd sets) and
+//! capability arguments. It is attached to the default set, or, when it
+//! names networks ([`Sandbox::with_network`], a [`NetworkRequest`] each, as
+//! ocicni's `PodNetwork` and Podman's per-network options), to the loopback
+//! network (when configured) plus those, in that order, each with its own
+//! interface name, extra `CNI_ARGS` and capability arguments (static `ips`,
+//! `mac`, `aliases`, ...).
 //!
 //! | call | what runs | on failure |
 //! |---|---|---|
-//! | [`MultiNetwork::setup`] | ADD of every network, in order or all at once ([`SetupMode`]), each with [`CallOptions::rollback`] | the networks already set up are deleted again (DEL, fresh deadline, last to first); the error names the network that failed |
-//! | [`MultiNetwork::remove`] | DEL of every network, last to first | goes on; every error is reported ([`Error::Multiple`]) |
-//! | [`MultiNetwork::check`] | CHECK of every network, in order | goes on; every error is reported |
-//! | [`MultiNetwork::status`] | STATUS of every network, in order | goes on; every error is reported (codes 50/51 kept) |
+//! | [`MultiNetwork::setup`] | ADD of each of the sandbox's networks, in order or all at once ([`SetupMode`]), each with [`CallOptions::rollback`] | the networks already set up are deleted again (DEL, fresh deadline, last to first); the error names the network that failed |
+//! | [`MultiNetwork::remove`] | DEL of each network, last to first; a network no longer known is deleted with its cached config; works without the netns | goes on; every error is reported ([`Error::Multiple`]) |
+//! | [`MultiNetwork::check`] | CHECK of each network, in order | goes on; every error is reported |
+//! | [`MultiNetwork::status`], [`MultiNetwork::status_of`] | STATUS of the default set, or of a sandbox's networks (ready iff all are) | goes on; every error is reported (codes 50/51 kept) |
+//! | [`MultiNetwork::gc`] | GC of every network for a node, from the set of live container IDs, each network's GC alone (no ADD, DEL or CHECK of it meanwhile) | goes on; every error is reported |
 //!
 //! [`MultiResult`] aggregates the results: interfaces keyed by name with
 //! their addresses, MAC and sandbox, the routes and DNS settings, and the
@@ -87,14 +96,21 @@
 //!   `IgnoreUnknown=1` is among them. [`Sandbox`] adds it in front when
 //!   there are labels (as containerd does) unless told not to.
 //! - **The conf dir is read once**, by [`MultiNetworkBuilder::build`].
-//!   Rebuild to pick up changes; a sandbox must be removed with the networks
-//!   it was set up with (or with [`Cni::del_cached`]).
+//!   Rebuild to pick up changes. [`MultiNetwork::remove`] still deletes the
+//!   attachments of networks the rebuilt set no longer has, from the cache.
+//! - **GC exclusion covers this `MultiNetwork` and its clones** (they share
+//!   the per-network gates). Operations run through another `Cni` or
+//!   another process on the same network are not held back by it; keep one
+//!   `MultiNetwork` per node, or use cnid, whose queue does the same for
+//!   every client.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::sync::RwLock;
 
 use cni_core::result::{CniResult, Dns, Route};
 use cni_core::{
@@ -103,7 +119,8 @@ use cni_core::{
 use futures::future::join_all;
 use ipnet::IpNet;
 
-use crate::{CallOptions, Cni, Error};
+use crate::{CallOptions, Cni, Error, GcSummary};
+use cni_core::stdin::GcAttachment;
 
 /// The name of the loopback network ([`MultiNetworkBuilder::loopback`]).
 pub const LOOPBACK_NETWORK: &str = "cni-loopback";
@@ -160,14 +177,6 @@ impl NetworkAttachment {
     /// The file it was loaded from, for networks found in a conf dir.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
-    }
-
-    fn context(&self, command: Command) -> String {
-        format!(
-            "network {:?} (ifname {}) {command}",
-            self.list.name(),
-            self.ifname
-        )
     }
 }
 
@@ -275,6 +284,7 @@ impl MultiNetworkBuilder {
     /// network and interface names, no interface name twice.
     pub fn build(self) -> Result<MultiNetwork, Error> {
         let mut networks: Vec<NetworkAttachment> = Vec::new();
+        let mut available: Vec<NetworkAttachment> = Vec::new();
         let mut generated = 0usize;
         let mut next_ifname = |prefix: &str| {
             let name = format!("{prefix}{generated}");
@@ -298,12 +308,20 @@ impl MultiNetworkBuilder {
                         return Err(Error::Core(cni_core::Error::NoConfigs { dir }));
                     }
                     let take = if max == 0 { found.len() } else { max };
-                    for net in found.into_iter().take(take) {
-                        networks.push(NetworkAttachment {
-                            list: net.list.clone(),
-                            ifname: next_ifname(&self.prefix),
-                            path: Some(net.path.clone()),
-                        });
+                    for (i, net) in found.into_iter().enumerate() {
+                        if i < take {
+                            networks.push(NetworkAttachment {
+                                list: net.list.clone(),
+                                ifname: next_ifname(&self.prefix),
+                                path: Some(net.path.clone()),
+                            });
+                        } else {
+                            available.push(NetworkAttachment {
+                                list: net.list.clone(),
+                                ifname: String::new(),
+                                path: Some(net.path.clone()),
+                            });
+                        }
                     }
                 }
                 Source::List { list, ifname } => {
@@ -332,12 +350,18 @@ impl MultiNetworkBuilder {
                 ));
             }
         }
+        for n in &available {
+            validate::network_name(n.name())?;
+        }
         Ok(MultiNetwork {
             inner: Arc::new(Inner {
                 cni: self.cni,
                 networks,
+                available,
+                prefix: self.prefix,
                 mode: self.mode,
                 timeout: self.timeout,
+                gates: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -355,9 +379,16 @@ fn invalid_set(value: &str, reason: &str) -> Error {
 #[derive(Debug)]
 struct Inner {
     cni: Cni,
+    /// The default set: what a sandbox that names no network is attached to.
     networks: Vec<NetworkAttachment>,
+    /// Further conf-dir networks a sandbox may name (their `ifname` unused).
+    available: Vec<NetworkAttachment>,
+    prefix: String,
     mode: SetupMode,
     timeout: Option<Duration>,
+    /// Per network name: ADD, DEL and CHECK share it, GC takes it alone
+    /// (tokio's lock is fair, so a waiting GC holds back later operations).
+    gates: Mutex<HashMap<String, Arc<RwLock<()>>>>,
 }
 
 /// A set of networks to attach sandboxes to (see the [module docs](self)).
@@ -385,6 +416,82 @@ pub struct Sandbox {
     /// Put `IgnoreUnknown=1` in front of the labels when there are labels
     /// and none is named `IgnoreUnknown` (default true; see the module caveats).
     pub ignore_unknown: bool,
+    /// The networks this sandbox asks for by name, each with its own
+    /// options; empty: the [`MultiNetwork`]'s default set.
+    pub networks: Vec<NetworkRequest>,
+}
+
+/// One network a [`Sandbox`] asks for by name, with options of its own:
+/// ocicni's `NetAttachment` and per-network runtime config, Podman's
+/// per-network static IPs, MAC and aliases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkRequest {
+    /// The network name: one of the [`MultiNetwork`]'s networks.
+    pub network: String,
+    /// The interface name; `None`: the next generated one (`eth0`, ...,
+    /// skipping the names other requests give explicitly).
+    pub ifname: Option<String>,
+    /// `CNI_ARGS` for this network only, after the sandbox's labels (a key
+    /// set in both takes this value).
+    pub args: CniArgs,
+    /// Capability arguments for this network only, over the sandbox's (a
+    /// capability set in both takes this value), e.g. static `ips`, `mac`,
+    /// `aliases`.
+    pub capability_args: CapabilityArgs,
+}
+
+impl NetworkRequest {
+    /// A request for `network` with a generated interface name and no
+    /// options of its own.
+    pub fn new(network: impl Into<String>) -> Self {
+        NetworkRequest {
+            network: network.into(),
+            ifname: None,
+            args: CniArgs::new(),
+            capability_args: CapabilityArgs::new(),
+        }
+    }
+
+    /// Sets the interface name.
+    pub fn with_ifname(mut self, ifname: impl Into<String>) -> Self {
+        self.ifname = Some(ifname.into());
+        self
+    }
+
+    /// Sets a `CNI_ARGS` pair for this network (replacing one of the same key).
+    pub fn with_arg(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        set_pair(&mut self.args, key.into(), value.into());
+        self
+    }
+
+    /// Adds capability arguments for this network, replacing those of the same key.
+    pub fn with_capabilities(mut self, caps: impl Into<CapabilityArgs>) -> Self {
+        for (k, v) in caps.into().0 {
+            self.capability_args.insert(k, v);
+        }
+        self
+    }
+}
+
+fn set_pair(args: &mut CniArgs, key: String, value: String) {
+    match args.0.iter_mut().find(|(k, _)| *k == key) {
+        Some(pair) => pair.1 = value,
+        None => args.0.push((key, value)),
+    }
+}
+
+/// The Kubernetes pod a sandbox belongs to, passed to plugins as the
+/// `CNI_ARGS` containerd's CRI plugin sets ([`Sandbox::with_kubernetes_pod`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubernetesPod {
+    /// `K8S_POD_NAMESPACE`.
+    pub namespace: String,
+    /// `K8S_POD_NAME`.
+    pub name: String,
+    /// `K8S_POD_INFRA_CONTAINER_ID`: the sandbox (pause) container's ID.
+    pub infra_container_id: String,
+    /// `K8S_POD_UID`.
+    pub uid: String,
 }
 
 impl Sandbox {
@@ -396,16 +503,36 @@ impl Sandbox {
             labels: CniArgs::new(),
             capability_args: CapabilityArgs::new(),
             ignore_unknown: true,
+            networks: Vec::new(),
         }
     }
 
     /// Sets a label (replacing one of the same key, keeping its place).
     pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        let (key, value) = (key.into(), value.into());
-        match self.labels.0.iter_mut().find(|(k, _)| *k == key) {
-            Some(pair) => pair.1 = value,
-            None => self.labels.0.push((key, value)),
-        }
+        set_pair(&mut self.labels, key.into(), value.into());
+        self
+    }
+
+    /// Sets the labels containerd's CRI plugin passes for a pod:
+    /// `K8S_POD_NAMESPACE`, `K8S_POD_NAME`, `K8S_POD_INFRA_CONTAINER_ID`,
+    /// `K8S_POD_UID` (with `IgnoreUnknown=1` in front, see
+    /// [`Sandbox::ignore_unknown`]).
+    pub fn with_kubernetes_pod(self, pod: &KubernetesPod) -> Self {
+        self.with_labels([
+            ("K8S_POD_NAMESPACE", pod.namespace.as_str()),
+            ("K8S_POD_NAME", pod.name.as_str()),
+            (
+                "K8S_POD_INFRA_CONTAINER_ID",
+                pod.infra_container_id.as_str(),
+            ),
+            ("K8S_POD_UID", pod.uid.as_str()),
+        ])
+    }
+
+    /// Asks for a network by name (see [`Sandbox::networks`]); call once per
+    /// network, in setup order.
+    pub fn with_network(mut self, request: NetworkRequest) -> Self {
+        self.networks.push(request);
         self
     }
 
@@ -616,12 +743,133 @@ impl MultiNetwork {
         }
     }
 
-    /// Attaches the sandbox to every network, in the configured [`SetupMode`].
+    /// The network named `name`: from the default set, else from the
+    /// further networks of the conf dir.
+    pub fn find(&self, name: &str) -> Option<&NetworkAttachment> {
+        self.inner
+            .networks
+            .iter()
+            .chain(&self.inner.available)
+            .find(|n| n.name() == name)
+    }
+
+    /// The networks a sandbox's operations run on, with their runtime
+    /// configuration, in setup order (see [`Sandbox::networks`]).
+    ///
+    /// With [`MultiNetwork::remove`], a requested network that is no longer
+    /// known comes back as `None`: its DEL uses the cached configuration.
+    fn plan<'a>(&'a self, sandbox: &Sandbox) -> Result<Vec<Planned<'a>>, Error> {
+        sandbox.validate()?;
+        if sandbox.networks.is_empty() {
+            return Ok(self
+                .inner
+                .networks
+                .iter()
+                .map(|n| Planned {
+                    name: n.name().to_owned(),
+                    net: Some(n),
+                    rt: sandbox.runtime_conf(&n.ifname),
+                })
+                .collect());
+        }
+        let mut planned: Vec<Planned<'a>> = self
+            .inner
+            .networks
+            .iter()
+            .filter(|n| n.name() == LOOPBACK_NETWORK && n.ifname == LOOPBACK_IFNAME)
+            .map(|n| Planned {
+                name: n.name().to_owned(),
+                net: Some(n),
+                rt: sandbox.runtime_conf(&n.ifname),
+            })
+            .collect();
+        let explicit: HashSet<String> = sandbox
+            .networks
+            .iter()
+            .filter_map(|r| r.ifname.clone())
+            .chain(planned.iter().map(|p| p.rt.ifname.clone()))
+            .collect();
+        let mut generated = 0usize;
+        let mut next_ifname = || loop {
+            let name = format!("{}{generated}", self.inner.prefix);
+            generated += 1;
+            if !explicit.contains(&name) {
+                return name;
+            }
+        };
+        for req in &sandbox.networks {
+            validate::network_name(&req.network)?;
+            let ifname = req.ifname.clone().unwrap_or_else(&mut next_ifname);
+            let mut rt = sandbox.runtime_conf(&ifname);
+            for (k, v) in &req.args.0 {
+                set_pair(&mut rt.args, k.clone(), v.clone());
+            }
+            if !req.args.is_empty()
+                && sandbox.ignore_unknown
+                && rt.args.get(IGNORE_UNKNOWN).is_none()
+            {
+                rt.args
+                    .0
+                    .insert(0, (IGNORE_UNKNOWN.to_owned(), "1".to_owned()));
+            }
+            for (k, v) in &req.capability_args.0 {
+                rt.capability_args.insert(k.clone(), v.clone());
+            }
+            rt.validate()?;
+            if planned.iter().any(|p| p.rt.ifname == rt.ifname) {
+                return Err(invalid_set(
+                    &rt.ifname,
+                    &format!(
+                        "interface name used by more than one network of sandbox {:?} (network {:?} and an earlier one)",
+                        sandbox.container_id, req.network
+                    ),
+                ));
+            }
+            planned.push(Planned {
+                name: req.network.clone(),
+                net: self.find(&req.network),
+                rt,
+            });
+        }
+        Ok(planned)
+    }
+
+    /// The planned networks that are known, or an error naming those that are not.
+    fn known<'p, 'a>(
+        planned: &'p [Planned<'a>],
+    ) -> Result<Vec<(&'a NetworkAttachment, &'p RuntimeConf)>, Error> {
+        let mut out = Vec::with_capacity(planned.len());
+        let mut missing = Vec::new();
+        for p in planned {
+            match p.net {
+                Some(n) => out.push((n, &p.rt)),
+                None => missing.push(p.name.clone()),
+            }
+        }
+        if missing.is_empty() {
+            Ok(out)
+        } else {
+            Err(Error::Core(cni_core::Error::InvalidParameter {
+                field: "network",
+                value: missing.join(", "),
+                reason: "not among the networks of this MultiNetwork".to_owned(),
+                code: cni_core::error::code::INVALID_NETWORK_CONFIG,
+            }))
+        }
+    }
+
+    fn gate(&self, network: &str) -> Arc<RwLock<()>> {
+        let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
+        gates.entry(network.to_owned()).or_default().clone()
+    }
+
+    /// Attaches the sandbox to its networks (the default set, or those it
+    /// names), in the configured [`SetupMode`].
     pub async fn setup(&self, sandbox: &Sandbox) -> Result<MultiResult, Error> {
         self.setup_with(sandbox, self.inner.mode).await
     }
 
-    /// Attaches the sandbox to every network, in `mode`.
+    /// Attaches the sandbox to its networks, in `mode`.
     ///
     /// Each network's ADD runs with [`CallOptions::rollback`], so a chain
     /// that fails part way is undone by itself. When a network fails, the
@@ -634,17 +882,17 @@ impl MultiNetwork {
         sandbox: &Sandbox,
         mode: SetupMode,
     ) -> Result<MultiResult, Error> {
-        sandbox.validate()?;
-        let networks = &self.inner.networks;
+        let planned = self.plan(sandbox)?;
+        let networks = Self::known(&planned)?;
         let add_opts = CallOptions {
             rollback: true,
             ..self.opts()
         };
-        let add = |n| self.add_one(n, sandbox, add_opts);
+        let add = |(n, rt)| self.add_one(n, rt, add_opts);
         let outcomes: Vec<Result<CniResult, Error>> = match mode {
             SetupMode::Serial => {
                 let mut outcomes = Vec::with_capacity(networks.len());
-                for n in networks {
+                for &n in &networks {
                     let outcome = add(n).await;
                     let failed = outcome.is_err();
                     outcomes.push(outcome);
@@ -654,17 +902,17 @@ impl MultiNetwork {
                 }
                 outcomes
             }
-            SetupMode::Parallel => join_all(networks.iter().map(add)).await,
+            SetupMode::Parallel => join_all(networks.iter().copied().map(add)).await,
         };
 
         if outcomes.len() == networks.len() && outcomes.iter().all(Result::is_ok) {
             let results = networks
                 .iter()
                 .zip(outcomes)
-                .filter_map(|(n, r)| {
+                .filter_map(|((n, rt), r)| {
                     r.ok().map(|result| NetworkResult {
                         network: n.name().to_owned(),
-                        ifname: n.ifname.clone(),
+                        ifname: rt.ifname.clone(),
                         result,
                     })
                 })
@@ -676,15 +924,15 @@ impl MultiNetwork {
         // whose own rollback failed, last to first.
         let mut errors = Vec::new();
         let mut undo = Vec::new();
-        for (n, outcome) in networks.iter().zip(outcomes) {
+        for (&(n, rt), outcome) in networks.iter().zip(outcomes) {
             match outcome {
-                Ok(_) => undo.push(n),
+                Ok(_) => undo.push((n, rt)),
                 Err(e) => {
                     if matches!(e, Error::RollbackFailed { .. }) {
-                        undo.push(n);
+                        undo.push((n, rt));
                     }
-                    tracing::warn!(network = n.name(), ifname = %n.ifname, container = %sandbox.container_id, error = %e, "network setup failed");
-                    errors.push(context(n, Command::Add, e));
+                    tracing::warn!(network = n.name(), ifname = ?rt.ifname, container = ?sandbox.container_id, error = %e, "network setup failed");
+                    errors.push(context(n.name(), &rt.ifname, Command::Add, e));
                 }
             }
         }
@@ -697,16 +945,10 @@ impl MultiNetwork {
             }
         };
         let mut rollback_errors = Vec::new();
-        for n in undo.into_iter().rev() {
-            let rt = sandbox.runtime_conf(&n.ifname);
+        for (n, rt) in undo.into_iter().rev() {
             // A fresh deadline per DEL: never the expired one of the ADD.
-            if let Err(e) = self
-                .inner
-                .cni
-                .del_network_list_with(&n.list, &rt, self.opts())
-                .await
-            {
-                rollback_errors.push(context(n, Command::Del, e));
+            if let Err(e) = self.del_one(n, rt).await {
+                rollback_errors.push(context(n.name(), &rt.ifname, Command::Del, e));
             }
         }
         if rollback_errors.is_empty() {
@@ -725,32 +967,79 @@ impl MultiNetwork {
     async fn add_one(
         &self,
         n: &NetworkAttachment,
-        sandbox: &Sandbox,
+        rt: &RuntimeConf,
         opts: CallOptions,
     ) -> Result<CniResult, Error> {
-        let rt = sandbox.runtime_conf(&n.ifname);
+        let gate = self.gate(n.name());
+        let _shared = gate.read().await;
         self.inner
             .cni
-            .add_network_list_with(&n.list, &rt, opts)
+            .add_network_list_with(&n.list, rt, opts)
             .await
     }
 
-    /// Detaches the sandbox from every network: DEL, last to first, going
-    /// on past errors. Fails with [`Error::Multiple`] listing every network
-    /// whose DEL failed. Repeating it is fine; the netns may be gone
-    /// ([`Sandbox::netns`] empty or stale).
+    async fn del_one(&self, n: &NetworkAttachment, rt: &RuntimeConf) -> Result<(), Error> {
+        let gate = self.gate(n.name());
+        let _shared = gate.read().await;
+        self.inner
+            .cni
+            .del_network_list_with(&n.list, rt, self.opts())
+            .await
+    }
+
+    /// Detaches the sandbox from its networks: DEL, last to first, going on
+    /// past errors. Fails with [`Error::Multiple`] listing every network
+    /// whose DEL failed. Repeating it is fine.
+    ///
+    /// Teardown completes where it can:
+    /// - the namespace may be gone: [`Sandbox::netns`] empty or a stale
+    ///   path (plugins are told, and clean up what is outside it);
+    /// - a network the sandbox names that this `MultiNetwork` no longer
+    ///   has (its file was removed before the runtime rebuilt it) is
+    ///   deleted with the configuration cached at ADD
+    ///   ([`Cni::del_cached`]);
+    /// - so is every other cached attachment of this container on a network
+    ///   this `MultiNetwork` does not have at all, so a network removed from
+    ///   the conf dir after setup does not leak its attachment.
     pub async fn remove(&self, sandbox: &Sandbox) -> Result<(), Error> {
+        let planned = self.plan(sandbox)?;
         let mut errors = Vec::new();
-        for n in self.inner.networks.iter().rev() {
-            let rt = sandbox.runtime_conf(&n.ifname);
-            if let Err(e) = self
-                .inner
-                .cni
-                .del_network_list_with(&n.list, &rt, self.opts())
-                .await
-            {
-                errors.push(context(n, Command::Del, e));
+        for p in planned.iter().rev() {
+            let outcome = match p.net {
+                Some(n) => self.del_one(n, &p.rt).await,
+                None => self.del_cached(&p.name, &p.rt).await,
+            };
+            if let Err(e) = outcome {
+                errors.push(context(&p.name, &p.rt.ifname, Command::Del, e));
             }
+        }
+        // Cached attachments of this container on networks we do not know.
+        match self
+            .inner
+            .cni
+            .cached_attachments(Some(&sandbox.container_id))
+            .await
+        {
+            Ok(records) => {
+                for rec in records.iter().rev() {
+                    let planned_here = planned
+                        .iter()
+                        .any(|p| p.name == rec.network_name && p.rt.ifname == rec.if_name);
+                    if planned_here || self.find(&rec.network_name).is_some() {
+                        continue;
+                    }
+                    let rt = RuntimeConf {
+                        ifname: rec.if_name.clone(),
+                        args: CniArgs::new(),
+                        capability_args: CapabilityArgs::new(),
+                        ..sandbox.runtime_conf(&rec.if_name)
+                    };
+                    if let Err(e) = self.del_cached(&rec.network_name, &rt).await {
+                        errors.push(context(&rec.network_name, &rec.if_name, Command::Del, e));
+                    }
+                }
+            }
+            Err(e) => errors.push(e),
         }
         multiple(
             format!("remove of container {:?}", sandbox.container_id),
@@ -758,19 +1047,31 @@ impl MultiNetwork {
         )
     }
 
-    /// CHECK of every network, in order, going on past errors. Fails with
-    /// [`Error::Multiple`] listing every network whose CHECK failed.
+    async fn del_cached(&self, network: &str, rt: &RuntimeConf) -> Result<(), Error> {
+        let gate = self.gate(network);
+        let _shared = gate.read().await;
+        match self.inner.cni.del_cached(network, rt, self.opts()).await {
+            // Nothing cached: nothing of ours to delete.
+            Err(Error::NotAttached { .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// CHECK of the sandbox's networks, in order, going on past errors.
+    /// Fails with [`Error::Multiple`] listing every network whose CHECK failed.
     pub async fn check(&self, sandbox: &Sandbox) -> Result<(), Error> {
+        let planned = self.plan(sandbox)?;
         let mut errors = Vec::new();
-        for n in &self.inner.networks {
-            let rt = sandbox.runtime_conf(&n.ifname);
+        for (n, rt) in Self::known(&planned)? {
+            let gate = self.gate(n.name());
+            let _shared = gate.read().await;
             if let Err(e) = self
                 .inner
                 .cni
-                .check_network_list_with(&n.list, &rt, self.opts())
+                .check_network_list_with(&n.list, rt, self.opts())
                 .await
             {
-                errors.push(context(n, Command::Check, e));
+                errors.push(context(n.name(), &rt.ifname, Command::Check, e));
             }
         }
         multiple(
@@ -779,29 +1080,135 @@ impl MultiNetwork {
         )
     }
 
-    /// STATUS of every network, in order (a no-op for lists below 1.1.0),
-    /// going on past errors. Fails with [`Error::Multiple`] listing every
-    /// network that is not ready; its [`Error::code`] is the first one's
-    /// (50 or 51 when a plugin said so).
+    /// STATUS of every network of the default set, in order (a no-op for
+    /// lists below 1.1.0), going on past errors. Fails with
+    /// [`Error::Multiple`] listing every network that is not ready; its
+    /// [`Error::code`] is the first one's (50 or 51 when a plugin said so).
     pub async fn status(&self) -> Result<(), Error> {
+        self.status_networks(self.inner.networks.iter()).await
+    }
+
+    /// STATUS of the networks `sandbox` uses (the default set, or those it
+    /// names): ready iff all are. Errors as [`MultiNetwork::status`].
+    pub async fn status_of(&self, sandbox: &Sandbox) -> Result<(), Error> {
+        let planned = self.plan(sandbox)?;
+        let networks = Self::known(&planned)?;
+        self.status_networks(networks.into_iter().map(|(n, _)| n))
+            .await
+    }
+
+    async fn status_networks<'n>(
+        &self,
+        networks: impl Iterator<Item = &'n NetworkAttachment>,
+    ) -> Result<(), Error> {
         let mut errors = Vec::new();
-        for n in &self.inner.networks {
+        let mut seen = HashSet::new();
+        for n in networks {
+            if !seen.insert(n.name()) {
+                continue;
+            }
             if let Err(e) = self
                 .inner
                 .cni
                 .status_network_list_with(&n.list, self.opts())
                 .await
             {
-                errors.push(context(n, Command::Status, e));
+                errors.push(context(n.name(), &n.ifname, Command::Status, e));
             }
         }
         multiple("status".to_owned(), errors)
     }
+
+    /// GC for a node: for every network of this `MultiNetwork` (default set
+    /// and further conf-dir networks), the cached attachments of containers
+    /// not in `live` get a DEL and lose their cache entry, then (1.1.0
+    /// lists) the plugins get GC with the live attachments as valid
+    /// ([`Cni::gc_network_list_with`]).
+    ///
+    /// Each network's GC runs alone: it waits for the ADD, DEL and CHECK of
+    /// this `MultiNetwork` (and its clones) that are running on that
+    /// network, and holds back those that arrive meanwhile, as the spec asks
+    /// of runtimes. Goes on past a failing network; the summaries of those
+    /// that worked come back, every failure in [`Error::Multiple`].
+    pub async fn gc<I, S>(&self, live: I) -> Result<Vec<NetworkGc>, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let live: HashSet<String> = live.into_iter().map(|s| s.as_ref().to_owned()).collect();
+        let mut out = Vec::new();
+        let mut errors = Vec::new();
+        let mut seen = HashSet::new();
+        for n in self.inner.networks.iter().chain(&self.inner.available) {
+            if !seen.insert(n.name()) {
+                continue;
+            }
+            let gate = self.gate(n.name());
+            let _exclusive = gate.write().await;
+            // Read under the gate: no ADD of this network can run meanwhile.
+            let records = match self.inner.cni.cached_attachments(None).await {
+                Ok(records) => records,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            let valid: Vec<GcAttachment> = records
+                .into_iter()
+                .filter(|r| r.network_name == n.name() && live.contains(&r.container_id))
+                .map(|r| GcAttachment {
+                    container_id: r.container_id,
+                    ifname: r.if_name,
+                })
+                .collect();
+            match self
+                .inner
+                .cni
+                .gc_network_list_with(&n.list, &valid, self.opts())
+                .await
+            {
+                Ok(summary) => out.push(NetworkGc {
+                    network: n.name().to_owned(),
+                    summary,
+                }),
+                Err(e) => errors.push(Error::Context {
+                    context: format!("network {:?} GC", n.name()),
+                    source: Box::new(e),
+                }),
+            }
+        }
+        if errors.is_empty() {
+            Ok(out)
+        } else {
+            Err(Error::Multiple {
+                operation: "GC of the node".to_owned(),
+                errors,
+            })
+        }
+    }
 }
 
-fn context(n: &NetworkAttachment, command: Command, e: Error) -> Error {
+/// One network's part of [`MultiNetwork::gc`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkGc {
+    /// The network name.
+    pub network: String,
+    /// What its GC did.
+    pub summary: GcSummary,
+}
+
+/// One network of a sandbox's operation, with its runtime configuration.
+#[derive(Debug)]
+struct Planned<'a> {
+    name: String,
+    /// `None`: a requested network this `MultiNetwork` does not have.
+    net: Option<&'a NetworkAttachment>,
+    rt: RuntimeConf,
+}
+
+fn context(network: &str, ifname: &str, command: Command, e: Error) -> Error {
     Error::Context {
-        context: n.context(command),
+        context: format!("network {network:?} (ifname {ifname}) {command}"),
         source: Box::new(e),
     }
 }
