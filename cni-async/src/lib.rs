@@ -8,6 +8,8 @@
 pub mod batch;
 pub mod cache;
 pub mod caps;
+#[cfg(feature = "watch")]
+pub mod confwatch;
 pub mod error;
 pub mod exec;
 pub mod multi;

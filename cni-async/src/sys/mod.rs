@@ -4,7 +4,10 @@
 //!
 //! - [`process`]: signalling process groups, the executable check of plugin lookup.
 //! - `netns` (feature `netns`): setns, unshare, mount for network namespaces.
+//! - `inotify` (feature `watch`): the conf-dir watcher's inotify instance.
 
+#[cfg(feature = "watch")]
+pub(crate) mod inotify;
 #[cfg(feature = "netns")]
 pub(crate) mod netns;
 pub(crate) mod process;

@@ -1,0 +1,457 @@
+//! The networks of a conf dir, kept current: a watcher any runtime can use
+//! (feature `watch`), and readiness as container runtimes define it.
+//!
+//! A [`NetworkSet`] holds the parsed conf dir as a [`ConfSnapshot`] behind
+//! an `Arc`: readers take the snapshot of the moment
+//! ([`NetworkSet::snapshot`]) and keep it for the whole operation, so a
+//! reload never changes the configuration under an operation that already
+//! started. A reload parses the whole dir and swaps the snapshot at once.
+//!
+//! [`NetworkSet::watch`] reloads whenever the conf dir changes (inotify). It
+//! copes with what happens to conf dirs on real nodes:
+//! - the dir **missing at start** and created later (the parent is watched
+//!   for it, and arming is retried every 2 s while even the parent is
+//!   missing), removed and recreated, renamed over, or swapped through a
+//!   symlink (Kubernetes ConfigMap volumes);
+//! - **editors' temp files** and **files written in pieces**: events are
+//!   debounced (100 ms), a file that does not parse yet is skipped with a
+//!   warning and loaded by the reload that its last write triggers;
+//! - plugin files in `<confdir>/<network>/` (spec 1.1.0): subdirs are watched too.
+//!
+//! Every reload logs at info what changed (network loaded, changed,
+//! removed), warns about each newly unusable file, and warns when nothing
+//! usable is loaded.
+//!
+//! **Readiness** ([`NetworkSet::readiness`]) is what containerd and CRI-O
+//! wait for before they run pods: at least N networks loaded (go-cni's
+//! `WithMinNetworkCount`; containerd uses 2 with loopback) whose plugins
+//! exist and answer VERSION with the list's version (ocicni validates
+//! them).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), cni_async::Error> {
+//! use std::sync::Arc;
+//! use cni_async::Cni;
+//! use cni_async::confwatch::NetworkSet;
+//!
+//! let cni = Cni::default();
+//! let set = Arc::new(NetworkSet::new("/etc/cni/net.d"));
+//! set.reload().await;
+//! let watcher = tokio::spawn({
+//!     let set = set.clone();
+//!     async move { set.watch().await }
+//! });
+//! match set.readiness(&cni, 1).await {
+//!     Ok(ready) => println!("ready: {:?}", ready.usable),
+//!     Err(not) => println!("not ready: {}", not.reason),
+//! }
+//! let snap = set.snapshot(); // stays as it is while we use it
+//! if let Some(default) = snap.default_network() {
+//!     println!("default network {}", default.list.name());
+//! }
+//! watcher.abort();
+//! # Ok(()) }
+//! ```
+//!
+//! # Caveats
+//! - inotify does not see changes on some network file systems; call
+//!   [`NetworkSet::reload`] yourself there (cnid does on SIGHUP).
+//! - [`NetworkSet::watch`] runs until its future is dropped; it must run on
+//!   a tokio runtime with I/O enabled.
+//! - Readiness runs each plugin's VERSION (a process per plugin), at most
+//!   once per snapshot while ready and at most once a second while not.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use cni_core::NetworkConfigList;
+use cni_core::confdir;
+use cni_core::error::SkippedFile;
+
+use crate::Cni;
+use crate::sys::inotify::{DirWatches, WatchKind};
+
+/// How long events are collected before a reload.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+/// How often arming is retried while the conf dir's parent is missing.
+const REARM_RETRY: Duration = Duration::from_secs(2);
+/// How often readiness is recomputed while not ready.
+const NOT_READY_RECHECK: Duration = Duration::from_secs(1);
+
+/// One usable network of a [`ConfSnapshot`].
+#[derive(Debug)]
+pub struct LoadedNetwork {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// The parsed list.
+    pub list: Arc<NetworkConfigList>,
+    /// Other files with the same network name, not used (lookup by name
+    /// picks as libcni does: a `.conflist` first, then by file name).
+    pub shadowed: Vec<PathBuf>,
+}
+
+/// The conf dir as of one reload.
+#[derive(Debug, Default)]
+pub struct ConfSnapshot {
+    /// Counts reloads: 0 before the first.
+    pub generation: u64,
+    /// When this reload happened (`None` before the first).
+    pub loaded_at: Option<SystemTime>,
+    /// Usable networks in conf-dir file order (all extensions sorted
+    /// together, so the first is the default network), one per name.
+    pub networks: Vec<Arc<LoadedNetwork>>,
+    /// Files that could not be used, with the reason (including networks
+    /// whose name is not a valid network name).
+    pub skipped: Vec<SkippedFile>,
+    /// Why the conf dir itself could not be read, if it could not (a
+    /// missing dir is no error: it has no networks).
+    pub dir_error: Option<String>,
+    by_name: HashMap<String, Arc<LoadedNetwork>>,
+}
+
+impl ConfSnapshot {
+    /// The network named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<LoadedNetwork>> {
+        self.by_name.get(name)
+    }
+
+    /// The default network (go-cni's choice): the first file that loads.
+    pub fn default_network(&self) -> Option<&Arc<LoadedNetwork>> {
+        self.networks.first()
+    }
+
+    fn scan(dir: &Path, generation: u64) -> ConfSnapshot {
+        let mut snap = ConfSnapshot {
+            generation,
+            loaded_at: Some(SystemTime::now()),
+            ..Default::default()
+        };
+        let scan = match confdir::scan(dir) {
+            Ok(scan) => scan,
+            Err(e) => {
+                snap.dir_error = Some(e.to_string());
+                return snap;
+            }
+        };
+        for found in scan.unique() {
+            let name = found.list.name();
+            if let Err(e) = cni_core::validate::network_name(name) {
+                snap.skipped.push(SkippedFile {
+                    path: found.path.clone(),
+                    reason: e.to_string(),
+                });
+                continue;
+            }
+            let loaded = Arc::new(LoadedNetwork {
+                path: found.path.clone(),
+                list: Arc::new(found.list.clone()),
+                shadowed: scan
+                    .shadowed(found)
+                    .into_iter()
+                    .map(Path::to_path_buf)
+                    .collect(),
+            });
+            snap.by_name.insert(name.to_owned(), loaded.clone());
+            snap.networks.push(loaded);
+        }
+        snap.skipped.extend(scan.skipped);
+        snap
+    }
+}
+
+/// What a reload changed (see [`NetworkSet::reload`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Networks that are new.
+    pub loaded: Vec<String>,
+    /// Networks whose configuration or file changed.
+    pub changed: Vec<String>,
+    /// Networks that are gone.
+    pub removed: Vec<String>,
+}
+
+impl Changes {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.loaded.is_empty() && self.changed.is_empty() && self.removed.is_empty()
+    }
+}
+
+fn changes(old: &ConfSnapshot, new: &ConfSnapshot) -> Changes {
+    let mut out = Changes::default();
+    for n in &new.networks {
+        let name = n.list.name();
+        match old.get(name) {
+            None => out.loaded.push(name.to_owned()),
+            Some(o) if o.list != n.list || o.path != n.path => out.changed.push(name.to_owned()),
+            Some(_) => {}
+        }
+    }
+    for o in &old.networks {
+        if new.get(o.list.name()).is_none() {
+            out.removed.push(o.list.name().to_owned());
+        }
+    }
+    out
+}
+
+fn log_reload(dir: &Path, old: &ConfSnapshot, new: &ConfSnapshot, changes: &Changes) {
+    for n in &new.networks {
+        let name = n.list.name();
+        let file = n.path.display();
+        if changes.loaded.iter().any(|c| c == name) {
+            tracing::info!(network = name, file = %file, "network loaded");
+        } else if changes.changed.iter().any(|c| c == name) {
+            tracing::info!(network = name, file = %file, "network changed");
+        }
+    }
+    for name in &changes.removed {
+        tracing::info!(network = name.as_str(), "network removed");
+    }
+    for s in &new.skipped {
+        if !old.skipped.contains(s) {
+            tracing::warn!(file = %s.path.display(), reason = %s.reason, "network configuration file not usable");
+        }
+    }
+    if let Some(e) = &new.dir_error
+        && old.dir_error.as_ref() != Some(e)
+    {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot read the conf dir");
+    }
+    let newly_empty = new.networks.is_empty() && (old.generation == 0 || !old.networks.is_empty());
+    if newly_empty {
+        tracing::warn!(dir = %dir.display(), "no usable network configuration in the conf dir");
+    }
+}
+
+/// Why a [`NetworkSet`] is not ready ([`NetworkSet::readiness`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotReady {
+    /// What is missing, for people: e.g. "no network configuration in
+    /// /etc/cni/net.d", or which networks are unusable and why.
+    pub reason: String,
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// A ready [`NetworkSet`] ([`NetworkSet::readiness`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    /// The usable networks, in conf-dir order.
+    pub usable: Vec<String>,
+}
+
+#[derive(Debug)]
+struct ReadinessMemo {
+    generation: u64,
+    min: usize,
+    at: Instant,
+    outcome: Result<Ready, NotReady>,
+}
+
+/// The networks of one conf dir, reloaded on demand or by a watcher (see
+/// the [module docs](self)). Share it in an `Arc`.
+#[derive(Debug)]
+pub struct NetworkSet {
+    dir: PathBuf,
+    current: RwLock<Arc<ConfSnapshot>>,
+    /// Serializes reloads, so generations and change logs are in order.
+    reloading: Mutex<()>,
+    readiness: tokio::sync::Mutex<Option<ReadinessMemo>>,
+}
+
+impl NetworkSet {
+    /// A set for `dir`, empty (generation 0) until the first reload.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        NetworkSet {
+            dir: dir.into(),
+            current: RwLock::new(Arc::new(ConfSnapshot::default())),
+            reloading: Mutex::new(()),
+            readiness: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The conf dir.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The snapshot of the moment.
+    pub fn snapshot(&self) -> Arc<ConfSnapshot> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Parses the conf dir again and swaps the snapshot; logs what changed.
+    /// Blocking (file I/O): from async code use [`NetworkSet::reload`].
+    pub fn reload_blocking(&self) -> Changes {
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.snapshot();
+        let new = ConfSnapshot::scan(&self.dir, old.generation + 1);
+        let changes = changes(&old, &new);
+        log_reload(&self.dir, &old, &new, &changes);
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
+        changes
+    }
+
+    /// [`NetworkSet::reload_blocking`] on tokio's blocking pool.
+    pub async fn reload(self: &Arc<Self>) -> Changes {
+        let this = self.clone();
+        match tokio::task::spawn_blocking(move || this.reload_blocking()).await {
+            Ok(changes) => changes,
+            // Only a panic in the scan gets here; the old snapshot stays.
+            Err(e) => {
+                tracing::error!(dir = %self.dir.display(), error = %e, "conf dir reload failed");
+                Changes::default()
+            }
+        }
+    }
+
+    /// Reloads whenever the conf dir changes, until the future is dropped
+    /// (see the [module docs](self)). Reloads once right after its watches
+    /// are in place, so a change made since the last reload is not missed.
+    /// Returns only when inotify fails (the error says why).
+    pub async fn watch(self: &Arc<Self>) -> io::Error {
+        let mut watches = match DirWatches::new() {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        let mut armed = self.arm(&mut watches);
+        self.reload().await;
+        loop {
+            let waited = if armed {
+                watches.wait().await
+            } else {
+                // The conf dir (or its parent) is missing: wait for it on
+                // the parent's watch, and retry arming anyway.
+                tokio::select! {
+                    r = watches.wait() => r,
+                    () = tokio::time::sleep(REARM_RETRY) => Ok(()),
+                }
+            };
+            if let Err(e) = waited {
+                return e;
+            }
+            tokio::time::sleep(DEBOUNCE).await;
+            watches.drain();
+            let was = armed;
+            armed = self.arm(&mut watches);
+            // Nothing of ours changed while the dir stays missing.
+            if !was && !armed {
+                continue;
+            }
+            self.reload().await;
+            // Subdirs created since (plugin files of a network).
+            armed = self.arm(&mut watches);
+        }
+    }
+
+    /// Adds the missing watches (parent, conf dir, its subdirs); returns
+    /// whether the conf dir itself is watched.
+    fn arm(&self, watches: &mut DirWatches) -> bool {
+        watches.forget_missing();
+        if let Some(parent) = self.dir.parent().filter(|p| !p.as_os_str().is_empty())
+            && let Err(e) = watches.add(parent, WatchKind::Entries)
+        {
+            tracing::debug!(dir = %parent.display(), error = %e, "cannot watch (yet)");
+        }
+        if let Err(e) = watches.add(&self.dir, WatchKind::Contents) {
+            tracing::debug!(dir = %self.dir.display(), error = %e, "cannot watch (yet)");
+        }
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                // Follows symlinks: `..data` of a ConfigMap volume is one.
+                let path = e.path();
+                if path.is_dir()
+                    && let Err(e) = watches.add(&path, WatchKind::Contents)
+                {
+                    tracing::debug!(dir = %path.display(), error = %e, "cannot watch (yet)");
+                }
+            }
+        }
+        watches.watches(&self.dir)
+    }
+
+    /// Whether at least `min_networks` networks are loaded whose plugins
+    /// all exist in `cni`'s plugin dirs and answer VERSION with the list's
+    /// version. The reason says what is missing: no configuration at all,
+    /// or each unusable network and why.
+    pub async fn readiness(&self, cni: &Cni, min_networks: usize) -> Result<Ready, NotReady> {
+        let snap = self.snapshot();
+        let mut memo = self.readiness.lock().await;
+        if let Some(m) = memo.as_ref() {
+            let fresh = m.generation == snap.generation
+                && m.min == min_networks
+                && (m.outcome.is_ok() || m.at.elapsed() < NOT_READY_RECHECK);
+            if fresh {
+                return m.outcome.clone();
+            }
+        }
+        let outcome = self.compute_readiness(&snap, cni, min_networks).await;
+        *memo = Some(ReadinessMemo {
+            generation: snap.generation,
+            min: min_networks,
+            at: Instant::now(),
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+
+    async fn compute_readiness(
+        &self,
+        snap: &ConfSnapshot,
+        cni: &Cni,
+        min_networks: usize,
+    ) -> Result<Ready, NotReady> {
+        let dir = self.dir.display();
+        if snap.generation == 0 {
+            return Err(NotReady {
+                reason: format!("the conf dir {dir} has not been read yet"),
+            });
+        }
+        if let Some(e) = &snap.dir_error {
+            return Err(NotReady {
+                reason: format!("cannot read the conf dir {dir}: {e}"),
+            });
+        }
+        if snap.networks.is_empty() && min_networks > 0 {
+            let mut reason = format!("no network configuration in {dir}");
+            if !snap.skipped.is_empty() {
+                let files: Vec<String> = snap
+                    .skipped
+                    .iter()
+                    .map(|s| format!("{}: {}", s.path.display(), s.reason))
+                    .collect();
+                reason.push_str(&format!(" (unusable: {})", files.join("; ")));
+            }
+            return Err(NotReady { reason });
+        }
+        let mut usable = Vec::new();
+        let mut unusable = Vec::new();
+        for n in &snap.networks {
+            match cni.validate_network_list(&n.list).await {
+                Ok(_) => usable.push(n.list.name().to_owned()),
+                Err(e) => unusable.push(format!("network {:?}: {e}", n.list.name())),
+            }
+        }
+        if usable.len() >= min_networks {
+            return Ok(Ready { usable });
+        }
+        Err(NotReady {
+            reason: format!(
+                "{} usable network(s) in {dir}, {min_networks} needed; {}",
+                usable.len(),
+                unusable.join("; ")
+            ),
+        })
+    }
+}
