@@ -265,6 +265,8 @@ pub struct NetworkSet {
     /// Serializes reloads, so generations and change logs are in order.
     reloading: Mutex<()>,
     readiness: tokio::sync::Mutex<Option<ReadinessMemo>>,
+    /// The generation of the latest snapshot, for [`NetworkSet::subscribe`].
+    generation: tokio::sync::watch::Sender<u64>,
 }
 
 impl NetworkSet {
@@ -275,7 +277,14 @@ impl NetworkSet {
             current: RwLock::new(Arc::new(ConfSnapshot::default())),
             reloading: Mutex::new(()),
             readiness: tokio::sync::Mutex::new(None),
+            generation: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// A receiver that sees the generation of every new snapshot (whoever
+    /// reloaded), e.g. to rebuild a [`crate::MultiNetwork`] or update gauges.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
     }
 
     /// The conf dir.
@@ -299,7 +308,9 @@ impl NetworkSet {
         let new = ConfSnapshot::scan(&self.dir, old.generation + 1);
         let changes = changes(&old, &new);
         log_reload(&self.dir, &old, &new, &changes);
+        let generation = new.generation;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
+        self.generation.send_replace(generation);
         changes
     }
 

@@ -347,7 +347,7 @@ fn health(engine: &Engine) -> HealthResponse {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         cni_version: Version::CURRENT.to_string(),
         networks: snap.networks.len() as u64,
-        config_errors: snap.errors.len() as u64,
+        config_errors: networks::errors(&snap).len() as u64,
         in_flight: u64::try_from(m.in_flight.load(Ordering::Relaxed)).unwrap_or(0),
         queued: u64::try_from(m.queued.load(Ordering::Relaxed)).unwrap_or(0),
         uptime_seconds: engine.started.elapsed().as_secs(),
