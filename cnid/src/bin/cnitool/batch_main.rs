@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         }
     };
     let json = json_env || cli.json_errors;
-    logging::init_logging();
+    logging::init_logging(json);
 
     let env: Env<'_> = &setup::process_env;
     let settings = match Settings::from_env(env) {

@@ -28,7 +28,7 @@ Environment:
   CNID_SOCKET          cnid's socket when --socket is not given: add, check, del,
                        gc and status go to the daemon (version, validate and
                        batch always run here)
-  RUST_LOG             log filter (tracing), logs go to stderr";
+  RUST_LOG             log filter (tracing) for stderr [default: warnings only]";
 
 /// CNI Tool: executes a CNI configuration on a network namespace.
 #[derive(Debug, Parser)]

@@ -27,7 +27,7 @@
 //! stderr, exit status 1, optional error JSON).
 //!
 //! The process is short-lived and run once per operation: a current-thread
-//! runtime, no work before parsing, logging only when `RUST_LOG` is set.
+//! runtime, no work before parsing; warnings on stderr unless `--json-errors`.
 
 mod add;
 mod backend;
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
         let e = daemon_exec::exec();
         return report::failure(&e, None, json);
     }
-    logging::init_logging();
+    logging::init_logging(json);
 
     let settings = match Settings::from_env(env) {
         Ok(s) => s,
