@@ -668,10 +668,10 @@ async fn undo_interrupted(
         })
         .collect();
     if !common.quiet {
-        eprintln!(
-            "batch up: {signal}: tearing down the {} namespaces set up so far",
+        report::write_stderr(&format!(
+            "batch up: {signal}: tearing down the {} namespaces set up so far\n",
             targets.len()
-        );
+        ));
     }
     let teardown = Teardown {
         cni: ctx.cni,

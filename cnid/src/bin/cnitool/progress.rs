@@ -10,7 +10,9 @@
 //! Writes go to stderr unbuffered and their errors are ignored: progress must
 //! never fail the command.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
+
+use crate::report::write_stderr;
 use std::time::{Duration, Instant};
 
 /// Width of the bar, in characters.
@@ -147,12 +149,6 @@ impl Drop for Progress {
     fn drop(&mut self) {
         self.end_line();
     }
-}
-
-fn write_stderr(text: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_all(text.as_bytes());
-    let _ = err.flush();
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ pub(crate) struct ToolError {
     pub(crate) code: u32,
     /// The message.
     pub(crate) msg: String,
+    /// Ends with status 1 without a word: stdout's reader went away (a
+    /// broken pipe), as a Go cnitool dies of SIGPIPE.
+    pub(crate) quiet: bool,
 }
 
 impl ToolError {
@@ -40,6 +43,7 @@ impl ToolError {
         ToolError {
             code,
             msg: msg.into(),
+            quiet: false,
         }
     }
 }
@@ -90,15 +94,30 @@ pub(crate) fn error_object(err: &anyhow::Error, version: Option<Version>) -> Err
     ErrorObject::new(v, code::INTERNAL, format!("{err:#}"), "")
 }
 
-/// Reports a failure on stderr and gives exit status 1.
+/// Reports a failure on stderr and gives exit status 1 (quietly when
+/// stdout's reader went away).
 pub(crate) fn failure(err: &anyhow::Error, version: Option<Version>, json: bool) -> ExitCode {
+    let quiet = err
+        .chain()
+        .any(|c| c.downcast_ref::<ToolError>().is_some_and(|t| t.quiet));
+    if quiet {
+        return ExitCode::FAILURE;
+    }
     if json {
         let obj = error_object(err, version);
-        eprintln!("{}", pretty_json(&obj));
+        write_stderr(&format!("{}\n", pretty_json(&obj)));
     } else {
-        eprintln!("error: {err:#}");
+        write_stderr(&format!("error: {err:#}\n"));
     }
     ExitCode::FAILURE
+}
+
+/// Writes `text` to stderr; a closed stderr (`2>&1 | head`) is ignored,
+/// never a panic.
+pub(crate) fn write_stderr(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
 }
 
 /// Reports a command-line error. `--help` and `--version` go to stdout with
@@ -130,10 +149,10 @@ pub(crate) fn usage_error(err: &clap::Error, json: bool) -> ExitCode {
             msg.join(" "),
             usage.trim(),
         );
-        eprintln!("{}", pretty_json(&obj));
+        write_stderr(&format!("{}\n", pretty_json(&obj)));
     } else {
         // clap's own rendering: "error: ..." and the usage line.
-        let _ = err.print();
+        write_stderr(&err.render().to_string());
     }
     ExitCode::FAILURE
 }
@@ -150,7 +169,7 @@ pub(crate) fn pretty_json<T: serde::Serialize + ?Sized>(value: &T) -> String {
 }
 
 /// Writes `text` and a newline to stdout; a closed stdout is an error
-/// (code 5), not a panic.
+/// (code 5), not a panic, and a quiet one when the reader went away.
 pub(crate) fn print_stdout(text: &str) -> Result<(), ToolError> {
     let mut out = std::io::stdout().lock();
     let mut text = text.to_owned();
@@ -159,7 +178,10 @@ pub(crate) fn print_stdout(text: &str) -> Result<(), ToolError> {
     }
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
-        .map_err(|e| ToolError::new(code::IO_FAILURE, format!("cannot write to stdout: {e}")))
+        .map_err(|e| ToolError {
+            quiet: e.kind() == std::io::ErrorKind::BrokenPipe,
+            ..ToolError::new(code::IO_FAILURE, format!("cannot write to stdout: {e}"))
+        })
 }
 
 #[cfg(test)]
