@@ -186,12 +186,41 @@ pub struct NetworkInfo {
     /// `disableGC`.
     #[serde(rename = "disableGC")]
     pub disable_gc: bool,
-    /// Later files defining the same name, which are ignored (first wins).
+    /// Other files defining the same name, which are ignored (lookup by
+    /// name picks as libcni: a `.conflist` first, then by file name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shadowed: Vec<String>,
     /// The configuration list as loaded (only in `GET /v1/networks/{name}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Value>,
+}
+
+impl NetworkInfo {
+    /// The view of `list`, loaded from `file`, with the files it shadows;
+    /// with its configuration when `with_config`.
+    pub fn new(
+        list: &cni_core::NetworkConfigList,
+        file: &std::path::Path,
+        shadowed: &[std::path::PathBuf],
+        with_config: bool,
+    ) -> Self {
+        NetworkInfo {
+            name: list.name().to_owned(),
+            file: file.display().to_string(),
+            cni_version: list.version().to_string(),
+            plugins: list
+                .plugins()
+                .iter()
+                .map(|p| p.plugin_type().to_owned())
+                .collect(),
+            capabilities: list.capabilities(),
+            disable_check: list.disable_check(),
+            disable_gc: list.disable_gc(),
+            shadowed: shadowed.iter().map(|p| p.display().to_string()).collect(),
+            config: with_config
+                .then(|| serde_json::from_slice(&list.cache_bytes()).unwrap_or(Value::Null)),
+        }
+    }
 }
 
 /// A configuration file that could not be used.

@@ -197,7 +197,28 @@ fn gc_deletes_every_cached_attachment_of_the_network_then_gcs_plugins() {
     sb.plugins.clear_records();
 
     let run = sb.run(&["gc", "opsnet", "/whatever"]).ok();
-    assert_eq!((run.stdout.as_str(), run.stderr.as_str()), ("", ""));
+    assert_eq!(run.stderr, "");
+    // What was deleted is printed, as cnid answers GC.
+    let printed = run.stdout_json();
+    let mut deleted: Vec<(String, String)> = printed["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["containerID"].as_str().unwrap().to_owned(),
+                a["ifname"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    deleted.sort();
+    let mut want = vec![
+        (expected_container_id("/run/netns/g1"), "eth0".to_owned()),
+        (expected_container_id("/run/netns/g2"), "eth1".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(deleted, want);
+    assert_eq!(printed["pluginsCalled"], true);
 
     // Only othernet's entry is left.
     let left = sb.cache_entries();
@@ -296,8 +317,14 @@ fn gc_reports_every_failure() {
 fn status_runs_on_1_1_0_networks_and_reports_not_ready() {
     let sb = sandbox("1.1.0");
     let run = sb.run(&["status", "opsnet", NETNS]).ok();
-    assert_eq!((run.stdout.as_str(), run.stderr.as_str()), ("", ""));
+    assert_eq!(
+        (run.stdout.as_str(), run.stderr.as_str()),
+        ("network opsnet: ready\n", "")
+    );
     assert_eq!(commands(&sb), ["a STATUS", "b STATUS"]);
+    // The netns argument may be left out.
+    let run = sb.run(&["status", "opsnet"]).ok();
+    assert_eq!(run.stdout, "network opsnet: ready\n");
     let st = &sb.plugins.invocations_of("STATUS")[0];
     assert_eq!(st.var("CNI_CONTAINERID"), Some(""));
     assert_eq!(st.stdin_json()["name"], "opsnet");

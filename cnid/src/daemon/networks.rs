@@ -113,24 +113,7 @@ impl Networks {
 
 /// The API view of a loaded network.
 pub(crate) fn info(n: &Loaded, with_config: bool) -> NetworkInfo {
-    let list = &n.list;
-    NetworkInfo {
-        name: list.name().to_owned(),
-        file: n.path.display().to_string(),
-        cni_version: list.version().to_string(),
-        plugins: list
-            .plugins()
-            .iter()
-            .map(|p| p.plugin_type().to_owned())
-            .collect(),
-        capabilities: list.capabilities(),
-        disable_check: list.disable_check(),
-        disable_gc: list.disable_gc(),
-        shadowed: n.shadowed.iter().map(|p| p.display().to_string()).collect(),
-        config: with_config.then(|| {
-            serde_json::from_slice(&list.cache_bytes()).unwrap_or(serde_json::Value::Null)
-        }),
-    }
+    NetworkInfo::new(&n.list, &n.path, &n.shadowed, with_config)
 }
 
 /// Reloads on SIGHUP and (with `inotify`) on conf dir changes until `stop`

@@ -17,6 +17,7 @@ use cni_async::{CallOptions, Cni, GcSummary};
 use cni_core::result::CniResult;
 use cni_core::version::PluginInfo;
 use cni_core::{NetworkConfigList, RuntimeConf, Version};
+use cnid::api::{ConfigError, NetworkInfo, NetworksResponse};
 
 use crate::setup::Settings;
 
@@ -36,6 +37,8 @@ pub(crate) trait Backend {
     async fn version(&self, plugin_type: &str) -> anyhow::Result<PluginInfo>;
     /// Validation of a network; the capabilities it enables.
     async fn validate(&self, network: &str) -> anyhow::Result<Vec<String>>;
+    /// The usable networks (default first) and the unusable files.
+    async fn networks(&self) -> anyhow::Result<NetworksResponse>;
     /// The `cniVersion` of the network the last call worked on, if known:
     /// the version error JSON is written in.
     fn cni_version(&self) -> Option<Version>;
@@ -120,6 +123,36 @@ impl Backend for Local {
     async fn validate(&self, network: &str) -> anyhow::Result<Vec<String>> {
         let list = self.load(network)?;
         Ok(self.cni.validate_network_list(&list).await?)
+    }
+
+    async fn networks(&self) -> anyhow::Result<NetworksResponse> {
+        let dir = &self.settings.net_dir;
+        let scan = cni_core::confdir::scan(dir)?;
+        Ok(NetworksResponse {
+            conf_dir: dir.display().to_string(),
+            generation: 0,
+            loaded_at_ms: 0,
+            networks: scan
+                .unique()
+                .into_iter()
+                .map(|n| {
+                    let shadowed: Vec<_> = scan
+                        .shadowed(n)
+                        .into_iter()
+                        .map(std::path::Path::to_path_buf)
+                        .collect();
+                    NetworkInfo::new(&n.list, &n.path, &shadowed, false)
+                })
+                .collect(),
+            errors: scan
+                .skipped
+                .iter()
+                .map(|s| ConfigError {
+                    file: s.path.display().to_string(),
+                    reason: s.reason.clone(),
+                })
+                .collect(),
+        })
     }
 
     fn cni_version(&self) -> Option<Version> {

@@ -88,10 +88,14 @@ pub(crate) enum Command {
     /// configuration when the network's file is gone)
     Del(AttachmentArgs),
     /// Garbage collect: delete every cached attachment of the network, then
-    /// send GC to its plugins (1.1.0 networks)
-    Gc(AttachmentArgs),
-    /// Get status of the network's plugins (1.1.0 networks)
-    Status(AttachmentArgs),
+    /// send GC to its plugins (1.1.0 networks); prints what was deleted
+    Gc(NetworkArgs),
+    /// Get status of the network's plugins (1.1.0 networks); prints whether
+    /// the network is ready
+    Status(NetworkArgs),
+    /// List the networks of the conf dir (or cnid's, with a socket): the
+    /// default network first, plugins, capabilities, and unusable files
+    Networks,
     /// Print a plugin's VERSION reply
     Version(VersionArgs),
     /// Check that every plugin of a network is installed and supports its
@@ -115,6 +119,7 @@ impl Command {
                 | Command::Del(_)
                 | Command::Gc(_)
                 | Command::Status(_)
+                | Command::Networks
         )
     }
 }
@@ -129,6 +134,22 @@ pub(crate) struct AttachmentArgs {
     /// directory. The container ID is derived from it
     #[arg(value_name = "NETNS")]
     pub(crate) netns: String,
+    /// Ignored (the reference cnitool accepts and ignores extra arguments)
+    #[arg(hide = true, value_name = "IGNORED")]
+    pub(crate) ignored: Vec<String>,
+}
+
+/// `<network> [<netns>]`: the commands that work on a network, not an
+/// attachment (`gc`, `status`). The reference requires the netns argument
+/// and ignores it; here it may be left out, and is checked when given.
+#[derive(Debug, Args)]
+pub(crate) struct NetworkArgs {
+    /// Network name (the `name` of a configuration in NETCONFPATH)
+    #[arg(value_name = "NETWORK")]
+    pub(crate) network: String,
+    /// Network namespace path: accepted for compatibility, not used
+    #[arg(value_name = "NETNS")]
+    pub(crate) netns: Option<String>,
     /// Ignored (the reference cnitool accepts and ignores extra arguments)
     #[arg(hide = true, value_name = "IGNORED")]
     pub(crate) ignored: Vec<String>,

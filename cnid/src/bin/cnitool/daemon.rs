@@ -31,7 +31,7 @@ use cni_async::GcSummary;
 use cni_core::result::CniResult;
 use cni_core::version::PluginInfo;
 use cni_core::{RuntimeConf, Version};
-use cnid::api::{AttachmentRequest, GcRequest};
+use cnid::api::{AttachmentRequest, GcRequest, NetworksResponse};
 use cnid::client::{Client, ClientError};
 
 use crate::backend::{Backend, Local};
@@ -135,6 +135,10 @@ impl Backend for Daemon {
 
     async fn validate(&self, network: &str) -> anyhow::Result<Vec<String>> {
         self.local.validate(network).await
+    }
+
+    async fn networks(&self) -> anyhow::Result<NetworksResponse> {
+        self.client().await?.networks().await.map_err(failed)
     }
 
     fn cni_version(&self) -> Option<Version> {

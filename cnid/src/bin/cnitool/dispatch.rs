@@ -4,7 +4,7 @@
 use crate::backend::Backend;
 use crate::cli::{Cli, Command};
 use crate::setup::Env;
-use crate::{add, batch_exec, check, del, gc, status, validate, version};
+use crate::{add, batch_exec, check, del, gc, networks, status, validate, version};
 
 /// Runs `cli`'s command on `backend`.
 pub(crate) async fn run(backend: &impl Backend, env: Env<'_>, cli: &Cli) -> anyhow::Result<()> {
@@ -15,6 +15,7 @@ pub(crate) async fn run(backend: &impl Backend, env: Env<'_>, cli: &Cli) -> anyh
         Command::Del(args) => del::exec(backend, env, global, args).await,
         Command::Gc(args) => gc::exec(backend, env, global, args).await,
         Command::Status(args) => status::exec(backend, env, global, args).await,
+        Command::Networks => networks::exec(backend).await,
         Command::Version(args) => version::exec(backend, args).await,
         Command::Validate(args) => validate::exec(backend, args).await,
         Command::Batch(args) => batch_exec::exec(global, args),

@@ -1,28 +1,34 @@
-//! `cnitool gc <network> <netns>`: GC with no valid attachment.
+//! `cnitool gc <network> [<netns>]`: GC with no valid attachment.
+
+use cnid::api::GcResponse;
 
 use crate::backend::Backend;
-use crate::cli::{AttachmentArgs, GlobalArgs};
+use crate::cli::{GlobalArgs, NetworkArgs};
+use crate::report;
 use crate::setup::{self, Env};
 
 /// As the reference: every cached attachment of the network is stale and
 /// gets a DEL (current config, cached args); then, for 1.1.0 networks, each
 /// plugin gets GC with empty `cni.dev/valid-attachments`. The netns argument
-/// and the environment are parsed (and must be valid) but not used.
-/// Prints nothing on success; errors of all steps are reported together.
+/// may be left out; when given it is checked but not used, and so is the
+/// environment. Prints what was deleted, as cnid answers GC
+/// (`{"deleted": [{"containerID", "ifname"}], "pluginsCalled", "disabled"}`);
+/// errors of all steps are reported together.
 pub(crate) async fn exec(
     backend: &impl Backend,
     env: Env<'_>,
     global: &GlobalArgs,
-    args: &AttachmentArgs,
+    args: &NetworkArgs,
 ) -> anyhow::Result<()> {
-    let _unused = setup::runtime_conf(env, &args.netns, global.ifname.as_deref())?;
+    if let Some(netns) = &args.netns {
+        let _unused = setup::runtime_conf(env, netns, global.ifname.as_deref())?;
+    }
     let summary = backend.gc(&args.network).await?;
-    tracing::info!(
-        network = %args.network,
-        deleted = summary.deleted.len(),
-        plugins_called = summary.plugins_called,
-        disabled = summary.disabled,
-        "GC done"
-    );
+    let answer = GcResponse {
+        deleted: summary.deleted,
+        plugins_called: summary.plugins_called,
+        disabled: summary.disabled,
+    };
+    report::print_stdout(&report::pretty_json(&answer))?;
     Ok(())
 }

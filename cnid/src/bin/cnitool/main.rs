@@ -39,6 +39,7 @@ mod del;
 mod dispatch;
 mod gc;
 mod logging;
+mod networks;
 mod report;
 mod setup;
 mod status;
