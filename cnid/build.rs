@@ -1,0 +1,33 @@
+//! Embeds the commit the binaries are built from, for `--version`
+//! (`CNI_RS_VERSION`: `0.1.0 (commit 0123456789ab)`, or `(commit unknown)`
+//! outside a git checkout). Re-runs only when `HEAD` moves.
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8(out.stdout).ok()?;
+    Some(text.trim().to_owned()).filter(|t| !t.is_empty())
+}
+
+fn main() {
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    println!("cargo:rustc-env=CNI_RS_VERSION={version} (commit {commit})");
+    // HEAD, the branch it points to, and packed refs: what moves on a commit
+    // or checkout.
+    for path in [
+        git(&["rev-parse", "--git-path", "HEAD"]),
+        git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r])),
+        git(&["rev-parse", "--git-path", "packed-refs"]),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        println!("cargo:rerun-if-changed={path}");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+}
