@@ -352,6 +352,15 @@ impl Engine {
     /// At start: DELs every ADD that never completed, in the queue ahead of
     /// any request. Returns how many were queued.
     pub(crate) fn recover(self: &Arc<Self>) -> std::io::Result<usize> {
+        // Before any request: no ADD is recording its intent yet.
+        match self.intents.remove_leftovers() {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                count = n,
+                "removed temp files of ADD intents never completed"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot remove leftover ADD intent temp files"),
+        }
         let found = self.intents.scan()?;
         let mut n = 0;
         for f in found {
