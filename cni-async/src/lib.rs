@@ -21,4 +21,4 @@ pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
 pub use error::{Error, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 pub use multi::{MultiNetwork, MultiNetworkBuilder, MultiResult, Sandbox, SetupMode};
-pub use ops::{CallOptions, Cni, CniBuilder, GcSummary};
+pub use ops::{CallOptions, Cni, CniBuilder, GcFailure, GcSummary};
