@@ -11,8 +11,15 @@
 //!   brings back only earns its attachment a repeat DEL, which must succeed.
 //! - **Per-attachment locks**: `<dir>/locks/<network>-<containerID>-<ifname>.lock`
 //!   with `flock`, so two processes (cnitool and cnid, say) never run an
-//!   operation on the same attachment at once. The lock file is removed on a
-//!   successful DEL by the holder; waiters detect the stale inode and retry.
+//!   operation on the same attachment at once. A lock file lives only as
+//!   long as the attachment's record: the holder releasing a lock when
+//!   there is no record (after a DEL, a failed ADD, a CHECK of an unknown
+//!   attachment) unlinks the file *while still holding it*. A locker checks
+//!   after `flock` that the file it locked is still the one at the path
+//!   (device and inode of its descriptor against a `stat` of the path) and
+//!   starts over when it is not, so two lockers never hold "the" lock at
+//!   once. Only a holder unlinks, and only the file it verified, so the
+//!   path never loses a file someone else holds.
 //! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to
 //!   `<dir>/corrupt/` with a warning and treated as absent; they are never
 //!   silently trusted and never silently lost.
@@ -152,6 +159,7 @@ impl ResultCache {
         let name = record::file_name(network, container_id, ifname)?;
         let locks = self.dir.join(LOCKS_DIR);
         let path = locks.join(format!("{name}.lock"));
+        let record = self.path(network, container_id, ifname)?;
         let start = Instant::now();
         let mut backoff = Duration::from_millis(1);
         loop {
@@ -159,6 +167,7 @@ impl ResultCache {
             if let Some(file) = blocking(self.inline, move || try_lock_once(&l, &p)).await? {
                 return Ok(AttachmentLock {
                     path,
+                    record,
                     file: Some(file),
                 });
             }
@@ -325,6 +334,7 @@ impl ResultCache {
     }
 }
 
+/// One try at an attachment's lock: `None` when someone holds it.
 fn try_lock_once(locks: &Path, path: &Path) -> Result<Option<File>, Error> {
     loop {
         let file = match open_lock_file(path) {
@@ -335,22 +345,40 @@ fn try_lock_once(locks: &Path, path: &Path) -> Result<Option<File>, Error> {
             }
             Err(e) => return Err(io_err(path, "open lock file", e)),
         };
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
-            Err(std::fs::TryLockError::Error(e)) => return Err(io_err(path, "lock", e)),
+        match lock_opened(file, path)? {
+            Attempt::Held(file) => return Ok(Some(file)),
+            Attempt::Busy => return Ok(None),
+            Attempt::Stale => continue,
         }
-        // The holder before us may have removed the file after a DEL; then
-        // our lock is on an orphaned inode and we must start over.
-        let ours = file
-            .metadata()
-            .map_err(|e| io_err(path, "stat lock file", e))?;
-        match std::fs::symlink_metadata(path) {
-            Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => return Ok(Some(file)),
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io_err(path, "stat lock file", e)),
-        }
+    }
+}
+
+/// What `flock` on an opened lock file gave.
+#[derive(Debug)]
+enum Attempt {
+    /// Locked, and it is the file at the path.
+    Held(File),
+    /// Someone else holds it.
+    Busy,
+    /// Locked, but the previous holder unlinked it meanwhile (its
+    /// attachment is gone): a lock on an orphaned inode, worth nothing.
+    Stale,
+}
+
+fn lock_opened(file: File, path: &Path) -> Result<Attempt, Error> {
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(Attempt::Busy),
+        Err(std::fs::TryLockError::Error(e)) => return Err(io_err(path, "lock", e)),
+    }
+    let ours = file
+        .metadata()
+        .map_err(|e| io_err(path, "stat lock file", e))?;
+    match std::fs::symlink_metadata(path) {
+        Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => Ok(Attempt::Held(file)),
+        Ok(_) => Ok(Attempt::Stale),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Attempt::Stale),
+        Err(e) => Err(io_err(path, "stat lock file", e)),
     }
 }
 
@@ -583,9 +611,17 @@ fn list_records(results: &Path, container_id: Option<&str>) -> Result<Vec<CacheR
 }
 
 /// An attachment's lock; released when dropped.
+///
+/// Dropping it removes the lock file first when the attachment has no
+/// record (nothing was added, or it was deleted), while the lock is still
+/// held: lockers that opened the old file notice and start over on a fresh
+/// one. So the locks dir holds one file per cached attachment at most, not
+/// one per attachment ever named by a CHECK or a failed ADD.
 #[derive(Debug)]
 pub struct AttachmentLock {
     path: PathBuf,
+    /// The attachment's record file: the lock file stays while it exists.
+    record: PathBuf,
     file: Option<File>,
 }
 
@@ -595,13 +631,103 @@ impl AttachmentLock {
         &self.path
     }
 
-    /// Releases the lock and removes the lock file (after a successful DEL:
-    /// the attachment is gone, so should its lock file be). Waiters holding
-    /// the old file notice and retry on a fresh one.
+    /// Releases the lock and removes the lock file whether or not a record
+    /// exists (after a successful DEL: the attachment is gone, so should its
+    /// lock file be). Waiters holding the old file notice and retry on a
+    /// fresh one.
     pub fn release_and_remove(mut self) {
         if let Some(file) = self.file.take() {
             let _ = std::fs::remove_file(&self.path);
             drop(file);
         }
+    }
+}
+
+impl Drop for AttachmentLock {
+    fn drop(&mut self) {
+        let Some(file) = self.file.take() else {
+            return;
+        };
+        // Anything at the record's path (a record, a legacy result, a file
+        // not yet moved aside) keeps the lock file: it may be DELed later.
+        let unused = matches!(
+            std::fs::symlink_metadata(&self.record),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+        if unused
+            && let Err(e) = std::fs::remove_file(&self.path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::debug!(file = %self.path.display(), error = %e, "cannot remove an unused lock file");
+        }
+        // Unlocks: only now, after the unlink.
+        drop(file);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock_at(cache: &ResultCache, path: &Path) -> Option<AttachmentLock> {
+        try_lock_once(&cache.dir.join(LOCKS_DIR), path)
+            .unwrap()
+            .map(|file| AttachmentLock {
+                path: path.to_owned(),
+                record: cache.path("n", "c1", "eth0").unwrap(),
+                file: Some(file),
+            })
+    }
+
+    /// The race, one step at a time: B opens the lock file while A holds
+    /// it; A releases it and, the attachment having no record, unlinks it;
+    /// C creates a fresh file and locks it. B's `flock` on the old inode now
+    /// succeeds, but B must see that it is not the file at the path, and
+    /// then finds C holding the real one.
+    #[test]
+    fn a_locker_on_an_unlinked_file_starts_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(tmp.path()).with_inline_io(true);
+        let path = tmp.path().join(LOCKS_DIR).join("n-c1-eth0.lock");
+
+        let a = lock_at(&cache, &path).expect("A locks");
+        let b_file = open_lock_file(&path).expect("B opens the same file");
+        let old = b_file.metadata().unwrap().ino();
+        drop(a);
+        assert!(!path.exists(), "A left its unused lock file");
+        let c = lock_at(&cache, &path).expect("C locks a fresh file");
+        assert_ne!(std::fs::metadata(&path).unwrap().ino(), old);
+
+        match lock_opened(b_file, &path).unwrap() {
+            Attempt::Stale => {}
+            other => panic!("B locked an unlinked file and took it for the lock: {other:?}"),
+        }
+        assert!(lock_at(&cache, &path).is_none(), "B shares C's lock");
+        drop(c);
+        let b = lock_at(&cache, &path).expect("B after C");
+        assert!(b.path().exists());
+    }
+
+    /// While a record exists, releasing keeps the file: a waiter that
+    /// opened it gets the lock on it without starting over.
+    #[test]
+    fn a_lock_file_with_a_record_is_kept_and_reused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(tmp.path()).with_inline_io(true);
+        let path = tmp.path().join(LOCKS_DIR).join("n-c1-eth0.lock");
+        let record = cache.path("n", "c1", "eth0").unwrap();
+        create_private_dir(record.parent().unwrap()).unwrap();
+        std::fs::write(&record, b"{}").unwrap();
+
+        let a = lock_at(&cache, &path).expect("A locks");
+        let b_file = open_lock_file(&path).unwrap();
+        assert!(matches!(lock_opened(b_file, &path).unwrap(), Attempt::Busy));
+        let b_file = open_lock_file(&path).unwrap();
+        drop(a);
+        assert!(path.exists());
+        assert!(matches!(
+            lock_opened(b_file, &path).unwrap(),
+            Attempt::Held(_)
+        ));
     }
 }

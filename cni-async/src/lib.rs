@@ -26,4 +26,4 @@ pub use multi::{
     KubernetesPod, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc, NetworkRequest,
     Sandbox, SetupMode,
 };
-pub use ops::{CallOptions, Cni, CniBuilder, GcSummary};
+pub use ops::{CallOptions, Cni, CniBuilder, GcFailure, GcSummary};

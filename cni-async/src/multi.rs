@@ -1189,7 +1189,7 @@ impl MultiNetwork {
 }
 
 /// One network's part of [`MultiNetwork::gc`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct NetworkGc {
     /// The network name.
     pub network: String,

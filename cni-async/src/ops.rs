@@ -88,14 +88,63 @@ impl CallOptions {
 }
 
 /// What GC did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// A stale attachment whose DEL failed, or that the deadline left no time
+/// for, does not fail the GC: it is listed in [`GcSummary::failed`] (its
+/// cache entry stays, so the next GC or a DEL tries again) and the others
+/// are still deleted. Callers that treat any leftover as a failure (as the
+/// reference cnitool does) use [`GcSummary::into_result`].
+#[derive(Debug, Default)]
 pub struct GcSummary {
     /// Stale cached attachments that were deleted (DEL run, cache entry removed).
     pub deleted: Vec<GcAttachment>,
+    /// Stale cached attachments that were not deleted, in the order tried.
+    pub failed: Vec<GcFailure>,
     /// Whether GC was sent to the plugins (1.1.0 lists only).
     pub plugins_called: bool,
     /// True when the list has `disableGC` and nothing was done.
     pub disabled: bool,
+}
+
+/// A stale attachment GC could not delete, and why.
+#[derive(Debug)]
+pub struct GcFailure {
+    /// The attachment.
+    pub attachment: GcAttachment,
+    /// Why its DEL failed: the plugin's error, or [`Error::Timeout`] when
+    /// the GC's deadline expired during or before it.
+    pub error: Error,
+}
+
+impl GcFailure {
+    /// The error with the attachment and network named in its context.
+    pub fn into_error(self, network: &str) -> Error {
+        Error::Context {
+            context: format!(
+                "delete stale attachment {} {} of network {network}",
+                self.attachment.container_id, self.attachment.ifname
+            ),
+            source: Box::new(self.error),
+        }
+    }
+}
+
+impl GcSummary {
+    /// `Ok(self)` when no stale attachment was left; otherwise every
+    /// failure as one [`Error::Multiple`] naming the attachments.
+    pub fn into_result(self, network: &str) -> Result<GcSummary, Error> {
+        if self.failed.is_empty() {
+            return Ok(self);
+        }
+        Err(Error::Multiple {
+            operation: format!("GC of network {network}"),
+            errors: self
+                .failed
+                .into_iter()
+                .map(|f| f.into_error(network))
+                .collect(),
+        })
+    }
 }
 
 /// Builder for [`Cni`].
@@ -225,6 +274,18 @@ impl<'a> Net<'a> {
 struct Deadline {
     at: Instant,
     total: Duration,
+}
+
+/// The error of a plugin run that a spent deadline left no time to start
+/// (what `run_plugin` answers then, without looking the plugin up).
+fn not_started(plugin: &PluginConfig, command: Command, deadline: Deadline) -> Error {
+    Error::Timeout {
+        plugin_type: plugin.plugin_type().to_owned(),
+        command,
+        elapsed: deadline.total,
+        timeout: deadline.total,
+        stderr_so_far: String::new(),
+    }
 }
 
 impl Deadline {
@@ -467,10 +528,17 @@ impl Cni {
     /// this network that is not in `valid_attachments` gets a DEL (with this
     /// config and the cached args) and loses its cache entry; then, for 1.1.0
     /// lists, every plugin gets GC with `cni.dev/valid-attachments` (and the
-    /// older `cni.dev/attachments`). Errors do not stop the rest; all of them
-    /// come back together as [`Error::Multiple`].
+    /// older `cni.dev/attachments`). Errors do not stop the rest.
     ///
-    /// The deadline applies to each stale DEL and to the GC phase separately.
+    /// A stale DEL that fails is reported in [`GcSummary::failed`], not as
+    /// an error. The call fails when a plugin's GC fails: then every error,
+    /// the stale DELs' first (each naming its attachment), comes back as
+    /// [`Error::Multiple`].
+    ///
+    /// The deadline bounds the whole GC: the stale DELs and the plugins'
+    /// GC share it. A plugin still running when it expires is killed; the
+    /// stale DELs it leaves no time for are not started and are reported
+    /// as failed with [`Error::Timeout`].
     pub async fn gc_network_list_with(
         &self,
         list: &NetworkConfigList,
@@ -484,6 +552,8 @@ impl Cni {
                 ..Default::default()
             });
         }
+        // One deadline for everything below.
+        let deadline = self.deadline(Command::Gc, &opts);
         let span = tracing::info_span!("cni.gc", network = list.name());
         async {
             let net = Net::list(list);
@@ -499,23 +569,25 @@ impl Cni {
                     continue;
                 }
                 let rt = rec.runtime_conf();
-                let deadline = self.deadline(Command::Del, &opts);
-                match self.del(&net, &rt, deadline).await {
+                let res = match net.plugins.last() {
+                    Some(first) if deadline.remaining().is_zero() => {
+                        Err(not_started(first, Command::Del, deadline))
+                    }
+                    _ => self.del(&net, &rt, deadline).await,
+                };
+                match res {
                     Ok(()) => summary.deleted.push(key),
-                    Err(e) => errors.push(Error::Context {
-                        context: format!(
-                            "delete stale attachment {} {} of network {}",
-                            rt.container_id,
-                            rt.ifname,
-                            list.name()
-                        ),
-                        source: Box::new(e),
-                    }),
+                    Err(error) => {
+                        tracing::warn!(container = %rt.container_id, ifname = %rt.ifname, %error, "GC could not delete a stale attachment; going on with the others");
+                        summary.failed.push(GcFailure {
+                            attachment: key,
+                            error,
+                        });
+                    }
                 }
             }
             if list.version().has_status_and_gc() {
                 summary.plugins_called = true;
-                let deadline = self.deadline(Command::Gc, &opts);
                 for plugin in list.plugins() {
                     let stdin = plugin_stdin(
                         list.name(),
@@ -531,13 +603,19 @@ impl Cni {
                     }
                 }
             }
-            match errors.len() {
-                0 => Ok(summary),
-                _ => Err(Error::Multiple {
-                    operation: format!("GC of network {}", list.name()),
-                    errors,
-                }),
+            if errors.is_empty() {
+                return Ok(summary);
             }
+            let mut all: Vec<Error> = summary
+                .failed
+                .into_iter()
+                .map(|f| f.into_error(list.name()))
+                .collect();
+            all.append(&mut errors);
+            Err(Error::Multiple {
+                operation: format!("GC of network {}", list.name()),
+                errors: all,
+            })
         }
         .instrument(span)
         .await
@@ -1087,13 +1165,7 @@ impl Cni {
         let env = env::plugin_env(command, rt, &self.inner.cni_path);
         let remaining = deadline.remaining();
         if remaining.is_zero() {
-            return Err(Error::Timeout {
-                plugin_type: plugin.plugin_type().to_owned(),
-                command,
-                elapsed: deadline.total,
-                timeout: deadline.total,
-                stderr_so_far: String::new(),
-            });
+            return Err(not_started(plugin, command, deadline));
         }
         let req = ExecRequest::new(&path, plugin.plugin_type(), command, &env, stdin, remaining)
             .with_limits(self.inner.limits);

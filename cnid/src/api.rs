@@ -161,10 +161,29 @@ pub struct GcResponse {
     /// Stale attachments that were deleted (cached ones, and half-done ADDs
     /// the daemon had recorded).
     pub deleted: Vec<GcAttachment>,
+    /// Stale attachments that were not deleted (their DEL failed, or the
+    /// request's deadline left no time for it), each with why. They stay
+    /// recorded: the next GC or a DEL tries again.
+    #[serde(default)]
+    pub failed: Vec<GcFailed>,
     /// Whether GC was sent to the plugins (1.1.0 lists only).
     pub plugins_called: bool,
     /// True when the list has `disableGC` and nothing was done.
     pub disabled: bool,
+}
+
+/// A stale attachment GC could not delete (`failed` in [`GcResponse`]); the
+/// keys are those of `deleted` (the spec's `containerID`, `ifname`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcFailed {
+    /// The container ID.
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    /// The interface name.
+    pub ifname: String,
+    /// Why its DEL failed, as a CNI error object (a plugin's own object as
+    /// it wrote it; code 11 when the deadline expired).
+    pub error: cni_core::ErrorObject,
 }
 
 /// One loaded network (`GET /v1/networks`, `GET /v1/networks/{name}`).

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cni_async::{CallOptions, Cni};
+use cni_async::{CallOptions, Cni, GcFailure};
 use cni_core::error::code as cni_code;
 use cni_core::stdin::GcAttachment;
 use cni_core::{Command, NetworkConfigList, RuntimeConf, Version};
@@ -19,7 +19,7 @@ use super::intents::{Found, Intent, Intents};
 use super::metrics::Metrics;
 use super::networks::Networks;
 use super::queue::{NewOp, Op, Outcome, Reply, Scheduler, Start, Waiter, Work};
-use crate::api::GcResponse;
+use crate::api::{GcFailed, GcResponse};
 
 /// Per-verb default deadlines and the cap on what a request may ask for.
 #[derive(Debug, Clone, Copy)]
@@ -277,6 +277,13 @@ impl Engine {
         }
     }
 
+    /// GC of one network, under its exclusive gate. The request's deadline
+    /// bounds the whole of it: the DELs of the ADDs recorded as unfinished
+    /// and the library's GC (stale cached attachments, then the plugins'
+    /// GC) share what is left of it. A stale attachment that cannot be
+    /// deleted does not stop the others; it is answered in `failed`. Only a
+    /// failure of the GC itself (a plugin's GC) is an error answer, whose
+    /// message also names every attachment left.
     async fn gc(
         &self,
         list: &NetworkConfigList,
@@ -292,9 +299,19 @@ impl Engine {
             .unwrap_or_default();
             return Ok(reply(StatusCode::OK, Some(body)));
         }
+        let total = opts
+            .timeout
+            .unwrap_or_else(|| self.deadlines.defaults.for_command(Command::Gc));
+        let deadline = Instant::now() + total;
+        // What is left (possibly nothing: the library then starts no plugin
+        // and answers with a timeout).
+        let left = || CallOptions {
+            timeout: Some(deadline.saturating_duration_since(Instant::now())),
+            rollback: false,
+        };
         let keep: HashSet<&GcAttachment> = valid.iter().collect();
         let mut deleted = Vec::new();
-        let mut errors = Vec::new();
+        let mut failed: Vec<GcFailure> = Vec::new();
         // ADDs that failed and could not be rolled back: stale unless valid.
         // (The network's gate is held exclusively: no ADD of it is running.)
         for intent in self.intents.of_network(list.name()).await {
@@ -306,7 +323,7 @@ impl Engine {
                 continue;
             }
             let res = match NetworkConfigList::from_bytes(&intent.config, None) {
-                Ok(l) => self.cni.del_network_list_with(&l, &intent.rt, opts).await,
+                Ok(l) => self.cni.del_network_list_with(&l, &intent.rt, left()).await,
                 Err(e) => Err(e.into()),
             };
             match res {
@@ -317,41 +334,78 @@ impl Engine {
                         .await;
                     deleted.push(key);
                 }
-                Err(e) => errors.push(e),
+                Err(error) => {
+                    tracing::warn!(container = %key.container_id, ifname = %key.ifname, %error,
+                        "GC could not delete an unfinished ADD; going on with the others");
+                    failed.push(GcFailure {
+                        attachment: key,
+                        error,
+                    });
+                }
             }
         }
-        match self.cni.gc_network_list_with(list, valid, opts).await {
+        match self.cni.gc_network_list_with(list, valid, left()).await {
             Ok(summary) => {
                 for d in summary.deleted {
                     if !deleted.contains(&d) {
                         deleted.push(d);
                     }
                 }
-                if errors.is_empty() {
-                    let body = serde_json::to_vec(&GcResponse {
-                        deleted,
-                        plugins_called: summary.plugins_called,
-                        disabled: summary.disabled,
-                    })
-                    .unwrap_or_default();
-                    return Ok(reply(StatusCode::OK, Some(body)));
+                for f in summary.failed {
+                    if !failed.iter().any(|g| g.attachment == f.attachment) {
+                        failed.push(f);
+                    }
                 }
+                let failed = failed
+                    .into_iter()
+                    .map(|f| GcFailed {
+                        error: f.error.to_error_object(&version.to_string()),
+                        container_id: f.attachment.container_id,
+                        ifname: f.attachment.ifname,
+                    })
+                    .collect();
+                let body = serde_json::to_vec(&GcResponse {
+                    deleted,
+                    failed,
+                    plugins_called: summary.plugins_called,
+                    disabled: summary.disabled,
+                })
+                .unwrap_or_default();
+                Ok(reply(StatusCode::OK, Some(body)))
             }
-            Err(e) => errors.push(e),
+            Err(e) => {
+                let mut errors: Vec<cni_async::Error> = failed
+                    .into_iter()
+                    .map(|f| f.into_error(list.name()))
+                    .collect();
+                match e {
+                    cni_async::Error::Multiple { errors: more, .. } => errors.extend(more),
+                    other => errors.push(other),
+                }
+                let e = match errors.len() {
+                    1 => errors.remove(0),
+                    _ => cni_async::Error::Multiple {
+                        operation: format!("GC of network {}", list.name()),
+                        errors,
+                    },
+                };
+                Err(ApiError::from_cni(&e, version))
+            }
         }
-        let e = match errors.len() {
-            1 => errors.remove(0),
-            _ => cni_async::Error::Multiple {
-                operation: format!("GC of network {}", list.name()),
-                errors,
-            },
-        };
-        Err(ApiError::from_cni(&e, version))
     }
 
     /// At start: DELs every ADD that never completed, in the queue ahead of
     /// any request. Returns how many were queued.
     pub(crate) fn recover(self: &Arc<Self>) -> std::io::Result<usize> {
+        // Before any request: no ADD is recording its intent yet.
+        match self.intents.remove_leftovers() {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                count = n,
+                "removed temp files of ADD intents never completed"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot remove leftover ADD intent temp files"),
+        }
         let found = self.intents.scan()?;
         let mut n = 0;
         for f in found {

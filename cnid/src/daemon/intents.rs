@@ -22,7 +22,15 @@
 //!
 //! `:` cannot occur in network names, container IDs or interface names, so
 //! unlike the result cache's `<network>-<containerID>-<ifname>`, these names
-//! never collide.
+//! never collide, and `<network>:` picks exactly one network's intents.
+//!
+//! # Caveats
+//! A write in progress shows as a dot-file (`.<name>.tmp-<ms>`) in the same
+//! dir. Such files are removed as crash leftovers at start only
+//! ([`Intents::remove_leftovers`], before any request runs); while the
+//! daemon serves, nothing but the writer touches them, and GC of a network
+//! reads that network's files only ([`Intents::of_network`]), never
+//! removing or moving any.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -276,9 +284,8 @@ impl Intents {
             .unwrap_or(false)
     }
 
-    /// Every intent file, oldest name first; unreadable ones are moved to
-    /// `intents/corrupt/` and reported.
-    pub(crate) fn scan(&self) -> io::Result<Vec<Found>> {
+    /// The regular files in the dir, sorted by name.
+    fn names(&self) -> io::Result<Vec<String>> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -290,32 +297,55 @@ impl Intents {
             .filter_map(|e| e.file_name().into_string().ok())
             .collect();
         names.sort();
-        let mut out = Vec::new();
-        for name in names {
-            let path = self.dir.join(&name);
+        Ok(names)
+    }
+
+    /// The intent in file `name`, checked against its name.
+    fn load(&self, name: &str) -> Result<Intent, String> {
+        let path = self.dir.join(name);
+        let i = std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| Intent::decode(&b))?;
+        let want = self.path(&i.network, &i.rt.container_id, &i.rt.ifname);
+        if want == path {
+            Ok(i)
+        } else {
+            Err(format!(
+                "its fields name another attachment ({})",
+                want.display()
+            ))
+        }
+    }
+
+    /// At start only, before any request runs: removes the temp files of
+    /// writes that never finished (no plugin ran for them). At any other
+    /// time this would remove the temp file of an ADD being recorded.
+    /// Returns how many were removed.
+    pub(crate) fn remove_leftovers(&self) -> io::Result<usize> {
+        let mut n = 0;
+        for name in self.names()? {
             if name.starts_with('.') {
-                // A temp file of a write that never finished: no plugin ran for it.
-                let _ = std::fs::remove_file(&path);
+                let path = self.dir.join(&name);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => n += 1,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(ctx(&path, "remove", e)),
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Every intent file, oldest name first; unreadable ones are moved to
+    /// `intents/corrupt/` and reported. At start only (see the module docs).
+    pub(crate) fn scan(&self) -> io::Result<Vec<Found>> {
+        let mut out = Vec::new();
+        for name in self.names()? {
+            if name.starts_with('.') || !name.ends_with(SUFFIX) {
                 continue;
             }
-            if !name.ends_with(SUFFIX) {
-                continue;
-            }
-            let decoded = std::fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| Intent::decode(&b))
-                .and_then(|i| {
-                    let want = self.path(&i.network, &i.rt.container_id, &i.rt.ifname);
-                    if want == path {
-                        Ok(i)
-                    } else {
-                        Err(format!(
-                            "its fields name another attachment ({})",
-                            want.display()
-                        ))
-                    }
-                });
-            match decoded {
+            let path = self.dir.join(&name);
+            match self.load(&name) {
                 Ok(i) => out.push(Found::Intent(path, Box::new(i))),
                 Err(reason) => {
                     self.move_aside(&path);
@@ -326,22 +356,33 @@ impl Intents {
         Ok(out)
     }
 
-    /// All intents of one network (for GC).
+    /// The intents of one network (for GC, under the network's exclusive
+    /// gate): only its own `<network>:*.json` files are read, and nothing
+    /// is removed or moved. An unreadable one is skipped with a warning
+    /// (the next start moves it aside).
     pub(crate) async fn of_network(&self, network: &str) -> Vec<Intent> {
         let this = self.clone();
-        let network = network.to_owned();
-        blocking(move || {
-            Ok(this
-                .scan()?
-                .into_iter()
-                .filter_map(|f| match f {
-                    Found::Intent(_, i) if i.network == network => Some(*i),
-                    _ => None,
-                })
-                .collect())
+        let prefix = format!("{network}:");
+        let res = blocking(move || {
+            let mut out = Vec::new();
+            for name in this.names()? {
+                if !name.starts_with(&prefix) || !name.ends_with(SUFFIX) {
+                    continue;
+                }
+                match this.load(&name) {
+                    Ok(i) => out.push(i),
+                    Err(reason) => {
+                        tracing::warn!(file = %this.dir.join(&name).display(), %reason, "unreadable ADD intent skipped by GC");
+                    }
+                }
+            }
+            Ok(out)
         })
-        .await
-        .unwrap_or_default()
+        .await;
+        res.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot list the ADD intents for GC");
+            Vec::new()
+        })
     }
 
     fn move_aside(&self, path: &Path) {
@@ -397,6 +438,45 @@ mod tests {
         assert!(intents.remove("net-a", "c-1", "eth0").await.unwrap());
         assert!(!intents.remove("net-a", "c-1", "eth0").await.unwrap());
         assert!(intents.scan().unwrap().is_empty());
+    }
+
+    /// GC of one network reads its own files only and never removes a temp
+    /// file (another ADD may be writing it) or moves another network's
+    /// unreadable file; leftovers are removed by the start-only cleanup.
+    #[tokio::test]
+    async fn of_network_touches_nothing_and_leftovers_go_at_start_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let d = dir.path().join(INTENTS_DIR);
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        intents
+            .write(&Intent::new("a", &rt, b"{}".to_vec()))
+            .await
+            .unwrap();
+        intents
+            .write(&Intent::new("ab", &rt, b"{}".to_vec()))
+            .await
+            .unwrap();
+        let tmp = d.join(".b:c-2:eth0.json.tmp-1");
+        let other_bad = d.join("b:c-3:eth0.json");
+        std::fs::write(&tmp, b"half").unwrap();
+        std::fs::write(&other_bad, b"{not json").unwrap();
+
+        let got = intents.of_network("a").await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].network, "a");
+        assert!(intents.of_network("b").await.is_empty());
+        assert!(
+            tmp.exists(),
+            "GC removed a temp file of an ADD being recorded"
+        );
+        assert!(other_bad.exists(), "GC moved another network's file");
+        assert!(!d.join(CORRUPT_DIR).exists());
+
+        assert_eq!(intents.remove_leftovers().unwrap(), 1);
+        assert!(!tmp.exists());
+        assert!(other_bad.exists());
     }
 
     #[test]

@@ -31,7 +31,9 @@
 //! # Caveats
 //! The DELs GC makes of stale attachments hold the network's gate and the
 //! attachment's cache lock, not the container's queue slot: a container GC
-//! deems stale has, by definition, no live operations.
+//! deems stale has, by definition, no live operations. They are bounded by
+//! the GC request's one deadline (see `Engine::gc`), so a hanging plugin
+//! holds the gate until that deadline at most, not once per attachment.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

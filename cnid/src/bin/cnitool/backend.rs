@@ -108,7 +108,9 @@ impl Backend for Local {
 
     async fn gc(&self, network: &str) -> anyhow::Result<GcSummary> {
         let list = self.load(network)?;
-        Ok(self.cni.gc_network_list_with(&list, &[], self.opts).await?)
+        // Any attachment left fails the command, as the reference's GC.
+        let summary = self.cni.gc_network_list_with(&list, &[], self.opts).await?;
+        Ok(summary.into_result(network)?)
     }
 
     async fn status(&self, network: &str) -> anyhow::Result<()> {

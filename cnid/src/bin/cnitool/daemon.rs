@@ -114,10 +114,38 @@ impl Backend for Daemon {
             .gc(network, &req)
             .await
             .map_err(failed)?;
+        // As the local backend: an attachment left is a failure of the
+        // command (the reference cnitool's GC fails then too).
+        if let Some(first) = r.failed.first() {
+            let list: Vec<String> = r
+                .failed
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    format!(
+                        "[{}] delete stale attachment {} {} of network {network}: {}",
+                        i + 1,
+                        f.container_id,
+                        f.ifname,
+                        f.error.msg
+                    )
+                })
+                .collect();
+            return Err(ToolError::new(
+                first.error.code,
+                format!(
+                    "GC of network {network} failed with {} error(s): {}",
+                    list.len(),
+                    list.join("; ")
+                ),
+            )
+            .into());
+        }
         Ok(GcSummary {
             deleted: r.deleted,
             plugins_called: r.plugins_called,
             disabled: r.disabled,
+            ..Default::default()
         })
     }
 

@@ -24,10 +24,13 @@ pub(crate) async fn exec(
         let _unused = setup::runtime_conf(env, netns, global.ifname.as_deref())?;
     }
     let summary = backend.gc(&args.network).await?;
+    // An attachment left over already failed the command (as the
+    // reference's GC), so `failed` is empty here.
     let answer = GcResponse {
         deleted: summary.deleted,
         plugins_called: summary.plugins_called,
         disabled: summary.disabled,
+        ..GcResponse::default()
     };
     report::print_stdout(&report::pretty_json(&answer))?;
     Ok(())
