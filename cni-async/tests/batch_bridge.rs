@@ -20,6 +20,7 @@ use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::fake::PluginDir;
+use support::gate::Gate;
 use support::netns::{TestNet, host_local_ips, ip_ok, unique_id};
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
@@ -334,11 +335,14 @@ async fn a_batch_dropped_without_teardown_leaves_nothing_behind() {
     // attached to the bridge and waiting in a slow second network) cleans up
     // too: DEL of what was attached, then the namespaces.
     let fakes = PluginDir::new();
+    // ADD holds at a gate that is never released while the setup runs.
+    let gate = Gate::new(fakes.root());
     fakes.script(
         "sleeper",
-        r#"cat >/dev/null
-case "$CNI_COMMAND" in ADD) sleep 30 ;; esac
-exit 0"#,
+        &format!(
+            "cat >/dev/null\nif [ \"$CNI_COMMAND\" = ADD ]; then\n{}\nfi\nexit 0",
+            gate.shell_wait()
+        ),
     );
     let slow = MultiNetwork::builder(cni_for(&net, Some(fakes.bin())))
         .network(bridge_list(&network, &net))
@@ -357,20 +361,19 @@ exit 0"#,
         .concurrency(4)
         .setup();
     let data_dir = net.data_dir();
-    let watched = network.clone();
-    let outcome = tokio::time::timeout(Duration::from_secs(20), async {
+    let outcome = tokio::time::timeout(Duration::from_secs(60), async {
         tokio::select! {
-            r = setup => r.map(|_| ()),
-            _ = async {
-                // Until every member holds its bridge address.
-                while host_local_ips(&data_dir, &watched).len() < 4 {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            } => Ok(()),
+            r = setup => r.map(|_| 0),
+            // Until every member is attached to the bridge and in the
+            // second network's ADD; the IPs its members hold then.
+            n = async {
+                gate.wait_started(4).await;
+                host_local_ips(&data_dir, &network).len()
+            } => Ok(n),
         }
     })
     .await;
-    assert!(matches!(outcome, Ok(Ok(()))), "{outcome:?}");
+    assert!(matches!(outcome, Ok(Ok(4))), "{outcome:?}");
     assert_eq!(leftovers(&prefix2, &net, &network), nothing_left());
 }
 

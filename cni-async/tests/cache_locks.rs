@@ -5,28 +5,32 @@
 mod support;
 
 use std::fs;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use cni_async::{CallOptions, Error};
 use cni_core::RuntimeConf;
 use serde_json::json;
 use support::fake::{Fake, Response, Rig, conflist, sh_quote};
+use support::gate::{Gate, LOAD_MARGIN, poll_once};
 
 /// A plugin `slow` that appends `start <ns>` and `end <ns>` (with its
-/// container ID) around a 300 ms sleep on ADD, and answers a result.
-fn slow_rig() -> (Rig, std::path::PathBuf) {
+/// container ID) around a wait at `gate` on ADD, and answers a result.
+fn slow_rig() -> (Rig, std::path::PathBuf, Gate) {
     let rig = Rig::new();
+    let gate = Gate::new(rig.dir.root());
     let times = rig.dir.scratch("times");
     let t = sh_quote(&times.to_string_lossy());
     let shell = format!(
-        "echo \"start $CNI_CONTAINERID $(date +%s%N)\" >> {t}\nsleep 0.3\necho \"end $CNI_CONTAINERID $(date +%s%N)\" >> {t}"
+        "echo \"start $CNI_CONTAINERID $(date +%s%N)\" >> {t}\n{}\necho \"end $CNI_CONTAINERID $(date +%s%N)\" >> {t}",
+        gate.shell_wait()
     );
     let result = json!({"cniVersion":"1.0.0","ips":[{"address":"10.211.0.2/24"}]}).to_string();
     rig.fake(
         "slow",
         &Fake::new(Response::ok("")).on("ADD", Response::ok(&result).with_shell(&shell)),
     );
-    (rig, times)
+    (rig, times, gate)
 }
 
 fn list() -> cni_core::NetworkConfigList {
@@ -60,14 +64,38 @@ fn intervals(times: &std::path::Path) -> Vec<(String, u128, u128)> {
 
 #[tokio::test]
 async fn concurrent_adds_on_one_attachment_do_not_overlap() {
-    let (rig, times) = slow_rig();
+    let (rig, times, gate) = slow_rig();
     let cni = rig.cni();
     let list = list();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
-    let (a, b) = tokio::join!(
-        cni.add_network_list(&list, &rt),
-        cni.add_network_list(&list, &rt)
-    );
+    let (a, b) = tokio::join!(cni.add_network_list(&list, &rt), async {
+        // The first ADD runs its plugin (held at the gate): a second one
+        // on the attachment cannot start it; it waits for the lock until
+        // its own deadline.
+        gate.wait_started(1).await;
+        let refused = cni
+            .add_network_list_with(
+                &list,
+                &rt,
+                CallOptions::with_timeout(Duration::from_secs(1)),
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(Error::CacheLocked { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(gate.started(), 1, "a plugin ran while the lock was held");
+        // One that waits long enough runs once the first is done: started
+        // (it finds the lock taken), then the first goes on.
+        let second = cni.add_network_list(&list, &rt);
+        tokio::pin!(second);
+        let early = poll_once(&mut second).await;
+        gate.release();
+        match early {
+            Poll::Ready(r) => r,
+            Poll::Pending => second.await,
+        }
+    });
     a.expect("first ADD");
     b.expect("second ADD");
     let runs = intervals(&times);
@@ -77,14 +105,19 @@ async fn concurrent_adds_on_one_attachment_do_not_overlap() {
 
 #[tokio::test]
 async fn adds_on_different_attachments_overlap() {
-    let (rig, times) = slow_rig();
+    let (rig, times, gate) = slow_rig();
     let cni = rig.cni();
     let list = list();
     let rt1 = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
     let rt2 = RuntimeConf::new("c2", "/run/netns/c2", "eth0");
-    let (a, b) = tokio::join!(
+    let (a, b, ()) = tokio::join!(
         cni.add_network_list(&list, &rt1),
-        cni.add_network_list(&list, &rt2)
+        cni.add_network_list(&list, &rt2),
+        async {
+            // Both plugins run at once, or this never returns.
+            gate.wait_started(2).await;
+            gate.release();
+        }
     );
     a.expect("ADD c1");
     b.expect("ADD c2");
@@ -97,7 +130,8 @@ async fn adds_on_different_attachments_overlap() {
 /// deadline, then fail with CacheLocked (code 11) without running a plugin.
 #[tokio::test]
 async fn lock_held_past_the_deadline_gives_cache_locked() {
-    let (rig, _times) = slow_rig();
+    let (rig, _times, gate) = slow_rig();
+    gate.release();
     let cni = rig.cni();
     let list = list();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
@@ -123,8 +157,9 @@ async fn lock_held_past_the_deadline_gives_cache_locked() {
         other => panic!("expected CacheLocked, got {other}"),
     }
     assert_eq!(err.code(), 11);
+    // Its own 300 ms, not the Cni's 10 s default.
     assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(300) + LOAD_MARGIN,
         "{waited:?}"
     );
 
@@ -152,7 +187,8 @@ async fn lock_held_past_the_deadline_gives_cache_locked() {
 
 #[tokio::test]
 async fn lock_file_is_removed_after_del_and_kept_after_add() {
-    let (rig, _times) = slow_rig();
+    let (rig, _times, gate) = slow_rig();
+    gate.release();
     let cni = rig.cni();
     let list = list();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
@@ -170,22 +206,19 @@ async fn lock_file_is_removed_after_del_and_kept_after_add() {
 #[tokio::test]
 async fn waiter_on_a_removed_lock_file_retries_on_the_new_one() {
     let rig = Rig::new();
-    let cache = rig.cni().cache().clone();
+    // Inline I/O: the first poll of a lock() tries the lock at once.
+    let cache = rig.cni().cache().clone().with_inline_io(true);
     let first = cache
         .lock("n", "c1", "eth0", Duration::from_secs(1))
         .await
         .unwrap();
-    let waiter = {
-        let cache = cache.clone();
-        tokio::spawn(async move { cache.lock("n", "c1", "eth0", Duration::from_secs(5)).await })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut waiter = Box::pin(cache.lock("n", "c1", "eth0", Duration::from_secs(30)));
     assert!(
-        !waiter.is_finished(),
+        poll_once(&mut waiter).await.is_pending(),
         "waiter got the lock while it was held"
     );
     first.release_and_remove();
-    let second = waiter.await.unwrap().expect("waiter gets the lock");
+    let second = waiter.await.expect("waiter gets the lock");
     assert!(
         second.path().exists(),
         "waiter holds a lock on a file that is gone"

@@ -178,18 +178,26 @@ async fn dropping_exec_in_async_kills_the_command() {
     let dir = tempfile::tempdir().unwrap();
     let ns = NetnsGuard::create(&unique_netns_name()).unwrap();
     let pid_file = dir.path().join("pid");
-    let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    let script = format!(
+        "echo $$ > {}.tmp; mv {0}.tmp {0}; exec sleep 1000",
+        pid_file.display()
+    );
 
+    // Dropped once the command runs (it wrote its pid).
+    let pid: u32 = tokio::select! {
+        r = ns.exec_in_async(sh(&script)) => panic!("sleep 1000 cannot have finished: {r:?}"),
+        pid = async {
+            let end = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Some(pid) = fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok()) {
+                    break pid;
+                }
+                assert!(Instant::now() < end, "the command never wrote its pid");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        } => pid,
+    };
     let started = Instant::now();
-    let timed_out =
-        tokio::time::timeout(Duration::from_millis(500), ns.exec_in_async(sh(&script))).await;
-    assert!(timed_out.is_err(), "sleep 30 cannot finish in 500ms");
-
-    let pid: u32 = fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     // Gone, or a zombie the runtime has yet to reap.
     loop {
         let stat = fs::read_to_string(format!("/proc/{pid}/stat"));

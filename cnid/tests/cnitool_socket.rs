@@ -11,10 +11,12 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use cni_async::RawExec;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::daemon::{Daemon, Dirs, get};
 use support::fake::{Fake, PluginDir, Response, result_json, version_json};
+use support::gate::{Gate, LOAD_MARGIN};
 use support::tool::{Sandbox, expected_container_id};
 
 const NET: &str = "socknet";
@@ -347,12 +349,14 @@ fn the_flag_wins_and_version_and_validate_stay_local() {
 fn cni_timeout_is_the_requests_deadline() {
     let dirs = Dirs::new();
     let plugins = PluginDir::new(dirs.root());
+    // ADD hangs at a gate never opened, until it is killed.
+    let hang = Gate::new(dirs.root());
     plugins.fake(
         "slow",
         &Fake::new(Response::ok(""))
             .on(
                 "ADD",
-                Response::ok(&result_json("1.0.0", "10.1.2.3/24")).with_shell("sleep 5"),
+                Response::ok(&result_json("1.0.0", "10.1.2.3/24")).with_shell(&hang.shell_wait()),
             )
             .on("VERSION", Response::ok(&version_json("1.0.0"))),
     );
@@ -375,15 +379,20 @@ fn cni_timeout_is_the_requests_deadline() {
                 "slow",
                 &ns,
             ],
-            &[("CNI_TIMEOUT", "0.5")],
+            &[("CNI_TIMEOUT", "2")],
         )
         .fails_json();
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        started.elapsed()
-    );
+    let elapsed = started.elapsed();
     assert_eq!(obj["code"], 11, "{obj}");
+    assert_eq!(hang.started(), 1);
+    // The request's 2 s (not the daemon's 60 s default), the kill, the
+    // rollback.
+    let timeout = Duration::from_secs(2);
+    assert!(elapsed >= timeout, "took only {elapsed:?}");
+    assert!(
+        elapsed < timeout + RawExec::DEFAULT_KILL_GRACE + LOAD_MARGIN,
+        "took {elapsed:?}"
+    );
     // The daemon rolled the ADD back: nothing attached.
     assert_eq!(attachments(&daemon), Vec::<Value>::new());
     assert_eq!(plugins.invocations_of("DEL").len(), 1);

@@ -12,6 +12,7 @@ use std::time::Duration;
 use cnid::api::AttachmentRequest;
 use serde_json::json;
 use support::daemon::{Daemon, Dirs, eventually, kill_group};
+use support::gate::Gate;
 use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips};
 
 const NET: &str = "dcrash";
@@ -54,16 +55,21 @@ async fn kill_9_during_add_then_restart_leaks_nothing() {
     let data_dir = dirs.data.join("host-local");
     let pid_file = dirs.data.join("slow.pid");
     let _orphan = Orphan(pid_file.clone());
+    // Its ADD hangs at a gate never opened (until killed).
+    let hang = Gate::new(dirs.root());
     dirs.plugin(
         "slowpoke",
         &format!(
             r#"cat > /dev/null
 case "$CNI_COMMAND" in
-ADD) echo $$ > {pid}; sleep 30; echo '{{"cniVersion":"1.0.0"}}';;
+ADD) echo $$ > {pid}
+{wait}
+echo '{{"cniVersion":"1.0.0"}}';;
 VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
 esac
 exit 0"#,
-            pid = pid_file.display()
+            pid = pid_file.display(),
+            wait = hang.shell_wait(),
         ),
     );
     dirs.conf(
@@ -86,9 +92,7 @@ exit 0"#,
     let add = tokio::spawn(async move { client.add(NET, &req).await });
 
     // The bridge plugin has run (veth, IP), the slow one is running.
-    eventually(Duration::from_secs(20), "slow plugin started", || {
-        pid_file.exists()
-    });
+    hang.wait_started_blocking(1);
     assert_eq!(host_local_ips(&data_dir, NET).len(), 1);
     let veths = bridge_ports(br);
     assert_eq!(veths.len(), 1);
@@ -130,11 +134,15 @@ exit 0"#,
     assert!(!eth0_left);
     assert!(dirs.cached().is_empty());
     let client = daemon.client().await;
-    assert!(client.operations(None).await.unwrap().is_empty());
+    // The recovery's waiter counts the outcome, then logs it: that comes a
+    // moment after the intent file is gone.
+    eventually(Duration::from_secs(30), "rollback logged", || {
+        daemon.log().contains("unfinished ADD rolled back")
+    });
     let m = client.metrics().await.unwrap();
     assert!(
         m.contains("cnid_recovered_intents_total{outcome=\"ok\"} 1"),
         "{m}"
     );
-    assert!(daemon.log().contains("unfinished ADD rolled back"));
+    assert!(client.operations(None).await.unwrap().is_empty());
 }

@@ -6,23 +6,34 @@ mod support;
 use std::time::Duration;
 
 use cni_core::stdin::GcAttachment;
+use cnid::api::OperationInfo;
 use cnid::api::{AttachmentRequest, GcRequest};
 use serde_json::json;
 use support::daemon::{Daemon, Dirs, eventually_async, recording_plugin, runs};
+use support::gate::Gate;
 
 const NET: &str = "gcn";
 const NETNS: &str = "/proc/self/ns/net";
+/// How long a test waits for a state it caused (generous: a busy machine).
+const WAIT: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_never_overlaps_add_or_del_and_later_ones_wait_for_it() {
     let dirs = Dirs::new();
     let records = dirs.data.join("records");
     std::fs::create_dir_all(&records).unwrap();
+    // Phase 1 ADDs hold at one gate, GC at another.
+    let adds = Gate::new(dirs.root());
+    let gc_gate = Gate::new(dirs.root());
     dirs.plugin(
         "rec",
         &recording_plugin(
             &records,
-            r#"case "$CNI_COMMAND" in GC) sleep 0.6;; ADD|DEL) sleep 0.2;; esac"#,
+            &format!(
+                "case \"$CNI_COMMAND:$seq\" in\nADD:1)\n{}\n;;\nGC:*)\n{}\n;;\nesac",
+                adds.shell_wait(),
+                gc_gate.shell_wait()
+            ),
         ),
     );
     dirs.conf(
@@ -36,22 +47,15 @@ async fn gc_never_overlaps_add_or_del_and_later_ones_wait_for_it() {
         r.cni_args = format!("SEQ={phase}");
         r
     };
+    let ops = || async { client.operations(None).await.unwrap() };
 
-    // Phase 1: eight ADDs in flight.
+    // Phase 1: eight ADDs running their plugins.
     let mut phase1 = Vec::new();
     for c in 0..8 {
         let (cl, r) = (client.clone(), req(c, 1));
         phase1.push(tokio::spawn(async move { cl.add(NET, &r).await }));
     }
-    eventually_async(Duration::from_secs(5), "an ADD running", || async {
-        client
-            .operations(None)
-            .await
-            .unwrap()
-            .iter()
-            .any(|o| o.verb == "ADD" && o.state == "running")
-    })
-    .await;
+    adds.wait_started(8).await;
 
     // GC arrives, with every container of the test valid.
     let valid: Vec<GcAttachment> = (0..16)
@@ -68,28 +72,57 @@ async fn gc_never_overlaps_add_or_del_and_later_ones_wait_for_it() {
         };
         tokio::spawn(async move { cl.gc(NET, &body).await })
     };
-    eventually_async(Duration::from_secs(5), "GC queued", || async {
-        client
-            .operations(None)
-            .await
-            .unwrap()
-            .iter()
-            .any(|o| o.request_id == "the-gc")
+    eventually_async(WAIT, "GC queued", || async {
+        ops().await.iter().any(|o| o.request_id == "the-gc")
     })
     .await;
 
     // Phase 2, after GC arrived: ADDs of new containers, DELs of old ones.
     let mut phase2 = Vec::new();
     for c in 8..16 {
-        let (cl, r) = (client.clone(), req(c, 2));
+        let (cl, r) = (client.with_request_id(&format!("p2-{c}")), req(c, 2));
         phase2.push(tokio::spawn(
             async move { cl.add(NET, &r).await.map(|_| ()) },
         ));
     }
     for c in 0..4 {
-        let (cl, r) = (client.clone(), req(c, 2));
+        let (cl, r) = (client.with_request_id(&format!("p2-{c}")), req(c, 2));
         phase2.push(tokio::spawn(async move { cl.del(NET, &r).await }));
     }
+    let phase2_ops = |ops: &[OperationInfo]| {
+        ops.iter()
+            .filter(|o| o.request_id.starts_with("p2-"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    eventually_async(WAIT, "phase 2 arrived", || async {
+        phase2_ops(&ops().await).len() == 12
+    })
+    .await;
+    // The running ADDs hold the network: GC waits, and so does phase 2.
+    let now = ops().await;
+    let waiting: Vec<_> = now
+        .iter()
+        .filter(|o| o.request_id == "the-gc" || o.request_id.starts_with("p2-"))
+        .collect();
+    assert_eq!(gc_gate.started(), 0, "GC ran during the ADDs: {now:?}");
+    assert_eq!(waiting.len(), 13, "{now:?}");
+
+    // The ADDs finish; GC runs (held at its gate), phase 2 still waits.
+    adds.release();
+    gc_gate.wait_started(1).await;
+    let now = ops().await;
+    assert!(
+        now.iter()
+            .all(|o| o.request_id == "the-gc" || o.request_id.starts_with("p2-")),
+        "phase 1 left over while GC runs: {now:?}"
+    );
+    assert_eq!(phase2_ops(&now).len(), 12, "{now:?}");
+    assert!(
+        phase2_ops(&now).iter().all(|o| o.state == "queued"),
+        "phase 2 started while GC runs: {now:?}"
+    );
+    gc_gate.release();
 
     for h in phase1 {
         h.await.unwrap().expect("phase 1 ADD");
@@ -132,7 +165,7 @@ async fn gc_never_overlaps_add_or_del_and_later_ones_wait_for_it() {
             waited_for += 1;
         }
     }
-    assert!(waited_for >= 1, "GC did not wait for any running ADD");
+    assert_eq!(waited_for, 8, "GC did not wait for every running ADD");
     println!(
         "gc: waited for {waited_for} running ADDs; {} operations held until it ended",
         all.iter().filter(|r| r.seq == Some(2)).count()

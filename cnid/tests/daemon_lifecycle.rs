@@ -10,10 +10,12 @@ use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cni_async::RawExec;
 use cnid::api::AttachmentRequest;
 use cnid::client::Client;
 use serde_json::json;
 use support::daemon::{CNID, Daemon, Dirs, eventually, eventually_async, recording_plugin, runs};
+use support::gate::{Gate, LOAD_MARGIN};
 
 const NET: &str = "life";
 const NETNS: &str = "/proc/self/ns/net";
@@ -30,19 +32,26 @@ fn setup(extra: &str) -> (Dirs, std::path::PathBuf) {
     (dirs, records)
 }
 
-async fn wait_op(client: &Client, cid: &str, verb: &str, state: &str) {
-    eventually_async(
-        Duration::from_secs(5),
-        &format!("{verb} of {cid} {state}"),
-        || async {
-            client
-                .operations(Some(cid))
-                .await
-                .unwrap()
-                .iter()
-                .any(|o| o.verb == verb && o.state == state)
-        },
+/// How long a test waits for a state it caused (generous: a busy machine).
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Shell lines: ADD of a container in `cids` waits at `gate`.
+fn add_gated(gate: &Gate, cids: &str) -> String {
+    format!(
+        "if [ \"$CNI_COMMAND\" = ADD ]; then case \"$CNI_CONTAINERID\" in {cids})\n{}\n;; esac; fi",
+        gate.shell_wait()
     )
+}
+
+async fn wait_op(client: &Client, cid: &str, verb: &str, state: &str) {
+    eventually_async(WAIT, &format!("{verb} of {cid} {state}"), || async {
+        client
+            .operations(Some(cid))
+            .await
+            .unwrap()
+            .iter()
+            .any(|o| o.verb == verb && o.state == state)
+    })
     .await;
 }
 
@@ -52,7 +61,9 @@ fn body(cid: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_the_running_add_refuses_queued_and_removes_the_socket() {
-    let (dirs, records) = setup(r#"[ "$CNI_COMMAND" = ADD ] && sleep 1.5"#);
+    let tmp = tempfile::tempdir().unwrap();
+    let gate = Gate::new(tmp.path());
+    let (dirs, records) = setup(&add_gated(&gate, "*"));
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     let req = AttachmentRequest::new("t1", NETNS, "eth0");
@@ -60,7 +71,7 @@ async fn sigterm_finishes_the_running_add_refuses_queued_and_removes_the_socket(
         let (c, r) = (client.clone(), req.clone());
         tokio::spawn(async move { c.add(NET, &r).await })
     };
-    wait_op(&client, "t1", "ADD", "running").await;
+    gate.wait_started(1).await;
     let check = {
         let (c, r) = (client.clone(), req.clone());
         tokio::spawn(async move { c.check(NET, &r).await })
@@ -72,12 +83,14 @@ async fn sigterm_finishes_the_running_add_refuses_queued_and_removes_the_socket(
     let e = check.await.unwrap().expect_err("CHECK refused");
     assert_eq!(e.status(), Some(503));
     assert_eq!(e.error_object("1.0.0").code, 11);
-    // ...no new connection is accepted while the ADD still runs...
-    eventually(Duration::from_secs(2), "socket closed", || {
+    // ...no new connection is accepted while the ADD still runs (held at
+    // the gate)...
+    eventually(WAIT, "socket closed", || {
         UnixStream::connect(&dirs.socket).is_err()
     });
     assert!(!add.is_finished(), "the ADD should still be running");
     // ...and the ADD completes.
+    gate.release();
     let result = add.await.unwrap().expect("ADD completed during shutdown");
     assert_eq!(result["cniVersion"], "1.0.0");
     let status = daemon
@@ -94,7 +107,13 @@ async fn sigterm_finishes_the_running_add_refuses_queued_and_removes_the_socket(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_cancels_its_queued_request_but_not_a_running_one() {
-    let (dirs, records) = setup(r#"[ "$CNI_COMMAND" = ADD ] && sleep 1"#);
+    let tmp = tempfile::tempdir().unwrap();
+    let (d1_gate, d2_gate) = (Gate::new(tmp.path()), Gate::new(tmp.path()));
+    let (dirs, records) = setup(&format!(
+        "{}\n{}",
+        add_gated(&d1_gate, "d1"),
+        add_gated(&d2_gate, "d2")
+    ));
     let daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     let add = {
@@ -104,7 +123,7 @@ async fn a_client_that_goes_away_cancels_its_queued_request_but_not_a_running_on
                 .await
         })
     };
-    wait_op(&client, "d1", "ADD", "running").await;
+    d1_gate.wait_started(1).await;
     // A DEL queued behind it, from a client that then hangs up.
     let b = body("d1");
     let mut s = UnixStream::connect(&dirs.socket).unwrap();
@@ -116,7 +135,7 @@ async fn a_client_that_goes_away_cancels_its_queued_request_but_not_a_running_on
     .unwrap();
     wait_op(&client, "d1", "DEL", "queued").await;
     drop(s);
-    eventually_async(Duration::from_secs(2), "DEL cancelled", || async {
+    eventually_async(WAIT, "DEL cancelled", || async {
         !client
             .operations(Some("d1"))
             .await
@@ -125,8 +144,14 @@ async fn a_client_that_goes_away_cancels_its_queued_request_but_not_a_running_on
             .any(|o| o.verb == "DEL")
     })
     .await;
+    d1_gate.release();
     add.await.unwrap().expect("ADD");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A CHECK queued now runs after anything that arrived before it: had
+    // the DEL stayed, it would have run (and detached d1) first.
+    client
+        .check(NET, &AttachmentRequest::new("d1", NETNS, "eth0"))
+        .await
+        .expect("CHECK after the cancelled DEL");
     assert!(
         !runs(&records).iter().any(|r| r.command == "DEL"),
         "the cancelled DEL ran"
@@ -142,21 +167,26 @@ async fn a_client_that_goes_away_cancels_its_queued_request_but_not_a_running_on
         b.len()
     )
     .unwrap();
-    wait_op(&client, "d2", "ADD", "running").await;
+    d2_gate.wait_started(1).await;
     drop(s);
-    eventually(Duration::from_secs(5), "ADD of d2 cached", || {
+    d2_gate.release();
+    eventually(WAIT, "ADD of d2 cached", || {
         dirs.cached().contains(&"life-d2-eth0".to_owned())
     });
-    eventually(Duration::from_secs(2), "no intent left", || {
-        dirs.intents().is_empty()
-    });
+    eventually(WAIT, "no intent left", || dirs.intents().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlines_while_queued_and_while_running() {
-    let (dirs, records) = setup(
-        r#"if [ "$CNI_COMMAND" = ADD ]; then case "$CNI_CONTAINERID" in slow*) sleep 5;; *) sleep 1;; esac; fi"#,
-    );
+    // q1's ADD holds at a gate until the test releases it; slow1's ADD
+    // hangs (at a gate never released) until it is killed.
+    let tmp = tempfile::tempdir().unwrap();
+    let (q1_gate, hang) = (Gate::new(tmp.path()), Gate::new(tmp.path()));
+    let (dirs, records) = setup(&format!(
+        "{}\n{}",
+        add_gated(&q1_gate, "q1"),
+        add_gated(&hang, "slow*")
+    ));
     let daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     let add = {
@@ -166,30 +196,42 @@ async fn deadlines_while_queued_and_while_running() {
                 .await
         })
     };
-    wait_op(&client, "q1", "ADD", "running").await;
-    // Queued behind it with a 200 ms deadline: 504, and it never runs.
+    q1_gate.wait_started(1).await;
+    // Queued behind it with a 200 ms deadline: 504 at its deadline (the
+    // ADD ahead of it never ends on its own), and it never runs.
     let mut check = AttachmentRequest::new("q1", NETNS, "eth0");
     check.timeout_ms = Some(200);
     let t = Instant::now();
     let e = client.check(NET, &check).await.expect_err("deadline");
+    let elapsed = t.elapsed();
+    assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
     assert!(
-        t.elapsed() < Duration::from_millis(900),
-        "{:?}",
-        t.elapsed()
+        elapsed < Duration::from_millis(200) + LOAD_MARGIN,
+        "{elapsed:?}"
     );
     assert_eq!(e.status(), Some(504));
     assert_eq!(e.error_object("").code, 11);
+    q1_gate.release();
     add.await.unwrap().expect("ADD");
     assert!(!runs(&records).iter().any(|r| r.command == "CHECK"));
 
     // A plugin past the deadline: killed, the ADD rolled back, 504.
+    let deadline = Duration::from_secs(1);
     let mut slow = AttachmentRequest::new("slow1", NETNS, "eth0");
-    slow.timeout_ms = Some(300);
+    slow.timeout_ms = Some(u64::try_from(deadline.as_millis()).unwrap());
     let t = Instant::now();
     let e = client.add(NET, &slow).await.expect_err("timeout");
+    let elapsed = t.elapsed();
     assert_eq!(e.status(), Some(504), "{e}");
     assert_eq!(e.error_object("").code, 11);
-    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert_eq!(hang.started(), 1);
+    // The deadline, the kill (within the grace), the rollback; not the
+    // plugin's forever.
+    assert!(elapsed >= deadline, "{elapsed:?}");
+    assert!(
+        elapsed < deadline + RawExec::DEFAULT_KILL_GRACE + LOAD_MARGIN,
+        "{elapsed:?}"
+    );
     assert!(
         runs(&records)
             .iter()

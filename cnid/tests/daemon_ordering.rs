@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 use cnid::api::AttachmentRequest;
 use cnid::client::{Client, ClientError};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, Run, raise_nofile, recording_plugin, runs};
+use support::daemon::{Daemon, Dirs, Run, eventually_async, raise_nofile, recording_plugin, runs};
+use support::gate::Gate;
 
 const NET: &str = "ord";
 const NETNS: &str = "/proc/self/ns/net";
+/// How long a test waits for a state it caused (generous: a busy machine).
+const WAIT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verb {
@@ -100,14 +103,6 @@ async fn thousand_requests_fifo_per_container_parallel_across_containers() {
     let dirs = Dirs::new();
     let records = dirs.data.join("records");
     std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin("rec", &recording_plugin(&records, ""));
-    dirs.conf(
-        "10-ord.conflist",
-        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "rec"}]}),
-    );
-    let daemon = Daemon::start(&dirs, &["--max-parallel", "64"]);
-    let client = daemon.client().await;
-
     let seed = 0x005e_ed0f_c41d_u64;
     let mut rng = Rng(seed);
     let plans: Vec<Vec<Verb>> = (0..CONTAINERS)
@@ -121,9 +116,35 @@ async fn thousand_requests_fifo_per_container_parallel_across_containers() {
                 .collect()
         })
         .collect();
+    // The first plugin runs of containers 0 and 1 wait for each other at a
+    // gate: parallelism across containers is then a certainty, not luck.
+    let gate = Gate::new(dirs.root());
+    let first = |c: usize| simulate(&plans[c]).1[0];
+    dirs.plugin(
+        "rec",
+        &recording_plugin(
+            &records,
+            &format!(
+                "case \"$CNI_CONTAINERID:$seq\" in ord-0:{}|ord-1:{})\n{}\n;; esac",
+                first(0),
+                first(1),
+                gate.shell_wait()
+            ),
+        ),
+    );
+    dirs.conf(
+        "10-ord.conflist",
+        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "rec"}]}),
+    );
+    let daemon = Daemon::start(&dirs, &["--max-parallel", "64"]);
+    let client = daemon.client().await;
 
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
+    let opener = async {
+        gate.wait_started(2).await;
+        gate.release();
+    };
     for (c, plan) in plans.iter().cloned().enumerate() {
         let client = client.clone();
         tasks.spawn(async move {
@@ -158,10 +179,13 @@ async fn thousand_requests_fifo_per_container_parallel_across_containers() {
         });
     }
     let mut answered: HashMap<usize, Vec<Got>> = HashMap::new();
-    while let Some(r) = tasks.join_next().await {
-        let (c, outcomes) = r.expect("container task");
-        answered.insert(c, outcomes);
-    }
+    let collect = async {
+        while let Some(r) = tasks.join_next().await {
+            let (c, outcomes) = r.expect("container task");
+            answered.insert(c, outcomes);
+        }
+    };
+    tokio::join!(opener, collect);
     let elapsed = started.elapsed();
 
     let all = runs(&records);
@@ -235,10 +259,17 @@ async fn identical_queued_dels_share_one_execution() {
     let dirs = Dirs::new();
     let records = dirs.data.join("records");
     std::fs::create_dir_all(&records).unwrap();
-    // CHECK is slow, so that the DELs queue behind it.
+    // CHECK holds at a gate, so that the DELs queue behind it.
+    let gate = Gate::new(dirs.root());
     dirs.plugin(
         "rec",
-        &recording_plugin(&records, r#"[ "$CNI_COMMAND" = CHECK ] && sleep 1"#),
+        &recording_plugin(
+            &records,
+            &format!(
+                "if [ \"$CNI_COMMAND\" = CHECK ]; then\n{}\nfi",
+                gate.shell_wait()
+            ),
+        ),
     );
     dirs.conf(
         "10-ord.conflist",
@@ -252,35 +283,36 @@ async fn identical_queued_dels_share_one_execution() {
         let (c, r) = (client.clone(), req.clone());
         tokio::spawn(async move { c.check(NET, &r).await })
     };
-    support::daemon::eventually_async(Duration::from_secs(5), "CHECK running", || async {
-        client
-            .operations(Some("co-1"))
-            .await
-            .unwrap()
-            .iter()
-            .any(|o| o.verb == "CHECK" && o.state == "running")
-    })
-    .await;
+    gate.wait_started(1).await;
     let mut dels = Vec::new();
     for i in 0..4 {
         let (c, r) = (client.with_request_id(&format!("del-{i}")), req.clone());
         dels.push(tokio::spawn(async move { c.del_raw(NET, &r).await }));
-        // In order: each one after the previous is queued.
-        support::daemon::eventually_async(Duration::from_secs(5), "DEL queued", || async {
+        // In order: the next one only once this one waits, i.e. the queued
+        // DEL (the first one's) has i + 1 waiters.
+        let want = u32::try_from(i + 1).unwrap();
+        eventually_async(WAIT, &format!("DEL {i} queued"), || async {
             client
                 .operations(Some("co-1"))
                 .await
                 .unwrap()
                 .iter()
-                .any(|o| o.verb == "DEL")
+                .any(|o| o.verb == "DEL" && o.request_id == "del-0" && o.waiters == want)
         })
         .await;
     }
-    // One queued DEL with four waiters.
+    // One queued DEL with four waiters, behind the CHECK still running.
     let ops = client.operations(Some("co-1")).await.unwrap();
     let del_ops: Vec<_> = ops.iter().filter(|o| o.verb == "DEL").collect();
     assert_eq!(del_ops.len(), 1, "{ops:?}");
-    assert_eq!(del_ops[0].waiters, 4);
+    assert_eq!(del_ops[0].waiters, 4, "{ops:?}");
+    assert_eq!(del_ops[0].state, "queued", "{ops:?}");
+    assert!(
+        ops.iter()
+            .any(|o| o.verb == "CHECK" && o.state == "running"),
+        "{ops:?}"
+    );
+    gate.release();
     check.await.unwrap().expect("CHECK");
     let mut coalesced = 0;
     for d in dels {

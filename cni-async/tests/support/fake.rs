@@ -390,6 +390,19 @@ pub async fn wait_gone(pids: &[u32], within: Duration) -> Vec<u32> {
     }
 }
 
+/// Waits until group `pgid` has no live process; returns the ones still
+/// there after `within`.
+pub async fn wait_group_gone(pgid: u32, within: Duration) -> Vec<u32> {
+    let end = Instant::now() + within;
+    loop {
+        let left = live_in_group(pgid);
+        if left.is_empty() || Instant::now() >= end {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// SIGKILLs the group `pgid` (test cleanup on failure); never our own group.
 pub fn kill_group(pgid: u32) {
     let ours = nix::unistd::getpgrp().as_raw();

@@ -443,7 +443,7 @@ pub fn kill_group(pgid: i32) {
 /// `COMMAND CONTAINER IFNAME SEQ START_NS END_NS` into its own file under
 /// `records` (no locks, no shared file), `SEQ` from `CNI_ARGS`
 /// (`SEQ=n`). ADD prints a 1.0.0 result. `extra` runs between start and
-/// end (a `sleep`, say).
+/// end (a gate's `shell_wait()`, say).
 pub fn recording_plugin(records: &Path, extra: &str) -> String {
     format!(
         r#"s=$(date +%s%N)

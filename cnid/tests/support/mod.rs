@@ -1,10 +1,14 @@
 //! Helpers shared by the integration tests: the cnid daemon as a real
 //! process ([`daemon`]), fake plugins
-//! ([`fake`]), running the built binary in a sandbox ([`tool`]) and real
-//! network namespaces, bridges and subnets ([`netns`]).
+//! ([`fake`]), gates that order a test's events ([`gate`]), running the
+//! built binary in a sandbox ([`tool`]) and real network namespaces,
+//! bridges and subnets ([`netns`]).
 #![allow(dead_code, unreachable_pub)]
 
 pub mod daemon;
 pub mod fake;
+/// One implementation for both crates' tests.
+#[path = "../../../cni-async/tests/support/gate.rs"]
+pub mod gate;
 pub mod netns;
 pub mod tool;
