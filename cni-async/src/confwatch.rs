@@ -328,42 +328,27 @@ impl NetworkSet {
     }
 
     /// Reloads whenever the conf dir changes, until the future is dropped
-    /// (see the [module docs](self)). Reloads once right after its watches
-    /// are in place, so a change made since the last reload is not missed.
-    /// Returns only when inotify fails (the error says why).
+    /// (see the [module docs](self)): [`NetworkSet::watcher`] then
+    /// [`ConfWatcher::run`]. Returns only when inotify fails (the error says
+    /// why).
     pub async fn watch(self: &Arc<Self>) -> io::Error {
-        let mut watches = match DirWatches::new() {
-            Ok(w) => w,
-            Err(e) => return e,
-        };
-        let mut armed = self.arm(&mut watches);
-        self.reload().await;
-        loop {
-            let waited = if armed {
-                watches.wait().await
-            } else {
-                // The conf dir (or its parent) is missing: wait for it on
-                // the parent's watch, and retry arming anyway.
-                tokio::select! {
-                    r = watches.wait() => r,
-                    () = tokio::time::sleep(REARM_RETRY) => Ok(()),
-                }
-            };
-            if let Err(e) = waited {
-                return e;
-            }
-            tokio::time::sleep(DEBOUNCE).await;
-            watches.drain();
-            let was = armed;
-            armed = self.arm(&mut watches);
-            // Nothing of ours changed while the dir stays missing.
-            if !was && !armed {
-                continue;
-            }
-            self.reload().await;
-            // Subdirs created since (plugin files of a network).
-            armed = self.arm(&mut watches);
+        match self.watcher() {
+            Ok(w) => w.run().await,
+            Err(e) => e,
         }
+    }
+
+    /// Sets up the watches now (inotify, the conf dir, its parent and
+    /// subdirs), so that changes from here on are seen; [`ConfWatcher::run`]
+    /// then reloads on them. Needs a tokio runtime with I/O enabled.
+    pub fn watcher(self: &Arc<Self>) -> io::Result<ConfWatcher> {
+        let mut watches = DirWatches::new()?;
+        let armed = self.arm(&mut watches);
+        Ok(ConfWatcher {
+            set: self.clone(),
+            watches,
+            armed,
+        })
     }
 
     /// Adds the missing watches (parent, conf dir, its subdirs); returns
@@ -464,5 +449,49 @@ impl NetworkSet {
                 unusable.join("; ")
             ),
         })
+    }
+}
+
+/// The watches of a [`NetworkSet`]'s conf dir ([`NetworkSet::watcher`]).
+#[derive(Debug)]
+pub struct ConfWatcher {
+    set: Arc<NetworkSet>,
+    watches: DirWatches,
+    armed: bool,
+}
+
+impl ConfWatcher {
+    /// Reloads once (a change since the last reload is not missed), then on
+    /// every change, until the future is dropped. Returns only when inotify
+    /// fails (the error says why).
+    pub async fn run(mut self) -> io::Error {
+        let set = self.set.clone();
+        set.reload().await;
+        loop {
+            let waited = if self.armed {
+                self.watches.wait().await
+            } else {
+                // The conf dir (or its parent) is missing: wait for it on
+                // the parent's watch, and retry arming anyway.
+                tokio::select! {
+                    r = self.watches.wait() => r,
+                    () = tokio::time::sleep(REARM_RETRY) => Ok(()),
+                }
+            };
+            if let Err(e) = waited {
+                return e;
+            }
+            tokio::time::sleep(DEBOUNCE).await;
+            self.watches.drain();
+            let was = self.armed;
+            self.armed = set.arm(&mut self.watches);
+            // Nothing of ours changed while the dir stays missing.
+            if !was && !self.armed {
+                continue;
+            }
+            set.reload().await;
+            // Subdirs created since (plugin files of a network).
+            self.armed = set.arm(&mut self.watches);
+        }
     }
 }

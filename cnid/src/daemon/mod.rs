@@ -286,7 +286,8 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         Ok(n) => tracing::warn!(count = n, "rolling back ADDs that never completed"),
         Err(e) => tracing::error!(error = %e, "cannot scan the ADD intents"),
     }
-    tracker.spawn(networks::watch(networks, config.watch, stop.clone()));
+    let watch = networks::Watch::start(networks, config.watch);
+    tracker.spawn(watch.run(stop.clone()));
     let settings = Arc::new(server::HttpSettings {
         peers: config.peers.clone(),
         body_limit: config.body_limit,

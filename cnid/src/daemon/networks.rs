@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::UNIX_EPOCH;
 
-use cni_async::confwatch::{ConfSnapshot, LoadedNetwork, NetworkSet};
+use cni_async::confwatch::{ConfSnapshot, ConfWatcher, LoadedNetwork, NetworkSet};
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
@@ -116,45 +116,79 @@ pub(crate) fn info(n: &Loaded, with_config: bool) -> NetworkInfo {
     NetworkInfo::new(&n.list, &n.path, &n.shadowed, with_config)
 }
 
-/// Reloads on SIGHUP and (with `inotify`) on conf dir changes until `stop`
-/// is cancelled.
-pub(crate) async fn watch(networks: Arc<Networks>, inotify: bool, stop: CancellationToken) {
-    let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot handle SIGHUP; reload on SIGHUP disabled");
-            None
-        }
-    };
-    let set = networks.set.clone();
-    // The watcher reloads inside the library: follow its snapshots for the
-    // gauges.
-    let mut reloaded = set.subscribe();
-    let mut watching = inotify;
-    loop {
-        let changed = async {
-            if watching {
-                set.watch().await
-            } else {
-                std::future::pending().await
+/// The reloading of a conf dir: on SIGHUP and (with inotify) on changes.
+/// Set up by [`Watch::start`] before the daemon says it is ready, so that
+/// every change from then on is seen; [`Watch::run`] does the reloading.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    networks: Arc<Networks>,
+    watcher: Option<ConfWatcher>,
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Watch {
+    pub(crate) fn start(networks: Arc<Networks>, inotify: bool) -> Watch {
+        let hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot handle SIGHUP; reload on SIGHUP disabled");
+                None
             }
         };
-        let sighup = async {
-            match hup.as_mut() {
-                Some(h) => h.recv().await,
+        let watcher = if inotify {
+            match networks.set.watcher() {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start inotify; reload only on SIGHUP");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Watch {
+            networks,
+            watcher,
+            hup,
+        }
+    }
+
+    /// Reloads until `stop` is cancelled.
+    pub(crate) async fn run(self, stop: CancellationToken) {
+        let Watch {
+            networks,
+            watcher,
+            mut hup,
+        } = self;
+        // The watcher reloads inside the library: follow its snapshots for
+        // the gauges.
+        let mut reloaded = networks.set.subscribe();
+        let changes = async {
+            match watcher {
+                Some(w) => w.run().await,
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
-            () = stop.cancelled() => return,
-            Ok(()) = reloaded.changed() => networks.count(),
-            _ = sighup => {
-                tracing::info!("SIGHUP: reloading the conf dir");
-                networks.reload().await;
-            }
-            e = changed => {
-                tracing::error!(error = %e, "inotify failed; reload only on SIGHUP from now on");
-                watching = false;
+        tokio::pin!(changes);
+        let mut watching = true;
+        loop {
+            let sighup = async {
+                match hup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = stop.cancelled() => return,
+                Ok(()) = reloaded.changed() => networks.count(),
+                _ = sighup => {
+                    tracing::info!("SIGHUP: reloading the conf dir");
+                    networks.reload().await;
+                }
+                e = &mut changes, if watching => {
+                    tracing::error!(error = %e, "inotify failed; reload only on SIGHUP from now on");
+                    watching = false;
+                }
             }
         }
     }
