@@ -129,6 +129,134 @@ impl AttachmentRequest {
     }
 }
 
+/// One network of a sandbox request ([`SandboxRequest`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxNetwork {
+    /// The network name (one of cnid's networks).
+    pub name: String,
+    /// The interface name; absent: the next of `eth0`, `eth1`, ... that no
+    /// other network of the request names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifname: Option<String>,
+    /// `CNI_ARGS` for this network only (`K=V;K=V`), after the sandbox's
+    /// (a key set in both takes this value).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cni_args: String,
+    /// Capability arguments for this network only, over the sandbox's (a
+    /// capability set in both takes this value): static `ips`, `mac`, ...
+    #[serde(default, skip_serializing_if = "CapabilityArgs::is_empty")]
+    pub capability_args: CapabilityArgs,
+}
+
+impl SandboxNetwork {
+    /// The network `name` with a generated interface name and no options.
+    pub fn new(name: impl Into<String>) -> Self {
+        SandboxNetwork {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+}
+
+/// The body of `POST /v1/sandboxes/add|del|check|status`: one container on
+/// several networks in one call (go-cni's `Setup`, `Remove`, `Check`,
+/// `Status`).
+///
+/// ```
+/// use cnid::api::SandboxRequest;
+///
+/// let req: SandboxRequest = serde_json::from_str(
+///     r#"{"containerId":"pod1","netns":"/run/netns/pod1",
+///        "networks":[{"name":"pods"},{"name":"storage","ifname":"net1"}]}"#,
+/// ).unwrap();
+/// assert_eq!(req.networks.len(), 2);
+/// assert!(!req.loopback);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxRequest {
+    /// `CNI_CONTAINERID`.
+    pub container_id: String,
+    /// `CNI_NETNS`: an absolute path; required for add and check, may be
+    /// empty for del.
+    #[serde(default)]
+    pub netns: String,
+    /// The networks, in setup order; empty: the default network (the first
+    /// of the conf dir) as `eth0`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<SandboxNetwork>,
+    /// Set up the loopback interface `lo` first (network `cni-loopback`,
+    /// the `loopback` plugin), as go-cni's `WithLoNetwork`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub loopback: bool,
+    /// `CNI_ARGS` of every network (`K=V;K=V`), e.g. the pod's labels.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cni_args: String,
+    /// Capability arguments of every network (each plugin gets those it
+    /// declares).
+    #[serde(default, skip_serializing_if = "CapabilityArgs::is_empty")]
+    pub capability_args: CapabilityArgs,
+    /// The deadline of the whole request in milliseconds, queueing included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// An address of an interface in a [`SandboxResult`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxIp {
+    /// The address with its prefix length.
+    pub address: String,
+    /// The gateway the plugin reported for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+}
+
+/// One interface in a [`SandboxResult`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxInterface {
+    /// Its addresses.
+    #[serde(default)]
+    pub ips: Vec<SandboxIp>,
+    /// Its hardware address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// The netns it is in; absent for host-side interfaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
+}
+
+/// One network's own result in a [`SandboxResult`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxNetworkResult {
+    /// The network name.
+    pub network: String,
+    /// Its interface name.
+    pub ifname: String,
+    /// The CNI result of its chain, in the network's version.
+    pub result: Value,
+}
+
+/// The merged result of `POST /v1/sandboxes/add` (go-cni's `Result`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxResult {
+    /// Every interface the results name, by name: the sandbox's (`lo`,
+    /// `eth0`, ...) and host-side ones (bridges, veth peers).
+    pub interfaces: std::collections::BTreeMap<String, SandboxInterface>,
+    /// The routes of all results, in network order.
+    #[serde(default)]
+    pub routes: Vec<Value>,
+    /// The non-empty DNS settings of the results, in network order.
+    #[serde(default)]
+    pub dns: Vec<Value>,
+    /// Each network's result, in setup order.
+    pub networks: Vec<SandboxNetworkResult>,
+}
+
 /// The optional body of STATUS (`POST /v1/networks/{network}/status`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

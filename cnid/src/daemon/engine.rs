@@ -6,8 +6,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cni_async::multi::{MultiResult, NetworkResult};
 use cni_async::{CallOptions, Cni, GcFailure};
 use cni_core::error::code as cni_code;
+use cni_core::result::CniResult;
 use cni_core::stdin::GcAttachment;
 use cni_core::{Command, NetworkConfigList, RuntimeConf, Version};
 use hyper::StatusCode;
@@ -18,8 +20,10 @@ use super::error::ApiError;
 use super::intents::{Found, Intent, Intents};
 use super::metrics::Metrics;
 use super::networks::Networks;
-use super::queue::{NewOp, Op, Outcome, Reply, Scheduler, Start, Waiter, Work};
-use crate::api::{GcFailed, GcResponse};
+use super::queue::{NewOp, Op, Outcome, Reply, SandboxNet, Scheduler, Start, Waiter, Work};
+use crate::api::{
+    GcFailed, GcResponse, SandboxInterface, SandboxIp, SandboxNetworkResult, SandboxResult,
+};
 
 /// Per-verb default deadlines and the cap on what a request may ask for.
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +71,65 @@ fn reply(status: StatusCode, body: Option<Vec<u8>>) -> Reply {
     }
 }
 
+/// The wire form of a sandbox's merged result.
+fn sandbox_result(m: &MultiResult) -> SandboxResult {
+    let values: Vec<serde_json::Value> = m.networks.iter().map(|n| n.result.to_value()).collect();
+    SandboxResult {
+        interfaces: m
+            .interfaces
+            .iter()
+            .map(|(name, i)| {
+                (
+                    name.clone(),
+                    SandboxInterface {
+                        ips: i
+                            .ip_configs
+                            .iter()
+                            .map(|ip| SandboxIp {
+                                address: ip.address.to_string(),
+                                gateway: ip.gateway.map(|g| g.to_string()),
+                            })
+                            .collect(),
+                        mac: i.mac.clone(),
+                        sandbox: i.sandbox.clone(),
+                    },
+                )
+            })
+            .collect(),
+        routes: values
+            .iter()
+            .filter_map(|v| v.get("routes").and_then(|r| r.as_array()))
+            .flatten()
+            .cloned()
+            .collect(),
+        dns: values
+            .iter()
+            .filter_map(|v| v.get("dns"))
+            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()))
+            .cloned()
+            .collect(),
+        networks: m
+            .networks
+            .iter()
+            .zip(&values)
+            .map(|(n, v)| SandboxNetworkResult {
+                network: n.network.clone(),
+                ifname: n.ifname.clone(),
+                result: v.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Names the network of a sandbox step in its error.
+fn in_sandbox(mut e: ApiError, n: &SandboxNet, verb: Command) -> ApiError {
+    e.error.msg = format!(
+        "network {:?} (ifname {}) {verb}: {}",
+        n.name, n.rt.ifname, e.error.msg
+    );
+    e
+}
+
 impl Engine {
     /// Queues an operation and starts what must run it.
     pub(crate) fn submit(self: &Arc<Self>, new: NewOp) -> Result<Waiter, ApiError> {
@@ -97,7 +160,7 @@ impl Engine {
     /// container waiting for its turn.
     async fn drive(self: Arc<Self>, container_id: String) {
         while let Some((op, ticket)) = self.sched.next_for(&container_id) {
-            if let Some(claim) = self.sched.acquire(&op, Some(ticket)).await {
+            if let Some(claim) = self.sched.acquire(&op, ticket).await {
                 let outcome = Box::pin(self.run(&op)).await;
                 self.sched.complete(&op, claim, outcome);
             }
@@ -136,6 +199,10 @@ impl Engine {
                         .map(|()| reply(StatusCode::NO_CONTENT, None))
                         .map_err(|e| ApiError::from_cni(&e, list.version())),
                     Work::Gc { list, valid } => self.gc(&list, &valid, opts).await,
+                    Work::Sandbox { verb, networks, .. } => {
+                        let deadline = Instant::now() + opts.timeout.unwrap_or_default();
+                        self.sandbox(verb, &networks, deadline).await
+                    }
                 }
             },
             span.clone(),
@@ -150,6 +217,20 @@ impl Engine {
     }
 
     async fn add(&self, list: &NetworkConfigList, rt: &RuntimeConf, opts: CallOptions) -> Outcome {
+        self.add_result(list, rt, opts).await.map(|result| {
+            let body = serde_json::to_vec(&result.to_value()).unwrap_or_default();
+            reply(StatusCode::OK, Some(body))
+        })
+    }
+
+    /// ADD with its intent: recorded before the first plugin runs, removed
+    /// once the result is cached or the chain rolled back.
+    async fn add_result(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+        opts: CallOptions,
+    ) -> Result<CniResult, ApiError> {
         let (net, version) = (list.name(), list.version());
         let (cid, ifname) = (rt.container_id.as_str(), rt.ifname.as_str());
         match self.cni.cache().read(net, cid, ifname).await {
@@ -185,10 +266,7 @@ impl Engine {
         }
         match self.cni.add_network_list_with(list, rt, opts).await {
             Ok(result) => match self.intents.remove(net, cid, ifname).await {
-                Ok(_) => {
-                    let body = serde_json::to_vec(&result.to_value()).unwrap_or_default();
-                    Ok(reply(StatusCode::OK, Some(body)))
-                }
+                Ok(_) => Ok(result),
                 Err(e) => {
                     // A restart would DEL an attachment the caller believes
                     // made: undo it now and say so.
@@ -225,6 +303,143 @@ impl Engine {
                 Err(ApiError::from_cni(&e, version))
             }
         }
+    }
+
+    /// A sandbox's ADD, DEL or CHECK: its networks one after the other
+    /// (DEL last to first), each step under its network's shared gate, all
+    /// within the request's one deadline.
+    ///
+    /// - ADD: each network's ADD as the per-network endpoint does it
+    ///   (intent, rollback of a partial chain); when one fails, the networks
+    ///   already set up are deleted again, last to first, each with a fresh
+    ///   DEL deadline, and the error names the network. Success answers the
+    ///   merged result.
+    /// - DEL: goes on past failures; every failure is named in the error.
+    /// - CHECK: goes on past failures; every failure is named.
+    async fn sandbox(&self, verb: Command, nets: &[SandboxNet], deadline: Instant) -> Outcome {
+        let left = |rollback| CallOptions {
+            timeout: Some(
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            ),
+            rollback,
+        };
+        match verb {
+            Command::Add => {
+                let mut done: Vec<(&SandboxNet, CniResult)> = Vec::with_capacity(nets.len());
+                for n in nets {
+                    let outcome = match &n.list {
+                        Some(list) => {
+                            let _gate = self.sched.shared_gate(&n.name).await;
+                            self.add_result(list, &n.rt, left(true)).await
+                        }
+                        None => Err(ApiError::unknown_network(&n.name)),
+                    };
+                    match outcome {
+                        Ok(result) => done.push((n, result)),
+                        Err(e) => {
+                            let e = in_sandbox(e, n, Command::Add);
+                            return Err(self.undo_sandbox(e, &done).await);
+                        }
+                    }
+                }
+                let results = done
+                    .into_iter()
+                    .map(|(n, result)| NetworkResult {
+                        network: n.name.clone(),
+                        ifname: n.rt.ifname.clone(),
+                        result,
+                    })
+                    .collect();
+                let merged = sandbox_result(&MultiResult::from_results(results));
+                let body = serde_json::to_vec(&merged).unwrap_or_default();
+                Ok(reply(StatusCode::OK, Some(body)))
+            }
+            Command::Del | Command::Check => {
+                let mut errors: Vec<ApiError> = Vec::new();
+                let order: Vec<&SandboxNet> = if verb == Command::Del {
+                    nets.iter().rev().collect()
+                } else {
+                    nets.iter().collect()
+                };
+                for n in order {
+                    let _gate = self.sched.shared_gate(&n.name).await;
+                    let outcome = if verb == Command::Del {
+                        self.del(&n.name, n.list.as_deref(), &n.rt, left(false))
+                            .await
+                    } else {
+                        match &n.list {
+                            Some(list) => self
+                                .cni
+                                .check_network_list_with(list, &n.rt, left(false))
+                                .await
+                                .map(|()| reply(StatusCode::NO_CONTENT, None))
+                                .map_err(|e| ApiError::from_cni(&e, list.version())),
+                            None => Err(ApiError::unknown_network(&n.name)),
+                        }
+                    };
+                    if let Err(e) = outcome {
+                        errors.push(in_sandbox(e, n, verb));
+                    }
+                }
+                match errors.len() {
+                    0 => Ok(reply(StatusCode::NO_CONTENT, None)),
+                    1 => Err(errors.remove(0)),
+                    _ => {
+                        let first = errors.remove(0);
+                        let rest: Vec<String> =
+                            errors.iter().map(|e| e.error.msg.clone()).collect();
+                        Err(ApiError {
+                            status: first.status,
+                            error: cni_core::ErrorObject {
+                                msg: format!("{}; and {}", first.error.msg, rest.join("; ")),
+                                ..first.error
+                            },
+                        })
+                    }
+                }
+            }
+            other => Err(ApiError::internal(format!("no sandbox operation {other}"))),
+        }
+    }
+
+    /// Deletes the networks of a sandbox ADD that were set up before `error`,
+    /// last to first, each with a fresh DEL deadline; the error says whether
+    /// that worked.
+    async fn undo_sandbox(&self, error: ApiError, done: &[(&SandboxNet, CniResult)]) -> ApiError {
+        let mut failed = Vec::new();
+        for (n, _) in done.iter().rev() {
+            let _gate = self.sched.shared_gate(&n.name).await;
+            let opts = CallOptions {
+                timeout: Some(self.deadlines.defaults.for_command(Command::Del)),
+                rollback: false,
+            };
+            if let Err(e) = self.del(&n.name, n.list.as_deref(), &n.rt, opts).await {
+                failed.push(format!("{} ({}): {}", n.name, n.rt.ifname, e.error.msg));
+            }
+        }
+        if done.is_empty() {
+            return error;
+        }
+        let undone: Vec<String> = done.iter().map(|(n, _)| n.name.clone()).collect();
+        let note = if failed.is_empty() {
+            format!(
+                "the networks set up before it were deleted again: {}",
+                undone.join(", ")
+            )
+        } else {
+            format!(
+                "deleting the networks set up before it failed too: {}; DEL the sandbox again",
+                failed.join("; ")
+            )
+        };
+        let details = if error.error.details.is_empty() {
+            note
+        } else {
+            format!("{}; {note}", error.error.details)
+        };
+        error.with_details(details)
     }
 
     async fn del(

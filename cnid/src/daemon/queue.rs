@@ -82,6 +82,23 @@ pub(crate) enum Work {
         list: Arc<cni_core::NetworkConfigList>,
         valid: Vec<cni_core::stdin::GcAttachment>,
     },
+    /// ADD, DEL or CHECK of a sandbox's networks, in one slot of its
+    /// container's queue; each network's step takes that network's gate.
+    Sandbox {
+        verb: Command,
+        container_id: String,
+        networks: Vec<SandboxNet>,
+    },
+}
+
+/// One network of a sandbox operation.
+#[derive(Debug, Clone)]
+pub(crate) struct SandboxNet {
+    pub(crate) name: String,
+    /// The configuration; `None` when the network is not loaded (DEL then
+    /// uses the cached one, or the ADD intent's).
+    pub(crate) list: Option<Arc<cni_core::NetworkConfigList>>,
+    pub(crate) rt: RuntimeConf,
 }
 
 impl Work {
@@ -92,6 +109,24 @@ impl Work {
             Work::Check { .. } => Command::Check,
             Work::Status { .. } => Command::Status,
             Work::Gc { .. } => Command::Gc,
+            Work::Sandbox { verb, .. } => *verb,
+        }
+    }
+
+    /// The container's queue and the interface(s) an operation is about.
+    fn attachment(&self) -> Option<(String, String)> {
+        match self {
+            Work::Sandbox {
+                container_id,
+                networks,
+                ..
+            } => {
+                let ifnames: Vec<&str> = networks.iter().map(|n| n.rt.ifname.as_str()).collect();
+                Some((container_id.clone(), ifnames.join(",")))
+            }
+            other => other
+                .runtime_conf()
+                .map(|rt| (rt.container_id.clone(), rt.ifname.clone())),
         }
     }
 
@@ -128,8 +163,12 @@ pub(crate) struct Op {
     pub(crate) network: String,
     /// The network's version (for error objects).
     pub(crate) version: Version,
-    /// (container ID, ifname) of attachment operations.
+    /// (container ID, ifname) of attachment operations (ifnames joined by
+    /// `,` for a sandbox's).
     pub(crate) attachment: Option<(String, String)>,
+    /// A sandbox operation: no gate when it leaves the queue (each step
+    /// takes its network's).
+    sandbox: bool,
     /// For DEL: what makes two DELs identical.
     del_key: Option<RuntimeConf>,
     pub(crate) arrived: Instant,
@@ -285,9 +324,8 @@ impl Scheduler {
         }
         let verb = new.work.verb();
         let rt = new.work.runtime_conf().cloned();
-        let attachment = rt
-            .as_ref()
-            .map(|rt| (rt.container_id.clone(), rt.ifname.clone()));
+        let attachment = new.work.attachment();
+        let sandbox = matches!(new.work, Work::Sandbox { .. });
         // Coalesce a DEL with an identical DEL at the tail of its queue.
         if let (Command::Del, Some(rt)) = (verb, rt.as_ref())
             && let Some(tail) = st
@@ -315,6 +353,7 @@ impl Scheduler {
             network: new.network,
             version: new.version,
             attachment,
+            sandbox,
             del_key: if verb == Command::Del { rt } else { None },
             arrived: Instant::now(),
             work: Mutex::new(Some(new.work)),
@@ -353,8 +392,12 @@ impl Scheduler {
     }
 
     /// The next operation of a container's queue with its (shared) gate
-    /// ticket; `None` when the queue is empty (the driver then ends).
-    pub(crate) fn next_for(self: &Arc<Self>, container_id: &str) -> Option<(Arc<Op>, GateTicket)> {
+    /// ticket (none for a sandbox operation, whose steps take theirs);
+    /// `None` when the queue is empty (the driver then ends).
+    pub(crate) fn next_for(
+        self: &Arc<Self>,
+        container_id: &str,
+    ) -> Option<(Arc<Op>, Option<GateTicket>)> {
         let mut st = self.state();
         loop {
             let q = st.containers.get_mut(container_id)?;
@@ -365,10 +408,24 @@ impl Scheduler {
             if lock(&op.state).phase != Phase::Queued {
                 continue;
             }
+            if op.sandbox {
+                return Some((op, None));
+            }
             let network = op.network.clone();
             let ticket = self.gate_request_locked(&mut st, &network, GateKind::Shared);
-            return Some((op, ticket));
+            return Some((op, Some(ticket)));
         }
+    }
+
+    /// Waits for `network`'s gate, shared (a sandbox operation's step): after
+    /// a GC that arrived earlier, alongside other attachment operations.
+    pub(crate) async fn shared_gate(self: &Arc<Self>, network: &str) -> GateTicket {
+        let mut ticket = {
+            let mut st = self.state();
+            self.gate_request_locked(&mut st, network, GateKind::Shared)
+        };
+        ticket.granted().await;
+        ticket
     }
 
     fn gate_request_locked(
