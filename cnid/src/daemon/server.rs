@@ -34,7 +34,10 @@ use super::error::ApiError;
 use super::networks;
 use super::queue::{NewOp, Work};
 use crate::api::{self, HealthResponse, OperationsResponse};
-use crate::decode::{DecodedRequest, decode_container_filter, decode_network_name, decode_request};
+use crate::decode::{
+    DecodedRequest, decode_attachments_query, decode_container_filter, decode_network_name,
+    decode_request,
+};
 
 /// hyper's read buffer cap: the largest request head (bodies stream
 /// through it).
@@ -568,10 +571,15 @@ async fn route(
         }
         ["attachments"] => {
             want(Method::GET)?;
-            let cid = decode_container_filter(query.as_deref())?;
+            let q = decode_attachments_query(query.as_deref())?;
+            let page = cni_async::cache::ListPage {
+                after: q.after,
+                limit: q.limit,
+                max_bytes: api::ATTACHMENTS_PAGE_BYTES,
+            };
             Ok(to_json(
                 StatusCode::OK,
-                &engine.attachments(cid.as_deref()).await?,
+                &engine.attachments(q.container_id.as_deref(), page).await?,
             ))
         }
         ["operations"] => {
