@@ -7,8 +7,9 @@
 //!
 //! Connections are kept alive and reused (one request at a time each, as
 //! HTTP/1.1 has it); idle ones are dropped after 20 s, before the daemon's
-//! 60 s idle limit, so a request is never sent on a connection the daemon
-//! is closing.
+//! default 60 s idle limit. One the daemon closed before a request went
+//! out on it (at its connection cap, say) is replaced by a new connection
+//! for that request.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cnid::client::ClientError> {
@@ -224,17 +225,18 @@ impl Client {
         }
     }
 
-    async fn sender(&self) -> Result<SendRequest<Full<Bytes>>, ClientError> {
+    /// A connection to send on, and whether it was kept from before.
+    async fn sender(&self) -> Result<(SendRequest<Full<Bytes>>, bool), ClientError> {
         loop {
             let pooled = lock(&self.inner.idle).pop();
             match pooled {
                 Some((mut s, since)) if since.elapsed() < IDLE_KEEP && !s.is_closed() => {
                     if s.ready().await.is_ok() {
-                        return Ok(s);
+                        return Ok((s, true));
                     }
                 }
                 Some(_) => {}
-                None => return self.open().await,
+                None => return Ok((self.open().await?, false)),
             }
         }
     }
@@ -256,7 +258,7 @@ impl Client {
         path_and_query: &str,
         body: Option<Bytes>,
     ) -> Result<RawResponse, ClientError> {
-        let mut sender = self.sender().await?;
+        let (mut sender, pooled) = self.sender().await?;
         let mut builder = Request::builder()
             .method(method)
             .uri(path_and_query)
@@ -273,7 +275,19 @@ impl Client {
                 what: path_and_query.to_owned(),
                 reason: format!("cannot build the request: {e}"),
             })?;
-        let resp = sender.send_request(req).await.map_err(|e| self.http(e))?;
+        let resp = match sender.try_send_request(req).await {
+            Ok(resp) => resp,
+            // The daemon closed the kept connection before the request
+            // went out (its idle timeout, or room made at its connection
+            // cap): nothing was sent, so send it on a new connection.
+            Err(mut e) => match e.take_message() {
+                Some(req) if pooled => {
+                    sender = self.open().await?;
+                    sender.send_request(req).await.map_err(|e| self.http(e))?
+                }
+                _ => return Err(self.http(e.into_error())),
+            },
+        };
         let status = resp.status().as_u16();
         let header_text = |name: &str| {
             resp.headers()
