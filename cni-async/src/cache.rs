@@ -328,10 +328,49 @@ impl ResultCache {
         let results = self.results_dir();
         let filter = container_id.map(str::to_owned);
         blocking(self.inline, move || {
-            list_records(&results, filter.as_deref())
+            list_records(&results, filter.as_deref(), &ListPage::ALL).map(|(recs, _)| recs)
         })
         .await
     }
+
+    /// One page of [`ResultCache::list`]: the records whose file names sort
+    /// after `page.after`, at most `page.limit` of them, and no more once
+    /// their files add up to `page.max_bytes` (the first one always comes,
+    /// whatever its size). Only the records of a page are read, so memory
+    /// is bounded by the page, not by the cache. The second value is the
+    /// file name to continue after, when names are left.
+    pub async fn list_page(
+        &self,
+        container_id: Option<&str>,
+        page: ListPage,
+    ) -> Result<(Vec<CacheRecord>, Option<String>), Error> {
+        let results = self.results_dir();
+        let filter = container_id.map(str::to_owned);
+        blocking(self.inline, move || {
+            list_records(&results, filter.as_deref(), &page)
+        })
+        .await
+    }
+}
+
+/// Which part of the cache [`ResultCache::list_page`] reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    /// Only file names sorting after this one (byte-wise).
+    pub after: Option<String>,
+    /// Records at most.
+    pub limit: usize,
+    /// Bytes of record files at most (the first record comes regardless).
+    pub max_bytes: u64,
+}
+
+impl ListPage {
+    /// Everything.
+    pub const ALL: ListPage = ListPage {
+        after: None,
+        limit: usize::MAX,
+        max_bytes: u64::MAX,
+    };
 }
 
 /// One try at an attachment's lock: `None` when someone holds it.
@@ -554,27 +593,43 @@ fn read_entry(
     )
 }
 
-fn list_records(results: &Path, container_id: Option<&str>) -> Result<Vec<CacheRecord>, Error> {
+fn list_records(
+    results: &Path,
+    container_id: Option<&str>,
+    page: &ListPage,
+) -> Result<(Vec<CacheRecord>, Option<String>), Error> {
     let entries = match std::fs::read_dir(results) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
         Err(e) => return Err(io_err(results, "read directory", e)),
     };
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| !n.starts_with('.'))
+        .filter(|n| page.after.as_deref().is_none_or(|a| n.as_str() > a))
+        .filter(|n| {
+            // Cheap pre-filter, as libcni does; the record's field decides.
+            container_id.is_none_or(|cid| n.contains(&format!("-{cid}-")))
+        })
         .collect();
     names.sort();
     let mut out = Vec::new();
-    for name in names {
-        if let Some(cid) = container_id {
-            // Cheap pre-filter, as libcni does; the record's field decides.
-            if !name.contains(&format!("-{cid}-")) {
-                continue;
-            }
+    let mut page_bytes = 0u64;
+    let mut last: Option<&str> = None;
+    for name in &names {
+        if out.len() >= page.limit {
+            return Ok((out, last.map(str::to_owned)));
         }
-        let path = results.join(&name);
+        let path = results.join(name);
+        if page.max_bytes < u64::MAX {
+            let size = std::fs::symlink_metadata(&path).map_or(0, |m| m.len());
+            if !out.is_empty() && page_bytes.saturating_add(size) > page.max_bytes {
+                return Ok((out, last.map(str::to_owned)));
+            }
+            page_bytes = page_bytes.saturating_add(size);
+        }
+        last = Some(name);
         let bytes = match read_nofollow(&path) {
             Ok(b) => b,
             Err(e) => {
@@ -607,7 +662,7 @@ fn list_records(results: &Path, container_id: Option<&str>) -> Result<Vec<CacheR
             }
         }
     }
-    Ok(out)
+    Ok((out, None))
 }
 
 /// An attachment's lock; released when dropped.

@@ -420,11 +420,28 @@ pub struct AttachmentInfo {
     pub result: Option<Value>,
 }
 
-/// `GET /v1/attachments`.
+/// The page size of `GET /v1/attachments` without `limit`.
+pub const ATTACHMENTS_PAGE_DEFAULT: usize = 100;
+/// The largest `limit` of `GET /v1/attachments`.
+pub const ATTACHMENTS_PAGE_MAX: usize = 1000;
+/// A page of `GET /v1/attachments` ends once its cache records add up to
+/// this many bytes (a page always has at least one attachment, whatever its
+/// size).
+pub const ATTACHMENTS_PAGE_BYTES: u64 = 1024 * 1024;
+
+/// `GET /v1/attachments`: one page.
+///
+/// Pages follow the cache file names (`<network>-<containerID>-<ifname>`)
+/// in byte order. When `next` is present, more may follow: ask again with
+/// `after=<next>`. An attachment that exists throughout the paging is
+/// listed exactly once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttachmentsResponse {
     /// The cached attachments, sorted by cache file name.
     pub attachments: Vec<AttachmentInfo>,
+    /// Where the next page starts (`after=<next>`); absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// One queued or running operation (`GET /v1/operations`).

@@ -7,8 +7,9 @@
 //!
 //! Connections are kept alive and reused (one request at a time each, as
 //! HTTP/1.1 has it); idle ones are dropped after 20 s, before the daemon's
-//! 60 s idle limit, so a request is never sent on a connection the daemon
-//! is closing.
+//! default 60 s idle limit. One the daemon closed before a request went
+//! out on it (at its connection cap, say) is replaced by a new connection
+//! for that request.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cnid::client::ClientError> {
@@ -224,17 +225,18 @@ impl Client {
         }
     }
 
-    async fn sender(&self) -> Result<SendRequest<Full<Bytes>>, ClientError> {
+    /// A connection to send on, and whether it was kept from before.
+    async fn sender(&self) -> Result<(SendRequest<Full<Bytes>>, bool), ClientError> {
         loop {
             let pooled = lock(&self.inner.idle).pop();
             match pooled {
                 Some((mut s, since)) if since.elapsed() < IDLE_KEEP && !s.is_closed() => {
                     if s.ready().await.is_ok() {
-                        return Ok(s);
+                        return Ok((s, true));
                     }
                 }
                 Some(_) => {}
-                None => return self.open().await,
+                None => return Ok((self.open().await?, false)),
             }
         }
     }
@@ -256,7 +258,7 @@ impl Client {
         path_and_query: &str,
         body: Option<Bytes>,
     ) -> Result<RawResponse, ClientError> {
-        let mut sender = self.sender().await?;
+        let (mut sender, pooled) = self.sender().await?;
         let mut builder = Request::builder()
             .method(method)
             .uri(path_and_query)
@@ -273,7 +275,19 @@ impl Client {
                 what: path_and_query.to_owned(),
                 reason: format!("cannot build the request: {e}"),
             })?;
-        let resp = sender.send_request(req).await.map_err(|e| self.http(e))?;
+        let resp = match sender.try_send_request(req).await {
+            Ok(resp) => resp,
+            // The daemon closed the kept connection before the request
+            // went out (its idle timeout, or room made at its connection
+            // cap): nothing was sent, so send it on a new connection.
+            Err(mut e) => match e.take_message() {
+                Some(req) if pooled => {
+                    sender = self.open().await?;
+                    sender.send_request(req).await.map_err(|e| self.http(e))?
+                }
+                _ => return Err(self.http(e.into_error())),
+            },
+        };
         let status = resp.status().as_u16();
         let header_text = |name: &str| {
             resp.headers()
@@ -446,15 +460,75 @@ impl Client {
         }
     }
 
-    /// `GET /v1/attachments`: cached attachments, all or one container's.
+    /// `GET /v1/attachments`: every cached attachment, all or one
+    /// container's, fetched page by page ([`Client::attachments_page`]).
+    /// An attachment that exists throughout is listed exactly once; one
+    /// added or removed meanwhile may or may not be.
     pub async fn attachments(
         &self,
         container_id: Option<&str>,
     ) -> Result<Vec<AttachmentInfo>, ClientError> {
-        let r: AttachmentsResponse = self
-            .get(&Self::filtered("attachments", container_id))
-            .await?;
-        Ok(r.attachments)
+        // The first request has no paging parameters, so that a daemon
+        // from before paging (which refuses them and answers everything at
+        // once) is understood too; a daemon that pages says so with `next`.
+        let mut page = self.attachments_page(container_id, None, None).await?;
+        let mut all = std::mem::take(&mut page.attachments);
+        while let Some(next) = page.next.take() {
+            page = self
+                .attachments_page(container_id, Some(&next), Some(api::ATTACHMENTS_PAGE_MAX))
+                .await?;
+            if page.next.as_deref().is_some_and(|n| n <= next.as_str()) {
+                return Err(ClientError::Decode {
+                    what: "GET /v1/attachments".into(),
+                    reason: format!("the page after {next:?} did not move forward"),
+                });
+            }
+            all.append(&mut page.attachments);
+        }
+        Ok(all)
+    }
+
+    /// One page of `GET /v1/attachments`: at most `limit` attachments
+    /// (the daemon's default without one) whose cache file names sort
+    /// after `after` (the `next` of the previous page).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: cnid::client::Client) -> Result<(), cnid::client::ClientError> {
+    /// let mut after = None;
+    /// loop {
+    ///     let page = client.attachments_page(None, after.as_deref(), Some(500)).await?;
+    ///     for a in &page.attachments {
+    ///         println!("{} {} {}", a.network, a.container_id, a.ifname);
+    ///     }
+    ///     match page.next {
+    ///         Some(next) => after = Some(next),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn attachments_page(
+        &self,
+        container_id: Option<&str>,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<AttachmentsResponse, ClientError> {
+        let mut query = Vec::new();
+        if let Some(c) = container_id {
+            query.push(format!("containerId={}", encode(c)));
+        }
+        if let Some(l) = limit {
+            query.push(format!("limit={l}"));
+        }
+        if let Some(a) = after {
+            query.push(format!("after={}", encode(a)));
+        }
+        let mut path = format!("{}/attachments", api::PREFIX);
+        if !query.is_empty() {
+            path.push('?');
+            path.push_str(&query.join("&"));
+        }
+        self.get(&path).await
     }
 
     /// `GET /v1/operations`: queued and running operations.

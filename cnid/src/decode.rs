@@ -32,7 +32,10 @@ use cni_core::stdin::GcAttachment;
 use cni_core::{Command, ErrorObject, RuntimeConf, Version, validate};
 use serde::de::DeserializeOwned;
 
-use crate::api::{AttachmentRequest, GcRequest, StatusRequest, code};
+use crate::api::{
+    ATTACHMENTS_PAGE_DEFAULT, ATTACHMENTS_PAGE_MAX, AttachmentRequest, GcRequest, StatusRequest,
+    code,
+};
 
 /// The longest `<network>-<containerID>-<ifname>` accepted: the cache's
 /// temp file for it, `.<that>.tmp-<pid>-<nanos>`, must fit in a file name
@@ -165,24 +168,84 @@ pub fn decode_network_name(segment: &str) -> Result<String, RequestError> {
 /// `GET /v1/operations` (the only parameter any endpoint takes): `None`
 /// without one; the last one wins when repeated. `+` is a space.
 pub fn decode_container_filter(query: Option<&str>) -> Result<Option<String>, RequestError> {
-    let mut cid = None;
+    Ok(decode_query(query, &["containerId"])?.container_id)
+}
+
+/// The query of `GET /v1/attachments`: `containerId`, `limit` (1 to
+/// [`ATTACHMENTS_PAGE_MAX`], default [`ATTACHMENTS_PAGE_DEFAULT`]) and
+/// `after` (the `next` of the previous page).
+///
+/// ```
+/// use cnid::decode::decode_attachments_query;
+///
+/// let q = decode_attachments_query(Some("limit=10&after=net-c1-eth0")).unwrap();
+/// assert_eq!((q.limit, q.after.as_deref()), (10, Some("net-c1-eth0")));
+/// assert_eq!(decode_attachments_query(None).unwrap().limit, 100);
+/// assert!(decode_attachments_query(Some("limit=0")).is_err());
+/// ```
+pub fn decode_attachments_query(query: Option<&str>) -> Result<AttachmentsQuery, RequestError> {
+    decode_query(query, &["containerId", "limit", "after"])
+}
+
+/// A decoded [`decode_attachments_query`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttachmentsQuery {
+    /// Only this container's attachments.
+    pub container_id: Option<String>,
+    /// The page size.
+    pub limit: usize,
+    /// Start after this cache file name.
+    pub after: Option<String>,
+}
+
+/// The longest `after` accepted (a file name).
+const AFTER_MAX: usize = 255;
+
+fn decode_query(query: Option<&str>, known: &[&str]) -> Result<AttachmentsQuery, RequestError> {
+    let bad = |msg: String| RequestError::bad_request(cni_code::INVALID_ENVIRONMENT_VARIABLES, msg);
+    let mut q = AttachmentsQuery {
+        container_id: None,
+        limit: ATTACHMENTS_PAGE_DEFAULT,
+        after: None,
+    };
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if !known.contains(&k) {
+            return Err(bad(format!(
+                "unknown query parameter {k:?} (known: {})",
+                known.join(", ")
+            )));
+        }
+        let v = percent_decode(&v.replace('+', " "))?;
         match k {
             "containerId" => {
-                let v = percent_decode(&v.replace('+', " "))?;
                 validate::container_id(&v).map_err(|e| RequestError::core(&e))?;
-                cid = Some(v);
+                q.container_id = Some(v);
             }
-            other => {
-                return Err(RequestError::bad_request(
-                    cni_code::INVALID_ENVIRONMENT_VARIABLES,
-                    format!("unknown query parameter {other:?} (known: containerId)"),
-                ));
+            "limit" => {
+                q.limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=ATTACHMENTS_PAGE_MAX).contains(n))
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "invalid limit {v:?}: a number from 1 to {ATTACHMENTS_PAGE_MAX}"
+                        ))
+                    })?;
+            }
+            _ => {
+                // Only ever compared with file names, never used in a path.
+                if v.is_empty() || v.len() > AFTER_MAX || v.contains(['/', '\0']) {
+                    return Err(bad(format!(
+                        "invalid after {v:?}: the next of a previous page (a cache file name)"
+                    )));
+                }
+                q.after = Some(v);
             }
         }
     }
-    Ok(cid)
+    Ok(q)
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, RequestError> {

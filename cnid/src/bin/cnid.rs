@@ -72,9 +72,21 @@ struct Cli {
     /// How long shutdown waits for running operations.
     #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
     shutdown_timeout: Duration,
-    /// Request body cap in bytes (suffixes K and M: 1024-based).
-    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_size)]
+    /// Request body cap in bytes (suffixes K and M: 1024-based; at most 64M).
+    #[arg(long, value_name = "BYTES", default_value = "512K", value_parser = parse_size)]
     body_limit: usize,
+    /// How long a client has to send a request's head, and then as long
+    /// for its body; a connection past it is closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    request_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    idle_timeout: Duration,
+    /// Open connections at most (lowered to half the open-file limit); at
+    /// the cap a new connection replaces the one that waited longest
+    /// without a request in progress, or gets 503 if all are busy.
+    #[arg(long, value_name = "N", default_value_t = daemon::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
     /// Do not watch the conf dir with inotify (reload on SIGHUP only).
     #[arg(long)]
     no_watch: bool,
@@ -167,6 +179,16 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
     if cli.max_parallel == 0 {
         bail!("--max-parallel must be at least 1");
     }
+    if cli.max_connections == 0 {
+        bail!("--max-connections must be at least 1");
+    }
+    if cli.body_limit > daemon::MAX_BODY_LIMIT {
+        bail!(
+            "--body-limit {} is over the maximum {} (64M)",
+            cli.body_limit,
+            daemon::MAX_BODY_LIMIT
+        );
+    }
     let config = Config {
         socket: cli
             .socket
@@ -199,6 +221,9 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
         },
         max_timeout: cli.max_timeout,
         body_limit: cli.body_limit,
+        request_timeout: cli.request_timeout,
+        idle_timeout: cli.idle_timeout,
+        max_connections: cli.max_connections,
         shutdown_timeout: cli.shutdown_timeout,
         watch: !cli.no_watch,
         systemd,

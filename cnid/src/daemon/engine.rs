@@ -678,17 +678,19 @@ impl Engine {
         Ok(n)
     }
 
-    /// `GET /v1/attachments`.
+    /// `GET /v1/attachments`: one page.
     pub(crate) async fn attachments(
         &self,
         container_id: Option<&str>,
+        page: cni_async::cache::ListPage,
     ) -> Result<crate::api::AttachmentsResponse, ApiError> {
-        let recs = self
+        let (recs, next) = self
             .cni
-            .cached_attachments(container_id)
+            .cached_attachments_page(container_id, page)
             .await
             .map_err(|e| ApiError::from_cni(&e, Version::CURRENT))?;
         Ok(crate::api::AttachmentsResponse {
+            next,
             attachments: recs
                 .into_iter()
                 .map(|r| crate::api::AttachmentInfo {

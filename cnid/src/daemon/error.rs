@@ -122,6 +122,16 @@ impl ApiError {
         )
     }
 
+    pub(crate) fn too_many_connections(cap: usize) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            cni_code::TRY_AGAIN_LATER,
+            format!(
+                "too many connections: all {cap} (--max-connections) have an operation in progress; retry"
+            ),
+        )
+    }
+
     pub(crate) fn queued_too_long(waited_ms: u128) -> Self {
         ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,

@@ -12,6 +12,9 @@
 //! | `cnid_operations_queued` | gauge | |
 //! | `cnid_connections` | gauge | |
 //! | `cnid_connections_refused_total` | counter | (peer not allowed) |
+//! | `cnid_connections_timed_out_total` | counter | (request not complete within `--request-timeout`) |
+//! | `cnid_connections_replaced_total` | counter | (closed at the cap to make room) |
+//! | `cnid_connections_rejected_total` | counter | (over the cap, all busy: 503) |
 //! | `cnid_http_responses_total` | counter | `status` |
 //! | `cnid_networks` / `cnid_config_errors` | gauge | |
 //! | `cnid_config_reloads_total` | counter | |
@@ -119,6 +122,9 @@ pub(crate) struct Metrics {
     pub(crate) queued: AtomicI64,
     pub(crate) connections: AtomicI64,
     pub(crate) refused: AtomicU64,
+    pub(crate) conn_timed_out: AtomicU64,
+    pub(crate) conn_replaced: AtomicU64,
+    pub(crate) conn_rejected: AtomicU64,
     pub(crate) networks: AtomicI64,
     pub(crate) config_errors: AtomicI64,
     pub(crate) reloads: AtomicU64,
@@ -300,6 +306,24 @@ impl Metrics {
                 "Connections from peers whose uid/gid is not allowed.",
                 "counter",
                 counter(&self.refused),
+            ),
+            (
+                "cnid_connections_timed_out_total",
+                "Connections closed because their request was not complete within the request timeout.",
+                "counter",
+                counter(&self.conn_timed_out),
+            ),
+            (
+                "cnid_connections_replaced_total",
+                "Connections closed at the connection cap to make room for a new one.",
+                "counter",
+                counter(&self.conn_replaced),
+            ),
+            (
+                "cnid_connections_rejected_total",
+                "Connections answered 503 at the connection cap (every one busy).",
+                "counter",
+                counter(&self.conn_rejected),
             ),
             (
                 "cnid_networks",

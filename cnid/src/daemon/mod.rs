@@ -6,6 +6,8 @@
 //! graceful drain. The parts:
 //!
 //! - `server`: connections, peer credential checks, routing, validation;
+//!   `conns`: the connection cap, request and idle deadlines, the body
+//!   budget, rate-limited warnings;
 //! - `queue`: per-container FIFO, GC gates, parallelism limit, coalescing;
 //! - `engine`: what each verb does around `cni-async`;
 //! - `intents`: durable ADD intents (crash safety); `orphans`: plugins a
@@ -18,7 +20,10 @@
 //! # Caveats
 //! - **Shutdown** (SIGTERM, SIGINT): the socket stops accepting, queued
 //!   operations are answered 503 (nothing of them ran), running ones finish
-//!   (an ADD completes or rolls back), then the socket file is removed
+//!   (an ADD completes or rolls back) and their answers are written;
+//!   connections with no operation in progress (idle, or still sending a
+//!   request) are closed at once and never hold the shutdown. Then the
+//!   socket file is removed
 //!   (unless systemd owns it). If they take longer than
 //!   [`Config::shutdown_timeout`] (or a second signal arrives) the daemon
 //!   exits anyway; an ADD cut off that way is rolled back at the next start
@@ -53,6 +58,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 mod auth;
+mod conns;
 mod engine;
 mod error;
 mod intents;
@@ -72,8 +78,23 @@ pub const DEFAULT_SOCKET: &str = "/run/cnid/cnid.sock";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cnid";
 /// The default conf dir.
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
-/// The default request body cap: 1 MiB.
-pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+/// The default request body cap: 512 KiB. The largest real requests are an
+/// ADD whose capability args carry a pod's annotations (Kubernetes caps
+/// them at 256 KiB, JSON escaping can double that) and a GC listing every
+/// attachment of a node (about 100 bytes each).
+pub const DEFAULT_BODY_LIMIT: usize = 512 * 1024;
+/// The largest `--body-limit` accepted.
+pub const MAX_BODY_LIMIT: usize = 64 * 1024 * 1024;
+/// Request bodies buffered at once over all connections (beyond their
+/// first 8 KiB each): at least this, and at least twice the body cap.
+pub const BODY_BUDGET: usize = 8 * 1024 * 1024;
+/// The default deadline for receiving a request (head, then body).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default keep-alive idle timeout.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default cap on open connections (kept below half the open-file
+/// limit).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// The default number of operations running plugins at once.
 pub const DEFAULT_MAX_PARALLEL: usize = 64;
 
@@ -102,8 +123,14 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// The largest deadline a request may ask for.
     pub max_timeout: Duration,
-    /// The request body cap in bytes.
+    /// The request body cap in bytes (at most [`MAX_BODY_LIMIT`]).
     pub body_limit: usize,
+    /// How long a client has to send a request's head, and then its body.
+    pub request_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// Open connections at most (lowered to half the open-file limit).
+    pub max_connections: usize,
     /// How long shutdown waits for running operations.
     pub shutdown_timeout: Duration,
     /// Watch the conf dir with inotify (SIGHUP always reloads).
@@ -131,6 +158,9 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             max_timeout: Duration::from_secs(300),
             body_limit: DEFAULT_BODY_LIMIT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             shutdown_timeout: Duration::from_secs(90),
             watch: true,
             systemd: SystemdEnv::default(),
@@ -192,15 +222,19 @@ fn lock_state_dir(dir: &std::path::Path) -> Result<File, Error> {
 }
 
 /// Raises the soft open-file limit to the hard one: every connection and
-/// every running plugin's pipes take descriptors.
-fn raise_nofile() {
+/// every running plugin's pipes take descriptors. Returns the limit in
+/// force.
+fn raise_nofile() -> Option<u64> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
-        && soft < hard
-        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
-    {
-        tracing::debug!(error = %e, "cannot raise RLIMIT_NOFILE");
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft < hard {
+        if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            tracing::debug!(error = %e, "cannot raise RLIMIT_NOFILE");
+            return Some(soft);
+        }
+        return Some(hard);
     }
+    Some(soft)
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. Returns `Ok(true)` after a
@@ -213,7 +247,8 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         path: config.state_dir.clone(),
         reason: e.to_string(),
     })?;
-    raise_nofile();
+    let nofile = raise_nofile();
+    conns::tune_allocator();
     let mut term = signal(SignalKind::terminate()).map_err(Error::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(Error::Signals)?;
 
@@ -288,10 +323,33 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     }
     let watch = networks::Watch::start(networks, config.watch);
     tracker.spawn(watch.run(stop.clone()));
+    let max_connections = conns::effective_cap(config.max_connections, nofile);
+    if max_connections < config.max_connections {
+        tracing::info!(
+            max_connections,
+            configured = config.max_connections,
+            nofile = nofile.unwrap_or(0),
+            "connection cap lowered to half the open-file limit"
+        );
+    }
+    let body_limit = config.body_limit.clamp(1, MAX_BODY_LIMIT);
     let settings = Arc::new(server::HttpSettings {
         peers: config.peers.clone(),
-        body_limit: config.body_limit,
+        body_limit,
+        body_budget: Arc::new(tokio::sync::Semaphore::new(BODY_BUDGET.max(2 * body_limit))),
+        limits: conns::Limits {
+            request_timeout: config.request_timeout,
+            idle_timeout: config.idle_timeout,
+        },
+        conns: Arc::new(conns::Conns::new(max_connections)),
+        gates: conns::Gates::new(),
+        trim: Arc::new(conns::HeapTrim::default()),
     });
+    tracker.spawn(conns::trim_heap(
+        settings.trim.clone(),
+        settings.conns.clone(),
+        stop.clone(),
+    ));
     let server = tracker.spawn(server::serve(
         listener,
         engine.clone(),

@@ -762,7 +762,7 @@ mod tests {
 
         let (op1, t1) = s.next_for("c1").unwrap();
         assert_eq!(op1.network, "n");
-        let claim = s.acquire(&op1, Some(t1)).await.unwrap();
+        let claim = s.acquire(&op1, t1).await.unwrap();
         s.complete(
             &op1,
             claim,

@@ -12,45 +12,60 @@ use std::time::{Duration, Instant};
 
 use cni_core::error::code as cni_code;
 use cni_core::{Command, RuntimeConf, Version};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::auth::PeerPolicy;
+use super::conns::{
+    Admit, Conns, Gates, HeapTrim, Limits, MMAP_THRESHOLD, Phase, Slot, raw_answer,
+};
 use super::engine::Engine;
 use super::error::ApiError;
 use super::networks;
 use super::queue::{NewOp, Work};
 use crate::api::{self, HealthResponse, OperationsResponse};
-use crate::decode::{DecodedRequest, decode_container_filter, decode_network_name, decode_request};
+use crate::decode::{
+    DecodedRequest, decode_attachments_query, decode_container_filter, decode_network_name,
+    decode_request,
+};
 
-/// Idle keep-alive connections (and slow request heads) are closed after this.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(60);
-/// The same for peers that are refused: they get their 403 and go.
-const REFUSED_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-/// hyper's read buffer cap (bodies stream through it).
+/// hyper's read buffer cap: the largest request head (bodies stream
+/// through it).
 const MAX_BUF: usize = 16 * 1024;
+/// The first bytes of each request body are not charged to the shared
+/// body budget (small requests never wait for it).
+const BODY_FREE: usize = 8 * 1024;
+/// The first allocation for a body (it doubles from there).
+const BODY_FIRST: usize = 1024;
+/// Accept errors (EMFILE, ENFILE, ENOBUFS) back off from this, doubling...
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// ...up to this.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// HTTP settings.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct HttpSettings {
     pub(crate) peers: PeerPolicy,
+    /// The request body cap (413 beyond).
     pub(crate) body_limit: usize,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Peer {
-    uid: u32,
-    gid: u32,
-    allowed: bool,
+    /// Bytes of request bodies buffered at once, over all connections
+    /// (beyond [`BODY_FREE`] each); a body that does not fit waits, within
+    /// its request deadline.
+    pub(crate) body_budget: Arc<Semaphore>,
+    pub(crate) limits: Limits,
+    pub(crate) conns: Arc<Conns>,
+    pub(crate) gates: Gates,
+    pub(crate) trim: Arc<HeapTrim>,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -63,6 +78,7 @@ pub(crate) async fn serve(
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => break,
@@ -70,90 +86,269 @@ pub(crate) async fn serve(
         };
         match accepted {
             Ok((stream, _)) => {
-                let (engine, settings, stop) = (engine.clone(), settings.clone(), stop.clone());
-                tracker.spawn(connection(stream, engine, settings, stop));
+                backoff = ACCEPT_BACKOFF_MIN;
+                if let Some(victim) = accept(stream, &engine, &settings, &stop, &tracker) {
+                    // Accept no more until the connection replaced has let
+                    // its descriptor go: at the cap, a flood must not run
+                    // the process out of descriptors.
+                    tokio::select! {
+                        () = victim.closed() => {}
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep(ACCEPT_BACKOFF_MAX) => {}
+                    }
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                tracing::debug!(error = %e, "accept failed");
             }
             Err(e) => {
-                // EMFILE and friends: do not spin.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // EMFILE and friends: the pending connection stays in the
+                // backlog; do not spin on it.
+                if let Some(suppressed) = settings.gates.accept.pass() {
+                    tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, suppressed,
+                        "accept failed; backing off (suppressed: like failures not logged in the last 10 s)");
+                }
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
             }
         }
     }
 }
 
-struct ConnGuard(Arc<Engine>);
+/// Sorts a new connection: a refused peer is answered 403 and closed, one
+/// over the cap with every connection busy 503; the others are served.
+/// Returns the connection told to close to make room, if one was.
+fn accept(
+    stream: UnixStream,
+    engine: &Arc<Engine>,
+    settings: &Arc<HttpSettings>,
+    stop: &CancellationToken,
+    tracker: &TaskTracker,
+) -> Option<Arc<Slot>> {
+    let (uid, gid) = match stream.peer_cred() {
+        Ok(c) => (c.uid(), c.gid()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read peer credentials; refusing");
+            (u32::MAX, u32::MAX)
+        }
+    };
+    let conns = &settings.conns;
+    if !settings.peers.allows(uid, gid) {
+        engine.metrics.refused.fetch_add(1, Ordering::Relaxed);
+        engine.metrics.http_response(403);
+        if let Some(suppressed) = settings.gates.refused.pass() {
+            tracing::warn!(
+                uid,
+                gid,
+                suppressed,
+                "connection from a peer that is not allowed: answered 403 and closed \
+                 (suppressed: refused connections not logged in the last 10 s)"
+            );
+        }
+        let e = ApiError::forbidden(uid, gid);
+        let answer = raw_answer(
+            e.status,
+            &fresh_request_id(),
+            e.error.to_json().as_bytes(),
+            false,
+        );
+        tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
+        return None;
+    }
+    let (slot, victim) = match conns.admit() {
+        Admit::Admitted(slot) => (slot, None),
+        Admit::Replaced {
+            slot,
+            victim,
+            phase,
+            waited,
+        } => {
+            engine.metrics.conn_replaced.fetch_add(1, Ordering::Relaxed);
+            if let Some(suppressed) = settings.gates.replaced.pass() {
+                tracing::warn!(
+                    cap = conns.cap(),
+                    closed_phase = ?phase,
+                    closed_waited_ms = waited.as_millis() as u64,
+                    suppressed,
+                    "connection cap reached: closed the connection that waited longest \
+                     without a request in progress to make room (suppressed: like closings not \
+                     logged in the last 10 s)"
+                );
+            }
+            (slot, Some(victim))
+        }
+        Admit::Full => {
+            engine.metrics.conn_rejected.fetch_add(1, Ordering::Relaxed);
+            engine.metrics.http_response(503);
+            if let Some(suppressed) = settings.gates.full.pass() {
+                tracing::warn!(
+                    cap = conns.cap(),
+                    suppressed,
+                    "connection cap reached and every connection has an operation in progress: \
+                     answered 503 (suppressed: like refusals not logged in the last 10 s)"
+                );
+            }
+            let e = ApiError::too_many_connections(conns.cap());
+            let answer = raw_answer(
+                e.status,
+                &fresh_request_id(),
+                e.error.to_json().as_bytes(),
+                true,
+            );
+            tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
+            return None;
+        }
+    };
+    tracker.spawn(connection(
+        stream,
+        slot,
+        engine.clone(),
+        settings.clone(),
+        stop.clone(),
+    ));
+    victim
+}
+
+struct ConnGuard {
+    engine: Arc<Engine>,
+    conns: Arc<Conns>,
+    slot: Arc<Slot>,
+}
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
-        self.0.metrics.connections.fetch_sub(1, Ordering::Relaxed);
+        self.conns.remove(&self.slot);
+        self.engine
+            .metrics
+            .connections
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
+/// Why a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// hyper finished it (the peer closed, or a graceful shutdown).
+    Done,
+    /// A newer connection took its place at the cap.
+    Replaced,
+    /// Shutdown, with no request in progress (or one not fully received).
+    Shutdown,
+    /// Its request did not arrive within the request deadline.
+    TimedOut,
+    /// Idle past the keep-alive timeout.
+    Idle,
+}
+
+/// Serves one allowed connection, under its watchdog: the phase deadlines
+/// of [`super::conns`], eviction at the cap, and shutdown (at once unless a
+/// request is being answered).
 async fn connection(
     stream: UnixStream,
+    slot: Arc<Slot>,
     engine: Arc<Engine>,
     settings: Arc<HttpSettings>,
     stop: CancellationToken,
 ) {
-    let peer = match stream.peer_cred() {
-        Ok(c) => Peer {
-            uid: c.uid(),
-            gid: c.gid(),
-            allowed: settings.peers.allows(c.uid(), c.gid()),
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read peer credentials; refusing");
-            Peer {
-                uid: u32::MAX,
-                gid: u32::MAX,
-                allowed: false,
-            }
-        }
+    let open = engine.metrics.connections.fetch_add(1, Ordering::Relaxed) + 1;
+    settings
+        .trim
+        .connections(usize::try_from(open).unwrap_or(0));
+    let _guard = ConnGuard {
+        engine: engine.clone(),
+        conns: settings.conns.clone(),
+        slot: slot.clone(),
     };
-    if !peer.allowed {
-        engine.metrics.refused.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            uid = peer.uid,
-            gid = peer.gid,
-            "connection from a peer that is not allowed"
-        );
-    }
-    engine.metrics.connections.fetch_add(1, Ordering::Relaxed);
-    let _guard = ConnGuard(engine.clone());
-    let svc_engine = engine.clone();
-    let svc = service_fn(move |req| {
-        let engine = svc_engine.clone();
-        let settings = settings.clone();
-        async move { Ok::<_, Infallible>(handle(engine, &settings, peer, req).await) }
-    });
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(if peer.allowed {
-            HEADER_TIMEOUT
-        } else {
-            REFUSED_HEADER_TIMEOUT
+    let svc = {
+        let (engine, settings, slot) = (engine.clone(), settings.clone(), slot.clone());
+        service_fn(move |req| {
+            let (engine, settings, slot) = (engine.clone(), settings.clone(), slot.clone());
+            async move { Ok::<_, Infallible>(handle(engine, &settings, &slot, req).await) }
         })
-        .keep_alive(peer.allowed)
+    };
+    let mut builder = http1::Builder::new();
+    // Time bounds are the watchdog's below, not hyper's.
+    builder
+        .header_read_timeout(None)
+        .keep_alive(true)
         .max_buf_size(MAX_BUF);
     let conn = builder.serve_connection(TokioIo::new(stream), svc);
     tokio::pin!(conn);
-    let res = tokio::select! {
-        r = conn.as_mut() => r,
-        () = stop.cancelled() => {
-            // Finish the request in progress, then close.
-            conn.as_mut().graceful_shutdown();
-            conn.await
+    let mut limits = settings.limits;
+    let mut stopping = false;
+    let end = loop {
+        let deadline = slot.deadline(&limits);
+        let expiry = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                break End::Done;
+            }
+            () = slot.evicted() => break End::Replaced,
+            () = stop.cancelled(), if !stopping => {
+                stopping = true;
+                match slot.phase() {
+                    Phase::Head | Phase::Body => break End::Shutdown,
+                    // Finish the answer in progress, then close; an idle
+                    // connection closes at once. Writing an answer to a
+                    // peer that does not read is bounded like a request.
+                    Phase::Busy | Phase::Idle => {
+                        limits.idle_timeout = limits.idle_timeout.min(limits.request_timeout);
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+            () = slot.changed() => {}
+            () = expiry => {
+                if slot.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
+                    break if slot.phase() == Phase::Idle { End::Idle } else { End::TimedOut };
+                }
+            }
         }
     };
-    if let Err(e) = res {
-        tracing::debug!(error = %e, "connection ended with an error");
+    match end {
+        End::TimedOut => {
+            engine
+                .metrics
+                .conn_timed_out
+                .fetch_add(1, Ordering::Relaxed);
+            if let Some(suppressed) = settings.gates.timed_out.pass() {
+                tracing::warn!(
+                    timeout_ms = settings.limits.request_timeout.as_millis() as u64,
+                    suppressed,
+                    "closed a connection whose request was not complete within the request \
+                     timeout (suppressed: like closings not logged in the last 10 s)"
+                );
+            }
+        }
+        End::Replaced | End::Shutdown | End::Idle | End::Done => {
+            tracing::trace!(?end, "connection closed");
+        }
     }
 }
 
-fn request_id(req: &Request<Incoming>) -> String {
+/// A request ID for an answer to a request that was not read.
+fn fresh_request_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("cnid-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+fn request_id(req: &Request<Incoming>) -> String {
     req.headers()
         .get(api::REQUEST_ID_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -163,32 +358,36 @@ fn request_id(req: &Request<Incoming>) -> String {
                 && s.bytes().all(|b| b.is_ascii_graphic())
         })
         .map(str::to_owned)
-        .unwrap_or_else(|| format!("cnid-{}", NEXT.fetch_add(1, Ordering::Relaxed)))
+        .unwrap_or_else(fresh_request_id)
 }
 
 async fn handle(
     engine: Arc<Engine>,
     settings: &HttpSettings,
-    peer: Peer,
+    slot: &Slot,
     req: Request<Incoming>,
 ) -> Resp {
+    // The head is in; the body (if any) is bounded like the head was.
+    slot.enter(Phase::Body);
     let started = Instant::now();
     let rid = request_id(&req);
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let mut resp = if peer.allowed {
-        route(&engine, settings, &rid, req)
-            .await
-            .unwrap_or_else(|e| error_response(&e))
-    } else {
-        error_response(&ApiError::forbidden(peer.uid, peer.gid))
-    };
+    let mut resp = route(&engine, settings, slot, &rid, req)
+        .await
+        .unwrap_or_else(|e| error_response(&e));
     if let Ok(v) = HeaderValue::from_str(&rid) {
         resp.headers_mut().insert(api::REQUEST_ID_HEADER, v);
     }
     engine.metrics.http_response(resp.status().as_u16());
+    if hyper::body::Body::size_hint(resp.body()).exact() > Some(MMAP_THRESHOLD as u64) {
+        // Building a large answer (a page of big results, say) fragments
+        // the heap.
+        settings.trim.want();
+    }
     tracing::debug!(request_id = %rid, %method, %path, status = resp.status().as_u16(),
         elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX), "request");
+    slot.enter(Phase::Idle);
     resp
 }
 
@@ -226,7 +425,23 @@ fn empty(status: StatusCode) -> Resp {
     r
 }
 
-async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+/// A request body, and its share of the body budget (released with it).
+struct Body {
+    bytes: Vec<u8>,
+    _budget: Option<OwnedSemaphorePermit>,
+}
+
+/// Reads a request body of at most `limit` bytes. A declared length over
+/// the cap is refused before anything is read; the buffer grows with what
+/// arrives (never to more than twice that, nor past the declared length),
+/// and beyond [`BODY_FREE`] every byte of it is taken from the shared
+/// budget first, waiting for room if need be. The request deadline (the
+/// connection's watchdog) bounds the whole read, waiting included.
+async fn read_body(
+    req: Request<Incoming>,
+    limit: usize,
+    budget: &Arc<Semaphore>,
+) -> Result<Body, ApiError> {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -235,24 +450,69 @@ async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, ApiErr
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::too_large(limit));
     }
-    match Limited::new(req.into_body(), limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::too_large(limit)),
-        Err(e) => Err(ApiError::bad_body(format!(
-            "cannot read the request body: {e}"
-        ))),
+    let ceiling = declared.map_or(limit, |n| n as usize);
+    let mut body = req.into_body();
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut permit: Option<OwnedSemaphorePermit> = None;
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| ApiError::bad_body(format!("cannot read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let need = bytes.len() + data.len();
+        if need > limit {
+            return Err(ApiError::too_large(limit));
+        }
+        if need > bytes.capacity() {
+            let want = need
+                .max(bytes.capacity() * 2)
+                .max(BODY_FIRST)
+                .min(ceiling)
+                .max(need);
+            let charged = permit.as_ref().map_or(0, |p| p.num_permits());
+            let owed = want.saturating_sub(BODY_FREE).saturating_sub(charged);
+            if owed > 0 {
+                let owed = u32::try_from(owed).map_err(|_| ApiError::too_large(limit))?;
+                let more = budget
+                    .clone()
+                    .acquire_many_owned(owed)
+                    .await
+                    .map_err(|_| ApiError::shutting_down())?;
+                match permit.as_mut() {
+                    Some(p) => p.merge(more),
+                    None => permit = Some(more),
+                }
+            }
+            bytes.reserve_exact(want - bytes.len());
+        }
+        bytes.extend_from_slice(&data);
     }
+    Ok(Body {
+        bytes,
+        _budget: permit,
+    })
 }
 
 async fn route(
     engine: &Arc<Engine>,
     settings: &HttpSettings,
+    slot: &Slot,
     rid: &str,
     req: Request<Incoming>,
 ) -> Result<Resp, ApiError> {
     let path = req.uri().path().to_owned();
     let query = req.uri().query().map(str::to_owned);
     let method = req.method().clone();
+    let segs: Vec<&str> = path
+        .strip_prefix(api::PREFIX)
+        .and_then(|r| r.strip_prefix('/'))
+        .map(|r| r.split('/').collect())
+        .unwrap_or_default();
+    // Only operations read a body; everything else is being answered now.
+    if !matches!(segs.as_slice(), ["networks", _, _]) {
+        slot.enter(Phase::Busy);
+    }
     if path == "/metrics" {
         return match method {
             Method::GET => {
@@ -266,13 +526,9 @@ async fn route(
             _ => Err(ApiError::method_not_allowed(method.as_str(), &path)),
         };
     }
-    let Some(rest) = path
-        .strip_prefix(api::PREFIX)
-        .and_then(|r| r.strip_prefix('/'))
-    else {
+    if segs.is_empty() {
         return Err(ApiError::no_endpoint(&path));
-    };
-    let segs: Vec<&str> = rest.split('/').collect();
+    }
     let want = |m: Method| -> Result<(), ApiError> {
         if method == m {
             Ok(())
@@ -309,15 +565,21 @@ async fn route(
             };
             want(Method::POST)?;
             let name = decode_network_name(name)?;
-            let body = read_body(req, settings.body_limit).await?;
-            operation(engine, rid, verb, name, &body).await
+            let body = read_body(req, settings.body_limit, &settings.body_budget).await;
+            slot.enter(Phase::Busy);
+            operation(engine, rid, verb, name, body?).await
         }
         ["attachments"] => {
             want(Method::GET)?;
-            let cid = decode_container_filter(query.as_deref())?;
+            let q = decode_attachments_query(query.as_deref())?;
+            let page = cni_async::cache::ListPage {
+                after: q.after,
+                limit: q.limit,
+                max_bytes: api::ATTACHMENTS_PAGE_BYTES,
+            };
             Ok(to_json(
                 StatusCode::OK,
-                &engine.attachments(cid.as_deref()).await?,
+                &engine.attachments(q.container_id.as_deref(), page).await?,
             ))
         }
         ["operations"] => {
@@ -371,7 +633,7 @@ async fn operation(
     rid: &str,
     verb: Command,
     network: String,
-    body: &[u8],
+    body: Body,
 ) -> Result<Resp, ApiError> {
     let loaded = engine.networks.get(&network);
     let version = loaded
@@ -383,8 +645,11 @@ async fn operation(
             .map(|n| n.list.clone())
             .ok_or_else(|| ApiError::unknown_network(&network))
     };
-    let decoded =
-        decode_request(verb, &network, body).map_err(|e| ApiError::from(e).in_version(version))?;
+    let decoded = decode_request(verb, &network, &body.bytes)
+        .map_err(|e| ApiError::from(e).in_version(version))?;
+    // The body (and its share of the budget) is not kept while the
+    // operation waits and runs.
+    drop(body);
     let (work, timeout_ms) = match decoded {
         DecodedRequest::Attachment { rt, timeout_ms } => {
             netns_exists(&rt, verb).map_err(|e| e.in_version(version))?;
