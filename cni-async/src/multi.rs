@@ -139,6 +139,14 @@ pub const IGNORE_UNKNOWN: &str = "IgnoreUnknown";
 const LOOPBACK_CONFIG: &str =
     r#"{"cniVersion":"1.0.0","name":"cni-loopback","plugins":[{"type":"loopback"}]}"#;
 
+/// The loopback network ([`MultiNetworkBuilder::loopback`]): network
+/// `cni-loopback`, one `loopback` plugin at CNI 1.0.0.
+pub fn loopback_network() -> NetworkConfigList {
+    // A constant that parses: covered by the tests.
+    NetworkConfigList::from_bytes(LOOPBACK_CONFIG.as_bytes(), None)
+        .unwrap_or_else(|e| unreachable!("the loopback network's config is valid: {e}"))
+}
+
 /// How [`MultiNetwork::setup`] runs the ADDs of the networks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum SetupMode {
@@ -294,9 +302,8 @@ impl MultiNetworkBuilder {
         for source in self.sources {
             match source {
                 Source::Loopback => {
-                    let list = NetworkConfigList::from_bytes(LOOPBACK_CONFIG.as_bytes(), None)?;
                     networks.push(NetworkAttachment {
-                        list,
+                        list: loopback_network(),
                         ifname: LOOPBACK_IFNAME.to_owned(),
                         path: None,
                     });

@@ -48,7 +48,7 @@ use serde_json::Value;
 use crate::api::{
     self, AttachmentInfo, AttachmentRequest, AttachmentsResponse, GcRequest, GcResponse,
     HealthResponse, NetworkInfo, NetworksResponse, OperationInfo, OperationsResponse,
-    StatusRequest,
+    SandboxRequest, SandboxResult, StatusRequest,
 };
 
 /// How long an idle connection is kept for reuse.
@@ -451,6 +451,56 @@ impl Client {
             .call(Method::POST, &path, Some(Self::body(req)?))
             .await?;
         Self::decode(&path, &r.body)
+    }
+
+    fn sandbox_path(verb: &str) -> String {
+        format!("{}/sandboxes/{verb}", api::PREFIX)
+    }
+
+    /// Sets up a sandbox on its networks (`POST /v1/sandboxes/add`): the
+    /// merged result; on failure nothing of it is left (the networks set up
+    /// before the failing one are deleted again).
+    pub async fn sandbox_add(&self, req: &SandboxRequest) -> Result<SandboxResult, ClientError> {
+        let path = Self::sandbox_path("add");
+        let r = self
+            .call(Method::POST, &path, Some(Self::body(req)?))
+            .await?;
+        Self::decode(&path, &r.body)
+    }
+
+    /// Tears a sandbox down (`POST /v1/sandboxes/del`), every network even
+    /// when one fails.
+    pub async fn sandbox_del(&self, req: &SandboxRequest) -> Result<(), ClientError> {
+        self.call(
+            Method::POST,
+            &Self::sandbox_path("del"),
+            Some(Self::body(req)?),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// CHECK of a sandbox's networks (`POST /v1/sandboxes/check`).
+    pub async fn sandbox_check(&self, req: &SandboxRequest) -> Result<(), ClientError> {
+        self.call(
+            Method::POST,
+            &Self::sandbox_path("check"),
+            Some(Self::body(req)?),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// STATUS of a sandbox's networks (`POST /v1/sandboxes/status`): ready
+    /// iff all are.
+    pub async fn sandbox_status(&self, req: &SandboxRequest) -> Result<(), ClientError> {
+        self.call(
+            Method::POST,
+            &Self::sandbox_path("status"),
+            Some(Self::body(req)?),
+        )
+        .await
+        .map(|_| ())
     }
 
     fn filtered(what: &str, container_id: Option<&str>) -> String {

@@ -351,6 +351,125 @@ pub fn decode_request(
     }
 }
 
+/// A checked sandbox request ([`decode_sandbox_request`]): each network
+/// with its runtime configuration, interface names assigned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedSandbox {
+    /// `CNI_CONTAINERID`.
+    pub container_id: String,
+    /// Whether `lo` goes first (network `cni-loopback`).
+    pub loopback: bool,
+    /// The named networks in order with their runtime configuration; empty
+    /// when the request named none (the daemon then uses its default
+    /// network as `eth0`: [`DecodedSandbox::default_rt`]).
+    pub networks: Vec<(String, RuntimeConf)>,
+    /// The runtime configuration of the default network (`eth0`) and of
+    /// the loopback network (with `lo`): the sandbox-wide args.
+    pub base: RuntimeConf,
+    /// The request's deadline.
+    pub timeout_ms: Option<u64>,
+}
+
+impl DecodedSandbox {
+    /// The sandbox-wide runtime configuration with interface `ifname`.
+    pub fn default_rt(&self, ifname: &str) -> RuntimeConf {
+        RuntimeConf {
+            ifname: ifname.to_owned(),
+            ..self.base.clone()
+        }
+    }
+}
+
+/// Decodes and checks the body of `POST /v1/sandboxes/{verb}` (add, del,
+/// check, status): a [`crate::api::SandboxRequest`]. The container ID,
+/// `cniArgs` and netns are checked as for one attachment (netns absolute,
+/// may be empty for DEL and STATUS); every network name, interface name
+/// and per-network `cniArgs` too; interface names are assigned (`eth0`,
+/// `eth1`, ... skipping those named explicitly, `lo` for the loopback) and
+/// must differ; each network's file names must fit.
+pub fn decode_sandbox_request(verb: Command, body: &[u8]) -> Result<DecodedSandbox, RequestError> {
+    let req: crate::api::SandboxRequest = parse(body, "a sandbox object")?;
+    let base_req = AttachmentRequest {
+        container_id: req.container_id.clone(),
+        netns: req.netns.clone(),
+        ifname: crate::api::DEFAULT_IFNAME.to_owned(),
+        cni_args: req.cni_args.clone(),
+        capability_args: req.capability_args.clone(),
+        timeout_ms: req.timeout_ms,
+    };
+    // STATUS runs no attachment: its netns may be empty, as DEL's.
+    let netns_verb = if verb == Command::Status {
+        Command::Del
+    } else {
+        verb
+    };
+    let base = attachment(&base_req, netns_verb)?;
+    if req.loopback {
+        let lo = RuntimeConf {
+            ifname: "lo".to_owned(),
+            ..base.clone()
+        };
+        fits_file_names("cni-loopback", &lo)?;
+    }
+    let explicit: Vec<&str> = req
+        .networks
+        .iter()
+        .filter_map(|n| n.ifname.as_deref())
+        .chain(req.loopback.then_some("lo"))
+        .collect();
+    let mut generated = 0usize;
+    let mut next_ifname = || loop {
+        let name = format!("eth{generated}");
+        generated += 1;
+        if !explicit.contains(&name.as_str()) {
+            return name;
+        }
+    };
+    let mut networks: Vec<(String, RuntimeConf)> = Vec::with_capacity(req.networks.len());
+    let mut used: Vec<String> = if req.loopback {
+        vec!["lo".to_owned()]
+    } else {
+        Vec::new()
+    };
+    for n in &req.networks {
+        validate::network_name(&n.name).map_err(|e| RequestError::core(&e))?;
+        let ifname = n.ifname.clone().unwrap_or_else(&mut next_ifname);
+        let mut rt = RuntimeConf {
+            ifname: ifname.clone(),
+            ..base.clone()
+        };
+        let extra = cni_core::CniArgs::parse(&n.cni_args).map_err(|e| RequestError::core(&e))?;
+        for (k, v) in extra.0 {
+            match rt.args.0.iter_mut().find(|(key, _)| *key == k) {
+                Some(pair) => pair.1 = v,
+                None => rt.args.0.push((k, v)),
+            }
+        }
+        for (k, v) in &n.capability_args.0 {
+            rt.capability_args.insert(k.clone(), v.clone());
+        }
+        rt.validate().map_err(|e| RequestError::core(&e))?;
+        fits_file_names(&n.name, &rt)?;
+        if used.contains(&ifname) {
+            return Err(RequestError::bad_request(
+                cni_code::INVALID_ENVIRONMENT_VARIABLES,
+                format!(
+                    "interface name {ifname:?} is used by more than one network of the sandbox"
+                ),
+            ));
+        }
+        used.push(ifname);
+        networks.push((n.name.clone(), rt));
+    }
+    Ok(DecodedSandbox {
+        container_id: req.container_id,
+        loopback: req.loopback,
+        networks,
+        base,
+        timeout_ms: req.timeout_ms,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,11 +32,11 @@ use super::conns::{
 use super::engine::Engine;
 use super::error::ApiError;
 use super::networks;
-use super::queue::{NewOp, Work};
+use super::queue::{NewOp, SandboxNet, Work};
 use crate::api::{self, HealthResponse, OperationsResponse};
 use crate::decode::{
     DecodedRequest, decode_attachments_query, decode_container_filter, decode_network_name,
-    decode_request,
+    decode_request, decode_sandbox_request,
 };
 
 /// hyper's read buffer cap: the largest request head (bodies stream
@@ -510,7 +510,7 @@ async fn route(
         .map(|r| r.split('/').collect())
         .unwrap_or_default();
     // Only operations read a body; everything else is being answered now.
-    if !matches!(segs.as_slice(), ["networks", _, _]) {
+    if !matches!(segs.as_slice(), ["networks", _, _] | ["sandboxes", _]) {
         slot.enter(Phase::Busy);
     }
     if path == "/metrics" {
@@ -568,6 +568,18 @@ async fn route(
             let body = read_body(req, settings.body_limit, &settings.body_budget).await;
             slot.enter(Phase::Busy);
             operation(engine, rid, verb, name, body?).await
+        }
+        ["sandboxes", verb @ ("add" | "del" | "check" | "status")] => {
+            let verb = match *verb {
+                "add" => Command::Add,
+                "del" => Command::Del,
+                "check" => Command::Check,
+                _ => Command::Status,
+            };
+            want(Method::POST)?;
+            let body = read_body(req, settings.body_limit, &settings.body_budget).await;
+            slot.enter(Phase::Busy);
+            sandbox(engine, rid, verb, body?).await
         }
         ["attachments"] => {
             want(Method::GET)?;
@@ -700,6 +712,135 @@ async fn operation(
             .insert(api::COALESCED_HEADER, HeaderValue::from_static("true"));
     }
     Ok(resp)
+}
+
+/// `POST /v1/sandboxes/{verb}`: a container on several networks in one
+/// call. ADD, DEL and CHECK are one operation in the container's queue
+/// (see `Engine::sandbox`); STATUS asks each network as
+/// `/v1/networks/{name}/status` does, ready iff all are.
+async fn sandbox(
+    engine: &Arc<Engine>,
+    rid: &str,
+    verb: Command,
+    body: Body,
+) -> Result<Resp, ApiError> {
+    let decoded = decode_sandbox_request(verb, &body.bytes).map_err(ApiError::from)?;
+    drop(body);
+    if verb != Command::Del && verb != Command::Status {
+        let rt = decoded.default_rt("eth0");
+        netns_exists(&rt, verb)?;
+    }
+    let snap = engine.networks.snapshot();
+    let mut nets: Vec<SandboxNet> = Vec::new();
+    if decoded.loopback {
+        nets.push(SandboxNet {
+            name: cni_async::multi::LOOPBACK_NETWORK.to_owned(),
+            list: Some(Arc::new(cni_async::multi::loopback_network())),
+            rt: decoded.default_rt(cni_async::multi::LOOPBACK_IFNAME),
+        });
+    }
+    if decoded.networks.is_empty() {
+        let Some(default) = snap.default_network() else {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                cni_code::INVALID_NETWORK_CONFIG,
+                format!(
+                    "no default network: no usable network configuration in {}",
+                    engine.networks.dir().display()
+                ),
+            ));
+        };
+        nets.push(SandboxNet {
+            name: default.list.name().to_owned(),
+            list: Some(default.list.clone()),
+            rt: decoded.default_rt(api::DEFAULT_IFNAME),
+        });
+    }
+    for (name, rt) in &decoded.networks {
+        let list = snap.get(name).map(|n| n.list.clone());
+        // DEL of a network gone from the conf dir uses the cached config.
+        if list.is_none() && verb != Command::Del {
+            return Err(ApiError::unknown_network(name));
+        }
+        nets.push(SandboxNet {
+            name: name.clone(),
+            list,
+            rt: rt.clone(),
+        });
+    }
+    drop(snap);
+    let timeout = engine.deadlines.for_request(verb, decoded.timeout_ms)?;
+    let deadline = Instant::now() + timeout;
+    if verb == Command::Status {
+        return sandbox_status(engine, rid, nets, deadline).await;
+    }
+    let version = nets
+        .iter()
+        .find_map(|n| n.list.as_ref().map(|l| l.version()))
+        .unwrap_or(Version::CURRENT);
+    let waiter = engine.submit(NewOp {
+        request_id: rid.to_owned(),
+        network: nets
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+        version,
+        work: Work::Sandbox {
+            verb,
+            container_id: decoded.container_id,
+            networks: nets,
+        },
+        deadline,
+    })?;
+    let outcome = waiter.wait().await;
+    Ok(match outcome.as_ref() {
+        Ok(r) => match &r.body {
+            Some(b) => json_response(r.status, b.clone()),
+            None => empty(r.status),
+        },
+        Err(e) => error_response(e),
+    })
+}
+
+/// STATUS of a sandbox's networks: each as its own network operation;
+/// ready (204) iff all are, else the first failure, naming every network
+/// that is not ready.
+async fn sandbox_status(
+    engine: &Arc<Engine>,
+    rid: &str,
+    nets: Vec<SandboxNet>,
+    deadline: Instant,
+) -> Result<Resp, ApiError> {
+    let mut failures: Vec<ApiError> = Vec::new();
+    for n in nets {
+        let Some(list) = n.list else { continue };
+        let waiter = engine.submit(NewOp {
+            request_id: rid.to_owned(),
+            network: n.name.clone(),
+            version: list.version(),
+            work: Work::Status { list },
+            deadline,
+        })?;
+        if let Err(e) = waiter.wait().await.as_ref() {
+            let mut e = e.clone();
+            e.error.msg = format!("network {:?}: {}", n.name, e.error.msg);
+            failures.push(e);
+        }
+    }
+    if failures.is_empty() {
+        return Ok(empty(StatusCode::NO_CONTENT));
+    }
+    let first = failures.remove(0);
+    let mut msg = first.error.msg.clone();
+    for e in &failures {
+        msg.push_str("; ");
+        msg.push_str(&e.error.msg);
+    }
+    Ok(error_response(&ApiError {
+        error: cni_core::ErrorObject { msg, ..first.error },
+        ..first
+    }))
 }
 
 #[cfg(test)]
