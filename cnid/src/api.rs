@@ -483,6 +483,13 @@ pub struct OperationsResponse {
 pub struct HealthResponse {
     /// `ok`, or `draining` during shutdown.
     pub status: String,
+    /// Whether the daemon is ready for ADDs: at least `--min-networks`
+    /// networks loaded whose plugins answer VERSION.
+    #[serde(default)]
+    pub ready: bool,
+    /// Why it is not ready (absent when ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The daemon's version.
     pub version: String,
     /// The newest CNI spec version the daemon speaks.

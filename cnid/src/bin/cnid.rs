@@ -87,6 +87,11 @@ struct Cli {
     /// without a request in progress, or gets 503 if all are busy.
     #[arg(long, value_name = "N", default_value_t = daemon::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Ready (GET /v1/health/ready answers 200) once at least this many
+    /// networks are loaded whose plugins answer VERSION; 503 with the
+    /// reason until then.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    min_networks: usize,
     /// Do not watch the conf dir with inotify (reload on SIGHUP only).
     #[arg(long)]
     no_watch: bool,
@@ -226,6 +231,7 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
         max_connections: cli.max_connections,
         shutdown_timeout: cli.shutdown_timeout,
         watch: !cli.no_watch,
+        min_networks: cli.min_networks,
         systemd,
     };
     Ok((config, cli.worker_threads.max(1)))

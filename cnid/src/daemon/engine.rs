@@ -62,6 +62,8 @@ pub(crate) struct Engine {
     pub(crate) deadlines: Deadlines,
     pub(crate) tracker: TaskTracker,
     pub(crate) started: Instant,
+    /// Networks needed to be ready (see `Config::min_networks`).
+    pub(crate) min_networks: usize,
 }
 
 fn reply(status: StatusCode, body: Option<Vec<u8>>) -> Reply {

@@ -135,6 +135,9 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Watch the conf dir with inotify (SIGHUP always reloads).
     pub watch: bool,
+    /// Ready (`GET /v1/health/ready`) once at least this many networks are
+    /// loaded whose plugins answer VERSION (go-cni's `WithMinNetworkCount`).
+    pub min_networks: usize,
     /// Socket activation and readiness notification, from
     /// [`SystemdEnv::take_from_env`].
     pub systemd: SystemdEnv,
@@ -163,6 +166,7 @@ impl Default for Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             shutdown_timeout: Duration::from_secs(90),
             watch: true,
+            min_networks: 1,
             systemd: SystemdEnv::default(),
         }
     }
@@ -306,6 +310,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         },
         tracker: tracker.clone(),
         started: Instant::now(),
+        min_networks: config.min_networks,
     });
     // Plugins a killed predecessor left running would race the recovery.
     let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;

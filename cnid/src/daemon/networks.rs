@@ -68,6 +68,16 @@ impl Networks {
         self.set.snapshot()
     }
 
+    /// Whether at least `min` networks are loaded whose plugins answer
+    /// VERSION (the library's readiness; memoized per reload).
+    pub(crate) async fn readiness(
+        &self,
+        cni: &cni_async::Cni,
+        min: usize,
+    ) -> Result<cni_async::confwatch::Ready, cni_async::confwatch::NotReady> {
+        self.set.readiness(cni, min).await
+    }
+
     /// The network named `name`, if loaded.
     pub(crate) fn get(&self, name: &str) -> Option<Arc<Loaded>> {
         self.snapshot().get(name).cloned()

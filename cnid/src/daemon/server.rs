@@ -539,7 +539,17 @@ async fn route(
     match segs.as_slice() {
         ["health"] => {
             want(Method::GET)?;
-            Ok(to_json(StatusCode::OK, &health(engine)))
+            Ok(to_json(StatusCode::OK, &health(engine).await))
+        }
+        ["health", "ready"] => {
+            want(Method::GET)?;
+            let h = health(engine).await;
+            let status = if h.ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            Ok(to_json(status, &h))
         }
         ["networks"] => {
             want(Method::GET)?;
@@ -608,16 +618,25 @@ async fn route(
     }
 }
 
-fn health(engine: &Engine) -> HealthResponse {
+/// `GET /v1/health` (liveness: 200 while serving) and
+/// `GET /v1/health/ready` (200 when ready, else 503 with the reason).
+async fn health(engine: &Engine) -> HealthResponse {
     let snap = engine.networks.snapshot();
     let m = &engine.metrics;
+    let accepting = engine.sched.accepting();
+    let readiness = engine
+        .networks
+        .readiness(&engine.cni, engine.min_networks)
+        .await;
+    let (ready, reason) = match readiness {
+        Ok(_) if accepting => (true, None),
+        Ok(_) => (false, Some("shutting down".to_owned())),
+        Err(e) => (false, Some(e.reason)),
+    };
     HealthResponse {
-        status: if engine.sched.accepting() {
-            "ok"
-        } else {
-            "draining"
-        }
-        .to_owned(),
+        ready,
+        reason,
+        status: if accepting { "ok" } else { "draining" }.to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         cni_version: Version::CURRENT.to_string(),
         networks: snap.networks.len() as u64,
