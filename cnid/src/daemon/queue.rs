@@ -512,7 +512,18 @@ impl Scheduler {
         let code = outcome.as_ref().err().map(|e| e.error.code);
         let ran = claim.started.elapsed();
         let queued = claim.started.duration_since(op.arrived);
-        lock(&op.state).phase = Phase::Done;
+        let nobody_waits = {
+            let mut st = lock(&op.state);
+            st.phase = Phase::Done;
+            st.waiters == 0
+        };
+        if nobody_waits {
+            tracing::warn!(id = op.id, request_id = ?op.request_id, verb = %op.verb,
+                network = ?op.network,
+                container = ?op.attachment.as_ref().map(|a| a.0.as_str()).unwrap_or(""),
+                ok = outcome.is_ok(),
+                "operation finished but its client went away: nobody got the answer");
+        }
         self.state().ops.remove(&op.id);
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.metrics.operation_done(op.verb, queued, ran, code);
@@ -530,9 +541,18 @@ impl Scheduler {
     /// operation has not started, the operation is cancelled. Returns
     /// whether the operation had not started.
     fn leave(&self, op: &Arc<Op>) -> bool {
+        self.leave_when(op, false)
+    }
+
+    /// [`Scheduler::leave`]; with `only_queued`, a running operation is not
+    /// left (decided under the same lock as the leaving).
+    fn leave_when(&self, op: &Arc<Op>, only_queued: bool) -> bool {
         let mut s = lock(&op.state);
-        s.waiters = s.waiters.saturating_sub(1);
         let queued = s.phase == Phase::Queued;
+        if only_queued && !queued {
+            return false;
+        }
+        s.waiters = s.waiters.saturating_sub(1);
         if queued && s.waiters == 0 {
             s.phase = Phase::Cancelled;
             drop(s);
@@ -541,6 +561,13 @@ impl Scheduler {
             tracing::debug!(id = op.id, request_id = %op.request_id, verb = %op.verb, "operation cancelled before it started");
         }
         queued
+    }
+
+    /// A request whose deadline passed stops waiting for `op` if it has not
+    /// started (returns true; cancelled when it was the last waiter); a
+    /// running one is not left (returns false).
+    fn leave_if_queued(&self, op: &Arc<Op>) -> bool {
+        self.leave_when(op, true)
     }
 
     /// Shutdown: refuse new operations and answer the queued ones with 503.
@@ -702,13 +729,20 @@ impl Waiter {
                     };
                 }
                 () = timer => {
-                    self.left = true;
-                    if self.sched.leave(&self.op) {
+                    // Queued: leave it (504). Running: keep listening, and
+                    // stay counted as a listener until the answer comes.
+                    if self.sched.leave_if_queued(&self.op) {
+                        self.left = true;
                         let waited = self.op.arrived.elapsed().as_millis();
+                        let op = &self.op;
+                        tracing::warn!(id = op.id, request_id = ?op.request_id, verb = %op.verb,
+                            network = ?op.network,
+                            container = ?op.attachment.as_ref().map(|a| a.0.as_str()).unwrap_or(""),
+                            waited_ms = u64::try_from(waited).unwrap_or(u64::MAX),
+                            "deadline expired while queued; answered 504, nothing ran");
                         return Arc::new(Err(ApiError::queued_too_long(waited).in_version(self.op.version)));
                     }
-                    // Running: wait for its end. We left already; keep
-                    // listening.
+                    // Running: wait for its end.
                     deadline = None;
                 }
             }
