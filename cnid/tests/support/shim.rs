@@ -123,7 +123,12 @@ impl Call {
     /// The shim's command with a runtime's environment (the test's own CNI
     /// variables removed).
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new(SHIM);
+        self.command_of(Path::new(SHIM))
+    }
+
+    /// [`Call::command`] for another copy of the shim.
+    pub fn command_of(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
         for v in [
             "CNI_COMMAND",
             "CNI_CONTAINERID",
@@ -148,7 +153,12 @@ impl Call {
 
     /// Starts the shim and writes its stdin.
     pub fn spawn(&self) -> Child {
-        let mut child = self.command().spawn().expect("spawn cnid-shim");
+        self.spawn_of(Path::new(SHIM))
+    }
+
+    /// [`Call::spawn`] for another copy of the shim.
+    pub fn spawn_of(&self, program: &Path) -> Child {
+        let mut child = self.command_of(program).spawn().expect("spawn cnid-shim");
         let mut stdin = child.stdin.take().expect("stdin");
         stdin
             .write_all(&serde_json::to_vec(&self.config).unwrap())
@@ -159,7 +169,16 @@ impl Call {
 
     /// Runs the shim to the end.
     pub fn run(&self) -> ShimOutput {
-        ShimOutput::from(self.spawn().wait_with_output().expect("wait for cnid-shim"))
+        self.run_of(Path::new(SHIM))
+    }
+
+    /// [`Call::run`] for another copy of the shim.
+    pub fn run_of(&self, program: &Path) -> ShimOutput {
+        ShimOutput::from(
+            self.spawn_of(program)
+                .wait_with_output()
+                .expect("wait for cnid-shim"),
+        )
     }
 }
 
