@@ -558,9 +558,11 @@ fn cnid_restarted_mid_add_leaks_nothing_and_the_runtime_can_del_and_add_again() 
     // The restarted cnid rolls the unfinished ADD back (queued ahead of any
     // request); its intent goes when the rollback is done.
     let _daemon = Daemon::start(&g.dirs, &[]);
-    eventually(Duration::from_secs(30), "the rollback of the unfinished ADD", || {
-        g.dirs.intents().is_empty()
-    });
+    eventually(
+        Duration::from_secs(30),
+        "the rollback of the unfinished ADD",
+        || g.dirs.intents().is_empty(),
+    );
     g.assert_nothing_left(&veths, &[&ns]);
     // The runtime's DEL after its failed ADD succeeds; so does a new ADD.
     Call::new("DEL", "restart", &ns.path(), &conf).run().ok();
