@@ -355,6 +355,35 @@ mod tests {
     }
 
     #[test]
+    fn a_silent_peer_is_a_timeout_and_a_missing_socket_a_connect_error() {
+        let dir = std::env::temp_dir().join(format!("cnid-shim-http-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("silent.sock");
+        let _ = std::fs::remove_file(&socket);
+        // Accepts (the kernel does, from the backlog) and never answers.
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let start = Instant::now();
+        let e = request(
+            &socket,
+            "GET",
+            "/v1/health",
+            &[],
+            None,
+            Duration::from_millis(200),
+        )
+        .unwrap_err();
+        assert!(matches!(e, HttpError::Timeout { .. }), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(10));
+        assert!(e.to_string().contains("within 200ms"), "{e}");
+        drop(listener);
+        std::fs::remove_file(&socket).unwrap();
+        let e = request(&socket, "GET", "/", &[], None, Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(e, HttpError::Connect { .. }), "{e}");
+        assert!(e.to_string().contains("silent.sock"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn garbage_is_refused_with_what_was_wrong() {
         for (bytes, eof, want) in [
             (
