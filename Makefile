@@ -105,7 +105,8 @@ fuzz: fuzz-build
 
 # Benchmarks (never part of `make test`, which only compiles them): cni-core's
 # criterion micro-benchmarks, then cnid/benches/overhead, which measures the
-# runtimes (in-process, cnitool, cnid) against the floor on the binaries as
+# runtimes (in-process, cnitool, cnid) against the floor, and what cnid-shim
+# adds to a direct cnid request (the static build, `make shim`), on the binaries as
 # shipped (`cargo build --release`, copied aside: a `cargo bench` build of
 # them would carry the dev-dependencies' features). Writes
 # $(BENCH_TARGET)/bench/overhead.md and the generated part of BENCHMARKS.md.
