@@ -34,9 +34,16 @@ pub mod setup;
 pub fn main() -> i32 {
     use std::io::Write;
 
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Lossy: `std::env::args` would panic on an argument that is not UTF-8.
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     if std::env::var_os(cni_core::env::CNI_COMMAND).is_none() {
-        return setup::main(&args);
+        let status = setup::main(&args);
+        // No std runtime set-up, so no flush at exit either.
+        let _ = std::io::stdout().flush();
+        return status;
     }
     let env = plugin::PluginEnv::from_process();
     let mut input = Vec::with_capacity(4096);
