@@ -239,6 +239,17 @@ exit 1"#,
         "20-failing.conflist",
         &json!({"cniVersion": "1.0.0", "name": "failing", "plugins": [{"type": "failing"}]}),
     );
+    dirs.plugin(
+        "crashy",
+        r#"cat > /dev/null
+[ "$CNI_COMMAND" = ADD ] || exit 0
+echo "cannot open /dev/xyz" >&2
+exit 3"#,
+    );
+    dirs.conf(
+        "30-crashy.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "crashy", "plugins": [{"type": "crashy"}]}),
+    );
     let _daemon = Daemon::start(&dirs, &[]);
     let plugin_result = CniResult::parse(RICH_RESULT.as_bytes(), Version::V1_0_0).unwrap();
     for v in ["0.2.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
@@ -267,6 +278,13 @@ exit 1"#,
     assert_eq!(r["ips"][0]["version"], "4");
     assert_eq!(r["ips"][1]["version"], "6");
     Call::new("DEL", "shape", &ns, &conf).run().ok();
+    // A plugin that fails without an error object: cnid's message names it,
+    // its stderr is the details.
+    let conf = plugin_conf("crashy", "0.4.0", &dirs.socket, json!({}));
+    let e = Call::new("ADD", "crash", &ns, &conf).run().error();
+    assert!(e["msg"].as_str().unwrap().contains("crashy"), "{e}");
+    assert_eq!(e["details"], "cannot open /dev/xyz");
+    assert_eq!(e["cniVersion"], "0.4.0");
     // A network cnid does not have: cnid's own error, code 7.
     let conf = plugin_conf("nope", "1.0.0", &dirs.socket, json!({}));
     let e = Call::new("ADD", "c1", &ns, &conf).run().error();
