@@ -7,25 +7,40 @@
 CARGO ?= cargo
 PLUGIN_DIR ?= /usr/lib/cni
 
-.PHONY: all setup demo test fmt-check lint unit build clean fuzz-install fuzz-build fuzz-smoke fuzz soak bench
+.PHONY: all setup demo test fmt-check lint unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak bench
 
 all: test
 
 # Installs the reference plugins (bridge, host-local, loopback, ptp, tuning,
 # portmap, ...), iproute2, ping and curl (the daemon tests talk to cnid's
-# socket with it) when any is missing. Needs root.
+# socket with it) when any is missing; and Go with the sources of Go's
+# libcni and containerd's go-cni, from which the cnid-shim tests build real
+# runtime clients (GOPATH mode, no module downloads). Needs root.
+GOCODE = /usr/share/gocode/src/github.com
+SETUP_PACKAGES = containernetworking-plugins iproute2 iputils-ping curl golang-go golang-github-appc-cni-dev golang-github-containerd-go-cni-dev
 setup:
-	@if [ -x $(PLUGIN_DIR)/bridge ] && command -v ip >/dev/null && command -v ping >/dev/null && command -v curl >/dev/null; then \
-		echo "setup: plugins in $(PLUGIN_DIR), ip, ping and curl present"; \
+	@if [ -x $(PLUGIN_DIR)/bridge ] && command -v ip >/dev/null && command -v ping >/dev/null && command -v curl >/dev/null \
+		&& command -v go >/dev/null && [ -d $(GOCODE)/containernetworking/cni/libcni ] && [ -d $(GOCODE)/containerd/go-cni ]; then \
+		echo "setup: plugins in $(PLUGIN_DIR), ip, ping, curl, go, libcni and go-cni present"; \
 	elif [ "$$(id -u)" != 0 ]; then \
-		echo "setup: need root to install containernetworking-plugins iproute2 iputils-ping curl" >&2; exit 1; \
+		echo "setup: need root to install $(SETUP_PACKAGES)" >&2; exit 1; \
 	else \
 		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get update -qq && apt-get install -y -qq containernetworking-plugins iproute2 iputils-ping curl >/dev/null; \
+		apt-get update -qq && apt-get install -y -qq $(SETUP_PACKAGES) >/dev/null; \
 	fi
 
 build:
 	$(CARGO) build --workspace --all-targets
+
+# cnid-shim as shipped: statically linked (glibc, crt-static), so that the
+# copy `cnid-shim install` puts into a node's plugin dir runs whatever the
+# host's libc, and starts without the dynamic loader (BENCHMARKS.md). Only
+# this binary: the flags apply to the --target build alone.
+HOST_TARGET = $(shell rustc -vV | sed -n 's/^host: //p')
+SHIM_STATIC = $(abspath $(or $(CARGO_TARGET_DIR),target))/$(HOST_TARGET)/release/cnid-shim
+shim:
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p cnid --no-default-features --bin cnid-shim --target $(HOST_TARGET)
+	@echo "shim: $(SHIM_STATIC)"
 
 # cnid on a temporary socket with the bundled networks, two namespaces
 # attached through it, pinged, listed, torn down (examples/src/bin/demo.rs).
@@ -90,7 +105,8 @@ fuzz: fuzz-build
 
 # Benchmarks (never part of `make test`, which only compiles them): cni-core's
 # criterion micro-benchmarks, then cnid/benches/overhead, which measures the
-# runtimes (in-process, cnitool, cnid) against the floor on the binaries as
+# runtimes (in-process, cnitool, cnid) against the floor, and what cnid-shim
+# adds to a direct cnid request (the static build, `make shim`), on the binaries as
 # shipped (`cargo build --release`, copied aside: a `cargo bench` build of
 # them would carry the dev-dependencies' features). Writes
 # $(BENCH_TARGET)/bench/overhead.md and the generated part of BENCHMARKS.md.
@@ -99,10 +115,11 @@ fuzz: fuzz-build
 BENCH_TARGET ?= $(abspath $(or $(CARGO_TARGET_DIR),target))
 BENCH_FLAGS ?=
 
-bench: setup
+bench: setup shim
 	@[ -x /usr/bin/time ] || { [ "$$(id -u)" = 0 ] && export DEBIAN_FRONTEND=noninteractive && apt-get update -qq && apt-get install -y -qq time >/dev/null; } || { echo "bench: need GNU time (apt-get install time)" >&2; exit 1; }
 	$(CARGO) build --release -p cnid --bins
 	mkdir -p $(BENCH_TARGET)/bench/bin
 	cp $(BENCH_TARGET)/release/cnitool $(BENCH_TARGET)/release/cnid $(BENCH_TARGET)/release/cni-noop $(BENCH_TARGET)/bench/bin/
+	cp $(SHIM_STATIC) $(BENCH_TARGET)/bench/bin/cnid-shim
 	$(CARGO) bench -p cni-core --bench core -- --warm-up-time 1 --measurement-time 3 --noplot
 	$(CARGO) bench -p cnid --bench overhead -- --bin-dir $(BENCH_TARGET)/bench/bin --update $(CURDIR)/BENCHMARKS.md $(BENCH_FLAGS)

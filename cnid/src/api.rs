@@ -23,6 +23,13 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// identical DEL queued before it.
 pub const COALESCED_HEADER: &str = "cnid-coalesced";
 
+/// The response header naming the plugin (its `type`) whose failure an
+/// error answer reports, for clients that pass errors on and want to say
+/// which plugin failed (`cnid-shim` puts it in the message). The error
+/// object itself stays the plugin's own. Reserved: the daemon does not set
+/// it yet, so clients must treat it as optional.
+pub const PLUGIN_HEADER: &str = "cnid-plugin";
+
 /// The longest request ID kept; longer (or non-printable) ones are replaced.
 pub const REQUEST_ID_MAX: usize = 128;
 
@@ -43,6 +50,24 @@ pub mod code {
     pub const ALREADY_ATTACHED: u32 = 909;
     /// The request body is larger than the daemon accepts (HTTP 413).
     pub const BODY_TOO_LARGE: u32 = 913;
+}
+
+/// Percent-encodes a path segment or query value (everything but ASCII
+/// letters, digits and `-_.~`), as the daemon decodes them.
+///
+/// ```
+/// assert_eq!(cnid::api::encode("../x y"), "..%2Fx%20y");
+/// ```
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn default_ifname() -> String {

@@ -48,7 +48,7 @@ use serde_json::Value;
 use crate::api::{
     self, AttachmentInfo, AttachmentRequest, AttachmentsResponse, GcRequest, GcResponse,
     HealthResponse, NetworkInfo, NetworksResponse, OperationInfo, OperationsResponse,
-    SandboxRequest, SandboxResult, StatusRequest,
+    SandboxRequest, SandboxResult, StatusRequest, encode,
 };
 
 /// How long an idle connection is kept for reuse.
@@ -156,19 +156,6 @@ pub struct Client {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Percent-encodes a path segment or query value.
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 impl Client {

@@ -5,11 +5,13 @@
 //! - [`client`]: a typed async client of the daemon.
 //! - [`api`]: the wire types both share (`API.md` documents the endpoints).
 //! - [`decode`]: the daemon's decoding and validation of requests (pure).
+//! - [`shim`]: `cnid-shim`, the CNI plugin that hands a runtime's calls to
+//!   the daemon (blocking, no async runtime).
 //!
 //! # Features
 //! - `runtime` (default): [`daemon`], [`client`] and the binaries, with
 //!   their dependencies (tokio, hyper, cni-async, clap, ...). Without it the
-//!   crate is [`api`] and [`decode`] only, on `cni-core`, `serde` and
+//!   crate is [`api`], [`decode`] and [`shim`] only, on `cni-core`, `serde` and
 //!   `serde_json` (what the fuzz targets in `cni-core/fuzz` build).
 #![warn(missing_docs)]
 // The docs link `daemon` and `client`, which need `runtime`.
@@ -21,3 +23,4 @@ pub mod client;
 #[cfg(feature = "runtime")]
 pub mod daemon;
 pub mod decode;
+pub mod shim;

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! make bench        # criterion for cni-core, then this; updates BENCHMARKS.md
-//! cargo bench -p cnid --bench overhead -- [--quick] [--no-rt] [--only floor,noop,real,batch,memory,core]
+//! cargo bench -p cnid --bench overhead -- [--quick] [--no-rt] [--only floor,noop,real,batch,memory,core,shim]
 //!     [--bin-dir DIR] [--out FILE] [--update BENCHMARKS.md] [--criterion-dir DIR]
 //! ```
 //!
@@ -16,7 +16,8 @@
 //! tuning in a real namespace (4); batches of namespaces on the real chain
 //! at concurrency 1, 4 and 16 (5); cni-core's criterion benchmarks, read
 //! back (6); cnitool's peak RSS and cnid's RSS idle and with 1,000 ADDs in
-//! flight. Scenarios 4 and 5 need root.
+//! flight; `cnid-shim`'s added time over a direct cnid request, and its
+//! peak RSS (7). Scenarios 4 and 5 need root.
 //!
 //! `cargo test` runs this binary without `--bench`: it then only checks its
 //! arithmetic and exits.
@@ -28,6 +29,7 @@ mod floor;
 mod memory;
 mod report;
 mod setup;
+mod shim;
 mod spawn;
 mod stats;
 
@@ -46,7 +48,7 @@ use crate::setup::{Bins, Daemon, NOOP1, NOOP8, REAL, RealNet, Storage, Tree};
 use crate::spawn::Prepared;
 use crate::stats::Summary;
 
-const SECTIONS: [&str; 6] = ["floor", "noop", "real", "batch", "memory", "core"];
+const SECTIONS: [&str; 7] = ["floor", "noop", "real", "batch", "memory", "core", "shim"];
 
 struct Opts {
     quick: bool,
@@ -120,6 +122,7 @@ struct Sizes {
     rss_runs: usize,
     inflight: usize,
     own_run: usize,
+    shim: usize,
 }
 
 impl Sizes {
@@ -135,6 +138,7 @@ impl Sizes {
                 rss_runs: 3,
                 inflight: 200,
                 own_run: 50,
+                shim: 30,
             }
         } else {
             Sizes {
@@ -147,6 +151,7 @@ impl Sizes {
                 rss_runs: 15,
                 inflight: 1000,
                 own_run: 400,
+                shim: 300,
             }
         }
     }
@@ -309,6 +314,10 @@ fn run(opts: Opts) -> anyhow::Result<()> {
         }
     }
 
+    if opts.wants("shim") {
+        sections.push(shim_section(&bins, &tree, &sizes, &mut findings)?);
+    }
+
     if realtime {
         set_fifo(false);
     }
@@ -466,6 +475,77 @@ fn own_run(tree: &Tree, sizes: &Sizes, findings: &mut Findings) -> anyhow::Resul
     ));
     Ok(format!(
         "### The floor's unit: one plugin process\n\n{}",
+        t.markdown()
+    ))
+}
+
+fn shim_section(
+    bins: &Bins,
+    tree: &Tree,
+    sizes: &Sizes,
+    findings: &mut Findings,
+) -> anyhow::Result<String> {
+    // tmpfs: the fsyncs are the same both ways and only add noise.
+    let daemon = Daemon::start(bins, tree, Storage::Tmpfs, "shim", &[])?;
+    let s = shim::measure(
+        &bins.shim,
+        &daemon.socket,
+        NOOP1,
+        sizes.warmup * 4,
+        sizes.shim,
+    )
+    .map_err(|e| e.context(daemon.log_tail()))?;
+    let rss = shim::rss(
+        &bins.shim,
+        &daemon.socket,
+        NOOP1,
+        tree.root(),
+        sizes.rss_runs,
+    )?;
+    let mut t = Table::new(
+        "cnid-shim against the same request sent straight to cnid (noop ×1, cache on tmpfs)",
+        &[
+            "verb",
+            "direct ms, p50 (p99)",
+            "through cnid-shim ms, p50 (p99)",
+            "added ms, p50 (p99)",
+        ],
+    );
+    let pair = |v: &[f64]| {
+        let (a, b) = shim::p50_p99(v);
+        format!("{:.3} ({:.3})", a * 1e3, b * 1e3)
+    };
+    for (v, verb) in shim::VERBS.iter().enumerate() {
+        let added = s.added(v);
+        let (_, p99) = shim::p50_p99(&added);
+        findings.put(format!("shim/{verb}/added"), Summary::of(&added));
+        findings.put(format!("shim/{verb}/added-p99"), Summary::of(&[p99]));
+        t.row(vec![
+            (*verb).into(),
+            pair(&s.direct[v]),
+            pair(&s.shim[v]),
+            pair(&added),
+        ]);
+    }
+    findings.put("rss/shim/add".into(), Summary::of(&rss));
+    let r = Summary::of(&rss);
+    t.note(format!(
+        "{} iterations; per iteration and verb the direct request and the shim run in \
+         alternating order, and \"added\" is their difference in that iteration. Direct: a \
+         fresh connection with the shim's own blocking client, the answer parsed. Shim: \
+         spawned as the floor spawns plugins ({}). Peak RSS of the shim's ADD: {:.0} KiB \
+         (min–max of {} runs {:.0}–{:.0}; GNU time).",
+        s.direct[0].len(),
+        bins.shim.display(),
+        r.median,
+        rss.len(),
+        rss.iter().copied().fold(f64::MAX, f64::min),
+        rss.iter().copied().fold(f64::MIN, f64::max),
+    ));
+    Ok(format!(
+        "### Scenario 7: cnid-shim\n\n\
+         What the CNI plugin that hands a runtime's calls to cnid adds to the same request \
+         sent straight to cnid.\n\n{}",
         t.markdown()
     ))
 }
@@ -820,6 +900,58 @@ fn targets(f: &Findings) -> Vec<Target> {
                 .unwrap_or_default(),
         });
     }
+    let added: Vec<(&str, Option<Summary>, Option<Summary>)> = shim::VERBS
+        .iter()
+        .map(|v| {
+            (
+                *v,
+                f.get(&format!("shim/{v}/added")),
+                f.get(&format!("shim/{v}/added-p99")),
+            )
+        })
+        .collect();
+    let all = added.iter().all(|(_, a, _)| a.is_some());
+    v.push(Target {
+        what: "cnid-shim: added to the same request sent straight to cnid (ADD, CHECK, DEL)",
+        limit: "≤ 1 ms p50".into(),
+        measured: all.then(|| {
+            added
+                .iter()
+                .map(|(verb, a, _)| format!("{verb} {:.3}", a.map_or(f64::NAN, |s| s.median) * 1e3))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + " ms"
+        }),
+        met: all.then(|| {
+            added
+                .iter()
+                .all(|(_, a, _)| a.is_some_and(|s| s.median <= 1e-3))
+        }),
+        comment: if all {
+            format!(
+                "p99: {}",
+                added
+                    .iter()
+                    .map(|(verb, _, p)| format!(
+                        "{verb} {:.2}",
+                        p.map_or(f64::NAN, |s| s.median) * 1e3
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + " ms"
+            )
+        } else {
+            String::new()
+        },
+    });
+    let srss = f.get("rss/shim/add");
+    v.push(Target {
+        what: "cnid-shim peak RSS, one ADD",
+        limit: "< 4 MiB (4096 KiB)".into(),
+        measured: srss.map(|s| format!("{:.0} KiB ({:.0}–{:.0})", s.median, s.p10, s.p90)),
+        met: srss.map(|s| s.median < 4096.0),
+        comment: String::new(),
+    });
     let idle = f.get("rss/cnid/mem64/idle_warm");
     v.push(Target {
         what: "cnid RSS idle (after 100 requests)",

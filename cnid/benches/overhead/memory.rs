@@ -23,7 +23,7 @@ use crate::setup::{Bins, Daemon, NOOP1, SLOW, Storage, Tree};
 pub(crate) const GNU_TIME: &str = "/usr/bin/time";
 
 /// Peak RSS in KiB of `program args` with exactly `env`, via GNU time.
-fn peak_rss_kib(
+pub(crate) fn peak_rss_kib(
     program: &Path,
     args: &[&str],
     env: &[(std::ffi::OsString, std::ffi::OsString)],

@@ -193,10 +193,11 @@ pub(crate) fn machine(bins: &crate::setup::Bins, load_start: &str, disk: &Path) 
     let _ = writeln!(s, "- {}", command_line("rustc", &["-V"]));
     let _ = writeln!(
         s,
-        "- binaries: cnitool {}, cnid {}, cni-noop {} (from {})",
+        "- binaries: cnitool {}, cnid {}, cni-noop {}, cnid-shim {} (from {})",
         size(&bins.cnitool),
         size(&bins.cnid),
         size(&bins.noop),
+        size(&bins.shim),
         bins.cnitool
             .parent()
             .map_or("?".into(), |p| p.display().to_string()),

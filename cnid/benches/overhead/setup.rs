@@ -31,6 +31,8 @@ pub(crate) struct Bins {
     pub(crate) cnitool: PathBuf,
     pub(crate) cnid: PathBuf,
     pub(crate) noop: PathBuf,
+    /// As shipped, statically linked (`make shim`) when from a bin dir.
+    pub(crate) shim: PathBuf,
 }
 
 impl Bins {
@@ -42,14 +44,16 @@ impl Bins {
                 cnitool: d.join("cnitool"),
                 cnid: d.join("cnid"),
                 noop: d.join("cni-noop"),
+                shim: d.join("cnid-shim"),
             },
             None => Bins {
                 cnitool: env!("CARGO_BIN_EXE_cnitool").into(),
                 cnid: env!("CARGO_BIN_EXE_cnid").into(),
                 noop: env!("CARGO_BIN_EXE_cni-noop").into(),
+                shim: env!("CARGO_BIN_EXE_cnid-shim").into(),
             },
         };
-        for b in [&bins.cnitool, &bins.cnid, &bins.noop] {
+        for b in [&bins.cnitool, &bins.cnid, &bins.noop, &bins.shim] {
             if !b.is_file() {
                 bail!(
                     "{} not found (build with `cargo build --release -p cnid --bins`)",

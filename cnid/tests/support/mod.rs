@@ -1,8 +1,9 @@
 //! Helpers shared by the integration tests: the cnid daemon as a real
 //! process ([`daemon`]), fake plugins
 //! ([`fake`]), gates that order a test's events ([`gate`]), running the
-//! built binary in a sandbox ([`tool`]) and real network namespaces,
-//! bridges and subnets ([`netns`]).
+//! built binary in a sandbox ([`tool`]), real network namespaces, bridges
+//! and subnets ([`netns`]), and `cnid-shim` as a runtime runs it, with the
+//! Go clients ([`shim`]).
 #![allow(dead_code, unreachable_pub)]
 
 pub mod daemon;
@@ -11,4 +12,5 @@ pub mod fake;
 #[path = "../../../cni-async/tests/support/gate.rs"]
 pub mod gate;
 pub mod netns;
+pub mod shim;
 pub mod tool;
