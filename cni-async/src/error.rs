@@ -385,6 +385,45 @@ pub(crate) fn lossy_capped(bytes: &[u8], max: usize) -> String {
 }
 
 impl Error {
+    /// The plugin whose run this error is about, with the verb it ran,
+    /// looking through [`Error::Context`], the error of an
+    /// [`Error::RollbackFailed`] and the first of [`Error::Multiple`]:
+    /// `Some(("bridge", Command::Check))` for a CHECK the bridge plugin
+    /// failed, however the caller wrapped it. `None` for errors that are
+    /// not a plugin's (validation, cache, lookup).
+    pub fn failed_plugin(&self) -> Option<(&str, Command)> {
+        match self {
+            Error::Plugin {
+                plugin_type,
+                command,
+                ..
+            }
+            | Error::Timeout {
+                plugin_type,
+                command,
+                ..
+            }
+            | Error::PluginOutput {
+                plugin_type,
+                command,
+                ..
+            }
+            | Error::OutputTooLarge {
+                plugin_type,
+                command,
+                ..
+            } => Some((plugin_type.as_str(), *command)),
+            Error::NotReady { plugin_type, .. }
+            | Error::NotReadyLimitedConnectivity { plugin_type, .. } => {
+                Some((plugin_type.as_str(), Command::Status))
+            }
+            Error::Context { source, .. } => source.failed_plugin(),
+            Error::RollbackFailed { error, .. } => error.failed_plugin(),
+            Error::Multiple { errors, .. } => errors.iter().find_map(Error::failed_plugin),
+            _ => None,
+        }
+    }
+
     /// The CNI error code that fits this error (see the table in the module docs).
     pub fn code(&self) -> u32 {
         match self {

@@ -25,10 +25,14 @@ pub const COALESCED_HEADER: &str = "cnid-coalesced";
 
 /// The response header naming the plugin (its `type`) whose failure an
 /// error answer reports, for clients that pass errors on and want to say
-/// which plugin failed (`cnid-shim` puts it in the message). The error
-/// object itself stays the plugin's own. Reserved: the daemon does not set
-/// it yet, so clients must treat it as optional.
+/// which plugin failed (`cnid-shim`, the typed client and `cnitool
+/// --socket` put it in the message). The error object itself stays the plugin's own. Absent when
+/// the error is not a plugin's.
 pub const PLUGIN_HEADER: &str = "cnid-plugin";
+
+/// With [`PLUGIN_HEADER`]: the verb the plugin ran (`ADD`, `DEL`, `CHECK`,
+/// `STATUS`, `GC`), which for a failed ADD may be the DEL of its rollback.
+pub const PLUGIN_COMMAND_HEADER: &str = "cnid-plugin-command";
 
 /// The longest request ID kept; longer (or non-printable) ones are replaced.
 pub const REQUEST_ID_MAX: usize = 128;
@@ -509,9 +513,11 @@ pub struct HealthResponse {
     /// `ok`, or `draining` during shutdown.
     pub status: String,
     /// Whether the daemon is ready for ADDs: at least `--min-networks`
-    /// networks loaded whose plugins answer VERSION.
-    #[serde(default)]
-    pub ready: bool,
+    /// networks loaded whose plugins answer VERSION. Only in
+    /// `GET /v1/health/ready` (finding out runs the plugins' VERSION);
+    /// absent in `GET /v1/health`, which is liveness only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
     /// Why it is not ready (absent when ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

@@ -81,12 +81,15 @@ pub enum ClientError {
         source: hyper::Error,
     },
     /// The daemon answered with an error.
-    #[error("cnid answered {status}: {error}")]
+    #[error("cnid answered {status}: {}{error}", plugin.as_deref().map(|p| format!("plugin {p} failed: ")).unwrap_or_default())]
     Api {
         /// The HTTP status.
         status: u16,
         /// The CNI error object it sent.
         error: ErrorObject,
+        /// The plugin that failed and its verb (`bridge CHECK`), when the
+        /// error is a plugin's (the daemon's `Cnid-Plugin` headers).
+        plugin: Option<String>,
     },
     /// The answer could not be decoded.
     #[error("cannot decode cnid's answer to {what}: {reason}")]
@@ -137,6 +140,9 @@ pub struct RawResponse {
     pub request_id: Option<String>,
     /// Whether a DEL was coalesced with an identical queued one.
     pub coalesced: bool,
+    /// For an error answer about a plugin: the plugin and its verb
+    /// (`bridge CHECK`).
+    pub plugin: Option<String>,
     /// The body.
     pub body: Bytes,
 }
@@ -284,6 +290,12 @@ impl Client {
         };
         let request_id = header_text(api::REQUEST_ID_HEADER);
         let coalesced = header_text(api::COALESCED_HEADER).as_deref() == Some("true");
+        let plugin = header_text(api::PLUGIN_HEADER).map(|p| {
+            match header_text(api::PLUGIN_COMMAND_HEADER) {
+                Some(c) => format!("{p} {c}"),
+                None => p,
+            }
+        });
         let body = Limited::new(resp.into_body(), RESPONSE_MAX)
             .collect()
             .await
@@ -297,6 +309,7 @@ impl Client {
             status,
             request_id,
             coalesced,
+            plugin,
             body,
         })
     }
@@ -330,6 +343,7 @@ impl Client {
         Err(ClientError::Api {
             status: r.status,
             error,
+            plugin: r.plugin,
         })
     }
 

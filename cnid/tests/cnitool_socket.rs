@@ -231,7 +231,9 @@ fn a_plugin_error_comes_back_as_a_local_run_reports_it() {
         .run(&["--socket", socket(&daemon), "status", "down", &ns])
         .fails();
     assert!(
-        err.starts_with("error: cnid answered HTTP 503: network \"down\" is not ready")
+        err.starts_with(
+            "error: plugin down STATUS failed (cnid answered HTTP 503): network \"down\" is not ready"
+        )
             && err.contains("plugin not ready; no leases left"),
         "{err}"
     );

@@ -24,7 +24,10 @@ fn not_ready_until_a_network_whose_plugins_answer_is_loaded() {
     // Live, not ready: the conf dir is empty.
     let live = get(&daemon.socket, "/v1/health");
     assert_eq!(live.status, 200);
-    assert_eq!(live.json()["ready"], false);
+    assert!(
+        live.json().get("ready").is_none(),
+        "liveness runs no plugin"
+    );
     let (status, body) = ready(&daemon);
     assert_eq!(status, 503, "{body}");
     assert!(

@@ -643,7 +643,7 @@ impl Answer {
     fn of_client<T>(r: Result<T, ClientError>) -> Answer {
         match r {
             Ok(_) => Answer::Ok,
-            Err(ClientError::Api { status, error }) => Answer::Failed {
+            Err(ClientError::Api { status, error, .. }) => Answer::Failed {
                 lib: None,
                 http: Some(status),
                 code: error.code,

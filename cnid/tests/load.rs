@@ -193,7 +193,7 @@ fn runs(records: &Path) -> Vec<Run> {
 fn got<T>(r: Result<T, ClientError>) -> Got {
     match r {
         Ok(_) => Got::Ok,
-        Err(ClientError::Api { status, error }) => Got::Error(status, error.code),
+        Err(ClientError::Api { status, error, .. }) => Got::Error(status, error.code),
         Err(e) => Got::Lost(e.to_string()),
     }
 }

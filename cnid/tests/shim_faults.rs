@@ -264,12 +264,15 @@ exit 3"#,
         assert_eq!(got["cniVersion"], v);
         Call::new("DEL", &cid, &ns, &conf).run().ok();
 
-        // An error, in the shim's version, with the plugin's code, msg and details.
+        // An error, in the shim's version, with the plugin's code, msg and
+        // details, and the plugin that failed (cnid's Cnid-Plugin header).
         let conf = plugin_conf("failing", v, &dirs.socket, json!({}));
         let e = Call::new("ADD", &cid, &ns, &conf).run().error();
         assert_eq!(
             e,
-            json!({"cniVersion": v, "code": 142, "msg": "no more leases", "details": "pool 10.1.2.0/24 exhausted"})
+            json!({"cniVersion": v, "code": 142,
+                   "msg": "plugin type=\"failing\" failed (add): no more leases",
+                   "details": "pool 10.1.2.0/24 exhausted"})
         );
     }
     // The spot checks of the shapes.

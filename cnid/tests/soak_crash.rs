@@ -148,7 +148,7 @@ async fn send(client: &Client, verb: Verb, req: &AttachmentRequest) -> Outcome {
     };
     match r {
         Ok(()) => Outcome::Ok,
-        Err(ClientError::Api { status, error }) => Outcome::Refused(status, error.msg),
+        Err(ClientError::Api { status, error, .. }) => Outcome::Refused(status, error.msg),
         Err(_) => Outcome::Lost,
     }
 }

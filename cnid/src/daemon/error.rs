@@ -29,6 +29,10 @@ use crate::decode::{self, RequestError};
 pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
     pub(crate) error: ErrorObject,
+    /// The plugin that failed and the verb it ran, when the error is a
+    /// plugin's (answered in the `Cnid-Plugin` header, logged with the
+    /// operation); the error object stays the plugin's own.
+    pub(crate) plugin: Option<(String, cni_core::Command)>,
 }
 
 impl ApiError {
@@ -36,6 +40,7 @@ impl ApiError {
         ApiError {
             status,
             error: ErrorObject::new(Version::CURRENT.to_string(), code, msg, ""),
+            plugin: None,
         }
     }
 
@@ -149,7 +154,13 @@ impl ApiError {
         ApiError {
             status: status_of(e),
             error: e.to_error_object(&version.to_string()),
+            plugin: e.failed_plugin().map(|(p, c)| (p.to_owned(), c)),
         }
+    }
+
+    /// `plugin bridge CHECK` for a plugin's error, for logs.
+    pub(crate) fn plugin_label(&self) -> Option<String> {
+        self.plugin.as_ref().map(|(p, c)| format!("{p} {c}"))
     }
 }
 
@@ -159,6 +170,7 @@ impl From<RequestError> for ApiError {
         ApiError {
             status: StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
             error: e.error,
+            plugin: None,
         }
     }
 }

@@ -412,6 +412,14 @@ fn to_json<T: Serialize>(status: StatusCode, v: &T) -> Resp {
 
 fn error_response(e: &ApiError) -> Resp {
     let mut r = json_response(e.status, Bytes::from(e.error.to_json().into_bytes()));
+    if let Some((plugin, command)) = &e.plugin
+        && let Ok(v) = HeaderValue::from_str(plugin)
+    {
+        r.headers_mut().insert(api::PLUGIN_HEADER, v);
+        if let Ok(c) = HeaderValue::from_str(command.as_str()) {
+            r.headers_mut().insert(api::PLUGIN_COMMAND_HEADER, c);
+        }
+    }
     if e.status == StatusCode::SERVICE_UNAVAILABLE {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -539,12 +547,12 @@ async fn route(
     match segs.as_slice() {
         ["health"] => {
             want(Method::GET)?;
-            Ok(to_json(StatusCode::OK, &health(engine).await))
+            Ok(to_json(StatusCode::OK, &health(engine, false).await))
         }
         ["health", "ready"] => {
             want(Method::GET)?;
-            let h = health(engine).await;
-            let status = if h.ready {
+            let h = health(engine, true).await;
+            let status = if h.ready == Some(true) {
                 StatusCode::OK
             } else {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -618,20 +626,24 @@ async fn route(
     }
 }
 
-/// `GET /v1/health` (liveness: 200 while serving) and
+/// `GET /v1/health` (liveness: 200 while serving) and, `with_readiness`,
 /// `GET /v1/health/ready` (200 when ready, else 503 with the reason).
-async fn health(engine: &Engine) -> HealthResponse {
+async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
     let snap = engine.networks.snapshot();
     let m = &engine.metrics;
     let accepting = engine.sched.accepting();
-    let readiness = engine
-        .networks
-        .readiness(&engine.cni, engine.min_networks)
-        .await;
-    let (ready, reason) = match readiness {
-        Ok(_) if accepting => (true, None),
-        Ok(_) => (false, Some("shutting down".to_owned())),
-        Err(e) => (false, Some(e.reason)),
+    let (ready, reason) = if with_readiness {
+        match engine
+            .networks
+            .readiness(&engine.cni, engine.min_networks)
+            .await
+        {
+            Ok(_) if accepting => (Some(true), None),
+            Ok(_) => (Some(false), Some("shutting down".to_owned())),
+            Err(e) => (Some(false), Some(e.reason)),
+        }
+    } else {
+        (None, None)
     };
     HealthResponse {
         ready,

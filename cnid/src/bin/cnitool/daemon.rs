@@ -181,8 +181,17 @@ impl Backend for Daemon {
 /// to cnid at all is code 5 (I/O), an undecodable answer code 6.
 fn failed(e: ClientError) -> anyhow::Error {
     match e {
-        ClientError::Api { status, error } => {
-            anyhow::Error::new(error).context(format!("cnid answered HTTP {status}"))
+        ClientError::Api {
+            status,
+            error,
+            plugin,
+        } => {
+            // As without a daemon: `plugin bridge CHECK failed (...): msg`.
+            let context = match plugin {
+                Some(p) => format!("plugin {p} failed (cnid answered HTTP {status})"),
+                None => format!("cnid answered HTTP {status}"),
+            };
+            anyhow::Error::new(error).context(context)
         }
         other => {
             let obj = other.error_object(&Version::CURRENT.to_string());
