@@ -54,8 +54,10 @@ pub const RESERVED_PREFIX: &str = "cni.dev/";
 /// An attachment that is still valid, for GC.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct GcAttachment {
-    /// The `CNI_CONTAINERID` given at ADD.
-    #[serde(rename = "containerID")]
+    /// The `CNI_CONTAINERID` given at ADD. Written `containerID` (the
+    /// spec's key); read as `containerID` or `containerId` (cnid's API
+    /// spells it so everywhere else).
+    #[serde(rename = "containerID", alias = "containerId")]
     pub container_id: String,
     /// The `CNI_IFNAME` given at ADD.
     #[serde(rename = "ifname")]

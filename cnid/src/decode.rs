@@ -587,4 +587,17 @@ mod tests {
         let e = decode_request(Command::Version, "net", b"{}").unwrap_err();
         assert_eq!((e.status, e.error.code), (404, 904));
     }
+
+    #[test]
+    fn gc_takes_the_apis_container_id_spelling_and_the_specs() {
+        for key in ["containerId", "containerID"] {
+            let body = format!(r#"{{"validAttachments":[{{"{key}":"c1","ifname":"eth0"}}]}}"#);
+            match decode_request(Command::Gc, "net", body.as_bytes()) {
+                Ok(DecodedRequest::Gc {
+                    valid_attachments, ..
+                }) => assert_eq!(valid_attachments[0].container_id, "c1", "{key}"),
+                other => panic!("{key}: {other:?}"),
+            }
+        }
+    }
 }
