@@ -462,3 +462,31 @@ proptest! {
         }
     }
 }
+
+/// The convenience a single-network ADD's caller wants: the addresses,
+/// whatever the result's version, and those of one interface.
+#[test]
+fn addresses_of_a_result_of_any_version() {
+    use cni_core::Version;
+    use cni_core::result::CniResult;
+    let v1 = CniResult::parse(
+        br#"{"cniVersion":"1.0.0","interfaces":[{"name":"br0"},{"name":"eth0","sandbox":"/run/netns/x"}],
+             "ips":[{"interface":1,"address":"10.1.2.3/24"},{"interface":0,"address":"10.1.2.1/24"},{"address":"fd00::3/64"}]}"#,
+        Version::V1_0_0,
+    )
+    .unwrap();
+    let all: Vec<String> = v1.addresses().iter().map(ToString::to_string).collect();
+    assert_eq!(all, ["10.1.2.3/24", "10.1.2.1/24", "fd00::3/64"]);
+    let eth0: Vec<String> = v1
+        .addresses_of("eth0")
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(eth0, ["10.1.2.3/24", "fd00::3/64"]);
+    let old = CniResult::parse(
+        br#"{"cniVersion":"0.3.1","ips":[{"version":"4","address":"10.9.0.2/16"}]}"#,
+        Version::V1_0_0,
+    )
+    .unwrap();
+    assert_eq!(old.addresses(), vec!["10.9.0.2/16".parse().unwrap()]);
+}

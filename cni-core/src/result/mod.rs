@@ -279,6 +279,41 @@ impl CniResult {
         self.to_v1(Version::V1_1_0)
     }
 
+    /// The addresses of the result, in order, whatever its version: what a
+    /// caller of a single-network ADD usually wants (`10.22.0.5/16`).
+    ///
+    /// ```
+    /// use cni_core::Version;
+    /// use cni_core::result::CniResult;
+    ///
+    /// let r = CniResult::parse(
+    ///     br#"{"cniVersion":"0.2.0","ip4":{"ip":"10.1.2.3/24"}}"#,
+    ///     Version::V1_0_0,
+    /// )
+    /// .unwrap();
+    /// assert_eq!(r.addresses(), vec!["10.1.2.3/24".parse().unwrap()]);
+    /// ```
+    pub fn addresses(&self) -> Vec<IpNet> {
+        self.to_current().ips.iter().map(|ip| ip.address).collect()
+    }
+
+    /// The addresses of the result's interface `ifname` (an address naming
+    /// no interface counts for every name, as a single-interface plugin's).
+    pub fn addresses_of(&self, ifname: &str) -> Vec<IpNet> {
+        let r = self.to_current();
+        r.ips
+            .iter()
+            .filter(|ip| match ip.interface {
+                None => true,
+                Some(i) => usize::try_from(i)
+                    .ok()
+                    .and_then(|i| r.interfaces.get(i))
+                    .is_some_and(|iface| iface.name == ifname),
+            })
+            .map(|ip| ip.address)
+            .collect()
+    }
+
     /// Checks what reading leaves to the caller (the spec requires it, libcni
     /// checks none of it): every `interface` index points into `interfaces`;
     /// every gateway has the family of its address; `ip4`/`ip6` hold
