@@ -1,5 +1,5 @@
 //! Embeds the commit the binaries are built from, for `--version`
-//! (`CNI_RS_VERSION`: `0.1.0 (commit 0123456789ab)`, or `(commit unknown)`
+//! (`CNID_BUILD_VERSION`: `0.1.0 (commit 0123456789ab)`, or `(commit unknown)`
 //! outside a git checkout). Re-runs only when `HEAD` moves.
 
 use std::process::Command;
@@ -16,7 +16,7 @@ fn git(args: &[&str]) -> Option<String> {
 fn main() {
     let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
-    println!("cargo:rustc-env=CNI_RS_VERSION={version} (commit {commit})");
+    println!("cargo:rustc-env=CNID_BUILD_VERSION={version} (commit {commit})");
     // HEAD, the branch it points to, and packed refs: what moves on a commit
     // or checkout.
     for path in [

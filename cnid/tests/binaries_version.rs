@@ -21,6 +21,7 @@ fn every_binary_prints_its_version_and_commit() {
         ("cnitool", env!("CARGO_BIN_EXE_cnitool")),
         ("cnitool-batch", env!("CARGO_BIN_EXE_cnitool-batch")),
         ("cnitool-daemon", env!("CARGO_BIN_EXE_cnitool-daemon")),
+        ("cnid-shim", env!("CARGO_BIN_EXE_cnid-shim")),
     ] {
         let out = Command::new(path).arg("--version").output().unwrap();
         assert!(out.status.success(), "{name} --version failed");

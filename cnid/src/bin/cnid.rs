@@ -16,7 +16,7 @@ use cnid::daemon::{self, Config, PeerPolicy, SystemdEnv};
 /// RUST_LOG sets the log filter (default "info"). Socket activation
 /// (LISTEN_FDS) and NOTIFY_SOCKET are honoured.
 #[derive(Debug, Parser)]
-#[command(name = "cnid", version = env!("CNI_RS_VERSION"))]
+#[command(name = "cnid", version = env!("CNID_BUILD_VERSION"))]
 struct Cli {
     /// Socket path [env: CNID_SOCKET] [default: /run/cnid/cnid.sock].
     #[arg(long, value_name = "PATH")]

@@ -195,7 +195,7 @@ pub fn main(args: &[String]) -> i32 {
         return 0;
     }
     if matches!(sub.as_str(), "-V" | "--version") {
-        println!("cnid-shim {}", env!("CARGO_PKG_VERSION"));
+        println!("cnid-shim {}", env!("CNID_BUILD_VERSION"));
         return 0;
     }
     let opts = match Opts::parse(rest) {

@@ -29,7 +29,7 @@ so `cnitool check|del NETWORK /run/netns/NAME` work on one member.";
 #[command(
     name = "cnitool-batch",
     bin_name = "cnitool batch",
-    version = env!("CNI_RS_VERSION"),
+    version = env!("CNID_BUILD_VERSION"),
     about = "Set up or tear down many network namespaces on one network at once, for test harnesses",
     after_help = ENV_HELP
 )]

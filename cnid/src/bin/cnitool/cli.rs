@@ -34,7 +34,7 @@ Environment:
 #[derive(Debug, Parser)]
 #[command(
     name = "cnitool",
-    version = env!("CNI_RS_VERSION"),
+    version = env!("CNID_BUILD_VERSION"),
     about = "Add, check, delete, garbage-collect or get the status of a network attachment of a network namespace",
     after_help = ENV_HELP
 )]
