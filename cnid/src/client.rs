@@ -252,34 +252,40 @@ impl Client {
         body: Option<Bytes>,
     ) -> Result<RawResponse, ClientError> {
         let (mut sender, pooled) = self.sender().await?;
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(path_and_query)
-            .header(header::HOST, "cnid");
-        if let Some(id) = &self.request_id {
-            builder = builder.header(api::REQUEST_ID_HEADER, id.clone());
-        }
-        if body.is_some() {
-            builder = builder.header(header::CONTENT_TYPE, "application/json");
-        }
-        let req = builder
-            .body(Full::new(body.unwrap_or_default()))
-            .map_err(|e| ClientError::Decode {
-                what: path_and_query.to_owned(),
-                reason: format!("cannot build the request: {e}"),
-            })?;
-        let resp = match sender.try_send_request(req).await {
+        let build = || {
+            let mut builder = Request::builder()
+                .method(method.clone())
+                .uri(path_and_query)
+                .header(header::HOST, "cnid");
+            if let Some(id) = &self.request_id {
+                builder = builder.header(api::REQUEST_ID_HEADER, id.clone());
+            }
+            if body.is_some() {
+                builder = builder.header(header::CONTENT_TYPE, "application/json");
+            }
+            builder
+                .body(Full::new(body.clone().unwrap_or_default()))
+                .map_err(|e| ClientError::Decode {
+                    what: path_and_query.to_owned(),
+                    reason: format!("cannot build the request: {e}"),
+                })
+        };
+        let resp = match sender.try_send_request(build()?).await {
             Ok(resp) => resp,
-            // The daemon closed the kept connection before the request
-            // went out (its idle timeout, or room made at its connection
-            // cap): nothing was sent, so send it on a new connection.
-            Err(mut e) => match e.take_message() {
-                Some(req) if pooled => {
-                    sender = self.open().await?;
-                    sender.send_request(req).await.map_err(|e| self.http(e))?
-                }
-                _ => return Err(self.http(e.into_error())),
-            },
+            // The daemon closed the kept connection (its idle timeout, or
+            // room made at its connection cap) before the request went out,
+            // or before it read the request: cnid only ever closes a
+            // connection with no request in progress, so nothing of this
+            // request ran. Send it again on a new connection.
+            Err(mut e) if pooled && (e.message().is_some() || e.error().is_incomplete_message()) => {
+                let req = match e.take_message() {
+                    Some(req) => req,
+                    None => build()?,
+                };
+                sender = self.open().await?;
+                sender.send_request(req).await.map_err(|e| self.http(e))?
+            }
+            Err(e) => return Err(self.http(e.into_error())),
         };
         let status = resp.status().as_u16();
         let header_text = |name: &str| {

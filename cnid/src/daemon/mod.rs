@@ -94,7 +94,7 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default cap on open connections (kept below half the open-file
 /// limit).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 /// The default number of operations running plugins at once.
 pub const DEFAULT_MAX_PARALLEL: usize = 64;
 
