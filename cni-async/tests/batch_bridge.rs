@@ -21,7 +21,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::fake::PluginDir;
 use support::gate::Gate;
-use support::netns::{TestNet, host_local_ips, ip_ok, unique_id};
+use support::netns::{TestNet, bridge_ports, host_local_ips, ip_ok, unique_id};
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 
@@ -62,15 +62,6 @@ fn leftover_namespaces(prefix: &str) -> Vec<String> {
         .into_iter()
         .filter(|n| n.starts_with(prefix))
         .collect()
-}
-
-fn bridge_ports(bridge: &str) -> Vec<String> {
-    match std::fs::read_dir(format!("/sys/class/net/{bridge}/brif")) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
 }
 
 /// Host links enslaved to `bridge` (`ip -j link show master BRIDGE`).

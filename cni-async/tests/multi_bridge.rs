@@ -15,7 +15,7 @@ use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::fake::{Fake, PluginDir, Response};
-use support::netns::{TestNet, host_local_ips, ip_ok, unique_link_name};
+use support::netns::{TestNet, bridge_ports, host_local_ips, ip_ok, unique_link_name};
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 
@@ -63,15 +63,6 @@ fn ip_addrs(netns_name: &str) -> BTreeMap<String, Vec<IpNet>> {
         map.insert(name.to_owned(), addrs);
     }
     map
-}
-
-fn bridge_ports(bridge: &str) -> Vec<String> {
-    match std::fs::read_dir(format!("/sys/class/net/{bridge}/brif")) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
 }
 
 #[tokio::test]

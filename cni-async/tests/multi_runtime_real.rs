@@ -15,28 +15,9 @@ use cni_core::CapabilityArgs;
 use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use support::netns::{TestNet, addrs_v4, host_local_ips, ping, unique_netns_name};
+use support::netns::{TestNet, addrs_v4, bridge_ports, host_local_ips, ping, unique_netns_name};
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
-
-/// See `ops_real_chain.rs`: a bridge without a fixed MAC takes its ports'
-/// lowest, and the bridge plugin's CHECK of earlier containers then fails.
-fn precreate_bridge(net: &TestNet) {
-    let br = net.bridge();
-    support::netns::ip_ok(&["link", "add", "name", br, "type", "bridge"]);
-    support::netns::ip_ok(&["link", "set", br, "address", "02:cb:00:00:00:02"]);
-    support::netns::ip_ok(&["link", "set", br, "up"]);
-}
-
-fn bridge_ports(bridge: &str) -> Vec<String> {
-    match std::fs::read_dir(format!("/sys/class/net/{bridge}/brif")) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
 
 fn caps(value: serde_json::Value) -> CapabilityArgs {
     CapabilityArgs(value.as_object().cloned().expect("an object"))
@@ -45,7 +26,7 @@ fn caps(value: serde_json::Value) -> CapabilityArgs {
 #[tokio::test]
 async fn two_networks_with_their_own_options_and_a_teardown_after_file_and_netns_are_gone() {
     let mut net = TestNet::new();
-    precreate_bridge(&net);
+    net.precreate_bridge("02:cb:00:00:00:02");
     let id = net.id().to_owned();
     let (bridge_net, ptp_net) = (format!("rb-{id}"), format!("rp-{id}"));
     let bridge_subnet = net.subnet();

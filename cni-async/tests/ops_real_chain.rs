@@ -7,7 +7,7 @@ mod support;
 use cni_async::Cni;
 use cni_core::{NetworkConfigList, RuntimeConf, Version};
 use serde_json::json;
-use support::netns::{TestNet, addrs_v4, host_local_ips, link_exists, ping};
+use support::netns::{TestNet, addrs_v4, bridge_ports, host_local_ips, link_exists, ping};
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 
@@ -36,28 +36,6 @@ fn chain(net: &TestNet) -> NetworkConfigList {
     NetworkConfigList::from_value(&conf).unwrap()
 }
 
-/// Creates the bridge up front with a fixed MAC. Otherwise Linux gives a
-/// bridge the lowest MAC of its ports, so the bridge's MAC changes when the
-/// second container joins, and the bridge plugin's CHECK of the first
-/// container fails with "Bridge interface ... Mac doesn't match" (a property
-/// of the reference bridge plugin, not of this runtime).
-fn precreate_bridge(net: &TestNet) {
-    let br = net.bridge();
-    support::netns::ip_ok(&["link", "add", "name", br, "type", "bridge"]);
-    support::netns::ip_ok(&["link", "set", br, "address", "02:cb:00:00:00:01"]);
-    support::netns::ip_ok(&["link", "set", br, "up"]);
-}
-
-fn bridge_ports(bridge: &str) -> Vec<String> {
-    match std::fs::read_dir(format!("/sys/class/net/{bridge}/brif")) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
-
 fn nat_rules_mentioning(needle: &str) -> Vec<String> {
     let out = std::process::Command::new("iptables")
         .args(["-w", "-t", "nat", "-S"])
@@ -76,7 +54,7 @@ async fn bridge_chain_add_ping_check_del_releases_everything() {
     require_plugins();
     let list = chain(&net);
     assert_eq!(list.version(), Version::V1_0_0);
-    precreate_bridge(&net);
+    net.precreate_bridge("02:cb:00:00:00:01");
     let cni = Cni::builder()
         .plugin_dirs([PLUGIN_DIR])
         .cache_dir(net.cache_dir())

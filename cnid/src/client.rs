@@ -277,7 +277,9 @@ impl Client {
             // or before it read the request: cnid only ever closes a
             // connection with no request in progress, so nothing of this
             // request ran. Send it again on a new connection.
-            Err(mut e) if pooled && (e.message().is_some() || e.error().is_incomplete_message()) => {
+            Err(mut e)
+                if pooled && (e.message().is_some() || e.error().is_incomplete_message()) =>
+            {
                 let req = match e.take_message() {
                     Some(req) => req,
                     None => build()?,

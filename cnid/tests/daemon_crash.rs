@@ -13,18 +13,9 @@ use cnid::api::AttachmentRequest;
 use serde_json::json;
 use support::daemon::{Daemon, Dirs, eventually, kill_group};
 use support::gate::Gate;
-use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips};
+use support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips};
 
 const NET: &str = "dcrash";
-
-fn bridge_ports(bridge: &str) -> Vec<String> {
-    std::fs::read_dir(format!("/sys/class/net/{bridge}/brif"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 /// Kills the slow plugin the killed daemon left behind (its own process
 /// group), also when the test fails.

@@ -10,7 +10,9 @@ use std::path::Path;
 use cnid::api::AttachmentRequest;
 use serde_json::{Value, json};
 use support::daemon::{Daemon, Dirs};
-use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok, link_exists};
+use support::netns::{
+    LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok, link_exists,
+};
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 const NET: &str = "dreal";
@@ -22,15 +24,6 @@ fn require_plugins() {
             "the reference plugin {PLUGIN_DIR}/{p} is missing: run `make setup` (apt-get install containernetworking-plugins)"
         );
     }
-}
-
-fn bridge_ports(bridge: &str) -> Vec<String> {
-    std::fs::read_dir(format!("/sys/class/net/{bridge}/brif"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn ipv4_of(result: &Value) -> String {

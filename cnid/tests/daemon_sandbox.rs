@@ -13,21 +13,12 @@ use cni_core::CapabilityArgs;
 use cnid::api::{SandboxNetwork, SandboxRequest};
 use serde_json::json;
 use support::daemon::{Daemon, Dirs};
-use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok};
+use support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 const BRIDGE_NET: &str = "sbbridge";
 const PTP_NET: &str = "sbptp";
 const FAIL_NET: &str = "sbfail";
-
-fn bridge_ports(bridge: &str) -> Vec<String> {
-    std::fs::read_dir(format!("/sys/class/net/{bridge}/brif"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 fn caps(v: serde_json::Value) -> CapabilityArgs {
     CapabilityArgs(v.as_object().cloned().unwrap())

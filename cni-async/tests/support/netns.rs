@@ -478,3 +478,29 @@ impl Drop for TestNet {
         }
     }
 }
+
+/// The ports of the host bridge `bridge` (its `brif` entries); empty when
+/// there is no such bridge.
+pub fn bridge_ports(bridge: &str) -> Vec<String> {
+    fs::read_dir(format!("/sys/class/net/{bridge}/brif"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl TestNet {
+    /// Creates the test's bridge up front with the fixed MAC `mac`.
+    /// Otherwise Linux gives a bridge the lowest MAC of its ports, so the
+    /// bridge's MAC changes when the second container joins, and the bridge
+    /// plugin's CHECK of the first container fails with "Bridge interface
+    /// ... Mac doesn't match" (a property of the reference bridge plugin,
+    /// not of this runtime).
+    pub fn precreate_bridge(&self, mac: &str) {
+        let br = self.bridge();
+        ip_ok(&["link", "add", "name", br, "type", "bridge"]);
+        ip_ok(&["link", "set", br, "address", mac]);
+        ip_ok(&["link", "set", br, "up"]);
+    }
+}

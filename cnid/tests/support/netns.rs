@@ -295,3 +295,14 @@ pub fn host_local_ips(data_dir: &Path, network: &str) -> Vec<String> {
     ips.sort();
     ips
 }
+
+/// The ports of the host bridge `bridge` (its `brif` entries); empty when
+/// there is no such bridge.
+pub fn bridge_ports(bridge: &str) -> Vec<String> {
+    fs::read_dir(format!("/sys/class/net/{bridge}/brif"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
