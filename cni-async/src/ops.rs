@@ -668,6 +668,7 @@ impl Cni {
             }
             Err(e) => return Err(e),
         };
+        crate::exec::check_success(plugin_type, Command::Version, &out)?;
         PluginInfo::decode(&out.stdout).map_err(|e| Error::PluginOutput {
             plugin_type: plugin_type.to_owned(),
             command: Command::Version,
@@ -1097,6 +1098,8 @@ impl Cni {
         }
         let req = ExecRequest::new(&path, plugin.plugin_type(), command, &env, stdin, remaining)
             .with_limits(self.inner.limits);
-        self.inner.exec.exec(req).await
+        let out = self.inner.exec.exec(req).await?;
+        crate::exec::check_success(plugin.plugin_type(), command, &out)?;
+        Ok(out)
     }
 }
