@@ -682,7 +682,7 @@ impl MultiNetwork {
                     if matches!(e, Error::RollbackFailed { .. }) {
                         undo.push(n);
                     }
-                    tracing::warn!(network = n.name(), ifname = %n.ifname, container = %sandbox.container_id, error = %e, "network setup failed");
+                    tracing::warn!(network = n.name(), ifname = ?n.ifname, container = ?sandbox.container_id, error = %cni_core::validate::Escaped(&e), "network setup failed");
                     errors.push(context(n, Command::Add, e));
                 }
             }

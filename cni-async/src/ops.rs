@@ -55,6 +55,7 @@ use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::error::code;
 use cni_core::result::CniResult;
 use cni_core::stdin::{GcAttachment, StdinInput, plugin_stdin, version_stdin};
+use cni_core::validate::Escaped;
 use cni_core::version::PluginInfo;
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, Version, env, validate};
 use serde_json::Value;
@@ -768,7 +769,7 @@ impl Cni {
     ) -> Result<CniResult, Error> {
         Self::validate_attachment(&net, rt)?;
         let deadline = self.deadline(Command::Add, &opts);
-        let span = tracing::info_span!("cni.add", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
+        let span = tracing::info_span!("cni.add", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             let started = Instant::now();
             let lock = self
@@ -794,7 +795,7 @@ impl Cni {
                         prev = Some(result);
                     }
                     Err(e) if opts.rollback => {
-                        tracing::warn!(plugin = plugin.plugin_type(), error = %e, "ADD failed; rolling back the plugins that ran");
+                        tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(&e), "ADD failed; rolling back the plugins that ran");
                         // A plugin that could not be found or started never
                         // ran: its DEL would fail the same way and stop the
                         // rollback of the plugins that did.
@@ -908,7 +909,7 @@ impl Cni {
         let mut errors = Vec::new();
         for plugin in ran.iter().rev() {
             if let Err(e) = self.del_one(net, plugin, rt, prev, deadline).await {
-                tracing::warn!(plugin = plugin.plugin_type(), error = %e, "rollback DEL failed; continuing with the others");
+                tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(&e), "rollback DEL failed; continuing with the others");
                 errors.push(e);
             }
         }
@@ -946,7 +947,7 @@ impl Cni {
 
     async fn del(&self, net: &Net<'_>, rt: &RuntimeConf, deadline: Deadline) -> Result<(), Error> {
         Self::validate_attachment(net, rt)?;
-        let span = tracing::info_span!("cni.del", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
+        let span = tracing::info_span!("cni.del", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             // DEL must work when things are already gone (spec), also when
             // the cache dir is unusable (read-only, full, removed): then it
@@ -969,7 +970,7 @@ impl Cni {
                 self.cached_result_of(net.name, net.version, rt)
                     .await
                     .unwrap_or_else(|e| {
-                        tracing::warn!(error = %e, "cached result unusable; DEL runs without prevResult");
+                        tracing::warn!(error = %Escaped(&e), "cached result unusable; DEL runs without prevResult");
                         None
                     })
                     .map(|r| r.to_value())
@@ -1014,7 +1015,7 @@ impl Cni {
             return Ok(());
         }
         let deadline = self.deadline(Command::Check, &opts);
-        let span = tracing::info_span!("cni.check", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
+        let span = tracing::info_span!("cni.check", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             let _lock = self
                 .inner

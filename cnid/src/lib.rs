@@ -21,3 +21,5 @@ pub mod client;
 #[cfg(feature = "runtime")]
 pub mod daemon;
 pub mod decode;
+#[cfg(feature = "runtime")]
+pub mod logfmt;

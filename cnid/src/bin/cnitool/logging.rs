@@ -30,6 +30,7 @@ pub(crate) fn init_logging() {
     };
     use std::io::IsTerminal;
     let fmt = tracing_subscriber::fmt::layer()
+        .fmt_fields(cnid::logfmt::escaping_fields())
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
     let _ = tracing_subscriber::registry()
