@@ -13,6 +13,7 @@ pub mod exec;
 pub mod multi;
 #[cfg(feature = "netns")]
 pub mod netns;
+pub mod nscheck;
 pub mod ops;
 pub(crate) mod sys;
 
@@ -21,4 +22,5 @@ pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
 pub use error::{Error, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 pub use multi::{MultiNetwork, MultiNetworkBuilder, MultiResult, Sandbox, SetupMode};
+pub use nscheck::check_netns;
 pub use ops::{CallOptions, Cni, CniBuilder, GcSummary};

@@ -107,6 +107,7 @@ pub struct CniBuilder {
     exec: Option<Arc<dyn PluginExec>>,
     timeouts: Timeouts,
     limits: OutputLimits,
+    check_netns: bool,
 }
 
 impl CniBuilder {
@@ -150,6 +151,15 @@ impl CniBuilder {
         self
     }
 
+    /// Whether ADD and CHECK refuse a netns that is not an absolute path to
+    /// a network namespace ([`check_netns`](crate::check_netns); default
+    /// off, as libcni, which leaves it to the plugins). cnid turns it on: its
+    /// callers must not learn anything else about the host's files.
+    pub fn check_netns(mut self, check: bool) -> Self {
+        self.check_netns = check;
+        self
+    }
+
     /// Builds the [`Cni`].
     pub fn build(self) -> Cni {
         let cni_path = env::join_path(&self.plugin_dirs);
@@ -161,6 +171,7 @@ impl CniBuilder {
                 exec: self.exec.unwrap_or_else(|| Arc::new(RawExec::new())),
                 timeouts: self.timeouts,
                 limits: self.limits,
+                check_netns: self.check_netns,
             }),
         }
     }
@@ -174,6 +185,7 @@ struct Inner {
     exec: Arc<dyn PluginExec>,
     timeouts: Timeouts,
     limits: OutputLimits,
+    check_netns: bool,
 }
 
 /// Runs CNI operations (see the module docs). Cheap to clone.
@@ -252,6 +264,7 @@ impl Cni {
             exec: None,
             timeouts: Timeouts::default(),
             limits: OutputLimits::default(),
+            check_netns: false,
         }
     }
 
@@ -768,6 +781,9 @@ impl Cni {
         opts: CallOptions,
     ) -> Result<CniResult, Error> {
         Self::validate_attachment(&net, rt)?;
+        if self.inner.check_netns {
+            crate::check_netns(&rt.netns, Command::Add)?;
+        }
         let deadline = self.deadline(Command::Add, &opts);
         let span = tracing::info_span!("cni.add", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
@@ -1003,6 +1019,9 @@ impl Cni {
 
     async fn check(&self, net: Net<'_>, rt: &RuntimeConf, opts: CallOptions) -> Result<(), Error> {
         Self::validate_attachment(&net, rt)?;
+        if self.inner.check_netns {
+            crate::check_netns(&rt.netns, Command::Check)?;
+        }
         if !net.version.has_check() {
             return Err(Error::Unsupported {
                 network: net.name.to_owned(),

@@ -4,7 +4,9 @@
 //!
 //! - [`process`]: signalling process groups, the executable check of plugin lookup.
 //! - `netns` (feature `netns`): setns, unshare, mount for network namespaces.
+//! - [`nsfs`]: whether a path is a network namespace (statfs, `NS_GET_NSTYPE`).
 
 #[cfg(feature = "netns")]
 pub(crate) mod netns;
+pub(crate) mod nsfs;
 pub(crate) mod process;

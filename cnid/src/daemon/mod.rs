@@ -238,6 +238,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         .cache_dir(config.cache_dir.clone())
         .exec(exec)
         .timeouts(config.timeouts)
+        .check_netns(true)
         .build();
 
     // The listener: from systemd, or bound by us (and then removed at exit).
