@@ -120,7 +120,7 @@ fn a_state_dir_owned_by_another_user_is_refused() {
     let dirs = Dirs::new();
     mkdir(&dirs.state, 0o700);
     std::os::unix::fs::chown(&dirs.state, Some(65534), Some(65534)).unwrap();
-    let out = Command::new(CNID)
+    let mut child = Command::new(CNID)
         .arg("--socket")
         .arg(&dirs.socket)
         .arg("--conf-dir")
@@ -133,10 +133,26 @@ fn a_state_dir_owned_by_another_user_is_refused() {
         .env_remove("LISTEN_FDS")
         .env_remove("LISTEN_PID")
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run cnid");
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // It must refuse at once; one that starts is stopped and fails the test.
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for cnid") {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("cnid started with a state dir owned by another user");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(
         stderr.contains(&format!(
             "state dir {}: owned by uid 65534, not by us (uid 0)",
