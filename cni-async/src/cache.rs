@@ -20,6 +20,11 @@
 //!   starts over when it is not, so two lockers never hold "the" lock at
 //!   once. Only a holder unlinks, and only the file it verified, so the
 //!   path never loses a file someone else holds.
+//! - **Private dirs**: `results/`, `locks/` and `corrupt/` are made 0700 and
+//!   tightened to 0700 when found open to others ([`ensure_private_dir`],
+//!   [`ResultCache::tighten_dirs`]); libcni leaves an existing dir as it is.
+//!   The cache dir itself is created 0700 but an existing one keeps its
+//!   mode: other tools keep their data in it.
 //! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to
 //!   `<dir>/corrupt/` with a warning and treated as absent; they are never
 //!   silently trusted and never silently lost.
@@ -140,6 +145,34 @@ impl ResultCache {
     /// `<dir>/results`.
     pub fn results_dir(&self) -> PathBuf {
         record::results_dir(&self.dir)
+    }
+
+    /// Makes the dirs of ours that exist (`results/`, `locks/`, `corrupt/`)
+    /// private, 0700 ([`ensure_private_dir`]: each is tightened with a
+    /// warning when found open to others), and warns when the cache dir
+    /// itself can be written by others (who can then replace those dirs).
+    /// The cache dir's own mode is left alone: it is shared with libcni,
+    /// and other tools keep their data in it (host-local's `networks/` in
+    /// `/var/lib/cni`). Dirs created later are made 0700 anyway; a daemon
+    /// calls this at start. Blocking (a few `stat` calls).
+    pub fn tighten_dirs(&self) {
+        for sub in [record::RESULTS_DIR, LOCKS_DIR, CORRUPT_DIR] {
+            let dir = self.dir.join(sub);
+            if dir.is_dir()
+                && let Err(e) = create_private_dir(&dir)
+            {
+                tracing::warn!(error = %e, "cannot check the mode of a cache directory");
+            }
+        }
+        if let Ok(meta) = std::fs::metadata(&self.dir)
+            && meta.mode() & 0o022 != 0
+        {
+            tracing::warn!(
+                dir = %self.dir.display(),
+                mode = %format_args!("{:04o}", meta.mode() & 0o7777),
+                "the cache directory can be written by other users, who can then replace its records"
+            );
+        }
     }
 
     /// The record file of an attachment (names validated).
@@ -433,11 +466,71 @@ fn open_lock_file(path: &Path) -> std::io::Result<File> {
 }
 
 fn create_private_dir(dir: &Path) -> Result<(), Error> {
+    match ensure_private_dir(dir).map_err(|e| io_err(dir, "create directory", e))? {
+        PrivateDir::Private => {}
+        PrivateDir::Tightened { was } => tracing::warn!(
+            dir = %dir.display(),
+            was = %format_args!("{was:04o}"),
+            "cache directory was open to other users; made it 0700"
+        ),
+        PrivateDir::Foreign { owner, mode } => tracing::warn!(
+            dir = %dir.display(),
+            owner,
+            mode = %format_args!("{mode:04o}"),
+            "cache directory belongs to another user, who can plant records; left as it is"
+        ),
+    }
+    Ok(())
+}
+
+/// What [`ensure_private_dir`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PrivateDir {
+    /// Ours and 0700 (or stricter), or just created so.
+    Private,
+    /// Ours but open to group or others (`was`, the permission bits): now 0700.
+    Tightened {
+        /// The permission bits it had.
+        was: u32,
+    },
+    /// Owned by another user: left as it is (whoever owns it can change
+    /// its mode back and write into it).
+    Foreign {
+        /// Its owner's uid.
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+/// Makes `dir` (and missing parents) with mode 0700, as libcni does, and,
+/// when it exists already, tightens it to 0700 if it is ours and open to
+/// group or others: libcni and older versions of us leave an existing dir
+/// as they find it (0755 is common). Only `dir` itself is changed, never a
+/// parent. A symbolic link to a dir is followed (a cache on another disk).
+///
+/// Used for the cache's `results/`, `locks/` and `corrupt/` and for cnid's
+/// state dir, so that every private dir follows one rule.
+pub fn ensure_private_dir(dir: &Path) -> std::io::Result<PrivateDir> {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(dir)
-        .map_err(|e| io_err(dir, "create directory", e))
+        .create(dir)?;
+    let meta = std::fs::metadata(dir)?;
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Ok(PrivateDir::Foreign {
+            owner: meta.uid(),
+            mode,
+        });
+    }
+    if mode & 0o077 == 0 {
+        return Ok(PrivateDir::Private);
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(PrivateDir::Tightened { was: mode })
 }
 
 fn sync_dir(dir: &Path) -> Result<(), Error> {

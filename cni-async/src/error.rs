@@ -32,7 +32,8 @@ use cni_core::{Command, ErrorObject};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PluginExit {
-    /// It exited with this (non-zero) status.
+    /// It exited with this status: non-zero, or 0 when it printed a CNI
+    /// error object all the same.
     Code(i32),
     /// It was killed by this signal number.
     Signal(i32),
@@ -108,7 +109,8 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// The plugin ran and failed: it exited non-zero or was killed by a signal.
+    /// The plugin ran and failed: it exited non-zero, was killed by a
+    /// signal, or printed a CNI error object (whatever its exit status).
     #[error("{}", fmt_plugin(plugin_type, *command, *status, error.as_deref(), stdout, stderr))]
     Plugin {
         /// The plugin type.

@@ -15,6 +15,7 @@ pub mod exec;
 pub mod multi;
 #[cfg(feature = "netns")]
 pub mod netns;
+pub mod nscheck;
 pub mod ops;
 pub(crate) mod sys;
 
@@ -26,4 +27,5 @@ pub use multi::{
     KubernetesPod, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc, NetworkRequest,
     Sandbox, SetupMode,
 };
+pub use nscheck::check_netns;
 pub use ops::{CallOptions, Cni, CniBuilder, GcFailure, GcSummary};

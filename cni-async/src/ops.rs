@@ -55,6 +55,7 @@ use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::error::code;
 use cni_core::result::CniResult;
 use cni_core::stdin::{GcAttachment, StdinInput, plugin_stdin, version_stdin};
+use cni_core::validate::Escaped;
 use cni_core::version::PluginInfo;
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, Version, env, validate};
 use serde_json::Value;
@@ -155,6 +156,7 @@ pub struct CniBuilder {
     exec: Option<Arc<dyn PluginExec>>,
     timeouts: Timeouts,
     limits: OutputLimits,
+    check_netns: bool,
 }
 
 impl CniBuilder {
@@ -198,6 +200,15 @@ impl CniBuilder {
         self
     }
 
+    /// Whether ADD and CHECK refuse a netns that is not an absolute path to
+    /// a network namespace ([`check_netns`](crate::check_netns); default
+    /// off, as libcni, which leaves it to the plugins). cnid turns it on: its
+    /// callers must not learn anything else about the host's files.
+    pub fn check_netns(mut self, check: bool) -> Self {
+        self.check_netns = check;
+        self
+    }
+
     /// Builds the [`Cni`].
     pub fn build(self) -> Cni {
         let cni_path = env::join_path(&self.plugin_dirs);
@@ -209,6 +220,7 @@ impl CniBuilder {
                 exec: self.exec.unwrap_or_else(|| Arc::new(RawExec::new())),
                 timeouts: self.timeouts,
                 limits: self.limits,
+                check_netns: self.check_netns,
             }),
         }
     }
@@ -222,6 +234,7 @@ struct Inner {
     exec: Arc<dyn PluginExec>,
     timeouts: Timeouts,
     limits: OutputLimits,
+    check_netns: bool,
 }
 
 /// Runs CNI operations (see the module docs). Cheap to clone.
@@ -312,6 +325,7 @@ impl Cni {
             exec: None,
             timeouts: Timeouts::default(),
             limits: OutputLimits::default(),
+            check_netns: false,
         }
     }
 
@@ -760,6 +774,7 @@ impl Cni {
             }
             Err(e) => return Err(e),
         };
+        crate::exec::check_success(plugin_type, Command::Version, &out)?;
         PluginInfo::decode(&out.stdout).map_err(|e| Error::PluginOutput {
             plugin_type: plugin_type.to_owned(),
             command: Command::Version,
@@ -858,8 +873,11 @@ impl Cni {
         opts: CallOptions,
     ) -> Result<CniResult, Error> {
         Self::validate_attachment(&net, rt)?;
+        if self.inner.check_netns {
+            crate::check_netns(&rt.netns, Command::Add)?;
+        }
         let deadline = self.deadline(Command::Add, &opts);
-        let span = tracing::info_span!("cni.add", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
+        let span = tracing::info_span!("cni.add", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             let started = Instant::now();
             let lock = self
@@ -885,7 +903,7 @@ impl Cni {
                         prev = Some(result);
                     }
                     Err(e) if opts.rollback => {
-                        tracing::warn!(plugin = plugin.plugin_type(), error = %e, "ADD failed; rolling back the plugins that ran");
+                        tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(&e), "ADD failed; rolling back the plugins that ran");
                         // A plugin that could not be found or started never
                         // ran: its DEL would fail the same way and stop the
                         // rollback of the plugins that did.
@@ -999,7 +1017,7 @@ impl Cni {
         let mut errors = Vec::new();
         for plugin in ran.iter().rev() {
             if let Err(e) = self.del_one(net, plugin, rt, prev, deadline).await {
-                tracing::warn!(plugin = plugin.plugin_type(), error = %e, "rollback DEL failed; continuing with the others");
+                tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(&e), "rollback DEL failed; continuing with the others");
                 errors.push(e);
             }
         }
@@ -1037,7 +1055,7 @@ impl Cni {
 
     async fn del(&self, net: &Net<'_>, rt: &RuntimeConf, deadline: Deadline) -> Result<(), Error> {
         Self::validate_attachment(net, rt)?;
-        let span = tracing::info_span!("cni.del", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
+        let span = tracing::info_span!("cni.del", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             // DEL must work when things are already gone (spec), also when
             // the cache dir is unusable (read-only, full, removed): then it
@@ -1060,7 +1078,7 @@ impl Cni {
                 self.cached_result_of(net.name, net.version, rt)
                     .await
                     .unwrap_or_else(|e| {
-                        tracing::warn!(error = %e, "cached result unusable; DEL runs without prevResult");
+                        tracing::warn!(error = %Escaped(&e), "cached result unusable; DEL runs without prevResult");
                         None
                     })
                     .map(|r| r.to_value())
@@ -1093,6 +1111,9 @@ impl Cni {
 
     async fn check(&self, net: Net<'_>, rt: &RuntimeConf, opts: CallOptions) -> Result<(), Error> {
         Self::validate_attachment(&net, rt)?;
+        if self.inner.check_netns {
+            crate::check_netns(&rt.netns, Command::Check)?;
+        }
         if !net.version.has_check() {
             return Err(Error::Unsupported {
                 network: net.name.to_owned(),
@@ -1105,7 +1126,7 @@ impl Cni {
             return Ok(());
         }
         let deadline = self.deadline(Command::Check, &opts);
-        let span = tracing::info_span!("cni.check", network = net.name, container = %rt.container_id, ifname = %rt.ifname);
+        let span = tracing::info_span!("cni.check", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             let _lock = self
                 .inner
@@ -1183,6 +1204,8 @@ impl Cni {
         }
         let req = ExecRequest::new(&path, plugin.plugin_type(), command, &env, stdin, remaining)
             .with_limits(self.inner.limits);
-        self.inner.exec.exec(req).await
+        let out = self.inner.exec.exec(req).await?;
+        crate::exec::check_success(plugin.plugin_type(), command, &out)?;
+        Ok(out)
     }
 }

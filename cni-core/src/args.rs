@@ -56,6 +56,7 @@ impl CniArgs {
                     reason: "key and value must be non-empty".into(),
                 });
             }
+            check_printable(k, v)?;
             out.push((k.to_owned(), v.to_owned()));
         }
         Ok(CniArgs(out))
@@ -78,6 +79,7 @@ impl CniArgs {
                     reason: "keys and values must not contain ';', '=' or NUL".into(),
                 });
             }
+            check_printable(k, v)?;
         }
         Ok(())
     }
@@ -104,6 +106,18 @@ impl CniArgs {
     pub fn pairs(&self) -> &[(String, String)] {
         &self.0
     }
+}
+
+/// Refuses a pair holding a control or other [unprintable](validate::is_unprintable)
+/// character: plugins log their `CNI_ARGS`, and so may we.
+fn check_printable(k: &str, v: &str) -> Result<(), Error> {
+    if k.chars().chain(v.chars()).any(validate::is_unprintable) {
+        return Err(Error::InvalidCniArgs {
+            pair: format!("{k}={v}"),
+            reason: format!("key or value {}", validate::UNPRINTABLE),
+        });
+    }
+    Ok(())
 }
 
 impl fmt::Display for CniArgs {
@@ -239,22 +253,15 @@ impl RuntimeConf {
         }
     }
 
-    /// Checks the container ID, interface name and `CNI_ARGS`. We do this on
-    /// every verb (libcni only on ADD) because these values end up in cache
-    /// file paths and plugin environments.
+    /// Checks the container ID, interface name, `CNI_ARGS` and the netns
+    /// path's characters ([`validate::netns_path`]). We do this on every verb
+    /// (libcni only on ADD) because these values end up in cache file paths,
+    /// plugin environments and logs.
     pub fn validate(&self) -> Result<(), Error> {
         validate::container_id(&self.container_id)?;
         validate::interface_name(&self.ifname)?;
         self.args.validate()?;
-        if self.netns.contains('\0') {
-            return Err(Error::InvalidParameter {
-                field: "netns path",
-                value: self.netns.clone(),
-                reason: "contains NUL".into(),
-                code: crate::error::code::INVALID_ENVIRONMENT_VARIABLES,
-            });
-        }
-        Ok(())
+        validate::netns_path(&self.netns)
     }
 }
 
@@ -297,6 +304,43 @@ mod tests {
         ok.validate().unwrap();
         let bad: CniArgs = [("A", "x;B=y")].into_iter().collect();
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn control_characters_in_cni_args_are_refused() {
+        for c in [
+            '\u{1b}', '\u{7}', '\n', '\u{7f}', '\u{9b}', '\u{202e}', '\u{feff}',
+        ] {
+            for text in [format!("K{c}=v"), format!("K=v{c}"), format!("A=1;K=a{c}b")] {
+                let e = CniArgs::parse(&text).unwrap_err();
+                assert_eq!(e.code(), 4, "{text:?}");
+                let msg = e.to_string();
+                assert!(msg.starts_with("invalid CNI_ARGS pair "), "{msg}");
+                assert!(msg.contains("non-printable"), "{msg}");
+                assert!(!msg.contains(c), "raw {c:?} in {msg:?}");
+            }
+            let built: CniArgs = [("K", format!("x{c}"))].into_iter().collect();
+            assert!(built.validate().is_err(), "{c:?}");
+            let mut rt = RuntimeConf::new("c1", "/run/netns/x", "eth0");
+            rt.args = built;
+            assert!(rt.validate().is_err(), "{c:?}");
+        }
+        CniArgs::parse("K8S_POD_NAME=wéb-0;IgnoreUnknown=1").unwrap();
+    }
+
+    #[test]
+    fn netns_with_control_characters_is_refused() {
+        for netns in [
+            "/run/netns/\u{1b}[2Jx",
+            "/run/netns/a\nb",
+            "/proc/1/ns/net\u{202e}",
+        ] {
+            let e = RuntimeConf::new("c1", netns, "eth0")
+                .validate()
+                .unwrap_err();
+            assert_eq!(e.code(), 4);
+            assert!(e.to_string().starts_with("invalid netns path "), "{e}");
+        }
     }
 
     #[test]

@@ -115,6 +115,52 @@ impl ErrorObject {
         })
     }
 
+    /// Decodes the output of a plugin that *succeeded* (exit status 0):
+    /// `Some` when it is an error object all the same, which is an error
+    /// whatever the exit status (spec-digest 10.18; libcni would read it as an
+    /// empty result).
+    ///
+    /// Stricter than [`ErrorObject::decode`], so that no result is misread:
+    /// the output must be a JSON object with a numeric `code` and none of the
+    /// keys of a result of any version or of a VERSION reply (`interfaces`,
+    /// `ips`, `routes`, `dns`, `ip4`, `ip6`, `supportedVersions`). A result
+    /// that happens to carry a `code` key stays a result.
+    ///
+    /// ```
+    /// use cni_core::ErrorObject;
+    ///
+    /// let e = ErrorObject::decode_on_success(br#"{"cniVersion":"1.1.0","code":11,"msg":"busy"}"#);
+    /// assert_eq!(e.map(|e| e.code), Some(11));
+    /// assert_eq!(ErrorObject::decode_on_success(br#"{"code":7,"ips":[]}"#), None);
+    /// assert_eq!(ErrorObject::decode_on_success(br#"{"cniVersion":"1.1.0"}"#), None);
+    /// assert_eq!(ErrorObject::decode_on_success(b""), None);
+    /// ```
+    pub fn decode_on_success(stdout: &[u8]) -> Option<Self> {
+        /// Keys only a result (0.1.0 to 1.1.0) or a VERSION reply has.
+        const RESULT_KEYS: [&str; 7] = [
+            "interfaces",
+            "ips",
+            "routes",
+            "dns",
+            "ip4",
+            "ip6",
+            "supportedVersions",
+        ];
+        // Most successful runs print a result without any `code`: do not
+        // decode their JSON twice. A key spelt with escapes (`"\u0063ode"`)
+        // still gets the full check.
+        let has = |needle: &[u8]| stdout.windows(needle.len()).any(|w| w == needle);
+        if !has(b"code") && !has(b"\\u") {
+            return None;
+        }
+        let value: serde_json::Value = serde_json::from_slice(stdout).ok()?;
+        let obj = value.as_object()?;
+        if RESULT_KEYS.iter().any(|k| obj.contains_key(*k)) {
+            return None;
+        }
+        ErrorObject::decode(stdout)
+    }
+
     /// The JSON text of this object.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("an error object always serializes")
@@ -356,6 +402,42 @@ mod tests {
         );
         assert_eq!(ErrorObject::decode(b"garbage"), None);
         assert_eq!(ErrorObject::decode(br#"{"code":-1}"#), None);
+    }
+
+    #[test]
+    fn error_objects_on_success_are_never_results() {
+        let obj = |s: &str| ErrorObject::decode_on_success(s.as_bytes());
+        assert_eq!(
+            obj(r#"{"cniVersion":"1.0.0","code":7,"msg":"bad","details":"d"}"#),
+            Some(ErrorObject::new("1.0.0", 7, "bad", "d"))
+        );
+        assert_eq!(
+            obj(r#" {"code":0} "#),
+            Some(ErrorObject::new("", 0, "", ""))
+        );
+        // Escaped key names are still key names.
+        assert_eq!(
+            obj(r#"{"\u0063ode":101,"msg":"x"}"#),
+            Some(ErrorObject::new("", 101, "x", ""))
+        );
+        for not_error in [
+            "",
+            "garbage code",
+            r#"{"cniVersion":"1.0.0"}"#,
+            r#"{"cniVersion":"1.0.0","code":"7"}"#,
+            r#"{"code":-1}"#,
+            r#"{"code":4294967296}"#,
+            r#"[{"code":7}]"#,
+            r#"{"code":7,"ips":[]}"#,
+            r#"{"code":7,"interfaces":[]}"#,
+            r#"{"code":7,"routes":[]}"#,
+            r#"{"code":7,"dns":{}}"#,
+            r#"{"code":7,"ip4":{"ip":"10.0.0.1/24"}}"#,
+            r#"{"code":7,"ip6":{"ip":"fd00::1/64"}}"#,
+            r#"{"code":7,"supportedVersions":["1.0.0"]}"#,
+        ] {
+            assert_eq!(obj(not_error), None, "{not_error}");
+        }
     }
 
     #[test]

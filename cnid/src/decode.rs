@@ -8,7 +8,8 @@
 //! [`RequestError`]: the HTTP status and the CNI error object of the answer.
 //!
 //! What the daemon adds on top, because it needs the file system: ADD and
-//! CHECK are refused (400, code 4) when `netns` does not exist.
+//! CHECK are refused (400, code 4) when `netns` is not a network namespace
+//! (`cni_async::check_netns`, the library's rule).
 //!
 //! ```
 //! use cni_core::Command;

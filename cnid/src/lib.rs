@@ -23,4 +23,6 @@ pub mod client;
 #[cfg(feature = "runtime")]
 pub mod daemon;
 pub mod decode;
+#[cfg(feature = "runtime")]
+pub mod logfmt;
 pub mod shim;

@@ -44,11 +44,12 @@ fn daemon(version: &str) -> (Dirs, PluginDir, Daemon) {
     (dirs, plugins, daemon)
 }
 
-/// A file standing for a network namespace (the daemon only checks that
-/// the path exists; fake plugins do not enter it).
+/// A path standing for a network namespace: a link to the daemon's own
+/// (the daemon checks that the path is one; fake plugins do not enter it),
+/// one per name, so that each has its own container ID.
 fn netns(dirs: &Dirs, name: &str) -> String {
     let path = dirs.data.join(name);
-    std::fs::write(&path, b"").expect("create netns stand-in");
+    std::os::unix::fs::symlink("/proc/self/ns/net", &path).expect("create netns stand-in");
     path.to_str().expect("utf-8 temp dir").to_owned()
 }
 

@@ -306,6 +306,34 @@ pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, Error
     })
 }
 
+/// Checks the output of a plugin that exited 0: a CNI error object on
+/// stdout is an error all the same ([`ErrorObject::decode_on_success`];
+/// spec-digest 10.18), reported as the plugin's error with exit status 0, as
+/// a non-zero exit with that object would be. Applies to every verb: the
+/// operations layer calls it on every successful run, before a result is
+/// read or the run counts as done.
+pub(crate) fn check_success(
+    plugin_type: &str,
+    command: Command,
+    out: &ExecOutput,
+) -> Result<(), Error> {
+    match ErrorObject::decode_on_success(&out.stdout) {
+        None => Ok(()),
+        Some(obj) => {
+            let e = Error::Plugin {
+                plugin_type: plugin_type.to_owned(),
+                command,
+                status: PluginExit::Code(0),
+                error: Some(Box::new(obj)),
+                stdout: String::new(),
+                stderr: lossy_capped(&out.stderr, ERROR_STDERR_MAX),
+            };
+            tracing::debug!(error = %cni_core::validate::Escaped(&e.to_string()), "plugin exited 0 but printed an error object");
+            Err(e)
+        }
+    }
+}
+
 /// The error for a plugin that exited unsuccessfully.
 pub(crate) fn plugin_failure(
     plugin_type: &str,

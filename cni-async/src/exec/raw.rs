@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use cni_core::validate::Escaped;
 use futures::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::Child;
@@ -112,7 +113,7 @@ impl PluginExec for RawExec {
             "cni_plugin",
             plugin_type = req.plugin_type,
             command = %req.command,
-            path = %req.plugin_path.display(),
+            path = %Escaped(req.plugin_path.display()),
         );
         Box::pin(self.run(req).instrument(span))
     }
@@ -307,7 +308,7 @@ impl RawExec {
                 } else {
                     tracing::debug!(
                         elapsed_ms = elapsed.as_millis() as u64,
-                        stderr = %String::from_utf8_lossy(&err).trim_end(),
+                        stderr = %Escaped(String::from_utf8_lossy(&err).trim_end()),
                         "plugin succeeded"
                     );
                 }
@@ -319,7 +320,7 @@ impl RawExec {
             }
             Some(exit) => {
                 let e = plugin_failure(req.plugin_type, req.command, exit, &out, &err);
-                tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, error = %e, "plugin failed");
+                tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, error = %Escaped(&e), "plugin failed");
                 Err(e)
             }
         }

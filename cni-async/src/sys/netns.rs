@@ -1,12 +1,12 @@
-//! Network-namespace syscalls on nix: setns, unshare, mount, umount, and the
-//! `NS_GET_NSTYPE` check (feature `netns`).
+//! Network-namespace syscalls on nix: setns, unshare, mount, umount (feature
+//! `netns`); the `NS_GET_NSTYPE` check lives in `nsfs`, which every build has.
 //!
 //! `setns` and `unshare` change the namespace of the *calling thread* only.
 //! Callers ([`crate::netns`]) make them on a dedicated OS thread that exits
 //! afterwards; nothing here may run on a tokio worker or a caller's thread.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -77,21 +77,7 @@ pub(crate) fn open_ns(path: &Path) -> io::Result<OwnedFd> {
     open(path, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty()).map_err(io::Error::from)
 }
 
-/// Whether `fd` refers to a network namespace (`ioctl(NS_GET_NSTYPE)`,
-/// Linux 4.11+). A file that is not a namespace at all gives `ENOTTY`,
-/// which is answered as `Ok(false)`.
-pub(crate) fn is_net_ns(fd: BorrowedFd<'_>) -> io::Result<bool> {
-    // SAFETY: NS_GET_NSTYPE takes no argument and only reads the fd, which
-    // the borrow keeps open for the duration of the call.
-    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::NS_GET_NSTYPE) };
-    if ret >= 0 {
-        return Ok(ret == libc::CLONE_NEWNET);
-    }
-    match Errno::last() {
-        Errno::ENOTTY | Errno::EINVAL => Ok(false),
-        e => Err(e.into()),
-    }
-}
+pub(crate) use super::nsfs::is_net_ns;
 
 /// The (device, inode) pair that identifies the namespace behind `fd`.
 pub(crate) fn fd_identity(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {

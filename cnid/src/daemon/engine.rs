@@ -213,7 +213,7 @@ impl Engine {
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         span.in_scope(|| match &outcome {
             Ok(r) => tracing::info!(status = r.status.as_u16(), elapsed_ms, "operation done"),
-            Err(e) => tracing::warn!(status = e.status.as_u16(), code = e.error.code, plugin = e.plugin_label(), error = ?e.error.msg, elapsed_ms, "operation failed"),
+            Err(e) => tracing::warn!(status = e.status.as_u16(), code = e.error.code, plugin = e.plugin_label(), error = %cni_core::validate::Escaped(&e.error.msg), elapsed_ms, "operation failed"),
         });
         outcome
     }

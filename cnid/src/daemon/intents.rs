@@ -191,13 +191,11 @@ impl Intents {
         }
     }
 
-    /// Creates the dir (mode 0700).
+    /// Creates the dir, or makes an existing one private (0700, see
+    /// `private_state_dir`).
     pub(crate) fn prepare(&self) -> io::Result<()> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.dir)
-            .map_err(|e| ctx(&self.dir, "create directory", e))
+        super::private_state_dir(&self.dir)
+            .map_err(|e| io::Error::other(format!("{}: {e}", self.dir.display())))
     }
 
     fn path(&self, network: &str, container_id: &str, ifname: &str) -> PathBuf {

@@ -46,11 +46,11 @@
 //! ```
 
 use std::fs::File;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cni_async::cache::{PrivateDir, ensure_private_dir};
 use cni_async::exec::{PluginExec, RawExec};
 use cni_async::{Cni, Timeouts};
 use tokio::signal::unix::{SignalKind, signal};
@@ -198,24 +198,53 @@ pub enum Error {
     Signals(#[source] std::io::Error),
 }
 
-/// Takes the state dir's lock: one daemon per state dir.
+/// Makes `dir` a private dir of ours (0700; one found open to others is
+/// tightened, with a warning) or refuses it: a dir another user owns lets
+/// that user plant the ADD intents the next start acts on.
+pub(crate) fn private_state_dir(dir: &std::path::Path) -> Result<(), String> {
+    match ensure_private_dir(dir).map_err(|e| format!("cannot create: {e}"))? {
+        PrivateDir::Tightened { was } => {
+            tracing::warn!(dir = %dir.display(), was = %format_args!("{was:04o}"),
+                "state directory was open to other users; made it 0700");
+            Ok(())
+        }
+        PrivateDir::Foreign { owner, .. } => Err(format!(
+            "owned by uid {owner}, not by us (uid {}): its owner could plant ADD intents; \
+             chown it or choose another state dir",
+            nix::unistd::geteuid()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Takes the state dir's lock: one daemon per state dir. The dir is made
+/// private ([`private_state_dir`]) and the lock file is 0600.
 fn lock_state_dir(dir: &std::path::Path) -> Result<File, Error> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let err = |reason: String| Error::StateDir {
         path: dir.to_owned(),
         reason,
     };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| err(format!("cannot create: {e}")))?;
+    private_state_dir(dir).map_err(err)?;
     let path = dir.join("cnid.lock");
     let file = File::options()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC).bits())
         .open(&path)
         .map_err(|e| err(format!("cannot open {}: {e}", path.display())))?;
+    // An older lock file (0644 from the umask): tighten it.
+    let mode = file
+        .metadata()
+        .map_err(|e| err(format!("cannot stat {}: {e}", path.display())))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| err(format!("cannot chmod {}: {e}", path.display())))?;
+    }
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(err(
@@ -277,7 +306,9 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         .cache_dir(config.cache_dir.clone())
         .exec(exec)
         .timeouts(config.timeouts)
+        .check_netns(true)
         .build();
+    cni.cache().tighten_dirs();
 
     // The listener: from systemd, or bound by us (and then removed at exit).
     let socket_err = |source| Error::Socket {

@@ -659,16 +659,13 @@ async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
     }
 }
 
-/// ADD and CHECK need a netns that exists ([`decode_request`] checked the
-/// rest of the attachment; DEL may name one that is gone).
+/// ADD and CHECK need a netns that is a network namespace, checked by the
+/// library's rule ([`cni_async::check_netns`]: one answer for a missing
+/// path, a file, a dir, no permission), before anything is queued. The
+/// engine's `Cni` checks it again when the operation runs. [`decode_request`]
+/// checked the rest of the attachment; DEL may name a netns that is gone.
 fn netns_exists(rt: &RuntimeConf, verb: Command) -> Result<(), ApiError> {
-    if verb != Command::Del && std::fs::symlink_metadata(&rt.netns).is_err() {
-        return Err(ApiError::bad_request(
-            cni_code::INVALID_ENVIRONMENT_VARIABLES,
-            format!("invalid netns {:?}: no such file", rt.netns),
-        ));
-    }
-    Ok(())
+    cni_async::check_netns(&rt.netns, verb).map_err(|e| ApiError::from_cni(&e, Version::CURRENT))
 }
 
 async fn operation(
@@ -885,7 +882,11 @@ mod tests {
         for verb in [Command::Add, Command::Check] {
             let e = netns_exists(&rt("/nonexistent/netns"), verb).unwrap_err();
             assert_eq!((e.status, e.error.code), (StatusCode::BAD_REQUEST, 4));
-            assert!(e.error.msg.contains("no such file"), "{}", e.error.msg);
+            assert!(
+                e.error.msg.contains("not a network namespace"),
+                "{}",
+                e.error.msg
+            );
         }
         assert!(netns_exists(&rt("/nonexistent/netns"), Command::Del).is_ok());
         assert!(netns_exists(&rt(""), Command::Del).is_ok());

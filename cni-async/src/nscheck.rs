@@ -1,0 +1,68 @@
+//! The netns rule of ADD and CHECK: `CNI_NETNS` must be an absolute path to
+//! a network namespace. One rule for every caller (cnid, cnitool, an
+//! embedder that turns on [`CniBuilder::check_netns`]).
+//!
+//! | verb | netns |
+//! |---|---|
+//! | ADD, CHECK | an absolute path to a network namespace: a bind mount such as `/run/netns/NAME` (what `ip netns add` makes) or `/proc/PID/ns/net` |
+//! | DEL | anything the character check of [`RuntimeConf::validate`] allows, also empty: the namespace may be gone |
+//! | STATUS, GC, VERSION | none (not looked at) |
+//!
+//! A path that is not a network namespace is refused with one answer,
+//! `not a network namespace`, whether it is missing, a regular file, a
+//! directory, another kind of namespace or not accessible: a caller may
+//! learn that a path is a network namespace, and nothing else about the
+//! file system.
+//!
+//! ```
+//! use cni_async::check_netns;
+//! use cni_core::Command;
+//!
+//! check_netns("/proc/self/ns/net", Command::Add)?;
+//! let e = check_netns("/etc", Command::Add).unwrap_err();
+//! assert_eq!(e.to_string(), r#"invalid netns path "/etc": not a network namespace"#);
+//! assert_eq!(e.code(), 4);
+//! check_netns("", Command::Del)?;
+//! # Ok::<(), cni_async::Error>(())
+//! ```
+//!
+//! [`CniBuilder::check_netns`]: crate::CniBuilder::check_netns
+//! [`RuntimeConf::validate`]: cni_core::RuntimeConf::validate
+
+use std::path::Path;
+
+use cni_core::Command;
+use cni_core::error::code;
+
+use crate::error::Error;
+
+/// The answer for every path that is not a network namespace.
+pub const NOT_A_NETWORK_NAMESPACE: &str = "not a network namespace";
+
+/// Checks `netns` for `command` (see the [module docs](self)). Errors are
+/// [`cni_core::Error::InvalidParameter`] for the field `netns path`, CNI
+/// code 4.
+pub fn check_netns(netns: &str, command: Command) -> Result<(), Error> {
+    if !matches!(command, Command::Add | Command::Check) {
+        return Ok(());
+    }
+    let bad = |reason: &str| {
+        Error::Core(cni_core::Error::InvalidParameter {
+            field: "netns path",
+            value: netns.to_owned(),
+            reason: reason.to_owned(),
+            code: code::INVALID_ENVIRONMENT_VARIABLES,
+        })
+    };
+    if netns.is_empty() {
+        return Err(bad("required for ADD and CHECK"));
+    }
+    if !netns.starts_with('/') {
+        return Err(bad("must be an absolute path"));
+    }
+    cni_core::validate::netns_path(netns)?;
+    if !crate::sys::nsfs::is_network_namespace(Path::new(netns)) {
+        return Err(bad(NOT_A_NETWORK_NAMESPACE));
+    }
+    Ok(())
+}
