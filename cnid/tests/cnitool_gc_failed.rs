@@ -64,8 +64,10 @@ fn gc_through_cnid_with_a_refused_del_fails_and_names_the_attachment() {
     dirs.conf(&format!("{NET}.conflist"), &conf());
     let daemon = Daemon::start(&dirs, &[]);
     let socket = daemon.socket.to_str().unwrap().to_owned();
+    // A link to the daemon's own network namespace (the fake plugins never
+    // enter it; cnid wants a network namespace).
     let ns = dirs.data.join("ns1");
-    std::fs::write(&ns, b"").unwrap();
+    std::os::unix::fs::symlink("/proc/self/ns/net", &ns).unwrap();
     let ns = ns.to_str().unwrap().to_owned();
     let sb = Sandbox::new();
     sb.run(&["--socket", &socket, "add", NET, &ns]).ok();

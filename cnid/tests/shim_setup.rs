@@ -121,8 +121,10 @@ fn install_waits_for_cnid_then_writes_the_list_and_uninstall_removes_it() {
     assert!(shim(&["health", "--socket", &socket]).status.success());
 
     // The installed copy works as the runtime's plugin.
+    // A link to the daemon's own network namespace (the fake plugins never
+    // enter it; cnid wants a network namespace).
     let ns = dirs.data.join("netns");
-    fs::write(&ns, b"").unwrap();
+    std::os::unix::fs::symlink("/proc/self/ns/net", &ns).unwrap();
     let mut plugin = list["plugins"][0].clone();
     plugin["name"] = json!("podnet");
     plugin["cniVersion"] = json!("1.0.0");
@@ -520,7 +522,7 @@ fn kubernetes_manifests_are_complete_and_consistent_and_run_on_a_node_in_a_temp_
     plugin["name"] = list["name"].clone();
     plugin["cniVersion"] = list["cniVersion"].clone();
     let ns = root.join("netns");
-    fs::write(&ns, b"").unwrap();
+    std::os::unix::fs::symlink("/proc/self/ns/net", &ns).unwrap();
     let installed = plugin_dir.join("cnid-shim");
     let r = Call::new("ADD", "pod1", ns.to_str().unwrap(), &plugin)
         .run_of(&installed)
