@@ -72,6 +72,8 @@ fn closed_by_daemon(s: &mut UnixStream) -> bool {
             Ok(0) => return true,
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            // A read with a timeout is not restarted after a signal.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return false,
         }
     }

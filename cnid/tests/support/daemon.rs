@@ -320,7 +320,14 @@ pub fn raw(socket: &Path, request: &str) -> std::io::Result<RawAnswer> {
 
 /// [`raw`] for arbitrary bytes.
 pub fn raw_bytes(socket: &Path, request: &[u8]) -> std::io::Result<RawAnswer> {
-    let mut s = UnixStream::connect(socket)?;
+    // A signal (SIGCHLD of a daemon or plugin another test of this binary
+    // started) may interrupt a call: retried, as std's own loops do.
+    let mut s = loop {
+        match UnixStream::connect(socket) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => break other?,
+        }
+    };
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
     // The peer may answer (413) and close before it read everything.
     let _ = s.write_all(request);
@@ -330,6 +337,7 @@ pub fn raw_bytes(socket: &Path, request: &[u8]) -> std::io::Result<RawAnswer> {
         let n = match s.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && !buf.is_empty() => break,
             Err(e) => return Err(e),
         };
