@@ -3,7 +3,7 @@
 //!
 //! Properties, for any input (whole, and each line):
 //! - `CniArgs::parse` agrees with an independent model of cnitool's rule;
-//!   what it accepts prints back to the same text and re-parses to the same
+//!   what it accepts (never an unprintable character) prints back to the same text and re-parses to the same
 //!   pairs; parsed pairs pass `validate()` unless the text holds NUL;
 //! - pairs built from the lines (`key<TAB>value`) that pass `validate()` and
 //!   have non-empty values print to text that parses back to them;
@@ -39,7 +39,8 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// cnitool's rule: `""` is no pairs; otherwise `;`-separated pairs, each
-/// with exactly one `=` and both sides non-empty.
+/// with exactly one `=` and both sides non-empty; and ours on top: no
+/// control or other unprintable character (they would reach plugins' logs).
 fn model_cni_args(s: &str) -> Option<Vec<(String, String)>> {
     if s.is_empty() {
         return Some(Vec::new());
@@ -48,7 +49,10 @@ fn model_cni_args(s: &str) -> Option<Vec<(String, String)>> {
         .map(|pair| {
             let eq = pair.find('=')?;
             let (k, v) = (&pair[..eq], &pair[eq + 1..]);
-            (!k.is_empty() && !v.is_empty() && !v.contains('='))
+            (!k.is_empty()
+                && !v.is_empty()
+                && !v.contains('=')
+                && !pair.chars().any(validate::is_unprintable))
                 .then(|| (k.to_owned(), v.to_owned()))
         })
         .collect()
