@@ -32,7 +32,7 @@ use super::conns::{
 use super::engine::Engine;
 use super::error::ApiError;
 use super::networks;
-use super::queue::{NewOp, SandboxNet, Work};
+use super::queue::{NewOp, Outcome, SandboxNet, Work};
 use crate::api::{self, HealthResponse, OperationsResponse};
 use crate::decode::{
     DecodedRequest, decode_attachments_query, decode_container_filter, decode_network_name,
@@ -728,13 +728,7 @@ async fn operation(
     })?;
     let coalesced = waiter.coalesced();
     let outcome = waiter.wait().await;
-    let mut resp = match outcome.as_ref() {
-        Ok(r) => match &r.body {
-            Some(b) => json_response(r.status, b.clone()),
-            None => empty(r.status),
-        },
-        Err(e) => error_response(e),
-    };
+    let mut resp = outcome_response(&outcome);
     if coalesced {
         resp.headers_mut()
             .insert(api::COALESCED_HEADER, HeaderValue::from_static("true"));
@@ -822,13 +816,18 @@ async fn sandbox(
         deadline,
     })?;
     let outcome = waiter.wait().await;
-    Ok(match outcome.as_ref() {
+    Ok(outcome_response(&outcome))
+}
+
+/// The answer to an operation's outcome.
+fn outcome_response(outcome: &Outcome) -> Resp {
+    match outcome {
         Ok(r) => match &r.body {
             Some(b) => json_response(r.status, b.clone()),
             None => empty(r.status),
         },
         Err(e) => error_response(e),
-    })
+    }
 }
 
 /// STATUS of a sandbox's networks: each as its own network operation;
