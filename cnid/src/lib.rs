@@ -5,6 +5,8 @@
 //! - [`client`]: a typed async client of the daemon.
 //! - [`api`]: the wire types both share (`API.md` documents the endpoints).
 //! - [`decode`]: the daemon's decoding and validation of requests (pure).
+//! - [`generate`]: man pages and shell completions from the binaries' clap
+//!   definitions (`--generate`, for `make install`).
 //! - [`shim`]: `cnid-shim`, the CNI plugin that hands a runtime's calls to
 //!   the daemon (blocking, no async runtime).
 //!
@@ -23,6 +25,8 @@ pub mod client;
 #[cfg(feature = "runtime")]
 pub mod daemon;
 pub mod decode;
+#[cfg(feature = "runtime")]
+pub mod generate;
 #[cfg(feature = "runtime")]
 pub mod logfmt;
 pub mod shim;

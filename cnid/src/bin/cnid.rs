@@ -240,6 +240,9 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
 fn main() -> ExitCode {
     // SAFETY: first thing in main; no other thread exists yet.
     let systemd = unsafe { SystemdEnv::take_from_env() };
+    if let Some(status) = cnid::generate::intercept(<Cli as clap::CommandFactory>::command) {
+        return status;
+    }
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

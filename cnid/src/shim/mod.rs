@@ -8,6 +8,7 @@
 //!   `cniVersion`; errors; a retried ADD).
 //! - [`conf`]: its configuration (`socket`, `network`, `timeout`).
 //! - [`http`]: the minimal blocking HTTP/1.1 client it talks to cnid with.
+//! - [`man`]: its man page (`cnid-shim --generate man`, for `make install`).
 //! - [`setup`]: `cnid-shim config|install|uninstall|health`, which write
 //!   the runtime's list from a cnid network and probe cnid.
 //!
@@ -25,6 +26,7 @@
 
 pub mod conf;
 pub mod http;
+pub mod man;
 pub mod plugin;
 pub mod setup;
 

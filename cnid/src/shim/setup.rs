@@ -194,6 +194,9 @@ pub fn main(args: &[String]) -> i32 {
         print!("{USAGE}");
         return 0;
     }
+    if sub == "--generate" {
+        return super::man::generate(rest, USAGE);
+    }
     if matches!(sub.as_str(), "-V" | "--version") {
         println!("cnid-shim {}", env!("CNID_BUILD_VERSION"));
         return 0;

@@ -24,6 +24,9 @@ use crate::setup::{Env, Settings};
 
 fn main() -> ExitCode {
     let json_env = report::json_errors_from_env();
+    if let Some(status) = cnid::generate::intercept(<BatchCli as clap::CommandFactory>::command) {
+        return status;
+    }
     let cli = match BatchCli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

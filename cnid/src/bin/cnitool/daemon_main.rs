@@ -39,6 +39,10 @@ use crate::setup::{Env, Settings};
 
 fn main() -> ExitCode {
     let json_env = report::json_errors_from_env();
+    // `cnitool --generate ...` (make install) lands here: see cnid::generate.
+    if let Some(status) = cnid::generate::intercept(<Cli as clap::CommandFactory>::command) {
+        return status;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

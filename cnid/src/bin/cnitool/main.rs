@@ -56,6 +56,14 @@ use crate::setup::{Env, Settings};
 
 fn main() -> ExitCode {
     let json_env = report::json_errors_from_env();
+    // `--generate man|complete-*` (make install): cnitool-daemon prints them
+    // (cnid::generate says why).
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "--generate")
+    {
+        return report::failure(&daemon_exec::exec(), None, json_env);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
