@@ -123,3 +123,91 @@ bench: setup shim
 	cp $(SHIM_STATIC) $(BENCH_TARGET)/bench/bin/cnid-shim
 	$(CARGO) bench -p cni-core --bench core -- --warm-up-time 1 --measurement-time 3 --noplot
 	$(CARGO) bench -p cnid --bench overhead -- --bin-dir $(BENCH_TARGET)/bench/bin --update $(CURDIR)/BENCHMARKS.md $(BENCH_FLAGS)
+
+# ---- install / uninstall ---------------------------------------------------
+# `make install` builds the shipped binaries (release profile; cnid-shim
+# statically linked, as `make shim`) and installs, under $(DESTDIR)$(PREFIX):
+#   bin/                 cnid, cnitool, and cnitool-batch and cnitool-daemon,
+#                        which cnitool execs for `batch` and `--socket`
+#                        (looked for next to it); cnid-shim, a command an
+#                        operator runs (`cnid-shim install` copies it into
+#                        the runtime's plugin dir, e.g. /opt/cni/bin)
+#   lib/systemd/system/  cnid.service (ExecStart= the installed cnid) and
+#                        cnid.socket
+#   share/man/man1/      cnid.1, cnitool.1, cnitool-batch.1, cnid-shim.1
+#   share/bash-completion/completions, share/zsh/site-functions,
+#   share/fish/vendor_completions.d: completions of cnid and cnitool
+#   share/doc/cnid/      API.md, LICENSE
+# Man pages and completions are printed by the installed binaries from
+# their clap definitions (hidden `--generate`, cnid/src/generate.rs). Not
+# installed: cni-noop (benchmark plugin), the examples, test binaries.
+# INSTALL_FROM=DIR installs the binaries found in DIR instead of building
+# (the tests install target/debug); `make uninstall` with the same
+# DESTDIR/PREFIX/... removes every file `make install` put there.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+DOCDIR ?= $(DATADIR)/doc/cnid
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+ZSHCOMPDIR ?= $(DATADIR)/zsh/site-functions
+FISHCOMPDIR ?= $(DATADIR)/fish/vendor_completions.d
+INSTALL_FROM ?=
+INSTALL ?= install
+
+INSTALL_BINS = cnid cnitool cnitool-batch cnitool-daemon cnid-shim
+INSTALL_MAN = cnid cnitool cnitool-batch cnid-shim
+INSTALL_COMPLETE = cnid cnitool
+INSTALL_UNITS = cnid.service cnid.socket
+INSTALL_DOCS = cnid/API.md LICENSE
+INSTALLED_FILES = $(addprefix $(BINDIR)/,$(INSTALL_BINS)) \
+	$(patsubst %,$(MANDIR)/man1/%.1,$(INSTALL_MAN)) \
+	$(addprefix $(BASHCOMPDIR)/,$(INSTALL_COMPLETE)) \
+	$(patsubst %,$(ZSHCOMPDIR)/_%,$(INSTALL_COMPLETE)) \
+	$(patsubst %,$(FISHCOMPDIR)/%.fish,$(INSTALL_COMPLETE)) \
+	$(addprefix $(UNITDIR)/,$(INSTALL_UNITS)) \
+	$(addprefix $(DOCDIR)/,$(notdir $(INSTALL_DOCS)))
+
+# Where the binaries come from: INSTALL_FROM, or the release build.
+INSTALL_SRC = $(if $(INSTALL_FROM),$(INSTALL_FROM),$(abspath $(or $(CARGO_TARGET_DIR),target))/release)
+INSTALL_SHIM = $(if $(INSTALL_FROM),$(INSTALL_FROM)/cnid-shim,$(SHIM_STATIC))
+
+.PHONY: install uninstall install-build
+install-build:
+	$(if $(INSTALL_FROM),,$(CARGO) build --release -p cnid --bin cnid --bin cnitool --bin cnitool-batch --bin cnitool-daemon)
+	$(if $(INSTALL_FROM),,$(MAKE) shim)
+
+install: install-build
+	@for b in $(filter-out cnid-shim,$(INSTALL_BINS)); do [ -x "$(INSTALL_SRC)/$$b" ] || { echo "install: $(INSTALL_SRC)/$$b is missing" >&2; exit 1; }; done
+	@[ -x "$(INSTALL_SHIM)" ] || { echo "install: $(INSTALL_SHIM) is missing" >&2; exit 1; }
+	$(INSTALL) -d -m 755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
+		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	$(INSTALL) -m 755 $(addprefix $(INSTALL_SRC)/,$(filter-out cnid-shim,$(INSTALL_BINS))) $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 755 $(INSTALL_SHIM) $(DESTDIR)$(BINDIR)/cnid-shim
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	for b in $(INSTALL_MAN); do \
+		"$(DESTDIR)$(BINDIR)/$$b" --generate man > "$$tmp/$$b.1"; \
+		$(INSTALL) -m 644 "$$tmp/$$b.1" $(DESTDIR)$(MANDIR)/man1/; \
+	done; \
+	for b in $(INSTALL_COMPLETE); do \
+		"$(DESTDIR)$(BINDIR)/$$b" --generate complete-bash > "$$tmp/$$b"; \
+		"$(DESTDIR)$(BINDIR)/$$b" --generate complete-zsh > "$$tmp/_$$b"; \
+		"$(DESTDIR)$(BINDIR)/$$b" --generate complete-fish > "$$tmp/$$b.fish"; \
+		$(INSTALL) -m 644 "$$tmp/$$b" $(DESTDIR)$(BASHCOMPDIR)/; \
+		$(INSTALL) -m 644 "$$tmp/_$$b" $(DESTDIR)$(ZSHCOMPDIR)/; \
+		$(INSTALL) -m 644 "$$tmp/$$b.fish" $(DESTDIR)$(FISHCOMPDIR)/; \
+	done; \
+	for u in $(INSTALL_UNITS); do \
+		sed -e 's|/usr/bin/cnid|$(BINDIR)/cnid|g' -e 's|/usr/share/doc/cnid/|$(DOCDIR)/|g' \
+			cnid/contrib/systemd/$$u > "$$tmp/$$u"; \
+		$(INSTALL) -m 644 "$$tmp/$$u" $(DESTDIR)$(UNITDIR)/; \
+	done; \
+	grep -q '^ExecStart=$(BINDIR)/cnid ' $(DESTDIR)$(UNITDIR)/cnid.service \
+		|| { echo "install: cnid.service does not start $(BINDIR)/cnid (cnid/contrib/systemd/cnid.service changed?)" >&2; exit 1; }
+	$(INSTALL) -m 644 $(INSTALL_DOCS) $(DESTDIR)$(DOCDIR)/
+	@echo "install: cnid, cnitool and cnid-shim in $(DESTDIR)$(BINDIR); units in $(DESTDIR)$(UNITDIR) (systemctl daemon-reload)"
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED_FILES))
+	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null

@@ -1,0 +1,248 @@
+//! `make install` and `make uninstall` into a temp DESTDIR, with the
+//! binaries this test run built (`INSTALL_FROM`, the target dir; `make
+//! install` without it builds the release binaries first): the exact file
+//! set (no benchmark plugin, no example, no test binary), systemd units
+//! that start the installed cnid, man pages groff reads without a warning,
+//! completion scripts each shell would load, and an uninstall that removes
+//! every file.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workspace root (the Makefile's dir).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("cnid is inside the workspace")
+        .to_path_buf()
+}
+
+/// The dir with the binaries of this build (target/debug).
+fn built() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_cnid"))
+        .parent()
+        .expect("a binary has a dir")
+        .to_path_buf()
+}
+
+fn make(args: &[&str]) -> Output {
+    let out = Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(root())
+        .args(args)
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL")
+        .output()
+        .expect("make runs");
+    assert!(
+        out.status.success(),
+        "make {args:?}: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Every file under `dir`, relative to it.
+fn files(dir: &Path) -> BTreeSet<String> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(base, &path, out);
+            } else {
+                let rel = path.strip_prefix(base).unwrap();
+                out.insert(format!("/{}", rel.display()));
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// What `make install PREFIX=prefix` installs.
+fn expected(prefix: &str) -> BTreeSet<String> {
+    let mut want = BTreeSet::new();
+    for b in [
+        "cnid",
+        "cnitool",
+        "cnitool-batch",
+        "cnitool-daemon",
+        "cnid-shim",
+    ] {
+        want.insert(format!("{prefix}/bin/{b}"));
+    }
+    for m in ["cnid", "cnitool", "cnitool-batch", "cnid-shim"] {
+        want.insert(format!("{prefix}/share/man/man1/{m}.1"));
+    }
+    for c in ["cnid", "cnitool"] {
+        want.insert(format!("{prefix}/share/bash-completion/completions/{c}"));
+        want.insert(format!("{prefix}/share/zsh/site-functions/_{c}"));
+        want.insert(format!("{prefix}/share/fish/vendor_completions.d/{c}.fish"));
+    }
+    for u in ["cnid.service", "cnid.socket"] {
+        want.insert(format!("{prefix}/lib/systemd/system/{u}"));
+    }
+    for d in ["API.md", "LICENSE"] {
+        want.insert(format!("{prefix}/share/doc/cnid/{d}"));
+    }
+    want
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn install_and_uninstall(prefix: &str) {
+    let dest = tempfile::tempdir().unwrap();
+    let dest_arg = format!("DESTDIR={}", dest.path().display());
+    let prefix_arg = format!("PREFIX={prefix}");
+    let from_arg = format!("INSTALL_FROM={}", built().display());
+    make(&["install", &dest_arg, &prefix_arg, &from_arg]);
+    let at = |p: &str| dest.path().join(p.trim_start_matches('/'));
+
+    // The file set, exactly: nothing else (cni-noop, the examples' and the
+    // tests' binaries are in the same target dir).
+    let got = files(dest.path());
+    pretty_assertions::assert_eq!(got, expected(prefix));
+    assert!(
+        built().join("cni-noop").is_file(),
+        "the benchmark plugin was there to leave out"
+    );
+
+    // The binaries run and are the ones built.
+    for b in ["cnid", "cnitool", "cnid-shim"] {
+        let path = at(&format!("{prefix}/bin/{b}"));
+        let out = Command::new(&path).arg("--version").output().unwrap();
+        assert!(out.status.success(), "{b} --version: {out:?}");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            std::fs::read(built().join(b)).unwrap(),
+            "{b} is not the built binary"
+        );
+    }
+
+    // The service starts the installed cnid and points at the installed
+    // docs; the socket unit is the one the service requires.
+    let service = read(&at(&format!("{prefix}/lib/systemd/system/cnid.service")));
+    let exec = service
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("cnid.service has ExecStart=");
+    let program = exec.split_whitespace().next().unwrap();
+    assert_eq!(program, format!("{prefix}/bin/cnid"), "{service}");
+    assert!(at(program).is_file());
+    assert!(service.contains("Requires=cnid.socket"), "{service}");
+    for unit in ["cnid.service", "cnid.socket"] {
+        let text = read(&at(&format!("{prefix}/lib/systemd/system/{unit}")));
+        for doc in text
+            .lines()
+            .filter_map(|l| l.strip_prefix("Documentation=file://"))
+        {
+            assert!(at(doc).is_file(), "{unit}: {doc} is not installed");
+        }
+    }
+
+    // Man pages: roff with a title, readable by groff without a warning
+    // when groff is there.
+    let groff = Command::new("groff").arg("--version").output().is_ok();
+    for m in ["cnid", "cnitool", "cnitool-batch", "cnid-shim"] {
+        let path = at(&format!("{prefix}/share/man/man1/{m}.1"));
+        let page = read(&path);
+        assert!(
+            page.lines().any(|l| l.starts_with(&format!(".TH {m} 1"))),
+            "{m}.1 has no .TH: {page}"
+        );
+        assert!(page.contains(".SH NAME"), "{m}.1: {page}");
+        if groff {
+            let out = Command::new("groff")
+                .args(["-man", "-Tutf8", "-ww", "-z"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success() && out.stderr.is_empty(),
+                "groff on {m}.1: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    let cnitool_man = read(&at(&format!("{prefix}/share/man/man1/cnitool.1")));
+    for part in [
+        ".SH COMMANDS",
+        "cnitool add",
+        ".SH ENVIRONMENT",
+        "NETCONFPATH",
+    ] {
+        assert!(cnitool_man.contains(part), "cnitool.1 lacks {part:?}");
+    }
+    assert!(!cnitool_man.contains("generate"), "the flag is hidden");
+
+    // Completions: bash parses the script; zsh and fish scripts are for
+    // their command and know its subcommands.
+    for c in ["cnid", "cnitool"] {
+        let bash = at(&format!("{prefix}/share/bash-completion/completions/{c}"));
+        let out = Command::new("bash").arg("-n").arg(&bash).output().unwrap();
+        assert!(out.status.success(), "bash -n {c}: {out:?}");
+        assert!(read(&bash).contains(&format!("complete -F _{c}")));
+        let zsh = read(&at(&format!("{prefix}/share/zsh/site-functions/_{c}")));
+        assert!(zsh.starts_with(&format!("#compdef {c}")), "{zsh}");
+        let fish = read(&at(&format!(
+            "{prefix}/share/fish/vendor_completions.d/{c}.fish"
+        )));
+        assert!(fish.contains(&format!("complete -c {c}")), "{fish}");
+    }
+    let fish = read(&at(&format!(
+        "{prefix}/share/fish/vendor_completions.d/cnitool.fish"
+    )));
+    for sub in ["add", "check", "del", "gc", "status", "networks", "batch"] {
+        assert!(fish.contains(&format!("-a \"{sub}\"")), "no {sub}: {fish}");
+    }
+
+    // Uninstall removes every file (and nothing outside DESTDIR is touched:
+    // all paths are under it).
+    make(&["uninstall", &dest_arg, &prefix_arg]);
+    let left = files(dest.path());
+    assert!(left.is_empty(), "left after uninstall: {left:?}");
+}
+
+#[test]
+fn install_puts_the_shipped_files_under_the_prefix_and_uninstall_removes_them() {
+    install_and_uninstall("/usr");
+}
+
+#[test]
+fn the_service_starts_cnid_where_another_prefix_put_it() {
+    install_and_uninstall("/opt/cnirs");
+}
+
+#[test]
+fn the_hidden_generate_flag_refuses_unknown_kinds_and_is_not_in_help() {
+    for b in ["cnid", "cnitool", "cnitool-batch"] {
+        let path = built().join(b);
+        let out = Command::new(&path)
+            .args(["--generate", "pdf"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{b}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("man|complete-bash"),
+            "{b}: {out:?}"
+        );
+        let help = Command::new(&path).arg("--help").output().unwrap();
+        assert!(
+            !String::from_utf8_lossy(&help.stdout).contains("generate"),
+            "{b} --help lists --generate"
+        );
+    }
+    let shim = Command::new(built().join("cnid-shim"))
+        .args(["--generate", "complete-bash"])
+        .output()
+        .unwrap();
+    assert_eq!(shim.status.code(), Some(2), "{shim:?}");
+}
