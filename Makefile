@@ -17,11 +17,12 @@ all: test
 # libcni and containerd's go-cni, from which the cnid-shim tests build real
 # runtime clients (GOPATH mode, no module downloads). Needs root.
 GOCODE = /usr/share/gocode/src/github.com
-SETUP_PACKAGES = containernetworking-plugins iproute2 iputils-ping curl golang-go golang-github-appc-cni-dev golang-github-containerd-go-cni-dev
+# jq: the README's batch snippet, which cnid/tests/readme_snippets.rs runs.
+SETUP_PACKAGES = containernetworking-plugins iproute2 iputils-ping curl jq golang-go golang-github-appc-cni-dev golang-github-containerd-go-cni-dev
 setup:
-	@if [ -x $(PLUGIN_DIR)/bridge ] && command -v ip >/dev/null && command -v ping >/dev/null && command -v curl >/dev/null \
+	@if [ -x $(PLUGIN_DIR)/bridge ] && command -v ip >/dev/null && command -v ping >/dev/null && command -v curl >/dev/null && command -v jq >/dev/null \
 		&& command -v go >/dev/null && [ -d $(GOCODE)/containernetworking/cni/libcni ] && [ -d $(GOCODE)/containerd/go-cni ]; then \
-		echo "setup: plugins in $(PLUGIN_DIR), ip, ping, curl, go, libcni and go-cni present"; \
+		echo "setup: plugins in $(PLUGIN_DIR), ip, ping, curl, jq, go, libcni and go-cni present"; \
 	elif [ "$$(id -u)" != 0 ]; then \
 		echo "setup: need root to install $(SETUP_PACKAGES)" >&2; exit 1; \
 	else \
