@@ -55,6 +55,11 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// This process's effective UID.
+pub fn euid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
 /// Whether a root-only test should run: `true` as root; otherwise prints
 /// why the test `test` is skipped on stderr and returns `false`, or panics
 /// when skipping is forbidden (`CI` set, or `CNI_TEST_REQUIRE_ROOT=1`; see
