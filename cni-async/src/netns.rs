@@ -13,8 +13,6 @@
 //!   panics.
 //! - [`Netns::run`] / [`Netns::run_async`] run a closure inside the namespace,
 //!   [`Netns::exec_in`] / [`Netns::exec_in_async`] run a command inside it.
-//! - [`Netns::links`], [`Netns::addrs`] and [`Netns::ping`] answer the
-//!   questions tests ask about a namespace.
 //!
 //! Everything here needs `CAP_SYS_ADMIN` (root) except opening and reading.
 //!
@@ -27,14 +25,10 @@
 //! let ns = NetnsGuard::create("demo")?;
 //! assert_eq!(ns.path().to_str(), Some("/run/netns/demo"));
 //!
-//! // A fresh namespace has only a loopback device, and it is down.
-//! assert_eq!(ns.links()?, vec!["lo".to_string()]);
-//!
 //! // Closures and commands run on a dedicated thread inside the namespace.
 //! let mut up = Command::new("ip");
 //! up.args(["link", "set", "lo", "up"]);
 //! assert!(ns.exec_in(up)?.status.success());
-//! assert!(ns.ping("127.0.0.1".parse().unwrap())?);
 //!
 //! // The same namespace, opened by path (as a plugin gets it in CNI_NETNS).
 //! let again = Netns::open("/run/netns/demo")?;
@@ -86,7 +80,6 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
 use std::io;
-use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::panic::{self, AssertUnwindSafe};
@@ -94,9 +87,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, PoisonError};
 
-use ipnet::IpNet;
 use nix::errno::Errno;
-use serde_json::Value;
 
 use crate::Error;
 use crate::sys::netns as sys;
@@ -457,74 +448,6 @@ impl Netns {
             .await
             .map_err(|e| netns_err(&self.path, format!("wait for `{shown}`"), e))
     }
-
-    /// The names of the network interfaces in this namespace, in kernel order
-    /// (from `/proc/thread-self/net/dev`, read inside the namespace).
-    pub fn links(&self) -> Result<Vec<String>, Error> {
-        let text = self
-            .run(|| fs::read_to_string("/proc/thread-self/net/dev"))?
-            .map_err(|e| netns_err(&self.path, "read /proc/thread-self/net/dev", e))?;
-        Ok(parse_net_dev(&text))
-    }
-
-    /// Whether this namespace has an interface named `ifname`.
-    pub fn link_exists(&self, ifname: &str) -> Result<bool, Error> {
-        Ok(self.links()?.iter().any(|l| l == ifname))
-    }
-
-    /// The addresses of interface `ifname` in this namespace, IPv4 and IPv6,
-    /// with their prefix lengths, in the order the kernel lists them
-    /// (`ip -j addr show dev IFNAME` run inside the namespace).
-    ///
-    /// This includes IPv6 link-local addresses, which the kernel adds a
-    /// moment after a link comes up: filter them out in assertions that
-    /// should not depend on that timing.
-    ///
-    /// Fails with [`Error::NetnsCommand`] when `ip` fails (no such
-    /// interface).
-    pub fn addrs(&self, ifname: &str) -> Result<Vec<IpNet>, Error> {
-        let mut cmd = Command::new("ip");
-        cmd.args(["-j", "addr", "show", "dev", ifname]);
-        let out = self.exec_checked(cmd)?;
-        parse_ip_addr_json(&out.stdout).map_err(|e| {
-            netns_err(
-                &self.path,
-                format!("parse output of `ip -j addr show dev {ifname}`"),
-                io::Error::new(io::ErrorKind::InvalidData, e),
-            )
-        })
-    }
-
-    /// Whether one ICMP echo from this namespace to `ip` is answered within a
-    /// second (`ping -n -q -c 1 -W 1 IP` inside the namespace).
-    ///
-    /// Fails only when `ping` cannot be run; "unreachable" is `Ok(false)`.
-    pub fn ping(&self, ip: IpAddr) -> Result<bool, Error> {
-        let mut cmd = Command::new("ping");
-        cmd.args(["-n", "-q", "-c", "1", "-W", "1"])
-            .arg(ip.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        Ok(self.exec_in(cmd)?.status.success())
-    }
-
-    /// [`Netns::exec_in`], with a non-zero exit turned into
-    /// [`Error::NetnsCommand`].
-    fn exec_checked(&self, cmd: Command) -> Result<Output, Error> {
-        let shown = show_command(&cmd);
-        let out = self.exec_in(cmd)?;
-        if out.status.success() {
-            Ok(out)
-        } else {
-            Err(Error::NetnsCommand {
-                path: self.path.clone(),
-                command: shown,
-                status: out.status,
-                stderr: String::from_utf8_lossy(&out.stderr).trim_end().to_owned(),
-            })
-        }
-    }
 }
 
 impl AsFd for Netns {
@@ -699,49 +622,6 @@ fn show_command(cmd: &Command) -> String {
     s
 }
 
-/// Interface names from the text of `/proc/net/dev` (two header lines, then
-/// `name: counters...`).
-fn parse_net_dev(text: &str) -> Vec<String> {
-    text.lines()
-        .skip(2)
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, _)| name.trim().to_owned())
-        .filter(|name| !name.is_empty())
-        .collect()
-}
-
-/// Addresses from `ip -j addr show` output: `[{"ifname": .., "addr_info":
-/// [{"local": "10.0.0.2", "prefixlen": 24, ..}, ..]}, ..]`. Some iproute2
-/// versions print `{}` for links they filtered out; those are skipped.
-fn parse_ip_addr_json(bytes: &[u8]) -> Result<Vec<IpNet>, String> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    let links = value.as_array().ok_or("not a JSON array")?;
-    let mut out = Vec::new();
-    for link in links {
-        let Some(infos) = link.get("addr_info").and_then(Value::as_array) else {
-            continue;
-        };
-        for info in infos {
-            let local = info
-                .get("local")
-                .and_then(Value::as_str)
-                .ok_or_else(|| format!("addr_info entry without \"local\": {info}"))?;
-            let ip: IpAddr = local
-                .parse()
-                .map_err(|e| format!("bad address {local:?}: {e}"))?;
-            let prefix = info
-                .get("prefixlen")
-                .and_then(Value::as_u64)
-                .and_then(|p| u8::try_from(p).ok())
-                .ok_or_else(|| format!("addr_info entry without a valid \"prefixlen\": {info}"))?;
-            let net =
-                IpNet::new(ip, prefix).map_err(|e| format!("bad prefix length in {info}: {e}"))?;
-            out.push(net);
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -768,41 +648,5 @@ mod tests {
             }
         }
         assert!(validate_name(&"n".repeat(256)).is_err());
-    }
-
-    #[test]
-    fn net_dev_is_parsed() {
-        let text = "Inter-|   Receive                            |  Transmit\n \
-             face |bytes    packets errs drop fifo frame compressed multicast|bytes\n    \
-             lo:       0       0    0    0    0     0          0         0        0\n  \
-             eth0: 1296      16    0    0    0     0          0         0      796\n";
-        assert_eq!(parse_net_dev(text), vec!["lo", "eth0"]);
-        assert!(parse_net_dev("").is_empty());
-    }
-
-    #[test]
-    fn ip_addr_json_is_parsed() {
-        let json = br#"[{},{"ifindex":2,"ifname":"eth0","addr_info":[
-            {"family":"inet","local":"10.201.3.2","prefixlen":24,"scope":"global"},
-            {"family":"inet6","local":"fe80::1","prefixlen":64,"scope":"link"}]},
-            {"ifindex":3,"ifname":"x"}]"#;
-        let got = parse_ip_addr_json(json).unwrap();
-        assert_eq!(
-            got,
-            vec![
-                "10.201.3.2/24".parse::<IpNet>().unwrap(),
-                "fe80::1/64".parse::<IpNet>().unwrap()
-            ]
-        );
-        assert_eq!(parse_ip_addr_json(b"[]").unwrap(), vec![]);
-        assert!(parse_ip_addr_json(b"{}").is_err());
-        assert!(parse_ip_addr_json(b"not json").is_err());
-        assert!(
-            parse_ip_addr_json(br#"[{"addr_info":[{"local":"10.0.0.1","prefixlen":33}]}]"#)
-                .is_err()
-        );
-        assert!(
-            parse_ip_addr_json(br#"[{"addr_info":[{"local":"nope","prefixlen":3}]}]"#).is_err()
-        );
     }
 }

@@ -21,7 +21,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::fake::PluginDir;
 use support::gate::Gate;
-use support::netns::{TestNet, bridge_ports, host_local_ips, ip_ok, unique_id};
+use support::netns::{TestNet, bridge_ports, host_local_ips, ip_ok, links, ping, unique_id};
+use support::require_root;
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 
@@ -114,6 +115,7 @@ fn ipv4_of(member: &cni_async::batch::BatchMember) -> IpAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_namespaces_on_a_bridge_reach_each_other_and_leave_nothing_behind() {
+    require_root!();
     let mut net = TestNet::new();
     let prefix = prefix_for(&mut net);
     let network = format!("bb-{}", net.id());
@@ -193,7 +195,7 @@ async fn fifty_namespaces_on_a_bridge_reach_each_other_and_leave_nothing_behind(
     let first = batch.members()[0].netns().expect("created");
     let unreachable: Vec<String> = batch.members()[1..]
         .iter()
-        .filter(|m| !first.ping(ipv4_of(m)).expect("ping runs"))
+        .filter(|m| !ping(first, ipv4_of(m)))
         .map(|m| m.name().to_owned())
         .collect();
     let ping_time = ping_start.elapsed();
@@ -220,6 +222,7 @@ async fn fifty_namespaces_on_a_bridge_reach_each_other_and_leave_nothing_behind(
 
 #[tokio::test]
 async fn members_whose_chain_fails_are_reported_the_others_succeed_and_teardown_cleans_all() {
+    require_root!();
     let mut net = TestNet::new();
     let prefix = prefix_for(&mut net);
     let network = format!("bo-{}", net.id());
@@ -274,12 +277,12 @@ exit 0"#,
         );
         // Its bridge attachment was rolled back: only loopback is left.
         assert_eq!(
-            m.netns().expect("created").links().unwrap(),
+            links(m.netns().expect("created").path()),
             vec!["lo".to_owned()]
         );
     }
     for m in batch.attached() {
-        let links = m.netns().unwrap().links().unwrap();
+        let links = links(m.netns().unwrap().path());
         assert!(links.contains(&"eth0".to_owned()), "{links:?}");
     }
     let c = batch.counts();
@@ -293,6 +296,7 @@ exit 0"#,
 
 #[tokio::test]
 async fn a_batch_dropped_without_teardown_leaves_nothing_behind() {
+    require_root!();
     let mut net = TestNet::new();
     let prefix = prefix_for(&mut net);
     let network = format!("bd-{}", net.id());
@@ -370,6 +374,7 @@ async fn a_batch_dropped_without_teardown_leaves_nothing_behind() {
 
 #[tokio::test]
 async fn bad_prefixes_are_refused_before_anything_is_created() {
+    require_root!();
     let net = TestNet::new();
     let multi = MultiNetwork::builder(cni_for(&net, None))
         .network(bridge_list("unused", &net))

@@ -15,7 +15,8 @@ use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::fake::{Fake, PluginDir, Response};
-use support::netns::{TestNet, bridge_ports, host_local_ips, ip_ok, unique_link_name};
+use support::netns::{TestNet, bridge_ports, host_local_ips, ip_ok, links, unique_link_name};
+use support::require_root;
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 
@@ -67,6 +68,7 @@ fn ip_addrs(netns_name: &str) -> BTreeMap<String, Vec<IpNet>> {
 
 #[tokio::test]
 async fn loopback_and_two_bridges_get_lo_eth0_eth1_and_come_off_again() {
+    require_root!();
     let mut net = TestNet::new();
     let bridge_a = net.bridge().to_owned();
     let subnet_a = IpNet::V4(net.subnet());
@@ -164,7 +166,7 @@ async fn loopback_and_two_bridges_get_lo_eth0_eth1_and_come_off_again() {
     multi.remove(&sandbox).await.expect("remove");
     assert_eq!(host_local_ips(&data_dir, &name_a), Vec::<String>::new());
     assert_eq!(host_local_ips(&data_dir, &name_b), Vec::<String>::new());
-    assert_eq!(ns.links().unwrap(), vec!["lo".to_owned()]);
+    assert_eq!(links(ns.path()), vec!["lo".to_owned()]);
     assert_eq!(bridge_ports(&bridge_a), Vec::<String>::new());
     assert_eq!(bridge_ports(&bridge_b), Vec::<String>::new());
     assert!(cni.cached_attachments(None).await.unwrap().is_empty());
@@ -174,6 +176,7 @@ async fn loopback_and_two_bridges_get_lo_eth0_eth1_and_come_off_again() {
 
 #[tokio::test]
 async fn when_the_second_network_fails_the_first_is_rolled_back() {
+    require_root!();
     let net = TestNet::new();
     let data_dir = net.data_dir();
     let name_a = format!("rb-{}", net.id());
@@ -238,7 +241,7 @@ async fn when_the_second_network_fails_the_first_is_rolled_back() {
             Vec::<String>::new(),
             "{mode:?}: host-local holds no address"
         );
-        assert_eq!(ns.links().unwrap(), vec!["lo".to_owned()], "{mode:?}");
+        assert_eq!(links(ns.path()), vec!["lo".to_owned()], "{mode:?}");
         assert_eq!(bridge_ports(net.bridge()), Vec::<String>::new(), "{mode:?}");
         assert!(cni.cached_attachments(None).await.unwrap().is_empty());
         let refuser_calls = fakes

@@ -16,6 +16,7 @@ use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use support::netns::{TestNet, addrs_v4, bridge_ports, host_local_ips, ping, unique_netns_name};
+use support::require_root;
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 
@@ -25,6 +26,7 @@ fn caps(value: serde_json::Value) -> CapabilityArgs {
 
 #[tokio::test]
 async fn two_networks_with_their_own_options_and_a_teardown_after_file_and_netns_are_gone() {
+    require_root!();
     let mut net = TestNet::new();
     net.precreate_bridge("02:cb:00:00:00:02");
     let id = net.id().to_owned();

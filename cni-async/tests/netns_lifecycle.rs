@@ -12,7 +12,10 @@ use std::sync::mpsc;
 
 use cni_async::Error;
 use cni_async::netns::{NETNS_RUN_DIR, Netns, NetnsGuard};
-use support::netns::{ip, ip_ok, require_root, unique_id, unique_link_name, unique_netns_name};
+use support::netns::{
+    ip, ip_ok, link_exists_in, links, unique_id, unique_link_name, unique_netns_name,
+};
+use support::require_root;
 
 /// Whether `/proc/self/mountinfo` has a mount on `path`.
 fn is_mounted(path: &Path) -> bool {
@@ -62,7 +65,7 @@ fn io_kind(e: &Error) -> Option<io::ErrorKind> {
 
 #[test]
 fn create_makes_a_bind_mount_in_run_netns_and_delete_removes_it() {
-    require_root();
+    require_root!();
     let name = unique_netns_name();
     let path = run_path(&name);
     let ns = Netns::create(&name).expect("create");
@@ -102,7 +105,7 @@ fn create_makes_a_bind_mount_in_run_netns_and_delete_removes_it() {
 
 #[test]
 fn created_namespace_is_listed_by_ip_netns_and_usable_with_ip_n() {
-    require_root();
+    require_root!();
     let ns = NetnsGuard::create(&unique_netns_name()).expect("create");
     let name = ns.name().unwrap().to_owned();
     assert!(
@@ -115,7 +118,7 @@ fn created_namespace_is_listed_by_ip_netns_and_usable_with_ip_n() {
     ip_ok(&["-n", &name, "link", "add", &link, "type", "bridge"]);
     let links = ip_ok(&["-n", &name, "-br", "link"]);
     assert!(links.contains(&link), "ip -n {name} link: {links}");
-    assert!(ns.link_exists(&link).unwrap());
+    assert!(link_exists_in(ns.path(), &link));
     // Only inside.
     assert!(!support::netns::link_exists(&link));
     assert!(!ip(&["link", "show", &link]).status.success());
@@ -130,7 +133,7 @@ fn created_namespace_is_listed_by_ip_netns_and_usable_with_ip_n() {
 
 #[test]
 fn ip_netns_del_deletes_a_namespace_we_created() {
-    require_root();
+    require_root!();
     let name = unique_netns_name();
     let ns = Netns::create(&name).expect("create");
     let _cleanup = IpNetnsCleanup(name.clone());
@@ -146,14 +149,14 @@ fn ip_netns_del_deletes_a_namespace_we_created() {
 
 #[test]
 fn a_namespace_made_by_ip_netns_add_is_opened_and_deleted_natively() {
-    require_root();
+    require_root!();
     let name = unique_netns_name();
     let _cleanup = IpNetnsCleanup(name.clone());
     ip_ok(&["netns", "add", &name]);
 
     let ns = Netns::open_named(&name).expect("open");
     assert_eq!(ns.name(), Some(name.as_str()));
-    assert_eq!(ns.links().unwrap(), vec!["lo"]);
+    assert_eq!(links(ns.path()), vec!["lo"]);
     ns.delete().expect("delete");
 
     assert!(!run_path(&name).exists());
@@ -169,7 +172,7 @@ fn a_namespace_made_by_ip_netns_add_is_opened_and_deleted_natively() {
 
 #[test]
 fn an_empty_file_left_by_an_interrupted_create_is_not_a_namespace_but_deletable() {
-    require_root();
+    require_root!();
     let name = unique_netns_name();
     let path = run_path(&name);
     fs::create_dir_all(NETNS_RUN_DIR).unwrap();
@@ -184,7 +187,7 @@ fn an_empty_file_left_by_an_interrupted_create_is_not_a_namespace_but_deletable(
 
 #[test]
 fn guard_deletes_its_namespace_on_drop() {
-    require_root();
+    require_root!();
     let name = unique_netns_name();
     {
         let ns = NetnsGuard::create(&name).expect("create");
@@ -202,7 +205,7 @@ fn guard_deletes_its_namespace_on_drop() {
 
 #[test]
 fn guard_deletes_its_namespace_when_the_test_panics() {
-    require_root();
+    require_root!();
 
     // A panicking thread, as a failing test is.
     let (tx, rx) = mpsc::channel();
@@ -231,7 +234,7 @@ fn guard_deletes_its_namespace_when_the_test_panics() {
 
 #[test]
 fn invalid_names_are_rejected() {
-    require_root();
+    require_root!();
     for bad in ["", ".", "..", "a/b", "../etc", &"n".repeat(256)] {
         match Netns::create(bad) {
             Err(Error::NetnsName { name, .. }) => assert_eq!(name, bad),
@@ -255,7 +258,7 @@ fn invalid_names_are_rejected() {
 
 #[test]
 fn open_by_proc_path_and_rejects_other_files() {
-    require_root();
+    require_root!();
     let own = Netns::open("/proc/self/ns/net").expect("own namespace");
     assert_eq!(own.inode().unwrap(), host_netns_inode());
     assert_eq!(own.name(), None);
@@ -280,7 +283,7 @@ fn open_by_proc_path_and_rejects_other_files() {
 
 #[test]
 fn delete_refuses_a_name_that_now_refers_to_another_namespace() {
-    require_root();
+    require_root!();
     let name = unique_netns_name();
     let first = Netns::create(&name).unwrap();
     let stale = Netns::open_named(&name).unwrap();
@@ -303,7 +306,7 @@ fn delete_refuses_a_name_that_now_refers_to_another_namespace() {
 
 #[test]
 fn twenty_namespaces_created_concurrently_are_distinct_and_all_cleaned_up() {
-    require_root();
+    require_root!();
     let names: Vec<String> = (0..20).map(|_| unique_netns_name()).collect();
     let guards: Vec<NetnsGuard> = std::thread::scope(|s| {
         let handles: Vec<_> = names
@@ -322,7 +325,7 @@ fn twenty_namespaces_created_concurrently_are_distinct_and_all_cleaned_up() {
         assert!(listed.contains(name), "{name} not in ip netns list");
     }
     for g in &guards {
-        assert_eq!(g.links().unwrap(), vec!["lo"]);
+        assert_eq!(links(g.path()), vec!["lo"]);
     }
 
     // Dropped concurrently too.

@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 use cni_async::netns::NETNS_RUN_DIR;
 use serde_json::{Value, json};
 use support::netns::{
-    SubnetLease, TestNet, addrs_v4, host_local_ips, host_uses, ip_ok, link_exists, ping,
-    require_root, unique_id, unique_link_name, unique_netns_name,
+    SubnetLease, TestNet, addrs_v4, host_local_ips, host_uses, ip_ok, link_exists, ping, unique_id,
+    unique_link_name, unique_netns_name,
 };
+use support::require_root;
 
 /// Polls `cond` for up to 10 s (namespace teardown in the kernel is
 /// asynchronous: veths in a deleted namespace go away a moment later).
@@ -38,7 +39,7 @@ fn eventually(what: &str, cond: impl Fn() -> bool) {
 
 #[test]
 fn testnet_removes_everything_it_made_when_the_test_panics() {
-    require_root();
+    require_root!();
     let deferred = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<(Vec<PathBuf>, String, String, PathBuf, PathBuf)>();
     let flag = deferred.clone();
@@ -89,7 +90,7 @@ fn testnet_removes_everything_it_made_when_the_test_panics() {
 
 #[test]
 fn subnet_leases_are_exclusive_across_threads_and_processes() {
-    require_root();
+    require_root!();
     let leases: Vec<SubnetLease> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..16).map(|_| s.spawn(SubnetLease::new)).collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -128,7 +129,7 @@ fn subnet_leases_are_exclusive_across_threads_and_processes() {
 
 #[test]
 fn held_subnets_and_subnets_in_use_on_the_host_are_skipped() {
-    require_root();
+    require_root!();
     let mut net = TestNet::new();
     // A subnet held by another lease is skipped.
     let held = SubnetLease::new();
@@ -232,6 +233,7 @@ fn run_plugin(command: &str, conf: &Value, netns: &Path, container: &str) -> Val
 
 #[test]
 fn testnet_serves_a_real_bridge_plugin_and_cleans_up_after_it() {
+    require_root!();
     let mut net = TestNet::new();
     let ns = net.netns();
     let network = format!("net-{}", net.id());

@@ -7,7 +7,10 @@ mod support;
 use cni_async::Cni;
 use cni_core::{NetworkConfigList, RuntimeConf, Version};
 use serde_json::json;
-use support::netns::{TestNet, addrs_v4, bridge_ports, host_local_ips, link_exists, ping};
+use support::netns::{
+    TestNet, addrs_v4, bridge_ports, host_local_ips, link_exists, link_exists_in, ping,
+};
+use support::require_root;
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 
@@ -50,6 +53,7 @@ fn nat_rules_mentioning(needle: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bridge_chain_add_ping_check_del_releases_everything() {
+    require_root!();
     let mut net = TestNet::new();
     require_plugins();
     let list = chain(&net);
@@ -170,7 +174,7 @@ async fn bridge_chain_add_ping_check_del_releases_everything() {
         bridge_ports(net.bridge()).is_empty(),
         "veths left on the bridge"
     );
-    assert!(!ns_a.link_exists("eth0").unwrap(), "eth0 left in a");
+    assert!(!link_exists_in(ns_a.path(), "eth0"), "eth0 left in a");
     assert!(cni.cached_attachments(None).await.unwrap().is_empty());
     assert!(
         nat_rules_mentioning(&cid_a).is_empty(),
@@ -189,6 +193,7 @@ async fn bridge_chain_add_ping_check_del_releases_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_of_a_failed_real_chain_frees_the_ip() {
+    require_root!();
     let mut net = TestNet::new();
     require_plugins();
     // bridge + host-local succeed, then tuning fails on an unknown sysctl.
@@ -233,7 +238,7 @@ async fn rollback_of_a_failed_real_chain_frees_the_ip() {
         bridge_ports(net.bridge()).is_empty(),
         "veth leaked after rollback"
     );
-    assert!(!ns.link_exists("eth0").unwrap());
+    assert!(!link_exists_in(ns.path(), "eth0"));
     assert!(cni.cached_attachments(None).await.unwrap().is_empty());
     drop(ns);
 }

@@ -18,8 +18,9 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 use support::gate::Gate;
 use support::netns::{
-    LinkGuard, NETNS_DIR, SubnetLease, host_local_ips, ip, ip_json, ip_ok, require_root, unique_id,
+    LinkGuard, NETNS_DIR, SubnetLease, host_local_ips, ip, ip_json, ip_ok, unique_id,
 };
+use support::require_root;
 use support::tool::{Run, Sandbox, expected_container_id};
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
@@ -89,7 +90,7 @@ struct World {
 
 impl World {
     fn new() -> World {
-        require_root();
+        cni_test_support::assert_root("a batch World creates namespaces and a bridge");
         require_plugins();
         World {
             namespaces: NamespacesGuard {
@@ -246,6 +247,7 @@ fn ips_of(member: &Value) -> Vec<String> {
 
 #[test]
 fn up_twenty_namespaces_then_down_twice() {
+    require_root!();
     let w = World::new();
     w.bridge_network(&[]);
     let prefix = w.prefix();
@@ -373,6 +375,7 @@ fn up_twenty_namespaces_then_down_twice() {
 
 #[test]
 fn failing_members_are_rolled_back_and_reported() {
+    require_root!();
     let w = World::new();
     // Appended to the chain: fails the ADD of members with an odd number.
     w.noop_plugin(
@@ -440,6 +443,7 @@ fn failing_members_are_rolled_back_and_reported() {
 
 #[test]
 fn up_refuses_a_prefix_in_use() {
+    require_root!();
     let w = World::new();
     w.noop_plugin("noop", "");
     w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "noop"})]);
@@ -479,6 +483,7 @@ fn up_refuses_a_prefix_in_use() {
 
 #[test]
 fn interrupted_up_tears_everything_down() {
+    require_root!();
     let w = World::new();
     // Every ADD holds at a gate, never opened: the interrupt kills it. The
     // invocations are recorded.

@@ -59,7 +59,7 @@ fn local_gc_with_a_refused_del_fails_and_names_the_attachment() {
 #[test]
 fn gc_through_cnid_with_a_refused_del_fails_and_names_the_attachment() {
     let dirs = Dirs::new();
-    let p = PluginDir::new(dirs.root());
+    let p = PluginDir::in_dir(dirs.root());
     plugins(&p);
     dirs.conf(&format!("{NET}.conflist"), &conf());
     let daemon = Daemon::start(&dirs, &[]);

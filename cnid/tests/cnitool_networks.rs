@@ -77,7 +77,7 @@ fn gc_and_status_need_no_netns_and_say_what_they_did() {
 #[test]
 fn networks_through_the_daemon_are_the_daemons() {
     let dirs = Dirs::new();
-    let plugins = PluginDir::new(dirs.root());
+    let plugins = PluginDir::in_dir(dirs.root());
     plugins.fake("a", &Fake::plugin("1.0.0", "10.1.2.3/24"));
     std::fs::write(
         dirs.conf.join("10-daemonnet.conflist"),

@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::json;
 use support::fake::Fake;
-use support::netns::{NETNS_DIR, require_root, unique_id};
+use support::netns::{NETNS_DIR, unique_id};
+use support::require_root;
 use support::tool::Sandbox;
 
 /// Runs `cmd` with stdout and stderr on a pipe nobody reads any more.
@@ -41,7 +42,7 @@ fn version_and_a_failure_into_a_closed_pipe_end_quietly() {
 
 #[test]
 fn batch_up_into_a_closed_pipe_does_not_panic() {
-    require_root();
+    require_root!();
     let sb = Sandbox::new();
     sb.plugins.fake("p", &Fake::plugin("1.0.0", "10.1.2.3/24"));
     sb.conflist("pipebatch", "1.0.0", &[json!({"type": "p"})]);

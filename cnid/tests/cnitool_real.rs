@@ -12,8 +12,9 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use support::netns::{
-    LinkGuard, Netns, SubnetLease, host_local_ips, ip_json, link_exists, require_root, unique_id,
+    LinkGuard, Netns, SubnetLease, host_local_ips, ip_json, link_exists, unique_id,
 };
+use support::require_root;
 use support::tool::{Sandbox, expected_container_id};
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
@@ -39,7 +40,7 @@ fn bridge_ports(bridge: &str) -> Vec<String> {
 
 #[test]
 fn bridge_network_between_two_namespaces() {
-    require_root();
+    require_root!();
     require_plugins();
 
     let sb = Sandbox::new();

@@ -38,7 +38,7 @@ fn network(dir: &Path, plugins: &PluginDir, version: &str) {
 /// A daemon with the network; its fake plugins record what they run.
 fn daemon(version: &str) -> (Dirs, PluginDir, Daemon) {
     let dirs = Dirs::new();
-    let plugins = PluginDir::new(dirs.root());
+    let plugins = PluginDir::in_dir(dirs.root());
     network(&dirs.conf, &plugins, version);
     let daemon = Daemon::start(&dirs, &[]);
     (dirs, plugins, daemon)
@@ -203,7 +203,7 @@ fn not_ready(conf: &Path, plugins: &PluginDir) {
 #[test]
 fn a_plugin_error_comes_back_as_a_local_run_reports_it() {
     let dirs = Dirs::new();
-    let plugins = PluginDir::new(dirs.root());
+    let plugins = PluginDir::in_dir(dirs.root());
     not_ready(&dirs.conf, &plugins);
     let daemon = Daemon::start(&dirs, &[]);
     let sb = Sandbox::new();
@@ -351,7 +351,7 @@ fn the_flag_wins_and_version_and_validate_stay_local() {
 #[test]
 fn cni_timeout_is_the_requests_deadline() {
     let dirs = Dirs::new();
-    let plugins = PluginDir::new(dirs.root());
+    let plugins = PluginDir::in_dir(dirs.root());
     // ADD hangs at a gate never opened, until it is killed.
     let hang = Gate::new(dirs.root());
     plugins.fake(

@@ -441,7 +441,7 @@ fn curl_as(uid: u32, gid: u32, socket: &Path, method: &str, path: &str) -> (i32,
 
 #[test]
 fn peers_whose_uid_is_not_allowed_get_403() {
-    support::netns::require_root();
+    support::require_root!();
     let (dirs, records) = setup();
     // Let other users reach the socket's dir; the socket itself is 0660
     // root:65534.

@@ -34,7 +34,7 @@ impl Drop for Orphan {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_add_then_restart_leaks_nothing() {
-    support::netns::require_root();
+    support::require_root!();
     assert!(
         Path::new("/usr/lib/cni/bridge").exists(),
         "the reference plugins are missing: run `make setup`"

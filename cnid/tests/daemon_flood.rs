@@ -239,7 +239,7 @@ fn ms(d: Duration) -> f64 {
 /// once, and the log holds a handful of warnings, not one per connection.
 #[test]
 fn a_thousand_hostile_connections_leave_health_fast_and_memory_low() {
-    support::netns::require_root();
+    support::require_root!();
     raise_nofile();
     let (dirs, records) = setup();
     let daemon = Daemon::start(
@@ -692,7 +692,7 @@ fn under_a_low_fd_limit_a_flood_never_exhausts_descriptors() {
 /// sends a request, and the warnings are rate limited with a count.
 #[test]
 fn refused_peers_are_closed_at_once_and_warned_about_once_per_interval() {
-    support::netns::require_root();
+    support::require_root!();
     let (dirs, _records) = setup();
     let daemon = Daemon::start(&dirs, &["--socket-group", &NOBODY.to_string()]);
     let t = Instant::now();

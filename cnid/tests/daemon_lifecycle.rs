@@ -284,6 +284,7 @@ fn socket_activation_and_sd_notify() {
         .arg(&dirs.cache)
         .arg("--state-dir")
         .arg(&dirs.state)
+        .args(support::daemon::allow_self())
         .env("NOTIFY_SOCKET", &notify_path)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())

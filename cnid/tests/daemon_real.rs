@@ -8,11 +8,12 @@ mod support;
 use std::path::Path;
 
 use cnid::api::AttachmentRequest;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::daemon::{Daemon, Dirs};
 use support::netns::{
     LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok, link_exists,
 };
+use support::shim::ipv4_of;
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 const NET: &str = "dreal";
@@ -26,20 +27,9 @@ fn require_plugins() {
     }
 }
 
-fn ipv4_of(result: &Value) -> String {
-    result["ips"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|ip| ip["address"].as_str())
-        .find(|a| !a.contains(':'))
-        .unwrap_or_else(|| panic!("no IPv4 address in {result}"))
-        .to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bridge_chain_add_check_ping_del_through_the_daemon() {
-    support::netns::require_root();
+    support::require_root!();
     require_plugins();
     let dirs = Dirs::new();
     let bridge = LinkGuard::new();

@@ -14,6 +14,7 @@ use cnid::api::{SandboxNetwork, SandboxRequest};
 use serde_json::json;
 use support::daemon::{Daemon, Dirs};
 use support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
+use support::require_root;
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 const BRIDGE_NET: &str = "sbbridge";
@@ -35,7 +36,7 @@ struct World {
 /// cnid with three networks: the bridge (default, first file), ptp, and
 /// ptp followed by a plugin that refuses every ADD (after ptp allocated).
 fn world() -> (World, Daemon) {
-    support::netns::require_root();
+    cni_test_support::assert_root("the sandbox World creates namespaces and bridges");
     for p in ["loopback", "bridge", "ptp", "host-local"] {
         assert!(
             Path::new(PLUGIN_DIR).join(p).exists(),
@@ -105,6 +106,7 @@ fn nothing_left(w: &World) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sandboxes_on_three_networks_each_in_one_call() {
+    require_root!();
     let (w, daemon) = world();
     let client = daemon.client().await;
     let (ns_a, ns_b) = (Netns::new(), Netns::new());
@@ -197,6 +199,7 @@ async fn two_sandboxes_on_three_networks_each_in_one_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_network_when_none_is_named_and_a_failure_leaves_nothing() {
+    require_root!();
     let (w, daemon) = world();
     let client = daemon.client().await;
     let ns = Netns::new();

@@ -47,7 +47,8 @@ use nix::mount::{MntFlags, MsFlags};
 use serde_json::{Value, json};
 use support::daemon::{Daemon, Dirs};
 use support::gate::{Gate, LOAD_MARGIN};
-use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, require_root};
+use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips};
+use support::require_root;
 
 /// The deadline of every faulty operation (the real bridge plugin, ~100 ms
 /// on a quiet machine, must finish within it on a busy one; the hanging
@@ -354,7 +355,7 @@ struct World {
 
 impl World {
     fn new() -> World {
-        require_root();
+        cni_test_support::assert_root("the fault World creates namespaces and a bridge");
         for p in ["bridge", "host-local"] {
             assert!(
                 Path::new(PLUGIN_DIR).join(p).exists(),
@@ -1027,6 +1028,7 @@ impl Runner {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_through_the_library_with_rollback() {
+    require_root!();
     let runner = Runner {
         path: Via::Library,
         world: World::new(),
@@ -1038,6 +1040,7 @@ async fn every_fault_through_the_library_with_rollback() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_through_the_daemon() {
+    require_root!();
     let world = World::new();
     // Every case's plugin and network exist before the daemon starts.
     for case in cases() {
@@ -1071,7 +1074,7 @@ async fn every_fault_through_the_daemon() {
 /// purpose) is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orphaned_plugin_cannot_allocate_after_the_restart_rolled_its_add_back() {
-    require_root();
+    require_root!();
     let dirs = Dirs::new();
     let resources = dirs.data.join("resources");
     fs::create_dir_all(&resources).expect("create resources dir");

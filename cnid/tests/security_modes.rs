@@ -116,7 +116,7 @@ fn a_cache_dir_others_can_write_is_warned_about() {
 
 #[test]
 fn a_state_dir_owned_by_another_user_is_refused() {
-    support::netns::require_root();
+    support::require_root!();
     let dirs = Dirs::new();
     mkdir(&dirs.state, 0o700);
     std::os::unix::fs::chown(&dirs.state, Some(65534), Some(65534)).unwrap();

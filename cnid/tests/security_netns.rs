@@ -12,7 +12,8 @@ use std::path::Path;
 
 use serde_json::json;
 use support::daemon::{Daemon, Dirs, RawAnswer, post, recording_plugin, runs};
-use support::netns::{Netns, require_root};
+use support::netns::Netns;
+use support::require_root;
 
 fn body(netns: &str) -> String {
     json!({"containerId": "c1", "netns": netns}).to_string()
@@ -39,7 +40,7 @@ fn not_a_netns(what: &str, r: &RawAnswer, netns: &str) {
 
 #[test]
 fn add_and_check_need_a_network_namespace_and_say_nothing_else() {
-    require_root();
+    require_root!();
     let dirs = Dirs::new();
     let records = dirs.data.join("records");
     std::fs::create_dir_all(&records).unwrap();
@@ -142,7 +143,7 @@ fn add_and_check_need_a_network_namespace_and_say_nothing_else() {
 /// any other path.
 #[test]
 fn check_after_the_namespace_is_gone_is_refused() {
-    require_root();
+    require_root!();
     let dirs = Dirs::new();
     let records = dirs.data.join("records");
     std::fs::create_dir_all(&records).unwrap();

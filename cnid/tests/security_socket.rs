@@ -54,7 +54,7 @@ fn curl_as(uid: u32, gid: u32, socket: &Path, method: &str, path: &str) -> (i32,
 
 #[test]
 fn the_socket_is_0660_root_owned_and_closed_to_other_users() {
-    support::netns::require_root();
+    support::require_root!();
     let (dirs, records) = setup();
     std::fs::set_permissions(dirs.root(), std::fs::Permissions::from_mode(0o711)).unwrap();
     let daemon = Daemon::start(&dirs, &[]);
@@ -82,7 +82,7 @@ fn the_socket_is_0660_root_owned_and_closed_to_other_users() {
 
 #[test]
 fn a_refused_peer_gets_403_on_every_endpoint_and_nothing_runs() {
-    support::netns::require_root();
+    support::require_root!();
     let (dirs, records) = setup();
     std::fs::set_permissions(dirs.root(), std::fs::Permissions::from_mode(0o711)).unwrap();
     // nobody may open the socket (its group) but is not an allowed peer.

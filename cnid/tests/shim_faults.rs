@@ -18,6 +18,7 @@ use cni_core::result::CniResult;
 use serde_json::json;
 use support::daemon::{Daemon, Dirs, eventually, get, kill_group};
 use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok, link_exists};
+use support::require_root;
 use support::shim::{
     Call, NOOP, bridge_ports, capture_plugin, captured_args, captured_runs, captured_stdin,
     ipv4_of, plugin_conf,
@@ -426,7 +427,7 @@ const GATED: &str = "gated";
 
 impl GatedBridge {
     fn new() -> GatedBridge {
-        support::netns::require_root();
+        cni_test_support::assert_root("a GatedBridge creates namespaces and a bridge");
         assert!(
             Path::new("/usr/lib/cni/bridge").exists(),
             "the reference plugins are missing: run `make setup`"
@@ -555,6 +556,7 @@ fn operations(socket: &Path, container: &str) -> Vec<(String, String)> {
 
 #[test]
 fn cnid_restarted_mid_add_leaks_nothing_and_the_runtime_can_del_and_add_again() {
+    require_root!();
     let g = GatedBridge::new();
     let _orphans = Orphans(vec![g.pid_file("restart")]);
     let mut daemon = Daemon::start(&g.dirs, &[]);
@@ -600,6 +602,7 @@ fn cnid_restarted_mid_add_leaks_nothing_and_the_runtime_can_del_and_add_again() 
 
 #[test]
 fn shim_killed_mid_add_then_del_or_a_retried_add_leaves_nothing_broken() {
+    require_root!();
     let g = GatedBridge::new();
     let daemon = Daemon::start(&g.dirs, &[]);
     let (ns_a, ns_b) = (Netns::new(), Netns::new());

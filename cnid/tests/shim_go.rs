@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 use support::daemon::{Daemon, Dirs, get};
 use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok, link_exists};
+use support::require_root;
 use support::shim::{
     Runtime, SHIM, bridge_ports, capture_plugin, captured_args, captured_runs, captured_stdin,
     go_tool,
@@ -36,7 +37,7 @@ struct Setup {
 
 impl Setup {
     fn new() -> Setup {
-        support::netns::require_root();
+        cni_test_support::assert_root("the Go clients run on a real bridge");
         for p in ["bridge", "host-local", "loopback"] {
             assert!(
                 Path::new("/usr/lib/cni").join(p).exists(),
@@ -204,6 +205,7 @@ fn addr(cidr: &str) -> std::net::Ipv4Addr {
 
 #[test]
 fn libcni_cnitool_through_the_shim_on_the_real_bridge() {
+    require_root!();
     let Some(tool) = go_tool("cnitool") else {
         return;
     };
@@ -261,6 +263,7 @@ fn libcni_cnitool_through_the_shim_on_the_real_bridge() {
 
 #[test]
 fn go_cni_through_the_shim_on_the_real_bridge() {
+    require_root!();
     let Some(tool) = go_tool("gocni") else { return };
     let s = Setup::new();
     let (ns_a, ns_b) = (Netns::new(), Netns::new());
@@ -328,6 +331,7 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
 
 #[test]
 fn go_cni_50_sandboxes_at_parallelism_8_through_the_shim() {
+    require_root!();
     const SANDBOXES: usize = 50;
     let Some(tool) = go_tool("gocni") else { return };
     let s = Setup::new();

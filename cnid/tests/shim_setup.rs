@@ -466,6 +466,7 @@ fn kubernetes_manifests_are_complete_and_consistent_and_run_on_a_node_in_a_temp_
     let log = fs::File::create(root.join("cnid.log")).unwrap();
     let mut daemon = Command::new(CNID)
         .args(cmd[1..].iter().map(|a| on_node(cnid, a.as_str().unwrap())))
+        .args(support::daemon::allow_self())
         .env("RUST_LOG", "info")
         .env_remove("NOTIFY_SOCKET")
         .env_remove("LISTEN_FDS")

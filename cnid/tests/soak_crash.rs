@@ -28,7 +28,8 @@ use cnid::api::{AttachmentRequest, GcRequest};
 use cnid::client::{Client, ClientError};
 use serde_json::json;
 use support::daemon::{Daemon, Dirs};
-use support::netns::{LinkGuard, Netns, SubnetLease, ip_ok, require_root};
+use support::netns::{LinkGuard, Netns, SubnetLease, ip_ok};
+use support::require_root;
 
 const NET: &str = "soak";
 const PLUGIN_DIR: &str = "/usr/lib/cni";
@@ -224,7 +225,7 @@ impl Drop for OrphanSweep {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_random_moments_leaks_nothing() {
-    require_root();
+    require_root!();
     for p in ["bridge", "host-local"] {
         assert!(
             Path::new(PLUGIN_DIR).join(p).exists(),

@@ -33,6 +33,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cni_async::netns::Netns;
+use cni_test_support::require_root;
 use ipnet::IpNet;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -55,14 +56,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn require_root() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "this test runs the examples, which need root: they create network namespaces \
-         and a bridge (run the tests as root)"
-    );
 }
 
 /// A namespace prefix unique to this test process and `tag`.
@@ -377,7 +370,7 @@ fn show_stdin_prints_the_stdin_of_every_bundled_plugin() {
 
 #[test]
 fn in_process_sets_up_checks_pings_and_tears_down() {
-    require_root();
+    require_root!("the examples create network namespaces and a bridge");
     let _serial = serial();
     let prefix = prefix("ip");
     let before = Before::take(&prefix);
@@ -434,7 +427,7 @@ fn in_process_sets_up_checks_pings_and_tears_down() {
 
 #[test]
 fn in_process_waits_and_tears_down_on_sigterm() {
-    require_root();
+    require_root!("the examples create network namespaces and a bridge");
     let _serial = serial();
     let prefix = prefix("iw");
     let before = Before::take(&prefix);
@@ -478,7 +471,7 @@ fn in_process_waits_and_tears_down_on_sigterm() {
 
 #[test]
 fn harness_sets_up_pings_and_tears_down_ten_namespaces() {
-    require_root();
+    require_root!("the examples create network namespaces and a bridge");
     let _serial = serial();
     let prefix = prefix("h");
     let before = Before::take(&prefix);
@@ -506,7 +499,7 @@ fn harness_sets_up_pings_and_tears_down_ten_namespaces() {
 
 #[test]
 fn harness_interrupted_during_setup_leaves_nothing_behind() {
-    require_root();
+    require_root!("the examples create network namespaces and a bridge");
     let _serial = serial();
     let prefix = prefix("hi");
     let before = Before::take(&prefix);
@@ -777,7 +770,7 @@ fn assert_attached_pinged_listed(out: &Finished, prefix: &str) {
 
 #[test]
 fn daemon_client_attaches_pings_lists_and_detaches_through_cnid() {
-    require_root();
+    require_root!("the examples create network namespaces and a bridge");
     let _serial = serial();
     let prefix = prefix("dc");
     let before = Before::take(&prefix);
@@ -801,7 +794,7 @@ fn daemon_client_attaches_pings_lists_and_detaches_through_cnid() {
 
 #[test]
 fn daemon_client_without_a_daemon_fails_clearly() {
-    require_root();
+    require_root!("the examples create network namespaces and a bridge");
     let dir = tempfile::tempdir().expect("temp dir");
     let socket = dir.path().join("none.sock");
     let out = run(
@@ -831,7 +824,7 @@ fn process_exists(pid: i32) -> bool {
 
 #[test]
 fn demo_runs_end_to_end_and_leaves_nothing_behind() {
-    require_root();
+    require_root!("the examples create network namespaces and a bridge");
     let _serial = serial();
     let prefix = prefix("dm");
     let before = Before::take(&prefix);
@@ -882,7 +875,7 @@ fn demo_runs_end_to_end_and_leaves_nothing_behind() {
 
 #[test]
 fn demo_interrupted_during_add_tears_down_and_stops_cnid() {
-    require_root();
+    require_root!("the examples create network namespaces and a bridge");
     let _serial = serial();
     let prefix = prefix("di");
     let before = Before::take(&prefix);

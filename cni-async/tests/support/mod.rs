@@ -1,8 +1,10 @@
-//! Helpers shared by the integration tests: fake plugins written into temp
-//! dirs ([`fake`]), gates that order a test's events ([`gate`]) and real
-//! network namespaces ([`netns`]).
-#![allow(dead_code, unreachable_pub)]
+//! Helpers shared by the integration tests: the workspace's test support
+//! package (`cni-test-support`: fake plugins, gates, process checks, JSON
+//! diffs, namespaces and subnets, the root check), plus what needs this
+//! crate's types ([`fake::Rig`], [`netns::TestNet`]).
+#![allow(dead_code, unreachable_pub, unused_imports)]
+
+pub use cni_test_support::{gate, require_root};
 
 pub mod fake;
-pub mod gate;
 pub mod netns;

@@ -115,6 +115,17 @@ pub struct Daemon {
     log: PathBuf,
 }
 
+/// Flags that let the test process talk to the cnid it starts: none as
+/// root; as another user (whose root-only tests skip), `--allow-uid` with
+/// its own UID, since cnid serves root alone by default.
+pub fn allow_self() -> Vec<String> {
+    if cni_test_support::is_root() {
+        Vec::new()
+    } else {
+        vec!["--allow-uid".into(), cni_test_support::euid().to_string()]
+    }
+}
+
 impl Daemon {
     /// Starts cnid on `dirs` with the standard flags plus `extra`, and waits
     /// until it answers `GET /v1/health`.
@@ -140,7 +151,8 @@ impl Daemon {
             .arg("--cache-dir")
             .arg(&dirs.cache)
             .arg("--state-dir")
-            .arg(&dirs.state)
+            .arg(&dirs.state);
+        cmd.args(allow_self())
             .args(extra)
             .env_remove("NETCONFPATH")
             .env_remove("CNI_PATH")

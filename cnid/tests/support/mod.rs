@@ -1,16 +1,13 @@
-//! Helpers shared by the integration tests: the cnid daemon as a real
-//! process ([`daemon`]), fake plugins
-//! ([`fake`]), gates that order a test's events ([`gate`]), running the
-//! built binary in a sandbox ([`tool`]), real network namespaces, bridges
-//! and subnets ([`netns`]), and `cnid-shim` as a runtime runs it, with the
-//! Go clients ([`shim`]).
-#![allow(dead_code, unreachable_pub)]
+//! Helpers shared by the integration tests: the workspace's test support
+//! package (`cni-test-support`: fake plugins [`fake`], gates [`gate`],
+//! real network namespaces, bridges and subnets [`netns`], the root check
+//! [`require_root!`]), plus what is cnid's own: the daemon as a real process
+//! ([`daemon`]), running the built cnitool in a sandbox ([`tool`]), and
+//! `cnid-shim` as a runtime runs it, with the Go clients ([`shim`]).
+#![allow(dead_code, unreachable_pub, unused_imports)]
+
+pub use cni_test_support::{fake, gate, netns, require_root};
 
 pub mod daemon;
-pub mod fake;
-/// One implementation for both crates' tests.
-#[path = "../../../cni-async/tests/support/gate.rs"]
-pub mod gate;
-pub mod netns;
 pub mod shim;
 pub mod tool;

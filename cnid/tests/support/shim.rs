@@ -248,14 +248,7 @@ pub fn ipv4_of(result: &Value) -> String {
 }
 
 /// The ports of a bridge.
-pub fn bridge_ports(bridge: &str) -> Vec<String> {
-    fs::read_dir(format!("/sys/class/net/{bridge}/brif"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
+pub use cni_test_support::netns::bridge_ports;
 
 /// A plugin script for cnid's chains: records its stdin and `CNI_ARGS`
 /// under `records` (`<container>.<start ns>.{stdin,args}`, and a `.run`

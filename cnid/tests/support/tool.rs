@@ -57,7 +57,7 @@ impl Sandbox {
             .prefix("cnitool-test-")
             .tempdir()
             .expect("create temp dir");
-        let plugins = PluginDir::new(tmp.path());
+        let plugins = PluginDir::in_dir(tmp.path());
         fs::create_dir(tmp.path().join("net.d")).expect("create net.d");
         Sandbox { tmp, plugins }
     }

@@ -3,7 +3,7 @@
 //! the test waits for; and [`LOAD_MARGIN`], what a busy machine may add to
 //! a time bound.
 //!
-//! ```ignore
+//! ```text
 //! let gate = Gate::new(dir.root());
 //! dir.fake("slow", &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT).with_shell(&gate.shell_wait())));
 //! let add = tokio::spawn(/* an ADD that runs `slow` */);
@@ -17,9 +17,6 @@
 //! gone, so a plugin can never outlive its test's temp dir. Dropping the
 //! gate opens it. A gate never released is a plugin that hangs until it is
 //! killed (or the test ends).
-//!
-//! Shared by the `cni-async` and `cnid` tests (`cnid/tests/support/mod.rs`
-//! includes this file by path).
 
 use std::fs;
 use std::future::Future;
@@ -80,13 +77,7 @@ impl Gate {
     /// after [`GATE_WAIT_LIMIT`].
     pub async fn wait_started(&self, n: usize) {
         let end = Instant::now() + GATE_WAIT_LIMIT;
-        while self.started() < n {
-            assert!(
-                Instant::now() < end,
-                "{} of {n} runs reached the gate {} within {GATE_WAIT_LIMIT:?}",
-                self.started(),
-                self.dir.display()
-            );
+        while !self.reached(n, end) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -94,15 +85,22 @@ impl Gate {
     /// [`Gate::wait_started`] for tests without a runtime.
     pub fn wait_started_blocking(&self, n: usize) {
         let end = Instant::now() + GATE_WAIT_LIMIT;
-        while self.started() < n {
-            assert!(
-                Instant::now() < end,
-                "{} of {n} runs reached the gate {} within {GATE_WAIT_LIMIT:?}",
-                self.started(),
-                self.dir.display()
-            );
+        while !self.reached(n, end) {
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Whether `n` runs have reached the gate; fails the test once `end`
+    /// has passed without.
+    #[track_caller]
+    fn reached(&self, n: usize, end: Instant) -> bool {
+        let started = self.started();
+        assert!(
+            started >= n || Instant::now() < end,
+            "{started} of {n} runs reached the gate {} within {GATE_WAIT_LIMIT:?}",
+            self.dir.display()
+        );
+        started >= n
     }
 
     /// Opens the gate: the runs waiting go on, later ones pass at once.
