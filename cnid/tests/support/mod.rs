@@ -12,5 +12,8 @@ pub mod fake;
 #[path = "../../../cni-async/tests/support/gate.rs"]
 pub mod gate;
 pub mod netns;
+/// The benchmark plugin `cni-noop`, built on demand (it is not a binary of cnid).
+#[path = "../../benches/noop/locate.rs"]
+pub mod noop;
 pub mod shim;
 pub mod tool;
