@@ -241,6 +241,21 @@ fn run(opts: Opts) -> anyhow::Result<()> {
     let bins = Bins::find(opts.bin_dir.as_deref())?;
     let tree = Tree::new(&bins)?;
     let root = is_root();
+    let mut skipped: Vec<String> = Vec::new();
+    // Go's cnitool is built before SCHED_FIFO is switched on: Go's compiler,
+    // its threads spinning at a real-time priority, held both CPUs for
+    // minutes in a first try.
+    let go = if opts.wants("noop") && !opts.no_go {
+        match go::build(&opts.go_dir)? {
+            Ok(path) => Some(path),
+            Err(why) => {
+                skipped.push(format!("the comparison with Go's cnitool: {why}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
     // Other load on a shared 2-CPU machine delays wake-ups by a scheduler
     // slice (~4 ms) at random; SCHED_FIFO (inherited by the plugins,
     // cnitool and cnid started from here) keeps that out of the latency
@@ -251,7 +266,6 @@ fn run(opts: Opts) -> anyhow::Result<()> {
         .build()?;
     let mut findings = Findings::default();
     let mut sections: Vec<String> = Vec::new();
-    let mut skipped: Vec<String> = Vec::new();
 
     // The real network first: the daemons must see its configuration.
     let real = if root && (opts.wants("real") || opts.wants("batch")) {
@@ -267,21 +281,10 @@ fn run(opts: Opts) -> anyhow::Result<()> {
         sections.push(own_run(&tree, &sizes, &mut findings)?);
     }
 
-    // Go's cnitool joins the noop loops and the start-up run when it builds.
-    let go = if opts.wants("noop") && !opts.no_go {
-        match go::build(&opts.go_dir)? {
-            Ok(path) => {
-                go::startup(&bins.cnitool, &path, sizes.own_run, &mut findings)?;
-                Some(path)
-            }
-            Err(why) => {
-                skipped.push(format!("the comparison with Go's cnitool: {why}"));
-                None
-            }
-        }
-    } else {
-        None
-    };
+    // Go's cnitool joins the noop loops and the start-up run when it built.
+    if let Some(path) = &go {
+        go::startup(&bins.cnitool, path, sizes.own_run, &mut findings)?;
+    }
 
     if opts.wants("noop") || opts.wants("real") {
         let mut noop_tables = Vec::new();
