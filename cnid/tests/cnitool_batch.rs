@@ -24,7 +24,7 @@ use support::require_root;
 use support::tool::{Run, Sandbox, expected_container_id};
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
-const CNI_NOOP: &str = env!("CARGO_BIN_EXE_cni-noop");
+use support::noop::NOOP as CNI_NOOP;
 /// `cnitool batch` execs this binary, found next to cnitool.
 const CNITOOL_BATCH: &str = env!("CARGO_BIN_EXE_cnitool-batch");
 

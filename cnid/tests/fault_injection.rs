@@ -58,8 +58,8 @@ const DEADLINE: Duration = Duration::from_secs(2);
 /// what a busy machine adds.
 const SLACK: Duration = RawExec::DEFAULT_KILL_GRACE.saturating_add(LOAD_MARGIN);
 const PLUGIN_DIR: &str = "/usr/lib/cni";
-/// The fast, well-behaved plugin (prints its prevResult on ADD).
-const NOOP: &str = env!("CARGO_BIN_EXE_cni-noop");
+// The fast, well-behaved plugin (prints its prevResult on ADD).
+use support::noop::NOOP;
 /// The default stdout cap of the executor.
 const STDOUT_CAP: usize = 16 * 1024 * 1024;
 

@@ -26,6 +26,9 @@ use crate::setup::{Bins, Storage, Tree};
 use crate::spawn::{Prepared, env_with};
 use crate::stats::Summary;
 
+/// The runner name of Go's cnitool.
+pub(crate) const GO_CNITOOL: &str = "Go cnitool";
+
 /// The verbs of one iteration, in order.
 pub(crate) const VERBS: [&str; 3] = ["ADD", "CHECK", "DEL"];
 
@@ -41,8 +44,10 @@ pub(crate) enum Runner {
         /// Cache I/O on the calling thread (`ResultCache::with_inline_io`).
         inline: bool,
     },
-    /// `cnitool add|check|del` as a process (spawned like a plugin).
+    /// `cnitool add|check|del` as a process (spawned like a plugin): ours,
+    /// or Go's on libcni (`name` says which).
     Cnitool {
+        name: &'static str,
         add: Prepared,
         check: Prepared,
         del: Prepared,
@@ -99,18 +104,47 @@ impl Runner {
         tree: &Tree,
         storage: Storage,
     ) -> anyhow::Result<Runner> {
+        Runner::any_cnitool("cnitool", &bins.cnitool, network, netns, tree, storage)
+    }
+
+    /// Go's cnitool (see [`crate::go`]), with the same environment and its
+    /// own cache dir beside ours (both derive the same container ID from
+    /// the netns path).
+    pub(crate) fn go_cnitool(
+        path: &std::path::Path,
+        network: &str,
+        netns: &str,
+        tree: &Tree,
+        storage: Storage,
+    ) -> anyhow::Result<Runner> {
+        Runner::any_cnitool(GO_CNITOOL, path, network, netns, tree, storage)
+    }
+
+    fn any_cnitool(
+        name: &'static str,
+        path: &std::path::Path,
+        network: &str,
+        netns: &str,
+        tree: &Tree,
+        storage: Storage,
+    ) -> anyhow::Result<Runner> {
         let cni_path = std::env::join_paths(&tree.plugin_dirs)?;
-        let cache = tree.cache(storage);
+        let mut cache = tree.cache(storage);
+        if name == GO_CNITOOL {
+            cache.set_file_name("cache-go");
+            std::fs::create_dir_all(&cache)?;
+        }
         let env = cnitool_env(tree, &cni_path, &cache);
         let prep = |verb: &str| {
             Prepared::new(
-                &bins.cnitool,
+                path,
                 &[OsStr::new(verb), OsStr::new(network), OsStr::new(netns)],
                 &env,
-                format!("cnitool {verb} {network}"),
+                format!("{name} {verb} {network}"),
             )
         };
         Ok(Runner::Cnitool {
+            name,
             add: prep("add")?,
             check: prep("check")?,
             del: prep("del")?,
@@ -130,7 +164,7 @@ impl Runner {
             Runner::Floor { .. } => "floor",
             Runner::InProcess { inline: false, .. } => "in-process",
             Runner::InProcess { inline: true, .. } => "in-process, inline I/O",
-            Runner::Cnitool { .. } => "cnitool",
+            Runner::Cnitool { name, .. } => name,
             Runner::Cnid { .. } => "cnid",
         }
     }
@@ -161,7 +195,9 @@ impl Runner {
                 tokio.block_on(cni.del_network_list(list, rt))?;
                 t[2] = s.elapsed().as_secs_f64();
             }
-            Runner::Cnitool { add, check, del } => {
+            Runner::Cnitool {
+                add, check, del, ..
+            } => {
                 let mut out = Vec::new();
                 for (i, p) in [add, check, del].into_iter().enumerate() {
                     out.clear();
@@ -341,6 +377,19 @@ pub(crate) fn tabulate(s: &Samples, title: &str, key: &str, findings: &mut Findi
                 "".into(),
                 "".into(),
                 d.ms(),
+            ]);
+        }
+    }
+    if let (Some(g), Some(c)) = (s.index(GO_CNITOOL), s.index("cnitool")) {
+        for verb in ["ADD", "CHECK", "DEL", "ADD+DEL"] {
+            let r = Summary::ratios(&s.series(g, verb), &s.series(c, verb));
+            findings.put(format!("{key}/go-over-cnitool/{verb}/ratio"), r);
+            table.row(vec![
+                "Go cnitool ÷ cnitool".into(),
+                verb.into(),
+                "".into(),
+                r.ratio(),
+                "".into(),
             ]);
         }
     }

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! make bench        # criterion for cni-core, then this; updates BENCHMARKS.md
-//! cargo bench -p cnid --bench overhead -- [--quick] [--no-rt] [--only floor,noop,real,batch,memory,core,shim]
+//! cargo bench -p cnid --bench overhead -- [--quick] [--no-rt] [--no-go] [--only floor,noop,real,batch,memory,core,shim]
 //!     [--bin-dir DIR] [--out FILE] [--update BENCHMARKS.md] [--criterion-dir DIR]
 //! ```
 //!
@@ -26,7 +26,12 @@ mod batch;
 mod chains;
 mod core_benches;
 mod floor;
+mod go;
 mod memory;
+/// The benchmark plugin, a package of its own: built on demand.
+#[path = "../noop/locate.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod noop;
 mod report;
 mod setup;
 mod shim;
@@ -48,6 +53,16 @@ use crate::setup::{Bins, Daemon, NOOP1, NOOP8, REAL, RealNet, Storage, Tree};
 use crate::spawn::Prepared;
 use crate::stats::Summary;
 
+const USAGE: &str = "usage: overhead --bench [--quick] [--no-rt] [--no-go] \
+[--only floor,noop,real,batch,memory,core,shim] [--bin-dir DIR] [--out FILE] \
+[--update BENCHMARKS.md] [--criterion-dir DIR]
+  --quick       a smoke run (small iteration counts)
+  --no-rt       no SCHED_FIFO for the latency loops
+  --no-go       skip the comparison with Go's cnitool (built from cnid/tests/go/cnitool)
+  --only LIST   run these sections only
+  --bin-dir DIR the shipped binaries (cnitool, cnid, cni-noop, cnid-shim); default: build them
+Without --bench (as `cargo test` runs it) it only checks its own arithmetic.";
+
 const SECTIONS: [&str; 7] = ["floor", "noop", "real", "batch", "memory", "core", "shim"];
 
 struct Opts {
@@ -55,6 +70,9 @@ struct Opts {
     realtime: bool,
     only: Vec<String>,
     bin_dir: Option<PathBuf>,
+    /// Where Go's cnitool is built.
+    go_dir: PathBuf,
+    no_go: bool,
     out: PathBuf,
     update: Option<PathBuf>,
     criterion_dir: PathBuf,
@@ -75,6 +93,8 @@ impl Opts {
             realtime: true,
             only: SECTIONS.iter().map(|s| (*s).to_owned()).collect(),
             bin_dir: None,
+            go_dir: target_dir.join("bench").join("go"),
+            no_go: false,
             out: target_dir.join("bench").join("overhead.md"),
             update: None,
             criterion_dir: target_dir.join("criterion"),
@@ -88,8 +108,13 @@ impl Opts {
             };
             match a.as_str() {
                 "--bench" => {}
+                "--help" | "-h" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
                 "--quick" => o.quick = true,
                 "--no-rt" => o.realtime = false,
+                "--no-go" => o.no_go = true,
                 "--only" => {
                     o.only = value()?.split(',').map(str::to_owned).collect();
                     if let Some(bad) = o.only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
@@ -216,6 +241,21 @@ fn run(opts: Opts) -> anyhow::Result<()> {
     let bins = Bins::find(opts.bin_dir.as_deref())?;
     let tree = Tree::new(&bins)?;
     let root = is_root();
+    let mut skipped: Vec<String> = Vec::new();
+    // Go's cnitool is built before SCHED_FIFO is switched on: Go's compiler,
+    // its threads spinning at a real-time priority, held both CPUs for
+    // minutes in a first try.
+    let go = if opts.wants("noop") && !opts.no_go {
+        match go::build(&opts.go_dir)? {
+            Ok(path) => Some(path),
+            Err(why) => {
+                skipped.push(format!("the comparison with Go's cnitool: {why}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
     // Other load on a shared 2-CPU machine delays wake-ups by a scheduler
     // slice (~4 ms) at random; SCHED_FIFO (inherited by the plugins,
     // cnitool and cnid started from here) keeps that out of the latency
@@ -226,7 +266,6 @@ fn run(opts: Opts) -> anyhow::Result<()> {
         .build()?;
     let mut findings = Findings::default();
     let mut sections: Vec<String> = Vec::new();
-    let mut skipped: Vec<String> = Vec::new();
 
     // The real network first: the daemons must see its configuration.
     let real = if root && (opts.wants("real") || opts.wants("batch")) {
@@ -240,6 +279,11 @@ fn run(opts: Opts) -> anyhow::Result<()> {
 
     if opts.wants("floor") {
         sections.push(own_run(&tree, &sizes, &mut findings)?);
+    }
+
+    // Go's cnitool joins the noop loops and the start-up run when it built.
+    if let Some(path) = &go {
+        go::startup(&bins.cnitool, path, sizes.own_run, &mut findings)?;
     }
 
     if opts.wants("noop") || opts.wants("real") {
@@ -260,6 +304,9 @@ fn run(opts: Opts) -> anyhow::Result<()> {
                         Runner::cnitool(&bins, network, NOOP_NETNS, &tree, storage)?,
                         Runner::cnid(client.clone(), network, NOOP_NETNS),
                     ];
+                    if let Some(go) = &go {
+                        runners.push(Runner::go_cnitool(go, network, NOOP_NETNS, &tree, storage)?);
+                    }
                     let label = format!("{tag}, {}", storage.label());
                     let s =
                         chains::run_loop(&mut runners, &tokio, sizes.warmup, iterations, &label)
@@ -303,6 +350,9 @@ fn run(opts: Opts) -> anyhow::Result<()> {
                 s.push('\n');
             }
             sections.push(s);
+        }
+        if go.is_some() {
+            sections.push(go::section(&findings));
         }
         if !real_tables.is_empty() {
             let mut s = String::from(REAL_INTRO);
@@ -842,7 +892,7 @@ fn targets(f: &Findings) -> Vec<Target> {
     v.push(ratio_target(
         "in-process noop ×8 ADD+DEL",
         "noop8/{s}/in-process/ADD+DEL",
-        1.10,
+        1.05,
     ));
     let core = f.get("core/per_plugin_add_work");
     v.push(Target {
@@ -862,6 +912,31 @@ fn targets(f: &Findings) -> Vec<Target> {
         "noop8/{s}/cnitool/ADD",
         1.3,
     ));
+    // Issue 15: Go's cnitool over ours, per iteration of the same loop.
+    for (what, key, limit) in [
+        (
+            "Go's cnitool / ours, noop ×1 ADD",
+            "noop1/{s}/go-over-cnitool/ADD/ratio",
+            2.0,
+        ),
+        (
+            "Go's cnitool / ours, noop ×8 ADD",
+            "noop8/{s}/go-over-cnitool/ADD/ratio",
+            2.5,
+        ),
+    ] {
+        let disk = f.get(&key.replacen("{s}", "disk", 1));
+        let tmpfs = f.get(&key.replacen("{s}", "tmpfs", 1));
+        v.push(Target {
+            what,
+            limit: format!("≥ {limit:.1}x"),
+            measured: disk.map(|s| s.ratio()),
+            met: disk.map(|s| s.median >= limit),
+            comment: tmpfs
+                .map(|t| format!("fsync free (tmpfs): {}", t.ratio()))
+                .unwrap_or_default(),
+        });
+    }
     v.push(ratio_target(
         "cnitool real chain ADD",
         "real/{s}/cnitool/ADD",
@@ -892,9 +967,14 @@ fn targets(f: &Findings) -> Vec<Target> {
                 "CHECK" => "cnid round trip over in-process, noop ×1 CHECK",
                 _ => "cnid round trip over in-process, noop ×1 DEL",
             },
-            limit: "≤ +0.30 ms median".into(),
+            limit: if verb == "ADD" {
+                "≤ +0.50 ms median"
+            } else {
+                "≤ +0.30 ms median"
+            }
+            .into(),
             measured: d.map(|s| format!("{} ms", s.ms())),
-            met: d.map(|s| s.median <= 0.3e-3),
+            met: d.map(|s| s.median <= if verb == "ADD" { 0.5e-3 } else { 0.3e-3 }),
             comment: t
                 .map(|s| format!("fsync free (tmpfs): {} ms", s.ms()))
                 .unwrap_or_default(),

@@ -193,11 +193,15 @@ pub(crate) fn machine(bins: &crate::setup::Bins, load_start: &str, disk: &Path) 
     let _ = writeln!(s, "- {}", command_line("rustc", &["-V"]));
     let _ = writeln!(
         s,
-        "- binaries: cnitool {}, cnid {}, cni-noop {}, cnid-shim {} (from {})",
+        "- binaries: cnitool {} ({}), cnid {} ({}), cni-noop {} ({}), cnid-shim {} ({}) (from {})",
         size(&bins.cnitool),
+        linkage(&bins.cnitool),
         size(&bins.cnid),
+        linkage(&bins.cnid),
         size(&bins.noop),
+        linkage(&bins.noop),
         size(&bins.shim),
+        linkage(&bins.shim),
         bins.cnitool
             .parent()
             .map_or("?".into(), |p| p.display().to_string()),
@@ -233,4 +237,32 @@ pub(crate) fn update_marked(path: &Path, body: &str) -> anyhow::Result<()> {
         _ => format!("{}\n\n{section}\n", old.trim_end()),
     };
     std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+/// "static" when the ELF file has no program interpreter (`PT_INTERP`),
+/// "dynamic" when it has one.
+fn linkage(path: &Path) -> &'static str {
+    let Ok(b) = std::fs::read(path) else {
+        return "?";
+    };
+    // ELF64 little endian: e_phoff at 32, e_phentsize at 54, e_phnum at 56.
+    let u = |at: usize, n: usize| -> Option<u64> {
+        let s = b.get(at..at + n)?;
+        Some(s.iter().rev().fold(0u64, |a, x| (a << 8) | u64::from(*x)))
+    };
+    let (Some(off), Some(size), Some(num)) = (u(32, 8), u(54, 2), u(56, 2)) else {
+        return "?";
+    };
+    if b.get(..4) != Some(b"\x7fELF") || b.get(4) != Some(&2) {
+        return "?";
+    }
+    for i in 0..num {
+        // p_type == PT_INTERP (3)
+        match usize::try_from(off + i * size).ok().and_then(|at| u(at, 4)) {
+            Some(3) => return "dynamic",
+            Some(_) => {}
+            None => return "?",
+        }
+    }
+    "static"
 }

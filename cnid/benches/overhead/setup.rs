@@ -49,14 +49,14 @@ impl Bins {
             None => Bins {
                 cnitool: env!("CARGO_BIN_EXE_cnitool").into(),
                 cnid: env!("CARGO_BIN_EXE_cnid").into(),
-                noop: env!("CARGO_BIN_EXE_cni-noop").into(),
+                noop: crate::noop::build_noop().map_err(anyhow::Error::msg)?,
                 shim: env!("CARGO_BIN_EXE_cnid-shim").into(),
             },
         };
         for b in [&bins.cnitool, &bins.cnid, &bins.noop, &bins.shim] {
             if !b.is_file() {
                 bail!(
-                    "{} not found (build with `cargo build --release -p cnid --bins`)",
+                    "{} not found (build with `cargo build --release -p cnid --bins -p cni-noop`)",
                     b.display()
                 );
             }

@@ -9,5 +9,8 @@
 pub use cni_test_support::{fake, gate, netns, require_root};
 
 pub mod daemon;
+/// The benchmark plugin `cni-noop`, built on demand (it is not a binary of cnid).
+#[path = "../../benches/noop/locate.rs"]
+pub mod noop;
 pub mod shim;
 pub mod tool;

@@ -21,7 +21,7 @@ use super::daemon::Dirs;
 /// The built shim.
 pub const SHIM: &str = env!("CARGO_BIN_EXE_cnid-shim");
 /// The built noop plugin.
-pub const NOOP: &str = env!("CARGO_BIN_EXE_cni-noop");
+pub use super::noop::NOOP;
 
 /// Where Debian puts Go sources (`golang-github-appc-cni-dev`,
 /// `golang-github-containerd-go-cni-dev`).
