@@ -2,7 +2,7 @@
 //!
 //! Before the first plugin of an ADD runs, the daemon writes
 //! `<state dir>/intents/<network>:<containerID>:<ifname>.json` (temp file,
-//! `fsync`, `rename`, `fsync` of the dir) holding everything a DEL needs:
+//! `fsync`, `rename`, `fsync` of the dir: [`durable::write_atomic`]) holding everything a DEL needs:
 //! the configuration list's bytes (self-contained, plugin files inlined) and
 //! the runtime parameters. The file is removed when the ADD completed
 //! (result cached) and before the caller is answered, or when it failed and
@@ -25,21 +25,20 @@
 //! never collide, and `<network>:` picks exactly one network's intents.
 //!
 //! # Caveats
-//! A write in progress shows as a dot-file (`.<name>.tmp-<ms>`) in the same
-//! dir. Such files are removed as crash leftovers at start only
+//! A write in progress shows as a dot-file (`.<name>.tmp-<pid>-<n>`,
+//! [`durable::temp_path`]) in the same dir. Such files are removed as crash leftovers at start only
 //! ([`Intents::remove_leftovers`], before any request runs); while the
 //! daemon serves, nothing but the writer touches them, and GC of a network
 //! reads that network's files only ([`Intents::of_network`]), never
 //! removing or moving any.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use cni_async::durable;
 use cni_core::{CapabilityArgs, CniArgs, RuntimeConf, validate};
 use serde_json::{Map, Value, json};
 
@@ -169,12 +168,6 @@ fn ctx(path: &Path, op: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{op} {}: {e}", path.display()))
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| ctx(dir, "fsync directory", e))
-}
-
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {
@@ -204,39 +197,12 @@ impl Intents {
             .join(format!("{network}:{container_id}:{ifname}{SUFFIX}"))
     }
 
-    /// Writes the intent durably (temp file, fsync, rename, fsync of the dir).
+    /// Writes the intent durably (temp file, fsync, rename, fsync of the
+    /// dir: [`durable::write_atomic`]).
     pub(crate) async fn write(&self, intent: &Intent) -> io::Result<()> {
         let path = self.path(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
         let bytes = intent.encode();
-        let dir = self.dir.clone();
-        blocking(move || {
-            let tmp = dir.join(format!(
-                ".{}.tmp-{}",
-                path.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-                now_ms()
-            ));
-            let res = (|| {
-                let mut f = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc_flags())
-                    .open(&tmp)
-                    .map_err(|e| ctx(&tmp, "create", e))?;
-                f.write_all(&bytes).map_err(|e| ctx(&tmp, "write", e))?;
-                f.sync_all().map_err(|e| ctx(&tmp, "fsync", e))?;
-                drop(f);
-                std::fs::rename(&tmp, &path).map_err(|e| ctx(&path, "rename into", e))?;
-                sync_dir(&dir)
-            })();
-            if res.is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
-            res
-        })
-        .await
+        blocking(move || Ok(durable::write_atomic(&path, &bytes, 0o600, true)?)).await
     }
 
     /// Removes an attachment's intent (not `fsync`ed, see the module docs);
@@ -265,7 +231,7 @@ impl Intents {
     ) -> Option<Intent> {
         let path = self.path(network, container_id, ifname);
         blocking(move || {
-            Ok(std::fs::read(&path)
+            Ok(durable::read_nofollow(&path)
                 .ok()
                 .and_then(|b| Intent::decode(&b).ok()))
         })
@@ -301,7 +267,7 @@ impl Intents {
     /// The intent in file `name`, checked against its name.
     fn load(&self, name: &str) -> Result<Intent, String> {
         let path = self.dir.join(name);
-        let i = std::fs::read(&path)
+        let i = durable::read_nofollow(&path)
             .map_err(|e| e.to_string())
             .and_then(|b| Intent::decode(&b))?;
         let want = self.path(&i.network, &i.rt.container_id, &i.rt.ifname);
@@ -316,22 +282,11 @@ impl Intents {
     }
 
     /// At start only, before any request runs: removes the temp files of
-    /// writes that never finished (no plugin ran for them). At any other
-    /// time this would remove the temp file of an ADD being recorded.
-    /// Returns how many were removed.
+    /// writes that never finished (no plugin ran for them;
+    /// [`durable::remove_leftovers`]). At any other time this would remove
+    /// the temp file of an ADD being recorded. Returns how many were removed.
     pub(crate) fn remove_leftovers(&self) -> io::Result<usize> {
-        let mut n = 0;
-        for name in self.names()? {
-            if name.starts_with('.') {
-                let path = self.dir.join(&name);
-                match std::fs::remove_file(&path) {
-                    Ok(()) => n += 1,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(ctx(&path, "remove", e)),
-                }
-            }
-        }
-        Ok(n)
+        Ok(durable::remove_leftovers(&self.dir)?)
     }
 
     /// Every intent file, oldest name first; unreadable ones are moved to
@@ -384,27 +339,10 @@ impl Intents {
     }
 
     fn move_aside(&self, path: &Path) {
-        let corrupt = self.dir.join(CORRUPT_DIR);
-        let target = corrupt.join(format!(
-            "{}.{}",
-            path.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            now_ms()
-        ));
-        let res = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&corrupt)
-            .and_then(|()| std::fs::rename(path, &target));
-        if let Err(e) = res {
+        if let Err(e) = durable::move_aside(path, &self.dir.join(CORRUPT_DIR)) {
             tracing::warn!(file = %path.display(), error = %e, "cannot move unreadable intent aside");
         }
     }
-}
-
-fn libc_flags() -> i32 {
-    nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_CLOEXEC.bits()
 }
 
 #[cfg(test)]
@@ -475,6 +413,24 @@ mod tests {
         assert_eq!(intents.remove_leftovers().unwrap(), 1);
         assert!(!tmp.exists());
         assert!(other_bad.exists());
+    }
+
+    /// The longest attachment names requests may carry: the intent's file
+    /// name is 5 bytes longer than the cache's, and its temp file's name
+    /// must still fit in 255 bytes.
+    #[tokio::test]
+    async fn the_longest_names_get_an_intent() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let net = "n".repeat(100);
+        let cid = "c".repeat(crate::decode::MAX_ATTACHMENT_NAME - 100 - 2 - 5);
+        let rt = RuntimeConf::new(&cid, "/run/netns/x", "eth01");
+        intents
+            .write(&Intent::new(&net, &rt, b"{}".to_vec()))
+            .await
+            .unwrap();
+        assert!(intents.exists(&net, &cid, "eth01").await);
     }
 
     #[test]
