@@ -248,18 +248,18 @@ impl Engine {
             Ok(None) => {}
             Err(e) => return Err(ApiError::from_cni(&e, version)),
         }
-        if self.intents.exists(net, cid, ifname).await {
-            return Err(ApiError::already_attached(
-                net,
-                cid,
-                ifname,
-                "an earlier ADD failed and could not be rolled back",
-            )
-            .in_version(version));
-        }
         let intent = Intent::new(net, rt, list.cache_bytes());
         let pending = match self.intents.begin(&intent).await {
-            Ok(p) => p,
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                return Err(ApiError::already_attached(
+                    net,
+                    cid,
+                    ifname,
+                    "an earlier ADD failed and could not be rolled back",
+                )
+                .in_version(version));
+            }
             Err(e) => {
                 return Err(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,

@@ -333,15 +333,24 @@ impl Intents {
     /// the journal and `fdatasync`ed (the journal's dir entry was made
     /// durable when it was created). Cheaper than an intent file per ADD
     /// (temp file, fsync, rename, fsync of the dir) by one flush and three
-    /// metadata operations.
-    pub(crate) async fn begin(&self, intent: &Intent) -> io::Result<Pending> {
+    /// metadata operations. `Ok(None)`, recording nothing, when the
+    /// attachment has an intent already (an ADD not undone, in its file,
+    /// or one in progress): checked in the same hop to the blocking pool.
+    pub(crate) async fn begin(&self, intent: &Intent) -> io::Result<Option<Pending>> {
         let k = key(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
         let this = self.clone();
         let intent = intent.clone();
         blocking(move || {
             let path = this.dir.join(JOURNAL);
+            let kept = this.path(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
+            if std::fs::symlink_metadata(&kept).is_ok() {
+                return Ok(None);
+            }
             let (seq, file) = {
                 let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                if j.open.values().any(|(open, _)| *open == k) {
+                    return Ok(None);
+                }
                 let file = this.journal_file(&mut j)?;
                 let seq = j.next_seq;
                 j.next_seq += 1;
@@ -361,26 +370,36 @@ impl Intents {
                     .remove(&seq);
                 return Err(ctx(&path, "fdatasync", e));
             }
-            Ok(Pending(seq))
+            Ok(Some(Pending(seq)))
         })
         .await
     }
 
     /// Ends a recorded ADD (completed and cached, or rolled back): an `end`
-    /// line, not flushed (see the module docs). The ADD is off the open set
-    /// even when the append fails: its `begin` then only costs a repeat DEL
-    /// at the next start.
+    /// line, not flushed (see the module docs), written on the calling
+    /// thread (a short append to the page cache; only a compaction, which
+    /// flushes, goes to the blocking pool). The ADD is off the open set even
+    /// when the append fails: its `begin` then only costs a repeat DEL at
+    /// the next start.
     pub(crate) async fn finish(&self, pending: Pending) -> io::Result<()> {
+        let due = |j: &Journal| j.len >= j.compact_at.max(2 * j.kept);
+        {
+            let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+            j.open.remove(&pending.0);
+            let file = self.journal_file(&mut j)?;
+            self.append(&mut j, &file, &end_line(pending.0))?;
+            if !due(&j) {
+                return Ok(());
+            }
+        }
         let this = self.clone();
         blocking(move || {
             let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
-            j.open.remove(&pending.0);
-            let file = this.journal_file(&mut j)?;
-            this.append(&mut j, &file, &end_line(pending.0))?;
-            if j.len >= j.compact_at.max(2 * j.kept) {
-                this.compact(&mut j)?;
+            if due(&j) {
+                this.compact(&mut j)
+            } else {
+                Ok(())
             }
-            Ok(())
         })
         .await
     }
@@ -508,6 +527,7 @@ impl Intents {
     }
 
     /// Whether an attachment has an intent.
+    #[cfg(test)]
     pub(crate) async fn exists(&self, network: &str, container_id: &str, ifname: &str) -> bool {
         let k = key(network, container_id, ifname);
         if self
@@ -733,10 +753,11 @@ mod tests {
         let rt1 = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
         let rt2 = RuntimeConf::new("c-2", "/run/netns/y", "eth0");
         let i1 = Intent::new("n", &rt1, b"{\"a\":1}".to_vec());
-        let p1 = intents.begin(&i1).await.unwrap();
+        let p1 = intents.begin(&i1).await.unwrap().unwrap();
         let p2 = intents
             .begin(&Intent::new("n", &rt2, b"{}".to_vec()))
             .await
+            .unwrap()
             .unwrap();
         assert!(intents.exists("n", "c-1", "eth0").await);
         assert!(!intents.exists("n", "c-3", "eth0").await);
@@ -766,6 +787,23 @@ mod tests {
         assert!(again.scan().unwrap().is_empty());
     }
 
+    /// An attachment with an ADD in progress, or one not undone (its
+    /// file), gets no second record: the caller answers 409.
+    #[tokio::test]
+    async fn begin_refuses_an_attachment_with_an_intent() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        let i = Intent::new("n", &rt, b"{}".to_vec());
+        let p = intents.begin(&i).await.unwrap().expect("recorded");
+        assert_eq!(intents.begin(&i).await.unwrap(), None, "in progress");
+        intents.keep(p, &i).await.unwrap();
+        assert_eq!(intents.begin(&i).await.unwrap(), None, "kept in its file");
+        assert!(intents.remove("n", "c-1", "eth0").await.unwrap());
+        assert!(intents.begin(&i).await.unwrap().is_some());
+    }
+
     /// A crash during an append leaves a torn last line: skipped, and
     /// the records before it still count.
     #[tokio::test]
@@ -777,6 +815,7 @@ mod tests {
         intents
             .begin(&Intent::new("n", &rt, b"{}".to_vec()))
             .await
+            .unwrap()
             .unwrap();
         let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
         let mut f = OpenOptions::new().append(true).open(&journal).unwrap();
@@ -799,12 +838,14 @@ mod tests {
         let _open = intents
             .begin(&Intent::new("n", &rt, b"{}".to_vec()))
             .await
+            .unwrap()
             .unwrap();
         for i in 0..40 {
             let rt = RuntimeConf::new(format!("c-{i}"), "/run/netns/x", "eth0");
             let p = intents
                 .begin(&Intent::new("n", &rt, vec![b' '; 100]))
                 .await
+                .unwrap()
                 .unwrap();
             intents.finish(p).await.unwrap();
         }
@@ -823,6 +864,7 @@ mod tests {
             let p = intents
                 .begin(&Intent::new("n", &rt, vec![b' '; 100]))
                 .await
+                .unwrap()
                 .unwrap();
             intents.finish(p).await.unwrap();
         }
@@ -843,7 +885,7 @@ mod tests {
         intents.prepare().unwrap();
         let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
         let i = Intent::new("n", &rt, b"{}".to_vec());
-        let p = intents.begin(&i).await.unwrap();
+        let p = intents.begin(&i).await.unwrap().unwrap();
         intents.keep(p, &i).await.unwrap();
         assert!(open_names(dir.path()).is_empty());
         assert_eq!(intents.of_network("n").await.len(), 1);
