@@ -5,8 +5,8 @@
 //! [`cni_core::cache`]), so an attachment made by a Go runtime on the same
 //! host can be deleted by us and the other way round. On top of that:
 //!
-//! - **Atomic writes**: a temp file in the same dir, `fsync`, `rename` over the
-//!   target, `fsync` of the dir. A crash leaves the old record or the new one,
+//! - **Atomic writes** ([`crate::durable::write_atomic`]): a temp file in the
+//!   same dir, `fsync`, `rename` over the target, `fsync` of the dir. A crash leaves the old record or the new one,
 //!   never half of one. Removals are not fsynced: a record that a power loss
 //!   brings back only earns its attachment a repeat DEL, which must succeed.
 //! - **Per-attachment locks**: `<dir>/locks/<network>-<containerID>-<ifname>.lock`
@@ -55,13 +55,14 @@
 //! ```
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use cni_core::cache::{self as record, CacheEntry, CacheRecord};
 
+use crate::durable::{self, is_symlink_refusal, read_nofollow};
+pub use crate::durable::{PrivateDir, ensure_private_dir};
 use crate::error::Error;
 
 /// Subdirectory of the cache dir holding lock files.
@@ -483,138 +484,22 @@ fn create_private_dir(dir: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// What [`ensure_private_dir`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PrivateDir {
-    /// Ours and 0700 (or stricter), or just created so.
-    Private,
-    /// Ours but open to group or others (`was`, the permission bits): now 0700.
-    Tightened {
-        /// The permission bits it had.
-        was: u32,
-    },
-    /// Owned by another user: left as it is (whoever owns it can change
-    /// its mode back and write into it).
-    Foreign {
-        /// Its owner's uid.
-        owner: u32,
-        /// Its permission bits.
-        mode: u32,
-    },
-}
-
-/// Makes `dir` (and missing parents) with mode 0700, as libcni does, and,
-/// when it exists already, tightens it to 0700 if it is ours and open to
-/// group or others: libcni and older versions of us leave an existing dir
-/// as they find it (0755 is common). Only `dir` itself is changed, never a
-/// parent. A symbolic link to a dir is followed (a cache on another disk).
-///
-/// Used for the cache's `results/`, `locks/` and `corrupt/` and for cnid's
-/// state dir, so that every private dir follows one rule.
-pub fn ensure_private_dir(dir: &Path) -> std::io::Result<PrivateDir> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let meta = std::fs::metadata(dir)?;
-    let mode = meta.mode() & 0o7777;
-    if meta.uid() != nix::unistd::geteuid().as_raw() {
-        return Ok(PrivateDir::Foreign {
-            owner: meta.uid(),
-            mode,
-        });
+fn durable_err(f: durable::Failure) -> Error {
+    Error::Cache {
+        path: f.path,
+        op: f.op,
+        source: f.source,
     }
-    if mode & 0o077 == 0 {
-        return Ok(PrivateDir::Private);
-    }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    Ok(PrivateDir::Tightened { was: mode })
 }
 
-fn sync_dir(dir: &Path) -> Result<(), Error> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err(dir, "fsync directory", e))
-}
-
-fn unique_suffix() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("{}-{nanos}", std::process::id())
-}
-
-fn write_atomic(results: &Path, path: &Path, bytes: &[u8], durable: bool) -> Result<(), Error> {
+fn write_atomic(results: &Path, path: &Path, bytes: &[u8], fsync: bool) -> Result<(), Error> {
     create_private_dir(results)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = results.join(format!(".{name}.tmp-{}", unique_suffix()));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-            .map_err(|e| io_err(&tmp, "create temp file", e))?;
-        f.write_all(bytes).map_err(|e| io_err(&tmp, "write", e))?;
-        if durable {
-            f.sync_all().map_err(|e| io_err(&tmp, "fsync", e))?;
-        }
-        drop(f);
-        std::fs::rename(&tmp, path).map_err(|e| io_err(path, "rename temp file into place", e))?;
-        if durable {
-            sync_dir(results)?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// Reads without following a symlink at the final component.
-fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    // O_NONBLOCK: a FIFO planted at an entry path must not hang us (it has
-    // no effect on regular files).
-    let mut f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    let mut buf = Vec::new();
-    f.read_to_end(&mut buf)?;
-    Ok(buf)
-}
-
-fn is_symlink_refusal(e: &std::io::Error) -> bool {
-    e.raw_os_error() == Some(libc::ELOOP)
+    durable::write_atomic(path, bytes, 0o600, fsync).map_err(durable_err)
 }
 
 fn move_aside(cache_dir: &Path, path: &Path, reason: &str) {
-    let corrupt = cache_dir.join(CORRUPT_DIR);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "entry".into());
-    let target = corrupt.join(format!("{name}.{}", unique_suffix()));
-    let moved = create_private_dir(&corrupt)
-        .map_err(|e| e.to_string())
-        .and_then(|()| std::fs::rename(path, &target).map_err(|e| e.to_string()));
-    match moved {
-        Ok(()) => tracing::warn!(
+    match durable::move_aside(path, &cache_dir.join(CORRUPT_DIR)) {
+        Ok(target) => tracing::warn!(
             file = %path.display(),
             moved_to = %target.display(),
             %reason,

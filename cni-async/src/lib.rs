@@ -10,6 +10,7 @@ pub mod cache;
 pub mod caps;
 #[cfg(feature = "watch")]
 pub mod confwatch;
+pub mod durable;
 pub mod error;
 pub mod exec;
 pub mod multi;

@@ -248,27 +248,30 @@ impl Engine {
             Ok(None) => {}
             Err(e) => return Err(ApiError::from_cni(&e, version)),
         }
-        if self.intents.exists(net, cid, ifname).await {
-            return Err(ApiError::already_attached(
-                net,
-                cid,
-                ifname,
-                "an earlier ADD failed and could not be rolled back",
-            )
-            .in_version(version));
-        }
         let intent = Intent::new(net, rt, list.cache_bytes());
-        if let Err(e) = self.intents.write(&intent).await {
-            return Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                cni_code::IO_FAILURE,
-                format!("cannot record the ADD before running plugins: {e}"),
-            )
-            .in_version(version));
-        }
+        let pending = match self.intents.begin(&intent).await {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                return Err(ApiError::already_attached(
+                    net,
+                    cid,
+                    ifname,
+                    "an earlier ADD failed and could not be rolled back",
+                )
+                .in_version(version));
+            }
+            Err(e) => {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    cni_code::IO_FAILURE,
+                    format!("cannot record the ADD before running plugins: {e}"),
+                )
+                .in_version(version));
+            }
+        };
         match self.cni.add_network_list_with(list, rt, opts).await {
-            Ok(result) => match self.intents.remove(net, cid, ifname).await {
-                Ok(_) => Ok(result),
+            Ok(result) => match self.intents.finish(pending).await {
+                Ok(()) => Ok(result),
                 Err(e) => {
                     // A restart would DEL an attachment the caller believes
                     // made: undo it now and say so.
@@ -277,8 +280,8 @@ impl Engine {
                         .cni
                         .del_network_list_with(list, rt, CallOptions::default())
                         .await;
-                    if undo.is_ok() {
-                        let _ = self.intents.remove(net, cid, ifname).await;
+                    if undo.is_err() {
+                        let _ = self.intents.write(&intent).await;
                     }
                     Err(ApiError::new(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -296,11 +299,14 @@ impl Engine {
                 // refuse the next ADD (409) for nothing.
                 let undone = !matches!(e, cni_async::Error::RollbackFailed { .. });
                 if undone {
-                    if let Err(e) = self.intents.remove(net, cid, ifname).await {
-                        tracing::warn!(error = %e, "cannot remove the intent of a rolled-back ADD");
+                    if let Err(e) = self.intents.finish(pending).await {
+                        tracing::warn!(error = %e, "cannot end the intent of a rolled-back ADD");
                     }
                 } else {
                     tracing::warn!(error = %e, "ADD failed and was not fully undone; its intent stays until a DEL succeeds");
+                    if let Err(e) = self.intents.keep(pending, &intent).await {
+                        tracing::error!(error = %e, "cannot keep the intent of an ADD not undone; the next start deletes it");
+                    }
                 }
                 Err(ApiError::from_cni(&e, version))
             }

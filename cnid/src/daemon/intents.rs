@@ -1,45 +1,64 @@
 //! Durable ADD intents: crash safety for attachments half made.
 //!
-//! Before the first plugin of an ADD runs, the daemon writes
+//! Before the first plugin of an ADD runs, the daemon appends a `begin`
+//! record to `<state dir>/intents/journal` and `fdatasync`s it: one line of
+//! JSON holding everything a DEL needs (the configuration list's bytes,
+//! self-contained, plugin files inlined, and the runtime parameters) and a
+//! sequence number. When the ADD completed (result cached) and before the
+//! caller is answered, or when it failed and its rollback succeeded, an
+//! `end` record follows, not flushed. When the rollback failed too, the
+//! intent goes to its own file,
 //! `<state dir>/intents/<network>:<containerID>:<ifname>.json` (temp file,
-//! `fsync`, `rename`, `fsync` of the dir) holding everything a DEL needs:
-//! the configuration list's bytes (self-contained, plugin files inlined) and
-//! the runtime parameters. The file is removed when the ADD completed
-//! (result cached) and before the caller is answered, or when it failed and
-//! its rollback succeeded. It stays when the rollback failed too, until a
-//! DEL of the attachment succeeds.
+//! `fsync`, `rename`, `fsync` of the dir: [`durable::write_atomic`]), before
+//! the `end`; that file stays until a DEL of the attachment succeeds.
 //!
-//! The removal is not `fsync`ed: it survives any crash of the daemon (the
-//! page cache does), and only a power loss or kernel crash can undo it, after
-//! which every container of the host is gone anyway and the DEL that
-//! recovery then makes is what the host needs. The write is `fsync`ed
-//! because IPAM state (host-local's files) outlives a reboot.
+//! At start ([`Intents::prepare`]) every `begin` without its `end` belongs
+//! to an ADD whose caller never got a success: it becomes an intent file
+//! (durably, before the journal is emptied), and the daemon DELs each
+//! intent file with the configuration it recorded (`prevResult` from the
+//! cache when the chain had finished). So a `kill -9` at any point of an
+//! ADD leaks no IP and no interface. The journal is rewritten with only its
+//! open records when it passes 1 MiB, or emptied when none is open.
 //!
-//! So at start, every intent file belongs to an ADD whose caller never got
-//! a success: the daemon DELs each one with the configuration it recorded
-//! (`prevResult` from the cache when the chain had finished), and a
-//! `kill -9` in the middle of an ADD leaks no IP and no interface.
+//! What each flush is for: the `begin`'s `fdatasync` makes the record
+//! outlive a power loss or kernel crash, after which the plugins' own state
+//! (host-local's files in `/var/lib/cni/networks`, written without fsync)
+//! may or may not hold the address; a DEL of an attachment that was never
+//! made must succeed, so recovery is right either way. A process crash
+//! (`kill -9`, OOM) needs no flush at all: the page cache keeps every
+//! write. The `end` and the removals are not flushed: a power loss can only
+//! bring back a record of an ADD that was answered, whose containers are
+//! gone with the reboot, and the DEL that recovery then makes is what the
+//! host needs.
 //!
 //! `:` cannot occur in network names, container IDs or interface names, so
 //! unlike the result cache's `<network>-<containerID>-<ifname>`, these names
 //! never collide, and `<network>:` picks exactly one network's intents.
 //!
 //! # Caveats
-//! A write in progress shows as a dot-file (`.<name>.tmp-<ms>`) in the same
-//! dir. Such files are removed as crash leftovers at start only
+//! A journal append is one `write` with `O_APPEND`, so concurrent ADDs'
+//! records never interleave; only the last line can be torn (by a crash
+//! during the append, before any plugin of that ADD ran), and unparsable
+//! lines are skipped. A failed append is cut off again at once.
+//!
+//! A write of an intent file in progress shows as a dot-file (`.<name>.tmp-<pid>-<n>`,
+//! [`durable::temp_path`]) in the same dir. Such files are removed as crash leftovers at start only
 //! ([`Intents::remove_leftovers`], before any request runs); while the
 //! daemon serves, nothing but the writer touches them, and GC of a network
 //! reads that network's files only ([`Intents::of_network`]), never
 //! removing or moving any.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use cni_async::durable;
 use cni_core::{CapabilityArgs, CniArgs, RuntimeConf, validate};
 use serde_json::{Map, Value, json};
 
@@ -50,6 +69,10 @@ pub(crate) const INTENTS_DIR: &str = "intents";
 /// Where unreadable intent files are moved.
 pub(crate) const CORRUPT_DIR: &str = "corrupt";
 const SUFFIX: &str = ".json";
+/// The journal of ADDs in progress, in the intents dir.
+pub(crate) const JOURNAL: &str = "journal";
+/// Past this size the journal is rewritten with only its open records.
+const COMPACT_AT: u64 = 1 << 20;
 
 /// One recorded ADD.
 #[derive(Debug, Clone, PartialEq)]
@@ -156,6 +179,72 @@ pub(crate) enum Found {
 #[derive(Debug, Clone)]
 pub(crate) struct Intents {
     dir: PathBuf,
+    journal: Arc<Mutex<Journal>>,
+}
+
+/// The journal's file and the ADDs it holds open.
+#[derive(Debug)]
+struct Journal {
+    /// Opened for appending (at the first record after start).
+    file: Option<Arc<File>>,
+    /// Bytes appended since it was last emptied or rewritten.
+    len: u64,
+    next_seq: u64,
+    /// The ADDs begun and not ended: their attachment key and their
+    /// `begin` line, which a compaction copies.
+    open: HashMap<u64, (String, Vec<u8>)>,
+    /// Rewrite the journal past this many bytes (and past twice what the
+    /// last rewrite kept: many long ADDs open do not make every `end` a
+    /// rewrite).
+    compact_at: u64,
+    kept: u64,
+}
+
+/// An ADD recorded in the journal ([`Intents::begin`]), to be ended with
+/// [`Intents::finish`] or [`Intents::keep`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pending(u64);
+
+/// A `begin` line: the intent's fields (as in an intent file) and `seq`.
+fn begin_line(seq: u64, intent: &Intent) -> Vec<u8> {
+    let mut v: Value = serde_json::from_slice(&intent.encode()).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("seq".into(), json!(seq));
+    }
+    // Compact JSON has no raw newline: one record per line.
+    let mut line = serde_json::to_vec(&v).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+fn end_line(seq: u64) -> Vec<u8> {
+    format!("{{\"end\":{seq}}}\n").into_bytes()
+}
+
+fn key(network: &str, container_id: &str, ifname: &str) -> String {
+    format!("{network}:{container_id}:{ifname}")
+}
+
+/// The journal's records: the intents begun and not ended, oldest first.
+/// Lines that do not parse are skipped: only the tail an interrupted
+/// append left can be torn, and that append never returned (no plugin ran
+/// for it).
+fn open_records(bytes: &[u8]) -> Vec<(u64, Result<Intent, String>)> {
+    let mut begun: Vec<(u64, Result<Intent, String>)> = Vec::new();
+    let mut ended = std::collections::HashSet::new();
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let Ok(v) = serde_json::from_slice::<Value>(line) else {
+            tracing::debug!("skipping a torn ADD journal record");
+            continue;
+        };
+        if let Some(seq) = v.get("end").and_then(Value::as_u64) {
+            ended.insert(seq);
+        } else if let Some(seq) = v.get("seq").and_then(Value::as_u64) {
+            begun.push((seq, Intent::decode(line)));
+        }
+    }
+    begun.retain(|(seq, _)| !ended.contains(seq));
+    begun
 }
 
 fn now_ms() -> u64 {
@@ -167,12 +256,6 @@ fn now_ms() -> u64 {
 
 fn ctx(path: &Path, op: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{op} {}: {e}", path.display()))
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| ctx(dir, "fsync directory", e))
 }
 
 async fn blocking<T: Send + 'static>(
@@ -188,14 +271,210 @@ impl Intents {
     pub(crate) fn new(state_dir: &Path) -> Self {
         Intents {
             dir: state_dir.join(INTENTS_DIR),
+            journal: Arc::new(Mutex::new(Journal {
+                file: None,
+                len: 0,
+                next_seq: 1,
+                open: HashMap::new(),
+                compact_at: COMPACT_AT,
+                kept: 0,
+            })),
         }
     }
 
-    /// Creates the dir, or makes an existing one private (0700, see
-    /// `private_state_dir`).
+    #[cfg(test)]
+    fn with_compact_at(self, bytes: u64) -> Self {
+        self.journal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .compact_at = bytes;
+        self
+    }
+
+    /// At start, before any request: creates the dir, or makes an existing
+    /// one private (0700, see `private_state_dir`), then turns the ADDs the
+    /// journal holds open (begun before a crash, never ended) into intent
+    /// files ([`Intents::scan`] finds them) and empties the journal. The
+    /// files are durable before the journal is emptied, so a crash in
+    /// between only does it again.
     pub(crate) fn prepare(&self) -> io::Result<()> {
         super::private_state_dir(&self.dir)
-            .map_err(|e| io::Error::other(format!("{}: {e}", self.dir.display())))
+            .map_err(|e| io::Error::other(format!("{}: {e}", self.dir.display())))?;
+        let path = self.dir.join(JOURNAL);
+        let bytes = match durable::read_nofollow(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(ctx(&path, "read", e)),
+        };
+        for (seq, intent) in open_records(&bytes) {
+            match intent {
+                Ok(i) => {
+                    let file = self.path(&i.network, &i.rt.container_id, &i.rt.ifname);
+                    durable::write_atomic(&file, &i.encode(), 0o600, true)?;
+                }
+                Err(reason) => tracing::error!(file = %path.display(), seq, %reason,
+                    "unreadable ADD journal record; its attachment (if any) is not cleaned up"),
+            }
+        }
+        if !bytes.is_empty() {
+            let f = OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+                .map_err(|e| ctx(&path, "open", e))?;
+            f.set_len(0)
+                .and_then(|()| f.sync_all())
+                .map_err(|e| ctx(&path, "empty", e))?;
+        }
+        Ok(())
+    }
+
+    /// Records an ADD before its first plugin runs: one line appended to
+    /// the journal and `fdatasync`ed (the journal's dir entry was made
+    /// durable when it was created). Cheaper than an intent file per ADD
+    /// (temp file, fsync, rename, fsync of the dir) by one flush and three
+    /// metadata operations. `Ok(None)`, recording nothing, when the
+    /// attachment has an intent already (an ADD not undone, in its file,
+    /// or one in progress): checked in the same hop to the blocking pool.
+    pub(crate) async fn begin(&self, intent: &Intent) -> io::Result<Option<Pending>> {
+        let k = key(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
+        let this = self.clone();
+        let intent = intent.clone();
+        blocking(move || {
+            let path = this.dir.join(JOURNAL);
+            let kept = this.path(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
+            if std::fs::symlink_metadata(&kept).is_ok() {
+                return Ok(None);
+            }
+            let (seq, file) = {
+                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                if j.open.values().any(|(open, _)| *open == k) {
+                    return Ok(None);
+                }
+                let file = this.journal_file(&mut j)?;
+                let seq = j.next_seq;
+                j.next_seq += 1;
+                let line = begin_line(seq, &intent);
+                this.append(&mut j, &file, &line)?;
+                j.open.insert(seq, (k, line));
+                (seq, file)
+            };
+            // Outside the lock: concurrent ADDs flush together. A
+            // compaction meanwhile copies this record into its durable
+            // rewrite, so the record is durable either way.
+            if let Err(e) = file.sync_data() {
+                this.journal
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .open
+                    .remove(&seq);
+                return Err(ctx(&path, "fdatasync", e));
+            }
+            Ok(Some(Pending(seq)))
+        })
+        .await
+    }
+
+    /// Ends a recorded ADD (completed and cached, or rolled back): an `end`
+    /// line, not flushed (see the module docs), written on the calling
+    /// thread (a short append to the page cache; only a compaction, which
+    /// flushes, goes to the blocking pool). The ADD is off the open set even
+    /// when the append fails: its `begin` then only costs a repeat DEL at
+    /// the next start.
+    pub(crate) async fn finish(&self, pending: Pending) -> io::Result<()> {
+        let due = |j: &Journal| j.len >= j.compact_at.max(2 * j.kept);
+        {
+            let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+            j.open.remove(&pending.0);
+            let file = self.journal_file(&mut j)?;
+            self.append(&mut j, &file, &end_line(pending.0))?;
+            if !due(&j) {
+                return Ok(());
+            }
+        }
+        let this = self.clone();
+        blocking(move || {
+            let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+            if due(&j) {
+                this.compact(&mut j)
+            } else {
+                Ok(())
+            }
+        })
+        .await
+    }
+
+    /// An ADD that failed and could not be rolled back: its intent file is
+    /// written (durably) before the journal's record is ended, so the
+    /// attachment stays recorded until a DEL succeeds. When the file cannot
+    /// be written, the journal record stays open: the next start turns it
+    /// into the file.
+    pub(crate) async fn keep(&self, pending: Pending, intent: &Intent) -> io::Result<()> {
+        self.write(intent).await?;
+        self.finish(pending).await
+    }
+
+    /// Appends one record with one `write` (`O_APPEND`: records of
+    /// concurrent ADDs never interleave). A failed append is cut off again,
+    /// so that no torn line swallows the records after it.
+    fn append(&self, j: &mut Journal, file: &File, line: &[u8]) -> io::Result<()> {
+        if let Err(e) = (&*file).write_all(line) {
+            let _ = file.set_len(j.len);
+            return Err(ctx(&self.dir.join(JOURNAL), "append to", e));
+        }
+        j.len += line.len() as u64;
+        Ok(())
+    }
+
+    /// The journal, opened (created, and its dir entry made durable) when
+    /// it is not yet.
+    fn journal_file(&self, j: &mut Journal) -> io::Result<Arc<File>> {
+        if let Some(f) = &j.file {
+            return Ok(f.clone());
+        }
+        let path = self.dir.join(JOURNAL);
+        let f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| ctx(&path, "open", e))?;
+        j.len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        f.sync_all().map_err(|e| ctx(&path, "fsync", e))?;
+        durable::sync_dir(&self.dir)?;
+        let f = Arc::new(f);
+        j.file = Some(f.clone());
+        Ok(f)
+    }
+
+    /// Rewrites the journal with only the open ADDs' `begin` lines
+    /// (atomically and durably, [`durable::write_atomic`]), or empties it
+    /// when none is open. Under the journal's lock.
+    fn compact(&self, j: &mut Journal) -> io::Result<()> {
+        let path = self.dir.join(JOURNAL);
+        if j.open.is_empty() {
+            if let Some(f) = &j.file {
+                // Not flushed: the records it drops are all ended, and a
+                // power loss that brings them back brings back their ends.
+                f.set_len(0).map_err(|e| ctx(&path, "empty", e))?;
+            }
+            j.len = 0;
+            j.kept = 0;
+            return Ok(());
+        }
+        let mut seqs: Vec<u64> = j.open.keys().copied().collect();
+        seqs.sort_unstable();
+        let mut bytes = Vec::new();
+        for s in seqs {
+            bytes.extend_from_slice(&j.open[&s].1);
+        }
+        durable::write_atomic(&path, &bytes, 0o600, true)?;
+        j.file = None;
+        j.len = bytes.len() as u64;
+        j.kept = j.len;
+        self.journal_file(j)?;
+        Ok(())
     }
 
     fn path(&self, network: &str, container_id: &str, ifname: &str) -> PathBuf {
@@ -204,39 +483,12 @@ impl Intents {
             .join(format!("{network}:{container_id}:{ifname}{SUFFIX}"))
     }
 
-    /// Writes the intent durably (temp file, fsync, rename, fsync of the dir).
+    /// Writes the intent's file durably (temp file, fsync, rename, fsync of
+    /// the dir: [`durable::write_atomic`]).
     pub(crate) async fn write(&self, intent: &Intent) -> io::Result<()> {
         let path = self.path(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
         let bytes = intent.encode();
-        let dir = self.dir.clone();
-        blocking(move || {
-            let tmp = dir.join(format!(
-                ".{}.tmp-{}",
-                path.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-                now_ms()
-            ));
-            let res = (|| {
-                let mut f = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc_flags())
-                    .open(&tmp)
-                    .map_err(|e| ctx(&tmp, "create", e))?;
-                f.write_all(&bytes).map_err(|e| ctx(&tmp, "write", e))?;
-                f.sync_all().map_err(|e| ctx(&tmp, "fsync", e))?;
-                drop(f);
-                std::fs::rename(&tmp, &path).map_err(|e| ctx(&path, "rename into", e))?;
-                sync_dir(&dir)
-            })();
-            if res.is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
-            res
-        })
-        .await
+        blocking(move || Ok(durable::write_atomic(&path, &bytes, 0o600, true)?)).await
     }
 
     /// Removes an attachment's intent (not `fsync`ed, see the module docs);
@@ -265,7 +517,7 @@ impl Intents {
     ) -> Option<Intent> {
         let path = self.path(network, container_id, ifname);
         blocking(move || {
-            Ok(std::fs::read(&path)
+            Ok(durable::read_nofollow(&path)
                 .ok()
                 .and_then(|b| Intent::decode(&b).ok()))
         })
@@ -275,7 +527,19 @@ impl Intents {
     }
 
     /// Whether an attachment has an intent.
+    #[cfg(test)]
     pub(crate) async fn exists(&self, network: &str, container_id: &str, ifname: &str) -> bool {
+        let k = key(network, container_id, ifname);
+        if self
+            .journal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .open
+            .values()
+            .any(|(open, _)| *open == k)
+        {
+            return true;
+        }
         let path = self.path(network, container_id, ifname);
         blocking(move || Ok(std::fs::symlink_metadata(&path).is_ok()))
             .await
@@ -301,7 +565,7 @@ impl Intents {
     /// The intent in file `name`, checked against its name.
     fn load(&self, name: &str) -> Result<Intent, String> {
         let path = self.dir.join(name);
-        let i = std::fs::read(&path)
+        let i = durable::read_nofollow(&path)
             .map_err(|e| e.to_string())
             .and_then(|b| Intent::decode(&b))?;
         let want = self.path(&i.network, &i.rt.container_id, &i.rt.ifname);
@@ -316,22 +580,11 @@ impl Intents {
     }
 
     /// At start only, before any request runs: removes the temp files of
-    /// writes that never finished (no plugin ran for them). At any other
-    /// time this would remove the temp file of an ADD being recorded.
-    /// Returns how many were removed.
+    /// writes that never finished (no plugin ran for them;
+    /// [`durable::remove_leftovers`]). At any other time this would remove
+    /// the temp file of an ADD being recorded. Returns how many were removed.
     pub(crate) fn remove_leftovers(&self) -> io::Result<usize> {
-        let mut n = 0;
-        for name in self.names()? {
-            if name.starts_with('.') {
-                let path = self.dir.join(&name);
-                match std::fs::remove_file(&path) {
-                    Ok(()) => n += 1,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(ctx(&path, "remove", e)),
-                }
-            }
-        }
-        Ok(n)
+        Ok(durable::remove_leftovers(&self.dir)?)
     }
 
     /// Every intent file, oldest name first; unreadable ones are moved to
@@ -384,27 +637,10 @@ impl Intents {
     }
 
     fn move_aside(&self, path: &Path) {
-        let corrupt = self.dir.join(CORRUPT_DIR);
-        let target = corrupt.join(format!(
-            "{}.{}",
-            path.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            now_ms()
-        ));
-        let res = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&corrupt)
-            .and_then(|()| std::fs::rename(path, &target));
-        if let Err(e) = res {
+        if let Err(e) = durable::move_aside(path, &self.dir.join(CORRUPT_DIR)) {
             tracing::warn!(file = %path.display(), error = %e, "cannot move unreadable intent aside");
         }
     }
-}
-
-fn libc_flags() -> i32 {
-    nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_CLOEXEC.bits()
 }
 
 #[cfg(test)]
@@ -475,6 +711,185 @@ mod tests {
         assert_eq!(intents.remove_leftovers().unwrap(), 1);
         assert!(!tmp.exists());
         assert!(other_bad.exists());
+    }
+
+    /// The longest attachment names requests may carry: the intent's file
+    /// name is 5 bytes longer than the cache's, and its temp file's name
+    /// must still fit in 255 bytes.
+    #[tokio::test]
+    async fn the_longest_names_get_an_intent() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let net = "n".repeat(100);
+        let cid = "c".repeat(crate::decode::MAX_ATTACHMENT_NAME - 100 - 2 - 5);
+        let rt = RuntimeConf::new(&cid, "/run/netns/x", "eth01");
+        intents
+            .write(&Intent::new(&net, &rt, b"{}".to_vec()))
+            .await
+            .unwrap();
+        assert!(intents.exists(&net, &cid, "eth01").await);
+    }
+
+    fn open_names(dir: &Path) -> Vec<String> {
+        let bytes = std::fs::read(dir.join(INTENTS_DIR).join(JOURNAL)).unwrap_or_default();
+        open_records(&bytes)
+            .into_iter()
+            .map(|(_, i)| {
+                let i = i.unwrap();
+                key(&i.network, &i.rt.container_id, &i.rt.ifname)
+            })
+            .collect()
+    }
+
+    /// An ADD begun and not finished survives the daemon (a new `Intents`
+    /// on the same dir, as after `kill -9`): the start turns it into an
+    /// intent file and empties the journal; a finished one leaves nothing.
+    #[tokio::test]
+    async fn open_journal_records_become_intent_files_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let rt1 = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        let rt2 = RuntimeConf::new("c-2", "/run/netns/y", "eth0");
+        let i1 = Intent::new("n", &rt1, b"{\"a\":1}".to_vec());
+        let p1 = intents.begin(&i1).await.unwrap().unwrap();
+        let p2 = intents
+            .begin(&Intent::new("n", &rt2, b"{}".to_vec()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(intents.exists("n", "c-1", "eth0").await);
+        assert!(!intents.exists("n", "c-3", "eth0").await);
+        intents.finish(p2).await.unwrap();
+        assert!(!intents.exists("n", "c-2", "eth0").await);
+        assert_eq!(open_names(dir.path()), ["n:c-1:eth0"]);
+        assert!(intents.scan().unwrap().is_empty(), "no file while running");
+        let _ = p1;
+
+        // The crash: a new daemon on the same state dir.
+        let after = Intents::new(dir.path());
+        after.prepare().unwrap();
+        match after.scan().unwrap().as_slice() {
+            [Found::Intent(p, i)] => {
+                assert!(p.ends_with("n:c-1:eth0.json"));
+                assert_eq!(i.rt, rt1);
+                assert_eq!(i.config, i1.config);
+            }
+            other => panic!("{other:?}"),
+        }
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+        // Once recovered (the DEL removes the file), the next start finds nothing.
+        assert!(after.remove("n", "c-1", "eth0").await.unwrap());
+        let again = Intents::new(dir.path());
+        again.prepare().unwrap();
+        assert!(again.scan().unwrap().is_empty());
+    }
+
+    /// An attachment with an ADD in progress, or one not undone (its
+    /// file), gets no second record: the caller answers 409.
+    #[tokio::test]
+    async fn begin_refuses_an_attachment_with_an_intent() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        let i = Intent::new("n", &rt, b"{}".to_vec());
+        let p = intents.begin(&i).await.unwrap().expect("recorded");
+        assert_eq!(intents.begin(&i).await.unwrap(), None, "in progress");
+        intents.keep(p, &i).await.unwrap();
+        assert_eq!(intents.begin(&i).await.unwrap(), None, "kept in its file");
+        assert!(intents.remove("n", "c-1", "eth0").await.unwrap());
+        assert!(intents.begin(&i).await.unwrap().is_some());
+    }
+
+    /// A crash during an append leaves a torn last line: skipped, and
+    /// the records before it still count.
+    #[tokio::test]
+    async fn a_torn_last_record_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        intents
+            .begin(&Intent::new("n", &rt, b"{}".to_vec()))
+            .await
+            .unwrap()
+            .unwrap();
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        let mut f = OpenOptions::new().append(true).open(&journal).unwrap();
+        f.write_all(br#"{"kind":"cnidAddIntentV1","networ"#)
+            .unwrap();
+        let after = Intents::new(dir.path());
+        after.prepare().unwrap();
+        assert_eq!(after.scan().unwrap().len(), 1);
+    }
+
+    /// Past its size limit the journal is rewritten with the open records
+    /// only (or emptied), and what is open still survives a crash.
+    #[tokio::test]
+    async fn compaction_keeps_the_open_records_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path()).with_compact_at(4096);
+        intents.prepare().unwrap();
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        let rt = RuntimeConf::new("long-running", "/run/netns/x", "eth0");
+        let _open = intents
+            .begin(&Intent::new("n", &rt, b"{}".to_vec()))
+            .await
+            .unwrap()
+            .unwrap();
+        for i in 0..40 {
+            let rt = RuntimeConf::new(format!("c-{i}"), "/run/netns/x", "eth0");
+            let p = intents
+                .begin(&Intent::new("n", &rt, vec![b' '; 100]))
+                .await
+                .unwrap()
+                .unwrap();
+            intents.finish(p).await.unwrap();
+        }
+        assert!(std::fs::metadata(&journal).unwrap().len() < 4096);
+        assert_eq!(open_names(dir.path()), ["n:long-running:eth0"]);
+        let after = Intents::new(dir.path());
+        after.prepare().unwrap();
+        assert_eq!(after.scan().unwrap().len(), 1);
+
+        // None open: emptied.
+        let d2 = tempfile::tempdir().unwrap();
+        let intents = Intents::new(d2.path()).with_compact_at(1024);
+        intents.prepare().unwrap();
+        for i in 0..20 {
+            let rt = RuntimeConf::new(format!("c-{i}"), "/run/netns/x", "eth0");
+            let p = intents
+                .begin(&Intent::new("n", &rt, vec![b' '; 100]))
+                .await
+                .unwrap()
+                .unwrap();
+            intents.finish(p).await.unwrap();
+        }
+        assert!(
+            std::fs::metadata(d2.path().join(INTENTS_DIR).join(JOURNAL))
+                .unwrap()
+                .len()
+                < 1024
+        );
+    }
+
+    /// A failed rollback keeps the intent in its own file (GC and DEL find
+    /// it there), and the journal record is ended.
+    #[tokio::test]
+    async fn keep_moves_the_intent_to_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        let i = Intent::new("n", &rt, b"{}".to_vec());
+        let p = intents.begin(&i).await.unwrap().unwrap();
+        intents.keep(p, &i).await.unwrap();
+        assert!(open_names(dir.path()).is_empty());
+        assert_eq!(intents.of_network("n").await.len(), 1);
+        assert!(intents.exists("n", "c-1", "eth0").await);
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!   the runtime's list from a cnid network and probe cnid.
 //!
 //! This module needs no async runtime: it builds without the `runtime`
-//! feature, on `std`, `serde_json` and `cni-core` only.
+//! feature, on `std`, `serde_json`, `cni-core` and `cni_async::durable`
+//! (blocking file writes) only.
 //!
 //! # The two conf dirs
 //! cnid must not read the runtime's conf dir: the runtime would run the

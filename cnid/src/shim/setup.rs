@@ -19,12 +19,12 @@
 //! speaks), with `cniVersions` offering the network's own version to newer
 //! runtimes; `--cni-version` sets it outright.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use cni_async::durable;
 use cni_core::Version;
 use serde_json::{Map, Value, json};
 
@@ -461,40 +461,11 @@ fn health(opts: &Opts) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `path` whole or not at all: a temp file in the same dir (a name
-/// starting with `.` and ending in `.tmp-PID`, which no runtime loads),
-/// fsync, rename over `path`, fsync of the dir.
+/// Writes `path` whole or not at all ([`durable::write_atomic`]: a temp
+/// file in the same dir whose name starts with `.`, which no runtime
+/// loads; fsync, rename over `path`, fsync of the dir).
 fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| format!("{} has no parent dir", path.display()))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let res = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)
-            .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-        f.write_all(bytes)
-            .and_then(|()| f.sync_all())
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-        drop(f);
-        fs::rename(&tmp, path)
-            .map_err(|e| format!("cannot rename {} to {}: {e}", tmp.display(), path.display()))?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| format!("cannot fsync {}: {e}", dir.display()))
-    })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    res
+    durable::write_atomic(path, bytes, mode, true).map_err(|e| format!("cannot {e}"))
 }
 
 #[cfg(test)]

@@ -78,9 +78,13 @@ impl Dirs {
         path
     }
 
-    /// The ADD intent files in the state dir.
+    /// The ADD intents recorded in the state dir, as intent file names
+    /// (`<network>:<containerID>:<ifname>.json`): the intent files, and
+    /// the ADDs the journal holds open (a `begin` record without its `end`),
+    /// which the next start turns into such files.
     pub fn intents(&self) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(self.state.join("intents"))
+        let dir = self.state.join("intents");
+        let mut v: Vec<String> = fs::read_dir(&dir)
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
                     .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
@@ -89,6 +93,25 @@ impl Dirs {
                     .collect()
             })
             .unwrap_or_default();
+        let journal = fs::read(dir.join("journal")).unwrap_or_default();
+        let records: Vec<Value> = journal
+            .split(|b| *b == b'\n')
+            .filter_map(|l| serde_json::from_slice(l).ok())
+            .collect();
+        let ended: Vec<u64> = records.iter().filter_map(|r| r["end"].as_u64()).collect();
+        for r in &records {
+            if r["seq"].as_u64().is_some_and(|s| !ended.contains(&s)) {
+                let name = format!(
+                    "{}:{}:{}.json",
+                    r["networkName"].as_str().unwrap_or_default(),
+                    r["containerId"].as_str().unwrap_or_default(),
+                    r["ifName"].as_str().unwrap_or_default()
+                );
+                if !v.contains(&name) {
+                    v.push(name);
+                }
+            }
+        }
         v.sort();
         v
     }

@@ -1,0 +1,567 @@
+//! Crash-safe files: the one implementation behind the result cache, cnid's
+//! ADD intents and the shim's installed conf list.
+//!
+//! - [`write_atomic`]: a temp file in the target's dir (see [`temp_path`]),
+//!   written, `fsync`ed, renamed over the target, then the dir `fsync`ed.
+//!   A crash at any point leaves the old file or the new one, never half of
+//!   one; with `fsync` on, the new one also survives a power loss once the
+//!   call returned.
+//! - [`read_nofollow`]: reads a regular file, refusing a symbolic link at
+//!   the last component ([`is_symlink_refusal`]) and anything not a regular
+//!   file (a FIFO planted there does not hang the reader).
+//! - [`move_aside`]: moves an unreadable file into a private dir for
+//!   corrupt files, under a name no other move takes, so it is neither
+//!   trusted nor silently lost.
+//! - [`remove_leftovers`]: removes the temp files of writes a crash
+//!   interrupted ([`is_temp_name`]).
+//! - [`ensure_private_dir`]: the 0700 rule for every private dir.
+//!
+//! Removals are not `fsync`ed here: every user of this module makes a file
+//! that reappears after a power loss harmless (a repeated DEL).
+//!
+//! # Caveats
+//! - Everything here blocks (file system calls); async callers run it on
+//!   tokio's blocking pool.
+//! - [`remove_leftovers`] removes *every* temp file in the dir: call it only
+//!   when no writer can be active there (cnid's intents dir, at start). Not
+//!   for a dir shared with other processes, such as the result cache.
+//!
+//! ```no_run
+//! use cni_async::durable;
+//! let path = std::path::Path::new("/var/lib/app/state.json");
+//! durable::write_atomic(path, b"{}", 0o600, true)?;
+//! assert_eq!(durable::read_nofollow(path)?, b"{}");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Marks a temp file: `.<name>.tmp-<pid>-<n>`.
+const TEMP_MARK: &str = ".tmp-";
+
+/// A step of a durable operation that failed: what was done, to which
+/// path, and the system's error. Callers put it in their own error type
+/// (the result cache's [`crate::Error::Cache`] has the same three fields).
+#[derive(Debug)]
+pub struct Failure {
+    /// What was being done (`"fsync directory"`, ...).
+    pub op: &'static str,
+    /// The file or dir it was done to.
+    pub path: PathBuf,
+    /// The underlying error.
+    pub source: io::Error,
+}
+
+impl Failure {
+    fn new(op: &'static str, path: &Path, source: io::Error) -> Self {
+        Failure {
+            op,
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.op, self.path.display(), self.source)
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+impl From<Failure> for io::Error {
+    fn from(f: Failure) -> io::Error {
+        io::Error::new(f.source.kind(), f.to_string())
+    }
+}
+
+/// `<pid>-<n>`, unique on this host for as long as the pid is: `n` is the
+/// time in nanoseconds, made strictly increasing within the process.
+fn unique_suffix() -> String {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or_default();
+    let prev = LAST
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or_default();
+    format!("{}-{}", std::process::id(), now.max(prev + 1))
+}
+
+/// The longest file name Linux file systems take (`NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// `path`'s file name, cut (at a character boundary) so that `extra`
+/// more bytes still make a valid file name: the suffix carries the
+/// uniqueness, the name is for the reader.
+fn name_with_room(path: &Path, extra: usize) -> String {
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let room = NAME_MAX.saturating_sub(extra);
+    if name.len() > room {
+        let mut cut = room;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        name.truncate(cut);
+    }
+    name
+}
+
+/// The temp file [`write_atomic`] writes before renaming it to `path`:
+/// `.<name>.tmp-<pid>-<n>` in the same dir (`<name>` cut short where the
+/// whole would pass 255 bytes). The leading dot hides it from every reader
+/// of the dir (libcni's cache listing, runtimes loading conf files, cnid's
+/// scans), and no two writers ever share one.
+pub fn temp_path(path: &Path) -> PathBuf {
+    let suffix = unique_suffix();
+    let name = name_with_room(path, 1 + TEMP_MARK.len() + suffix.len());
+    path.with_file_name(format!(".{name}{TEMP_MARK}{suffix}"))
+}
+
+/// Whether `name` (a file name) is a temp file of [`write_atomic`] (also
+/// of older versions of it, `.<name>.tmp-<anything>`).
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.contains(TEMP_MARK)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The steps of the durable calls made on this thread, for the tests
+    /// of their order.
+    static TRACE: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn trace(_step: &str, _path: &Path) {
+    #[cfg(test)]
+    TRACE.with(|t| t.borrow_mut().push(format!("{_step} {}", _path.display())));
+}
+
+/// `fsync`s a dir, making the renames and creations in it durable.
+pub fn sync_dir(dir: &Path) -> Result<(), Failure> {
+    trace("fsync-dir", dir);
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Failure::new("fsync directory", dir, e))
+}
+
+/// Writes `path` whole or not at all.
+///
+/// The bytes go to [`temp_path`] (created new with `mode`, subject to the
+/// umask, never through a symbolic link), which is renamed over `path`.
+/// With `fsync`, the file is `fsync`ed before the rename and its dir after
+/// it: the order that makes the new content, not an empty file, what a
+/// power loss leaves. Without it the write is still atomic for any crash
+/// of the process, just not across a power loss. On failure the temp file
+/// is removed and `path` is as it was.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, fsync: bool) -> Result<(), Failure> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = temp_path(path);
+    let result = (|| {
+        trace("create", &tmp);
+        let mut f =
+            create_new(&tmp, mode).map_err(|e| Failure::new("create temp file", &tmp, e))?;
+        f.write_all(bytes)
+            .map_err(|e| Failure::new("write", &tmp, e))?;
+        if fsync {
+            trace("fsync", &tmp);
+            f.sync_all().map_err(|e| Failure::new("fsync", &tmp, e))?;
+        }
+        drop(f);
+        trace("rename", path);
+        std::fs::rename(&tmp, path)
+            .map_err(|e| Failure::new("rename temp file into place", path, e))?;
+        if fsync {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Creates a new file, never through whatever is at `path` (a planted
+/// symbolic link fails with `EEXIST`).
+fn create_new(path: &Path, mode: u32) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Reads a regular file without following a symbolic link at its last
+/// component: a link fails with `ELOOP` ([`is_symlink_refusal`]), a FIFO
+/// or device with [`io::ErrorKind::InvalidData`] (opened non-blocking, so
+/// a FIFO cannot hang the reader).
+pub fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// Whether a [`read_nofollow`] error is its refusal of a symbolic link.
+pub fn is_symlink_refusal(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ELOOP)
+}
+
+/// Moves `path` into `corrupt_dir` (made private, [`ensure_private_dir`])
+/// as `<name>.<pid>-<n>` (`<name>` cut short to fit), so that two moves of files of the same name keep
+/// both. Returns where it went. A symbolic link is moved as the link.
+pub fn move_aside(path: &Path, corrupt_dir: &Path) -> Result<PathBuf, Failure> {
+    let suffix = unique_suffix();
+    let name = name_with_room(path, 1 + suffix.len());
+    let target = corrupt_dir.join(format!("{name}.{suffix}"));
+    match ensure_private_dir(corrupt_dir) {
+        Ok(PrivateDir::Private) => {}
+        Ok(PrivateDir::Tightened { was }) => tracing::warn!(
+            dir = %corrupt_dir.display(),
+            was = %format_args!("{was:04o}"),
+            "directory of corrupt files was open to other users; made it 0700"
+        ),
+        Ok(PrivateDir::Foreign { owner, mode }) => tracing::warn!(
+            dir = %corrupt_dir.display(),
+            owner,
+            mode = %format_args!("{mode:04o}"),
+            "directory of corrupt files belongs to another user; left as it is"
+        ),
+        Err(e) => return Err(Failure::new("create directory", corrupt_dir, e)),
+    }
+    std::fs::rename(path, &target).map_err(|e| Failure::new("move aside", path, e))?;
+    Ok(target)
+}
+
+/// Removes the temp files ([`is_temp_name`]) a crash left in `dir`, and
+/// returns how many. Only when no writer is active in `dir` (see the
+/// module's caveats). A missing dir has none.
+pub fn remove_leftovers(dir: &Path) -> Result<usize, Failure> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Failure::new("read directory", dir, e)),
+    };
+    let mut n = 0;
+    for entry in entries {
+        let entry = entry.map_err(|e| Failure::new("read directory", dir, e))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if !is_temp_name(&name) || !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let path = dir.join(&name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => n += 1,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Failure::new("remove", &path, e)),
+        }
+    }
+    Ok(n)
+}
+
+/// What [`ensure_private_dir`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PrivateDir {
+    /// Ours and 0700 (or stricter), or just created so.
+    Private,
+    /// Ours but open to group or others (`was`, the permission bits): now 0700.
+    Tightened {
+        /// The permission bits it had.
+        was: u32,
+    },
+    /// Owned by another user: left as it is (whoever owns it can change
+    /// its mode back and write into it).
+    Foreign {
+        /// Its owner's uid.
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+/// Makes `dir` (and missing parents) with mode 0700, as libcni does, and,
+/// when it exists already, tightens it to 0700 if it is ours and open to
+/// group or others: libcni and older versions of us leave an existing dir
+/// as they find it (0755 is common). Only `dir` itself is changed, never a
+/// parent. A symbolic link to a dir is followed (a cache on another disk).
+///
+/// Used for the cache's `results/`, `locks/` and `corrupt/` and for cnid's
+/// state dir, so that every private dir follows one rule.
+pub fn ensure_private_dir(dir: &Path) -> io::Result<PrivateDir> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::metadata(dir)?;
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Ok(PrivateDir::Foreign {
+            owner: meta.uid(),
+            mode,
+        });
+    }
+    if mode & 0o077 == 0 {
+        return Ok(PrivateDir::Private);
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(PrivateDir::Tightened { was: mode })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn take_trace() -> Vec<String> {
+        TRACE.with(|t| std::mem::take(&mut *t.borrow_mut()))
+    }
+
+    #[test]
+    fn temp_names_are_hidden_unique_and_recognised() {
+        let p = Path::new("/d/net-c1-eth0");
+        let a = temp_path(p);
+        let b = temp_path(p);
+        assert_ne!(a, b, "two writes share a temp file");
+        assert_eq!(a.parent(), Some(Path::new("/d")));
+        let name = a.file_name().unwrap().to_str().unwrap();
+        let rest = name
+            .strip_prefix(".net-c1-eth0.tmp-")
+            .unwrap_or_else(|| panic!("{name}"));
+        let (pid, n) = rest.split_once('-').unwrap();
+        assert_eq!(pid, std::process::id().to_string());
+        assert!(n.parse::<u64>().is_ok(), "{name}");
+        assert!(is_temp_name(name));
+        // Older writers' names (cnid's `.tmp-<ms>`, the shim's `.tmp-<pid>`).
+        assert!(is_temp_name(".n:c:eth0.json.tmp-1"));
+        assert!(!is_temp_name("net-c1-eth0"));
+        assert!(!is_temp_name("x.tmp-1"), "not hidden: someone's file");
+        assert!(!is_temp_name(".hidden"));
+    }
+
+    /// The longest names callers accept (cnid's intents: 227 bytes) still
+    /// get a temp file and a place in `corrupt/`: the name is cut, the
+    /// unique suffix kept.
+    #[test]
+    fn long_names_are_cut_to_fit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let long = format!("{}é{}", "n".repeat(200), "x".repeat(52));
+        assert_eq!(long.len(), 254);
+        let p = tmp.path().join(&long);
+        let t = temp_path(&p);
+        let name = t.file_name().unwrap().to_str().unwrap();
+        assert!(name.len() <= NAME_MAX && name.len() > 240, "{}", name.len());
+        assert!(is_temp_name(name) && name.starts_with(".nnn"), "{name}");
+        write_atomic(&p, b"x", 0o600, true).unwrap();
+        let moved = move_aside(&p, &tmp.path().join("corrupt")).unwrap();
+        assert!(moved.file_name().unwrap().len() <= NAME_MAX);
+        assert_eq!(std::fs::read(&moved).unwrap(), b"x");
+    }
+
+    #[test]
+    fn write_replaces_whole_file_with_its_mode_and_leaves_no_temp() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("f");
+        write_atomic(&p, b"one", 0o600, true).unwrap();
+        write_atomic(&p, b"two", 0o600, false).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(names(tmp.path()), ["f"]);
+    }
+
+    /// The order that makes a write durable: data fsynced before the
+    /// rename publishes it, the dir fsynced after the rename (and not
+    /// before); without fsync, neither.
+    #[test]
+    fn fsyncs_come_in_order_around_the_rename() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("rec");
+        take_trace();
+        write_atomic(&p, b"x", 0o600, true).unwrap();
+        let steps = take_trace();
+        let ops: Vec<&str> = steps.iter().map(|s| s.split_once(' ').unwrap().0).collect();
+        assert_eq!(ops, ["create", "fsync", "rename", "fsync-dir"], "{steps:?}");
+        assert!(steps[1].contains(".rec.tmp-"), "{steps:?}");
+        assert_eq!(steps[3], format!("fsync-dir {}", tmp.path().display()));
+
+        write_atomic(&p, b"y", 0o600, false).unwrap();
+        let ops: Vec<String> = take_trace()
+            .into_iter()
+            .map(|s| s.split_once(' ').unwrap().0.to_owned())
+            .collect();
+        assert_eq!(ops, ["create", "rename"]);
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_old_file_and_no_temp() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("f");
+        std::fs::write(&p, b"old").unwrap();
+        // A dir at the target: the rename fails after the temp was written.
+        let d = tmp.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("inside"), b"").unwrap();
+        let e = write_atomic(&d, b"new", 0o600, true).unwrap_err();
+        assert_eq!(e.op, "rename temp file into place", "{e}");
+        assert!(e.to_string().contains(&d.display().to_string()), "{e}");
+        assert_eq!(names(tmp.path()), ["d", "f"]);
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
+    }
+
+    #[test]
+    fn reads_refuse_symlinks_and_fifos() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("target");
+        std::fs::write(&target, b"secret").unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = read_nofollow(&link).unwrap_err();
+        assert!(is_symlink_refusal(&e), "{e}");
+        assert_eq!(read_nofollow(&target).unwrap(), b"secret");
+
+        let fifo = tmp.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = read_nofollow(&fifo).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(!is_symlink_refusal(&e));
+        let e = read_nofollow(&tmp.path().join("missing")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    /// A write never goes through a symbolic link: not one planted at the
+    /// temp file's name (created new, `O_NOFOLLOW`), nor one at the target
+    /// (replaced by the rename, its target untouched).
+    #[test]
+    fn writes_never_follow_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let planted = tmp.path().join(".f.tmp-planted");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let e = create_new(&planted, 0o600).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
+        let dangling = tmp.path().join(".g.tmp-planted");
+        std::os::unix::fs::symlink(tmp.path().join("new-victim"), &dangling).unwrap();
+        assert!(create_new(&dangling, 0o600).is_err());
+        assert!(!tmp.path().join("new-victim").exists());
+
+        let p = tmp.path().join("f");
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        write_atomic(&p, b"new", 0o600, true).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert!(std::fs::symlink_metadata(&p).unwrap().is_file());
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+    }
+
+    #[test]
+    fn corrupt_files_move_aside_into_a_private_dir_under_distinct_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let corrupt = tmp.path().join("corrupt");
+        let p = tmp.path().join("n-c-eth0");
+        std::fs::write(&p, b"{bad").unwrap();
+        let first = move_aside(&p, &corrupt).unwrap();
+        std::fs::write(&p, b"{bad again").unwrap();
+        let second = move_aside(&p, &corrupt).unwrap();
+        assert_ne!(first, second);
+        assert!(!p.exists());
+        assert_eq!(std::fs::read(&first).unwrap(), b"{bad");
+        assert_eq!(std::fs::read(&second).unwrap(), b"{bad again");
+        assert!(
+            first
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("n-c-eth0.")
+        );
+        assert_eq!(
+            std::fs::metadata(&corrupt).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        // A link is moved as the link, its target untouched.
+        let target = tmp.path().join("elsewhere");
+        std::fs::write(&target, b"t").unwrap();
+        std::os::unix::fs::symlink(&target, &p).unwrap();
+        let moved = move_aside(&p, &corrupt).unwrap();
+        assert!(std::fs::symlink_metadata(&moved).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"t");
+        // Nothing to move: the error names the file.
+        let e = move_aside(&p, &corrupt).unwrap_err();
+        assert_eq!(e.source.kind(), io::ErrorKind::NotFound);
+        assert_eq!(e.path, p);
+    }
+
+    #[test]
+    fn leftovers_are_temp_files_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::write(d.join(".a.tmp-1-2"), b"half").unwrap();
+        std::fs::write(d.join(".b.json.tmp-17"), b"half").unwrap();
+        std::fs::write(d.join("a"), b"whole").unwrap();
+        std::fs::write(d.join(".hidden"), b"not ours").unwrap();
+        std::fs::create_dir(d.join(".dir.tmp-3")).unwrap();
+        assert_eq!(remove_leftovers(d).unwrap(), 2);
+        assert_eq!(names(d), [".dir.tmp-3", ".hidden", "a"]);
+        assert_eq!(remove_leftovers(&d.join("missing")).unwrap(), 0);
+    }
+
+    #[test]
+    fn private_dirs_are_made_and_tightened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("a/b");
+        assert_eq!(ensure_private_dir(&d).unwrap(), PrivateDir::Private);
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            ensure_private_dir(&d).unwrap(),
+            PrivateDir::Tightened { was: 0o755 }
+        );
+        assert_eq!(
+            std::fs::metadata(&d).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+    }
+}
