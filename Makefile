@@ -117,7 +117,7 @@ BENCH_FLAGS ?=
 
 bench: setup shim
 	@[ -x /usr/bin/time ] || { [ "$$(id -u)" = 0 ] && export DEBIAN_FRONTEND=noninteractive && apt-get update -qq && apt-get install -y -qq time >/dev/null; } || { echo "bench: need GNU time (apt-get install time)" >&2; exit 1; }
-	$(CARGO) build --release -p cnid --bins
+	$(CARGO) build --release -p cnid -p cnitool --bins
 	mkdir -p $(BENCH_TARGET)/bench/bin
 	cp $(BENCH_TARGET)/release/cnitool $(BENCH_TARGET)/release/cnid $(BENCH_TARGET)/release/cni-noop $(BENCH_TARGET)/bench/bin/
 	cp $(SHIM_STATIC) $(BENCH_TARGET)/bench/bin/cnid-shim

@@ -67,7 +67,6 @@
 //!   container. Use the `path` of the summary.
 //! - Runs the plugins in this process; there is no daemon variant.
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -77,84 +76,55 @@ use cni_async::multi::{MultiResult, NetworkResult};
 use cni_async::netns::{NETNS_RUN_DIR, Netns};
 use cni_async::{CallOptions, Cni};
 use cni_core::error::code;
-use cni_core::{NetworkConfigList, RuntimeConf, Version};
+use cni_core::{NetworkConfigList, RuntimeConf};
 use futures::stream::{self, StreamExt};
 use serde_json::json;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::batch_cli::{BatchCli, BatchCommand, BatchCommonArgs, BatchDownArgs, BatchUpArgs};
+use crate::backend::Local;
+use crate::batch_cli::{BatchArgs, BatchCommand, BatchCommonArgs, BatchDownArgs, BatchUpArgs};
+use crate::cli::GlobalArgs;
 use crate::progress::Progress;
 use crate::report::{self, ToolError};
-use crate::setup::{self, Env, Settings};
-
-/// The default namespace name prefix.
-pub(crate) const DEFAULT_PREFIX: &str = "cnitool-batch-";
-
-/// Longest prefix accepted: room for the index in a 255-byte file name.
-const PREFIX_MAX: usize = 200;
+use crate::setup::{self, Env};
 
 /// How many failing names an error message lists.
 const NAMES_SHOWN: usize = 5;
 
-/// Checks a `--prefix`: `[A-Za-z0-9][A-Za-z0-9_.-]*`, not ending with a
-/// digit, at most 200 bytes.
-pub(crate) fn parse_prefix(prefix: &str) -> Result<String, String> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
-    if prefix.is_empty() {
-        return Err("must not be empty".into());
+/// Runs `batch up` or `batch down` here (never in cnid): networks are
+/// loaded with `local` (so the error JSON is in their version), the plugins
+/// run on a [`Cni`] whose cache I/O uses tokio's blocking pool, so that the
+/// fsyncs of different members overlap.
+pub(crate) async fn exec(
+    local: &Local,
+    env: Env<'_>,
+    global: &GlobalArgs,
+    args: &BatchArgs,
+) -> anyhow::Result<()> {
+    let runner = Runner {
+        local,
+        cni: local.settings().build_cni(),
+    };
+    let ifname = global.ifname.as_deref();
+    match &args.command {
+        BatchCommand::Up(args) => up(&runner, env, ifname, args).await,
+        BatchCommand::Down(args) => down(&runner, env, ifname, args).await,
     }
-    if prefix.len() > PREFIX_MAX {
-        return Err(format!("longer than {PREFIX_MAX} bytes"));
-    }
-    if !prefix.starts_with(|c: char| c.is_ascii_alphanumeric()) || !prefix.chars().all(ok_char) {
-        return Err(
-            "expected letters, digits, '_', '.' or '-', starting with a letter or digit".into(),
-        );
-    }
-    if prefix.ends_with(|c: char| c.is_ascii_digit()) {
-        return Err("must not end with a digit (names are the prefix and a number)".into());
-    }
-    Ok(prefix.to_owned())
 }
 
-/// Runs the commands: the settings from the environment, the [`Cni`]
-/// built from them, and the version of the network loaded last (what the
-/// error JSON is written in).
-#[derive(Debug)]
-pub(crate) struct Runner {
-    settings: Settings,
+/// What the commands run with.
+struct Runner<'a> {
+    local: &'a Local,
     cni: Cni,
-    version: Cell<Option<Version>>,
 }
 
-impl Runner {
-    /// A runner with these settings.
-    pub(crate) fn new(settings: Settings) -> Self {
-        Runner {
-            cni: settings.build_cni(),
-            settings,
-            version: Cell::new(None),
-        }
-    }
-
-    /// The `cniVersion` of the network loaded, if any.
-    pub(crate) fn cni_version(&self) -> Option<Version> {
-        self.version.get()
-    }
-
-    /// Runs `up` or `down`.
-    pub(crate) async fn exec(&self, env: Env<'_>, cli: &BatchCli) -> anyhow::Result<()> {
-        let ifname = cli.ifname.as_deref();
-        match &cli.command {
-            BatchCommand::Up(args) => up(self, env, ifname, args).await,
-            BatchCommand::Down(args) => down(self, env, ifname, args).await,
-        }
-    }
-
+impl Runner<'_> {
     fn load(&self, network: &str) -> Result<NetworkConfigList, cni_core::Error> {
-        let list = self.settings.load_network(network)?;
-        self.version.set(Some(list.version()));
-        Ok(list)
+        self.local.load(network)
+    }
+
+    fn call_options(&self) -> CallOptions {
+        self.local.settings().call_options()
     }
 }
 
@@ -393,7 +363,7 @@ struct UpCtx<'a> {
 }
 
 async fn up(
-    runner: &Runner,
+    runner: &Runner<'_>,
     env: Env<'_>,
     ifname: Option<&str>,
     args: &BatchUpArgs,
@@ -419,7 +389,7 @@ async fn up(
         .into());
     }
 
-    let opts = runner.settings.call_options();
+    let opts = runner.call_options();
     let ctx = UpCtx {
         cni: &runner.cni,
         list: &list,
@@ -749,7 +719,7 @@ async fn run_teardown(
 // ----- down -----
 
 async fn down(
-    runner: &Runner,
+    runner: &Runner<'_>,
     env: Env<'_>,
     ifname: Option<&str>,
     args: &BatchDownArgs,
@@ -832,7 +802,7 @@ async fn down(
             Some(list) => Config::Current(list),
             None => Config::Cached(network),
         },
-        opts: runner.settings.call_options(),
+        opts: runner.call_options(),
     };
     let results = run_teardown(
         &teardown,
@@ -881,26 +851,6 @@ async fn down(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefixes() {
-        for ok in ["cnitool-batch-", "t", "a.b_c-", "X-"] {
-            assert_eq!(parse_prefix(ok).as_deref(), Ok(ok));
-        }
-        for (bad, why) in [
-            ("", "empty"),
-            ("ns1", "digit"),
-            ("-x", "starting"),
-            ("a/b", "expected"),
-            ("a b", "expected"),
-            ("ü-", "expected"),
-        ] {
-            let e = parse_prefix(bad).unwrap_err();
-            assert!(e.contains(why), "{bad:?}: {e}");
-        }
-        assert!(parse_prefix(&"a".repeat(201)).is_err());
-        assert!(parse_prefix(&"a".repeat(200)).is_ok());
-    }
 
     #[test]
     fn members_are_prefix_and_digits() {
