@@ -79,10 +79,9 @@ pub fn main() -> ExitCode {
     // One thread runs the event loop (namespace creation of `batch` goes to
     // tokio's blocking pool); the plugins are processes, in parallel
     // whatever the runtime.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // The library's builder: one call site of tokio's, so its multi-thread
+    // scheduler (which cnid's features turn on) is not linked in.
+    let runtime = match cni_async::batch::current_thread_runtime() {
         Ok(rt) => rt,
         Err(e) => {
             let e = anyhow::Error::new(e).context("cannot start the tokio runtime");
