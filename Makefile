@@ -132,11 +132,11 @@ STATIC_RUSTFLAGS = -C target-feature=+crt-static
 
 bench: setup shim
 	@[ -x /usr/bin/time ] || { [ "$$(id -u)" = 0 ] && export DEBIAN_FRONTEND=noninteractive && apt-get update -qq && apt-get install -y -qq time >/dev/null; } || { echo "bench: need GNU time (apt-get install time)" >&2; exit 1; }
-	$(CARGO) build --release -p cnid --bins -p cni-noop
+	$(CARGO) build --release -p cnid -p cnitool --bins -p cni-noop
 	mkdir -p $(BENCH_TARGET)/bench/bin
 	cp $(BENCH_TARGET)/release/cnitool $(BENCH_TARGET)/release/cnid $(BENCH_TARGET)/release/cni-noop $(BENCH_TARGET)/bench/bin/
 	if [ -n "$(BENCH_CNITOOL_STATIC)" ]; then \
-		RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release -p cnid --bin cnitool --target $(HOST_TARGET) && \
+		RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release -p cnitool --bin cnitool --target $(HOST_TARGET) && \
 		cp $(BENCH_TARGET)/$(HOST_TARGET)/release/cnitool $(BENCH_TARGET)/bench/bin/cnitool; \
 	fi
 	cp $(SHIM_STATIC) $(BENCH_TARGET)/bench/bin/cnid-shim
@@ -146,14 +146,13 @@ bench: setup shim
 # ---- install / uninstall ---------------------------------------------------
 # `make install` builds the shipped binaries (release profile; cnid-shim
 # statically linked, as `make shim`) and installs, under $(DESTDIR)$(PREFIX):
-#   bin/                 cnid, cnitool, and cnitool-batch and cnitool-daemon,
-#                        which cnitool execs for `batch` and `--socket`
-#                        (looked for next to it); cnid-shim, a command an
+#   bin/                 cnid; cnitool (one file, statically linked as
+#                        benchmarked); cnid-shim, a command an
 #                        operator runs (`cnid-shim install` copies it into
 #                        the runtime's plugin dir, e.g. /opt/cni/bin)
 #   lib/systemd/system/  cnid.service (ExecStart= the installed cnid) and
 #                        cnid.socket
-#   share/man/man1/      cnid.1, cnitool.1, cnitool-batch.1, cnid-shim.1
+#   share/man/man1/      cnid.1, cnitool.1, cnid-shim.1
 #   share/bash-completion/completions, share/zsh/site-functions,
 #   share/fish/vendor_completions.d: completions of cnid and cnitool
 #   share/doc/cnid/      API.md, LICENSE
@@ -175,8 +174,8 @@ FISHCOMPDIR ?= $(DATADIR)/fish/vendor_completions.d
 INSTALL_FROM ?=
 INSTALL ?= install
 
-INSTALL_BINS = cnid cnitool cnitool-batch cnitool-daemon cnid-shim
-INSTALL_MAN = cnid cnitool cnitool-batch cnid-shim
+INSTALL_BINS = cnid cnitool cnid-shim
+INSTALL_MAN = cnid cnitool cnid-shim
 INSTALL_COMPLETE = cnid cnitool
 INSTALL_UNITS = cnid.service cnid.socket
 INSTALL_DOCS = cnid/API.md LICENSE
@@ -191,18 +190,22 @@ INSTALLED_FILES = $(addprefix $(BINDIR)/,$(INSTALL_BINS)) \
 # Where the binaries come from: INSTALL_FROM, or the release build.
 INSTALL_SRC = $(if $(INSTALL_FROM),$(INSTALL_FROM),$(abspath $(or $(CARGO_TARGET_DIR),target))/release)
 INSTALL_SHIM = $(if $(INSTALL_FROM),$(INSTALL_FROM)/cnid-shim,$(SHIM_STATIC))
+CNITOOL_STATIC = $(abspath $(or $(CARGO_TARGET_DIR),target))/$(HOST_TARGET)/release/cnitool
+INSTALL_CNITOOL = $(if $(INSTALL_FROM),$(INSTALL_FROM)/cnitool,$(CNITOOL_STATIC))
 
 .PHONY: install uninstall install-build
 install-build:
-	$(if $(INSTALL_FROM),,$(CARGO) build --release -p cnid --bin cnid --bin cnitool --bin cnitool-batch --bin cnitool-daemon)
+	$(if $(INSTALL_FROM),,$(CARGO) build --release -p cnid --bin cnid)
+	$(if $(INSTALL_FROM),,RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release -p cnitool --bin cnitool --target $(HOST_TARGET))
 	$(if $(INSTALL_FROM),,$(MAKE) shim)
 
 install: install-build
-	@for b in $(filter-out cnid-shim,$(INSTALL_BINS)); do [ -x "$(INSTALL_SRC)/$$b" ] || { echo "install: $(INSTALL_SRC)/$$b is missing" >&2; exit 1; }; done
-	@[ -x "$(INSTALL_SHIM)" ] || { echo "install: $(INSTALL_SHIM) is missing" >&2; exit 1; }
+	@for b in cnid; do [ -x "$(INSTALL_SRC)/$$b" ] || { echo "install: $(INSTALL_SRC)/$$b is missing" >&2; exit 1; }; done
+	@for f in "$(INSTALL_CNITOOL)" "$(INSTALL_SHIM)"; do [ -x "$$f" ] || { echo "install: $$f is missing" >&2; exit 1; }; done
 	$(INSTALL) -d -m 755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
-	$(INSTALL) -m 755 $(addprefix $(INSTALL_SRC)/,$(filter-out cnid-shim,$(INSTALL_BINS))) $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 755 $(INSTALL_SRC)/cnid $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 755 $(INSTALL_CNITOOL) $(DESTDIR)$(BINDIR)/cnitool
 	$(INSTALL) -m 755 $(INSTALL_SHIM) $(DESTDIR)$(BINDIR)/cnid-shim
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	for b in $(INSTALL_MAN); do \

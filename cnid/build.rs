@@ -1,6 +1,7 @@
 //! Embeds the commit the binaries are built from, for `--version`
 //! (`CNID_BUILD_VERSION`: `0.1.0 (commit 0123456789ab)`, or `(commit unknown)`
-//! outside a git checkout). Re-runs only when `HEAD` moves.
+//! outside a git checkout). Re-runs only when `HEAD` moves. Shared by the
+//! `cnitool` package (`build = "../build.rs"`).
 
 use std::process::Command;
 
@@ -29,5 +30,6 @@ fn main() {
     {
         println!("cargo:rerun-if-changed={path}");
     }
-    println!("cargo:rerun-if-changed=build.rs");
+    // (No rerun-if-changed for this file: cnitool shares it as `../build.rs`,
+    // and cargo re-runs a build script whose source changed anyway.)
 }

@@ -4,8 +4,7 @@
 //!
 //! ```text
 //! cnid --generate man|complete-bash|complete-zsh|complete-fish
-//! cnitool --generate ...          (cnitool execs cnitool-daemon for it)
-//! cnitool-batch --generate ...    (the page of `cnitool batch`)
+//! cnitool --generate ...
 //! ```
 //!
 //! `make install` runs these on the binaries it installs and writes what
@@ -15,13 +14,10 @@
 //! from `--help`, and is made by the very binaries that are installed.
 //!
 //! Why not at build time: a `build.rs` cannot see the definitions, which
-//! live in the binaries' own modules. Why not in `cnitool` itself: every
-//! run of cnitool maps most of its executable (see
-//! `src/bin/cnitool/batch_exec.rs`), so `cnitool --generate` execs
-//! `cnitool-daemon`, which holds cnitool's definitions too, and `cnitool
-//! add` carries none of this code. `cnid-shim` has no clap definitions
-//! (it is built without this feature); it prints its page from its usage
-//! text (`shim::setup`).
+//! live in the binaries' own crates. The generators are only touched under
+//! `--generate`; `cnitool add`'s peak RSS is measured with them linked in
+//! (BENCHMARKS.md). `cnid-shim` has no clap definitions; it prints its page
+//! from its usage text (`shim::setup`).
 //!
 //! The flag is not part of the clap definitions (so `--help` does not
 //! list it): each `main` calls [`intercept`] before parsing.
@@ -72,7 +68,7 @@ pub fn write(cmd: clap::Command, kind: Kind, out: &mut dyn Write) -> std::io::Re
         Kind::Fish => Shell::Fish,
     };
     // Completions are for the command's own name: clap_complete cannot
-    // take a `bin_name` with a space (cnitool-batch's `cnitool batch`).
+    // take a `bin_name` with a space.
     let bin = cmd.get_name().to_owned();
     let mut cmd = cmd.bin_name(&bin);
     clap_complete::generate(shell, &mut cmd, bin, out);

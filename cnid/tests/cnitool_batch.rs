@@ -25,8 +25,6 @@ use support::tool::{Run, Sandbox, expected_container_id};
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 use support::noop::NOOP as CNI_NOOP;
-/// `cnitool batch` execs this binary, found next to cnitool.
-const CNITOOL_BATCH: &str = env!("CARGO_BIN_EXE_cnitool-batch");
 
 fn require_plugins() {
     for p in ["bridge", "host-local"] {
@@ -35,10 +33,6 @@ fn require_plugins() {
             "this test needs the reference plugin {PLUGIN_DIR}/{p} (Debian: containernetworking-plugins)"
         );
     }
-    assert!(
-        Path::new(CNITOOL_BATCH).is_file(),
-        "{CNITOOL_BATCH} not built"
-    );
 }
 
 /// The namespaces `prefix<number>` in `/run/netns`, sorted by number.

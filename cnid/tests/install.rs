@@ -68,16 +68,10 @@ fn files(dir: &Path) -> BTreeSet<String> {
 /// What `make install PREFIX=prefix` installs.
 fn expected(prefix: &str) -> BTreeSet<String> {
     let mut want = BTreeSet::new();
-    for b in [
-        "cnid",
-        "cnitool",
-        "cnitool-batch",
-        "cnitool-daemon",
-        "cnid-shim",
-    ] {
+    for b in ["cnid", "cnitool", "cnid-shim"] {
         want.insert(format!("{prefix}/bin/{b}"));
     }
-    for m in ["cnid", "cnitool", "cnitool-batch", "cnid-shim"] {
+    for m in ["cnid", "cnitool", "cnid-shim"] {
         want.insert(format!("{prefix}/share/man/man1/{m}.1"));
     }
     for c in ["cnid", "cnitool"] {
@@ -151,7 +145,7 @@ fn install_and_uninstall(prefix: &str) {
     // Man pages: roff with a title, readable by groff without a warning
     // when groff is there.
     let groff = Command::new("groff").arg("--version").output().is_ok();
-    for m in ["cnid", "cnitool", "cnitool-batch", "cnid-shim"] {
+    for m in ["cnid", "cnitool", "cnid-shim"] {
         let path = at(&format!("{prefix}/share/man/man1/{m}.1"));
         let page = read(&path);
         assert!(
@@ -223,7 +217,7 @@ fn the_service_starts_cnid_where_another_prefix_put_it() {
 
 #[test]
 fn the_hidden_generate_flag_refuses_unknown_kinds_and_is_not_in_help() {
-    for b in ["cnid", "cnitool", "cnitool-batch"] {
+    for b in ["cnid", "cnitool"] {
         let path = built().join(b);
         let out = Command::new(&path)
             .args(["--generate", "pdf"])

@@ -9,14 +9,54 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::fake::PluginDir;
 
-/// The built binary.
-pub const CNITOOL: &str = env!("CARGO_BIN_EXE_cnitool");
+/// The built `cnitool` (package `cnitool`, `cnid/cnitool`), in this
+/// target dir next to cnid's binaries: `cargo test --workspace` builds it
+/// before any test runs; for one test target of cnid, `cargo build -p
+/// cnitool` first. Cargo only passes a package's own binaries to its tests,
+/// hence the lookup; [`cnitool_bin`] refuses a missing or stale one.
+pub static CNITOOL: LazyLock<PathBuf> = LazyLock::new(cnitool_bin);
+
+/// Finds `cnitool` next to `cnid`, and checks it is newer than its sources.
+fn cnitool_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnitool");
+    let built = fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: build it with `cargo build -p cnitool`",
+                bin.display()
+            )
+        });
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("cnitool");
+    let mut dirs = vec![sources.join("src")];
+    let mut newest = fs::metadata(sources.join("Cargo.toml"))
+        .and_then(|m| m.modified())
+        .expect("cnid/cnitool/Cargo.toml");
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).expect("cnid/cnitool/src") {
+            let entry = entry.expect("cnid/cnitool/src entry");
+            let meta = entry.metadata().expect("cnid/cnitool/src entry");
+            if meta.is_dir() {
+                dirs.push(entry.path());
+            } else {
+                newest = newest.max(meta.modified().expect("mtime"));
+            }
+        }
+    }
+    assert!(
+        built >= newest,
+        "{} is older than its sources: rebuild it with `cargo build -p cnitool`",
+        bin.display()
+    );
+    bin
+}
 
 /// Every variable cnitool reads; removed from the test process's
 /// environment before each run.
@@ -124,7 +164,7 @@ impl Sandbox {
     /// to the sandbox, the rest of cnitool's variables unset, and the temp
     /// dir as working directory (`PWD` removed).
     pub fn cnitool(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(CNITOOL);
+        let mut cmd = Command::new(&*CNITOOL);
         for var in CNITOOL_VARS {
             cmd.env_remove(var);
         }

@@ -30,9 +30,15 @@
 //! - `up` refuses to start when a namespace `PREFIX<number>` exists already:
 //!   the prefix names the batch, and `down` deletes every such namespace.
 //! - SIGINT or SIGTERM during `up` stops it: the plugins in flight are
-//!   killed, everything set up so far is torn down (as `down` does), and the
-//!   exit status is 1 with nothing on stdout. A second signal stops the
-//!   teardown; `batch down` finishes it.
+//!   killed, everything set up so far is torn down, and the exit status is 1
+//!   with nothing on stdout. A second signal stops the teardown; `batch
+//!   down` finishes it.
+//!
+//! `up` is a thin layer over the library's batch ([`cni_async::batch`]):
+//! [`BatchBuilder`] with the container IDs derived from the paths
+//! (`container_ids`), failed members undone at once (`release_failed`),
+//! stopped by a signal (`setup_until`, `teardown_until`), the attached
+//! members kept (`keep`).
 //!
 //! `batch down NETWORK` tears a batch down: every cached attachment of the
 //! network whose netns is `/run/netns/PREFIX<number>` (and whose container
@@ -67,94 +73,64 @@
 //!   container. Use the `path` of the summary.
 //! - Runs the plugins in this process; there is no daemon variant.
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use cni_async::multi::{MultiResult, NetworkResult};
+use cni_async::batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind, TeardownEnd};
+use cni_async::multi::{MultiNetwork, Sandbox};
 use cni_async::netns::{NETNS_RUN_DIR, Netns};
 use cni_async::{CallOptions, Cni};
 use cni_core::error::code;
-use cni_core::{NetworkConfigList, RuntimeConf, Version};
+use cni_core::{NetworkConfigList, RuntimeConf};
 use futures::stream::{self, StreamExt};
 use serde_json::json;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::batch_cli::{BatchCli, BatchCommand, BatchCommonArgs, BatchDownArgs, BatchUpArgs};
+use crate::backend::Local;
+use crate::batch_cli::{BatchArgs, BatchCommand, BatchCommonArgs, BatchDownArgs, BatchUpArgs};
+use crate::cli::GlobalArgs;
 use crate::progress::Progress;
 use crate::report::{self, ToolError};
-use crate::setup::{self, Env, Settings};
-
-/// The default namespace name prefix.
-pub(crate) const DEFAULT_PREFIX: &str = "cnitool-batch-";
-
-/// Longest prefix accepted: room for the index in a 255-byte file name.
-const PREFIX_MAX: usize = 200;
+use crate::setup::{self, Env};
 
 /// How many failing names an error message lists.
 const NAMES_SHOWN: usize = 5;
 
-/// Checks a `--prefix`: `[A-Za-z0-9][A-Za-z0-9_.-]*`, not ending with a
-/// digit, at most 200 bytes.
-pub(crate) fn parse_prefix(prefix: &str) -> Result<String, String> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
-    if prefix.is_empty() {
-        return Err("must not be empty".into());
+/// Runs `batch up` or `batch down` here (never in cnid): networks are
+/// loaded with `local` (so the error JSON is in their version), the plugins
+/// run on a [`Cni`] whose cache I/O uses tokio's blocking pool, so that the
+/// fsyncs of different members overlap.
+pub(crate) async fn exec(
+    local: &Local,
+    env: Env<'_>,
+    global: &GlobalArgs,
+    args: &BatchArgs,
+) -> anyhow::Result<()> {
+    let runner = Runner {
+        local,
+        cni: local.settings().build_cni(),
+    };
+    let ifname = global.ifname.as_deref();
+    match &args.command {
+        BatchCommand::Up(args) => up(&runner, env, ifname, args).await,
+        BatchCommand::Down(args) => down(&runner, env, ifname, args).await,
     }
-    if prefix.len() > PREFIX_MAX {
-        return Err(format!("longer than {PREFIX_MAX} bytes"));
-    }
-    if !prefix.starts_with(|c: char| c.is_ascii_alphanumeric()) || !prefix.chars().all(ok_char) {
-        return Err(
-            "expected letters, digits, '_', '.' or '-', starting with a letter or digit".into(),
-        );
-    }
-    if prefix.ends_with(|c: char| c.is_ascii_digit()) {
-        return Err("must not end with a digit (names are the prefix and a number)".into());
-    }
-    Ok(prefix.to_owned())
 }
 
-/// Runs the commands: the settings from the environment, the [`Cni`]
-/// built from them, and the version of the network loaded last (what the
-/// error JSON is written in).
-#[derive(Debug)]
-pub(crate) struct Runner {
-    settings: Settings,
+/// What the commands run with.
+struct Runner<'a> {
+    local: &'a Local,
     cni: Cni,
-    version: Cell<Option<Version>>,
 }
 
-impl Runner {
-    /// A runner with these settings.
-    pub(crate) fn new(settings: Settings) -> Self {
-        Runner {
-            cni: settings.build_cni(),
-            settings,
-            version: Cell::new(None),
-        }
-    }
-
-    /// The `cniVersion` of the network loaded, if any.
-    pub(crate) fn cni_version(&self) -> Option<Version> {
-        self.version.get()
-    }
-
-    /// Runs `up` or `down`.
-    pub(crate) async fn exec(&self, env: Env<'_>, cli: &BatchCli) -> anyhow::Result<()> {
-        let ifname = cli.ifname.as_deref();
-        match &cli.command {
-            BatchCommand::Up(args) => up(self, env, ifname, args).await,
-            BatchCommand::Down(args) => down(self, env, ifname, args).await,
-        }
-    }
-
+impl Runner<'_> {
     fn load(&self, network: &str) -> Result<NetworkConfigList, cni_core::Error> {
-        let list = self.settings.load_network(network)?;
-        self.version.set(Some(list.version()));
-        Ok(list)
+        self.local.load(network)
+    }
+
+    fn call_options(&self) -> CallOptions {
+        self.local.settings().call_options()
     }
 }
 
@@ -273,7 +249,7 @@ impl Signals {
     }
 }
 
-// ----- teardown, shared by `down` and an interrupted `up` -----
+// ----- teardown of `down` -----
 
 /// Where DEL gets the configuration from.
 enum Config<'a> {
@@ -340,60 +316,10 @@ impl Teardown<'_> {
     }
 }
 
-// ----- up -----
-
-/// The state of one member while `up` runs.
-#[derive(Debug)]
-enum Slot {
-    /// Not created yet.
-    Pending,
-    /// The namespace exists; the ADD has not finished.
-    Created,
-    /// Attached, with the addresses of its interface.
-    Attached(Vec<String>),
-    /// Failed; `netns` tells whether its namespace is still there.
-    Failed {
-        error: cni_async::Error,
-        netns: bool,
-    },
-}
-
-impl Slot {
-    /// Whether a namespace of ours exists for it.
-    fn has_netns(&self) -> bool {
-        match self {
-            Slot::Pending => false,
-            Slot::Created | Slot::Attached(_) => true,
-            Slot::Failed { netns, .. } => *netns,
-        }
-    }
-}
-
-struct UpState {
-    /// Set when `up` stops early: a namespace created after that is deleted
-    /// at once by whoever created it.
-    closed: bool,
-    slots: Vec<Slot>,
-}
-
-type Shared = Arc<Mutex<UpState>>;
-
-fn lock(shared: &Mutex<UpState>) -> MutexGuard<'_, UpState> {
-    shared.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-struct UpCtx<'a> {
-    cni: &'a Cni,
-    list: &'a NetworkConfigList,
-    template: &'a RuntimeConf,
-    prefix: &'a str,
-    add_opts: CallOptions,
-    del_opts: CallOptions,
-    shared: Shared,
-}
+// ----- up: the library's batch -----
 
 async fn up(
-    runner: &Runner,
+    runner: &Runner<'_>,
     env: Env<'_>,
     ifname: Option<&str>,
     args: &BatchUpArgs,
@@ -419,94 +345,92 @@ async fn up(
         .into());
     }
 
-    let opts = runner.settings.call_options();
-    let ctx = UpCtx {
-        cni: &runner.cni,
-        list: &list,
-        template: &template,
-        prefix,
-        add_opts: CallOptions {
-            rollback: true,
-            ..opts
-        },
-        del_opts: opts,
-        shared: Arc::new(Mutex::new(UpState {
-            closed: false,
-            slots: (0..count).map(|_| Slot::Pending).collect(),
-        })),
-    };
+    // The library's batch: one network on the interface of -i/CNI_IFNAME,
+    // CNI_ARGS and CAP_ARGS as `cnitool add` passes them, container IDs
+    // derived from the paths, failed members undone at once.
+    let network = list.name().to_owned();
+    let mut multi = MultiNetwork::builder(runner.cni.clone())
+        .network_with_ifname(list, template.ifname.clone());
+    if let Some(timeout) = runner.call_options().timeout {
+        multi = multi.timeout(timeout);
+    }
+    let mut sandbox = Sandbox::new("", "").with_ignore_unknown(false);
+    sandbox.labels = template.args.clone();
+    sandbox.capability_args = template.capability_args.clone();
+    let progress = Arc::new(Mutex::new(UpProgress {
+        up: Progress::new("batch up", "attached", "failed", count, args.common.quiet),
+        down: None,
+    }));
+    let events = progress.clone();
     let mut signals = Signals::new();
-    let mut progress = Progress::new("batch up", "attached", "failed", count, args.common.quiet);
-    let (mut attached, mut failed) = (0, 0);
-    let mut work = Box::pin(
-        stream::iter(0..count)
-            .map(|i| up_one(&ctx, i))
-            .buffer_unordered(concurrency(&args.common, count)),
-    );
-    let interrupted = {
-        let drive = async {
-            while let Some(ok) = work.next().await {
-                if ok {
-                    attached += 1;
-                } else {
-                    failed += 1;
-                }
-                progress.update(attached, failed);
-            }
-        };
-        tokio::select! {
-            () = drive => None,
-            name = signals.recv() => Some(name),
-        }
-    };
-    // Dropping the work kills the plugins still running.
-    drop(work);
-    progress.end_line();
-    let slots = {
-        let mut state = lock(&ctx.shared);
-        state.closed = true;
-        std::mem::take(&mut state.slots)
-    };
+    let mut interrupted = None;
+    let batch = BatchBuilder::new(multi.build()?)
+        .prefix(prefix)
+        .count(count)
+        .concurrency(concurrency(&args.common, count))
+        .sandbox_template(sandbox)
+        .container_ids(setup::container_id)
+        .release_failed(true)
+        .on_event(move |e| lock(&events).on_event(e))
+        .setup_until(async { interrupted = Some(signals.recv().await) })
+        .await?;
+    lock(&progress).up.end_line();
     if let Some(signal) = interrupted {
-        return Err(undo_interrupted(&ctx, &args.common, slots, signal, &mut signals).await);
+        return Err(undo_interrupted(
+            batch,
+            &network,
+            prefix,
+            &args.common,
+            &progress,
+            signal,
+            &mut signals,
+        )
+        .await);
     }
 
     let mut members = Vec::with_capacity(count);
-    let mut failures: Vec<(String, cni_async::Error)> = Vec::new();
-    for (i, slot) in slots.into_iter().enumerate() {
-        let name = member_name(prefix, i);
-        let path = member_path(&name);
-        let (ips, error) = match slot {
-            Slot::Attached(ips) => (ips, None),
-            Slot::Failed { error, .. } => {
-                let text = error.to_string();
-                failures.push((name.clone(), error));
-                (Vec::new(), Some(text))
-            }
-            // Every member's future ran to the end: unreachable, but a
-            // member without an outcome is a failure, not a panic.
-            Slot::Pending | Slot::Created => {
-                let error = cni_async::Error::Netns {
-                    path: path.clone().into(),
-                    op: "batch up".into(),
-                    source: io::Error::other("no outcome recorded"),
+    let mut failures: Vec<(String, String, u32)> = Vec::new();
+    for m in batch.members() {
+        let path = member_path(m.name());
+        let (ips, error): (Vec<String>, Option<String>) = match (m.result(), m.error()) {
+            (Some(result), _) => (
+                result
+                    .addresses(&template.ifname)
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+                None,
+            ),
+            (None, Some(e)) => {
+                // The summary names the network: the member's error without it.
+                let e = match e {
+                    cni_async::Error::Context { source, .. } => source,
+                    other => other,
                 };
-                let text = error.to_string();
-                failures.push((name.clone(), error));
+                failures.push((m.name().to_owned(), e.to_string(), e.code()));
+                (Vec::new(), Some(e.to_string()))
+            }
+            // Every member ran to the end: unreachable, but a member without
+            // an outcome is a failure, not a panic.
+            (None, None) => {
+                let text = format!("batch up: {path}: no outcome recorded");
+                failures.push((m.name().to_owned(), text.clone(), code::IO_FAILURE));
                 (Vec::new(), Some(text))
             }
         };
         members.push(json!({
-            "namespace": name,
+            "namespace": m.name(),
             "path": path,
-            "containerId": setup::container_id(&path),
+            "containerId": m.container_id(),
             "ifname": template.ifname,
             "ips": ips,
             "error": error,
         }));
     }
+    // The attached members (and those whose undo failed) stay for `down`.
+    drop(batch.keep());
     let summary = json!({
-        "network": list.name(),
+        "network": network,
         "prefix": prefix,
         "attached": count - failures.len(),
         "failed": failures.len(),
@@ -516,10 +440,10 @@ async fn up(
     report::print_stdout(&report::pretty_json(&summary))?;
     match failures.first() {
         None => Ok(()),
-        Some((name, first)) => {
-            let names: Vec<String> = failures.iter().map(|(n, _)| n.clone()).collect();
+        Some((name, first, code)) => {
+            let names: Vec<String> = failures.iter().map(|(n, _, _)| n.clone()).collect();
             Err(ToolError::new(
-                first.code(),
+                *code,
                 format!(
                     "{} of {count} namespaces failed to attach ({}; see the summary on stdout); \
                      the first, {name}: {first}",
@@ -532,185 +456,80 @@ async fn up(
     }
 }
 
-/// Sets up member `i`; whether it attached. Its outcome goes into its slot.
-async fn up_one(ctx: &UpCtx<'_>, i: usize) -> bool {
-    let name = member_name(ctx.prefix, i);
-    let path = member_path(&name);
-    let created = {
-        let (shared, name) = (ctx.shared.clone(), name.clone());
-        // The slot is set by the thread that made the namespace, so that a
-        // namespace is never left unrecorded if `up` stops meanwhile.
-        tokio::task::spawn_blocking(move || -> Result<bool, cni_async::Error> {
-            // No fd is kept: the bind mount keeps the namespace alive, and a
-            // big batch must not run out of descriptors.
-            drop(Netns::create(&name)?);
-            let mut state = lock(&shared);
-            if state.closed {
-                drop(state);
-                Netns::delete_named(&name)?;
-                return Ok(false);
-            }
-            state.slots[i] = Slot::Created;
-            Ok(true)
-        })
-        .await
-    };
-    let error = match created {
-        Ok(Ok(true)) => None,
-        Ok(Ok(false)) => return false,
-        Ok(Err(e)) => Some(e),
-        Err(join) => Some(cni_async::Error::Netns {
-            path: path.clone().into(),
-            op: "create".into(),
-            source: io::Error::other(join.to_string()),
-        }),
-    };
-    if let Some(error) = error {
-        lock(&ctx.shared).slots[i] = Slot::Failed {
-            error,
-            netns: false,
-        };
-        return false;
-    }
-
-    let rt = member_conf(ctx.template, &path);
-    let slot = match ctx
-        .cni
-        .add_network_list_with(ctx.list, &rt, ctx.add_opts)
-        .await
-    {
-        Ok(result) => {
-            let aggregated = MultiResult::from_results(vec![NetworkResult {
-                network: ctx.list.name().to_owned(),
-                ifname: rt.ifname.clone(),
-                result,
-            }]);
-            let ips = aggregated
-                .addresses(&rt.ifname)
-                .iter()
-                .map(ToString::to_string)
-                .collect();
-            Slot::Attached(ips)
-        }
-        Err(e) => fail_member(ctx, &name, &rt, e).await,
-    };
-    let attached = matches!(slot, Slot::Attached(_));
-    lock(&ctx.shared).slots[i] = slot;
-    attached
+/// The progress lines of `up`, fed by the batch's events: setup, then the
+/// teardown after a signal.
+struct UpProgress {
+    up: Progress,
+    down: Option<(Progress, usize, usize)>,
 }
 
-/// A member's ADD failed (and was rolled back by it): deletes its namespace.
-/// When the rollback failed, DELs once more first; if that fails too, the
-/// namespace stays for `batch down`.
-async fn fail_member(
-    ctx: &UpCtx<'_>,
-    name: &str,
-    rt: &RuntimeConf,
-    error: cni_async::Error,
-) -> Slot {
-    tracing::warn!(netns = name, error = %error, "batch up: namespace failed to attach");
-    let error = match error {
-        // The rollback's own error is superseded by the outcome of this DEL.
-        cni_async::Error::RollbackFailed { error, .. } => {
-            match ctx
-                .cni
-                .del_network_list_with(ctx.list, rt, ctx.del_opts)
-                .await
-            {
-                Ok(()) => *error,
-                Err(again) => {
-                    tracing::warn!(netns = name, error = %again, "batch up: DEL after a failed rollback failed; keeping the namespace");
-                    return Slot::Failed {
-                        error: cni_async::Error::RollbackFailed {
-                            error,
-                            rollback: Box::new(again),
-                        },
-                        netns: true,
-                    };
+impl UpProgress {
+    fn on_event(&mut self, e: &BatchEvent<'_>) {
+        match e.kind {
+            BatchEventKind::Attached | BatchEventKind::Failed => {
+                self.up.update(e.counts.attached, e.counts.failed);
+            }
+            BatchEventKind::Deleted | BatchEventKind::TeardownFailed => {
+                if let Some((down, ok, failed)) = &mut self.down {
+                    if e.kind == BatchEventKind::Deleted {
+                        *ok += 1;
+                    } else {
+                        *failed += 1;
+                    }
+                    down.update(*ok, *failed);
                 }
             }
-        }
-        other => other,
-    };
-    match Netns::delete_named(name) {
-        Ok(()) => Slot::Failed {
-            error,
-            netns: false,
-        },
-        Err(e) => {
-            tracing::warn!(netns = name, error = %e, "batch up: cannot delete the namespace of a failed member");
-            Slot::Failed { error, netns: true }
+            _ => {}
         }
     }
 }
 
-/// After SIGINT/SIGTERM: tears down every member that has a namespace; the
-/// error to report.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// After SIGINT/SIGTERM: tears down what `batch` set up so far; the error
+/// to report. A second signal stops the teardown.
 async fn undo_interrupted(
-    ctx: &UpCtx<'_>,
+    batch: Batch,
+    network: &str,
+    prefix: &str,
     common: &BatchCommonArgs,
-    slots: Vec<Slot>,
+    progress: &Mutex<UpProgress>,
     signal: &str,
     signals: &mut Signals,
 ) -> anyhow::Error {
-    let targets: Vec<Target> = slots
-        .iter()
-        .enumerate()
-        .filter(|(_, slot)| slot.has_netns())
-        .map(|(i, _)| {
-            let name = member_name(ctx.prefix, i);
-            let rt = member_conf(ctx.template, &member_path(&name));
-            Target {
-                name,
-                netns: true,
-                dels: vec![rt],
-            }
-        })
-        .collect();
+    let total = batch.pending_teardown();
     if !common.quiet {
         report::write_stderr(&format!(
-            "batch up: {signal}: tearing down the {} namespaces set up so far\n",
-            targets.len()
+            "batch up: {signal}: tearing down the {total} namespaces set up so far\n"
         ));
     }
-    let teardown = Teardown {
-        cni: ctx.cni,
-        config: Config::Current(ctx.list),
-        opts: ctx.del_opts,
-    };
-    let total = targets.len();
-    let outcome = tokio::select! {
-        results = run_teardown(&teardown, &targets, concurrency(common, total), common.quiet) => Some(results),
-        _ = signals.recv() => None,
-    };
-    let Some(results) = outcome else {
-        return ToolError::new(
-            code::TRY_AGAIN_LATER,
-            format!(
-                "batch up interrupted by {signal}, and its teardown by another signal: \
-                 run `cnitool batch down {} --prefix {}` to remove what is left",
-                ctx.list.name(),
-                ctx.prefix
-            ),
-        )
-        .into();
-    };
-    let errors: Vec<String> = results
-        .iter()
-        .flat_map(|(name, r)| r.errors.iter().map(move |e| format!("{name}: {e}")))
-        .collect();
-    let msg = if errors.is_empty() {
-        format!(
+    lock(progress).down = Some((
+        Progress::new("batch down", "torn down", "errors", total, common.quiet),
+        0,
+        0,
+    ));
+    let outcome = batch
+        .teardown_until(async {
+            signals.recv().await;
+        })
+        .await;
+    if let Some((down, _, _)) = &mut lock(progress).down {
+        down.end_line();
+    }
+    let msg = match outcome {
+        Ok(TeardownEnd::Done) => format!(
             "batch up interrupted by {signal}; the {total} namespaces it had set up were torn down"
-        )
-    } else {
-        format!(
+        ),
+        Err(e) => format!(
             "batch up interrupted by {signal}; tearing down what it had set up failed \
-             (run `cnitool batch down {} --prefix {}` again): {}",
-            ctx.list.name(),
-            ctx.prefix,
-            errors.join("; ")
-        )
+             (run `cnitool batch down {network} --prefix {prefix}` again): {e}"
+        ),
+        Ok(_) => format!(
+            "batch up interrupted by {signal}, and its teardown by another signal: \
+             run `cnitool batch down {network} --prefix {prefix}` to remove what is left"
+        ),
     };
     ToolError::new(code::TRY_AGAIN_LATER, msg).into()
 }
@@ -749,7 +568,7 @@ async fn run_teardown(
 // ----- down -----
 
 async fn down(
-    runner: &Runner,
+    runner: &Runner<'_>,
     env: Env<'_>,
     ifname: Option<&str>,
     args: &BatchDownArgs,
@@ -832,7 +651,7 @@ async fn down(
             Some(list) => Config::Current(list),
             None => Config::Cached(network),
         },
-        opts: runner.settings.call_options(),
+        opts: runner.call_options(),
     };
     let results = run_teardown(
         &teardown,
@@ -881,26 +700,6 @@ async fn down(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefixes() {
-        for ok in ["cnitool-batch-", "t", "a.b_c-", "X-"] {
-            assert_eq!(parse_prefix(ok).as_deref(), Ok(ok));
-        }
-        for (bad, why) in [
-            ("", "empty"),
-            ("ns1", "digit"),
-            ("-x", "starting"),
-            ("a/b", "expected"),
-            ("a b", "expected"),
-            ("ü-", "expected"),
-        ] {
-            let e = parse_prefix(bad).unwrap_err();
-            assert!(e.contains(why), "{bad:?}: {e}");
-        }
-        assert!(parse_prefix(&"a".repeat(201)).is_err());
-        assert!(parse_prefix(&"a".repeat(200)).is_ok());
-    }
 
     #[test]
     fn members_are_prefix_and_digits() {

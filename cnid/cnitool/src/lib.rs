@@ -8,20 +8,21 @@
 //! cnitool [-i IFNAME] batch down NETWORK [--concurrency C] [--prefix P] [-q]
 //! ```
 //!
-//! `batch` is the `cnitool-batch` binary (`batch_main.rs`), which cnitool
-//! execs (`batch_exec.rs`) so that its code does not weigh on other commands.
-//!
 //! Environment as the reference (`NETCONFPATH`, `CNI_PATH`, `CNI_ARGS`,
 //! `CAP_ARGS`, `CNI_IFNAME`) plus `CNI_CACHE_DIR`, `CNI_TIMEOUT`,
 //! `CNITOOL_JSON_ERRORS`, `CNID_SOCKET` and `RUST_LOG`; see `cnitool --help`.
 //!
-//! With `--socket PATH` or `CNID_SOCKET`, `add`, `check`, `del`, `gc` and
-//! `status` go to the cnid daemon: cnitool execs the `cnitool-daemon`
-//! binary (`daemon_main.rs`, `daemon_exec.rs`), which sends them with cnid's
-//! client, so that the HTTP client's code does not weigh on every local run.
+//! With `--socket PATH` or `CNID_SOCKET`, `add`, `check`, `del`, `gc`,
+//! `status` and `networks` go to the cnid daemon (`daemon`, cnid's client).
 //!
-//! Layout: `cli` (clap definitions), one module per subcommand with an
-//! `exec` function, `dispatch` (command → module, logging), `setup`
+//! One binary does everything (`src/main.rs` calls [`main`]). The code of
+//! `batch` and of the daemon client is in it but only runs, and so only
+//! becomes resident, for those commands: `cnitool add` stays small (see
+//! BENCHMARKS.md for its peak RSS).
+//!
+//! Layout: `cli` and `batch_cli` (clap definitions), one module per
+//! subcommand with an `exec` function (`batch` for both `batch up` and
+//! `batch down`), `dispatch` (command → module), `setup`
 //! (environment → settings and runtime conf), `backend` (where operations
 //! run: in-process; `daemon`: in cnid), `report` (the failure contract:
 //! stderr, exit status 1, optional error JSON).
@@ -31,15 +32,17 @@
 
 mod add;
 mod backend;
-mod batch_exec;
+mod batch;
+mod batch_cli;
 mod check;
 mod cli;
-mod daemon_exec;
+mod daemon;
 mod del;
 mod dispatch;
 mod gc;
 mod logging;
 mod networks;
+mod progress;
 mod report;
 mod setup;
 mod status;
@@ -50,19 +53,17 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::backend::{Backend, Local};
 use crate::cli::Cli;
 use crate::setup::{Env, Settings};
 
-fn main() -> ExitCode {
+/// Runs cnitool with the process's arguments and environment; the exit
+/// status (0, or 1 with the failure on stderr; clap's for `--help` and
+/// usage errors).
+pub fn main() -> ExitCode {
     let json_env = report::json_errors_from_env();
-    // `--generate man|complete-*` (make install): cnitool-daemon prints them
-    // (cnid::generate says why).
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == "--generate")
-    {
-        return report::failure(&daemon_exec::exec(), None, json_env);
+    // `--generate man|complete-*` (make install): see cnid::generate.
+    if let Some(status) = cnid::generate::intercept(<Cli as clap::CommandFactory>::command) {
+        return status;
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -72,31 +73,28 @@ fn main() -> ExitCode {
         }
     };
     let json = json_env || cli.global.json_errors;
-    let env: Env<'_> = &setup::process_env;
-    if cli.command.goes_to_daemon() && cli.global.daemon_socket(env).is_some() {
-        // Returns only when the exec failed.
-        let e = daemon_exec::exec();
-        return report::failure(&e, None, json);
-    }
     logging::init_logging(json);
 
+    let env: Env<'_> = &setup::process_env;
     let settings = match Settings::from_env(env) {
         Ok(s) => s,
         Err(e) => return report::failure(&e.into(), None, json),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // One thread runs the event loop (namespace creation of `batch` goes to
+    // tokio's blocking pool); the plugins are processes, in parallel
+    // whatever the runtime.
+    // The library's builder: one call site of tokio's, so its multi-thread
+    // scheduler (which cnid's features turn on) is not linked in.
+    let runtime = match cni_async::batch::current_thread_runtime() {
         Ok(rt) => rt,
         Err(e) => {
             let e = anyhow::Error::new(e).context("cannot start the tokio runtime");
             return report::failure(&e, None, json);
         }
     };
-    let backend = Local::new(settings);
-    match runtime.block_on(dispatch::run(&backend, env, &cli)) {
+    let (outcome, version) = runtime.block_on(dispatch::run(settings, env, &cli));
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report::failure(&e, backend.cni_version(), json),
+        Err(e) => report::failure(&e, version, json),
     }
 }

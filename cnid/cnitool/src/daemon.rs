@@ -1,8 +1,9 @@
 //! The daemon backend: with `--socket PATH` (or `CNID_SOCKET`), `add`,
 //! `check`, `del`, `gc` and `status` are sent to cnid on that socket with
 //! the typed client ([`cnid::client::Client`]) instead of running plugins
-//! here. It is part of the `cnitool-daemon` binary only (`daemon_main.rs`),
-//! which `cnitool` execs for these commands (`daemon_exec.rs`). The daemon loads the network from its own conf dir and runs the
+//! here. Its code (and hyper's) is touched only by these runs, so it adds
+//! nothing to the memory of a local `cnitool add`. The daemon loads the
+//! network from its own conf dir and runs the
 //! plugins from its own plugin dirs with its own cache; `NETCONFPATH`,
 //! `CNI_PATH` and `CNI_CACHE_DIR` do not matter to these commands then.
 //!
@@ -173,6 +174,10 @@ impl Backend for Daemon {
         // Only the local commands load a network; the daemon's errors carry
         // their own cniVersion.
         self.local.cni_version()
+    }
+
+    fn local(&self) -> &Local {
+        &self.local
     }
 }
 

@@ -6,11 +6,11 @@
 //! cobra's `MinimumNArgs(2)` allows), plus `version`, `validate`, `batch`,
 //! `--json-errors` and `--socket`.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::batch_cli::BatchArgs;
 use crate::setup::Env;
 
 /// The environment variables, for `--help`.
@@ -102,8 +102,7 @@ pub(crate) enum Command {
     /// version; prints the capabilities the network enables, one per line
     Validate(ValidateArgs),
     /// Set up or tear down many network namespaces on one network at once,
-    /// for test harnesses; prints a JSON summary (runs cnitool-batch; see
-    /// `cnitool batch --help`)
+    /// for test harnesses; prints a JSON summary (see `cnitool batch --help`)
     Batch(BatchArgs),
 }
 
@@ -171,20 +170,6 @@ pub(crate) struct ValidateArgs {
     pub(crate) network: String,
 }
 
-/// `batch ...`: the arguments go, as they are, to the `cnitool-batch`
-/// binary, which defines and documents them (`cnitool batch --help`).
-#[derive(Debug, Args)]
-#[command(disable_help_flag = true)]
-pub(crate) struct BatchArgs {
-    /// `up|down NETWORK [OPTIONS]` (see `cnitool batch --help`)
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "ARGS"
-    )]
-    pub(crate) args: Vec<OsString>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,27 +197,6 @@ mod tests {
     }
 
     #[test]
-    fn batch_arguments_pass_through() {
-        let args = |cli: Cli| match cli.command {
-            Command::Batch(b) => b.args,
-            other => panic!("parsed as {other:?}"),
-        };
-        let cli = Cli::try_parse_from([
-            "cnitool", "-i", "net1", "batch", "up", "net", "--count", "3", "-i", "x", "--help",
-        ])
-        .unwrap();
-        assert_eq!(cli.global.ifname.as_deref(), Some("net1"));
-        assert_eq!(
-            args(cli),
-            ["up", "net", "--count", "3", "-i", "x", "--help"]
-        );
-        let cli = Cli::try_parse_from(["cnitool", "batch", "--help"]).unwrap();
-        assert_eq!(args(cli), ["--help"]);
-        let cli = Cli::try_parse_from(["cnitool", "batch"]).unwrap();
-        assert!(args(cli).is_empty());
-    }
-
-    #[test]
     fn the_socket_flag_wins_over_the_environment() {
         let global = |args: &[&str]| {
             let mut argv = vec!["cnitool"];
@@ -240,7 +204,9 @@ mod tests {
             argv.extend_from_slice(&["add", "net", "ns"]);
             Cli::try_parse_from(argv).unwrap().global
         };
-        let env = |v: &'static str| move |k: &str| (k == "CNID_SOCKET").then(|| OsString::from(v));
+        let env = |v: &'static str| {
+            move |k: &str| (k == "CNID_SOCKET").then(|| std::ffi::OsString::from(v))
+        };
         let flag = global(&["--socket", "/flag.sock"]);
         assert_eq!(
             flag.daemon_socket(&env("/env.sock")),
@@ -268,7 +234,7 @@ mod tests {
         }
         assert!(!command(&["version", "bridge"]).goes_to_daemon());
         assert!(!command(&["validate", "n"]).goes_to_daemon());
-        assert!(!command(&["batch", "up", "n"]).goes_to_daemon());
+        assert!(!command(&["batch", "up", "n", "--count", "1"]).goes_to_daemon());
     }
 
     #[test]

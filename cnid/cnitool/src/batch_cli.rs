@@ -1,11 +1,9 @@
-//! The command line of `cnitool batch` (the `cnitool-batch` binary), as
-//! clap definitions only; what the commands do is in `batch.rs`.
-//!
-//! `cnitool` hands `cnitool batch ARGS` over as `cnitool-batch [-i NAME]
-//! [--json-errors] ARGS` (`batch_exec.rs`), so the global options of
-//! cnitool are accepted here too, before or after the subcommand.
+//! The command line of `cnitool batch up|down`, as clap definitions only
+//! (and the check of `--prefix`); what the commands do is in `batch.rs`.
+//! cnitool's global options (`-i`, `--json-errors`) apply, before or after
+//! the subcommand.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Subcommand};
 
 /// The environment variables, for `--help`.
 const ENV_HELP: &str = "\
@@ -24,23 +22,10 @@ Namespaces are /run/netns/PREFIX0, PREFIX1, ... (seen by `ip netns`); each
 member's container ID is derived from that path as `cnitool add` derives it,
 so `cnitool check|del NETWORK /run/netns/NAME` work on one member.";
 
-/// `cnitool batch`: many network namespaces on one network, for test harnesses.
-#[derive(Debug, Parser)]
-#[command(
-    name = "cnitool-batch",
-    bin_name = "cnitool batch",
-    version = env!("CNID_BUILD_VERSION"),
-    about = "Set up or tear down many network namespaces on one network at once, for test harnesses",
-    after_help = ENV_HELP
-)]
-pub(crate) struct BatchCli {
-    /// Interface name (defaults to env var CNI_IFNAME or 'eth0')
-    #[arg(short = 'i', long, global = true, value_name = "NAME")]
-    pub(crate) ifname: Option<String>,
-    /// On failure, print the CNI error JSON on stderr instead of the message
-    /// (also with env CNITOOL_JSON_ERRORS=1)
-    #[arg(long, global = true)]
-    pub(crate) json_errors: bool,
+/// `batch up|down`: many network namespaces on one network, for test harnesses.
+#[derive(Debug, Args)]
+#[command(after_help = ENV_HELP)]
+pub(crate) struct BatchArgs {
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: BatchCommand,
@@ -87,8 +72,7 @@ pub(crate) struct BatchDownArgs {
 pub(crate) struct BatchCommonArgs {
     /// Namespace name prefix: letters, digits, '_', '.', '-', starting with a
     /// letter or digit and not ending with a digit
-    #[arg(long, value_name = "PREFIX", default_value = crate::batch::DEFAULT_PREFIX,
-          value_parser = crate::batch::parse_prefix)]
+    #[arg(long, value_name = "PREFIX", default_value = DEFAULT_PREFIX, value_parser = parse_prefix)]
     pub(crate) prefix: String,
     /// How many namespaces are set up (or torn down) at once [default: the
     /// number of CPUs]
@@ -99,43 +83,70 @@ pub(crate) struct BatchCommonArgs {
     pub(crate) quiet: bool,
 }
 
+/// The default namespace name prefix.
+pub(crate) const DEFAULT_PREFIX: &str = "cnitool-batch-";
+
+/// Longest prefix accepted: room for the index in a 255-byte file name.
+const PREFIX_MAX: usize = 200;
+
+/// Checks a `--prefix`: `[A-Za-z0-9][A-Za-z0-9_.-]*`, not ending with a
+/// digit, at most 200 bytes.
+pub(crate) fn parse_prefix(prefix: &str) -> Result<String, String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if prefix.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if prefix.len() > PREFIX_MAX {
+        return Err(format!("longer than {PREFIX_MAX} bytes"));
+    }
+    if !prefix.starts_with(|c: char| c.is_ascii_alphanumeric()) || !prefix.chars().all(ok_char) {
+        return Err(
+            "expected letters, digits, '_', '.' or '-', starting with a letter or digit".into(),
+        );
+    }
+    if prefix.ends_with(|c: char| c.is_ascii_digit()) {
+        return Err("must not end with a digit (names are the prefix and a number)".into());
+    }
+    Ok(prefix.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
 
-    #[test]
-    fn definitions_are_consistent() {
-        BatchCli::command().debug_assert();
+    /// Parses `cnitool ARGS`, which must be a batch command.
+    fn parse(args: &[&str]) -> Result<(Cli, BatchCommand), clap::Error> {
+        let mut argv = vec!["cnitool"];
+        argv.extend_from_slice(args);
+        let mut cli = Cli::try_parse_from(argv)?;
+        let command = match std::mem::replace(&mut cli.command, Command::Networks) {
+            Command::Batch(b) => b.command,
+            other => panic!("parsed as {other:?}"),
+        };
+        Ok((cli, command))
     }
 
     #[test]
     fn options_and_defaults() {
-        let cli = BatchCli::try_parse_from([
-            "cnitool-batch",
-            "--ifname",
-            "net0",
-            "up",
-            "net",
-            "--count",
-            "20",
-            "-i",
-            "net1",
+        let (cli, command) = parse(&[
+            "--ifname", "net0", "batch", "up", "net", "--count", "20", "-i", "net1",
         ])
         .unwrap();
-        // The last one wins: cnitool passes its own -i first.
-        assert_eq!(cli.ifname.as_deref(), Some("net1"));
-        match cli.command {
+        // The last one wins.
+        assert_eq!(cli.global.ifname.as_deref(), Some("net1"));
+        match command {
             BatchCommand::Up(a) => {
                 assert_eq!((a.network.as_str(), a.count), ("net", 20));
-                assert_eq!(a.common.prefix, crate::batch::DEFAULT_PREFIX);
+                assert_eq!(a.common.prefix, DEFAULT_PREFIX);
                 assert_eq!(a.common.concurrency, None);
                 assert!(!a.common.quiet);
             }
             other => panic!("parsed as {other:?}"),
         }
-        let cli = BatchCli::try_parse_from([
-            "cnitool-batch",
+        let (cli, command) = parse(&[
+            "batch",
             "--json-errors",
             "down",
             "net",
@@ -146,8 +157,8 @@ mod tests {
             "-q",
         ])
         .unwrap();
-        assert!(cli.json_errors);
-        match cli.command {
+        assert!(cli.global.json_errors);
+        match command {
             BatchCommand::Down(a) => {
                 assert_eq!(
                     (a.common.prefix.as_str(), a.common.concurrency),
@@ -162,33 +173,37 @@ mod tests {
     #[test]
     fn bad_options_are_usage_errors() {
         for bad in [
-            &["cnitool-batch"][..],
-            &["cnitool-batch", "up", "net"],
-            &["cnitool-batch", "up", "net", "--count", "0"],
-            &[
-                "cnitool-batch",
-                "up",
-                "net",
-                "--count",
-                "2",
-                "--concurrency",
-                "0",
-            ],
-            &[
-                "cnitool-batch",
-                "up",
-                "net",
-                "--count",
-                "2",
-                "--prefix",
-                "ns1",
-            ],
-            &["cnitool-batch", "down", "net", "--prefix", ""],
-            &["cnitool-batch", "down", "net", "--prefix", "a/b-"],
-            &["cnitool-batch", "down"],
-            &["cnitool-batch", "down", "net", "extra"],
+            &["batch"][..],
+            &["batch", "up", "net"],
+            &["batch", "up", "net", "--count", "0"],
+            &["batch", "up", "net", "--count", "2", "--concurrency", "0"],
+            &["batch", "up", "net", "--count", "2", "--prefix", "ns1"],
+            &["batch", "down", "net", "--prefix", ""],
+            &["batch", "down", "net", "--prefix", "a/b-"],
+            &["batch", "down"],
+            &["batch", "down", "net", "extra"],
         ] {
-            assert!(BatchCli::try_parse_from(bad).is_err(), "{bad:?} parsed");
+            assert!(parse(bad).is_err(), "{bad:?} parsed");
         }
+    }
+
+    #[test]
+    fn prefixes() {
+        for ok in ["cnitool-batch-", "t", "a.b_c-", "X-"] {
+            assert_eq!(parse_prefix(ok).as_deref(), Ok(ok));
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            ("ns1", "digit"),
+            ("-x", "starting"),
+            ("a/b", "expected"),
+            ("a b", "expected"),
+            ("ü-", "expected"),
+        ] {
+            let e = parse_prefix(bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        assert!(parse_prefix(&"a".repeat(201)).is_err());
+        assert!(parse_prefix(&"a".repeat(200)).is_ok());
     }
 }

@@ -123,9 +123,6 @@ impl Settings {
     /// The [`Cni`] for these settings, for runs of several operations at
     /// once (`batch`): cache I/O on tokio's blocking pool, so that the
     /// fsyncs of different attachments overlap.
-    // setup.rs is compiled into cnitool, cnitool-batch and cnitool-daemon;
-    // each uses one of `build_cni` and `build_cni_single`.
-    #[allow(dead_code)]
     pub(crate) fn build_cni(&self) -> Cni {
         self.cni_with_cache(ResultCache::new(&self.cache_dir))
     }
@@ -134,7 +131,6 @@ impl Settings {
     /// the calling thread. Such a run has nothing to overlap the disk work
     /// with, so tokio's blocking pool would only add the start of its
     /// thread and a hand-off per call (BENCHMARKS.md has the figures).
-    #[allow(dead_code)]
     pub(crate) fn build_cni_single(&self) -> Cni {
         self.cni_with_cache(ResultCache::new(&self.cache_dir).with_inline_io(true))
     }

@@ -42,6 +42,8 @@ pub(crate) trait Backend {
     /// The `cniVersion` of the network the last call worked on, if known:
     /// the version error JSON is written in.
     fn cni_version(&self) -> Option<Version>;
+    /// The in-process backend, for what always runs here (`batch`).
+    fn local(&self) -> &Local;
 }
 
 /// Runs everything in this process.
@@ -64,7 +66,14 @@ impl Local {
         }
     }
 
-    fn load(&self, network: &str) -> Result<NetworkConfigList, cni_core::Error> {
+    /// The settings from the environment.
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Loads a network from the conf dir; its version is the one error JSON
+    /// is written in from now on.
+    pub(crate) fn load(&self, network: &str) -> Result<NetworkConfigList, cni_core::Error> {
         let list = self.settings.load_network(network)?;
         self.version.set(Some(list.version()));
         Ok(list)
@@ -159,5 +168,9 @@ impl Backend for Local {
 
     fn cni_version(&self) -> Option<Version> {
         self.version.get()
+    }
+
+    fn local(&self) -> &Local {
+        self
     }
 }

@@ -1,5 +1,4 @@
-//! Logging for the cnitool binaries (`cnitool`, `cnitool-batch`,
-//! `cnitool-daemon`), shared so they behave alike.
+//! cnitool's logging: warnings on stderr by default, `RUST_LOG` to tune.
 
 /// A tracing subscriber on stderr. Warnings (skipped conf files, corrupt
 /// cache entries moved aside) are shown by default, as ` WARN ...` lines

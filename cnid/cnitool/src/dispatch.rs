@@ -1,0 +1,49 @@
+//! The dispatch of a parsed command: where it runs (the attachment commands
+//! in cnid when a socket is given, here otherwise) and which module runs it.
+
+use cni_core::Version;
+
+use crate::backend::{Backend, Local};
+use crate::cli::{Cli, Command};
+use crate::daemon::Daemon;
+use crate::setup::{Env, Settings};
+use crate::{add, batch, check, del, gc, networks, status, validate, version};
+
+/// Runs `cli`'s command; its outcome and the `cniVersion` of the network it
+/// worked on, if known (what the error JSON is written in).
+pub(crate) async fn run(
+    settings: Settings,
+    env: Env<'_>,
+    cli: &Cli,
+) -> (anyhow::Result<()>, Option<Version>) {
+    match cli.global.daemon_socket(env) {
+        Some(socket) if cli.command.goes_to_daemon() => {
+            let timeout = settings.timeout;
+            let backend = Daemon::new(socket, timeout, Local::new(settings));
+            let outcome = on_backend(&backend, env, cli).await;
+            (outcome, backend.cni_version())
+        }
+        _ => {
+            let backend = Local::new(settings);
+            let outcome = on_backend(&backend, env, cli).await;
+            (outcome, backend.cni_version())
+        }
+    }
+}
+
+/// Runs `cli`'s command on `backend`.
+async fn on_backend(backend: &impl Backend, env: Env<'_>, cli: &Cli) -> anyhow::Result<()> {
+    let global = &cli.global;
+    match &cli.command {
+        Command::Add(args) => add::exec(backend, env, global, args).await,
+        Command::Check(args) => check::exec(backend, env, global, args).await,
+        Command::Del(args) => del::exec(backend, env, global, args).await,
+        Command::Gc(args) => gc::exec(backend, env, global, args).await,
+        Command::Status(args) => status::exec(backend, env, global, args).await,
+        Command::Networks => networks::exec(backend).await,
+        Command::Version(args) => version::exec(backend, args).await,
+        Command::Validate(args) => validate::exec(backend, args).await,
+        // Always here, with this machine's plugins.
+        Command::Batch(args) => batch::exec(backend.local(), env, global, args).await,
+    }
+}
