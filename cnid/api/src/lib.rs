@@ -1,11 +1,19 @@
-//! The wire types of cnid's HTTP API (version 1), shared by the daemon and
-//! [`crate::client`]. `cnid/API.md` documents every endpoint.
+//! The wire types of cnid's HTTP API (version 1), shared by the daemon
+//! (`cnid::daemon`), its typed client (`cnid::client`), `cnid-shim` and
+//! cnitool; and [`decode`], the daemon's request decoding and validation.
+//! `cnid/API.md` documents every endpoint. The crate is pure (cni-core,
+//! serde, serde_json, thiserror: no async runtime, no I/O); `cnid`
+//! re-exports it as `cnid::api` and [`decode`] as `cnid::decode`. Its fuzz
+//! target lives in `cnid/api/fuzz`.
 //!
 //! Requests are JSON objects with camel-case keys; unknown keys are refused
 //! (HTTP 400), so a typo such as `"containerID"` in an ADD body never goes
 //! unnoticed. Errors are the CNI error object ([`cni_core::ErrorObject`]:
 //! `cniVersion`, `code`, `msg`, `details`) with an HTTP status; [`code`]
 //! lists the codes cnid adds for conditions the spec has no code for.
+#![warn(missing_docs)]
+
+pub mod decode;
 
 use cni_core::stdin::GcAttachment;
 use cni_core::{CapabilityArgs, CniArgs, RuntimeConf};
@@ -60,7 +68,7 @@ pub mod code {
 /// letters, digits and `-_.~`), as the daemon decodes them.
 ///
 /// ```
-/// assert_eq!(cnid::api::encode("../x y"), "..%2Fx%20y");
+/// assert_eq!(cnid_api::encode("../x y"), "..%2Fx%20y");
 /// ```
 pub fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -81,7 +89,7 @@ fn default_ifname() -> String {
 /// The body of ADD, DEL and CHECK (`POST /v1/networks/{network}/add|del|check`).
 ///
 /// ```
-/// use cnid::api::AttachmentRequest;
+/// use cnid_api::AttachmentRequest;
 ///
 /// let req: AttachmentRequest = serde_json::from_str(
 ///     r#"{"containerId":"c1","netns":"/run/netns/c1","cniArgs":"K8S_POD_NAME=web"}"#,
@@ -193,7 +201,7 @@ impl SandboxNetwork {
 /// `Status`).
 ///
 /// ```
-/// use cnid::api::SandboxRequest;
+/// use cnid_api::SandboxRequest;
 ///
 /// let req: SandboxRequest = serde_json::from_str(
 ///     r#"{"containerId":"pod1","netns":"/run/netns/pod1",
