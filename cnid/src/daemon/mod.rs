@@ -254,22 +254,6 @@ fn lock_state_dir(dir: &std::path::Path) -> Result<File, Error> {
     }
 }
 
-/// Raises the soft open-file limit to the hard one: every connection and
-/// every running plugin's pipes take descriptors. Returns the limit in
-/// force.
-fn raise_nofile() -> Option<u64> {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
-    if soft < hard {
-        if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            tracing::debug!(error = %e, "cannot raise RLIMIT_NOFILE");
-            return Some(soft);
-        }
-        return Some(hard);
-    }
-    Some(soft)
-}
-
 /// Runs the daemon until SIGTERM or SIGINT. Returns `Ok(true)` after a
 /// clean drain, `Ok(false)` when operations were still running when the
 /// shutdown bound expired (or a second signal came).
@@ -280,7 +264,8 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         path: config.state_dir.clone(),
         reason: e.to_string(),
     })?;
-    let nofile = raise_nofile();
+    // Every connection and every running plugin's pipes take descriptors.
+    let nofile = cni_async::sys::raise_nofile_limit();
     conns::tune_allocator();
     let mut term = signal(SignalKind::terminate()).map_err(Error::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(Error::Signals)?;
