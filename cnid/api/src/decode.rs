@@ -17,7 +17,7 @@
 //!
 //! assert_eq!(decode_network_name("my%2Dnet").unwrap(), "my-net");
 //! let body = br#"{"containerId":"c1","netns":"/run/netns/c1"}"#;
-//! let Ok(DecodedRequest::Attachment { rt, timeout_ms }) =
+//! let Ok(DecodedRequest::Attachment { rt, timeout_ms, .. }) =
 //!     decode_request(Command::Add, "my-net", body)
 //! else {
 //!     panic!("refused");
@@ -116,6 +116,9 @@ pub enum DecodedRequest {
         rt: RuntimeConf,
         /// `timeoutMs`.
         timeout_ms: Option<u64>,
+        /// `force`: run although netns and ifname belong to another
+        /// container.
+        force: bool,
     },
     /// STATUS.
     Status {
@@ -322,6 +325,7 @@ pub fn decode_request(
             Ok(DecodedRequest::Attachment {
                 rt,
                 timeout_ms: req.timeout_ms,
+                force: req.force,
             })
         }
         Command::Status => {
@@ -371,6 +375,9 @@ pub struct DecodedSandbox {
     pub base: RuntimeConf,
     /// The request's deadline.
     pub timeout_ms: Option<u64>,
+    /// `force`: run although netns and an ifname belong to another
+    /// container.
+    pub force: bool,
 }
 
 impl DecodedSandbox {
@@ -399,6 +406,7 @@ pub fn decode_sandbox_request(verb: Command, body: &[u8]) -> Result<DecodedSandb
         cni_args: req.cni_args.clone(),
         capability_args: req.capability_args.clone(),
         timeout_ms: req.timeout_ms,
+        force: req.force,
     };
     // STATUS runs no attachment: its netns may be empty, as DEL's.
     let netns_verb = if verb == Command::Status {
@@ -470,6 +478,7 @@ pub fn decode_sandbox_request(verb: Command, body: &[u8]) -> Result<DecodedSandb
         networks,
         base,
         timeout_ms: req.timeout_ms,
+        force: req.force,
     })
 }
 
@@ -553,7 +562,7 @@ mod tests {
     #[test]
     fn bodies() {
         let ok = add(r#"{"containerId":"c1","netns":"/x","timeoutMs":5}"#).unwrap();
-        let DecodedRequest::Attachment { rt, timeout_ms } = ok else {
+        let DecodedRequest::Attachment { rt, timeout_ms, .. } = ok else {
             panic!("{ok:?}");
         };
         assert_eq!((rt.container_id.as_str(), timeout_ms), ("c1", Some(5)));

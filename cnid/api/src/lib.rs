@@ -58,7 +58,9 @@ pub mod code {
     pub const NO_SUCH_ENDPOINT: u32 = 904;
     /// The endpoint exists but not with this method (HTTP 405).
     pub const METHOD_NOT_ALLOWED: u32 = 905;
-    /// ADD of an attachment that exists: DEL it first (HTTP 409).
+    /// HTTP 409: ADD of an attachment that exists (DEL it first), or an
+    /// ADD, CHECK or DEL whose netns and ifname belong to another attached
+    /// container (unless the request sets `force`).
     pub const ALREADY_ATTACHED: u32 = 909;
     /// The request body is larger than the daemon accepts (HTTP 413).
     pub const BODY_TOO_LARGE: u32 = 913;
@@ -122,6 +124,11 @@ pub struct AttachmentRequest {
     /// per verb; capped by the daemon's maximum).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Run although `netns` and the interface belong to another container
+    /// cnid has attached (by default such a request is refused with 409,
+    /// naming the owner, before any plugin runs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 impl AttachmentRequest {
@@ -138,6 +145,7 @@ impl AttachmentRequest {
             cni_args: String::new(),
             capability_args: CapabilityArgs::new(),
             timeout_ms: None,
+            force: false,
         }
     }
 
@@ -150,6 +158,7 @@ impl AttachmentRequest {
             cni_args: rt.args.to_string(),
             capability_args: rt.capability_args.clone(),
             timeout_ms: None,
+            force: false,
         }
     }
 
@@ -237,6 +246,11 @@ pub struct SandboxRequest {
     /// The deadline of the whole request in milliseconds, queueing included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Run although `netns` and an interface of the request belong to
+    /// another container cnid has attached (by default refused with 409,
+    /// naming the owner, before any plugin runs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 /// An address of an interface in a [`SandboxResult`].

@@ -64,6 +64,8 @@ pub(crate) struct Engine {
     pub(crate) started: Instant,
     /// Networks needed to be ready (see `Config::min_networks`).
     pub(crate) min_networks: usize,
+    /// Which container owns which netns and ifname.
+    pub(crate) owners: super::owners::Owners,
 }
 
 fn reply(status: StatusCode, body: Option<Vec<u8>>) -> Reply {
@@ -268,7 +270,10 @@ impl Engine {
         }
         match self.cni.add_network_list_with(list, rt, opts).await {
             Ok(result) => match self.intents.remove(net, cid, ifname).await {
-                Ok(_) => Ok(result),
+                Ok(_) => {
+                    self.owners.insert(net, rt);
+                    Ok(result)
+                }
                 Err(e) => {
                     // A restart would DEL an attachment the caller believes
                     // made: undo it now and say so.
@@ -488,6 +493,7 @@ impl Engine {
                     Ok(false) => {}
                     Err(e) => tracing::warn!(error = %e, "cannot remove an ADD intent after DEL"),
                 }
+                self.owners.remove(network, &rt.container_id, &rt.ifname);
                 Ok(reply(StatusCode::NO_CONTENT, None))
             }
             Err(e) => Err(ApiError::from_cni(&e, version)),
@@ -678,6 +684,45 @@ impl Engine {
             }
         }
         Ok(n)
+    }
+
+    /// Refuses (409) an ADD, CHECK or DEL on `network` whose netns and
+    /// ifname belong to another container's attachment, unless `force`.
+    /// Owners from the index are confirmed against the cache (an entry
+    /// whose record is gone, after GC or cnitool's DEL, is dropped).
+    pub(crate) async fn check_owner(
+        &self,
+        verb: Command,
+        network: &str,
+        rt: &RuntimeConf,
+        force: bool,
+    ) -> Result<(), ApiError> {
+        for owner in self.owners.others(rt) {
+            match self
+                .cni
+                .cache()
+                .read(&owner.network, &owner.container_id, &owner.ifname)
+                .await
+            {
+                Ok(Some(cni_core::cache::CacheEntry::Record(rec))) if rec.netns == rt.netns => {
+                    if force {
+                        tracing::warn!(network, container = %rt.container_id, ifname = %rt.ifname,
+                            owner = %owner.container_id, owner_network = %owner.network,
+                            "{verb} forced on the netns and interface of another container");
+                        continue;
+                    }
+                    return Err(ApiError::owned_by_other(verb, network, rt, &owner));
+                }
+                Ok(_) => self
+                    .owners
+                    .remove(&owner.network, &owner.container_id, &owner.ifname),
+                // Unreadable: keep the entry, do not refuse on it.
+                Err(e) => {
+                    tracing::debug!(error = %e, owner = %owner.container_id, "cannot read the owner's cache record")
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `GET /v1/attachments`: one page.

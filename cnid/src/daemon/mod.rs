@@ -66,6 +66,7 @@ mod listen;
 mod metrics;
 mod networks;
 mod orphans;
+mod owners;
 mod queue;
 mod server;
 
@@ -327,7 +328,15 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         tracker: tracker.clone(),
         started: Instant::now(),
         min_networks: config.min_networks,
+        owners: owners::Owners::default(),
     });
+    // Who owns which netns and ifname, before any request.
+    match engine.cni.cached_attachments(None).await {
+        Ok(records) => engine.owners.load(&records),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the cached attachments; netns owners unknown until they are ADDed again")
+        }
+    }
     // Plugins a killed predecessor left running would race the recovery.
     let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
     if orphans > 0 {

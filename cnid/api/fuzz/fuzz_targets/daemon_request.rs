@@ -85,6 +85,7 @@ fn check_body(network: &str, body: &[u8]) {
                 again,
                 AttachmentRequest {
                     timeout_ms: None,
+                    force: false,
                     ..req.clone()
                 }
             );
