@@ -139,6 +139,11 @@ pub struct Config {
     /// Ready (`GET /v1/health/ready`) once at least this many networks are
     /// loaded whose plugins answer VERSION (go-cni's `WithMinNetworkCount`).
     pub min_networks: usize,
+    /// Refuse (409) an ADD, CHECK or DEL whose netns and ifname belong to
+    /// another attached container, unless the request sets `force`
+    /// (`--check-netns-owner`). Off by default for now: the test suite
+    /// attaches many containers to the daemon's own namespace as `eth0`.
+    pub check_netns_owner: bool,
     /// Socket activation and readiness notification, from
     /// [`SystemdEnv::take_from_env`].
     pub systemd: SystemdEnv,
@@ -168,6 +173,7 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(90),
             watch: true,
             min_networks: 1,
+            check_netns_owner: false,
             systemd: SystemdEnv::default(),
         }
     }
@@ -329,6 +335,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         started: Instant::now(),
         min_networks: config.min_networks,
         owners: owners::Owners::default(),
+        check_netns_owner: config.check_netns_owner,
     });
     // Who owns which netns and ifname, before any request.
     match engine.cni.cached_attachments(None).await {

@@ -83,13 +83,20 @@ impl Owners {
     }
 
     /// The attachments of containers other than `rt`'s on `rt`'s netns and
-    /// ifname (none when `rt` has no netns).
+    /// ifname; none when `rt` has no netns, or when `rt`'s container has an
+    /// attachment of its own there (the request is then about that one).
     pub(crate) fn others(&self, rt: &RuntimeConf) -> Vec<Owner> {
         if rt.netns.is_empty() {
             return Vec::new();
         }
-        let mut found: Vec<Owner> = self
-            .map()
+        let map = self.map();
+        let own = map.iter().any(|((_, cid, ifname), netns)| {
+            *netns == rt.netns && *ifname == rt.ifname && *cid == rt.container_id
+        });
+        if own {
+            return Vec::new();
+        }
+        let mut found: Vec<Owner> = map
             .iter()
             .filter(|((_, cid, ifname), netns)| {
                 **netns == rt.netns && *ifname == rt.ifname && *cid != rt.container_id
@@ -136,6 +143,10 @@ mod tests {
                 ifname: "eth0".into()
             }]
         );
+        // b's own attachment there: its requests are about that one.
+        o.insert("other", &rt("b", "/run/netns/a", "eth0"));
+        assert!(o.others(&rt("b", "/run/netns/a", "eth0")).is_empty());
+        o.remove("other", "b", "eth0");
         o.remove("net", "a", "eth0");
         assert!(o.others(&rt("b", "/run/netns/a", "eth0")).is_empty());
     }
