@@ -40,7 +40,7 @@ build:
 HOST_TARGET = $(shell rustc -vV | sed -n 's/^host: //p')
 SHIM_STATIC = $(abspath $(or $(CARGO_TARGET_DIR),target))/$(HOST_TARGET)/release/cnid-shim
 shim:
-	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p cnid --no-default-features --bin cnid-shim --target $(HOST_TARGET)
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p cnid --bin cnid-shim --target $(HOST_TARGET)
 	@echo "shim: $(SHIM_STATIC)"
 
 # cnid on a temporary socket with the bundled networks, two namespaces
@@ -77,15 +77,19 @@ soak: setup
 clean:
 	$(CARGO) clean
 
-# Fuzzing (cargo fuzz, libFuzzer) of every parser of outside input; targets
-# in cni-core/fuzz/fuzz_targets, seeds in cni-core/fuzz/corpus/<target>.
+# Fuzzing (cargo fuzz, libFuzzer) of every parser of outside input, in two
+# fuzz crates beside what they fuzz: cni-core/fuzz (configs, results,
+# version replies, CNI_ARGS, cache records) and cnid/api/fuzz (cnid's
+# request decoding); seeds in <crate>/corpus/<target>.
 #   make fuzz-smoke   each target for FUZZ_SMOKE_SECONDS (30); fails on a crash
 #   make fuzz         each target for FUZZ_SECONDS (600); prints exec counts
-# Runs use scratch copies of the seeds (cni-core/fuzz/run.sh), so the corpus
-# in git never grows; crash inputs land in cni-core/fuzz/artifacts/.
+# Runs use scratch copies of the seeds (cni-core/fuzz/run.sh, which finds
+# each target's crate), so the corpus in git never grows; crash inputs land
+# in <crate>/artifacts/.
 # cargo-fuzz needs a nightly flag (-Zsanitizer); RUSTC_BOOTSTRAP=1 lets the
 # stable toolchain build it. FUZZ_SANITIZER=none runs 4-10x more inputs than
 # address (our code has no unsafe); address hunts memory errors in deps.
+FUZZ_DIRS = cni-core/fuzz cnid/api/fuzz
 FUZZ_TARGETS ?= conflist result version_reply cni_args cache_record daemon_request
 FUZZ_SMOKE_SECONDS ?= 30
 FUZZ_SECONDS ?= 600
@@ -93,18 +97,20 @@ FUZZ_JOBS ?= 2
 FUZZ_SANITIZER ?= none
 CARGO_FUZZ_VERSION ?= 0.13.2
 FUZZ_FLAGS = -O -a -s $(FUZZ_SANITIZER)
+FUZZ_RUN = CARGO="$(CARGO)" FUZZ_FLAGS="$(FUZZ_FLAGS)" FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_DIRS="$(FUZZ_DIRS)" cni-core/fuzz/run.sh
 
 fuzz-install:
 	@$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION)
 
 fuzz-build: fuzz-install
 	cd cni-core && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build $(FUZZ_FLAGS)
+	cd cnid/api && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build $(FUZZ_FLAGS)
 
 fuzz-smoke: fuzz-build
-	CARGO="$(CARGO)" FUZZ_FLAGS="$(FUZZ_FLAGS)" FUZZ_JOBS=$(FUZZ_JOBS) cni-core/fuzz/run.sh $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
+	$(FUZZ_RUN) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
 
 fuzz: fuzz-build
-	CARGO="$(CARGO)" FUZZ_FLAGS="$(FUZZ_FLAGS)" FUZZ_JOBS=$(FUZZ_JOBS) cni-core/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	$(FUZZ_RUN) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Benchmarks (never part of `make test`, which only compiles them): cni-core's
 # criterion micro-benchmarks, then cnid/benches/overhead, which measures the

@@ -18,7 +18,7 @@ pub mod multi;
 pub mod netns;
 pub mod nscheck;
 pub mod ops;
-pub(crate) mod sys;
+pub mod sys;
 
 #[cfg(feature = "netns")]
 pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};

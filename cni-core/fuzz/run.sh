@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Runs fuzz targets for a fixed time each, on scratch copies of the seed
 # corpus (so the corpus in git never grows), and fails if any target finds a
-# crash, a failed assertion or a hang. Used by `make fuzz-smoke` and `make fuzz`.
+# crash, a failed assertion or a hang. Used by `make fuzz-smoke` and `make fuzz`
+# for the targets of both fuzz crates (cni-core/fuzz, cnid/api/fuzz).
 #
 # Usage: cni-core/fuzz/run.sh SECONDS TARGET...
 # Environment:
 #   CARGO       cargo to use (default: cargo)
 #   FUZZ_FLAGS  flags for `cargo fuzz run` (default: -O -a -s none)
 #   FUZZ_JOBS   targets run at once (default: 1); each is one process
+#   FUZZ_DIRS   the fuzz crates whose targets may be named (default: this
+#               script's dir); each target runs in the one that has
+#               fuzz_targets/<target>.rs, with that crate's corpus and cni.dict
 #
-# Crash inputs are kept in cni-core/fuzz/artifacts/<target>/ (git-ignored):
-# reproduce one with `cargo fuzz run <target> <file>` in cni-core/.
+# Crash inputs are kept in <fuzz crate>/artifacts/<target>/ (git-ignored):
+# reproduce one with `cargo fuzz run <target> <file>` in the crate's parent
+# (cni-core/ or cnid/api/).
 set -euo pipefail
 
 seconds=${1:?usage: run.sh SECONDS TARGET...}
@@ -19,12 +24,28 @@ shift
 cargo=${CARGO:-cargo}
 flags=${FUZZ_FLAGS:--O -a -s none}
 jobs=${FUZZ_JOBS:-1}
-fuzz_dir=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+read -r -a dirs <<<"${FUZZ_DIRS:-$here}"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
+# The fuzz crate that has target $1.
+dir_of() {
+    local d
+    for d in "${dirs[@]}"; do
+        if [ -f "$d/fuzz_targets/$1.rs" ]; then
+            (cd "$d" && pwd)
+            return
+        fi
+    done
+    echo "run.sh: no fuzz target $1 in ${dirs[*]}" >&2
+    return 1
+}
+for t in "$@"; do dir_of "$t" >/dev/null; done
+
 run_one() {
-    local t=$1
+    local t=$1 fuzz_dir
+    fuzz_dir=$(dir_of "$t")
     cp -r "$fuzz_dir/corpus/$t" "$scratch/$t"
     # -timeout: an input that takes 10 s is a bug too (a hang).
     # shellcheck disable=SC2086 # flags are words
@@ -61,6 +82,6 @@ while [ "$#" -gt 0 ]; do
 done
 
 if [ -n "$failed" ]; then
-    echo "fuzz: failures in$failed (inputs in $fuzz_dir/artifacts/)" >&2
+    echo "fuzz: failures in$failed (inputs in <fuzz crate>/artifacts/)" >&2
     exit 1
 fi

@@ -16,8 +16,9 @@ pub(crate) use nix::sys::signal::Signal::{SIGKILL, SIGTERM};
 /// Sends `signal` to every process of group `pgid`.
 ///
 /// Returns `Ok(false)` when the group no longer has any process (ESRCH),
-/// `Ok(true)` when the signal was delivered.
-pub(crate) fn signal_group(pgid: u32, signal: Signal) -> io::Result<bool> {
+/// `Ok(true)` when the signal was delivered. Refuses (EINVAL) pgid 0 and 1,
+/// which would signal our own group or every process.
+pub fn signal_group(pgid: u32, signal: Signal) -> io::Result<bool> {
     send(pgid, Some(signal))
 }
 
@@ -26,13 +27,18 @@ pub(crate) fn signal_group(pgid: u32, signal: Signal) -> io::Result<bool> {
 /// `killpg(pgid, 0)` alone also counts zombies, and a zombie that was
 /// re-parented to an init that never reaps stays one forever; so when the
 /// group exists we look at `/proc` for a member that is still running.
-pub(crate) fn group_alive(pgid: u32) -> bool {
+pub fn group_alive(pgid: u32) -> bool {
     match send(pgid, None) {
         Ok(false) => false,
         // EPERM: a member we may not signal exists; count it.
         Err(_) => true,
         Ok(true) => live_group_members(pgid).map_or(true, |m| !m.is_empty()),
     }
+}
+
+/// The process group of this process (`getpgrp`).
+pub fn own_process_group() -> u32 {
+    nix::unistd::getpgrp().as_raw().unsigned_abs()
 }
 
 /// The pids of the processes of group `pgid` that are not zombies, from `/proc`.

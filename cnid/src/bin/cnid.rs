@@ -95,6 +95,11 @@ struct Cli {
     /// Do not watch the conf dir with inotify (reload on SIGHUP only).
     #[arg(long)]
     no_watch: bool,
+    /// Refuse (409, naming the owner) an ADD, CHECK or DEL whose netns and
+    /// ifname belong to another attached container, unless the request
+    /// sets "force": true.
+    #[arg(long)]
+    check_netns_owner: bool,
     /// Runtime worker threads.
     #[arg(long, value_name = "N", default_value_t = 2)]
     worker_threads: usize,
@@ -232,6 +237,7 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
         shutdown_timeout: cli.shutdown_timeout,
         watch: !cli.no_watch,
         min_networks: cli.min_networks,
+        check_netns_owner: cli.check_netns_owner,
         systemd,
     };
     Ok((config, cli.worker_threads.max(1)))

@@ -377,20 +377,9 @@ pub(crate) async fn trim_heap(trim: Arc<HeapTrim>, conns: Arc<Conns>, stop: Canc
         }
         trim.wanted.store(false, Ordering::Release);
         trim.high.store(open, Ordering::Release);
-        let _ = tokio::task::spawn_blocking(release_free_heap).await;
+        let _ = tokio::task::spawn_blocking(cni_async::sys::release_free_heap).await;
     }
 }
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn release_free_heap() {
-    // SAFETY: malloc_trim has no preconditions; it only returns free pages.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_free_heap() {}
 
 /// Allocations from this size on get a mapping of their own, unmapped when
 /// freed.
@@ -401,11 +390,7 @@ pub(crate) const MMAP_THRESHOLD: i32 = 256 * 1024;
 /// which request bodies and answers of that size come from the heap and
 /// stay in the RSS once freed.
 pub(crate) fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt has no preconditions; a refused value changes nothing.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
-    }
+    cni_async::sys::set_mmap_threshold(MMAP_THRESHOLD);
 }
 
 /// The connection cap actually used: the configured one, but at most half

@@ -64,6 +64,10 @@ pub(crate) struct Engine {
     pub(crate) started: Instant,
     /// Networks needed to be ready (see `Config::min_networks`).
     pub(crate) min_networks: usize,
+    /// Which container owns which netns and ifname.
+    pub(crate) owners: super::owners::Owners,
+    /// Whether [`Engine::check_owner`] refuses anything.
+    pub(crate) check_netns_owner: bool,
 }
 
 fn reply(status: StatusCode, body: Option<Vec<u8>>) -> Reply {
@@ -271,7 +275,10 @@ impl Engine {
         };
         match self.cni.add_network_list_with(list, rt, opts).await {
             Ok(result) => match self.intents.finish(pending).await {
-                Ok(()) => Ok(result),
+                Ok(()) => {
+                    self.owners.insert(net, rt);
+                    Ok(result)
+                }
                 Err(e) => {
                     // A restart would DEL an attachment the caller believes
                     // made: undo it now and say so.
@@ -494,6 +501,7 @@ impl Engine {
                     Ok(false) => {}
                     Err(e) => tracing::warn!(error = %e, "cannot remove an ADD intent after DEL"),
                 }
+                self.owners.remove(network, &rt.container_id, &rt.ifname);
                 Ok(reply(StatusCode::NO_CONTENT, None))
             }
             Err(e) => Err(ApiError::from_cni(&e, version)),
@@ -684,6 +692,54 @@ impl Engine {
             }
         }
         Ok(n)
+    }
+
+    /// With `--check-netns-owner`: refuses (409) an ADD, CHECK or DEL on
+    /// `network` whose netns and ifname belong to another container's
+    /// attachment (and not to one of the requesting container's own),
+    /// unless `force`. Owners from the index are confirmed against the
+    /// cache (an entry whose record is gone, after GC or cnitool's DEL, is
+    /// dropped).
+    ///
+    /// Off by default for now: the test suite attaches many containers to
+    /// the daemon's own namespace as `eth0` (fake plugins), which the rule
+    /// refuses.
+    pub(crate) async fn check_owner(
+        &self,
+        verb: Command,
+        network: &str,
+        rt: &RuntimeConf,
+        force: bool,
+    ) -> Result<(), ApiError> {
+        if !self.check_netns_owner {
+            return Ok(());
+        }
+        for owner in self.owners.others(rt) {
+            match self
+                .cni
+                .cache()
+                .read(&owner.network, &owner.container_id, &owner.ifname)
+                .await
+            {
+                Ok(Some(cni_core::cache::CacheEntry::Record(rec))) if rec.netns == rt.netns => {
+                    if force {
+                        tracing::warn!(network, container = %rt.container_id, ifname = %rt.ifname,
+                            owner = %owner.container_id, owner_network = %owner.network,
+                            "{verb} forced on the netns and interface of another container");
+                        continue;
+                    }
+                    return Err(ApiError::owned_by_other(verb, network, rt, &owner));
+                }
+                Ok(_) => self
+                    .owners
+                    .remove(&owner.network, &owner.container_id, &owner.ifname),
+                // Unreadable: keep the entry, do not refuse on it.
+                Err(e) => {
+                    tracing::debug!(error = %e, owner = %owner.container_id, "cannot read the owner's cache record")
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `GET /v1/attachments`: one page.

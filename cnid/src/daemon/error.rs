@@ -10,6 +10,7 @@
 //! | CHECK of an attachment that is not attached | 404 | 3 |
 //! | no such endpoint / wrong method | 404 / 405 | 904 / 905 |
 //! | ADD of an attachment that exists (or whose earlier ADD is unresolved) | 409 | 909 |
+//! | ADD, CHECK or DEL on the netns and ifname of another attached container (without `force`) | 409 | 909 |
 //! | request body too large | 413 | 913 |
 //! | plugin failed, printed garbage, could not be executed | 502 | the plugin's code (or 5, 6, 999) |
 //! | STATUS: plugin not ready | 503 | 50 or 51 |
@@ -117,6 +118,28 @@ impl ApiError {
             ),
         )
         .with_details(why)
+    }
+
+    /// An ADD, CHECK or DEL of `rt` on `network` whose netns and ifname
+    /// are `owner`'s attachment.
+    pub(crate) fn owned_by_other(
+        verb: cni_core::Command,
+        network: &str,
+        rt: &cni_core::RuntimeConf,
+        owner: &super::owners::Owner,
+    ) -> Self {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            code::ALREADY_ATTACHED,
+            format!(
+                "{verb} of container {:?} on network {network:?} refused: netns {:?} interface {:?} belongs to container {:?} on network {:?}; set \"force\": true if this is meant",
+                rt.container_id, rt.netns, rt.ifname, owner.container_id, owner.network
+            ),
+        )
+        .with_details(format!(
+            "owner: containerId={} network={} ifname={}",
+            owner.container_id, owner.network, owner.ifname
+        ))
     }
 
     pub(crate) fn shutting_down() -> Self {

@@ -131,9 +131,7 @@ pub(crate) fn bind(path: &Path, mode: u32, group: Option<u32>) -> io::Result<Uni
     }
     // No window where the socket is more open than asked: it is created
     // with no permission for others.
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
-    let bound = std::os::unix::net::UnixListener::bind(path);
-    nix::sys::stat::umask(old);
+    let bound = cni_async::sys::with_umask(0o177, || std::os::unix::net::UnixListener::bind(path));
     let listener = bound.map_err(|e| ctx("bind", e))?;
     if let Some(gid) = group {
         std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| ctx("chown", e))?;

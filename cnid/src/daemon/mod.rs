@@ -66,6 +66,7 @@ mod listen;
 mod metrics;
 mod networks;
 mod orphans;
+mod owners;
 mod queue;
 mod server;
 
@@ -138,6 +139,11 @@ pub struct Config {
     /// Ready (`GET /v1/health/ready`) once at least this many networks are
     /// loaded whose plugins answer VERSION (go-cni's `WithMinNetworkCount`).
     pub min_networks: usize,
+    /// Refuse (409) an ADD, CHECK or DEL whose netns and ifname belong to
+    /// another attached container, unless the request sets `force`
+    /// (`--check-netns-owner`). Off by default for now: the test suite
+    /// attaches many containers to the daemon's own namespace as `eth0`.
+    pub check_netns_owner: bool,
     /// Socket activation and readiness notification, from
     /// [`SystemdEnv::take_from_env`].
     pub systemd: SystemdEnv,
@@ -167,6 +173,7 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(90),
             watch: true,
             min_networks: 1,
+            check_netns_owner: false,
             systemd: SystemdEnv::default(),
         }
     }
@@ -254,22 +261,6 @@ fn lock_state_dir(dir: &std::path::Path) -> Result<File, Error> {
     }
 }
 
-/// Raises the soft open-file limit to the hard one: every connection and
-/// every running plugin's pipes take descriptors. Returns the limit in
-/// force.
-fn raise_nofile() -> Option<u64> {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
-    if soft < hard {
-        if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            tracing::debug!(error = %e, "cannot raise RLIMIT_NOFILE");
-            return Some(soft);
-        }
-        return Some(hard);
-    }
-    Some(soft)
-}
-
 /// Runs the daemon until SIGTERM or SIGINT. Returns `Ok(true)` after a
 /// clean drain, `Ok(false)` when operations were still running when the
 /// shutdown bound expired (or a second signal came).
@@ -280,7 +271,8 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         path: config.state_dir.clone(),
         reason: e.to_string(),
     })?;
-    let nofile = raise_nofile();
+    // Every connection and every running plugin's pipes take descriptors.
+    let nofile = cni_async::sys::raise_nofile_limit();
     conns::tune_allocator();
     let mut term = signal(SignalKind::terminate()).map_err(Error::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(Error::Signals)?;
@@ -342,7 +334,16 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         tracker: tracker.clone(),
         started: Instant::now(),
         min_networks: config.min_networks,
+        owners: owners::Owners::default(),
+        check_netns_owner: config.check_netns_owner,
     });
+    // Who owns which netns and ifname, before any request.
+    match engine.cni.cached_attachments(None).await {
+        Ok(records) => engine.owners.load(&records),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the cached attachments; netns owners unknown until they are ADDed again")
+        }
+    }
     // Plugins a killed predecessor left running would race the recovery.
     let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
     if orphans > 0 {

@@ -30,9 +30,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cni_async::exec::{ExecOutput, ExecRequest, PluginExec};
+use cni_async::sys::{Signal, group_alive, signal_group};
 use futures::future::BoxFuture;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 
 /// The variable marking the plugins of the daemon of one state dir.
 pub(crate) const MARK: &str = "CNID_STATE_DIR";
@@ -136,21 +135,12 @@ fn find(value: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Whether group `pgid` has a member that is not a zombie.
-fn group_alive(pgid: u32) -> bool {
-    pids()
-        .into_iter()
-        .any(|pid| matches!(stat(pid), Some((state, pgrp, _)) if pgrp == pgid && state != 'Z' && state != 'X'))
-}
-
 fn signal(groups: &[u32], sig: Signal) {
-    let ours = nix::unistd::getpgrp().as_raw();
+    let ours = cni_async::sys::own_process_group();
     for &g in groups {
-        if let Ok(raw) = i32::try_from(g)
-            && raw > 1
-            && raw != ours
-        {
-            let _ = killpg(Pid::from_raw(raw), sig);
+        // signal_group refuses 0 and 1 itself.
+        if g != ours {
+            let _ = signal_group(g, sig);
         }
     }
 }

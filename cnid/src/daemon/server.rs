@@ -691,8 +691,16 @@ async fn operation(
     // operation waits and runs.
     drop(body);
     let (work, timeout_ms) = match decoded {
-        DecodedRequest::Attachment { rt, timeout_ms } => {
+        DecodedRequest::Attachment {
+            rt,
+            timeout_ms,
+            force,
+        } => {
             netns_exists(&rt, verb).map_err(|e| e.in_version(version))?;
+            engine
+                .check_owner(verb, &network, &rt, force)
+                .await
+                .map_err(|e| e.in_version(version))?;
             let work = match verb {
                 Command::Add => Work::Add { list: need()?, rt },
                 Command::Check => Work::Check { list: need()?, rt },
@@ -800,6 +808,12 @@ async fn sandbox(
         .iter()
         .find_map(|n| n.list.as_ref().map(|l| l.version()))
         .unwrap_or(Version::CURRENT);
+    for n in &nets {
+        engine
+            .check_owner(verb, &n.name, &n.rt, decoded.force)
+            .await
+            .map_err(|e| e.in_version(version))?;
+    }
     let waiter = engine.submit(NewOp {
         request_id: rid.to_owned(),
         network: nets

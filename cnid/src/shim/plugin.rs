@@ -244,6 +244,7 @@ impl Shim<'_> {
             cni_args: env.args.clone().unwrap_or_default(),
             capability_args: self.conf.capability_args.clone(),
             timeout_ms: Some(timeout_ms),
+            force: false,
         })
     }
 

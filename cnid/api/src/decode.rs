@@ -4,7 +4,7 @@
 //!
 //! The daemon runs every request through these functions before it looks
 //! up the network or queues anything; the fuzz target `daemon_request`
-//! (`cni-core/fuzz`) runs them on arbitrary input. A refusal is a
+//! (`cnid/api/fuzz`) runs them on arbitrary input. A refusal is a
 //! [`RequestError`]: the HTTP status and the CNI error object of the answer.
 //!
 //! What the daemon adds on top, because it needs the file system: ADD and
@@ -13,11 +13,11 @@
 //!
 //! ```
 //! use cni_core::Command;
-//! use cnid::decode::{DecodedRequest, decode_network_name, decode_request};
+//! use cnid_api::decode::{DecodedRequest, decode_network_name, decode_request};
 //!
 //! assert_eq!(decode_network_name("my%2Dnet").unwrap(), "my-net");
 //! let body = br#"{"containerId":"c1","netns":"/run/netns/c1"}"#;
-//! let Ok(DecodedRequest::Attachment { rt, timeout_ms }) =
+//! let Ok(DecodedRequest::Attachment { rt, timeout_ms, .. }) =
 //!     decode_request(Command::Add, "my-net", body)
 //! else {
 //!     panic!("refused");
@@ -33,7 +33,7 @@ use cni_core::stdin::GcAttachment;
 use cni_core::{Command, ErrorObject, RuntimeConf, Version, validate};
 use serde::de::DeserializeOwned;
 
-use crate::api::{
+use crate::{
     ATTACHMENTS_PAGE_DEFAULT, ATTACHMENTS_PAGE_MAX, AttachmentRequest, GcRequest, StatusRequest,
     code,
 };
@@ -90,7 +90,7 @@ impl RequestError {
 /// The HTTP status of an error of `cni-core`: 400 for invalid request
 /// values, 404 for a missing network, 502 for a plugin's result that does
 /// not decode, 500 otherwise.
-pub(crate) fn core_status(e: &cni_core::Error) -> u16 {
+pub fn core_status(e: &cni_core::Error) -> u16 {
     use cni_core::Error as E;
     match e {
         E::InvalidParameter { .. } | E::InvalidCniArgs { .. } | E::InvalidCapabilityArgs { .. } => {
@@ -104,8 +104,10 @@ pub(crate) fn core_status(e: &cni_core::Error) -> u16 {
 }
 
 /// A request body that decoded and passed every check.
+///
+/// Exhaustive on purpose: the daemon matches every variant, so a new verb
+/// cannot go unhandled behind a wildcard.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum DecodedRequest {
     /// ADD, DEL or CHECK: the attachment (`cniArgs` parsed; IDs, names and
     /// netns checked, except that the netns exists).
@@ -114,6 +116,9 @@ pub enum DecodedRequest {
         rt: RuntimeConf,
         /// `timeoutMs`.
         timeout_ms: Option<u64>,
+        /// `force`: run although netns and ifname belong to another
+        /// container.
+        force: bool,
     },
     /// STATUS.
     Status {
@@ -177,7 +182,7 @@ pub fn decode_container_filter(query: Option<&str>) -> Result<Option<String>, Re
 /// `after` (the `next` of the previous page).
 ///
 /// ```
-/// use cnid::decode::decode_attachments_query;
+/// use cnid_api::decode::decode_attachments_query;
 ///
 /// let q = decode_attachments_query(Some("limit=10&after=net-c1-eth0")).unwrap();
 /// assert_eq!((q.limit, q.after.as_deref()), (10, Some("net-c1-eth0")));
@@ -320,6 +325,7 @@ pub fn decode_request(
             Ok(DecodedRequest::Attachment {
                 rt,
                 timeout_ms: req.timeout_ms,
+                force: req.force,
             })
         }
         Command::Status => {
@@ -369,6 +375,9 @@ pub struct DecodedSandbox {
     pub base: RuntimeConf,
     /// The request's deadline.
     pub timeout_ms: Option<u64>,
+    /// `force`: run although netns and an ifname belong to another
+    /// container.
+    pub force: bool,
 }
 
 impl DecodedSandbox {
@@ -382,21 +391,22 @@ impl DecodedSandbox {
 }
 
 /// Decodes and checks the body of `POST /v1/sandboxes/{verb}` (add, del,
-/// check, status): a [`crate::api::SandboxRequest`]. The container ID,
+/// check, status): a [`crate::SandboxRequest`]. The container ID,
 /// `cniArgs` and netns are checked as for one attachment (netns absolute,
 /// may be empty for DEL and STATUS); every network name, interface name
 /// and per-network `cniArgs` too; interface names are assigned (`eth0`,
 /// `eth1`, ... skipping those named explicitly, `lo` for the loopback) and
 /// must differ; each network's file names must fit.
 pub fn decode_sandbox_request(verb: Command, body: &[u8]) -> Result<DecodedSandbox, RequestError> {
-    let req: crate::api::SandboxRequest = parse(body, "a sandbox object")?;
+    let req: crate::SandboxRequest = parse(body, "a sandbox object")?;
     let base_req = AttachmentRequest {
         container_id: req.container_id.clone(),
         netns: req.netns.clone(),
-        ifname: crate::api::DEFAULT_IFNAME.to_owned(),
+        ifname: crate::DEFAULT_IFNAME.to_owned(),
         cni_args: req.cni_args.clone(),
         capability_args: req.capability_args.clone(),
         timeout_ms: req.timeout_ms,
+        force: req.force,
     };
     // STATUS runs no attachment: its netns may be empty, as DEL's.
     let netns_verb = if verb == Command::Status {
@@ -468,6 +478,7 @@ pub fn decode_sandbox_request(verb: Command, body: &[u8]) -> Result<DecodedSandb
         networks,
         base,
         timeout_ms: req.timeout_ms,
+        force: req.force,
     })
 }
 
@@ -551,7 +562,7 @@ mod tests {
     #[test]
     fn bodies() {
         let ok = add(r#"{"containerId":"c1","netns":"/x","timeoutMs":5}"#).unwrap();
-        let DecodedRequest::Attachment { rt, timeout_ms } = ok else {
+        let DecodedRequest::Attachment { rt, timeout_ms, .. } = ok else {
             panic!("{ok:?}");
         };
         assert_eq!((rt.container_id.as_str(), timeout_ms), ("c1", Some(5)));

@@ -1,10 +1,12 @@
-//! cnid's request decoding: the JSON bodies of ADD/DEL/CHECK, STATUS and GC
-//! (`cnid::api`), the network name in the URL path and the `containerId`
-//! query parameter.
+//! cnid's request decoding (`cnid_api::decode`): the JSON bodies of
+//! ADD/DEL/CHECK, STATUS and GC, the sandbox bodies (add/del/check/status),
+//! the network name in the URL path and the query parameters (`containerId`
+//! of `/v1/operations`; `containerId`, `limit`, `after` of
+//! `/v1/attachments`).
 //!
-//! The input is used twice: whole, as a body for every verb; and split at
-//! the first newline into a URL part (`<network segment>[?<query>]`) and a
-//! body.
+//! The input is used twice: whole, as a body for every verb and every
+//! sandbox verb; and split at the first newline into a URL part (`<network
+//! segment>[?<query>]`) and a body.
 //!
 //! Properties, for any input:
 //! - decoding never panics;
@@ -19,19 +21,31 @@
 //!   the same, and otherwise only bodies with an empty netns;
 //! - an accepted network name or container filter is a safe file name
 //!   component, and percent-encoding it decodes back to it;
+//! - an accepted sandbox names each network once per interface: interface
+//!   names differ (and are not `lo` when the loopback goes first), every
+//!   network's attachment is accepted as one attachment would be, with the
+//!   sandbox's container ID and netns; add, check and del accept the same
+//!   bodies, decoded the same, del and status also those without netns;
+//! - an accepted attachments query has a limit within the page bounds, a
+//!   safe `containerId` and `after`, and re-encoding it decodes back to it;
+//!   the `containerId` filter accepts only queries the attachments query
+//!   accepts too, with the same container;
 //! - every refusal is HTTP 400 with a nonzero CNI code and an error object
 //!   that round-trips through its JSON.
 //!
-//! The functions are the daemon's own (`cnid::decode`, which `server.rs`
-//! calls before it checks that the netns exists, the one check with I/O).
-//! cnid is built without its `runtime` feature: no tokio, hyper or clap.
+//! The functions are the daemon's own (`cnid_api::decode`, which cnid's
+//! `server.rs` calls before it checks that the netns exists, the one check
+//! with I/O). The crate `cnid-api` is pure: no tokio, hyper or clap.
 #![no_main]
 
 use cni_core::{Command, RuntimeConf, cache};
 use cni_core_fuzz::{assert_safe_component, text};
-use cnid::api::{AttachmentRequest, GcRequest, StatusRequest};
-use cnid::decode::{
-    DecodedRequest, RequestError, decode_container_filter, decode_network_name, decode_request,
+use cnid_api::decode::{
+    DecodedRequest, DecodedSandbox, RequestError, decode_attachments_query,
+    decode_container_filter, decode_network_name, decode_request, decode_sandbox_request,
+};
+use cnid_api::{
+    ATTACHMENTS_PAGE_MAX, AttachmentRequest, GcRequest, SandboxRequest, StatusRequest,
 };
 use libfuzzer_sys::fuzz_target;
 use serde::Serialize;
@@ -41,6 +55,7 @@ const NETWORK: &str = "fuzznet";
 
 fuzz_target!(|data: &[u8]| {
     check_body(NETWORK, data);
+    check_sandbox(data);
     if let Some(nl) = data.iter().position(|b| *b == b'\n') {
         let (url, body) = (&data[..nl], &data[nl + 1..]);
         let url = text(url);
@@ -70,6 +85,7 @@ fn check_body(network: &str, body: &[u8]) {
                 again,
                 AttachmentRequest {
                     timeout_ms: None,
+                    force: false,
                     ..req.clone()
                 }
             );
@@ -79,6 +95,9 @@ fn check_body(network: &str, body: &[u8]) {
         round_trip(&req);
     }
     if let Ok(req) = serde_json::from_slice::<GcRequest>(body) {
+        round_trip(&req);
+    }
+    if let Ok(req) = serde_json::from_slice::<SandboxRequest>(body) {
         round_trip(&req);
     }
 
@@ -138,6 +157,12 @@ fn check_attachment(verb: Command, network: &str, rt: &RuntimeConf) {
         rt.container_id, rt.ifname, 9_999_999_999_999u64
     );
     assert!(intent.len() <= 255, "{} bytes: {intent:?}", intent.len());
+    check_names(verb, rt);
+}
+
+/// An accepted attachment's container ID and ifname are safe file name
+/// components; its netns is absolute, or empty for DEL only.
+fn check_names(verb: Command, rt: &RuntimeConf) {
     assert_safe_component("container ID", &rt.container_id);
     assert_safe_component("ifname", &rt.ifname);
     if rt.netns.is_empty() {
@@ -148,6 +173,56 @@ fn check_attachment(verb: Command, network: &str, rt: &RuntimeConf) {
             "relative netns {:?} accepted",
             rt.netns
         );
+    }
+}
+
+fn check_sandbox(body: &[u8]) {
+    let [add, del, check, status] = [Command::Add, Command::Del, Command::Check, Command::Status]
+        .map(|verb| match decode_sandbox_request(verb, body) {
+            Ok(sb) => {
+                check_sandbox_networks(verb, &sb);
+                Some(sb)
+            }
+            Err(e) => {
+                check_error(&e);
+                None
+            }
+        });
+    assert_eq!(add, check, "sandbox add and check disagree");
+    match (&add, &del) {
+        (Some(_), _) => assert_eq!(add, del, "sandbox del refuses or changes what add accepts"),
+        (None, Some(sb)) => assert!(sb.base.netns.is_empty(), "sandbox del alone accepts {sb:?}"),
+        (None, None) => {}
+    }
+    assert_eq!(del, status, "sandbox del and status disagree");
+}
+
+/// What an accepted sandbox guarantees: each network an attachment as
+/// ADD/DEL would accept it, of the sandbox's container and netns, on its
+/// own interface.
+fn check_sandbox_networks(verb: Command, sb: &DecodedSandbox) {
+    let attach_verb = if verb == Command::Status {
+        Command::Del
+    } else {
+        verb
+    };
+    // The default network is only known to the daemon: no file name check.
+    check_names(attach_verb, &sb.base);
+    if sb.loopback {
+        check_attachment(attach_verb, "cni-loopback", &sb.default_rt("lo"));
+    }
+    let mut ifnames: Vec<&str> = sb.loopback.then_some("lo").into_iter().collect();
+    for (network, rt) in &sb.networks {
+        assert_safe_component("sandbox network name", network);
+        check_attachment(attach_verb, network, rt);
+        assert_eq!(rt.container_id, sb.container_id);
+        assert_eq!(rt.netns, sb.base.netns);
+        assert!(
+            !ifnames.contains(&rt.ifname.as_str()),
+            "interface {:?} twice in {sb:?}",
+            rt.ifname
+        );
+        ifnames.push(&rt.ifname);
     }
 }
 
@@ -174,6 +249,35 @@ fn check_query(query: Option<&str>) {
         }
         Ok(None) => {}
         Err(e) => check_error(&e),
+    }
+    match decode_attachments_query(query) {
+        Ok(q) => {
+            assert!((1..=ATTACHMENTS_PAGE_MAX).contains(&q.limit), "{q:?}");
+            let mut parts = vec![format!("limit={}", q.limit)];
+            if let Some(cid) = &q.container_id {
+                assert_safe_component("attachments containerId", cid);
+                parts.push(format!("containerId={}", percent_encode(cid)));
+            }
+            if let Some(after) = &q.after {
+                assert!(
+                    !after.is_empty() && !after.contains(['/', '\0']),
+                    "after {after:?} accepted"
+                );
+                parts.push(format!("after={}", percent_encode(after)));
+            }
+            let again = decode_attachments_query(Some(&parts.join("&")));
+            assert_eq!(again.as_ref().ok(), Some(&q));
+            if let Ok(filter) = decode_container_filter(query) {
+                assert_eq!(filter, q.container_id);
+            }
+        }
+        Err(e) => {
+            check_error(&e);
+            assert!(
+                decode_container_filter(query).is_err(),
+                "the containerId filter accepts {query:?}, the attachments query does not"
+            );
+        }
     }
 }
 

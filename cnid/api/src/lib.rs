@@ -1,11 +1,19 @@
-//! The wire types of cnid's HTTP API (version 1), shared by the daemon and
-//! [`crate::client`]. `cnid/API.md` documents every endpoint.
+//! The wire types of cnid's HTTP API (version 1), shared by the daemon
+//! (`cnid::daemon`), its typed client (`cnid::client`), `cnid-shim` and
+//! cnitool; and [`decode`], the daemon's request decoding and validation.
+//! `cnid/API.md` documents every endpoint. The crate is pure (cni-core,
+//! serde, serde_json, thiserror: no async runtime, no I/O); `cnid`
+//! re-exports it as `cnid::api` and [`decode`] as `cnid::decode`. Its fuzz
+//! target lives in `cnid/api/fuzz`.
 //!
 //! Requests are JSON objects with camel-case keys; unknown keys are refused
 //! (HTTP 400), so a typo such as `"containerID"` in an ADD body never goes
 //! unnoticed. Errors are the CNI error object ([`cni_core::ErrorObject`]:
 //! `cniVersion`, `code`, `msg`, `details`) with an HTTP status; [`code`]
 //! lists the codes cnid adds for conditions the spec has no code for.
+#![warn(missing_docs)]
+
+pub mod decode;
 
 use cni_core::stdin::GcAttachment;
 use cni_core::{CapabilityArgs, CniArgs, RuntimeConf};
@@ -50,7 +58,9 @@ pub mod code {
     pub const NO_SUCH_ENDPOINT: u32 = 904;
     /// The endpoint exists but not with this method (HTTP 405).
     pub const METHOD_NOT_ALLOWED: u32 = 905;
-    /// ADD of an attachment that exists: DEL it first (HTTP 409).
+    /// HTTP 409: ADD of an attachment that exists (DEL it first), or an
+    /// ADD, CHECK or DEL whose netns and ifname belong to another attached
+    /// container (unless the request sets `force`).
     pub const ALREADY_ATTACHED: u32 = 909;
     /// The request body is larger than the daemon accepts (HTTP 413).
     pub const BODY_TOO_LARGE: u32 = 913;
@@ -60,7 +70,7 @@ pub mod code {
 /// letters, digits and `-_.~`), as the daemon decodes them.
 ///
 /// ```
-/// assert_eq!(cnid::api::encode("../x y"), "..%2Fx%20y");
+/// assert_eq!(cnid_api::encode("../x y"), "..%2Fx%20y");
 /// ```
 pub fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -81,7 +91,7 @@ fn default_ifname() -> String {
 /// The body of ADD, DEL and CHECK (`POST /v1/networks/{network}/add|del|check`).
 ///
 /// ```
-/// use cnid::api::AttachmentRequest;
+/// use cnid_api::AttachmentRequest;
 ///
 /// let req: AttachmentRequest = serde_json::from_str(
 ///     r#"{"containerId":"c1","netns":"/run/netns/c1","cniArgs":"K8S_POD_NAME=web"}"#,
@@ -114,6 +124,11 @@ pub struct AttachmentRequest {
     /// per verb; capped by the daemon's maximum).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Run although `netns` and the interface belong to another container
+    /// cnid has attached (by default such a request is refused with 409,
+    /// naming the owner, before any plugin runs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 impl AttachmentRequest {
@@ -130,6 +145,7 @@ impl AttachmentRequest {
             cni_args: String::new(),
             capability_args: CapabilityArgs::new(),
             timeout_ms: None,
+            force: false,
         }
     }
 
@@ -142,6 +158,7 @@ impl AttachmentRequest {
             cni_args: rt.args.to_string(),
             capability_args: rt.capability_args.clone(),
             timeout_ms: None,
+            force: false,
         }
     }
 
@@ -193,7 +210,7 @@ impl SandboxNetwork {
 /// `Status`).
 ///
 /// ```
-/// use cnid::api::SandboxRequest;
+/// use cnid_api::SandboxRequest;
 ///
 /// let req: SandboxRequest = serde_json::from_str(
 ///     r#"{"containerId":"pod1","netns":"/run/netns/pod1",
@@ -229,6 +246,11 @@ pub struct SandboxRequest {
     /// The deadline of the whole request in milliseconds, queueing included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Run although `netns` and an interface of the request belong to
+    /// another container cnid has attached (by default refused with 409,
+    /// naming the owner, before any plugin runs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 /// An address of an interface in a [`SandboxResult`].
