@@ -28,4 +28,7 @@ pub use multi::{
     Sandbox, SetupMode,
 };
 pub use nscheck::check_netns;
-pub use ops::{CallOptions, Cni, CniBuilder, GcFailure, GcSummary};
+pub use ops::{
+    AddRequest, CallOptions, CheckRequest, Cni, CniBuilder, DelRequest, GcFailure, GcRequest,
+    GcSummary, StatusRequest,
+};

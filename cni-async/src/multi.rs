@@ -502,11 +502,14 @@ pub struct KubernetesPod {
 }
 
 impl Sandbox {
-    /// A sandbox with no labels and no capability arguments.
-    pub fn new(container_id: impl Into<String>, netns: impl Into<String>) -> Self {
+    /// A sandbox with no labels and no capability arguments. `netns` is a
+    /// path (e.g. `NetnsGuard::path()`, feature `netns`),
+    /// kept as the string plugins get; one that is not UTF-8 is refused by
+    /// every operation (see [`RuntimeConf::new`]).
+    pub fn new(container_id: impl Into<String>, netns: impl AsRef<Path>) -> Self {
         Sandbox {
             container_id: container_id.into(),
-            netns: netns.into(),
+            netns: cni_core::args::netns_string(netns.as_ref()),
             labels: CniArgs::new(),
             capability_args: CapabilityArgs::new(),
             ignore_unknown: true,
@@ -981,7 +984,8 @@ impl MultiNetwork {
         let _shared = gate.read().await;
         self.inner
             .cni
-            .add_network_list_with(&n.list, rt, opts)
+            .add_network_list(&n.list, rt)
+            .options(&opts)
             .await
     }
 
@@ -990,7 +994,8 @@ impl MultiNetwork {
         let _shared = gate.read().await;
         self.inner
             .cni
-            .del_network_list_with(&n.list, rt, self.opts())
+            .del_network_list(&n.list, rt)
+            .options(&self.opts())
             .await
     }
 
@@ -1057,7 +1062,13 @@ impl MultiNetwork {
     async fn del_cached(&self, network: &str, rt: &RuntimeConf) -> Result<(), Error> {
         let gate = self.gate(network);
         let _shared = gate.read().await;
-        match self.inner.cni.del_cached(network, rt, self.opts()).await {
+        match self
+            .inner
+            .cni
+            .del_cached(network, rt)
+            .options(&self.opts())
+            .await
+        {
             // Nothing cached: nothing of ours to delete.
             Err(Error::NotAttached { .. }) => Ok(()),
             other => other,
@@ -1075,7 +1086,8 @@ impl MultiNetwork {
             if let Err(e) = self
                 .inner
                 .cni
-                .check_network_list_with(&n.list, rt, self.opts())
+                .check_network_list(&n.list, rt)
+                .options(&self.opts())
                 .await
             {
                 errors.push(context(n.name(), &rt.ifname, Command::Check, e));
@@ -1117,7 +1129,8 @@ impl MultiNetwork {
             if let Err(e) = self
                 .inner
                 .cni
-                .status_network_list_with(&n.list, self.opts())
+                .status_network_list(&n.list)
+                .options(&self.opts())
                 .await
             {
                 errors.push(context(n.name(), &n.ifname, Command::Status, e));
@@ -1130,7 +1143,7 @@ impl MultiNetwork {
     /// and further conf-dir networks), the cached attachments of containers
     /// not in `live` get a DEL and lose their cache entry, then (1.1.0
     /// lists) the plugins get GC with the live attachments as valid
-    /// ([`Cni::gc_network_list_with`]).
+    /// ([`Cni::gc_network_list`]).
     ///
     /// Each network's GC runs alone: it waits for the ADD, DEL and CHECK of
     /// this `MultiNetwork` (and its clones) that are running on that
@@ -1171,7 +1184,8 @@ impl MultiNetwork {
             match self
                 .inner
                 .cni
-                .gc_network_list_with(&n.list, &valid, self.opts())
+                .gc_network_list(&n.list, &valid)
+                .options(&self.opts())
                 .await
             {
                 Ok(summary) => out.push(NetworkGc {

@@ -615,9 +615,7 @@ async fn del_cached_uses_the_stored_config_and_args() {
     drop(list);
 
     let bare = RuntimeConf::new("c1", "", "eth0");
-    cni.del_cached("gone", &bare, Default::default())
-        .await
-        .expect("del_cached");
+    cni.del_cached("gone", &bare).await.expect("del_cached");
     let calls = rig.dir.invocations();
     let d = dels(&calls);
     assert_eq!(
@@ -638,10 +636,7 @@ async fn del_cached_uses_the_stored_config_and_args() {
     );
     assert!(!rig.cache_file("gone", "c1", "eth0").exists());
 
-    let err = cni
-        .del_cached("gone", &bare, Default::default())
-        .await
-        .unwrap_err();
+    let err = cni.del_cached("gone", &bare).await.unwrap_err();
     assert!(matches!(err, Error::NotAttached { .. }), "{err}");
     assert_eq!(err.code(), 3);
 }
@@ -697,9 +692,7 @@ async fn del_cached_runs_plugins_that_came_from_plugin_files() {
     cni.add_network_list(&list, &rt).await.expect("ADD");
     fs::remove_dir_all(&confdir).unwrap();
 
-    cni.del_cached("files", &rt, Default::default())
-        .await
-        .expect("del_cached");
+    cni.del_cached("files", &rt).await.expect("del_cached");
     let calls = rig.dir.invocations();
     let d = dels(&calls);
     assert_eq!(

@@ -319,8 +319,15 @@ impl Teardown<'_> {
                 rt.netns.clear();
             }
             let result = match self.config {
-                Config::Current(list) => self.cni.del_network_list_with(list, &rt, self.opts).await,
-                Config::Cached(network) => self.cni.del_cached(network, &rt, self.opts).await,
+                Config::Current(list) => {
+                    self.cni
+                        .del_network_list(list, &rt)
+                        .options(&self.opts)
+                        .await
+                }
+                Config::Cached(network) => {
+                    self.cni.del_cached(network, &rt).options(&self.opts).await
+                }
             };
             match result {
                 Ok(()) => out.detached += 1,
@@ -576,7 +583,8 @@ async fn up_one(ctx: &UpCtx<'_>, i: usize) -> bool {
     let rt = member_conf(ctx.template, &path);
     let slot = match ctx
         .cni
-        .add_network_list_with(ctx.list, &rt, ctx.add_opts)
+        .add_network_list(ctx.list, &rt)
+        .options(&ctx.add_opts)
         .await
     {
         Ok(result) => {
@@ -614,7 +622,8 @@ async fn fail_member(
         cni_async::Error::RollbackFailed { error, .. } => {
             match ctx
                 .cni
-                .del_network_list_with(ctx.list, rt, ctx.del_opts)
+                .del_network_list(ctx.list, rt)
+                .options(&ctx.del_opts)
                 .await
             {
                 Ok(()) => *error,
