@@ -21,7 +21,7 @@ pub(crate) mod sys;
 
 #[cfg(feature = "netns")]
 pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
-pub use error::{Error, PluginExit};
+pub use error::{Error, ErrorKind, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 pub use multi::{
     KubernetesPod, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc, NetworkRequest,

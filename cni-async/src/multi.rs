@@ -119,7 +119,8 @@ use cni_core::{
 use futures::future::join_all;
 use ipnet::IpNet;
 
-use crate::{CallOptions, Cni, Error, GcSummary};
+use crate::error::Errors;
+use crate::{CallOptions, Cni, Error, ErrorKind, GcSummary};
 use cni_core::stdin::GcAttachment;
 
 /// The name of the loopback network ([`MultiNetworkBuilder::loopback`]).
@@ -932,7 +933,7 @@ impl MultiNetwork {
 
         // Something failed: undo the networks that were set up, and those
         // whose own rollback failed, last to first.
-        let mut errors = Vec::new();
+        let mut errors = Errors::new(format!("setup of container {:?}", sandbox.container_id));
         let mut undo = Vec::new();
         for (&(n, rt), outcome) in networks.iter().zip(outcomes) {
             match outcome {
@@ -946,31 +947,24 @@ impl MultiNetwork {
                 }
             }
         }
-        let error = if errors.len() == 1 {
-            errors.remove(0)
-        } else {
-            Error::Multiple {
-                operation: format!("setup of container {:?}", sandbox.container_id),
-                errors,
-            }
+        let error = match errors.into_result() {
+            Err(e) => e,
+            Ok(()) => unreachable!("a failed setup has an error"),
         };
-        let mut rollback_errors = Vec::new();
+        let mut rollback_errors =
+            Errors::new(format!("rollback of container {:?}", sandbox.container_id));
         for (n, rt) in undo.into_iter().rev() {
             // A fresh deadline per DEL: never the expired one of the ADD.
             if let Err(e) = self.del_one(n, rt).await {
                 rollback_errors.push(context(n.name(), &rt.ifname, Command::Del, e));
             }
         }
-        if rollback_errors.is_empty() {
-            Err(error)
-        } else {
-            Err(Error::RollbackFailed {
+        match rollback_errors.into_result_listed() {
+            Ok(()) => Err(error),
+            Err(rollback) => Err(Error::RollbackFailed {
                 error: Box::new(error),
-                rollback: Box::new(Error::Multiple {
-                    operation: format!("rollback of container {:?}", sandbox.container_id),
-                    errors: rollback_errors,
-                }),
-            })
+                rollback: Box::new(rollback),
+            }),
         }
     }
 
@@ -1015,7 +1009,7 @@ impl MultiNetwork {
     ///   the conf dir after setup does not leak its attachment.
     pub async fn remove(&self, sandbox: &Sandbox) -> Result<(), Error> {
         let planned = self.plan(sandbox)?;
-        let mut errors = Vec::new();
+        let mut errors = Errors::new(format!("remove of container {:?}", sandbox.container_id));
         for p in planned.iter().rev() {
             let outcome = match p.net {
                 Some(n) => self.del_one(n, &p.rt).await,
@@ -1053,10 +1047,7 @@ impl MultiNetwork {
             }
             Err(e) => errors.push(e),
         }
-        multiple(
-            format!("remove of container {:?}", sandbox.container_id),
-            errors,
-        )
+        errors.into_result_listed()
     }
 
     async fn del_cached(&self, network: &str, rt: &RuntimeConf) -> Result<(), Error> {
@@ -1070,7 +1061,7 @@ impl MultiNetwork {
             .await
         {
             // Nothing cached: nothing of ours to delete.
-            Err(Error::NotAttached { .. }) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotAttached => Ok(()),
             other => other,
         }
     }
@@ -1079,7 +1070,7 @@ impl MultiNetwork {
     /// Fails with [`Error::Multiple`] listing every network whose CHECK failed.
     pub async fn check(&self, sandbox: &Sandbox) -> Result<(), Error> {
         let planned = self.plan(sandbox)?;
-        let mut errors = Vec::new();
+        let mut errors = Errors::new(format!("check of container {:?}", sandbox.container_id));
         for (n, rt) in Self::known(&planned)? {
             let gate = self.gate(n.name());
             let _shared = gate.read().await;
@@ -1093,10 +1084,7 @@ impl MultiNetwork {
                 errors.push(context(n.name(), &rt.ifname, Command::Check, e));
             }
         }
-        multiple(
-            format!("check of container {:?}", sandbox.container_id),
-            errors,
-        )
+        errors.into_result_listed()
     }
 
     /// STATUS of every network of the default set, in order (a no-op for
@@ -1120,7 +1108,7 @@ impl MultiNetwork {
         &self,
         networks: impl Iterator<Item = &'n NetworkAttachment>,
     ) -> Result<(), Error> {
-        let mut errors = Vec::new();
+        let mut errors = Errors::new("status");
         let mut seen = HashSet::new();
         for n in networks {
             if !seen.insert(n.name()) {
@@ -1136,7 +1124,7 @@ impl MultiNetwork {
                 errors.push(context(n.name(), &n.ifname, Command::Status, e));
             }
         }
-        multiple("status".to_owned(), errors)
+        errors.into_result_listed()
     }
 
     /// GC for a node: for every network of this `MultiNetwork` (default set
@@ -1157,7 +1145,7 @@ impl MultiNetwork {
     {
         let live: HashSet<String> = live.into_iter().map(|s| s.as_ref().to_owned()).collect();
         let mut out = Vec::new();
-        let mut errors = Vec::new();
+        let mut errors = Errors::new("GC of the node");
         let mut seen = HashSet::new();
         for n in self.inner.networks.iter().chain(&self.inner.available) {
             if !seen.insert(n.name()) {
@@ -1198,14 +1186,7 @@ impl MultiNetwork {
                 }),
             }
         }
-        if errors.is_empty() {
-            Ok(out)
-        } else {
-            Err(Error::Multiple {
-                operation: "GC of the node".to_owned(),
-                errors,
-            })
-        }
+        errors.into_result_listed().map(|()| out)
     }
 }
 
@@ -1231,14 +1212,6 @@ fn context(network: &str, ifname: &str, command: Command, e: Error) -> Error {
     Error::Context {
         context: format!("network {network:?} (ifname {ifname}) {command}"),
         source: Box::new(e),
-    }
-}
-
-fn multiple(operation: String, errors: Vec<Error>) -> Result<(), Error> {
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Multiple { operation, errors })
     }
 }
 

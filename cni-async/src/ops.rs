@@ -75,7 +75,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::cache::ResultCache;
-use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, lossy_capped};
+use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, Errors, lossy_capped};
 use crate::exec::{ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 
 /// The default plugin dirs: `/opt/cni/bin`, then Debian's `/usr/lib/cni`.
@@ -152,14 +152,11 @@ impl GcSummary {
         if self.failed.is_empty() {
             return Ok(self);
         }
-        Err(Error::Multiple {
-            operation: format!("GC of network {network}"),
-            errors: self
-                .failed
-                .into_iter()
-                .map(|f| f.into_error(network))
-                .collect(),
-        })
+        let mut errors = Errors::new(format!("GC of network {network}"));
+        for f in self.failed {
+            errors.push(f.into_error(network));
+        }
+        errors.into_result_listed().map(|()| GcSummary::default())
     }
 }
 
@@ -583,7 +580,7 @@ impl Cni {
         async {
             let net = Net::list(list);
             let mut summary = GcSummary::default();
-            let mut errors = Vec::new();
+            let mut plugin_errors = Vec::new();
             let cached = self.inner.cache.list(None).await?;
             for rec in cached.into_iter().filter(|r| r.network_name == list.name()) {
                 let key = GcAttachment {
@@ -624,23 +621,22 @@ impl Cni {
                         .run_plugin(plugin, Command::Gc, None, &stdin, deadline)
                         .await
                     {
-                        errors.push(e);
+                        plugin_errors.push(e);
                     }
                 }
             }
-            if errors.is_empty() {
+            if plugin_errors.is_empty() {
                 return Ok(summary);
             }
-            let mut all: Vec<Error> = summary
-                .failed
-                .into_iter()
-                .map(|f| f.into_error(list.name()))
-                .collect();
-            all.append(&mut errors);
-            Err(Error::Multiple {
-                operation: format!("GC of network {}", list.name()),
-                errors: all,
-            })
+            // The stale DELs' failures first, each naming its attachment.
+            let mut all = Errors::new(format!("GC of network {}", list.name()));
+            for f in summary.failed {
+                all.push(f.into_error(list.name()));
+            }
+            for e in plugin_errors {
+                all.push(e);
+            }
+            all.into_result_listed().map(|()| GcSummary::default())
         }
         .instrument(span)
         .await
@@ -653,7 +649,7 @@ impl Cni {
         &self,
         list: &NetworkConfigList,
     ) -> Result<Vec<String>, Error> {
-        let mut errors = Vec::new();
+        let mut errors = Errors::new(format!("validation of network {}", list.name()));
         for plugin in list.plugins() {
             match self.version_info(plugin.plugin_type()).await {
                 Ok(info) if info.supports(list.version()) => {}
@@ -668,14 +664,8 @@ impl Cni {
                 Err(e) => errors.push(e),
             }
         }
-        match errors.len() {
-            0 => Ok(list.capabilities()),
-            1 => Err(errors.remove(0)),
-            _ => Err(Error::Multiple {
-                operation: format!("validation of network {}", list.name()),
-                errors,
-            }),
-        }
+        errors.into_result()?;
+        Ok(list.capabilities())
     }
 
     /// The cached final ADD result of an attachment, converted to the list's version.
@@ -1038,21 +1028,14 @@ impl Cni {
         };
         // Unlike DEL, a rollback goes on past a failing plugin: it is
         // cleanup, and every plugin undone is a leak avoided.
-        let mut errors = Vec::new();
+        let mut errors = Errors::new(format!("rollback of network {}", net.name));
         for plugin in ran.iter().rev() {
             if let Err(e) = self.del_one(net, plugin, rt, prev, deadline).await {
                 tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(&e), "rollback DEL failed; continuing with the others");
                 errors.push(e);
             }
         }
-        match errors.len() {
-            0 => Ok(()),
-            1 => Err(errors.remove(0)),
-            _ => Err(Error::Multiple {
-                operation: format!("rollback of network {}", net.name),
-                errors,
-            }),
-        }
+        errors.into_result()
     }
 
     async fn del_one(

@@ -456,7 +456,7 @@ impl Engine {
             Some(list) => self.cni.del_network_list(list, rt).options(&opts).await,
             // Not in the conf dir: the configuration stored at ADD.
             None => match self.cni.del_cached(network, rt).options(&opts).await {
-                Err(cni_async::Error::NotAttached { .. }) => {
+                Err(e) if e.kind() == cni_async::ErrorKind::NotAttached => {
                     match self
                         .intents
                         .read(network, &rt.container_id, &rt.ifname)

@@ -112,7 +112,7 @@ impl Backend for Local {
                     "network configuration not found; deleted with the cached configuration");
                 Ok(())
             }
-            Err(cni_async::Error::NotAttached { .. }) => Err(not_found.into()),
+            Err(e) if e.kind() == cni_async::ErrorKind::NotAttached => Err(not_found.into()),
             Err(e) => Err(e.into()),
         }
     }
