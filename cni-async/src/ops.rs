@@ -212,10 +212,13 @@ impl CniBuilder {
         self
     }
 
-    /// Whether ADD and CHECK refuse a netns that is not an absolute path to
-    /// a network namespace ([`check_netns`](crate::check_netns); default
-    /// off, as libcni, which leaves it to the plugins). cnid turns it on: its
-    /// callers must not learn anything else about the host's files.
+    /// Whether ADD and CHECK also refuse a netns that is not a network
+    /// namespace ([`check_netns`](crate::check_netns); default off, as
+    /// libcni, which leaves it to the plugins). An empty or relative netns
+    /// is refused for ADD and CHECK either way
+    /// ([`check_netns_path`](crate::nscheck::check_netns_path)). cnid turns
+    /// it on: its callers must not learn anything else about the host's
+    /// files.
     pub fn check_netns(mut self, check: bool) -> Self {
         self.check_netns = check;
         self
@@ -889,6 +892,8 @@ impl Cni {
         Self::validate_attachment(&net, rt)?;
         if self.inner.check_netns {
             crate::check_netns(&rt.netns, Command::Add)?;
+        } else {
+            crate::nscheck::check_netns_path(&rt.netns, Command::Add)?;
         }
         let deadline = self.deadline(Command::Add, opts);
         let span = tracing::info_span!("cni.add", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
@@ -1120,6 +1125,8 @@ impl Cni {
         Self::validate_attachment(&net, rt)?;
         if self.inner.check_netns {
             crate::check_netns(&rt.netns, Command::Check)?;
+        } else {
+            crate::nscheck::check_netns_path(&rt.netns, Command::Check)?;
         }
         if !net.version.has_check() {
             return Err(Error::Unsupported {

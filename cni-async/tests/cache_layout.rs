@@ -159,7 +159,8 @@ async fn record_has_libcni_layout_and_decodes_with_cni_core() {
 async fn empty_fields_are_omitted_like_go_omitempty() {
     let rig = two_plugin_rig("10.210.1.2/24");
     let list = two_plugin_list("sparse");
-    let rt = RuntimeConf::new("c1", "", "eth0");
+    // ADD needs a netns (netns_rule.rs); no CNI_ARGS, no capability args.
+    let rt = RuntimeConf::new("c1", "/run/netns/sparse", "eth0");
     rig.cni().add_network_list(&list, &rt).await.expect("ADD");
     let value = rig.cache_json("sparse", "c1", "eth0").unwrap();
     let keys: Vec<&str> = value
@@ -176,6 +177,7 @@ async fn empty_fields_are_omitted_like_go_omitempty() {
             "config",
             "ifName",
             "networkName",
+            "netns",
             "result"
         ]
     );
@@ -510,7 +512,7 @@ async fn cached_attachments_lists_all_or_one_container() {
     cni.add_network_list(&net2, &rt_with_args("c2"))
         .await
         .unwrap();
-    cni.add_network_list(&net2, &RuntimeConf::new("c11", "", "eth0"))
+    cni.add_network_list(&net2, &RuntimeConf::new("c11", "/run/netns/c11", "eth0"))
         .await
         .unwrap();
     // Not listed: a legacy bare result, garbage, a record under a wrong name.
