@@ -25,7 +25,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cni_core::error::code;
+use cni_core::error::{Chain, code};
 use cni_core::{Command, ErrorObject};
 
 /// How a plugin process ended, when it did not succeed.
@@ -158,7 +158,7 @@ pub enum Error {
 
     /// The plugin binary could not be started (missing, not executable, bad
     /// format, still "text file busy" when the deadline came).
-    #[error("cannot execute plugin {} ({plugin_type} {command}){}: {source}",
+    #[error("cannot execute plugin {} ({plugin_type} {command}){}",
         path.display(), fmt_attempts(*attempts))]
     Spawn {
         /// The plugin type.
@@ -224,7 +224,7 @@ pub enum Error {
     },
 
     /// Talking to a running plugin failed (reading its pipes, waiting for it).
-    #[error("i/o error with plugin {plugin_type} {command} while {during}: {source}")]
+    #[error("i/o error with plugin {plugin_type} {command} while {during}")]
     Io {
         /// The plugin type.
         plugin_type: String,
@@ -240,7 +240,7 @@ pub enum Error {
     /// A network-namespace operation failed (feature `netns`): create,
     /// open, delete, setns, or running something inside one.
     #[cfg(feature = "netns")]
-    #[error("network namespace {}: {op} failed: {source}", path.display())]
+    #[error("network namespace {}: {op} failed", path.display())]
     Netns {
         /// The namespace file (`/run/netns/NAME`, `/proc/PID/ns/net`), or
         /// `/run/netns` itself for setting up that directory.
@@ -301,7 +301,7 @@ pub enum Error {
     },
 
     /// The result cache could not be read or written.
-    #[error("result cache {}: {op} failed: {source}", path.display())]
+    #[error("result cache {}: {op} failed", path.display())]
     Cache {
         /// The file or directory.
         path: PathBuf,
@@ -391,7 +391,7 @@ pub enum Error {
     },
 
     /// An ADD failed and so did the rollback that followed it.
-    #[error("{error}; rollback also failed: {rollback}")]
+    #[error("{}; rollback also failed: {}", Chain(&**error), Chain(&**rollback))]
     RollbackFailed {
         /// Why the ADD failed.
         error: Box<Error>,
@@ -409,7 +409,7 @@ pub enum Error {
     },
 
     /// An error with what was being done when it happened.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Context {
         /// What was being done.
         context: String,
@@ -431,7 +431,7 @@ fn fmt_errors(errors: &[Error]) -> String {
     errors
         .iter()
         .enumerate()
-        .map(|(i, e)| format!("[{}] {e}", i + 1))
+        .map(|(i, e)| format!("[{}] {}", i + 1, Chain(e)))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -631,16 +631,16 @@ impl Error {
             Error::Plugin { stderr, .. } => ErrorObject::new(
                 cni_version,
                 self.code(),
-                self.to_string(),
+                Chain(self).to_string(),
                 stderr.trim_end(),
             ),
             Error::Timeout { stderr_so_far, .. } => ErrorObject::new(
                 cni_version,
                 self.code(),
-                self.to_string(),
+                Chain(self).to_string(),
                 stderr_so_far.trim_end(),
             ),
-            _ => ErrorObject::new(cni_version, self.code(), self.to_string(), ""),
+            _ => ErrorObject::new(cni_version, self.code(), Chain(self).to_string(), ""),
         }
     }
 

@@ -942,7 +942,7 @@ impl MultiNetwork {
                     if matches!(e, Error::RollbackFailed { .. }) {
                         undo.push((n, rt));
                     }
-                    tracing::warn!(network = n.name(), ifname = ?rt.ifname, container = ?sandbox.container_id, error = %cni_core::validate::Escaped(&e), "network setup failed");
+                    tracing::warn!(network = n.name(), ifname = ?rt.ifname, container = ?sandbox.container_id, error = %cni_core::validate::Escaped(cni_core::error::Chain(&e)), "network setup failed");
                     errors.push(context(n.name(), &rt.ifname, Command::Add, e));
                 }
             }

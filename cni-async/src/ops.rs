@@ -64,6 +64,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cni_core::cache::{CacheEntry, CacheRecord};
+use cni_core::error::Chain;
 use cni_core::error::code;
 use cni_core::result::CniResult;
 use cni_core::stdin::{GcAttachment, StdinInput, plugin_stdin, version_stdin};
@@ -603,7 +604,7 @@ impl Cni {
                 match res {
                     Ok(()) => summary.deleted.push(key),
                     Err(error) => {
-                        tracing::warn!(container = %rt.container_id, ifname = %rt.ifname, %error, "GC could not delete a stale attachment; going on with the others");
+                        tracing::warn!(container = %rt.container_id, ifname = %rt.ifname, error = %Chain(&error), "GC could not delete a stale attachment; going on with the others");
                         summary.failed.push(GcFailure {
                             attachment: key,
                             error,
@@ -922,7 +923,7 @@ impl Cni {
                         prev = Some(result);
                     }
                     Err(e) if opts.rollback => {
-                        tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(&e), "ADD failed; rolling back the plugins that ran");
+                        tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)), "ADD failed; rolling back the plugins that ran");
                         // A plugin that could not be found or started never
                         // ran: its DEL would fail the same way and stop the
                         // rollback of the plugins that did.
@@ -1036,7 +1037,7 @@ impl Cni {
         let mut errors = Errors::new(format!("rollback of network {}", net.name));
         for plugin in ran.iter().rev() {
             if let Err(e) = self.del_one(net, plugin, rt, prev, deadline).await {
-                tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(&e), "rollback DEL failed; continuing with the others");
+                tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)), "rollback DEL failed; continuing with the others");
                 errors.push(e);
             }
         }
@@ -1090,7 +1091,7 @@ impl Cni {
                 self.cached_result_of(net.name, net.version, rt)
                     .await
                     .unwrap_or_else(|e| {
-                        tracing::warn!(error = %Escaped(&e), "cached result unusable; DEL runs without prevResult");
+                        tracing::warn!(error = %Escaped(Chain(&e)), "cached result unusable; DEL runs without prevResult");
                         None
                     })
                     .map(|r| r.to_value())
@@ -1109,7 +1110,7 @@ impl Cni {
                 .remove(net.name, &rt.container_id, &rt.ifname)
                 .await
             {
-                tracing::warn!(error = %e, "DEL succeeded but its cache entry could not be removed");
+                tracing::warn!(error = %Chain(&e), "DEL succeeded but its cache entry could not be removed");
                 return Ok(());
             }
             if let Some(lock) = lock {
