@@ -971,7 +971,7 @@ impl Cni {
                 return Err(e);
             }
             drop(lock);
-            tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "ADD done");
+            tracing::debug!(elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "ADD done");
             Ok(result)
         }
         .instrument(span)
