@@ -25,7 +25,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cni_core::error::code;
+use cni_core::error::{Chain, code};
 use cni_core::{Command, ErrorObject};
 
 /// How a plugin process ended, when it did not succeed.
@@ -69,6 +69,71 @@ impl fmt::Display for PluginExit {
     }
 }
 
+/// What kind of failure an [`Error`] is ([`Error::kind`]), seen through
+/// the wrappers ([`Error::Context`], the ADD's error of
+/// [`Error::RollbackFailed`], the first of [`Error::Multiple`]), so callers
+/// branch without matching variants or strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A plugin ran and failed, or printed something that is not a valid
+    /// reply ([`Error::Plugin`], [`Error::PluginOutput`],
+    /// [`Error::OutputTooLarge`], a bad VERSION reply).
+    Plugin,
+    /// A deadline expired ([`Error::Timeout`]).
+    Timeout,
+    /// The plugin binary is not installed ([`Error::PluginNotFound`]).
+    PluginNotFound,
+    /// No network configuration of that name, or no configurations at all.
+    NetworkNotFound,
+    /// The attachment has no cached ADD result ([`Error::NotAttached`]).
+    NotAttached,
+    /// The network configuration (or a CNI version in it) is invalid.
+    InvalidConfig,
+    /// A parameter of the call is invalid: container ID, interface name,
+    /// network name, netns, `CNI_ARGS`, capability arguments.
+    InvalidInput,
+    /// A result or cache record that does not decode or convert.
+    InvalidData,
+    /// The command or version is not supported ([`Error::Unsupported`],
+    /// an unsupported CNI version).
+    Unsupported,
+    /// STATUS: a plugin is not ready ([`Error::NotReady`],
+    /// [`Error::NotReadyLimitedConnectivity`]).
+    NotReady,
+    /// The attachment is busy: its lock was held until the deadline
+    /// ([`Error::CacheLocked`]).
+    Busy,
+    /// The cache file belongs to another attachment
+    /// ([`Error::AttachmentCollision`]).
+    Conflict,
+    /// An I/O failure: the cache, a file, starting or talking to a plugin,
+    /// a network namespace.
+    Io,
+    /// Anything else (an encoding failure, an empty [`Error::Multiple`]).
+    Other,
+}
+
+impl ErrorKind {
+    fn of_core(e: &cni_core::Error) -> ErrorKind {
+        use cni_core::Error as C;
+        match e {
+            C::Io { .. } => ErrorKind::Io,
+            C::InvalidConfig { .. } | C::InvalidVersion { .. } => ErrorKind::InvalidConfig,
+            C::UnsupportedVersion { .. } => ErrorKind::Unsupported,
+            C::InvalidVersionReply { .. } => ErrorKind::Plugin,
+            C::NoConfigs { .. } | C::NetworkNotFound { .. } => ErrorKind::NetworkNotFound,
+            C::InvalidParameter { .. }
+            | C::InvalidCniArgs { .. }
+            | C::InvalidCapabilityArgs { .. } => ErrorKind::InvalidInput,
+            C::InvalidResult { .. } | C::Conversion { .. } | C::InvalidCacheRecord { .. } => {
+                ErrorKind::InvalidData
+            }
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
 /// Everything that can go wrong in `cni-async`.
 ///
 /// Messages are lower-case and name the plugin, file or value at fault.
@@ -93,7 +158,7 @@ pub enum Error {
 
     /// The plugin binary could not be started (missing, not executable, bad
     /// format, still "text file busy" when the deadline came).
-    #[error("cannot execute plugin {} ({plugin_type} {command}){}: {source}",
+    #[error("cannot execute plugin {} ({plugin_type} {command}){}",
         path.display(), fmt_attempts(*attempts))]
     Spawn {
         /// The plugin type.
@@ -159,7 +224,7 @@ pub enum Error {
     },
 
     /// Talking to a running plugin failed (reading its pipes, waiting for it).
-    #[error("i/o error with plugin {plugin_type} {command} while {during}: {source}")]
+    #[error("i/o error with plugin {plugin_type} {command} while {during}")]
     Io {
         /// The plugin type.
         plugin_type: String,
@@ -175,7 +240,7 @@ pub enum Error {
     /// A network-namespace operation failed (feature `netns`): create,
     /// open, delete, setns, or running something inside one.
     #[cfg(feature = "netns")]
-    #[error("network namespace {}: {op} failed: {source}", path.display())]
+    #[error("network namespace {}: {op} failed", path.display())]
     Netns {
         /// The namespace file (`/run/netns/NAME`, `/proc/PID/ns/net`), or
         /// `/run/netns` itself for setting up that directory.
@@ -236,7 +301,7 @@ pub enum Error {
     },
 
     /// The result cache could not be read or written.
-    #[error("result cache {}: {op} failed: {source}", path.display())]
+    #[error("result cache {}: {op} failed", path.display())]
     Cache {
         /// The file or directory.
         path: PathBuf,
@@ -326,7 +391,7 @@ pub enum Error {
     },
 
     /// An ADD failed and so did the rollback that followed it.
-    #[error("{error}; rollback also failed: {rollback}")]
+    #[error("{}; rollback also failed: {}", Chain(&**error), Chain(&**rollback))]
     RollbackFailed {
         /// Why the ADD failed.
         error: Box<Error>,
@@ -344,7 +409,7 @@ pub enum Error {
     },
 
     /// An error with what was being done when it happened.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Context {
         /// What was being done.
         context: String,
@@ -366,7 +431,7 @@ fn fmt_errors(errors: &[Error]) -> String {
     errors
         .iter()
         .enumerate()
-        .map(|(i, e)| format!("[{}] {e}", i + 1))
+        .map(|(i, e)| format!("[{}] {}", i + 1, Chain(e)))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -386,7 +451,99 @@ pub(crate) fn lossy_capped(bytes: &[u8], max: usize) -> String {
     s
 }
 
+/// Errors collected by an operation that goes on past them (rollback,
+/// validation, GC, the multi-network calls): the one implementation of
+/// "several errors become one".
+#[derive(Debug)]
+pub(crate) struct Errors {
+    operation: String,
+    errors: Vec<Error>,
+}
+
+impl Errors {
+    /// An empty collection for `operation` (named in [`Error::Multiple`]).
+    pub(crate) fn new(operation: impl Into<String>) -> Self {
+        Errors {
+            operation: operation.into(),
+            errors: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push(&mut self, e: Error) {
+        self.errors.push(e);
+    }
+
+    /// `Ok` without errors; a single error as it is; several as
+    /// [`Error::Multiple`].
+    pub(crate) fn into_result(mut self) -> Result<(), Error> {
+        match self.errors.len() {
+            0 => Ok(()),
+            1 => Err(self.errors.remove(0)),
+            _ => Err(self.into_multiple()),
+        }
+    }
+
+    /// `Ok` without errors; otherwise [`Error::Multiple`], also for one
+    /// error, for calls whose documented error is always the list.
+    pub(crate) fn into_result_listed(self) -> Result<(), Error> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(self.into_multiple())
+        }
+    }
+
+    fn into_multiple(self) -> Error {
+        Error::Multiple {
+            operation: self.operation,
+            errors: self.errors,
+        }
+    }
+}
+
 impl Error {
+    /// What kind of failure this is, looking through [`Error::Context`],
+    /// the ADD's error of [`Error::RollbackFailed`] and the first of
+    /// [`Error::Multiple`] (the same error [`Error::code`] answers for).
+    ///
+    /// ```
+    /// use cni_async::{Error, ErrorKind};
+    /// let e = Error::Context {
+    ///     context: "network \"n\" (ifname eth0) DEL".into(),
+    ///     source: Box::new(Error::NotAttached {
+    ///         network: "n".into(),
+    ///         container_id: "c1".into(),
+    ///         ifname: "eth0".into(),
+    ///     }),
+    /// };
+    /// assert_eq!(e.kind(), ErrorKind::NotAttached);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Core(e) => ErrorKind::of_core(e),
+            Error::PluginNotFound { .. } => ErrorKind::PluginNotFound,
+            Error::Spawn { .. } | Error::Io { .. } | Error::Cache { .. } => ErrorKind::Io,
+            Error::Plugin { .. } | Error::PluginOutput { .. } | Error::OutputTooLarge { .. } => {
+                ErrorKind::Plugin
+            }
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            #[cfg(feature = "netns")]
+            Error::Netns { .. } | Error::NetnsCommand { .. } => ErrorKind::Io,
+            #[cfg(feature = "netns")]
+            Error::NetnsName { .. } => ErrorKind::InvalidInput,
+            Error::CacheLocked { .. } => ErrorKind::Busy,
+            Error::NotAttached { .. } => ErrorKind::NotAttached,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::NotReady { .. } | Error::NotReadyLimitedConnectivity { .. } => {
+                ErrorKind::NotReady
+            }
+            Error::AttachmentCollision { .. } => ErrorKind::Conflict,
+            Error::RollbackFailed { error, .. } => error.kind(),
+            Error::Multiple { errors, .. } => errors.first().map_or(ErrorKind::Other, Error::kind),
+            Error::Context { source, .. } => source.kind(),
+        }
+    }
+
     /// The plugin whose run this error is about, with the verb it ran,
     /// looking through [`Error::Context`], the error of an
     /// [`Error::RollbackFailed`] and the first of [`Error::Multiple`]:
@@ -474,16 +631,16 @@ impl Error {
             Error::Plugin { stderr, .. } => ErrorObject::new(
                 cni_version,
                 self.code(),
-                self.to_string(),
+                Chain(self).to_string(),
                 stderr.trim_end(),
             ),
             Error::Timeout { stderr_so_far, .. } => ErrorObject::new(
                 cni_version,
                 self.code(),
-                self.to_string(),
+                Chain(self).to_string(),
                 stderr_so_far.trim_end(),
             ),
-            _ => ErrorObject::new(cni_version, self.code(), self.to_string(), ""),
+            _ => ErrorObject::new(cni_version, self.code(), Chain(self).to_string(), ""),
         }
     }
 
@@ -659,6 +816,72 @@ mod tests {
             "plugin \"bridge\" not found in /opt/cni/bin:/usr/lib/cni (not executable: /opt/cni/bin/bridge)"
         );
         assert_eq!(e.code(), 7);
+    }
+
+    #[test]
+    fn kind_looks_through_wrappers() {
+        let timeout = || Error::Timeout {
+            plugin_type: "slow".into(),
+            command: Command::Add,
+            elapsed: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            stderr_so_far: String::new(),
+        };
+        let not_attached = || Error::NotAttached {
+            network: "n".into(),
+            container_id: "c".into(),
+            ifname: "eth0".into(),
+        };
+        let wrapped = Error::Context {
+            context: "network \"n\" (ifname eth0) ADD".into(),
+            source: Box::new(Error::RollbackFailed {
+                error: Box::new(timeout()),
+                rollback: Box::new(not_attached()),
+            }),
+        };
+        assert_eq!(wrapped.kind(), ErrorKind::Timeout);
+        let multiple = Error::Multiple {
+            operation: "remove".into(),
+            errors: vec![not_attached(), timeout()],
+        };
+        assert_eq!(multiple.kind(), ErrorKind::NotAttached);
+        let core: Error = cni_core::validate::container_id("../x").unwrap_err().into();
+        assert_eq!(core.kind(), ErrorKind::InvalidInput);
+        assert_eq!(plugin(None, "", "").kind(), ErrorKind::Plugin);
+        assert_eq!(
+            Error::Multiple {
+                operation: "x".into(),
+                errors: vec![]
+            }
+            .kind(),
+            ErrorKind::Other
+        );
+    }
+
+    #[test]
+    fn several_errors_become_one() {
+        let e = |n: u32| {
+            Error::Core(cni_core::Error::InvalidCniArgs {
+                pair: format!("p{n}"),
+                reason: "r".into(),
+            })
+        };
+        assert!(Errors::new("op").into_result().is_ok());
+        assert!(Errors::new("op").into_result_listed().is_ok());
+        let mut one = Errors::new("op");
+        one.push(e(1));
+        assert!(matches!(one.into_result(), Err(Error::Core(_))));
+        let mut one = Errors::new("op");
+        one.push(e(1));
+        assert!(
+            matches!(one.into_result_listed(), Err(Error::Multiple { errors, .. }) if errors.len() == 1)
+        );
+        let mut two = Errors::new("op");
+        two.push(e(1));
+        two.push(e(2));
+        assert!(
+            matches!(two.into_result(), Err(Error::Multiple { operation, errors }) if operation == "op" && errors.len() == 2)
+        );
     }
 
     #[test]

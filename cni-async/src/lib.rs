@@ -22,11 +22,14 @@ pub mod sys;
 
 #[cfg(feature = "netns")]
 pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
-pub use error::{Error, PluginExit};
+pub use error::{Error, ErrorKind, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 pub use multi::{
     KubernetesPod, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc, NetworkRequest,
     Sandbox, SetupMode,
 };
 pub use nscheck::check_netns;
-pub use ops::{CallOptions, Cni, CniBuilder, GcFailure, GcSummary};
+pub use ops::{
+    AddRequest, CallOptions, CheckRequest, Cni, CniBuilder, DelRequest, GcFailure, GcRequest,
+    GcSummary, StatusRequest,
+};

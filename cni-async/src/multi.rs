@@ -119,7 +119,8 @@ use cni_core::{
 use futures::future::join_all;
 use ipnet::IpNet;
 
-use crate::{CallOptions, Cni, Error, GcSummary};
+use crate::error::Errors;
+use crate::{CallOptions, Cni, Error, ErrorKind, GcSummary};
 use cni_core::stdin::GcAttachment;
 
 /// The name of the loopback network ([`MultiNetworkBuilder::loopback`]).
@@ -502,11 +503,14 @@ pub struct KubernetesPod {
 }
 
 impl Sandbox {
-    /// A sandbox with no labels and no capability arguments.
-    pub fn new(container_id: impl Into<String>, netns: impl Into<String>) -> Self {
+    /// A sandbox with no labels and no capability arguments. `netns` is a
+    /// path (e.g. `NetnsGuard::path()`, feature `netns`),
+    /// kept as the string plugins get; one that is not UTF-8 is refused by
+    /// every operation (see [`RuntimeConf::new`]).
+    pub fn new(container_id: impl Into<String>, netns: impl AsRef<Path>) -> Self {
         Sandbox {
             container_id: container_id.into(),
-            netns: netns.into(),
+            netns: cni_core::args::netns_string(netns.as_ref()),
             labels: CniArgs::new(),
             capability_args: CapabilityArgs::new(),
             ignore_unknown: true,
@@ -929,7 +933,7 @@ impl MultiNetwork {
 
         // Something failed: undo the networks that were set up, and those
         // whose own rollback failed, last to first.
-        let mut errors = Vec::new();
+        let mut errors = Errors::new(format!("setup of container {:?}", sandbox.container_id));
         let mut undo = Vec::new();
         for (&(n, rt), outcome) in networks.iter().zip(outcomes) {
             match outcome {
@@ -938,36 +942,29 @@ impl MultiNetwork {
                     if matches!(e, Error::RollbackFailed { .. }) {
                         undo.push((n, rt));
                     }
-                    tracing::warn!(network = n.name(), ifname = ?rt.ifname, container = ?sandbox.container_id, error = %cni_core::validate::Escaped(&e), "network setup failed");
+                    tracing::warn!(network = n.name(), ifname = ?rt.ifname, container = ?sandbox.container_id, error = %cni_core::validate::Escaped(cni_core::error::Chain(&e)), "network setup failed");
                     errors.push(context(n.name(), &rt.ifname, Command::Add, e));
                 }
             }
         }
-        let error = if errors.len() == 1 {
-            errors.remove(0)
-        } else {
-            Error::Multiple {
-                operation: format!("setup of container {:?}", sandbox.container_id),
-                errors,
-            }
+        let error = match errors.into_result() {
+            Err(e) => e,
+            Ok(()) => unreachable!("a failed setup has an error"),
         };
-        let mut rollback_errors = Vec::new();
+        let mut rollback_errors =
+            Errors::new(format!("rollback of container {:?}", sandbox.container_id));
         for (n, rt) in undo.into_iter().rev() {
             // A fresh deadline per DEL: never the expired one of the ADD.
             if let Err(e) = self.del_one(n, rt).await {
                 rollback_errors.push(context(n.name(), &rt.ifname, Command::Del, e));
             }
         }
-        if rollback_errors.is_empty() {
-            Err(error)
-        } else {
-            Err(Error::RollbackFailed {
+        match rollback_errors.into_result_listed() {
+            Ok(()) => Err(error),
+            Err(rollback) => Err(Error::RollbackFailed {
                 error: Box::new(error),
-                rollback: Box::new(Error::Multiple {
-                    operation: format!("rollback of container {:?}", sandbox.container_id),
-                    errors: rollback_errors,
-                }),
-            })
+                rollback: Box::new(rollback),
+            }),
         }
     }
 
@@ -981,7 +978,8 @@ impl MultiNetwork {
         let _shared = gate.read().await;
         self.inner
             .cni
-            .add_network_list_with(&n.list, rt, opts)
+            .add_network_list(&n.list, rt)
+            .options(&opts)
             .await
     }
 
@@ -990,7 +988,8 @@ impl MultiNetwork {
         let _shared = gate.read().await;
         self.inner
             .cni
-            .del_network_list_with(&n.list, rt, self.opts())
+            .del_network_list(&n.list, rt)
+            .options(&self.opts())
             .await
     }
 
@@ -1010,7 +1009,7 @@ impl MultiNetwork {
     ///   the conf dir after setup does not leak its attachment.
     pub async fn remove(&self, sandbox: &Sandbox) -> Result<(), Error> {
         let planned = self.plan(sandbox)?;
-        let mut errors = Vec::new();
+        let mut errors = Errors::new(format!("remove of container {:?}", sandbox.container_id));
         for p in planned.iter().rev() {
             let outcome = match p.net {
                 Some(n) => self.del_one(n, &p.rt).await,
@@ -1048,18 +1047,21 @@ impl MultiNetwork {
             }
             Err(e) => errors.push(e),
         }
-        multiple(
-            format!("remove of container {:?}", sandbox.container_id),
-            errors,
-        )
+        errors.into_result_listed()
     }
 
     async fn del_cached(&self, network: &str, rt: &RuntimeConf) -> Result<(), Error> {
         let gate = self.gate(network);
         let _shared = gate.read().await;
-        match self.inner.cni.del_cached(network, rt, self.opts()).await {
+        match self
+            .inner
+            .cni
+            .del_cached(network, rt)
+            .options(&self.opts())
+            .await
+        {
             // Nothing cached: nothing of ours to delete.
-            Err(Error::NotAttached { .. }) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotAttached => Ok(()),
             other => other,
         }
     }
@@ -1068,23 +1070,21 @@ impl MultiNetwork {
     /// Fails with [`Error::Multiple`] listing every network whose CHECK failed.
     pub async fn check(&self, sandbox: &Sandbox) -> Result<(), Error> {
         let planned = self.plan(sandbox)?;
-        let mut errors = Vec::new();
+        let mut errors = Errors::new(format!("check of container {:?}", sandbox.container_id));
         for (n, rt) in Self::known(&planned)? {
             let gate = self.gate(n.name());
             let _shared = gate.read().await;
             if let Err(e) = self
                 .inner
                 .cni
-                .check_network_list_with(&n.list, rt, self.opts())
+                .check_network_list(&n.list, rt)
+                .options(&self.opts())
                 .await
             {
                 errors.push(context(n.name(), &rt.ifname, Command::Check, e));
             }
         }
-        multiple(
-            format!("check of container {:?}", sandbox.container_id),
-            errors,
-        )
+        errors.into_result_listed()
     }
 
     /// STATUS of every network of the default set, in order (a no-op for
@@ -1108,7 +1108,7 @@ impl MultiNetwork {
         &self,
         networks: impl Iterator<Item = &'n NetworkAttachment>,
     ) -> Result<(), Error> {
-        let mut errors = Vec::new();
+        let mut errors = Errors::new("status");
         let mut seen = HashSet::new();
         for n in networks {
             if !seen.insert(n.name()) {
@@ -1117,20 +1117,21 @@ impl MultiNetwork {
             if let Err(e) = self
                 .inner
                 .cni
-                .status_network_list_with(&n.list, self.opts())
+                .status_network_list(&n.list)
+                .options(&self.opts())
                 .await
             {
                 errors.push(context(n.name(), &n.ifname, Command::Status, e));
             }
         }
-        multiple("status".to_owned(), errors)
+        errors.into_result_listed()
     }
 
     /// GC for a node: for every network of this `MultiNetwork` (default set
     /// and further conf-dir networks), the cached attachments of containers
     /// not in `live` get a DEL and lose their cache entry, then (1.1.0
     /// lists) the plugins get GC with the live attachments as valid
-    /// ([`Cni::gc_network_list_with`]).
+    /// ([`Cni::gc_network_list`]).
     ///
     /// Each network's GC runs alone: it waits for the ADD, DEL and CHECK of
     /// this `MultiNetwork` (and its clones) that are running on that
@@ -1144,7 +1145,7 @@ impl MultiNetwork {
     {
         let live: HashSet<String> = live.into_iter().map(|s| s.as_ref().to_owned()).collect();
         let mut out = Vec::new();
-        let mut errors = Vec::new();
+        let mut errors = Errors::new("GC of the node");
         let mut seen = HashSet::new();
         for n in self.inner.networks.iter().chain(&self.inner.available) {
             if !seen.insert(n.name()) {
@@ -1171,7 +1172,8 @@ impl MultiNetwork {
             match self
                 .inner
                 .cni
-                .gc_network_list_with(&n.list, &valid, self.opts())
+                .gc_network_list(&n.list, &valid)
+                .options(&self.opts())
                 .await
             {
                 Ok(summary) => out.push(NetworkGc {
@@ -1184,14 +1186,7 @@ impl MultiNetwork {
                 }),
             }
         }
-        if errors.is_empty() {
-            Ok(out)
-        } else {
-            Err(Error::Multiple {
-                operation: "GC of the node".to_owned(),
-                errors,
-            })
-        }
+        errors.into_result_listed().map(|()| out)
     }
 }
 
@@ -1217,14 +1212,6 @@ fn context(network: &str, ifname: &str, command: Command, e: Error) -> Error {
     Error::Context {
         context: format!("network {network:?} (ifname {ifname}) {command}"),
         source: Box::new(e),
-    }
-}
-
-fn multiple(operation: String, errors: Vec<Error>) -> Result<(), Error> {
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Multiple { operation, errors })
     }
 }
 

@@ -1,6 +1,12 @@
 //! The netns rule of ADD and CHECK: `CNI_NETNS` must be an absolute path to
-//! a network namespace. One rule for every caller (cnid, cnitool, an
-//! embedder that turns on [`CniBuilder::check_netns`]).
+//! a network namespace. One rule for every caller: every [`Cni`] refuses an
+//! empty or relative netns for ADD and CHECK ([`check_netns_path`], always
+//! on); with [`CniBuilder::check_netns`] (cnid turns it on) it also refuses
+//! a path that is not a network namespace ([`check_netns`]).
+//!
+//! The namespace check is opt-in because it needs the namespace to exist
+//! where the check runs: callers whose plugins are fakes, or that hand the
+//! plugins a path valid only in another mount namespace, would be refused.
 //!
 //! | verb | netns |
 //! |---|---|
@@ -27,6 +33,7 @@
 //! ```
 //!
 //! [`CniBuilder::check_netns`]: crate::CniBuilder::check_netns
+//! [`Cni`]: crate::Cni
 //! [`RuntimeConf::validate`]: cni_core::RuntimeConf::validate
 
 use std::path::Path;
@@ -39,30 +46,44 @@ use crate::error::Error;
 /// The answer for every path that is not a network namespace.
 pub const NOT_A_NETWORK_NAMESPACE: &str = "not a network namespace";
 
-/// Checks `netns` for `command` (see the [module docs](self)). Errors are
-/// [`cni_core::Error::InvalidParameter`] for the field `netns path`, CNI
-/// code 4.
-pub fn check_netns(netns: &str, command: Command) -> Result<(), Error> {
+/// The part of the rule every [`Cni`](crate::Cni) applies: for ADD and
+/// CHECK, `netns` must be a non-empty absolute path (and pass the
+/// character check of [`cni_core::validate::netns_path`]); other commands
+/// pass. Errors as [`check_netns`].
+pub fn check_netns_path(netns: &str, command: Command) -> Result<(), Error> {
     if !matches!(command, Command::Add | Command::Check) {
         return Ok(());
     }
-    let bad = |reason: &str| {
-        Error::Core(cni_core::Error::InvalidParameter {
-            field: "netns path",
-            value: netns.to_owned(),
-            reason: reason.to_owned(),
-            code: code::INVALID_ENVIRONMENT_VARIABLES,
-        })
-    };
     if netns.is_empty() {
-        return Err(bad("required for ADD and CHECK"));
+        return Err(bad(netns, "required for ADD and CHECK"));
     }
     if !netns.starts_with('/') {
-        return Err(bad("must be an absolute path"));
+        return Err(bad(netns, "must be an absolute path"));
     }
     cni_core::validate::netns_path(netns)?;
+    Ok(())
+}
+
+/// Checks `netns` for `command` (see the [module docs](self)): what
+/// [`check_netns_path`] checks, and that the path is a network namespace.
+/// Errors are [`cni_core::Error::InvalidParameter`] for the field
+/// `netns path`, CNI code 4.
+pub fn check_netns(netns: &str, command: Command) -> Result<(), Error> {
+    check_netns_path(netns, command)?;
+    if !matches!(command, Command::Add | Command::Check) {
+        return Ok(());
+    }
     if !crate::sys::nsfs::is_network_namespace(Path::new(netns)) {
-        return Err(bad(NOT_A_NETWORK_NAMESPACE));
+        return Err(bad(netns, NOT_A_NETWORK_NAMESPACE));
     }
     Ok(())
+}
+
+fn bad(netns: &str, reason: &str) -> Error {
+    Error::Core(cni_core::Error::InvalidParameter {
+        field: "netns path",
+        value: netns.to_owned(),
+        reason: reason.to_owned(),
+        code: code::INVALID_ENVIRONMENT_VARIABLES,
+    })
 }

@@ -12,6 +12,12 @@
 //! | [`Cni::status_network_list`] | first to last (1.1.0 lists only) | - |
 //! | [`Cni::gc_network_list`] | DEL of each stale cached attachment, then GC of every plugin (1.1.0) | stale entries removed |
 //!
+//! Each verb returns a request ([`AddRequest`], [`DelRequest`],
+//! [`CheckRequest`], [`StatusRequest`], [`GcRequest`]) that runs when
+//! awaited; options chain onto it first: `.timeout(d)`, `.rollback(true)`
+//! (ADD), or a whole [`CallOptions`] with `.options(&opts)`. The
+//! single-network verbs ([`Cni::add_network`], ...) have the same shape.
+//!
 //! Names and IDs are validated on every verb (libcni: ADD only), so no
 //! cache path built from them can leave the cache dir. Each ADD, DEL and
 //! CHECK holds the attachment's lock ([`crate::cache`]) for its whole run.
@@ -35,11 +41,16 @@
 //! use cni_async::Cni;
 //! use cni_core::{confdir, RuntimeConf};
 //! use std::path::Path;
+//! use std::time::Duration;
 //!
 //! let cni = Cni::builder().plugin_dirs(["/opt/cni/bin", "/usr/lib/cni"]).build();
 //! let list = confdir::load_network(Path::new("/etc/cni/net.d"), "mynet")?;
 //! let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
-//! let result = cni.add_network_list(&list, &rt).await?;
+//! let result = cni
+//!     .add_network_list(&list, &rt)
+//!     .timeout(Duration::from_secs(30))
+//!     .rollback(true)
+//!     .await?;
 //! println!("{}", result.to_json_pretty());
 //! cni.check_network_list(&list, &rt).await?;
 //! cni.del_network_list(&list, &rt).await?;
@@ -47,28 +58,33 @@
 //! ```
 
 use std::borrow::Cow;
+use std::future::IntoFuture;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cni_core::cache::{CacheEntry, CacheRecord};
+use cni_core::error::Chain;
 use cni_core::error::code;
 use cni_core::result::CniResult;
 use cni_core::stdin::{GcAttachment, StdinInput, plugin_stdin, version_stdin};
 use cni_core::validate::Escaped;
 use cni_core::version::PluginInfo;
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, Version, env, validate};
+use futures::future::BoxFuture;
 use serde_json::Value;
 use tracing::Instrument;
 
 use crate::cache::ResultCache;
-use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, lossy_capped};
+use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, Errors, lossy_capped};
 use crate::exec::{ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 
 /// The default plugin dirs: `/opt/cni/bin`, then Debian's `/usr/lib/cni`.
 pub const DEFAULT_PLUGIN_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
 
-/// Per-call options.
+/// Per-call options, set on a request with [`AddRequest::options`] (and
+/// the same method of the other requests), or one at a time
+/// ([`AddRequest::timeout`], [`AddRequest::rollback`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CallOptions {
     /// Deadline for the whole operation; `None` = the per-verb default.
@@ -137,14 +153,11 @@ impl GcSummary {
         if self.failed.is_empty() {
             return Ok(self);
         }
-        Err(Error::Multiple {
-            operation: format!("GC of network {network}"),
-            errors: self
-                .failed
-                .into_iter()
-                .map(|f| f.into_error(network))
-                .collect(),
-        })
+        let mut errors = Errors::new(format!("GC of network {network}"));
+        for f in self.failed {
+            errors.push(f.into_error(network));
+        }
+        errors.into_result_listed().map(|()| GcSummary::default())
     }
 }
 
@@ -200,10 +213,13 @@ impl CniBuilder {
         self
     }
 
-    /// Whether ADD and CHECK refuse a netns that is not an absolute path to
-    /// a network namespace ([`check_netns`](crate::check_netns); default
-    /// off, as libcni, which leaves it to the plugins). cnid turns it on: its
-    /// callers must not learn anything else about the host's files.
+    /// Whether ADD and CHECK also refuse a netns that is not a network
+    /// namespace ([`check_netns`](crate::check_netns); default off, as
+    /// libcni, which leaves it to the plugins). An empty or relative netns
+    /// is refused for ADD and CHECK either way
+    /// ([`check_netns_path`](crate::nscheck::check_netns_path)). cnid turns
+    /// it on: its callers must not learn anything else about the host's
+    /// files.
     pub fn check_netns(mut self, check: bool) -> Self {
         self.check_netns = check;
         self
@@ -251,6 +267,7 @@ impl Default for Cni {
 
 /// One network as the operations see it: a list, or a single plugin
 /// configuration used on its own (libcni's `AddNetwork` and friends).
+#[derive(Debug)]
 struct Net<'a> {
     name: &'a str,
     version: Version,
@@ -353,61 +370,60 @@ impl Cni {
 
     // ----- lists -----
 
-    /// ADD with the default options.
-    pub async fn add_network_list(
-        &self,
-        list: &NetworkConfigList,
-        rt: &RuntimeConf,
-    ) -> Result<CniResult, Error> {
-        self.add_network_list_with(list, rt, CallOptions::default())
-            .await
-    }
-
     /// ADD: runs the plugins first to last, chaining each result as the
     /// next `prevResult` (converted to the list's version first), and caches
-    /// the final result.
-    pub async fn add_network_list_with(
-        &self,
-        list: &NetworkConfigList,
-        rt: &RuntimeConf,
-        opts: CallOptions,
-    ) -> Result<CniResult, Error> {
-        self.add(Net::list(list), rt, opts).await
-    }
-
-    /// DEL with the default options.
-    pub async fn del_network_list(
-        &self,
-        list: &NetworkConfigList,
-        rt: &RuntimeConf,
-    ) -> Result<(), Error> {
-        self.del_network_list_with(list, rt, CallOptions::default())
-            .await
+    /// the final result. Await the request; set options on it first if
+    /// needed ([`AddRequest::timeout`], [`AddRequest::rollback`],
+    /// [`AddRequest::options`]).
+    pub fn add_network_list<'a>(
+        &'a self,
+        list: &'a NetworkConfigList,
+        rt: &'a RuntimeConf,
+    ) -> AddRequest<'a> {
+        AddRequest {
+            cni: self,
+            net: Ok(Net::list(list)),
+            rt,
+            opts: CallOptions::default(),
+        }
     }
 
     /// DEL: runs the plugins last to first with the cached result as
     /// `prevResult` (0.4.0 and later), then removes the cache entry. A
     /// missing or corrupt cache entry is not an error: DEL runs without
     /// `prevResult`. Repeating a DEL is fine.
-    pub async fn del_network_list_with(
-        &self,
-        list: &NetworkConfigList,
-        rt: &RuntimeConf,
-        opts: CallOptions,
-    ) -> Result<(), Error> {
-        let deadline = self.deadline(Command::Del, &opts);
-        self.del(&Net::list(list), rt, deadline).await
+    pub fn del_network_list<'a>(
+        &'a self,
+        list: &'a NetworkConfigList,
+        rt: &'a RuntimeConf,
+    ) -> DelRequest<'a> {
+        DelRequest {
+            cni: self,
+            target: DelTarget::Net(Ok(Net::list(list))),
+            rt,
+            opts: CallOptions::default(),
+        }
     }
 
     /// DEL using the configuration stored in the cache entry of the
     /// attachment, for when the network's config has since been removed or
-    /// changed (spec-digest 10.10). The cached `CNI_ARGS` and capability args
-    /// are used when `rt` has none. Errors with code 3 when there is no entry.
-    pub async fn del_cached(
+    /// changed (`docs/decisions.md` D10). The cached `CNI_ARGS` and
+    /// capability args are used when `rt` has none. Errors with code 3 when
+    /// there is no entry.
+    pub fn del_cached<'a>(&'a self, network: &'a str, rt: &'a RuntimeConf) -> DelRequest<'a> {
+        DelRequest {
+            cni: self,
+            target: DelTarget::Cached(network),
+            rt,
+            opts: CallOptions::default(),
+        }
+    }
+
+    async fn run_del_cached(
         &self,
         network: &str,
         rt: &RuntimeConf,
-        opts: CallOptions,
+        opts: &CallOptions,
     ) -> Result<(), Error> {
         validate::network_name(network)?;
         rt.validate()?;
@@ -438,53 +454,46 @@ impl Cni {
         if rt.netns.is_empty() {
             rt.netns = rec.netns.clone();
         }
-        self.del_network_list_with(&list, &rt, opts).await
-    }
-
-    /// CHECK with the default options.
-    pub async fn check_network_list(
-        &self,
-        list: &NetworkConfigList,
-        rt: &RuntimeConf,
-    ) -> Result<(), Error> {
-        self.check_network_list_with(list, rt, CallOptions::default())
-            .await
+        let deadline = self.deadline(Command::Del, opts);
+        self.del(&Net::list(&list), &rt, deadline).await
     }
 
     /// CHECK: refused below 0.4.0; a no-op with `disableCheck`; refused with
     /// code 3 when no ADD result is cached (spec: never CHECK before ADD,
-    /// spec-digest 10.12); otherwise runs the plugins first to last with the
-    /// cached result as `prevResult`.
-    pub async fn check_network_list_with(
-        &self,
-        list: &NetworkConfigList,
-        rt: &RuntimeConf,
-        opts: CallOptions,
-    ) -> Result<(), Error> {
-        self.check(Net::list(list), rt, opts).await
-    }
-
-    /// STATUS with the default options.
-    pub async fn status_network_list(&self, list: &NetworkConfigList) -> Result<(), Error> {
-        self.status_network_list_with(list, CallOptions::default())
-            .await
+    /// `docs/decisions.md` D12); otherwise runs the plugins first to last
+    /// with the cached result as `prevResult`.
+    pub fn check_network_list<'a>(
+        &'a self,
+        list: &'a NetworkConfigList,
+        rt: &'a RuntimeConf,
+    ) -> CheckRequest<'a> {
+        CheckRequest {
+            cni: self,
+            net: Ok(Net::list(list)),
+            rt,
+            opts: CallOptions::default(),
+        }
     }
 
     /// STATUS: asks each plugin, first to last, whether it is ready for ADD.
     /// Lists below 1.1.0 have no STATUS: the call succeeds without running
     /// anything (as libcni). Codes 50 and 51 come back as
     /// [`Error::NotReady`] and [`Error::NotReadyLimitedConnectivity`].
-    pub async fn status_network_list_with(
-        &self,
-        list: &NetworkConfigList,
-        opts: CallOptions,
-    ) -> Result<(), Error> {
+    pub fn status_network_list<'a>(&'a self, list: &'a NetworkConfigList) -> StatusRequest<'a> {
+        StatusRequest {
+            cni: self,
+            list,
+            opts: CallOptions::default(),
+        }
+    }
+
+    async fn run_status(&self, list: &NetworkConfigList, opts: &CallOptions) -> Result<(), Error> {
         validate::network_name(list.name())?;
         if !list.version().has_status_and_gc() {
             tracing::debug!(network = list.name(), version = %list.version(), "STATUS not defined before 1.1.0; nothing to do");
             return Ok(());
         }
-        let deadline = self.deadline(Command::Status, &opts);
+        let deadline = self.deadline(Command::Status, opts);
         let span = tracing::info_span!("cni.status", network = list.name());
         async {
             for plugin in list.plugins() {
@@ -528,16 +537,6 @@ impl Cni {
         .await
     }
 
-    /// GC with the default options.
-    pub async fn gc_network_list(
-        &self,
-        list: &NetworkConfigList,
-        valid_attachments: &[GcAttachment],
-    ) -> Result<GcSummary, Error> {
-        self.gc_network_list_with(list, valid_attachments, CallOptions::default())
-            .await
-    }
-
     /// GC: a no-op with `disableGC`. Otherwise every cached attachment of
     /// this network that is not in `valid_attachments` gets a DEL (with this
     /// config and the cached args) and loses its cache entry; then, for 1.1.0
@@ -553,11 +552,24 @@ impl Cni {
     /// GC share it. A plugin still running when it expires is killed; the
     /// stale DELs it leaves no time for are not started and are reported
     /// as failed with [`Error::Timeout`].
-    pub async fn gc_network_list_with(
+    pub fn gc_network_list<'a>(
+        &'a self,
+        list: &'a NetworkConfigList,
+        valid_attachments: &'a [GcAttachment],
+    ) -> GcRequest<'a> {
+        GcRequest {
+            cni: self,
+            list,
+            valid_attachments,
+            opts: CallOptions::default(),
+        }
+    }
+
+    async fn run_gc(
         &self,
         list: &NetworkConfigList,
         valid_attachments: &[GcAttachment],
-        opts: CallOptions,
+        opts: &CallOptions,
     ) -> Result<GcSummary, Error> {
         validate::network_name(list.name())?;
         if list.disable_gc() {
@@ -567,12 +579,12 @@ impl Cni {
             });
         }
         // One deadline for everything below.
-        let deadline = self.deadline(Command::Gc, &opts);
+        let deadline = self.deadline(Command::Gc, opts);
         let span = tracing::info_span!("cni.gc", network = list.name());
         async {
             let net = Net::list(list);
             let mut summary = GcSummary::default();
-            let mut errors = Vec::new();
+            let mut plugin_errors = Vec::new();
             let cached = self.inner.cache.list(None).await?;
             for rec in cached.into_iter().filter(|r| r.network_name == list.name()) {
                 let key = GcAttachment {
@@ -592,7 +604,7 @@ impl Cni {
                 match res {
                     Ok(()) => summary.deleted.push(key),
                     Err(error) => {
-                        tracing::warn!(container = %rt.container_id, ifname = %rt.ifname, %error, "GC could not delete a stale attachment; going on with the others");
+                        tracing::warn!(container = %rt.container_id, ifname = %rt.ifname, error = %Chain(&error), "GC could not delete a stale attachment; going on with the others");
                         summary.failed.push(GcFailure {
                             attachment: key,
                             error,
@@ -613,23 +625,22 @@ impl Cni {
                         .run_plugin(plugin, Command::Gc, None, &stdin, deadline)
                         .await
                     {
-                        errors.push(e);
+                        plugin_errors.push(e);
                     }
                 }
             }
-            if errors.is_empty() {
+            if plugin_errors.is_empty() {
                 return Ok(summary);
             }
-            let mut all: Vec<Error> = summary
-                .failed
-                .into_iter()
-                .map(|f| f.into_error(list.name()))
-                .collect();
-            all.append(&mut errors);
-            Err(Error::Multiple {
-                operation: format!("GC of network {}", list.name()),
-                errors: all,
-            })
+            // The stale DELs' failures first, each naming its attachment.
+            let mut all = Errors::new(format!("GC of network {}", list.name()));
+            for f in summary.failed {
+                all.push(f.into_error(list.name()));
+            }
+            for e in plugin_errors {
+                all.push(e);
+            }
+            all.into_result_listed().map(|()| GcSummary::default())
         }
         .instrument(span)
         .await
@@ -642,7 +653,7 @@ impl Cni {
         &self,
         list: &NetworkConfigList,
     ) -> Result<Vec<String>, Error> {
-        let mut errors = Vec::new();
+        let mut errors = Errors::new(format!("validation of network {}", list.name()));
         for plugin in list.plugins() {
             match self.version_info(plugin.plugin_type()).await {
                 Ok(info) if info.supports(list.version()) => {}
@@ -657,14 +668,8 @@ impl Cni {
                 Err(e) => errors.push(e),
             }
         }
-        match errors.len() {
-            0 => Ok(list.capabilities()),
-            1 => Err(errors.remove(0)),
-            _ => Err(Error::Multiple {
-                operation: format!("validation of network {}", list.name()),
-                errors,
-            }),
-        }
+        errors.into_result()?;
+        Ok(list.capabilities())
     }
 
     /// The cached final ADD result of an attachment, converted to the list's version.
@@ -786,35 +791,48 @@ impl Cni {
 
     // ----- single networks -----
 
-    /// ADD of a single plugin configuration (its own `name` and `cniVersion`).
-    pub async fn add_network(
-        &self,
-        plugin: &PluginConfig,
-        rt: &RuntimeConf,
-        opts: CallOptions,
-    ) -> Result<CniResult, Error> {
-        self.add(Net::single(plugin)?, rt, opts).await
+    /// ADD of a single plugin configuration (its own `name` and
+    /// `cniVersion`), libcni's `AddNetwork`. Options as
+    /// [`Cni::add_network_list`].
+    pub fn add_network<'a>(
+        &'a self,
+        plugin: &'a PluginConfig,
+        rt: &'a RuntimeConf,
+    ) -> AddRequest<'a> {
+        AddRequest {
+            cni: self,
+            net: Net::single(plugin),
+            rt,
+            opts: CallOptions::default(),
+        }
     }
 
-    /// DEL of a single plugin configuration.
-    pub async fn del_network(
-        &self,
-        plugin: &PluginConfig,
-        rt: &RuntimeConf,
-        opts: CallOptions,
-    ) -> Result<(), Error> {
-        let deadline = self.deadline(Command::Del, &opts);
-        self.del(&Net::single(plugin)?, rt, deadline).await
+    /// DEL of a single plugin configuration, libcni's `DelNetwork`.
+    pub fn del_network<'a>(
+        &'a self,
+        plugin: &'a PluginConfig,
+        rt: &'a RuntimeConf,
+    ) -> DelRequest<'a> {
+        DelRequest {
+            cni: self,
+            target: DelTarget::Net(Net::single(plugin)),
+            rt,
+            opts: CallOptions::default(),
+        }
     }
 
-    /// CHECK of a single plugin configuration.
-    pub async fn check_network(
-        &self,
-        plugin: &PluginConfig,
-        rt: &RuntimeConf,
-        opts: CallOptions,
-    ) -> Result<(), Error> {
-        self.check(Net::single(plugin)?, rt, opts).await
+    /// CHECK of a single plugin configuration, libcni's `CheckNetwork`.
+    pub fn check_network<'a>(
+        &'a self,
+        plugin: &'a PluginConfig,
+        rt: &'a RuntimeConf,
+    ) -> CheckRequest<'a> {
+        CheckRequest {
+            cni: self,
+            net: Net::single(plugin),
+            rt,
+            opts: CallOptions::default(),
+        }
     }
 
     /// The cached result of a single plugin configuration's attachment.
@@ -870,13 +888,15 @@ impl Cni {
         &self,
         net: Net<'_>,
         rt: &RuntimeConf,
-        opts: CallOptions,
+        opts: &CallOptions,
     ) -> Result<CniResult, Error> {
         Self::validate_attachment(&net, rt)?;
         if self.inner.check_netns {
             crate::check_netns(&rt.netns, Command::Add)?;
+        } else {
+            crate::nscheck::check_netns_path(&rt.netns, Command::Add)?;
         }
-        let deadline = self.deadline(Command::Add, &opts);
+        let deadline = self.deadline(Command::Add, opts);
         let span = tracing::info_span!("cni.add", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             let started = Instant::now();
@@ -903,7 +923,7 @@ impl Cni {
                         prev = Some(result);
                     }
                     Err(e) if opts.rollback => {
-                        tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(&e), "ADD failed; rolling back the plugins that ran");
+                        tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)), "ADD failed; rolling back the plugins that ran");
                         // A plugin that could not be found or started never
                         // ran: its DEL would fail the same way and stop the
                         // rollback of the plugins that did.
@@ -951,7 +971,7 @@ impl Cni {
                 return Err(e);
             }
             drop(lock);
-            tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "ADD done");
+            tracing::debug!(elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "ADD done");
             Ok(result)
         }
         .instrument(span)
@@ -1014,21 +1034,14 @@ impl Cni {
         };
         // Unlike DEL, a rollback goes on past a failing plugin: it is
         // cleanup, and every plugin undone is a leak avoided.
-        let mut errors = Vec::new();
+        let mut errors = Errors::new(format!("rollback of network {}", net.name));
         for plugin in ran.iter().rev() {
             if let Err(e) = self.del_one(net, plugin, rt, prev, deadline).await {
-                tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(&e), "rollback DEL failed; continuing with the others");
+                tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)), "rollback DEL failed; continuing with the others");
                 errors.push(e);
             }
         }
-        match errors.len() {
-            0 => Ok(()),
-            1 => Err(errors.remove(0)),
-            _ => Err(Error::Multiple {
-                operation: format!("rollback of network {}", net.name),
-                errors,
-            }),
-        }
+        errors.into_result()
     }
 
     async fn del_one(
@@ -1078,7 +1091,7 @@ impl Cni {
                 self.cached_result_of(net.name, net.version, rt)
                     .await
                     .unwrap_or_else(|e| {
-                        tracing::warn!(error = %Escaped(&e), "cached result unusable; DEL runs without prevResult");
+                        tracing::warn!(error = %Escaped(Chain(&e)), "cached result unusable; DEL runs without prevResult");
                         None
                     })
                     .map(|r| r.to_value())
@@ -1097,7 +1110,7 @@ impl Cni {
                 .remove(net.name, &rt.container_id, &rt.ifname)
                 .await
             {
-                tracing::warn!(error = %e, "DEL succeeded but its cache entry could not be removed");
+                tracing::warn!(error = %Chain(&e), "DEL succeeded but its cache entry could not be removed");
                 return Ok(());
             }
             if let Some(lock) = lock {
@@ -1109,10 +1122,12 @@ impl Cni {
         .await
     }
 
-    async fn check(&self, net: Net<'_>, rt: &RuntimeConf, opts: CallOptions) -> Result<(), Error> {
+    async fn check(&self, net: Net<'_>, rt: &RuntimeConf, opts: &CallOptions) -> Result<(), Error> {
         Self::validate_attachment(&net, rt)?;
         if self.inner.check_netns {
             crate::check_netns(&rt.netns, Command::Check)?;
+        } else {
+            crate::nscheck::check_netns_path(&rt.netns, Command::Check)?;
         }
         if !net.version.has_check() {
             return Err(Error::Unsupported {
@@ -1125,7 +1140,7 @@ impl Cni {
             tracing::debug!(network = net.name, "disableCheck is set; CHECK is a no-op");
             return Ok(());
         }
-        let deadline = self.deadline(Command::Check, &opts);
+        let deadline = self.deadline(Command::Check, opts);
         let span = tracing::info_span!("cni.check", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             let _lock = self
@@ -1207,5 +1222,162 @@ impl Cni {
         let out = self.inner.exec.exec(req).await?;
         crate::exec::check_success(plugin.plugin_type(), command, &out)?;
         Ok(out)
+    }
+}
+
+macro_rules! common_request_methods {
+    ($ty:ident) => {
+        impl $ty<'_> {
+            /// Replaces this call's options.
+            pub fn options(mut self, opts: &CallOptions) -> Self {
+                self.opts = opts.clone();
+                self
+            }
+
+            /// The deadline for the whole operation (instead of the
+            /// per-verb default of [`Timeouts`]).
+            pub fn timeout(mut self, timeout: Duration) -> Self {
+                self.opts.timeout = Some(timeout);
+                self
+            }
+        }
+    };
+}
+
+/// An ADD ready to run ([`Cni::add_network_list`], [`Cni::add_network`]):
+/// `.await` it, after setting options if needed.
+#[must_use = "an operation does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct AddRequest<'a> {
+    cni: &'a Cni,
+    net: Result<Net<'a>, Error>,
+    rt: &'a RuntimeConf,
+    opts: CallOptions,
+}
+
+common_request_methods!(AddRequest);
+
+impl AddRequest<'_> {
+    /// When the chain fails part way, DEL the plugins that ran (see
+    /// [`CallOptions::rollback`]).
+    pub fn rollback(mut self, rollback: bool) -> Self {
+        self.opts.rollback = rollback;
+        self
+    }
+}
+
+impl<'a> IntoFuture for AddRequest<'a> {
+    type Output = Result<CniResult, Error>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.cni.add(self.net?, self.rt, &self.opts).await })
+    }
+}
+
+#[derive(Debug)]
+enum DelTarget<'a> {
+    Net(Result<Net<'a>, Error>),
+    Cached(&'a str),
+}
+
+/// A DEL ready to run ([`Cni::del_network_list`], [`Cni::del_network`],
+/// [`Cni::del_cached`]): `.await` it, after setting options if needed.
+#[must_use = "an operation does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct DelRequest<'a> {
+    cni: &'a Cni,
+    target: DelTarget<'a>,
+    rt: &'a RuntimeConf,
+    opts: CallOptions,
+}
+
+common_request_methods!(DelRequest);
+
+impl<'a> IntoFuture for DelRequest<'a> {
+    type Output = Result<(), Error>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            match self.target {
+                DelTarget::Net(net) => {
+                    let deadline = self.cni.deadline(Command::Del, &self.opts);
+                    self.cni.del(&net?, self.rt, deadline).await
+                }
+                DelTarget::Cached(network) => {
+                    self.cni.run_del_cached(network, self.rt, &self.opts).await
+                }
+            }
+        })
+    }
+}
+
+/// A CHECK ready to run ([`Cni::check_network_list`],
+/// [`Cni::check_network`]): `.await` it, after setting options if needed.
+#[must_use = "an operation does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct CheckRequest<'a> {
+    cni: &'a Cni,
+    net: Result<Net<'a>, Error>,
+    rt: &'a RuntimeConf,
+    opts: CallOptions,
+}
+
+common_request_methods!(CheckRequest);
+
+impl<'a> IntoFuture for CheckRequest<'a> {
+    type Output = Result<(), Error>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.cni.check(self.net?, self.rt, &self.opts).await })
+    }
+}
+
+/// A STATUS ready to run ([`Cni::status_network_list`]): `.await` it,
+/// after setting options if needed.
+#[must_use = "an operation does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct StatusRequest<'a> {
+    cni: &'a Cni,
+    list: &'a NetworkConfigList,
+    opts: CallOptions,
+}
+
+common_request_methods!(StatusRequest);
+
+impl<'a> IntoFuture for StatusRequest<'a> {
+    type Output = Result<(), Error>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.cni.run_status(self.list, &self.opts).await })
+    }
+}
+
+/// A GC ready to run ([`Cni::gc_network_list`]): `.await` it, after
+/// setting options if needed.
+#[must_use = "an operation does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct GcRequest<'a> {
+    cni: &'a Cni,
+    list: &'a NetworkConfigList,
+    valid_attachments: &'a [GcAttachment],
+    opts: CallOptions,
+}
+
+common_request_methods!(GcRequest);
+
+impl<'a> IntoFuture for GcRequest<'a> {
+    type Output = Result<GcSummary, Error>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            self.cni
+                .run_gc(self.list, self.valid_attachments, &self.opts)
+                .await
+        })
     }
 }

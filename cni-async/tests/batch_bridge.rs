@@ -266,7 +266,7 @@ exit 0"#,
     assert_eq!(attached, vec![0, 2, 4, 6, 8]);
     assert_eq!(failed, vec![1, 3, 5, 7, 9]);
     for m in batch.failed() {
-        let text = m.error().unwrap().to_string();
+        let text = cni_core::error::Chain(m.error().unwrap()).to_string();
         assert!(
             text.contains(&format!("network {odd_network:?} (ifname eth1) ADD")),
             "{text}"

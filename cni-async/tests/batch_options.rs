@@ -12,7 +12,8 @@ use cni_async::netns::Netns;
 use serde_json::json;
 use support::fake::{Fake, Response, Rig, conflist};
 use support::gate::Gate;
-use support::netns::{require_root, unique_id};
+use support::netns::unique_id;
+use support::require_root;
 
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.1.2.3/24"}]}"#;
 
@@ -58,7 +59,7 @@ fn multi(rig: &Rig, plugin: &str) -> MultiNetwork {
 
 #[tokio::test]
 async fn derived_ids_and_failed_members_released_at_once() {
-    require_root();
+    require_root!();
     let rig = Rig::new();
     // ADD fails in the namespaces with an odd number.
     let odd = r#"case "$CNI_NETNS" in *[13579]) echo '{"cniVersion":"1.0.0","code":100,"msg":"odd"}'; exit 1;; esac"#;
@@ -119,7 +120,7 @@ async fn derived_ids_and_failed_members_released_at_once() {
 
 #[tokio::test]
 async fn a_stopped_setup_returns_what_it_set_up_and_a_stopped_teardown_leaves_it() {
-    require_root();
+    require_root!();
     let rig = Rig::new();
     let gate = Gate::new(rig.dir.root());
     rig.fake(

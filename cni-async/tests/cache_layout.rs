@@ -159,7 +159,8 @@ async fn record_has_libcni_layout_and_decodes_with_cni_core() {
 async fn empty_fields_are_omitted_like_go_omitempty() {
     let rig = two_plugin_rig("10.210.1.2/24");
     let list = two_plugin_list("sparse");
-    let rt = RuntimeConf::new("c1", "", "eth0");
+    // ADD needs a netns (netns_rule.rs); no CNI_ARGS, no capability args.
+    let rt = RuntimeConf::new("c1", "/run/netns/sparse", "eth0");
     rig.cni().add_network_list(&list, &rt).await.expect("ADD");
     let value = rig.cache_json("sparse", "c1", "eth0").unwrap();
     let keys: Vec<&str> = value
@@ -176,6 +177,7 @@ async fn empty_fields_are_omitted_like_go_omitempty() {
             "config",
             "ifName",
             "networkName",
+            "netns",
             "result"
         ]
     );
@@ -510,7 +512,7 @@ async fn cached_attachments_lists_all_or_one_container() {
     cni.add_network_list(&net2, &rt_with_args("c2"))
         .await
         .unwrap();
-    cni.add_network_list(&net2, &RuntimeConf::new("c11", "", "eth0"))
+    cni.add_network_list(&net2, &RuntimeConf::new("c11", "/run/netns/c11", "eth0"))
         .await
         .unwrap();
     // Not listed: a legacy bare result, garbage, a record under a wrong name.
@@ -615,9 +617,7 @@ async fn del_cached_uses_the_stored_config_and_args() {
     drop(list);
 
     let bare = RuntimeConf::new("c1", "", "eth0");
-    cni.del_cached("gone", &bare, Default::default())
-        .await
-        .expect("del_cached");
+    cni.del_cached("gone", &bare).await.expect("del_cached");
     let calls = rig.dir.invocations();
     let d = dels(&calls);
     assert_eq!(
@@ -638,10 +638,7 @@ async fn del_cached_uses_the_stored_config_and_args() {
     );
     assert!(!rig.cache_file("gone", "c1", "eth0").exists());
 
-    let err = cni
-        .del_cached("gone", &bare, Default::default())
-        .await
-        .unwrap_err();
+    let err = cni.del_cached("gone", &bare).await.unwrap_err();
     assert!(matches!(err, Error::NotAttached { .. }), "{err}");
     assert_eq!(err.code(), 3);
 }
@@ -697,9 +694,7 @@ async fn del_cached_runs_plugins_that_came_from_plugin_files() {
     cni.add_network_list(&list, &rt).await.expect("ADD");
     fs::remove_dir_all(&confdir).unwrap();
 
-    cni.del_cached("files", &rt, Default::default())
-        .await
-        .expect("del_cached");
+    cni.del_cached("files", &rt).await.expect("del_cached");
     let calls = rig.dir.invocations();
     let d = dels(&calls);
     assert_eq!(

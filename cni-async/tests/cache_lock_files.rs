@@ -85,7 +85,8 @@ async fn no_lock_file_is_left_for_an_attachment_that_does_not_exist() {
                 ..Default::default()
             };
             let err = cni
-                .add_network_list_with(&list, &rt(&format!("fail-{i}-{rollback}")), opts)
+                .add_network_list(&list, &rt(&format!("fail-{i}-{rollback}")))
+                .options(&opts)
                 .await
                 .unwrap_err();
             assert!(err.is_plugin_code(120), "{err}");
@@ -100,7 +101,8 @@ async fn no_lock_file_is_left_for_an_attachment_that_does_not_exist() {
             rollback: true,
         };
         let err = cni
-            .add_network_list_with(&list, &rt(&format!("slow-{i}")), opts)
+            .add_network_list(&list, &rt(&format!("slow-{i}")))
+            .options(&opts)
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Timeout { .. }), "{err}");

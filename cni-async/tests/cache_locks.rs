@@ -5,6 +5,7 @@
 mod support;
 
 use std::fs;
+use std::future::IntoFuture;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -74,11 +75,8 @@ async fn concurrent_adds_on_one_attachment_do_not_overlap() {
         // its own deadline.
         gate.wait_started(1).await;
         let refused = cni
-            .add_network_list_with(
-                &list,
-                &rt,
-                CallOptions::with_timeout(Duration::from_secs(1)),
-            )
+            .add_network_list(&list, &rt)
+            .timeout(Duration::from_secs(1))
             .await;
         assert!(
             matches!(refused, Err(Error::CacheLocked { .. })),
@@ -87,7 +85,7 @@ async fn concurrent_adds_on_one_attachment_do_not_overlap() {
         assert_eq!(gate.started(), 1, "a plugin ran while the lock was held");
         // One that waits long enough runs once the first is done: started
         // (it finds the lock taken), then the first goes on.
-        let second = cni.add_network_list(&list, &rt);
+        let second = cni.add_network_list(&list, &rt).into_future();
         tokio::pin!(second);
         let early = poll_once(&mut second).await;
         gate.release();
@@ -145,7 +143,8 @@ async fn lock_held_past_the_deadline_gives_cache_locked() {
 
     let started = Instant::now();
     let err = cni
-        .add_network_list_with(&list, &rt, opts)
+        .add_network_list(&list, &rt)
+        .options(&opts)
         .await
         .unwrap_err();
     let waited = started.elapsed();
@@ -164,12 +163,14 @@ async fn lock_held_past_the_deadline_gives_cache_locked() {
     );
 
     let err = cni
-        .del_network_list_with(&list, &rt, opts)
+        .del_network_list(&list, &rt)
+        .options(&opts)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::CacheLocked { .. }), "DEL: {err}");
     let err = cni
-        .check_network_list_with(&list, &rt, opts)
+        .check_network_list(&list, &rt)
+        .options(&opts)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::CacheLocked { .. }), "CHECK: {err}");

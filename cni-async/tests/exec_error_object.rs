@@ -105,7 +105,8 @@ async fn add_error_object_with_exit_0_rolls_back_like_any_failure() {
     };
     let err = rig
         .cni()
-        .add_network_list_with(&two_plugins("1.1.0"), &runtime("c1", "eth0"), opts)
+        .add_network_list(&two_plugins("1.1.0"), &runtime("c1", "eth0"))
+        .options(&opts)
         .await
         .expect_err("an error object is an error");
     assert_plugin_error(&err, "second", Command::Add, 11);

@@ -71,7 +71,8 @@ async fn plugin_output_is_logged_escaped() {
     };
     let err = rig
         .cni()
-        .add_network_list_with(&list, &runtime("c1", "eth0"), opts)
+        .add_network_list(&list, &runtime("c1", "eth0"))
+        .options(&opts)
         .await
         .expect_err("the second plugin fails");
     assert_eq!(err.code(), 101);

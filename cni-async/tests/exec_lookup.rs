@@ -137,7 +137,7 @@ async fn spawn_failures_are_typed_and_name_the_path() {
     );
     let err = RawExec::new().exec(req).await.expect_err("missing");
     assert_eq!(err.code(), 5);
-    let msg = err.to_string();
+    let msg = cni_core::error::Chain(&err).to_string();
     assert!(
         msg.starts_with(&format!(
             "cannot execute plugin {} (fake ADD): ",

@@ -218,7 +218,7 @@ async fn when_the_second_network_fails_the_first_is_rolled_back() {
         let sandbox = Sandbox::new(format!("rb{i}-{}", net.id()), ns.path().to_str().unwrap());
 
         let e = multi.setup(&sandbox).await.unwrap_err();
-        let text = e.to_string();
+        let text = cni_core::error::Chain(&e).to_string();
         assert!(
             matches!(e, Error::Context { .. }),
             "{mode:?}: one network failed, rolled back cleanly: {e:?}"

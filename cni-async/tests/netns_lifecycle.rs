@@ -180,7 +180,12 @@ fn an_empty_file_left_by_an_interrupted_create_is_not_a_namespace_but_deletable(
     let _cleanup = IpNetnsCleanup(name.clone());
 
     let err = Netns::open(&path).expect_err("an empty file");
-    assert!(err.to_string().contains("not a network namespace"), "{err}");
+    assert!(
+        cni_core::error::Chain(&err)
+            .to_string()
+            .contains("not a network namespace"),
+        "{err}"
+    );
     Netns::delete_named(&name).expect("delete the leftover");
     assert!(!path.exists());
 }
@@ -273,7 +278,9 @@ fn open_by_proc_path_and_rejects_other_files() {
     for not_net in ["/proc/self/ns/uts", "/proc/self/ns/mnt", "/etc/hostname"] {
         let err = Netns::open(not_net).expect_err(not_net);
         assert!(
-            err.to_string().contains("not a network namespace"),
+            cni_core::error::Chain(&err)
+                .to_string()
+                .contains("not a network namespace"),
             "{not_net}: {err}"
         );
     }
@@ -295,7 +302,9 @@ fn delete_refuses_a_name_that_now_refers_to_another_namespace() {
         .delete()
         .expect_err("must not delete the new namespace");
     assert!(
-        err.to_string().contains("another network namespace"),
+        cni_core::error::Chain(&err)
+            .to_string()
+            .contains("another network namespace"),
         "{err}"
     );
     assert!(run_path(&name).exists());

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use cni_async::{CallOptions, Error};
+use cni_async::Error;
 use cni_core::RuntimeConf;
 use serde_json::json;
 use support::fake::{
@@ -54,15 +54,12 @@ async fn the_deadline_is_shared_across_the_chain() {
     let cni = rig.cni();
     let rt = rt();
     let started = Instant::now();
-    let (r, ()) = tokio::join!(
-        cni.add_network_list_with(&list, &rt, CallOptions::with_timeout(deadline)),
-        async {
-            // The operation (and its deadline) began before p1 started.
-            gate.wait_started(1).await;
-            tokio::time::sleep(held).await;
-            gate.release();
-        }
-    );
+    let (r, ()) = tokio::join!(cni.add_network_list(&list, &rt).timeout(deadline), async {
+        // The operation (and its deadline) began before p1 started.
+        gate.wait_started(1).await;
+        tokio::time::sleep(held).await;
+        gate.release();
+    });
     let elapsed = started.elapsed();
     let err = r.unwrap_err();
     match &err {
@@ -149,7 +146,8 @@ async fn a_hanging_plugin_and_its_grandchild_are_killed_at_the_deadline() {
     let started = Instant::now();
     let err = rig
         .cni()
-        .add_network_list_with(&list, &rt(), CallOptions::with_timeout(timeout))
+        .add_network_list(&list, &rt())
+        .timeout(timeout)
         .await
         .unwrap_err();
     let elapsed = started.elapsed();

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use cni_async::{CallOptions, Error};
+use cni_async::Error;
 use cni_core::stdin::GcAttachment;
 use cni_core::{NetworkConfigList, RuntimeConf};
 use serde_json::json;
@@ -79,9 +79,7 @@ async fn hanging_stale_dels_share_one_gc_deadline() {
     let cni = rig.cni();
 
     let started = Instant::now();
-    let out = cni
-        .gc_network_list_with(&list, &[], CallOptions::with_timeout(GC_DEADLINE))
-        .await;
+    let out = cni.gc_network_list(&list, &[]).timeout(GC_DEADLINE).await;
     let elapsed = started.elapsed();
     println!("GC with {STALE} hanging DELs and a {GC_DEADLINE:?} deadline took {elapsed:?}");
     assert!(
@@ -154,7 +152,8 @@ async fn no_time_left_for_the_plugins_gc_is_an_error_naming_what_is_left() {
     let started = Instant::now();
     let err = rig
         .cni()
-        .gc_network_list_with(&list, &[], CallOptions::with_timeout(GC_DEADLINE))
+        .gc_network_list(&list, &[])
+        .timeout(GC_DEADLINE)
         .await
         .unwrap_err();
     let elapsed = started.elapsed();

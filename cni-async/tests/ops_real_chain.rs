@@ -221,7 +221,8 @@ async fn rollback_of_a_failed_real_chain_frees_the_ip() {
         ..Default::default()
     };
     let err = cni
-        .add_network_list_with(&list, &rt, opts)
+        .add_network_list(&list, &rt)
+        .options(&opts)
         .await
         .unwrap_err();
     let msg = err.to_string();

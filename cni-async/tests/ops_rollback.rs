@@ -94,7 +94,8 @@ async fn failed_add_is_rolled_back_last_to_first_with_the_last_good_result() {
     };
     let err = rig
         .cni()
-        .add_network_list_with(&list(), &rt(), opts)
+        .add_network_list(&list(), &rt())
+        .options(&opts)
         .await
         .unwrap_err();
     assert!(err.is_plugin_code(110), "the ADD's error comes back: {err}");
@@ -153,7 +154,8 @@ async fn rollback_after_a_timeout_gets_a_fresh_deadline() {
     let started = Instant::now();
     let err = rig
         .cni()
-        .add_network_list_with(&list(), &rt(), opts)
+        .add_network_list(&list(), &rt())
+        .options(&opts)
         .await
         .unwrap_err();
     let elapsed = started.elapsed();
@@ -208,7 +210,8 @@ async fn failing_rollback_reports_both_errors() {
     };
     let err = rig
         .cni()
-        .add_network_list_with(&list(), &rt(), opts)
+        .add_network_list(&list(), &rt())
+        .options(&opts)
         .await
         .unwrap_err();
     match &err {
@@ -251,7 +254,8 @@ async fn first_plugin_failing_is_rolled_back_without_prev_result() {
     };
     let err = rig
         .cni()
-        .add_network_list_with(&list, &rt(), opts)
+        .add_network_list(&list, &rt())
+        .options(&opts)
         .await
         .unwrap_err();
     assert!(err.is_plugin_code(7), "{err}");
@@ -283,7 +287,8 @@ async fn a_plugin_that_never_started_is_not_rolled_back() {
     };
     let err = rig
         .cni()
-        .add_network_list_with(&list, &rt(), opts)
+        .add_network_list(&list, &rt())
+        .options(&opts)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::PluginNotFound { .. }), "{err}");
@@ -314,7 +319,8 @@ async fn a_failed_cache_write_is_reported_and_rolled_back_on_request() {
         };
         let err = rig
             .cni()
-            .add_network_list_with(&list(), &rt(), opts)
+            .add_network_list(&list(), &rt())
+            .options(&opts)
             .await
             .unwrap_err();
         assert!(
@@ -359,7 +365,8 @@ async fn a_failed_rollback_after_a_failed_cache_write_is_reported() {
     };
     let err = rig
         .cni()
-        .add_network_list_with(&list(), &rt(), opts)
+        .add_network_list(&list(), &rt())
+        .options(&opts)
         .await
         .unwrap_err();
     match &err {

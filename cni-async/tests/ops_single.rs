@@ -43,7 +43,11 @@ async fn add_check_del_of_a_single_plugin_config() {
     let opts = Default::default();
     let path = rig.dir.bin().display().to_string();
 
-    let got = cni.add_network(&conf, &rt, opts).await.expect("ADD");
+    let got = cni
+        .add_network(&conf, &rt)
+        .options(&opts)
+        .await
+        .expect("ADD");
     assert_json_eq(&got.to_value(), &result(), "ADD result");
     let cached = rig
         .cache_json("single", "c1", "eth0")
@@ -66,8 +70,14 @@ async fn add_check_del_of_a_single_plugin_config() {
         Some(result())
     );
 
-    cni.check_network(&conf, &rt, opts).await.expect("CHECK");
-    cni.del_network(&conf, &rt, opts).await.expect("DEL");
+    cni.check_network(&conf, &rt)
+        .options(&opts)
+        .await
+        .expect("CHECK");
+    cni.del_network(&conf, &rt)
+        .options(&opts)
+        .await
+        .expect("DEL");
     assert!(rig.result_files().is_empty(), "cache entry removed");
     assert!(
         cni.cached_network_result(&conf, &rt)
@@ -108,18 +118,12 @@ async fn del_cached_after_a_single_network_add_runs_the_plugin() {
     let rig = rig();
     let cni = rig.cni();
     let conf = PluginConfig::from_bytes(CONF, None).unwrap();
-    cni.add_network(&conf, &rt(), Default::default())
-        .await
-        .expect("ADD");
+    cni.add_network(&conf, &rt()).await.expect("ADD");
     drop(conf);
 
-    cni.del_cached(
-        "single",
-        &RuntimeConf::new("c1", "", "eth0"),
-        Default::default(),
-    )
-    .await
-    .expect("del_cached");
+    cni.del_cached("single", &RuntimeConf::new("c1", "", "eth0"))
+        .await
+        .expect("del_cached");
     let calls = rig.dir.invocations();
     assert_eq!(calls.len(), 2, "DEL did not run the plugin: {calls:#?}");
     let del = &calls[1];
@@ -140,18 +144,12 @@ async fn single_config_without_name_or_check_support_is_refused() {
     let cni = rig.cni();
     let nameless =
         PluginConfig::from_bytes(br#"{"cniVersion":"1.0.0","type":"one"}"#, None).unwrap();
-    let err = cni
-        .add_network(&nameless, &rt(), Default::default())
-        .await
-        .unwrap_err();
+    let err = cni.add_network(&nameless, &rt()).await.unwrap_err();
     assert_eq!(err.code(), 7, "{err}");
     let old =
         PluginConfig::from_bytes(br#"{"cniVersion":"0.3.1","name":"old","type":"one"}"#, None)
             .unwrap();
-    let err = cni
-        .check_network(&old, &rt(), Default::default())
-        .await
-        .unwrap_err();
+    let err = cni.check_network(&old, &rt()).await.unwrap_err();
     assert!(matches!(err, cni_async::Error::Unsupported { .. }), "{err}");
     let err = cni.validate_network(&old).await.unwrap_err();
     assert_eq!(err.code(), 1, "{err}");

@@ -285,11 +285,13 @@ async fn del_prev_result_only_from_0_4_0() {
         }
         let list = conflist(json!({"cniVersion": version, "name": "old",
             "plugins": [{"type": "a"}, {"type": "b"}]}));
-        let rt = RuntimeConf::new("c1", "", "eth0");
+        let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
         let cni = rig.cni();
         cni.add_network_list(&list, &rt).await.expect("ADD");
         assert!(rig.cache_file("old", "c1", "eth0").exists());
-        cni.del_network_list(&list, &rt).await.expect("DEL");
+        cni.del_network_list(&list, &RuntimeConf::new("c1", "", "eth0"))
+            .await
+            .expect("DEL");
         let calls = rig.dir.invocations();
         let dels: Vec<&Invocation> = calls.iter().filter(|c| c.command() == "DEL").collect();
         assert_eq!(
@@ -423,7 +425,7 @@ async fn cached_result_is_converted_when_the_list_version_changed() {
         "a",
         &Fake::new(Response::ok("")).on("ADD", Response::ok(&result.to_string())),
     );
-    let rt = RuntimeConf::new("c1", "", "eth0");
+    let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
     let cni = rig.cni();
     let old = conflist(json!({"cniVersion":"0.4.0","name":"bump","plugins":[{"type":"a"}]}));
     cni.add_network_list(&old, &rt).await.expect("ADD");

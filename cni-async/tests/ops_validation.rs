@@ -87,10 +87,16 @@ async fn traversal_names_are_refused_on_every_verb_before_anything_runs() {
         let errs = [
             (
                 "ADD",
-                cni.add_network_list_with(list, rt, opts).await.map(|_| ()),
+                cni.add_network_list(list, rt)
+                    .options(&opts)
+                    .await
+                    .map(|_| ()),
             ),
-            ("DEL", cni.del_network_list_with(list, rt, opts).await),
-            ("CHECK", cni.check_network_list_with(list, rt, opts).await),
+            ("DEL", cni.del_network_list(list, rt).options(&opts).await),
+            (
+                "CHECK",
+                cni.check_network_list(list, rt).options(&opts).await,
+            ),
             (
                 "cached_result",
                 cni.cached_result(list, rt).await.map(|_| ()),
@@ -99,7 +105,10 @@ async fn traversal_names_are_refused_on_every_verb_before_anything_runs() {
                 "cached_config",
                 cni.cached_config(list.name(), rt).await.map(|_| ()),
             ),
-            ("del_cached", cni.del_cached(list.name(), rt, opts).await),
+            (
+                "del_cached",
+                cni.del_cached(list.name(), rt).options(&opts).await,
+            ),
         ];
         for (verb, r) in errs {
             let err = r.expect_err(&format!("{verb} with {what} was accepted"));
@@ -264,14 +273,18 @@ async fn a_list_without_plugins_is_refused_and_the_entry_kept() {
     for (verb, r) in [
         (
             "ADD",
-            cni.add_network_list_with(&empty, &rt, opts)
+            cni.add_network_list(&empty, &rt)
+                .options(&opts)
                 .await
                 .map(|_| ()),
         ),
-        ("DEL", cni.del_network_list_with(&empty, &rt, opts).await),
+        (
+            "DEL",
+            cni.del_network_list(&empty, &rt).options(&opts).await,
+        ),
         (
             "CHECK",
-            cni.check_network_list_with(&empty, &rt, opts).await,
+            cni.check_network_list(&empty, &rt).options(&opts).await,
         ),
     ] {
         let err = r.expect_err(verb);

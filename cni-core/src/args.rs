@@ -13,6 +13,7 @@
 //! ```
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -237,20 +238,40 @@ pub struct RuntimeConf {
     pub capability_args: CapabilityArgs,
 }
 
+/// A netns path as the string `CNI_NETNS` carries: the path itself when it
+/// is UTF-8, else its lossy form, which [`validate::netns_path`] refuses.
+pub fn netns_string(path: &Path) -> String {
+    match path.to_str() {
+        Some(s) => s.to_owned(),
+        None => path.to_string_lossy().into_owned(),
+    }
+}
+
 impl RuntimeConf {
     /// A runtime configuration with no `CNI_ARGS` and no capability arguments.
+    ///
+    /// `netns` is a path (`&str`, `String`, `&Path`, `PathBuf`, ...), kept
+    /// as the string plugins get in `CNI_NETNS`. A path that is not valid
+    /// UTF-8 cannot be passed that way: it is kept with U+FFFD in place of
+    /// the bad bytes, and [`RuntimeConf::validate`] (run by every verb)
+    /// refuses it.
     pub fn new(
         container_id: impl Into<String>,
-        netns: impl Into<String>,
+        netns: impl AsRef<Path>,
         ifname: impl Into<String>,
     ) -> Self {
         RuntimeConf {
             container_id: container_id.into(),
-            netns: netns.into(),
+            netns: netns_string(netns.as_ref()),
             ifname: ifname.into(),
             args: CniArgs::new(),
             capability_args: CapabilityArgs::new(),
         }
+    }
+
+    /// The netns as a path (empty when none was given).
+    pub fn netns_path(&self) -> &Path {
+        Path::new(&self.netns)
     }
 
     /// Checks the container ID, interface name, `CNI_ARGS` and the netns
@@ -326,6 +347,19 @@ mod tests {
             assert!(rt.validate().is_err(), "{c:?}");
         }
         CniArgs::parse("K8S_POD_NAME=wéb-0;IgnoreUnknown=1").unwrap();
+    }
+
+    #[test]
+    fn netns_is_a_path_and_non_utf8_is_refused() {
+        use std::os::unix::ffi::OsStrExt;
+        let rt = RuntimeConf::new("c1", Path::new("/run/netns/a"), "eth0");
+        assert_eq!(rt.netns, "/run/netns/a");
+        assert_eq!(rt.netns_path(), Path::new("/run/netns/a"));
+        rt.validate().unwrap();
+        let bad = Path::new(std::ffi::OsStr::from_bytes(b"/run/netns/\xff"));
+        let e = RuntimeConf::new("c1", bad, "eth0").validate().unwrap_err();
+        assert_eq!(e.code(), 4);
+        assert!(e.to_string().contains("not valid UTF-8"), "{e}");
     }
 
     #[test]

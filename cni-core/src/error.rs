@@ -210,7 +210,7 @@ fn list_skipped(skipped: &[SkippedFile]) -> String {
 #[non_exhaustive]
 pub enum Error {
     /// A file or directory could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Io {
         /// The file or directory.
         path: PathBuf,
@@ -330,7 +330,7 @@ pub enum Error {
     },
 
     /// Building JSON failed (only for inputs that cannot be serialized).
-    #[error("cannot encode {what}: {source}")]
+    #[error("cannot encode {what}")]
     Encode {
         /// What was being encoded.
         what: String,
@@ -368,7 +368,7 @@ impl Error {
             Error::InvalidParameter { value, .. } => value.clone(),
             _ => String::new(),
         };
-        ErrorObject::new(cni_version, self.code(), self.to_string(), details)
+        ErrorObject::new(cni_version, self.code(), Chain(self).to_string(), details)
     }
 
     pub(crate) fn invalid_config(origin: impl fmt::Display, reason: impl Into<String>) -> Self {
@@ -472,5 +472,24 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("10-bad.conflist"), "{msg}");
         assert!(msg.starts_with(r#"no network configuration with name "net" in /etc/cni/net.d"#));
+    }
+}
+
+/// An error and its causes on one line, `error: cause: cause`: for the
+/// places that have one line for it (a CNI error object's `msg`, a log
+/// field). Each message names only its own part (the cause is reached
+/// through `source()`), so this and anyhow's `{:#}` print every part once.
+#[derive(Debug, Clone, Copy)]
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(e) = next {
+            write!(f, ": {e}")?;
+            next = e.source();
+        }
+        Ok(())
     }
 }

@@ -223,7 +223,8 @@ pub fn plugin_type(ty: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Checks a netns path as every verb needs it (code 4): no NUL, no other
+/// Checks a netns path as every verb needs it (code 4): valid UTF-8 (no
+/// U+FFFD, which stands for bytes that were not), no NUL, no other
 /// [unprintable](is_unprintable) character. The empty path (DEL of a
 /// namespace that is gone) passes; whether the path is absolute and names a
 /// network namespace is the caller's check (`cni_async` has one).
@@ -236,6 +237,12 @@ pub fn netns_path(path: &str) -> Result<(), Error> {
             code::INVALID_ENVIRONMENT_VARIABLES,
         )
     };
+    if path.contains(char::REPLACEMENT_CHARACTER) {
+        // What `RuntimeConf::new` stores for a path that is not UTF-8.
+        return Err(bad(
+            "not valid UTF-8 (CNI_NETNS reaches plugins as a string; use a UTF-8 path)",
+        ));
+    }
     if path.contains('\0') {
         return Err(bad("contains NUL"));
     }

@@ -63,7 +63,7 @@ const RESPONSE_MAX: usize = 64 * 1024 * 1024;
 #[non_exhaustive]
 pub enum ClientError {
     /// The socket could not be reached.
-    #[error("cannot connect to cnid at {}: {source}", path.display())]
+    #[error("cannot connect to cnid at {}", path.display())]
     Connect {
         /// The socket path.
         path: PathBuf,
@@ -72,7 +72,7 @@ pub enum ClientError {
         source: std::io::Error,
     },
     /// The HTTP exchange failed (connection closed, protocol error).
-    #[error("HTTP exchange with cnid at {} failed: {source}", path.display())]
+    #[error("HTTP exchange with cnid at {} failed", path.display())]
     Http {
         /// The socket path.
         path: PathBuf,

@@ -67,7 +67,7 @@ fn batch_runs_in_a_lone_cnitool() {
 #[test]
 fn the_socket_runs_in_a_lone_cnitool() {
     let dirs = Dirs::new();
-    let plugins = PluginDir::new(dirs.root());
+    let plugins = PluginDir::in_dir(dirs.root());
     plugins.fake("a", &Fake::plugin("1.0.0", "10.9.8.7/24"));
     std::fs::write(
         dirs.conf.join("lonenet.conflist"),

@@ -721,7 +721,8 @@ impl Runner {
                 let rt = RuntimeConf::new(container_id(case), netns, "eth0");
                 Answer::of_lib(
                     self.cni(case)
-                        .add_network_list_with(list, &rt, Self::opts())
+                        .add_network_list(list, &rt)
+                        .options(&Self::opts())
                         .await,
                 )
             }
@@ -740,9 +741,13 @@ impl Runner {
                 let cni = self.cni(case);
                 if case.env == Env::ConfRemoved {
                     // The caller no longer has the configuration.
-                    Answer::of_lib(cni.del_cached(&net_name(case), &rt, Self::opts()).await)
+                    Answer::of_lib(
+                        cni.del_cached(&net_name(case), &rt)
+                            .options(&Self::opts())
+                            .await,
+                    )
                 } else {
-                    Answer::of_lib(cni.del_network_list_with(list, &rt, Self::opts()).await)
+                    Answer::of_lib(cni.del_network_list(list, &rt).options(&Self::opts()).await)
                 }
             }
             Via::Daemon { client, .. } => Answer::of_client(

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use cni_core::error::Chain;
 use cni_core::validate::Escaped;
 use futures::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -320,7 +321,7 @@ impl RawExec {
             }
             Some(exit) => {
                 let e = plugin_failure(req.plugin_type, req.command, exit, &out, &err);
-                tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, error = %Escaped(&e), "plugin failed");
+                tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, error = %Escaped(Chain(&e)), "plugin failed");
                 Err(e)
             }
         }

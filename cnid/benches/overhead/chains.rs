@@ -10,6 +10,7 @@
 //! summarised: median and 10th–90th percentile.
 
 use std::ffi::{OsStr, OsString};
+use std::future::IntoFuture;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -186,13 +187,13 @@ impl Runner {
             }
             Runner::InProcess { cni, list, rt, .. } => {
                 let s = Instant::now();
-                tokio.block_on(cni.add_network_list(list, rt))?;
+                tokio.block_on(cni.add_network_list(list, rt).into_future())?;
                 t[0] = s.elapsed().as_secs_f64();
                 let s = Instant::now();
-                tokio.block_on(cni.check_network_list(list, rt))?;
+                tokio.block_on(cni.check_network_list(list, rt).into_future())?;
                 t[1] = s.elapsed().as_secs_f64();
                 let s = Instant::now();
-                tokio.block_on(cni.del_network_list(list, rt))?;
+                tokio.block_on(cni.del_network_list(list, rt).into_future())?;
                 t[2] = s.elapsed().as_secs_f64();
             }
             Runner::Cnitool {

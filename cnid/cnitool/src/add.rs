@@ -13,7 +13,7 @@ pub(crate) async fn exec(
     global: &GlobalArgs,
     args: &AttachmentArgs,
 ) -> anyhow::Result<()> {
-    let rt = setup::runtime_conf(env, &args.netns, global.ifname.as_deref())?;
+    let rt = setup::runtime_conf_for_add(env, &args.netns, global.ifname.as_deref())?;
     let result = backend.add(&args.network, &rt).await?;
     report::print_stdout(&result.to_json_pretty())?;
     Ok(())

@@ -83,20 +83,31 @@ impl Local {
 impl Backend for Local {
     async fn add(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<CniResult> {
         let list = self.load(network)?;
-        Ok(self.cni.add_network_list_with(&list, rt, self.opts).await?)
+        Ok(self
+            .cni
+            .add_network_list(&list, rt)
+            .options(&self.opts)
+            .await?)
     }
 
     async fn check(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<()> {
         let list = self.load(network)?;
         Ok(self
             .cni
-            .check_network_list_with(&list, rt, self.opts)
+            .check_network_list(&list, rt)
+            .options(&self.opts)
             .await?)
     }
 
     async fn del(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<()> {
         let not_found = match self.load(network) {
-            Ok(list) => return Ok(self.cni.del_network_list_with(&list, rt, self.opts).await?),
+            Ok(list) => {
+                return Ok(self
+                    .cni
+                    .del_network_list(&list, rt)
+                    .options(&self.opts)
+                    .await?);
+            }
             Err(
                 e @ (cni_core::Error::NetworkNotFound { .. } | cni_core::Error::NoConfigs { .. }),
             ) => e,
@@ -104,13 +115,13 @@ impl Backend for Local {
         };
         // The configuration is gone: DEL with the one stored at ADD
         // (spec-digest 10.10). Without a cache entry, the original error.
-        match self.cni.del_cached(network, rt, self.opts).await {
+        match self.cni.del_cached(network, rt).options(&self.opts).await {
             Ok(()) => {
                 tracing::info!(network, container = %rt.container_id, ifname = %rt.ifname,
                     "network configuration not found; deleted with the cached configuration");
                 Ok(())
             }
-            Err(cni_async::Error::NotAttached { .. }) => Err(not_found.into()),
+            Err(e) if e.kind() == cni_async::ErrorKind::NotAttached => Err(not_found.into()),
             Err(e) => Err(e.into()),
         }
     }
@@ -118,13 +129,21 @@ impl Backend for Local {
     async fn gc(&self, network: &str) -> anyhow::Result<GcSummary> {
         let list = self.load(network)?;
         // Any attachment left fails the command, as the reference's GC.
-        let summary = self.cni.gc_network_list_with(&list, &[], self.opts).await?;
+        let summary = self
+            .cni
+            .gc_network_list(&list, &[])
+            .options(&self.opts)
+            .await?;
         Ok(summary.into_result(network)?)
     }
 
     async fn status(&self, network: &str) -> anyhow::Result<()> {
         let list = self.load(network)?;
-        Ok(self.cni.status_network_list_with(&list, self.opts).await?)
+        Ok(self
+            .cni
+            .status_network_list(&list)
+            .options(&self.opts)
+            .await?)
     }
 
     async fn version(&self, plugin_type: &str) -> anyhow::Result<PluginInfo> {

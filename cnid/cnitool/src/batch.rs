@@ -295,8 +295,15 @@ impl Teardown<'_> {
                 rt.netns.clear();
             }
             let result = match self.config {
-                Config::Current(list) => self.cni.del_network_list_with(list, &rt, self.opts).await,
-                Config::Cached(network) => self.cni.del_cached(network, &rt, self.opts).await,
+                Config::Current(list) => {
+                    self.cni
+                        .del_network_list(list, &rt)
+                        .options(&self.opts)
+                        .await
+                }
+                Config::Cached(network) => {
+                    self.cni.del_cached(network, &rt).options(&self.opts).await
+                }
             };
             match result {
                 Ok(()) => out.detached += 1,

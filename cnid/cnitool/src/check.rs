@@ -11,6 +11,6 @@ pub(crate) async fn exec(
     global: &GlobalArgs,
     args: &AttachmentArgs,
 ) -> anyhow::Result<()> {
-    let rt = setup::runtime_conf(env, &args.netns, global.ifname.as_deref())?;
+    let rt = setup::runtime_conf_for_add(env, &args.netns, global.ifname.as_deref())?;
     backend.check(&args.network, &rt).await
 }

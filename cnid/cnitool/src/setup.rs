@@ -235,6 +235,42 @@ pub(crate) fn absolute_path(env: Env<'_>, path: &str) -> Result<String, ToolErro
     Ok(clean(&format!("{wd}/{path}")))
 }
 
+/// Where `ip netns add NAME` puts a named network namespace.
+#[allow(dead_code)] // not in cnitool-batch
+pub(crate) const NETNS_RUN_DIR: &str = "/run/netns";
+
+/// ADD and CHECK: a bare NAME that is not a file in the working directory
+/// but is a named namespace in `run_dir` is refused with a hint, instead of
+/// resolving it against the working directory (as the reference does) and
+/// failing later. `resolved` is the absolute path the argument became.
+pub(crate) fn bare_netns_hint(netns: &str, resolved: &str, run_dir: &Path) -> Option<String> {
+    if netns.is_empty() || netns.contains('/') || netns == "." || netns == ".." {
+        return None;
+    }
+    let named = run_dir.join(netns);
+    if Path::new(resolved).exists() || !named.exists() {
+        return None;
+    }
+    Some(format!(
+        "netns {netns:?} is a path relative to the working directory ({resolved} does not exist); did you mean {}?",
+        named.display()
+    ))
+}
+
+/// [`runtime_conf`] for ADD and CHECK, with [`bare_netns_hint`] applied.
+#[allow(dead_code)] // not in cnitool-batch
+pub(crate) fn runtime_conf_for_add(
+    env: Env<'_>,
+    netns: &str,
+    ifname_flag: Option<&str>,
+) -> anyhow::Result<RuntimeConf> {
+    let rt = runtime_conf(env, netns, ifname_flag)?;
+    if let Some(hint) = bare_netns_hint(netns, &rt.netns, Path::new(NETNS_RUN_DIR)) {
+        return Err(ToolError::new(code::INVALID_ENVIRONMENT_VARIABLES, hint).into());
+    }
+    Ok(rt)
+}
+
 /// Go's `os.Getwd`: `$PWD` when it is absolute and names the current
 /// directory (so a path through a symlink is kept, as the shell shows it),
 /// otherwise the kernel's answer. Matching Go here keeps container IDs equal
@@ -342,6 +378,24 @@ mod tests {
         ] {
             assert_eq!(clean(input), want, "clean({input:?})");
         }
+    }
+
+    #[test]
+    fn a_bare_name_of_a_named_netns_gets_a_hint() {
+        let run = tempfile::tempdir().unwrap();
+        let wd = tempfile::tempdir().unwrap();
+        std::fs::write(run.path().join("nu-c2"), b"").unwrap();
+        let resolved = wd.path().join("nu-c2").display().to_string();
+        let hint = bare_netns_hint("nu-c2", &resolved, run.path()).unwrap();
+        assert!(
+            hint.ends_with(&format!("did you mean {}/nu-c2?", run.path().display())),
+            "{hint}"
+        );
+        // Not named there, a path, or a file of the working dir: no hint.
+        assert_eq!(bare_netns_hint("other", &resolved, run.path()), None);
+        assert_eq!(bare_netns_hint("./nu-c2", &resolved, run.path()), None);
+        std::fs::write(wd.path().join("nu-c2"), b"").unwrap();
+        assert_eq!(bare_netns_hint("nu-c2", &resolved, run.path()), None);
     }
 
     #[test]

@@ -194,13 +194,15 @@ impl Engine {
                     }
                     Work::Check { list, rt } => self
                         .cni
-                        .check_network_list_with(&list, &rt, opts)
+                        .check_network_list(&list, &rt)
+                        .options(&opts)
                         .await
                         .map(|()| reply(StatusCode::NO_CONTENT, None))
                         .map_err(|e| ApiError::from_cni(&e, list.version())),
                     Work::Status { list } => self
                         .cni
-                        .status_network_list_with(&list, opts)
+                        .status_network_list(&list)
+                        .options(&opts)
                         .await
                         .map(|()| reply(StatusCode::NO_CONTENT, None))
                         .map_err(|e| ApiError::from_cni(&e, list.version())),
@@ -273,7 +275,7 @@ impl Engine {
                 .in_version(version));
             }
         };
-        match self.cni.add_network_list_with(list, rt, opts).await {
+        match self.cni.add_network_list(list, rt).options(&opts).await {
             Ok(result) => match self.intents.finish(pending).await {
                 Ok(()) => {
                     self.owners.insert(net, rt);
@@ -283,10 +285,7 @@ impl Engine {
                     // A restart would DEL an attachment the caller believes
                     // made: undo it now and say so.
                     tracing::error!(error = %e, "cannot remove the ADD intent; deleting the attachment again");
-                    let undo = self
-                        .cni
-                        .del_network_list_with(list, rt, CallOptions::default())
-                        .await;
+                    let undo = self.cni.del_network_list(list, rt).await;
                     if undo.is_err() {
                         let _ = self.intents.write(&intent).await;
                     }
@@ -387,7 +386,8 @@ impl Engine {
                         match &n.list {
                             Some(list) => self
                                 .cni
-                                .check_network_list_with(list, &n.rt, left(false))
+                                .check_network_list(list, &n.rt)
+                                .options(&left(false))
                                 .await
                                 .map(|()| reply(StatusCode::NO_CONTENT, None))
                                 .map_err(|e| ApiError::from_cni(&e, list.version())),
@@ -466,17 +466,17 @@ impl Engine {
     ) -> Outcome {
         let version = list.map_or(Version::CURRENT, |l| l.version());
         let res = match list {
-            Some(list) => self.cni.del_network_list_with(list, rt, opts).await,
+            Some(list) => self.cni.del_network_list(list, rt).options(&opts).await,
             // Not in the conf dir: the configuration stored at ADD.
-            None => match self.cni.del_cached(network, rt, opts).await {
-                Err(cni_async::Error::NotAttached { .. }) => {
+            None => match self.cni.del_cached(network, rt).options(&opts).await {
+                Err(e) if e.kind() == cni_async::ErrorKind::NotAttached => {
                     match self
                         .intents
                         .read(network, &rt.container_id, &rt.ifname)
                         .await
                     {
                         Some(intent) => match NetworkConfigList::from_bytes(&intent.config, None) {
-                            Ok(l) => self.cni.del_network_list_with(&l, rt, opts).await,
+                            Ok(l) => self.cni.del_network_list(&l, rt).options(&opts).await,
                             Err(e) => Err(e.into()),
                         },
                         None => {
@@ -554,7 +554,12 @@ impl Engine {
                 continue;
             }
             let res = match NetworkConfigList::from_bytes(&intent.config, None) {
-                Ok(l) => self.cni.del_network_list_with(&l, &intent.rt, left()).await,
+                Ok(l) => {
+                    self.cni
+                        .del_network_list(&l, &intent.rt)
+                        .options(&left())
+                        .await
+                }
                 Err(e) => Err(e.into()),
             };
             match res {
@@ -575,7 +580,7 @@ impl Engine {
                 }
             }
         }
-        match self.cni.gc_network_list_with(list, valid, left()).await {
+        match self.cni.gc_network_list(list, valid).options(&left()).await {
             Ok(summary) => {
                 for d in summary.deleted {
                     if !deleted.contains(&d) {

@@ -319,7 +319,7 @@ impl Intents {
         if !bytes.is_empty() {
             let f = OpenOptions::new()
                 .write(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
                 .open(&path)
                 .map_err(|e| ctx(&path, "open", e))?;
             f.set_len(0)
@@ -437,7 +437,7 @@ impl Intents {
             .append(true)
             .create(true)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
             .open(&path)
             .map_err(|e| ctx(&path, "open", e))?;
         j.len = f.metadata().map(|m| m.len()).unwrap_or(0);

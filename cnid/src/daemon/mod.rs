@@ -192,7 +192,7 @@ pub enum Error {
         reason: String,
     },
     /// The socket could not be bound or taken from systemd.
-    #[error("socket {}: {source}", path.display())]
+    #[error("socket {}", path.display())]
     Socket {
         /// The socket path.
         path: PathBuf,
