@@ -58,10 +58,10 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
 
-# CNI_TEST_REQUIRE_ROOT=1: a root-only test fails rather than skips when
+# CNIRS_TEST_REQUIRE_ROOT=1: a root-only test fails rather than skips when
 # this is not run as root (cni-async/testsupport/src/lib.rs).
 unit:
-	CNI_TEST_REQUIRE_ROOT=1 $(CARGO) test --workspace --all-targets --all-features
+	CNIRS_TEST_REQUIRE_ROOT=1 $(CARGO) test --workspace --all-targets --all-features
 	$(CARGO) test --workspace --doc --all-features
 
 # fuzz-smoke last: 30 s per parser target (cargo-fuzz is installed if missing).

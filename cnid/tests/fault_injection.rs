@@ -634,7 +634,7 @@ impl Answer {
             Ok(_) => Answer::Ok,
             Err(e) => Answer::Failed {
                 code: e.code(),
-                msg: e.to_string(),
+                msg: cni_core::error::Chain(&e).to_string(),
                 lib: Some(e),
                 http: None,
             },

@@ -245,11 +245,6 @@ check() {{
     sh
 }
 
-fn is_root() -> bool {
-    // SAFETY: getuid has no preconditions.
-    unsafe { libc::getuid() == 0 }
-}
-
 #[test]
 fn readme_markers_are_understood() {
     let readme = "\
@@ -299,7 +294,9 @@ fn main() {}
 
 #[test]
 fn readme_snippets_run_in_order_and_leave_nothing_behind() {
-    assert!(is_root(), "this test needs root (namespaces, real plugins)");
+    cni_test_support::require_root!(
+        "it runs the README's snippets: namespaces, bridges, the real plugins"
+    );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()

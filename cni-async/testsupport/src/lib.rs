@@ -37,7 +37,7 @@
 //! **fails** these tests instead of skipping them when
 //! - the environment has `CI` set (to anything but empty, `0` or `false`),
 //!   as CI services do, or
-//! - `CNI_TEST_REQUIRE_ROOT=1` (`make test` sets it: it is the whole suite,
+//! - `CNIRS_TEST_REQUIRE_ROOT=1` (`make test` sets it: it is the whole suite,
 //!   run as root).
 #![warn(missing_docs)]
 
@@ -48,7 +48,7 @@ pub mod netns;
 pub mod process;
 
 /// Environment variable that turns a root-only test's skip into a failure.
-pub const REQUIRE_ROOT_VAR: &str = "CNI_TEST_REQUIRE_ROOT";
+pub const REQUIRE_ROOT_VAR: &str = "CNIRS_TEST_REQUIRE_ROOT";
 
 /// Whether this process runs as root (effective UID 0).
 pub fn is_root() -> bool {
@@ -62,7 +62,7 @@ pub fn euid() -> u32 {
 
 /// Whether a root-only test should run: `true` as root; otherwise prints
 /// why the test `test` is skipped on stderr and returns `false`, or panics
-/// when skipping is forbidden (`CI` set, or `CNI_TEST_REQUIRE_ROOT=1`; see
+/// when skipping is forbidden (`CI` set, or `CNIRS_TEST_REQUIRE_ROOT=1`; see
 /// the crate docs). `why` says what the test needs root for.
 #[track_caller]
 pub fn root_or_skip(test: &str, why: &str) -> bool {

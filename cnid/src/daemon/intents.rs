@@ -404,6 +404,27 @@ impl Intents {
         .await
     }
 
+    /// At a graceful exit, once every operation finished: removes the
+    /// journal when it holds no open ADD, so that a stopped cnid leaves only
+    /// what the next start needs. With open records (not expected after a
+    /// drain) it stays for the next start.
+    pub(crate) fn close(&self) {
+        let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        if !j.open.is_empty() {
+            return;
+        }
+        j.file = None;
+        j.len = 0;
+        let path = self.dir.join(JOURNAL);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "cannot remove the ADD journal at exit")
+            }
+        }
+    }
+
     /// An ADD that failed and could not be rolled back: its intent file is
     /// written (durably) before the journal's record is ended, so the
     /// attachment stays recorded until a DEL succeeds. When the file cannot
@@ -785,6 +806,36 @@ mod tests {
         let again = Intents::new(dir.path());
         again.prepare().unwrap();
         assert!(again.scan().unwrap().is_empty());
+    }
+
+    /// A graceful exit removes the journal when nothing is open, and keeps
+    /// it (for the next start) while an ADD is.
+    #[tokio::test]
+    async fn close_removes_the_journal_only_when_nothing_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        let p = intents
+            .begin(&Intent::new("n", &rt, b"{}".to_vec()))
+            .await
+            .unwrap()
+            .unwrap();
+        intents.close();
+        assert!(journal.exists(), "an open ADD keeps the journal");
+        intents.finish(p).await.unwrap();
+        intents.close();
+        assert!(!journal.exists(), "nothing open: removed");
+        // And the daemon may go on: the next ADD opens a new journal.
+        let p = intents
+            .begin(&Intent::new("n", &rt, b"{}".to_vec()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(journal.exists());
+        assert_eq!(open_names(dir.path()), ["n:c-1:eth0"]);
+        intents.finish(p).await.unwrap();
     }
 
     /// An attachment with an ADD in progress, or one not undone (its

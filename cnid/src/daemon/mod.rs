@@ -337,13 +337,35 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         owners: owners::Owners::default(),
         check_netns_owner: config.check_netns_owner,
     });
-    // Who owns which netns and ifname, before any request.
-    match engine.cni.cached_attachments(None).await {
-        Ok(records) => engine.owners.load(&records),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot list the cached attachments; netns owners unknown until they are ADDed again")
+    // Who owns which netns and ifname, before any request. Page by page,
+    // keeping only the names of each record: a cache of large results must
+    // not be held in memory all at once (daemon_paging pins the peak).
+    let mut owned = Vec::new();
+    let mut page = cni_async::cache::ListPage {
+        after: None,
+        limit: 256,
+        max_bytes: 1 << 20,
+    };
+    loop {
+        match engine.cni.cached_attachments_page(None, page.clone()).await {
+            Ok((records, next)) => {
+                owned.extend(records.into_iter().map(|mut r| {
+                    r.config = Vec::new();
+                    r.result = None;
+                    r
+                }));
+                match next {
+                    Some(after) => page.after = Some(after),
+                    None => break,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the cached attachments; netns owners unknown until they are ADDed again");
+                break;
+            }
         }
     }
+    engine.owners.load(&owned);
     // Plugins a killed predecessor left running would race the recovery.
     let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
     if orphans > 0 {
@@ -437,6 +459,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         _ = int.recv() => { tracing::error!("second signal: exiting now"); false }
     };
     if drained {
+        engine.intents.close();
         tracing::info!("all operations finished; bye");
     }
     Ok(drained)
