@@ -141,8 +141,7 @@ pub struct Config {
     pub min_networks: usize,
     /// Refuse (409) an ADD, CHECK or DEL whose netns and ifname belong to
     /// another attached container, unless the request sets `force`
-    /// (`--check-netns-owner`). Off by default for now: the test suite
-    /// attaches many containers to the daemon's own namespace as `eth0`.
+    /// (on by default; `--no-check-netns-owner` turns it off).
     pub check_netns_owner: bool,
     /// Socket activation and readiness notification, from
     /// [`SystemdEnv::take_from_env`].
@@ -173,7 +172,7 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(90),
             watch: true,
             min_networks: 1,
-            check_netns_owner: false,
+            check_netns_owner: true,
             systemd: SystemdEnv::default(),
         }
     }
@@ -338,11 +337,10 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         check_netns_owner: config.check_netns_owner,
     });
     // Who owns which netns and ifname, before any request.
-    match engine.cni.cached_attachments(None).await {
-        Ok(records) => engine.owners.load(&records),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot list the cached attachments; netns owners unknown until they are ADDed again")
-        }
+    if config.check_netns_owner
+        && let Err(e) = engine.owners.load_from(&engine.cni).await
+    {
+        tracing::warn!(error = %e, "cannot list the cached attachments; netns owners unknown until they are ADDed again");
     }
     // Plugins a killed predecessor left running would race the recovery.
     let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
