@@ -13,7 +13,6 @@ use support::daemon::{Daemon, Dirs, eventually_async, recording_plugin, runs};
 use support::gate::Gate;
 
 const NET: &str = "gcn";
-const NETNS: &str = "/proc/self/ns/net";
 /// How long a test waits for a state it caused (generous: a busy machine).
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -43,7 +42,8 @@ async fn gc_never_overlaps_add_or_del_and_later_ones_wait_for_it() {
     let daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     let req = |c: usize, phase: u32| {
-        let mut r = AttachmentRequest::new(format!("gc-{c}"), NETNS, "eth0");
+        let mut r =
+            AttachmentRequest::new(format!("gc-{c}"), dirs.netns(&format!("gc-{c}")), "eth0");
         r.cni_args = format!("SEQ={phase}");
         r
     };
@@ -186,7 +186,7 @@ async fn gc_deletes_stale_cached_attachments_only() {
     let client = daemon.client().await;
     for c in ["keep", "stale"] {
         client
-            .add(NET, &AttachmentRequest::new(c, NETNS, "eth0"))
+            .add(NET, &AttachmentRequest::new(c, dirs.netns(c), "eth0"))
             .await
             .expect("ADD");
     }

@@ -18,8 +18,6 @@ use cnid::client::Client;
 use serde_json::json;
 use support::daemon::{Daemon, Dirs, eventually, eventually_async, kill_group, post};
 
-const NETNS: &str = "/proc/self/ns/net";
-
 /// A plugin steered by marker files in `data`: ADD fails while `add-fail`
 /// exists; DEL appends its pid to `pids` and hangs while `del-hang` exists,
 /// fails while `del-fail` exists; ADD and DEL refuse `CNI_ARGS` holding
@@ -102,8 +100,10 @@ fn alive(pid: i32) -> bool {
         .is_some_and(|state| state != "Z" && state != "X")
 }
 
-fn req(cid: &str) -> AttachmentRequest {
-    AttachmentRequest::new(cid, NETNS, "eth0")
+/// Each container on a netns path of its own (the daemon refuses a
+/// request on another container's netns and ifname).
+fn req(dirs: &Dirs, cid: &str) -> AttachmentRequest {
+    AttachmentRequest::new(cid, dirs.netns(cid), "eth0")
 }
 
 fn gc_all(timeout_ms: Option<u64>) -> GcRequest {
@@ -172,10 +172,12 @@ async fn gc_of_one_network_never_breaks_adds_on_another() {
     let mut add_tasks = Vec::new();
     for l in 0..LOOPS {
         let cl = client.clone();
+        let reqs: Vec<AttachmentRequest> = (0..CYCLES)
+            .map(|i| req(&dirs, &format!("busy-{l}-{i}")))
+            .collect();
         add_tasks.push(tokio::spawn(async move {
             let mut errors = Vec::new();
-            for i in 0..CYCLES {
-                let r = req(&format!("busy-{l}-{i}"));
+            for (i, r) in reqs.into_iter().enumerate() {
                 if let Err(e) = cl.add("busy", &r).await {
                     errors.push(format!("ADD busy-{l}-{i}: {e}"));
                 }
@@ -230,12 +232,12 @@ async fn gc_deadline_bounds_hanging_dels_and_the_add_queued_behind_it_succeeds()
     // Three cached attachments, and two ADDs that failed and could not be
     // rolled back (their intents stay).
     for cid in ["cached-1", "cached-2", "cached-3"] {
-        client.add("gcdl", &req(cid)).await.expect("ADD");
+        client.add("gcdl", &req(&dirs, cid)).await.expect("ADD");
     }
     mark(&dirs, "add-fail", true);
     mark(&dirs, "del-fail", true);
     for cid in ["intent-1", "intent-2"] {
-        let e = client.add("gcdl", &req(cid)).await.unwrap_err();
+        let e = client.add("gcdl", &req(&dirs, cid)).await.unwrap_err();
         assert_eq!(e.status(), Some(502), "{e}");
     }
     mark(&dirs, "add-fail", false);
@@ -263,7 +265,7 @@ async fn gc_deadline_bounds_hanging_dels_and_the_add_queued_behind_it_succeeds()
     // take if each hanging DEL had its own deadline.
     let add = {
         let cl = client.with_request_id("the-late-add");
-        let mut r = req("late");
+        let mut r = req(&dirs, "late");
         r.timeout_ms = Some(8000);
         tokio::spawn(async move { cl.add("gcdl", &r).await })
     };
@@ -347,9 +349,9 @@ async fn a_refused_attachment_is_named_and_does_not_poison_gc() {
     let daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     for cid in ["good-1", "good-2"] {
-        client.add("gcbad", &req(cid)).await.expect("ADD");
+        client.add("gcbad", &req(&dirs, cid)).await.expect("ADD");
     }
-    let mut bad = req("bad");
+    let mut bad = req(&dirs, "bad");
     bad.cni_args = "K=1;BAD=1".into();
     let e = client.add("gcbad", &bad).await.unwrap_err();
     assert_eq!(e.status(), Some(502), "{e}");
@@ -413,7 +415,7 @@ async fn no_lock_files_for_attachments_that_do_not_exist() {
     };
     for i in 0..30 {
         let e = client
-            .check("lk", &req(&format!("unknown-{i}")))
+            .check("lk", &req(&dirs, &format!("unknown-{i}")))
             .await
             .unwrap_err();
         assert_eq!(e.status(), Some(404), "{e}");
@@ -421,14 +423,14 @@ async fn no_lock_files_for_attachments_that_do_not_exist() {
     mark(&dirs, "add-fail", true);
     for i in 0..5 {
         let e = client
-            .add("lk", &req(&format!("failed-{i}")))
+            .add("lk", &req(&dirs, &format!("failed-{i}")))
             .await
             .unwrap_err();
         assert_eq!(e.status(), Some(502), "{e}");
     }
     mark(&dirs, "add-fail", false);
     for i in 0..5 {
-        let r = req(&format!("cycle-{i}"));
+        let r = req(&dirs, &format!("cycle-{i}"));
         client.add("lk", &r).await.expect("ADD");
         assert_eq!(locks(), [format!("lk-cycle-{i}-eth0.lock")]);
         client.del("lk", &r).await.expect("DEL");

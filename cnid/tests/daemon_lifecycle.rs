@@ -55,8 +55,8 @@ async fn wait_op(client: &Client, cid: &str, verb: &str, state: &str) {
     .await;
 }
 
-fn body(cid: &str) -> String {
-    json!({"containerId": cid, "netns": NETNS}).to_string()
+fn body(cid: &str, netns: &str) -> String {
+    json!({"containerId": cid, "netns": netns}).to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,7 +125,7 @@ async fn a_client_that_goes_away_cancels_its_queued_request_but_not_a_running_on
     };
     d1_gate.wait_started(1).await;
     // A DEL queued behind it, from a client that then hangs up.
-    let b = body("d1");
+    let b = body("d1", NETNS);
     let mut s = UnixStream::connect(&dirs.socket).unwrap();
     write!(
         s,
@@ -159,7 +159,8 @@ async fn a_client_that_goes_away_cancels_its_queued_request_but_not_a_running_on
     assert_eq!(dirs.cached(), ["life-d1-eth0"]);
 
     // An ADD whose client hangs up while it runs is finished anyway.
-    let b = body("d2");
+    // d1 is attached on NETNS as eth0: d2 gets a netns path of its own.
+    let b = body("d2", &dirs.netns("d2"));
     let mut s = UnixStream::connect(&dirs.socket).unwrap();
     write!(
         s,
@@ -217,7 +218,7 @@ async fn deadlines_while_queued_and_while_running() {
 
     // A plugin past the deadline: killed, the ADD rolled back, 504.
     let deadline = Duration::from_secs(1);
-    let mut slow = AttachmentRequest::new("slow1", NETNS, "eth0");
+    let mut slow = AttachmentRequest::new("slow1", dirs.netns("slow1"), "eth0");
     slow.timeout_ms = Some(u64::try_from(deadline.as_millis()).unwrap());
     let t = Instant::now();
     let e = client.add(NET, &slow).await.expect_err("timeout");
@@ -302,7 +303,7 @@ fn socket_activation_and_sd_notify() {
     assert!(daemon.log().contains("using the socket passed by systemd"));
 
     // Plugins do not inherit the systemd variables.
-    let r = support::daemon::post(&sock, "/v1/networks/life/add", &body("a1"));
+    let r = support::daemon::post(&sock, "/v1/networks/life/add", &body("a1", NETNS));
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let env = std::fs::read_to_string(dirs.data.join("env.ADD")).unwrap();
     for var in ["LISTEN_PID", "LISTEN_FDS", "NOTIFY_SOCKET"] {

@@ -147,13 +147,16 @@ async fn thousand_requests_fifo_per_container_parallel_across_containers() {
     };
     for (c, plan) in plans.iter().cloned().enumerate() {
         let client = client.clone();
+        // Each container on a netns path of its own: the daemon refuses a
+        // request on another attached container's netns and ifname.
+        let netns = dirs.netns(&format!("ord-{c}"));
         tasks.spawn(async move {
             let cid = format!("ord-{c}");
             let mut pending = Vec::new();
             for (k, verb) in plan.into_iter().enumerate() {
                 let rid = format!("{cid}-{k}");
                 let cl = client.with_request_id(&rid);
-                let mut req = AttachmentRequest::new(&cid, NETNS, "eth0");
+                let mut req = AttachmentRequest::new(&cid, &netns, "eth0");
                 req.cni_args = format!("SEQ={k}");
                 let h = tokio::spawn(async move { send(&cl, verb, &req).await });
                 // Submit the next one only once the daemon holds this one

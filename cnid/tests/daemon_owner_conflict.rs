@@ -1,10 +1,11 @@
 //! Regression (issue 14, item 11): a DEL with a wrong `containerId` but
 //! another container's netns and ifname answered 204, and the plugins
-//! removed that container's interface. cnid knows its attachments: with
-//! `--check-netns-owner`, an ADD, CHECK or DEL whose netns and ifname
-//! belong to another attached container (and to none of the requester's
-//! own) is refused with 409 naming the owner, before any plugin runs,
-//! unless the request sets `"force": true`. The sandbox endpoints too.
+//! removed that container's interface. cnid knows its attachments: by
+//! default (`--no-check-netns-owner` turns it off), an ADD, CHECK or DEL
+//! whose netns and ifname belong to another attached container (and to
+//! none of the requester's own) is refused with 409 naming the owner,
+//! before any plugin runs, unless the request sets `"force": true`. The
+//! sandbox endpoints too.
 
 mod support;
 
@@ -80,7 +81,8 @@ fn assert_refused_naming_owner(answer: &(u16, Value), owner: &str) {
 #[test]
 fn a_del_with_another_containers_netns_and_ifname_is_refused_and_the_owner_stays() {
     let (dirs, records) = setup();
-    let daemon = Daemon::start(&dirs, &["--check-netns-owner"]);
+    // The default: no option needed.
+    let daemon = Daemon::start(&dirs, &[]);
     let owner = json!({"containerId": "owner-a", "netns": NETNS, "ifname": "eth0"});
     assert_eq!(call(&daemon, "add", owner.clone()).0, 200);
 
@@ -106,7 +108,7 @@ fn a_del_with_another_containers_netns_and_ifname_is_refused_and_the_owner_stays
 
     // Known after a restart too (the index is loaded from the cache).
     drop(daemon);
-    let daemon = Daemon::start(&dirs, &["--check-netns-owner"]);
+    let daemon = Daemon::start(&dirs, &[]);
     assert_refused_naming_owner(&call(&daemon, "del", intruder.clone()), "owner-a");
 
     // The request says it means it: runs.
@@ -130,7 +132,7 @@ fn a_del_with_another_containers_netns_and_ifname_is_refused_and_the_owner_stays
 #[test]
 fn an_owner_whose_cache_record_is_gone_no_longer_blocks() {
     let (dirs, _records) = setup();
-    let daemon = Daemon::start(&dirs, &["--check-netns-owner"]);
+    let daemon = Daemon::start(&dirs, &[]);
     let owner = json!({"containerId": "gone-a", "netns": NETNS, "ifname": "eth0"});
     assert_eq!(call(&daemon, "add", owner).0, 200);
     // As cnitool's DEL or GC on the shared cache would leave it.
@@ -146,14 +148,20 @@ fn an_owner_whose_cache_record_is_gone_no_longer_blocks() {
 }
 
 #[test]
-fn without_the_option_nothing_is_refused() {
+fn the_operator_can_turn_the_check_off() {
     let (dirs, _records) = setup();
-    let daemon = Daemon::start(&dirs, &[]);
+    let daemon = Daemon::start(&dirs, &["--no-check-netns-owner"]);
     let owner = json!({"containerId": "plain-a", "netns": NETNS, "ifname": "eth0"});
-    assert_eq!(call(&daemon, "add", owner).0, 200);
+    assert_eq!(call(&daemon, "add", owner.clone()).0, 200);
     let other = json!({"containerId": "plain-b", "netns": NETNS, "ifname": "eth0"});
     assert_eq!(call(&daemon, "add", other.clone()).0, 200);
-    assert_eq!(call(&daemon, "del", other).0, 204);
+    assert_eq!(call(&daemon, "del", other.clone()).0, 204);
+
+    // The last of the two options wins: on again.
+    drop(daemon);
+    let daemon = Daemon::start(&dirs, &["--no-check-netns-owner", "--check-netns-owner"]);
+    assert_refused_naming_owner(&call(&daemon, "add", other), "plain-a");
+    assert_eq!(call(&daemon, "del", owner).0, 204);
 }
 
 #[test]

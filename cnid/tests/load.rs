@@ -34,7 +34,6 @@ use serde_json::json;
 use support::daemon::{Daemon, Dirs, raise_nofile};
 
 const NET: &str = "load";
-const NETNS: &str = "/proc/self/ns/net";
 
 #[derive(Debug, Clone, Copy)]
 struct Scale {
@@ -263,13 +262,17 @@ async fn thousands_of_concurrent_requests_keep_order_and_lose_nothing() {
     for (k, plan) in plans.iter().cloned().enumerate() {
         let client = clients[k].clone();
         let poller = poller.clone();
+        // Each container on a netns path of its own (its two interfaces
+        // share it): the daemon refuses a request on another attached
+        // container's netns and ifname.
+        let netns = dirs.netns(&format!("load-{}", k / 2));
         tasks.spawn(async move {
             let (cid, ifname) = (format!("load-{}", k / 2), format!("eth{}", k % 2));
             let mut pending = Vec::new();
             for (seq, verb) in plan.into_iter().enumerate() {
                 let rid = format!("{cid}-{ifname}-{seq}");
                 let cl = client.with_request_id(&rid);
-                let mut req = AttachmentRequest::new(&cid, NETNS, &ifname);
+                let mut req = AttachmentRequest::new(&cid, &netns, &ifname);
                 req.cni_args = format!("SEQ={seq}");
                 if verb == Verb::AddFailing {
                     req.cni_args.push_str(";FAIL=1");

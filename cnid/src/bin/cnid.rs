@@ -97,9 +97,14 @@ struct Cli {
     no_watch: bool,
     /// Refuse (409, naming the owner) an ADD, CHECK or DEL whose netns and
     /// ifname belong to another attached container, unless the request
-    /// sets "force": true.
-    #[arg(long)]
+    /// sets "force": true. On by default; the last of this and
+    /// --no-check-netns-owner wins.
+    #[arg(long, overrides_with = "no_check_netns_owner")]
     check_netns_owner: bool,
+    /// Run ADD, CHECK and DEL even when their netns and ifname belong to
+    /// another attached container (turns the default owner check off).
+    #[arg(long, overrides_with = "check_netns_owner")]
+    no_check_netns_owner: bool,
     /// Runtime worker threads.
     #[arg(long, value_name = "N", default_value_t = 2)]
     worker_threads: usize,
@@ -237,7 +242,7 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
         shutdown_timeout: cli.shutdown_timeout,
         watch: !cli.no_watch,
         min_networks: cli.min_networks,
-        check_netns_owner: cli.check_netns_owner,
+        check_netns_owner: !cli.no_check_netns_owner,
         systemd,
     };
     Ok((config, cli.worker_threads.max(1)))

@@ -699,16 +699,12 @@ impl Engine {
         Ok(n)
     }
 
-    /// With `--check-netns-owner`: refuses (409) an ADD, CHECK or DEL on
+    /// Unless cnid runs with `--no-check-netns-owner`: refuses (409) an ADD, CHECK or DEL on
     /// `network` whose netns and ifname belong to another container's
     /// attachment (and not to one of the requesting container's own),
     /// unless `force`. Owners from the index are confirmed against the
     /// cache (an entry whose record is gone, after GC or cnitool's DEL, is
     /// dropped).
-    ///
-    /// Off by default for now: the test suite attaches many containers to
-    /// the daemon's own namespace as `eth0` (fake plugins), which the rule
-    /// refuses.
     pub(crate) async fn check_owner(
         &self,
         verb: Command,

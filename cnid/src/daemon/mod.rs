@@ -141,8 +141,7 @@ pub struct Config {
     pub min_networks: usize,
     /// Refuse (409) an ADD, CHECK or DEL whose netns and ifname belong to
     /// another attached container, unless the request sets `force`
-    /// (`--check-netns-owner`). Off by default for now: the test suite
-    /// attaches many containers to the daemon's own namespace as `eth0`.
+    /// (on by default; `--no-check-netns-owner` turns it off).
     pub check_netns_owner: bool,
     /// Socket activation and readiness notification, from
     /// [`SystemdEnv::take_from_env`].
@@ -173,7 +172,7 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(90),
             watch: true,
             min_networks: 1,
-            check_netns_owner: false,
+            check_netns_owner: true,
             systemd: SystemdEnv::default(),
         }
     }
@@ -337,35 +336,12 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         owners: owners::Owners::default(),
         check_netns_owner: config.check_netns_owner,
     });
-    // Who owns which netns and ifname, before any request. Page by page,
-    // keeping only the names of each record: a cache of large results must
-    // not be held in memory all at once (daemon_paging pins the peak).
-    let mut owned = Vec::new();
-    let mut page = cni_async::cache::ListPage {
-        after: None,
-        limit: 256,
-        max_bytes: 1 << 20,
-    };
-    loop {
-        match engine.cni.cached_attachments_page(None, page.clone()).await {
-            Ok((records, next)) => {
-                owned.extend(records.into_iter().map(|mut r| {
-                    r.config = Vec::new();
-                    r.result = None;
-                    r
-                }));
-                match next {
-                    Some(after) => page.after = Some(after),
-                    None => break,
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list the cached attachments; netns owners unknown until they are ADDed again");
-                break;
-            }
-        }
+    // Who owns which netns and ifname, before any request.
+    if config.check_netns_owner
+        && let Err(e) = engine.owners.load_from(&engine.cni).await
+    {
+        tracing::warn!(error = %e, "cannot list the cached attachments; netns owners unknown until they are ADDed again");
     }
-    engine.owners.load(&owned);
     // Plugins a killed predecessor left running would race the recovery.
     let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
     if orphans > 0 {

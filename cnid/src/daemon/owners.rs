@@ -16,10 +16,31 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
+use cni_async::Cni;
+use cni_async::cache::ListPage;
 use cni_core::RuntimeConf;
 use cni_core::cache::CacheRecord;
 
 type Key = (String, String, String);
+
+/// Records per page when the index is loaded.
+const LOAD_PAGE_RECORDS: usize = 256;
+/// Bytes of record files per page when the index is loaded (one record
+/// comes whatever its size).
+const LOAD_PAGE_BYTES: u64 = 1024 * 1024;
+
+fn insert_records(m: &mut HashMap<Key, String>, records: &[CacheRecord]) {
+    for r in records.iter().filter(|r| !r.netns.is_empty()) {
+        m.insert(
+            (
+                r.network_name.clone(),
+                r.container_id.clone(),
+                r.if_name.clone(),
+            ),
+            r.netns.clone(),
+        );
+    }
+}
 
 /// The owners index (see the module docs).
 #[derive(Debug, Default)]
@@ -42,20 +63,27 @@ impl Owners {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Replaces the index with the cache's records.
-    pub(crate) fn load(&self, records: &[CacheRecord]) {
-        let mut m = self.map();
-        m.clear();
-        for r in records.iter().filter(|r| !r.netns.is_empty()) {
-            m.insert(
-                (
-                    r.network_name.clone(),
-                    r.container_id.clone(),
-                    r.if_name.clone(),
-                ),
-                r.netns.clone(),
-            );
+    /// Replaces the index with the cache's records, read a page at a time:
+    /// a cached result can be megabytes, and all of them at once would set
+    /// the daemon's peak memory at start.
+    pub(crate) async fn load_from(&self, cni: &Cni) -> Result<(), cni_async::Error> {
+        let mut fresh = HashMap::new();
+        let mut after = None;
+        loop {
+            let page = ListPage {
+                after,
+                limit: LOAD_PAGE_RECORDS,
+                max_bytes: LOAD_PAGE_BYTES,
+            };
+            let (records, next) = cni.cached_attachments_page(None, page).await?;
+            insert_records(&mut fresh, &records);
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
         }
+        *self.map() = fresh;
+        Ok(())
     }
 
     /// After a successful ADD.

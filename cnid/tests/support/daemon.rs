@@ -56,6 +56,22 @@ impl Dirs {
         d
     }
 
+    /// A netns path of its own for container `name`: a link to the test's
+    /// (and the daemon's) network namespace. The daemon checks that an
+    /// ADD's netns is a network namespace, and refuses a request on the
+    /// netns and ifname of another attached container, comparing paths: so
+    /// containers whose fake plugins never enter the namespace each get
+    /// one of these instead of sharing `/proc/self/ns/net`.
+    pub fn netns(&self, name: &str) -> String {
+        let dir = self.data.join("netns");
+        fs::create_dir_all(&dir).expect("create netns dir");
+        let path = dir.join(name);
+        if fs::symlink_metadata(&path).is_err() {
+            std::os::unix::fs::symlink("/proc/self/ns/net", &path).expect("create netns link");
+        }
+        path.to_str().expect("utf-8 temp dir").to_owned()
+    }
+
     pub fn root(&self) -> &Path {
         self.root.path()
     }
