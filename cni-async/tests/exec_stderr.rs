@@ -255,6 +255,7 @@ async fn stderr_of_a_success_is_logged_escaped_and_capped_without_a_sink() {
         "command=ADD",
         "network=lognet",
         "container=c7",
+        "ifname=eth0",
         &format!("stderr_bytes={}", stderr.len()),
         &format!("shown_bytes={LOG_STDERR_MAX}"),
         "warning: \\u{1b}[31mred\\u{a}ZZZ",

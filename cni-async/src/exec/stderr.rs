@@ -1,6 +1,6 @@
 //! What a successful plugin wrote to stderr: handed to the caller's sink
 //! ([`CniBuilder::plugin_stderr`](crate::ops::CniBuilder::plugin_stderr))
-//! and logged as a tracing event (spec-digest 10.20).
+//! and logged as a tracing event (`docs/decisions.md` D20).
 
 use std::fmt;
 use std::sync::Arc;
@@ -74,6 +74,7 @@ impl SinkSlot {
             command = %s.command,
             network = %Escaped(s.network),
             container = s.container_id.map(|c| tracing::field::display(Escaped(c))),
+            ifname = s.ifname.map(|i| tracing::field::display(Escaped(i))),
             stderr_bytes = s.bytes.len(),
             shown_bytes = shown.len(),
             stderr = %Escaped(text.trim_end()),

@@ -1,5 +1,5 @@
 //! Plugins' stderr passed through to cnitool's stderr, as libcni does
-//! (spec-digest 10.20): the library hands the stderr of every plugin that
+//! (`docs/decisions.md` D20): the library hands the stderr of every plugin that
 //! succeeds to [`sink`] (a failing plugin's stderr is part of the error
 //! cnitool prints). The bytes go out whole and as written, up to the
 //! library's capture cap (`OutputLimits::stderr`, 1 MiB per plugin run; the
