@@ -6,7 +6,7 @@
 mod support;
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use cni_async::exec::{LOG_STDERR_MAX, PluginStderr};
@@ -35,7 +35,40 @@ struct Seen {
 
 type Log = Arc<Mutex<Vec<Seen>>>;
 
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The log of this test binary: one global subscriber, installed by every
+/// test before it runs anything (a thread-local default would race with
+/// the other tests' threads over tracing's per-callsite interest cache).
+fn log_buf() -> Buf {
+    static LOG: OnceLock<Buf> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("first subscriber");
+        buf
+    })
+    .clone()
+}
+
 fn cni_with_sink(rig: &Rig, limits: OutputLimits) -> (Cni, Log) {
+    log_buf();
     let seen: Log = Arc::default();
     let into = seen.clone();
     let cni = Cni::builder()
@@ -206,30 +239,9 @@ async fn failing_plugin_keeps_stderr_in_the_error_not_the_sink() {
     );
 }
 
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn stderr_of_a_success_is_logged_escaped_and_capped_without_a_sink() {
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-
+    let buf = log_buf();
     let rig = Rig::new();
     let tail = "Z".repeat(2 * LOG_STDERR_MAX);
     let stderr = format!("warning: \u{1b}[31mred\n{tail}");
@@ -247,7 +259,9 @@ async fn stderr_of_a_success_is_logged_escaped_and_capped_without_a_sink() {
     let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
     let line = log
         .lines()
-        .find(|l| l.contains("plugin succeeded with output on stderr"))
+        .find(|l| {
+            l.contains("plugin succeeded with output on stderr") && l.contains("network=lognet")
+        })
         .unwrap_or_else(|| panic!("no stderr event in:\n{log}"));
     assert!(line.contains(" INFO "), "{line}");
     for part in [
@@ -262,7 +276,7 @@ async fn stderr_of_a_success_is_logged_escaped_and_capped_without_a_sink() {
     ] {
         assert!(line.contains(part), "{part:?} not in {line}");
     }
-    assert!(!log.contains('\u{1b}'), "raw ESC in the log: {log}");
+    assert!(!line.contains('\u{1b}'), "raw ESC in the log: {line}");
     let zs = line.matches('Z').count();
     assert!(zs < LOG_STDERR_MAX + 100, "capped: {zs} Zs in {line}");
 }
