@@ -77,7 +77,9 @@ use tracing::Instrument;
 
 use crate::cache::ResultCache;
 use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, Errors, lossy_capped};
-use crate::exec::{ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
+use crate::exec::{
+    ExecRequest, OutputLimits, PluginExec, PluginStderr, RawExec, SinkSlot, StderrSink, Timeouts,
+};
 
 /// The default plugin dirs: `/opt/cni/bin`, then Debian's `/usr/lib/cni`.
 pub const DEFAULT_PLUGIN_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
@@ -170,6 +172,7 @@ pub struct CniBuilder {
     timeouts: Timeouts,
     limits: OutputLimits,
     check_netns: bool,
+    stderr_sink: SinkSlot,
 }
 
 impl CniBuilder {
@@ -225,6 +228,32 @@ impl CniBuilder {
         self
     }
 
+    /// Where the stderr of plugins that succeed goes (libcni writes it to
+    /// the caller's stderr). Called once per plugin run of ADD, DEL, CHECK,
+    /// STATUS or GC that succeeded with non-empty stderr, with the plugin
+    /// type, verb, network and the bytes ([`PluginStderr`]). Default: none.
+    /// Such stderr is also logged as an `info` tracing event, with or
+    /// without a sink (escaped, first [`LOG_STDERR_MAX`](crate::exec::LOG_STDERR_MAX)
+    /// bytes). A failing plugin's stderr is part of its error instead.
+    ///
+    /// ```no_run
+    /// use std::io::Write;
+    /// use std::sync::Arc;
+    /// use cni_async::Cni;
+    /// use cni_async::exec::PluginStderr;
+    ///
+    /// // Pass it through, as libcni does.
+    /// let cni = Cni::builder()
+    ///     .plugin_stderr(Arc::new(|s: &PluginStderr<'_>| {
+    ///         let _ = std::io::stderr().lock().write_all(s.bytes);
+    ///     }))
+    ///     .build();
+    /// ```
+    pub fn plugin_stderr(mut self, sink: StderrSink) -> Self {
+        self.stderr_sink = SinkSlot(Some(sink));
+        self
+    }
+
     /// Builds the [`Cni`].
     pub fn build(self) -> Cni {
         let cni_path = env::join_path(&self.plugin_dirs);
@@ -237,6 +266,7 @@ impl CniBuilder {
                 timeouts: self.timeouts,
                 limits: self.limits,
                 check_netns: self.check_netns,
+                stderr_sink: self.stderr_sink,
             }),
         }
     }
@@ -251,6 +281,7 @@ struct Inner {
     timeouts: Timeouts,
     limits: OutputLimits,
     check_netns: bool,
+    stderr_sink: SinkSlot,
 }
 
 /// Runs CNI operations (see the module docs). Cheap to clone.
@@ -343,6 +374,7 @@ impl Cni {
             timeouts: Timeouts::default(),
             limits: OutputLimits::default(),
             check_netns: false,
+            stderr_sink: SinkSlot::default(),
         }
     }
 
@@ -499,7 +531,7 @@ impl Cni {
             for plugin in list.plugins() {
                 let stdin = plugin_stdin(list.name(), list.version(), plugin, StdinInput::Status)?;
                 let res = self
-                    .run_plugin(plugin, Command::Status, None, &stdin, deadline)
+                    .run_plugin(list.name(), plugin, Command::Status, None, &stdin, deadline)
                     .await;
                 if let Err(e) = res {
                     return Err(match e {
@@ -622,7 +654,7 @@ impl Cni {
                         StdinInput::Gc { valid_attachments },
                     )?;
                     if let Err(e) = self
-                        .run_plugin(plugin, Command::Gc, None, &stdin, deadline)
+                        .run_plugin(list.name(), plugin, Command::Gc, None, &stdin, deadline)
                         .await
                     {
                         plugin_errors.push(e);
@@ -996,7 +1028,7 @@ impl Cni {
             },
         )?;
         let out = self
-            .run_plugin(plugin, Command::Add, Some(rt), &stdin, deadline)
+            .run_plugin(net.name, plugin, Command::Add, Some(rt), &stdin, deadline)
             .await?;
         let bad = |reason: String| Error::PluginOutput {
             plugin_type: plugin.plugin_type().to_owned(),
@@ -1061,7 +1093,7 @@ impl Cni {
                 prev_result: prev,
             },
         )?;
-        self.run_plugin(plugin, Command::Del, Some(rt), &stdin, deadline)
+        self.run_plugin(net.name, plugin, Command::Del, Some(rt), &stdin, deadline)
             .await?;
         Ok(())
     }
@@ -1166,7 +1198,7 @@ impl Cni {
                         prev_result: Some(&prev),
                     },
                 )?;
-                self.run_plugin(plugin, Command::Check, Some(rt), &stdin, deadline)
+                self.run_plugin(net.name, plugin, Command::Check, Some(rt), &stdin, deadline)
                     .await?;
             }
             Ok(())
@@ -1202,6 +1234,7 @@ impl Cni {
 
     async fn run_plugin(
         &self,
+        network: &str,
         plugin: &PluginConfig,
         command: Command,
         rt: Option<&RuntimeConf>,
@@ -1221,6 +1254,14 @@ impl Cni {
             .with_limits(self.inner.limits);
         let out = self.inner.exec.exec(req).await?;
         crate::exec::check_success(plugin.plugin_type(), command, &out)?;
+        self.inner.stderr_sink.emit(&PluginStderr {
+            plugin_type: plugin.plugin_type(),
+            command,
+            network,
+            container_id: rt.map(|rt| rt.container_id.as_str()),
+            ifname: rt.map(|rt| rt.ifname.as_str()),
+            bytes: &out.stderr,
+        });
         Ok(out)
     }
 }

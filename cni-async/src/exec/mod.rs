@@ -84,8 +84,11 @@ use futures::future::BoxFuture;
 use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, PluginExit, lossy_capped};
 
 mod raw;
+mod stderr;
 
 pub use raw::RawExec;
+pub(crate) use stderr::SinkSlot;
+pub use stderr::{LOG_STDERR_MAX, PluginStderr, StderrSink};
 
 /// Runs plugins. Object safe: store it as `Arc<dyn PluginExec>`.
 pub trait PluginExec: Send + Sync + fmt::Debug {

@@ -29,6 +29,7 @@
 //!
 //! The process is short-lived and run once per operation: a current-thread
 //! runtime, no work before parsing; warnings on stderr unless `--json-errors`.
+//! Plugins' stderr is passed through to ours (`passthrough`).
 
 mod add;
 mod backend;
@@ -42,6 +43,7 @@ mod dispatch;
 mod gc;
 mod logging;
 mod networks;
+mod passthrough;
 mod progress;
 mod report;
 mod setup;
@@ -74,6 +76,7 @@ pub fn main() -> ExitCode {
     };
     let json = json_env || cli.global.json_errors;
     logging::init_logging(json);
+    passthrough::hold(json);
 
     let env: Env<'_> = &setup::process_env;
     let settings = match Settings::from_env(env) {
@@ -93,6 +96,7 @@ pub fn main() -> ExitCode {
         }
     };
     let (outcome, version) = runtime.block_on(dispatch::run(settings, env, &cli));
+    passthrough::finish(outcome.is_ok());
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report::failure(&e, version, json),

@@ -138,7 +138,8 @@ impl Settings {
     fn cni_with_cache(&self, cache: ResultCache) -> Cni {
         let mut builder = Cni::builder()
             .plugin_dirs(self.plugin_dirs.iter().cloned())
-            .cache(cache);
+            .cache(cache)
+            .plugin_stderr(crate::passthrough::sink());
         if let Some(t) = self.timeout {
             builder = builder.timeouts(Timeouts::uniform(t));
         }
