@@ -638,7 +638,7 @@ impl BatchBuilder {
                 reason: format!(
                     "{} network namespaces with this prefix exist ({}), but network(s) {} have                      neither a configuration nor cached attachments in them",
                     names.len(),
-                    list_names(&names),
+                    name_list(&names),
                     networks
                         .iter()
                         .map(|n| format!("{n:?}"))
@@ -711,8 +711,9 @@ fn is_member(prefix: &str, name: &str) -> bool {
         .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// `a, b, c, d, e and 4 more`.
-fn list_names(names: &[String]) -> String {
+/// Names as batch errors list them: the first five, then how many more
+/// (`a, b, c, d, e and 4 more`).
+pub fn name_list(names: &[String]) -> String {
     const SHOWN: usize = 5;
     let mut text = names
         .iter()
@@ -1329,5 +1330,17 @@ mod tests {
         };
         // Never polled: dropping it drops the (empty) batch.
         assert_send(&empty.teardown());
+    }
+
+    #[test]
+    fn members_are_prefix_and_digits_and_long_name_lists_are_cut() {
+        assert!(is_member("t-", "t-0"));
+        assert!(is_member("t-", "t-123"));
+        assert!(!is_member("t-", "t-"));
+        assert!(!is_member("t-", "t-1a"));
+        assert!(!is_member("t-", "tt-1"));
+        let names: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
+        assert_eq!(name_list(&names[..2]), "n0, n1");
+        assert_eq!(name_list(&names), "n0, n1, n2, n3, n4 and 3 more");
     }
 }

@@ -9,54 +9,17 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use cni_async::Error;
-use cni_async::batch::{BatchBuilder, BatchEventKind, TeardownEnd};
+use cni_async::batch::{BatchBuilder, BatchEventKind};
 use cni_async::multi::{MultiNetwork, NetworkRequest, Sandbox};
-use cni_async::netns::{NETNS_RUN_DIR, Netns};
+use cni_async::netns::Netns;
 use cni_core::RuntimeConf;
 use serde_json::json;
 use support::fake::{Fake, Response, Rig, conflist};
-use support::netns::unique_id;
+use support::netns::BatchNamespaces;
 use support::require_root;
 
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.1.2.3/24"}]}"#;
 const NETWORK: &str = "adopted";
-
-/// Deletes every namespace `PREFIX*` on drop (also when a test fails).
-struct Namespaces(String);
-
-impl Namespaces {
-    fn new() -> Namespaces {
-        Namespaces(format!("cnba-{}-", unique_id()))
-    }
-
-    fn name(&self, suffix: &str) -> String {
-        format!("{}{suffix}", self.0)
-    }
-
-    fn path(&self, suffix: &str) -> String {
-        format!("{NETNS_RUN_DIR}/{}", self.name(suffix))
-    }
-
-    fn existing(&self) -> BTreeSet<String> {
-        Netns::list_named()
-            .expect("list /run/netns")
-            .into_iter()
-            .filter(|n| n.starts_with(&self.0))
-            .collect()
-    }
-
-    fn set(&self, suffixes: &[&str]) -> BTreeSet<String> {
-        suffixes.iter().map(|s| self.name(s)).collect()
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for name in self.existing() {
-            let _ = Netns::delete_named(&name);
-        }
-    }
-}
 
 /// The container ID of a member: not its name, as cnitool derives it.
 fn derive(path: &str) -> String {
@@ -74,23 +37,41 @@ fn multi(rig: &Rig) -> MultiNetwork {
         .expect("valid networks")
 }
 
-/// Sets up `count` members with `FOO=bar` and leaves them, as a killed
-/// harness or `cnitool batch up` would.
-async fn leave_a_batch(rig: &Rig, ns: &Namespaces, count: usize) {
-    let batch = BatchBuilder::new(multi(rig))
+/// The batch `PREFIX*` on [`multi`], container IDs derived, with one label.
+fn builder(rig: &Rig, ns: &BatchNamespaces, (key, value): (&str, &str)) -> BatchBuilder {
+    BatchBuilder::new(multi(rig))
         .prefix(&ns.0)
-        .count(count)
         .container_ids(derive)
         .sandbox_template(
             Sandbox::new("", "")
                 .with_ignore_unknown(false)
-                .with_label("FOO", "bar"),
+                .with_label(key, value),
         )
+}
+
+/// Sets up `count` members with `FOO=bar` and leaves them, as a killed
+/// harness or `cnitool batch up` would.
+async fn leave_a_batch(rig: &Rig, ns: &BatchNamespaces, count: usize) {
+    let batch = builder(rig, ns, ("FOO", "bar"))
+        .count(count)
         .setup()
         .await
         .expect("setup");
     assert_eq!(batch.counts().attached, count, "{batch:?}");
     assert_eq!(batch.keep().len(), count);
+}
+
+/// A rig whose plugin `p` answers ADD with [`RESULT`], and a batch of
+/// `count` it set up and left.
+async fn a_left_batch(count: usize) -> (Rig, BatchNamespaces) {
+    let rig = Rig::new();
+    rig.fake(
+        "p",
+        &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT)),
+    );
+    let ns = BatchNamespaces::new("cnba");
+    leave_a_batch(&rig, &ns, count).await;
+    (rig, ns)
 }
 
 /// The DELs run so far: (container ID, ifname, CNI_ARGS).
@@ -116,13 +97,7 @@ async fn cached(rig: &Rig) -> usize {
 #[tokio::test]
 async fn adopt_dels_every_cached_attachment_with_its_args_and_the_rest_as_the_template_says() {
     require_root!();
-    let rig = Rig::new();
-    rig.fake(
-        "p",
-        &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT)),
-    );
-    let ns = Namespaces::new();
-    leave_a_batch(&rig, &ns, 3).await;
+    let (rig, ns) = a_left_batch(3).await;
     // Member 1 has a second attachment, on another interface.
     let path1 = ns.path("1");
     let rt = RuntimeConf::new(derive(&path1), &path1, "eth7");
@@ -140,17 +115,7 @@ async fn adopt_dels_every_cached_attachment_with_its_args_and_the_rest_as_the_te
     assert_eq!(cached(&rig).await, 4);
     rig.dir.clear_records();
 
-    let batch = BatchBuilder::new(multi(&rig))
-        .prefix(&ns.0)
-        .container_ids(derive)
-        .sandbox_template(
-            Sandbox::new("", "")
-                .with_ignore_unknown(false)
-                .with_label("X", "y"),
-        )
-        .adopt()
-        .await
-        .expect("adopt");
+    let batch = builder(&rig, &ns, ("X", "y")).adopt().await.expect("adopt");
     let members: Vec<(String, String, usize, bool)> = batch
         .members()
         .iter()
@@ -172,13 +137,7 @@ async fn adopt_dels_every_cached_attachment_with_its_args_and_the_rest_as_the_te
     assert_eq!(members, expected);
     assert!(rig.dir.invocations().is_empty(), "adopt runs no plugin");
 
-    assert_eq!(
-        batch
-            .teardown_until(std::future::pending())
-            .await
-            .expect("teardown"),
-        TeardownEnd::Done
-    );
+    batch.teardown().await.expect("teardown");
     // The cached attachments with their own args and interfaces; member 3
     // as the template says.
     let id = |i: &str| derive(&ns.path(i));
@@ -196,19 +155,13 @@ async fn adopt_dels_every_cached_attachment_with_its_args_and_the_rest_as_the_te
     assert_eq!(dels(&rig), want);
     assert_eq!(cached(&rig).await, 0);
     // Only the batch's names are gone.
-    assert_eq!(ns.existing(), ns.set(&["x", "2x"]));
+    assert_eq!(ns.existing(), ns.names(&["x", "2x"]));
 }
 
 #[tokio::test]
 async fn adopt_uses_the_cached_config_when_the_network_is_gone() {
     require_root!();
-    let rig = Rig::new();
-    rig.fake(
-        "p",
-        &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT)),
-    );
-    let ns = Namespaces::new();
-    leave_a_batch(&rig, &ns, 2).await;
+    let (rig, ns) = a_left_batch(2).await;
     // Member 1's namespace is gone already; its attachment is still cached.
     Netns::delete_named(&ns.name("1")).expect("delete 1");
     rig.dir.clear_records();
@@ -264,7 +217,7 @@ async fn adopt_uses_the_cached_config_when_the_network_is_gone() {
         assert_eq!(r.var("CNI_ARGS"), Some("FOO=bar"));
     }
     assert_eq!(cached(&rig).await, 0);
-    assert_eq!(ns.existing(), BTreeSet::new());
+    assert_eq!(ns.existing(), Vec::<String>::new());
     // Both torn down; one namespace deleted (the other was gone).
     let mut events = events.lock().expect("events").clone();
     events.sort_by(|a, b| a.1.cmp(&b.1));
@@ -285,7 +238,7 @@ async fn adopt_uses_the_cached_config_when_the_network_is_gone() {
 async fn adopt_refuses_namespaces_nothing_ties_to_the_batch() {
     require_root!();
     let rig = Rig::new();
-    let ns = Namespaces::new();
+    let ns = BatchNamespaces::new("cnba");
     Netns::create(&ns.name("0")).expect("create 0");
     let empty = || {
         MultiNetwork::builder(rig.cni())
@@ -304,7 +257,7 @@ async fn adopt_refuses_namespaces_nothing_ties_to_the_batch() {
         msg.contains(&format!("({})", ns.name("0"))) && msg.contains("\"typo\""),
         "{msg}"
     );
-    assert_eq!(ns.existing(), ns.set(&["0"]), "left alone");
+    assert_eq!(ns.existing(), ns.names(&["0"]), "left alone");
 
     // A prefix that would claim another's names.
     let err = BatchBuilder::new(empty())
@@ -324,7 +277,7 @@ async fn adopt_refuses_namespaces_nothing_ties_to_the_batch() {
         .expect("adopt");
     batch.teardown().await.expect("teardown");
     assert_eq!(rig.dir.invocations_of("DEL").len(), 1);
-    assert_eq!(ns.existing(), BTreeSet::new());
+    assert_eq!(ns.existing(), Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -341,7 +294,7 @@ async fn an_adopted_namespace_whose_del_fails_is_kept_for_the_next_try() {
         "p",
         &Fake::new(Response::ok("").with_shell(&fail)).on("ADD", Response::ok(RESULT)),
     );
-    let ns = Namespaces::new();
+    let ns = BatchNamespaces::new("cnba");
     leave_a_batch(&rig, &ns, 2).await;
 
     let adopt = || {
@@ -358,13 +311,13 @@ async fn an_adopted_namespace_whose_del_fails_is_kept_for_the_next_try() {
         .expect_err("DEL fails");
     assert!(err.to_string().contains("del refused"), "{err}");
     // Kept, with their cache records: the next adopt retries.
-    assert_eq!(ns.existing(), ns.set(&["0", "1"]));
+    assert_eq!(ns.existing(), ns.names(&["0", "1"]));
     assert_eq!(cached(&rig).await, 2);
 
     std::fs::remove_file(&marker).expect("remove marker");
     let batch = adopt().await.expect("adopt again");
     assert_eq!(batch.members().len(), 2);
     batch.teardown().await.expect("teardown");
-    assert_eq!(ns.existing(), BTreeSet::new());
+    assert_eq!(ns.existing(), Vec::<String>::new());
     assert_eq!(cached(&rig).await, 0);
 }

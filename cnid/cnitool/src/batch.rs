@@ -77,7 +77,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use cni_async::batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind, TeardownEnd};
+use cni_async::batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind, TeardownEnd, name_list};
 use cni_async::multi::{MultiNetwork, NetworkRequest, Sandbox};
 use cni_async::netns::NETNS_RUN_DIR;
 use cni_async::{CallOptions, Cni};
@@ -92,9 +92,6 @@ use crate::cli::GlobalArgs;
 use crate::progress::Progress;
 use crate::report::{self, ToolError};
 use crate::setup::{self, Env};
-
-/// How many failing names an error message lists.
-const NAMES_SHOWN: usize = 5;
 
 /// Runs `batch up` or `batch down` here (never in cnid): networks are
 /// loaded with `local` (so the error JSON is in their version), the plugins
@@ -158,20 +155,6 @@ fn concurrency(common: &BatchCommonArgs, items: usize) -> usize {
 
 fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// `a, b, c and 4 more`.
-fn list_names(names: &[String]) -> String {
-    let mut text = names
-        .iter()
-        .take(NAMES_SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > NAMES_SHOWN {
-        text.push_str(&format!(" and {} more", names.len() - NAMES_SHOWN));
-    }
-    text
 }
 
 // ----- signals -----
@@ -240,7 +223,7 @@ async fn up(
             format!(
                 "network namespaces with prefix {prefix:?} exist already ({}): run \
                  `cnitool batch down {} --prefix {prefix}` first, or choose another --prefix",
-                list_names(&taken),
+                name_list(&taken),
                 args.network
             ),
         )
@@ -350,7 +333,7 @@ async fn up(
                     "{} of {count} namespaces failed to attach ({}; see the summary on stdout); \
                      the first, {name}: {first}",
                     failures.len(),
-                    list_names(&names)
+                    name_list(&names)
                 ),
             )
             .into())
@@ -585,7 +568,7 @@ async fn down(
                 "batch down interrupted by {signal}; {} namespaces left ({}): run \
                  `cnitool batch down {network} --prefix {prefix}` again",
                 left.len(),
-                list_names(left)
+                name_list(left)
             ),
         )
         .into());
@@ -636,17 +619,5 @@ async fn down(
             ),
         )
         .into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_name_lists_are_cut() {
-        let names: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
-        assert_eq!(list_names(&names[..2]), "n0, n1");
-        assert_eq!(list_names(&names), "n0, n1, n2, n3, n4 and 3 more");
     }
 }
