@@ -51,8 +51,19 @@
 //! namespace whose DELs succeeded is deleted; one whose DEL failed is kept,
 //! so that running `down` again retries with the same inputs. It prints
 //! `{"network", "prefix", "detached", "deleted", "errors": [{"namespace",
-//! "error"}], "elapsedMs"}`; the exit status is 1 when `errors` is not
-//! empty. With nothing left to do it succeeds.
+//! "error"}], "elapsedMs"}` (one error per namespace; `detached` counts
+//! the DELs of the namespaces torn down); the exit status is 1 when
+//! `errors` is not empty. With nothing left to do it succeeds. When
+//! namespaces `PREFIX<number>` exist but the network has neither a
+//! configuration nor cached attachments in them (a typo?), `down` refuses
+//! and leaves them. SIGINT or SIGTERM stops `down`: the DELs in flight are
+//! killed, the rest is left for the next `down`, and the exit status is 1
+//! with nothing on stdout.
+//!
+//! `down` is a thin layer over the library's batch too:
+//! [`BatchBuilder::adopt`] (the namespaces and their cached attachments;
+//! a `MultiNetwork` without networks, `allow_empty`, when the network's
+//! file is gone) and `teardown_until`.
 //!
 //! Progress goes to stderr (see [`crate::progress`]); `--quiet` turns it
 //! off. Failures follow the failure contract of [`crate::report`] (message
