@@ -18,7 +18,9 @@
 //! idempotent) and deletes every namespace, with the same bounded
 //! concurrency, going on past errors; [`Batch::teardown_until`] can be
 //! stopped, leaving the rest in place. [`Batch::keep`] leaves everything in
-//! place, for another process to tear down.
+//! place, for another process to tear down: [`BatchBuilder::adopt`] makes
+//! a [`Batch`] of what a batch with the same prefix left (its namespaces
+//! and their cached attachments), to tear it down the same way.
 //!
 //! Progress comes as [`BatchEvent`]s to the callback given to
 //! [`BatchBuilder::on_event`]: a namespace created, attached, failed,
