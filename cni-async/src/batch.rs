@@ -525,7 +525,7 @@ impl BatchBuilder {
     ///
     /// - every namespace `PREFIX<number>` in `/run/netns` (a prefix must
     ///   not end with a digit, so that `t` does not claim `t1`'s `t10`);
-    /// - every cached attachment ([`Cni::cached_attachments`]) on one of
+    /// - every cached attachment ([`Cni::cached_attachments`](crate::Cni::cached_attachments)) on one of
     ///   the batch's networks whose netns is `/run/netns/PREFIX<number>`
     ///   and whose container ID is the member's (its name, or what
     ///   [`Self::container_ids`] derives from the path), also when that
