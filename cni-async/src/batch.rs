@@ -18,7 +18,9 @@
 //! idempotent) and deletes every namespace, with the same bounded
 //! concurrency, going on past errors; [`Batch::teardown_until`] can be
 //! stopped, leaving the rest in place. [`Batch::keep`] leaves everything in
-//! place, for another process to tear down.
+//! place, for another process to tear down: [`BatchBuilder::adopt`] makes
+//! a [`Batch`] of what a batch with the same prefix left (its namespaces
+//! and their cached attachments), to tear it down the same way.
 //!
 //! Progress comes as [`BatchEvent`]s to the callback given to
 //! [`BatchBuilder::on_event`]: a namespace created, attached, failed,
@@ -82,6 +84,7 @@
 //!   operations run one at a time (or as [`MultiNetwork::mode`] says), and
 //!   every ADD is followed by a DEL in teardown.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -89,11 +92,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use cni_core::validate;
+use cni_core::cache::CacheRecord;
+use cni_core::{CapabilityArgs, CniArgs, validate};
 use futures::stream::{self, StreamExt};
 
 use crate::Error;
-use crate::multi::{MultiNetwork, MultiResult, Sandbox};
+use crate::multi::{MultiNetwork, MultiResult, NetworkRequest, Sandbox};
 use crate::netns::{NETNS_NAME_MAX, NETNS_RUN_DIR, Netns, NetnsGuard};
 
 /// The default namespace name prefix.
@@ -132,10 +136,13 @@ pub enum BatchEventKind {
     /// Creating it or attaching it failed (`error` says why); what was set
     /// up for it was rolled back.
     Failed,
-    /// Teardown: its networks were removed and the namespace deleted.
+    /// Teardown: its networks were removed and the namespace deleted (for
+    /// an adopted member, also when its namespace was gone already;
+    /// [`BatchCounts::deleted`] counts only deletions).
     Deleted,
     /// Teardown: removing a network or deleting the namespace failed
-    /// (`error` says why); the namespace was deleted when possible.
+    /// (`error` says why); the namespace was deleted when possible (an
+    /// adopted one is kept when a DEL failed).
     TeardownFailed,
 }
 
@@ -184,6 +191,19 @@ pub struct BatchMember {
     /// An ADD was started for it: teardown owes it a DEL.
     attempted: bool,
     outcome: Outcome,
+    /// Adopted ([`BatchBuilder::adopt`]): its cached attachments, and
+    /// whether its name exists without being a namespace one can open.
+    adopted: Option<Adopted>,
+}
+
+/// What [`BatchBuilder::adopt`] found for a member.
+#[derive(Debug)]
+struct Adopted {
+    /// The attachments found in the cache, DELed with their own arguments.
+    cached: Vec<CacheRecord>,
+    /// `/run/netns/NAME` exists but cannot be opened as a namespace (an
+    /// interrupted create left an empty file): deleted by name.
+    stale_name: bool,
 }
 
 #[derive(Debug)]
@@ -202,6 +222,7 @@ impl BatchMember {
             netns: None,
             attempted: false,
             outcome: Outcome::Pending,
+            adopted: None,
         }
     }
 
@@ -252,6 +273,54 @@ impl BatchMember {
             Outcome::Failed(e) => Some(e),
             _ => None,
         }
+    }
+
+    /// Whether it was found by [`BatchBuilder::adopt`] rather than set up
+    /// by this batch.
+    pub fn is_adopted(&self) -> bool {
+        self.adopted.is_some()
+    }
+
+    /// For an adopted member, its cached attachments on the batch's
+    /// networks: what teardown DELs, each with the arguments cached at
+    /// ADD. Empty otherwise, and for an adopted namespace without any
+    /// (teardown then DELs it as the batch's sandbox template says).
+    pub fn cached_attachments(&self) -> &[CacheRecord] {
+        self.adopted.as_ref().map_or(&[], |a| &a.cached)
+    }
+
+    /// Whether its name is in `/run/netns` (opened, or an adopted name that
+    /// is not a namespace one can open: teardown deletes it by name).
+    pub fn has_name(&self) -> bool {
+        self.netns.is_some() || self.adopted.as_ref().is_some_and(|a| a.stale_name)
+    }
+
+    /// The sandbox its teardown removes.
+    fn sandbox(&self, ctx: &Ctx) -> Sandbox {
+        let mut sandbox = ctx.sandbox(&self.name, &self.container_id);
+        if let Some(adopted) = &self.adopted
+            && !adopted.cached.is_empty()
+        {
+            // Exactly the cached attachments, with their cached arguments.
+            sandbox.labels = CniArgs::new();
+            sandbox.capability_args = CapabilityArgs::new();
+            sandbox.ignore_unknown = false;
+            sandbox.networks = adopted
+                .cached
+                .iter()
+                .map(|rec| NetworkRequest {
+                    network: rec.network_name.clone(),
+                    ifname: Some(rec.if_name.clone()),
+                    args: rec.cni_args.clone(),
+                    capability_args: rec.capability_args.clone(),
+                })
+                .collect();
+        }
+        if self.netns.is_none() {
+            // The namespace is gone: DEL without one, as the spec allows.
+            sandbox.netns.clear();
+        }
+        sandbox
     }
 }
 
@@ -446,6 +515,218 @@ impl BatchBuilder {
             stopped,
         })
     }
+}
+
+impl BatchBuilder {
+    /// Adopts the batch with this builder's prefix that another process
+    /// (or an earlier run) set up and left ([`Batch::keep`], `cnitool
+    /// batch up`, a killed harness), so that [`Batch::teardown`] or
+    /// [`Batch::teardown_until`] removes it. The members are:
+    ///
+    /// - every namespace `PREFIX<number>` in `/run/netns` (a prefix must
+    ///   not end with a digit, so that `t` does not claim `t1`'s `t10`);
+    /// - every cached attachment ([`Cni::cached_attachments`](crate::Cni::cached_attachments)) on one of
+    ///   the batch's networks whose netns is `/run/netns/PREFIX<number>`
+    ///   and whose container ID is the member's (its name, or what
+    ///   [`Self::container_ids`] derives from the path), also when that
+    ///   namespace is gone.
+    ///
+    /// The batch's networks are those the [sandbox
+    /// template](Self::sandbox_template) names, or else the
+    /// `MultiNetwork`'s. Members are ordered by number; `count` is ignored.
+    ///
+    /// Teardown DELs each member's cached attachments (on any interface)
+    /// with the arguments cached at ADD and, for a network the
+    /// `MultiNetwork` does not have (its file is gone: build it with
+    /// [`MultiNetworkBuilder::allow_empty`](crate::multi::MultiNetworkBuilder::allow_empty)),
+    /// with the configuration cached at ADD ([`MultiNetwork::remove`]).
+    /// A namespace without cached attachments (a setup killed mid-ADD) is
+    /// removed as the sandbox template describes it. Then the namespace is
+    /// deleted; unlike a batch set up here, an adopted namespace whose DELs
+    /// failed is kept, so that adopting it again retries with the same
+    /// inputs.
+    ///
+    /// Fails when namespaces `PREFIX<number>` exist but nothing ties them
+    /// to the batch: none of its networks is known to the `MultiNetwork`
+    /// and none has a cached attachment in them (a mistyped network name
+    /// must not delete another batch). Also when the prefix is invalid, or
+    /// `/run/netns` or the cache cannot be read.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), cni_async::Error> {
+    /// use cni_async::{Cni, MultiNetwork};
+    /// use cni_async::batch::BatchBuilder;
+    /// use cni_core::confdir;
+    /// use std::path::Path;
+    ///
+    /// let cni = Cni::builder().plugin_dirs(["/usr/lib/cni"]).build();
+    /// let list = confdir::load_network(Path::new("/etc/cni/net.d"), "bench")?;
+    /// let networks = MultiNetwork::builder(cni).network(list).build()?;
+    ///
+    /// // What a killed run of `BatchBuilder::new(..).prefix("bench-")` left.
+    /// let batch = BatchBuilder::new(networks).prefix("bench-").adopt().await?;
+    /// for m in batch.members() {
+    ///     println!("{}: {} cached attachment(s)", m.name(), m.cached_attachments().len());
+    /// }
+    /// batch.teardown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn adopt(self) -> Result<Batch, Error> {
+        if self.prefix.ends_with(|c: char| c.is_ascii_digit()) {
+            return Err(Error::NetnsName {
+                name: self.prefix,
+                reason: "a batch prefix must not end with a digit",
+            });
+        }
+        let derive = self.container_ids.clone();
+        let id_of = move |name: &str| match &derive {
+            Some(f) => f(&member_path(name)),
+            None => name.to_owned(),
+        };
+        let networks: Vec<String> = if self.template.networks.is_empty() {
+            self.multi
+                .networks()
+                .iter()
+                .map(|n| n.name().to_owned())
+                .collect()
+        } else {
+            self.template
+                .networks
+                .iter()
+                .map(|r| r.network.clone())
+                .collect()
+        };
+        let prefix = self.prefix.clone();
+        let names = tokio::task::spawn_blocking(move || existing_namespaces(&prefix))
+            .await
+            .map_err(|join| Error::Netns {
+                path: PathBuf::from(NETNS_RUN_DIR),
+                op: "list".into(),
+                source: io::Error::other(join.to_string()),
+            })??;
+
+        // By (length, name): `P2` before `P10`.
+        let mut found: BTreeMap<(usize, String), (bool, Vec<CacheRecord>)> = names
+            .iter()
+            .map(|n| ((n.len(), n.clone()), (true, Vec::new())))
+            .collect();
+        let mut cached = 0usize;
+        for rec in self.multi.cni().cached_attachments(None).await? {
+            let Some(name) = rec
+                .netns
+                .strip_prefix(NETNS_RUN_DIR)
+                .and_then(|n| n.strip_prefix('/'))
+            else {
+                continue;
+            };
+            if !is_member(&self.prefix, name)
+                || !networks.contains(&rec.network_name)
+                || rec.container_id != id_of(name)
+            {
+                continue;
+            }
+            cached += 1;
+            found
+                .entry((name.len(), name.to_owned()))
+                .or_insert_with(|| (false, Vec::new()))
+                .1
+                .push(rec);
+        }
+        if cached == 0 && !names.is_empty() && networks.iter().all(|n| self.multi.find(n).is_none())
+        {
+            return Err(Error::Core(cni_core::Error::InvalidParameter {
+                field: "prefix",
+                value: self.prefix,
+                reason: format!(
+                    "{} network namespaces with this prefix exist ({}), but network(s) {} have                      neither a configuration nor cached attachments in them",
+                    names.len(),
+                    name_list(&names),
+                    networks
+                        .iter()
+                        .map(|n| format!("{n:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                code: cni_core::error::code::INVALID_NETWORK_CONFIG,
+            }));
+        }
+
+        let mut members = Vec::with_capacity(found.len());
+        for (index, ((_, name), (listed, cached))) in found.into_iter().enumerate() {
+            let id = id_of(&name);
+            validate::container_id(&id)?;
+            let mut member = BatchMember::new(index, name, id);
+            member.attempted = true;
+            let mut stale_name = false;
+            if listed {
+                let open = member.name.clone();
+                match tokio::task::spawn_blocking(move || Netns::open_named(&open)).await {
+                    Ok(Ok(ns)) => member.netns = Some(NetnsGuard::new(ns)),
+                    // Gone meanwhile: nothing to delete.
+                    Ok(Err(Error::Netns { source, .. }))
+                        if source.kind() == io::ErrorKind::NotFound => {}
+                    // Not a namespace (an empty file): deleted by name.
+                    Ok(Err(_)) => stale_name = true,
+                    Err(join) => {
+                        return Err(Error::Netns {
+                            path: member.path(),
+                            op: "open".into(),
+                            source: io::Error::other(join.to_string()),
+                        });
+                    }
+                }
+            }
+            member.adopted = Some(Adopted { cached, stale_name });
+            members.push(member);
+        }
+        let ctx = Arc::new(Ctx {
+            multi: self.multi,
+            template: self.template,
+            concurrency: self.concurrency,
+            progress: Progress::new(members.len(), self.callback),
+            release_failed: false,
+        });
+        Ok(Batch {
+            ctx,
+            members,
+            setup_elapsed: Duration::ZERO,
+            stopped: false,
+        })
+    }
+}
+
+/// The namespaces `PREFIX<number>` in `/run/netns`, by number (`P2`
+/// before `P10`): the names a batch with this prefix owns
+/// ([`BatchBuilder::adopt`] adopts them).
+pub fn existing_namespaces(prefix: &str) -> Result<Vec<String>, Error> {
+    let mut names: Vec<String> = Netns::list_named()?
+        .into_iter()
+        .filter(|n| is_member(prefix, n))
+        .collect();
+    names.sort_by_key(|n| (n.len(), n.clone()));
+    Ok(names)
+}
+
+/// Whether `name` is `prefix` followed by one or more digits.
+fn is_member(prefix: &str, name: &str) -> bool {
+    name.strip_prefix(prefix)
+        .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Names as batch errors list them: the first five, then how many more
+/// (`a, b, c, d, e and 4 more`).
+pub fn name_list(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = names
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
 }
 
 /// `/run/netns/NAME`, as a string (what `CNI_NETNS` gets).
@@ -670,8 +951,8 @@ impl Progress {
         }
     }
 
-    /// Counts the event (and, for a teardown that failed but still deleted
-    /// the namespace, the deletion), then reports it.
+    /// Counts the event (and, with `deleted`, the namespace's deletion),
+    /// then reports it.
     fn emit(
         &self,
         kind: BatchEventKind,
@@ -681,14 +962,16 @@ impl Progress {
         deleted: bool,
     ) {
         let counter = match kind {
-            BatchEventKind::Created => &self.created,
-            BatchEventKind::Attached => &self.attached,
-            BatchEventKind::Failed => &self.failed,
-            BatchEventKind::Deleted => &self.deleted,
-            BatchEventKind::TeardownFailed => &self.teardown_failed,
+            BatchEventKind::Created => Some(&self.created),
+            BatchEventKind::Attached => Some(&self.attached),
+            BatchEventKind::Failed => Some(&self.failed),
+            BatchEventKind::Deleted => None,
+            BatchEventKind::TeardownFailed => Some(&self.teardown_failed),
         };
-        counter.fetch_add(1, Ordering::Relaxed);
-        if deleted && kind == BatchEventKind::TeardownFailed {
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        if deleted {
             self.deleted.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(cb) = &self.callback {
@@ -878,34 +1161,36 @@ async fn teardown_all(ctx: Arc<Ctx>, slots: Shared) -> Vec<Error> {
 }
 
 async fn teardown_one(ctx: &Ctx, slots: &Mutex<Slots>, index: usize) -> Vec<Error> {
-    let Some((name, container_id, attempted, has_netns)) =
-        lock(slots).members[index].as_ref().map(|m| {
-            (
-                m.name.clone(),
-                m.container_id.clone(),
-                m.attempted,
-                m.netns.is_some(),
-            )
-        })
+    let Some((name, attempted, sandbox)) = lock(slots).members[index]
+        .as_ref()
+        .map(|m| (m.name.clone(), m.attempted, m.sandbox(ctx)))
     else {
         return Vec::new();
     };
     let mut errors = Vec::new();
-    if attempted {
-        let mut sandbox = ctx.sandbox(&name, &container_id);
-        if !has_netns {
-            sandbox.netns.clear();
-        }
-        if let Err(e) = ctx.multi.remove(&sandbox).await {
-            errors.push(e);
-        }
+    if attempted && let Err(e) = ctx.multi.remove(&sandbox).await {
+        errors.push(e);
     }
     // Only now is the member taken out: if this future is dropped before,
     // whoever tears down next still sees it.
-    let member = lock(slots).members[index].take();
+    let Some(member) = lock(slots).members[index].take() else {
+        return errors;
+    };
+    let adopted = member.adopted.is_some();
+    let stale_name = member.adopted.as_ref().is_some_and(|a| a.stale_name);
     let mut deleted = false;
-    if let Some(guard) = member.and_then(|m| m.netns) {
-        match tokio::task::spawn_blocking(move || guard.delete()).await {
+    if adopted && !errors.is_empty() {
+        // An adopted namespace stays for the next try, with its inputs.
+        drop(keep_members(vec![member]));
+    } else if member.netns.is_some() || stale_name {
+        let guard = member.netns;
+        let by_name = name.clone();
+        let outcome = tokio::task::spawn_blocking(move || match guard {
+            Some(guard) => guard.delete(),
+            None => Netns::delete_named(&by_name),
+        })
+        .await;
+        match outcome {
             Ok(Ok(())) => deleted = true,
             Ok(Err(e)) => errors.push(e),
             Err(join) => errors.push(Error::Netns {
@@ -916,9 +1201,10 @@ async fn teardown_one(ctx: &Ctx, slots: &Mutex<Slots>, index: usize) -> Vec<Erro
         }
     }
     if errors.is_empty() {
-        if deleted {
+        // Deleted, or (adopted) detached from a namespace already gone.
+        if deleted || adopted {
             ctx.progress
-                .emit(BatchEventKind::Deleted, index, &name, None, false);
+                .emit(BatchEventKind::Deleted, index, &name, None, deleted);
         }
         return errors;
     }
@@ -1046,5 +1332,17 @@ mod tests {
         };
         // Never polled: dropping it drops the (empty) batch.
         assert_send(&empty.teardown());
+    }
+
+    #[test]
+    fn members_are_prefix_and_digits_and_long_name_lists_are_cut() {
+        assert!(is_member("t-", "t-0"));
+        assert!(is_member("t-", "t-123"));
+        assert!(!is_member("t-", "t-"));
+        assert!(!is_member("t-", "t-1a"));
+        assert!(!is_member("t-", "tt-1"));
+        let names: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
+        assert_eq!(name_list(&names[..2]), "n0, n1");
+        assert_eq!(name_list(&names), "n0, n1, n2, n3, n4 and 3 more");
     }
 }

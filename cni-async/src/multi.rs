@@ -212,6 +212,7 @@ pub struct MultiNetworkBuilder {
     prefix: String,
     mode: SetupMode,
     timeout: Option<Duration>,
+    allow_empty: bool,
 }
 
 impl MultiNetworkBuilder {
@@ -224,7 +225,19 @@ impl MultiNetworkBuilder {
             prefix: DEFAULT_INTERFACE_PREFIX.to_owned(),
             mode: SetupMode::default(),
             timeout: None,
+            allow_empty: false,
         }
+    }
+
+    /// Accepts a set without networks ([`Self::build`] refuses one by
+    /// default). Such a `MultiNetwork` attaches nothing; its
+    /// [`MultiNetwork::remove`] DELs the networks a sandbox names, and the
+    /// container's other cached attachments, with the configuration cached
+    /// at ADD: e.g. to tear down a batch whose network file is gone
+    /// ([`BatchBuilder::adopt`](crate::batch::BatchBuilder::adopt)).
+    pub fn allow_empty(mut self) -> Self {
+        self.allow_empty = true;
+        self
     }
 
     /// Adds the loopback network: network `cni-loopback`, one `loopback`
@@ -342,7 +355,7 @@ impl MultiNetworkBuilder {
                 }
             }
         }
-        if networks.is_empty() {
+        if networks.is_empty() && !self.allow_empty {
             return Err(invalid_set("", "no networks were added"));
         }
         for (i, n) in networks.iter().enumerate() {

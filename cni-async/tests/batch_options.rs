@@ -8,41 +8,13 @@ mod support;
 
 use cni_async::batch::{BatchBuilder, TeardownEnd};
 use cni_async::multi::MultiNetwork;
-use cni_async::netns::Netns;
 use serde_json::json;
 use support::fake::{Fake, Response, Rig, conflist};
 use support::gate::Gate;
-use support::netns::unique_id;
+use support::netns::BatchNamespaces;
 use support::require_root;
 
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.1.2.3/24"}]}"#;
-
-/// Deletes every namespace `PREFIX*` on drop (also when a test fails).
-struct Namespaces(String);
-
-impl Namespaces {
-    fn new() -> Namespaces {
-        Namespaces(format!("cnbo-{}-", unique_id()))
-    }
-
-    fn existing(&self) -> Vec<String> {
-        let mut names: Vec<String> = Netns::list_named()
-            .expect("list /run/netns")
-            .into_iter()
-            .filter(|n| n.starts_with(&self.0))
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for name in self.existing() {
-            let _ = Netns::delete_named(&name);
-        }
-    }
-}
 
 fn derive(path: &str) -> String {
     format!("id-{}", path.rsplit('/').next().unwrap_or_default())
@@ -67,7 +39,7 @@ async fn derived_ids_and_failed_members_released_at_once() {
         "p",
         &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT).with_shell(odd)),
     );
-    let ns = Namespaces::new();
+    let ns = BatchNamespaces::new("cnbo");
     let batch = BatchBuilder::new(multi(&rig, "p"))
         .prefix(&ns.0)
         .count(4)
@@ -127,7 +99,7 @@ async fn a_stopped_setup_returns_what_it_set_up_and_a_stopped_teardown_leaves_it
         "slow",
         &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT).with_shell(&gate.shell_wait())),
     );
-    let ns = Namespaces::new();
+    let ns = BatchNamespaces::new("cnbo");
     // Stops once two ADDs (the concurrency) hold at the gate.
     let batch = BatchBuilder::new(multi(&rig, "slow"))
         .prefix(&ns.0)

@@ -173,6 +173,29 @@ impl World {
         self.run(&args)
     }
 
+    /// Runs `cnitool ARGS` until a plugin run reached `gate`, then sends it
+    /// SIGINT; asserts that it fails with nothing on stdout; its stderr.
+    fn interrupted(&self, args: &[&str], gate: &Gate) -> String {
+        let path = format!("{}:{PLUGIN_DIR}", self.sb.plugins.bin().display());
+        let child = self
+            .sb
+            .cnitool(args)
+            .env("CNI_PATH", &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn cnitool");
+        gate.wait_started_blocking(1);
+        let pid = i32::try_from(child.id()).expect("pid");
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        let out = child.wait_with_output().expect("wait for cnitool");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "", "no summary");
+        stderr
+    }
+
     /// The host-side veths on the bridge.
     fn bridge_ports(&self) -> Vec<String> {
         ip_json(&["link", "show", "master", self.bridge.name()])
@@ -493,34 +516,21 @@ fn interrupted_up_tears_everything_down() {
         ),
     );
     w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "slow"})]);
-    let path = format!("{}:{PLUGIN_DIR}", w.sb.plugins.bin().display());
-    let mut cmd = w.sb.cnitool(&[
-        "batch",
-        "up",
-        &w.network,
-        "--count",
-        "8",
-        "--concurrency",
-        "2",
-        "--prefix",
-        w.prefix(),
-    ]);
-    let child = cmd
-        .env("CNI_PATH", &path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn cnitool");
-
     // Once an ADD is in flight (held at the gate), SIGINT.
-    gate.wait_started_blocking(1);
-    let pid = i32::try_from(child.id()).expect("pid");
-    // SAFETY: kill(2) on our own child's pid has no memory effects.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    let out = child.wait_with_output().expect("wait for cnitool");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "no summary");
+    let stderr = w.interrupted(
+        &[
+            "batch",
+            "up",
+            &w.network,
+            "--count",
+            "8",
+            "--concurrency",
+            "2",
+            "--prefix",
+            w.prefix(),
+        ],
+        &gate,
+    );
     assert!(
         stderr.contains("batch up interrupted by SIGINT; the ")
             && stderr.contains("namespaces it had set up were torn down"),
@@ -540,5 +550,109 @@ fn interrupted_up_tears_everything_down() {
     assert!(!adds.is_empty() && adds.len() <= 2, "{calls}");
     assert!(adds.is_subset(&dels), "ADD without DEL: {calls}");
     assert_eq!(batch_namespaces(w.prefix()), Vec::<String>::new());
+    assert_eq!(w.sb.cache_entries(), Vec::<String>::new());
+}
+
+#[test]
+fn down_refuses_an_unknown_network_and_uses_the_cached_config_once_the_file_is_gone() {
+    require_root!();
+    let w = World::new();
+    let record = w.sb.root().join("calls");
+    w.noop_plugin(
+        "rec",
+        &format!(
+            "echo \"$CNI_COMMAND $CNI_CONTAINERID\" >> '{}'",
+            record.display()
+        ),
+    );
+    let file =
+        w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "rec"})]);
+    let prefix = w.prefix();
+    w.up(3, 2).ok();
+    let names = batch_namespaces(prefix);
+    assert_eq!(names.len(), 3);
+
+    // A network with neither a file nor cached attachments in them: the
+    // namespaces are left alone.
+    let msg = w
+        .run(&["batch", "down", "no-such-net", "--prefix", prefix])
+        .fails();
+    assert!(
+        msg.contains("neither a configuration nor cached attachments")
+            && msg.contains(&names.join(", ")),
+        "{msg}"
+    );
+    assert_eq!(batch_namespaces(prefix), names);
+
+    // The network's file is gone: DEL with the configuration cached at ADD.
+    fs::remove_file(&file).expect("remove the conflist");
+    let summary = w.down(&["-q"]).ok().stdout_json();
+    assert_eq!(
+        (
+            &summary["detached"],
+            &summary["deleted"],
+            &summary["errors"]
+        ),
+        (&json!(3), &json!(3), &json!([]))
+    );
+    let calls = fs::read_to_string(&record).expect("read the calls");
+    let dels: BTreeSet<&str> = calls
+        .lines()
+        .filter_map(|l| l.strip_prefix("DEL "))
+        .collect();
+    let want: BTreeSet<String> = names
+        .iter()
+        .map(|n| expected_container_id(&format!("{NETNS_DIR}/{n}")))
+        .collect();
+    assert_eq!(dels, want.iter().map(String::as_str).collect(), "{calls}");
+    assert_eq!(batch_namespaces(prefix), Vec::<String>::new());
+    assert_eq!(w.sb.cache_entries(), Vec::<String>::new());
+}
+
+#[test]
+fn a_signal_stops_down_and_the_next_down_finishes() {
+    require_root!();
+    let w = World::new();
+    // Every DEL holds at a gate until the test opens it.
+    let gate = Gate::new(w.sb.root());
+    w.noop_plugin(
+        "slowdel",
+        &format!(
+            "if [ \"$CNI_COMMAND\" = DEL ]; then\n{}\nfi",
+            gate.shell_wait()
+        ),
+    );
+    w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "slowdel"})]);
+    let prefix = w.prefix();
+    w.up(3, 3).ok();
+
+    // Once a DEL is in flight (held at the gate), SIGINT.
+    let stderr = w.interrupted(
+        &[
+            "batch",
+            "down",
+            &w.network,
+            "--prefix",
+            prefix,
+            "--concurrency",
+            "1",
+        ],
+        &gate,
+    );
+    assert!(
+        stderr.contains("batch down interrupted by SIGINT; 3 namespaces left"),
+        "{stderr}"
+    );
+    // The killed DEL's namespace and cache record stay, as the others.
+    assert_eq!(batch_namespaces(prefix).len(), 3);
+    assert_eq!(w.sb.cache_entries().len(), 3);
+
+    gate.release();
+    let summary = w.down(&["-q"]).ok().stdout_json();
+    assert_eq!(
+        (&summary["detached"], &summary["deleted"]),
+        (&json!(3), &json!(3))
+    );
+    assert_eq!(batch_namespaces(prefix), Vec::<String>::new());
     assert_eq!(w.sb.cache_entries(), Vec::<String>::new());
 }

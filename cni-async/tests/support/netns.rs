@@ -254,3 +254,51 @@ impl TestNet {
         ip_ok(&["link", "set", br, "up"]);
     }
 }
+
+/// The namespaces of a batch test: a unique prefix (`TAG-ID-`), and every
+/// namespace `PREFIX*` deleted on drop (also when the test panics).
+#[derive(Debug)]
+pub struct BatchNamespaces(pub String);
+
+impl BatchNamespaces {
+    /// A unique prefix starting with `tag`.
+    pub fn new(tag: &str) -> BatchNamespaces {
+        BatchNamespaces(format!("{tag}-{}-", unique_id()))
+    }
+
+    /// `PREFIX` + `suffix`.
+    pub fn name(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.0)
+    }
+
+    /// `/run/netns/PREFIX<suffix>`.
+    pub fn path(&self, suffix: &str) -> String {
+        format!("{}/{}", cni_async::netns::NETNS_RUN_DIR, self.name(suffix))
+    }
+
+    /// The names `PREFIX*` in `/run/netns`, sorted.
+    pub fn existing(&self) -> Vec<String> {
+        let mut names: Vec<String> = Netns::list_named()
+            .expect("list /run/netns")
+            .into_iter()
+            .filter(|n| n.starts_with(&self.0))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// `PREFIX` + each suffix, sorted as [`Self::existing`].
+    pub fn names(&self, suffixes: &[&str]) -> Vec<String> {
+        let mut names: Vec<String> = suffixes.iter().map(|s| self.name(s)).collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for BatchNamespaces {
+    fn drop(&mut self) {
+        for name in self.existing() {
+            let _ = Netns::delete_named(&name);
+        }
+    }
+}

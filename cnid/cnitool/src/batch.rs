@@ -51,8 +51,19 @@
 //! namespace whose DELs succeeded is deleted; one whose DEL failed is kept,
 //! so that running `down` again retries with the same inputs. It prints
 //! `{"network", "prefix", "detached", "deleted", "errors": [{"namespace",
-//! "error"}], "elapsedMs"}`; the exit status is 1 when `errors` is not
-//! empty. With nothing left to do it succeeds.
+//! "error"}], "elapsedMs"}` (one error per namespace; `detached` counts
+//! the DELs of the namespaces torn down); the exit status is 1 when
+//! `errors` is not empty. With nothing left to do it succeeds. When
+//! namespaces `PREFIX<number>` exist but the network has neither a
+//! configuration nor cached attachments in them (a typo?), `down` refuses
+//! and leaves them. SIGINT or SIGTERM stops `down`: the DELs in flight are
+//! killed, the rest is left for the next `down`, and the exit status is 1
+//! with nothing on stdout.
+//!
+//! `down` is a thin layer over the library's batch too:
+//! [`BatchBuilder::adopt`] (the namespaces and their cached attachments;
+//! a `MultiNetwork` without networks, `allow_empty`, when the network's
+//! file is gone) and `teardown_until`.
 //!
 //! Progress goes to stderr (see [`crate::progress`]); `--quiet` turns it
 //! off. Failures follow the failure contract of [`crate::report`] (message
@@ -77,14 +88,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use cni_async::batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind, TeardownEnd};
-use cni_async::multi::{MultiNetwork, Sandbox};
-use cni_async::netns::{NETNS_RUN_DIR, Netns};
+use cni_async::batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind, TeardownEnd, name_list};
+use cni_async::multi::{MultiNetwork, NetworkRequest, Sandbox};
+use cni_async::netns::NETNS_RUN_DIR;
 use cni_async::{CallOptions, Cni};
+use cni_core::NetworkConfigList;
 use cni_core::error::code;
-use cni_core::{NetworkConfigList, RuntimeConf};
-use futures::stream::{self, StreamExt};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::backend::Local;
@@ -93,9 +103,6 @@ use crate::cli::GlobalArgs;
 use crate::progress::Progress;
 use crate::report::{self, ToolError};
 use crate::setup::{self, Env};
-
-/// How many failing names an error message lists.
-const NAMES_SHOWN: usize = 5;
 
 /// Runs `batch up` or `batch down` here (never in cnid): networks are
 /// loaded with `local` (so the error JSON is in their version), the plugins
@@ -146,36 +153,6 @@ fn member_path(name: &str) -> String {
     format!("{NETNS_RUN_DIR}/{name}")
 }
 
-/// Whether `name` is `PREFIX` followed by one or more digits.
-fn is_member(prefix: &str, name: &str) -> bool {
-    name.strip_prefix(prefix)
-        .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// Sort key: by length, then by name, so that `P2` comes before `P10`.
-fn name_order(name: &str) -> (usize, String) {
-    (name.len(), name.to_owned())
-}
-
-/// The namespaces `PREFIX<number>` in `/run/netns`, in index order.
-fn existing_members(prefix: &str) -> Result<Vec<String>, cni_async::Error> {
-    let mut names: Vec<String> = Netns::list_named()?
-        .into_iter()
-        .filter(|n| is_member(prefix, n))
-        .collect();
-    names.sort_by_key(|n| name_order(n));
-    Ok(names)
-}
-
-/// The attachment of the member with netns `path`: `template` with the
-/// container ID derived from the path, as `cnitool add` derives it.
-fn member_conf(template: &RuntimeConf, path: &str) -> RuntimeConf {
-    let mut rt = template.clone();
-    rt.container_id = setup::container_id(path);
-    rt.netns = path.to_owned();
-    rt
-}
-
 fn default_concurrency() -> usize {
     std::thread::available_parallelism().map_or(4, usize::from)
 }
@@ -189,20 +166,6 @@ fn concurrency(common: &BatchCommonArgs, items: usize) -> usize {
 
 fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// `a, b, c and 4 more`.
-fn list_names(names: &[String]) -> String {
-    let mut text = names
-        .iter()
-        .take(NAMES_SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > NAMES_SHOWN {
-        text.push_str(&format!(" and {} more", names.len() - NAMES_SHOWN));
-    }
-    text
 }
 
 // ----- signals -----
@@ -249,80 +212,6 @@ impl Signals {
     }
 }
 
-// ----- teardown of `down` -----
-
-/// Where DEL gets the configuration from.
-enum Config<'a> {
-    /// The network's configuration, loaded from `NETCONFPATH`.
-    Current(&'a NetworkConfigList),
-    /// The one cached at ADD (the network's file is gone).
-    Cached(&'a str),
-}
-
-/// One namespace of a batch to tear down.
-#[derive(Debug)]
-struct Target {
-    name: String,
-    /// Whether `/run/netns/NAME` exists (and is to be deleted).
-    netns: bool,
-    /// The attachments to DEL, in order.
-    dels: Vec<RuntimeConf>,
-}
-
-/// What tearing down one namespace did.
-#[derive(Debug, Default)]
-struct TornDown {
-    detached: usize,
-    deleted: bool,
-    errors: Vec<cni_async::Error>,
-}
-
-struct Teardown<'a> {
-    cni: &'a Cni,
-    config: Config<'a>,
-    opts: CallOptions,
-}
-
-impl Teardown<'_> {
-    /// DELs the target's attachments, then deletes its namespace if they all
-    /// succeeded.
-    async fn one(&self, target: &Target) -> TornDown {
-        let mut out = TornDown::default();
-        for rt in &target.dels {
-            let mut rt = rt.clone();
-            if !target.netns {
-                // The namespace is gone: DEL without one, as the spec allows.
-                rt.netns.clear();
-            }
-            let result = match self.config {
-                Config::Current(list) => {
-                    self.cni
-                        .del_network_list(list, &rt)
-                        .options(&self.opts)
-                        .await
-                }
-                Config::Cached(network) => {
-                    self.cni.del_cached(network, &rt).options(&self.opts).await
-                }
-            };
-            match result {
-                Ok(()) => out.detached += 1,
-                Err(e) => out.errors.push(cni_async::Error::Context {
-                    context: format!("DEL of {} (container {})", rt.ifname, rt.container_id),
-                    source: Box::new(e),
-                }),
-            }
-        }
-        if target.netns && out.errors.is_empty() {
-            match Netns::delete_named(&target.name) {
-                Ok(()) => out.deleted = true,
-                Err(e) => out.errors.push(e),
-            }
-        }
-        out
-    }
-}
-
 // ----- up: the library's batch -----
 
 async fn up(
@@ -338,14 +227,14 @@ async fn up(
     let template = setup::runtime_conf(env, &member_path(&member_name(prefix, 0)), ifname)?;
     template.validate()?;
     let list = runner.load(&args.network)?;
-    let taken = existing_members(prefix)?;
+    let taken = cni_async::batch::existing_namespaces(prefix)?;
     if !taken.is_empty() {
         return Err(ToolError::new(
             code::INVALID_ENVIRONMENT_VARIABLES,
             format!(
                 "network namespaces with prefix {prefix:?} exist already ({}): run \
                  `cnitool batch down {} --prefix {prefix}` first, or choose another --prefix",
-                list_names(&taken),
+                name_list(&taken),
                 args.network
             ),
         )
@@ -455,7 +344,7 @@ async fn up(
                     "{} of {count} namespaces failed to attach ({}; see the summary on stdout); \
                      the first, {name}: {first}",
                     failures.len(),
-                    list_names(&names)
+                    name_list(&names)
                 ),
             )
             .into())
@@ -541,38 +430,44 @@ async fn undo_interrupted(
     ToolError::new(code::TRY_AGAIN_LATER, msg).into()
 }
 
-/// Tears down `targets`, `concurrency` at a time, with progress; the outcome
-/// of each, in the order of `targets`.
-async fn run_teardown(
-    teardown: &Teardown<'_>,
-    targets: &[Target],
-    concurrency: usize,
-    quiet: bool,
-) -> Vec<(String, TornDown)> {
-    let mut progress = Progress::new("batch down", "torn down", "errors", targets.len(), quiet);
-    let mut results: Vec<Option<TornDown>> = (0..targets.len()).map(|_| None).collect();
-    let (mut ok, mut failed) = (0, 0);
-    let mut work = stream::iter(targets.iter().enumerate())
-        .map(|(i, t)| async move { (i, teardown.one(t).await) })
-        .buffer_unordered(concurrency);
-    while let Some((i, outcome)) = work.next().await {
-        if outcome.errors.is_empty() {
-            ok += 1;
-        } else {
-            failed += 1;
-        }
-        progress.update(ok, failed);
-        results[i] = Some(outcome);
-    }
-    progress.end_line();
-    targets
-        .iter()
-        .zip(results)
-        .map(|(t, r)| (t.name.clone(), r.unwrap_or_default()))
-        .collect()
+// ----- down: the library's batch, adopted -----
+
+/// The progress and outcomes of `down`, fed by the batch's events.
+struct DownProgress {
+    progress: Progress,
+    ok: usize,
+    failed: usize,
+    /// Per member index: `None` when torn down, else the error and its code.
+    outcomes: BTreeMap<usize, Option<(String, u32)>>,
 }
 
-// ----- down -----
+impl DownProgress {
+    fn on_event(&mut self, e: &BatchEvent<'_>) {
+        match e.kind {
+            BatchEventKind::Deleted => {
+                self.ok += 1;
+                self.outcomes.insert(e.index, None);
+            }
+            BatchEventKind::TeardownFailed => {
+                self.failed += 1;
+                let error = e.error.map_or_else(
+                    || ("teardown failed".to_owned(), code::IO_FAILURE),
+                    |e| {
+                        // The summary names the namespace: its error without it.
+                        let e = match e {
+                            cni_async::Error::Context { source, .. } => source,
+                            other => other,
+                        };
+                        (e.to_string(), e.code())
+                    },
+                );
+                self.outcomes.insert(e.index, Some(error));
+            }
+            _ => return,
+        }
+        self.progress.update(self.ok, self.failed);
+    }
+}
 
 async fn down(
     runner: &Runner<'_>,
@@ -593,93 +488,127 @@ async fn down(
         Err(e) => return Err(e.into()),
     };
 
-    // The batch's cached attachments of this network, by namespace.
-    let mut targets: BTreeMap<(usize, String), Target> = BTreeMap::new();
-    let records = &runner.cni.cached_attachments(None).await?;
-    let mut cached = 0;
-    for rec in records {
-        let Some(name) = rec
-            .netns
-            .strip_prefix(NETNS_RUN_DIR)
-            .and_then(|n| n.strip_prefix('/'))
-        else {
-            continue;
-        };
-        if rec.network_name != network
-            || !is_member(prefix, name)
-            || rec.container_id != setup::container_id(&rec.netns)
-        {
-            continue;
-        }
-        cached += 1;
-        targets
-            .entry(name_order(name))
-            .or_insert_with(|| Target {
-                name: name.to_owned(),
-                netns: false,
-                dels: Vec::new(),
-            })
-            .dels
-            .push(rec.runtime_conf());
-    }
-    let names = existing_members(prefix)?;
-    if let Some(e) = not_found
-        && cached == 0
-        && !names.is_empty()
-    {
-        // Nothing says these namespaces were attached to this network (a
-        // typo?): leave them alone.
-        return Err(anyhow::Error::new(e).context(format!(
-            "{} network namespaces with prefix {prefix:?} exist ({}), but network {network:?} \
-             has neither a configuration nor cached attachments in them",
-            names.len(),
-            list_names(&names)
-        )));
-    }
-    for name in names {
-        let target = targets.entry(name_order(&name)).or_insert_with(|| Target {
-            name: name.clone(),
-            netns: false,
-            dels: Vec::new(),
-        });
-        target.netns = true;
-        if target.dels.is_empty() && list.is_some() {
-            // Not in the cache: DEL anyway (idempotent), as `cnitool del` would.
-            target
-                .dels
-                .push(member_conf(&template, &member_path(&name)));
-        }
-    }
-    let targets: Vec<Target> = targets.into_values().collect();
-
-    let teardown = Teardown {
-        cni: &runner.cni,
-        config: match &list {
-            Some(list) => Config::Current(list),
-            None => Config::Cached(network),
-        },
-        opts: runner.call_options(),
+    // The library adopts the batch: the namespaces PREFIX<number> and the
+    // cached attachments of the network in them (any interface, with their
+    // cached arguments; the cached configuration when the network's file is
+    // gone). A namespace not in the cache gets a DEL as `cnitool del` would
+    // run it: -i/CNI_IFNAME, CNI_ARGS and CAP_ARGS.
+    let known = list.is_some();
+    let mut multi = MultiNetwork::builder(runner.cni.clone());
+    multi = match list {
+        Some(list) => multi.network_with_ifname(list, template.ifname.clone()),
+        None => multi.allow_empty(),
     };
-    let results = run_teardown(
-        &teardown,
-        &targets,
-        concurrency(&args.common, targets.len()),
-        args.common.quiet,
-    )
-    .await;
+    if let Some(timeout) = runner.call_options().timeout {
+        multi = multi.timeout(timeout);
+    }
+    let mut sandbox = Sandbox::new("", "")
+        .with_ignore_unknown(false)
+        .with_network(NetworkRequest::new(network).with_ifname(template.ifname.clone()));
+    sandbox.labels = template.args.clone();
+    sandbox.capability_args = template.capability_args.clone();
+    let progress = Arc::new(Mutex::new(None::<DownProgress>));
+    let events = progress.clone();
+    let adopted = BatchBuilder::new(multi.build()?)
+        .prefix(prefix)
+        .concurrency(
+            args.common
+                .concurrency
+                .map_or_else(default_concurrency, |c| c as usize),
+        )
+        .sandbox_template(sandbox)
+        .container_ids(setup::container_id)
+        .on_event(move |e| {
+            if let Some(p) = lock(&events).as_mut() {
+                p.on_event(e);
+            }
+        })
+        .adopt()
+        .await;
+    let batch = match (adopted, not_found) {
+        (Ok(batch), _) => batch,
+        // Nothing ties these namespaces to this network (a typo?): leave
+        // them alone, and say that the network is not found.
+        (Err(e), Some(not_found)) => {
+            return Err(anyhow::Error::new(not_found).context(e.to_string()));
+        }
+        (Err(e), None) => return Err(e.into()),
+    };
+    // Per member: its name, the DELs it gets, whether its name exists.
+    let members: Vec<(String, usize, bool)> = batch
+        .members()
+        .iter()
+        .map(|m| {
+            let dels = match m.cached_attachments().len() {
+                0 => usize::from(known),
+                n => n,
+            };
+            (m.name().to_owned(), dels, m.has_name())
+        })
+        .collect();
+    *lock(&progress) = Some(DownProgress {
+        progress: Progress::new(
+            "batch down",
+            "torn down",
+            "errors",
+            members.len(),
+            args.common.quiet,
+        ),
+        ok: 0,
+        failed: 0,
+        outcomes: BTreeMap::new(),
+    });
+    let mut signals = Signals::new();
+    let mut interrupted = None;
+    let outcome = batch
+        .teardown_until(async { interrupted = Some(signals.recv().await) })
+        .await;
+    let Some(DownProgress {
+        mut progress,
+        outcomes,
+        ..
+    }) = lock(&progress).take()
+    else {
+        unreachable!("set above")
+    };
+    progress.end_line();
+    if let (Some(signal), Ok(TeardownEnd::Stopped { left })) = (interrupted, &outcome) {
+        return Err(ToolError::new(
+            code::TRY_AGAIN_LATER,
+            format!(
+                "batch down interrupted by {signal}; {} namespaces left ({}): run \
+                 `cnitool batch down {network} --prefix {prefix}` again",
+                left.len(),
+                name_list(left)
+            ),
+        )
+        .into());
+    }
 
     let (mut detached, mut deleted) = (0, 0);
     let mut errors = Vec::new();
-    let mut first: Option<(String, cni_async::Error)> = None;
-    for (name, outcome) in results {
-        detached += outcome.detached;
-        deleted += usize::from(outcome.deleted);
-        for e in outcome.errors {
-            errors.push(json!({"namespace": name, "error": e.to_string()}));
-            if first.is_none() {
-                first = Some((name.clone(), e));
+    let mut first: Option<(String, String, u32)> = None;
+    for (index, (name, dels, has_name)) in members.into_iter().enumerate() {
+        match outcomes.get(&index) {
+            Some(None) => {
+                detached += dels;
+                deleted += usize::from(has_name);
             }
+            Some(Some((error, code))) => {
+                errors.push(json!({"namespace": name, "error": error}));
+                if first.is_none() {
+                    first = Some((name, error.clone(), *code));
+                }
+            }
+            None => {}
         }
+    }
+    if first.is_none()
+        && let Err(e) = outcome
+    {
+        // Not reported by an event: a failure of the batch as a whole.
+        errors.push(json!({"namespace": Value::Null, "error": e.to_string()}));
+        first = Some((prefix.to_owned(), e.to_string(), e.code()));
     }
     let summary = json!({
         "network": network,
@@ -692,8 +621,8 @@ async fn down(
     report::print_stdout(&report::pretty_json(&summary))?;
     match first {
         None => Ok(()),
-        Some((name, e)) => Err(ToolError::new(
-            e.code(),
+        Some((name, e, code)) => Err(ToolError::new(
+            code,
             format!(
                 "{} error(s) tearing down the batch (see the summary on stdout; run it again \
                  to retry); the first, {name}: {e}",
@@ -701,39 +630,5 @@ async fn down(
             ),
         )
         .into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn members_are_prefix_and_digits() {
-        assert!(is_member("t-", "t-0"));
-        assert!(is_member("t-", "t-123"));
-        assert!(!is_member("t-", "t-"));
-        assert!(!is_member("t-", "t-1a"));
-        assert!(!is_member("t-", "tt-1"));
-        assert!(!is_member("t-", "t-x-1"));
-        let mut names = vec!["p10".to_owned(), "p2".into(), "p1".into()];
-        names.sort_by_key(|n| name_order(n));
-        assert_eq!(names, ["p1", "p2", "p10"]);
-    }
-
-    #[test]
-    fn member_conf_derives_the_container_id_from_the_path() {
-        let template = RuntimeConf::new("x", "/run/netns/p0", "eth1");
-        let rt = member_conf(&template, "/run/netns/p7");
-        assert_eq!(rt.container_id, setup::container_id("/run/netns/p7"));
-        assert_eq!(rt.netns, "/run/netns/p7");
-        assert_eq!(rt.ifname, "eth1");
-    }
-
-    #[test]
-    fn long_name_lists_are_cut() {
-        let names: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
-        assert_eq!(list_names(&names[..2]), "n0, n1");
-        assert_eq!(list_names(&names), "n0, n1, n2, n3, n4 and 3 more");
     }
 }
