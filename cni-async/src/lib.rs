@@ -7,7 +7,6 @@
 #[cfg(feature = "netns")]
 pub mod batch;
 pub mod cache;
-pub mod caps;
 #[cfg(feature = "watch")]
 pub mod confwatch;
 pub mod durable;
@@ -22,6 +21,8 @@ pub mod sys;
 
 #[cfg(feature = "netns")]
 pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
+/// Typed capability arguments, defined in [`cni_core::caps`].
+pub use cni_core::caps;
 pub use error::{Error, ErrorKind, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 pub use multi::{

@@ -7,6 +7,7 @@
 //! - [`config`]: network configuration lists and plugin configurations.
 //! - [`confdir`]: finding networks in a conf dir.
 //! - [`args`]: `CNI_ARGS`, capability arguments, [`RuntimeConf`].
+//! - [`caps`]: typed capability arguments (`portMappings`, `bandwidth`, ...).
 //! - [`validate`]: container IDs, network names, interface names, plugin types.
 //! - [`stdin`]: the per-plugin JSON on stdin for every verb.
 //! - [`env`](mod@env): the `CNI_*` environment for every verb.
@@ -20,6 +21,7 @@
 
 pub mod args;
 pub mod cache;
+pub mod caps;
 pub mod command;
 pub mod confdir;
 pub mod config;
