@@ -22,7 +22,8 @@
 //!   path never loses a file someone else holds.
 //! - **Private dirs**: `results/`, `locks/` and `corrupt/` are made 0700 and
 //!   tightened to 0700 when found open to others ([`ensure_private_dir`],
-//!   [`ResultCache::tighten_dirs`]); libcni leaves an existing dir as it is.
+//!   [`ResultCache::tighten_dirs`]); libcni leaves an existing dir as it is
+//!   (`docs/decisions.md` D22).
 //!   The cache dir itself is created 0700 but an existing one keeps its
 //!   mode: other tools keep their data in it.
 //! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to
