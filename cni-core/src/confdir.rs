@@ -34,7 +34,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::{NetworkConfigList, PluginConfig};
-use crate::error::{Error, SkippedFile};
+use crate::error::{Chain, Error, SkippedFile};
 
 /// Extensions of network configuration lists.
 pub const LIST_EXTENSIONS: &[&str] = &["conflist"];
@@ -293,7 +293,7 @@ pub fn scan(dir: &Path) -> Result<ConfDirScan, Error> {
             Err(e) => {
                 let s = SkippedFile {
                     path,
-                    reason: e.to_string(),
+                    reason: Chain(&e).to_string(),
                 };
                 warn_skipped(&s);
                 out.skipped.push(s);
@@ -318,7 +318,7 @@ fn first_named(
             Err(e) => {
                 let s = SkippedFile {
                     path,
-                    reason: e.to_string(),
+                    reason: Chain(&e).to_string(),
                 };
                 warn_skipped(&s);
                 skipped.push(s);

@@ -341,7 +341,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     match engine.cni.cached_attachments(None).await {
         Ok(records) => engine.owners.load(&records),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot list the cached attachments; netns owners unknown until they are ADDed again")
+            tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until they are ADDed again")
         }
     }
     // Plugins a killed predecessor left running would race the recovery.
