@@ -92,9 +92,13 @@ pub fn main() -> ExitCode {
             return report::failure(&e, None, json);
         }
     };
+    let cache_dir = settings.cache_dir.clone();
     let (outcome, version) = runtime.block_on(dispatch::run(settings, env, &cli));
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report::failure(&e, version, json),
+        Err(e) => {
+            let hint = report::cache_permission_hint(&e, &cache_dir);
+            report::failure_with_hint(&e, version, json, hint.as_deref())
+        }
     }
 }
