@@ -94,6 +94,7 @@ use std::time::{Duration, Instant};
 
 use cni_core::cache::CacheRecord;
 use cni_core::{CapabilityArgs, CniArgs, validate};
+use cni_core::error::Chain;
 use futures::stream::{self, StreamExt};
 
 use crate::Error;
@@ -1126,7 +1127,7 @@ async fn release(slots: &Shared, index: usize, name: &str) {
     let Some(guard) = guard else { return };
     let error = match tokio::task::spawn_blocking(move || guard.delete()).await {
         Ok(Ok(())) => return,
-        Ok(Err(e)) => e.to_string(),
+        Ok(Err(e)) => Chain(&e).to_string(),
         Err(join) => join.to_string(),
     };
     tracing::warn!(
@@ -1137,7 +1138,7 @@ async fn release(slots: &Shared, index: usize, name: &str) {
 }
 
 fn record_failure(ctx: &Ctx, slots: &Mutex<Slots>, index: usize, name: &str, error: Error) {
-    tracing::warn!(netns = name, error = %error, "batch: namespace setup failed");
+    tracing::warn!(netns = name, error = %Chain(&error), "batch: namespace setup failed");
     ctx.progress
         .emit(BatchEventKind::Failed, index, name, Some(&error), false);
     if let Some(m) = lock(slots).members[index].as_mut() {
@@ -1219,7 +1220,7 @@ async fn teardown_one(ctx: &Ctx, slots: &Mutex<Slots>, index: usize) -> Vec<Erro
             }
         }),
     };
-    tracing::warn!(netns = %name, error = %error, "batch: teardown failed");
+    tracing::warn!(netns = %name, error = %Chain(&error), "batch: teardown failed");
     ctx.progress.emit(
         BatchEventKind::TeardownFailed,
         index,
@@ -1263,7 +1264,7 @@ fn blocking_teardown(ctx: &Arc<Ctx>, members: Vec<BatchMember>) {
             match current_thread_runtime() {
                 Ok(rt) => {
                     for e in rt.block_on(teardown_all(ctx2, slots2)) {
-                        tracing::warn!(error = %e, "batch teardown on drop");
+                        tracing::warn!(error = %Chain(&e), "batch teardown on drop");
                     }
                 }
                 Err(e) => {

@@ -22,7 +22,8 @@
 //!   path never loses a file someone else holds.
 //! - **Private dirs**: `results/`, `locks/` and `corrupt/` are made 0700 and
 //!   tightened to 0700 when found open to others ([`ensure_private_dir`],
-//!   [`ResultCache::tighten_dirs`]); libcni leaves an existing dir as it is.
+//!   [`ResultCache::tighten_dirs`]); libcni leaves an existing dir as it is
+//!   (`docs/decisions.md` D22).
 //!   The cache dir itself is created 0700 but an existing one keeps its
 //!   mode: other tools keep their data in it.
 //! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to
@@ -60,6 +61,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cni_core::cache::{self as record, CacheEntry, CacheRecord};
+use cni_core::error::Chain;
 
 use crate::durable::{self, is_symlink_refusal, read_nofollow};
 pub use crate::durable::{PrivateDir, ensure_private_dir};
@@ -508,7 +510,7 @@ fn move_aside(cache_dir: &Path, path: &Path, reason: &str) {
         Err(e) => tracing::warn!(
             file = %path.display(),
             %reason,
-            error = %e,
+            error = %Chain(&e),
             "corrupt cache entry could not be moved aside"
         ),
     }
@@ -544,7 +546,7 @@ fn read_slot(
         Ok(CacheEntry::Record(rec)) => match rec.check_matches(network, container_id, ifname) {
             Ok(()) => Ok(Slot::Ours(CacheEntry::Record(rec))),
             Err(e) => {
-                tracing::debug!(file = %path.display(), error = %e, "cache file belongs to another attachment");
+                tracing::debug!(file = %path.display(), error = %Chain(&e), "cache file belongs to another attachment");
                 Ok(Slot::Theirs(rec))
             }
         },
@@ -636,7 +638,7 @@ fn list_records(
             }
             Ok(CacheEntry::LegacyResult(_)) => {}
             Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "skipping corrupt cache entry")
+                tracing::warn!(file = %path.display(), error = %Chain(&e), "skipping corrupt cache entry")
             }
         }
     }

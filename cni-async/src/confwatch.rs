@@ -69,7 +69,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use cni_core::NetworkConfigList;
 use cni_core::confdir;
-use cni_core::error::SkippedFile;
+use cni_core::error::{Chain, SkippedFile};
 
 use crate::Cni;
 use crate::sys::inotify::{DirWatches, WatchKind};
@@ -132,7 +132,7 @@ impl ConfSnapshot {
         let scan = match confdir::scan(dir) {
             Ok(scan) => scan,
             Err(e) => {
-                snap.dir_error = Some(e.to_string());
+                snap.dir_error = Some(Chain(&e).to_string());
                 return snap;
             }
         };
@@ -436,7 +436,7 @@ impl NetworkSet {
         for n in &snap.networks {
             match cni.validate_network_list(&n.list).await {
                 Ok(_) => usable.push(n.list.name().to_owned()),
-                Err(e) => unusable.push(format!("network {:?}: {e}", n.list.name())),
+                Err(e) => unusable.push(format!("network {:?}: {}", n.list.name(), Chain(&e))),
             }
         }
         if usable.len() >= min_networks {

@@ -1,13 +1,77 @@
-//! Runs CNI plugins from async Rust.
+//! Runs CNI plugins from async Rust: libcni's operations on tokio, with
+//! deadlines, a result cache shared with libcni, and go-cni's
+//! multi-network API on top.
 //!
-//! Work in progress: the executor (`exec`), the syscall module (`sys`) and
-//! the network-namespace helpers (`netns`, feature `netns`) come first.
+//! Configuration, results, validation and the other pure parts come from
+//! [`cni_core`]; this crate runs the plugins and keeps the cache.
+//!
+//! # Where to start
+//!
+//! | you want to | use |
+//! |---|---|
+//! | ADD, DEL, CHECK, STATUS, GC one network list (libcni's `CNIConfig`) | [`Cni`], built with [`CniBuilder`] ([`Cni::builder`]); the verbs [`Cni::add_network_list`], [`Cni::del_network_list`], [`Cni::check_network_list`], [`Cni::status_network_list`], [`Cni::gc_network_list`] return requests ([`AddRequest`], ...) that take `.timeout(..)`, `.rollback(..)` or `.options(&`[`CallOptions`]`)` before they are awaited; see [`ops`] |
+//! | attach a pod to several networks at once (go-cni) | [`MultiNetwork`] ([`MultiNetworkBuilder`]) and [`Sandbox`]; results in [`MultiResult`]; see [`multi`] |
+//! | typed capability args (`portMappings`, `bandwidth`, ...) | [`caps`] (defined in [`cni_core::caps`]) |
+//! | read or list cached attachments, share the cache with libcni | [`cache::ResultCache`] |
+//! | follow a conf dir and know when networks are ready (feature `watch`) | [`confwatch`] |
+//! | many namespaces attached at once, for harnesses and benchmarks (feature `netns`) | [`Batch`], built with [`BatchBuilder`]; see [`batch`] |
+//! | create, enter and delete network namespaces (feature `netns`) | [`netns`] |
+//! | crash-safe file writes (temp file, fsync, rename) | [`durable`] |
+//! | the few raw system calls (process-group signals, umask, limits) | [`sys`] |
+//! | run plugins another way (a test double, a timing wrapper) | the [`PluginExec`] trait; [`RawExec`] is the real one |
+//! | branch on what kind of failure an [`Error`] is | [`Error::kind`] and [`ErrorKind`] |
+//!
+//! Where this crate differs from libcni on purpose (deadlines that kill the
+//! whole process group, atomic cache writes, validation on every verb, ...)
+//! is listed, with the reasons, in the repository's `docs/decisions.md`.
+//!
+//! # Example
+//!
+//! ADD a container to a network of the conf dir, read its addresses, CHECK
+//! and DEL it (needs root, the plugins and a network namespace, so it is
+//! compiled but not run here):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), cni_async::Error> {
+//! use std::path::Path;
+//! use std::time::Duration;
+//!
+//! use cni_async::Cni;
+//! use cni_async::caps::{Capabilities, PortMapping};
+//! use cni_core::{RuntimeConf, confdir};
+//!
+//! let cni = Cni::builder()
+//!     .plugin_dirs(["/opt/cni/bin", "/usr/lib/cni"])
+//!     .cache_dir("/var/lib/cni")
+//!     .build();
+//! let list = confdir::load_network(Path::new("/etc/cni/net.d"), "mynet")?;
+//! let mut rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
+//! rt.capability_args = Capabilities::new()
+//!     .port_mappings([PortMapping::tcp(8080, 80)])
+//!     .into_args();
+//!
+//! let result = cni
+//!     .add_network_list(&list, &rt)
+//!     .timeout(Duration::from_secs(30))
+//!     .rollback(true)
+//!     .await?;
+//! for address in result.addresses() {
+//!     println!("{address}");
+//! }
+//! cni.check_network_list(&list, &rt).await?;
+//! cni.del_network_list(&list, &rt).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//!
+//! - `watch`: [`confwatch`], the conf-dir watcher (inotify).
+//! - `netns`: [`netns`] and [`batch`], namespaces for harnesses and tests.
 #![warn(missing_docs)]
 
 #[cfg(feature = "netns")]
 pub mod batch;
 pub mod cache;
-pub mod caps;
 #[cfg(feature = "watch")]
 pub mod confwatch;
 pub mod durable;
@@ -22,6 +86,8 @@ pub mod sys;
 
 #[cfg(feature = "netns")]
 pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
+/// Typed capability arguments, defined in [`cni_core::caps`].
+pub use cni_core::caps;
 pub use error::{Error, ErrorKind, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 pub use multi::{

@@ -542,7 +542,7 @@ impl Drop for NetnsGuard {
             }
             let path = netns.path.clone();
             if let Err(e) = netns.delete() {
-                tracing::warn!(path = %path.display(), error = %e, "cannot delete network namespace");
+                tracing::warn!(path = %path.display(), error = %cni_core::error::Chain(&e), "cannot delete network namespace");
             }
         }
     }

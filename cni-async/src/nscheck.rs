@@ -2,7 +2,8 @@
 //! a network namespace. One rule for every caller: every [`Cni`] refuses an
 //! empty or relative netns for ADD and CHECK ([`check_netns_path`], always
 //! on); with [`CniBuilder::check_netns`] (cnid turns it on) it also refuses
-//! a path that is not a network namespace ([`check_netns`]).
+//! a path that is not a network namespace ([`check_netns`]). libcni passes
+//! any netns through (`docs/decisions.md` D23).
 //!
 //! The namespace check is opt-in because it needs the namespace to exist
 //! where the check runs: callers whose plugins are fakes, or that hand the

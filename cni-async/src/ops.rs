@@ -1045,7 +1045,7 @@ impl Cni {
             return Ok(result);
         }
         // An older (or newer) result: convert before chaining, printing and
-        // caching it (spec-digest 10.6).
+        // caching it (`docs/decisions.md` D6).
         tracing::debug!(plugin = plugin.plugin_type(), from = %result.version(), to = %net.version, "converting plugin result");
         result.convert(net.version).map_err(|e| bad(e.to_string()))
     }

@@ -1,4 +1,4 @@
-//! The cache's own dirs are 0700 (libcni's layout, spec-digest 5), also
+//! The cache's own dirs are 0700 (libcni's layout; `docs/decisions.md` D22), also
 //! when they existed with a looser mode: `results/` is tightened on the
 //! next write, `corrupt/` on the next move, all three by
 //! `ResultCache::tighten_dirs`. The cache dir itself keeps its mode (it is

@@ -1,10 +1,10 @@
 //! A CNI error object on stdout is an error whatever the exit status
-//! (spec-digest 10.18): libcni takes it as an empty result when the plugin
+//! (`docs/decisions.md` D18): libcni takes it as an empty result when the plugin
 //! exits 0, caches that, and drops the error. Here it is the plugin's error
 //! (the same [`Error::Plugin`] as a non-zero exit with an error object:
 //! plugin type, verb, exit status 0, the object, stderr) on every verb, and
 //! nothing is cached. Also: a result without `cniVersion` has the version of
-//! the configuration the plugin was given (spec-digest 10.19).
+//! the configuration the plugin was given (`docs/decisions.md` D19).
 
 mod support;
 

@@ -166,7 +166,7 @@ async fn a_bare_name_is_not_searched_in_path() {
     assert!(matches!(err, Error::Spawn { .. }), "{err:?}");
 }
 
-/// spec-digest 10.3: "text file busy" is retried with a fresh spawn until it works.
+/// `docs/decisions.md` D3: "text file busy" is retried with a fresh spawn until it works.
 #[tokio::test]
 async fn text_file_busy_is_retried_until_the_writer_closes() {
     let dir = PluginDir::new();

@@ -34,7 +34,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::{NetworkConfigList, PluginConfig};
-use crate::error::{Error, SkippedFile};
+use crate::error::{Chain, Error, SkippedFile};
 
 /// Extensions of network configuration lists.
 pub const LIST_EXTENSIONS: &[&str] = &["conflist"];
@@ -206,6 +206,55 @@ impl ConfDirScan {
     }
 }
 
+/// Reading configuration files. The types and their parsing live in
+/// [`crate::config`], which reads no file; this module depends on it, not
+/// the reverse.
+impl PluginConfig {
+    /// Reads and parses a plugin configuration file.
+    pub fn from_file(path: &Path) -> Result<Self, Error> {
+        let bytes = read_file(path)?;
+        PluginConfig::from_bytes(&bytes, Some(path))
+    }
+}
+
+impl NetworkConfigList {
+    /// Reads a `.conflist` file and, unless `loadOnlyInlinedPlugins` is true,
+    /// appends the plugins of `<dir of file>/<network name>/*.conf` (sorted
+    /// byte-wise; spec 1.1.0). A list that ends up with no plugins is an error.
+    pub fn from_file(path: &Path) -> Result<Self, Error> {
+        let bytes = read_file(path)?;
+        let mut list = NetworkConfigList::from_bytes(&bytes, Some(path))?;
+        if !list.load_only_inlined_plugins() {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            list.append_plugin_files(dir)?;
+        }
+        list.require_plugins()
+    }
+
+    /// Appends the plugins of `<conf_dir>/<network name>/*.conf`.
+    ///
+    /// The network name is checked first, so a name like `../x` cannot make
+    /// us read outside the conf dir.
+    pub fn append_plugin_files(&mut self, conf_dir: &Path) -> Result<(), Error> {
+        if self.name().is_empty() || crate::validate::network_name(self.name()).is_err() {
+            // Not a usable network name: there can be no plugin dir for it.
+            return Ok(());
+        }
+        let plugin_dir = conf_dir.join(self.name());
+        for file in files_with_extensions(&plugin_dir, &["conf"])? {
+            self.push_plugin(PluginConfig::from_file(&file)?);
+        }
+        Ok(())
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 fn load_single(path: &Path) -> Result<NetworkConfigList, Error> {
     NetworkConfigList::from_plugin(PluginConfig::from_file(path)?)
 }
@@ -244,7 +293,7 @@ pub fn scan(dir: &Path) -> Result<ConfDirScan, Error> {
             Err(e) => {
                 let s = SkippedFile {
                     path,
-                    reason: e.to_string(),
+                    reason: Chain(&e).to_string(),
                 };
                 warn_skipped(&s);
                 out.skipped.push(s);
@@ -269,7 +318,7 @@ fn first_named(
             Err(e) => {
                 let s = SkippedFile {
                     path,
-                    reason: e.to_string(),
+                    reason: Chain(&e).to_string(),
                 };
                 warn_skipped(&s);
                 skipped.push(s);

@@ -8,6 +8,10 @@
 //! `disableCheck`, `disableGC`, `loadOnlyInlinedPlugins`, `plugins`, and per
 //! plugin `type`, `name`, `cniVersion`, `capabilities`.
 //!
+//! This module parses bytes and values only; reading files (a `.conflist`
+//! with its plugin files, a `.conf`) is [`crate::confdir`]'s, which adds
+//! `NetworkConfigList::from_file` and `PluginConfig::from_file`.
+//!
 //! ```
 //! use cni_core::config::NetworkConfigList;
 //! use cni_core::Version;
@@ -89,12 +93,6 @@ impl PluginConfig {
         let value: Value = serde_json::from_slice(bytes)
             .map_err(|e| Error::invalid_config(&origin, format!("not valid JSON: {e}")))?;
         PluginConfig::from_value_with_bytes(value, bytes.to_vec(), origin)
-    }
-
-    /// Reads and parses a plugin configuration file.
-    pub fn from_file(path: &Path) -> Result<Self, Error> {
-        let bytes = read_file(path)?;
-        PluginConfig::from_bytes(&bytes, Some(path))
     }
 
     /// Builds a plugin configuration from a JSON value (bytes are its serialization).
@@ -364,40 +362,21 @@ impl NetworkConfigList {
         })
     }
 
-    /// Reads a `.conflist` file and, unless `loadOnlyInlinedPlugins` is true,
-    /// appends the plugins of `<dir of file>/<network name>/*.conf` (sorted
-    /// byte-wise; spec 1.1.0). A list that ends up with no plugins is an error.
-    pub fn from_file(path: &Path) -> Result<Self, Error> {
-        let bytes = read_file(path)?;
-        let mut list = NetworkConfigList::from_bytes(&bytes, Some(path))?;
-        if !list.load_only_inlined_plugins {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            list.append_plugin_files(dir)?;
-        }
-        if list.plugins.is_empty() {
+    /// Appends a plugin after the inline ones: the spec 1.1.0 plugin files
+    /// of `<confdir>/<network>/`, which [`crate::confdir`] reads.
+    pub(crate) fn push_plugin(&mut self, plugin: PluginConfig) {
+        self.plugins.push(plugin);
+    }
+
+    /// Refuses a list that has no plugin at all, inline or from plugin files.
+    pub(crate) fn require_plugins(self) -> Result<Self, Error> {
+        if self.plugins.is_empty() {
             return Err(Error::invalid_config(
-                &list.origin,
+                &self.origin,
                 "no plugin configs found (no 'plugins' and no plugin files)",
             ));
         }
-        Ok(list)
-    }
-
-    /// Appends the plugins of `<conf_dir>/<network name>/*.conf`.
-    ///
-    /// The network name is checked first, so a name like `../x` cannot make
-    /// us read outside the conf dir.
-    pub fn append_plugin_files(&mut self, conf_dir: &Path) -> Result<(), Error> {
-        if self.name.is_empty() || crate::validate::network_name(&self.name).is_err() {
-            // Not a usable network name: there can be no plugin dir for it.
-            return Ok(());
-        }
-        let plugin_dir = conf_dir.join(&self.name);
-        let files = crate::confdir::files_with_extensions(&plugin_dir, &["conf"])?;
-        for file in files {
-            self.plugins.push(PluginConfig::from_file(&file)?);
-        }
-        Ok(())
+        Ok(self)
     }
 
     /// Upconverts a single plugin configuration (a `.conf` or `.json` file)
@@ -561,13 +540,6 @@ fn read_bool(raw: &Map<String, Value>, key: &str, origin: &Origin) -> Result<boo
             format!("field '{key}' must be a boolean, got {}", json_kind(other)),
         )),
     }
-}
-
-pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|source| Error::Io {
-        path: path.to_owned(),
-        source,
-    })
 }
 
 #[cfg(test)]

@@ -117,7 +117,7 @@ impl ErrorObject {
 
     /// Decodes the output of a plugin that *succeeded* (exit status 0):
     /// `Some` when it is an error object all the same, which is an error
-    /// whatever the exit status (spec-digest 10.18; libcni would read it as an
+    /// whatever the exit status (`docs/decisions.md` D18; libcni would read it as an
     /// empty result).
     ///
     /// Stricter than [`ErrorObject::decode`], so that no result is misread:

@@ -5,7 +5,7 @@
 //! - `name` is set to the network's name and `cniVersion` to the version the
 //!   list runs at, replacing the plugin's own (in place, so key order holds);
 //! - `capabilities` is removed (the spec says it must not be set; libcni
-//!   forgets, spec-digest 10.5), and so is every key starting with `cni.dev/`
+//!   forgets, `docs/decisions.md` D5), and so is every key starting with `cni.dev/`
 //!   (reserved for the runtime: a config cannot forge `cni.dev/valid-attachments`);
 //! - ADD, DEL, CHECK: `runtimeConfig` is set to exactly those capability
 //!   arguments whose capability the plugin declares `true`, in the plugin's

@@ -2,7 +2,7 @@
 //! cache file paths.
 //!
 //! libcni validates these on ADD only; we validate on every verb, so no cache
-//! path built from them can leave the cache dir (spec-digest 10.7).
+//! path built from them can leave the cache dir (`docs/decisions.md` D7).
 //!
 //! ```
 //! use cni_core::validate;

@@ -1,4 +1,5 @@
-//! Per-plugin stdin building for every verb (spec section 3, spec-digest section 3).
+//! Per-plugin stdin building for every verb (CNI spec, section 3: deriving the execution
+//! configuration from the plugin configuration; `docs/decisions.md` D5).
 
 mod support;
 

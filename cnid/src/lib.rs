@@ -11,6 +11,26 @@
 //!   definitions (`--generate`, for `make install`).
 //! - [`shim`]: `cnid-shim`, the CNI plugin that hands a runtime's calls to
 //!   the daemon (blocking, no async runtime).
+//!
+//! The binaries: `cnid` (the daemon), `cnitool` (package `cnitool`,
+//! `cnid/cnitool`: the command line, locally or through the daemon with
+//! `--socket`) and `cnid-shim`. The library the daemon runs plugins with is
+//! `cni-async` (its `Cni` and `MultiNetwork`); `cnid/API.md` documents the
+//! endpoints and `ARCHITECTURE.md` the path of a request.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), cnid::client::ClientError> {
+//! use cnid::api::AttachmentRequest;
+//! use cnid::client::Client;
+//!
+//! // A running cnid, reached on its socket.
+//! let client = Client::connect("/run/cnid/cnid.sock").await?;
+//! let req = AttachmentRequest::new("c1", "/run/netns/c1", "eth0");
+//! let result = client.add("mynet", &req).await?;
+//! println!("{result}");
+//! client.del("mynet", &req).await?;
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
 
 pub use cnid_api as api;

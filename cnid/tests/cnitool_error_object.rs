@@ -1,6 +1,6 @@
 //! cnitool with a plugin that exits 0 but prints a CNI error object: the
 //! plugin's error (exit status 1, its code and message), nothing cached
-//! (spec-digest 10.18; libcni would print and cache an empty result).
+//! (`docs/decisions.md` D18; libcni would print and cache an empty result).
 
 mod support;
 

@@ -1,6 +1,6 @@
 //! cnid with a plugin that exits 0 but prints a CNI error object: the ADD
 //! fails with the plugin's code and message, nothing is cached, the partial
-//! attachment is rolled back and no intent stays behind (spec-digest 10.18).
+//! attachment is rolled back and no intent stays behind (`docs/decisions.md` D18).
 
 mod support;
 

@@ -203,7 +203,7 @@ impl Default for OutputLimits {
     }
 }
 
-/// Per-verb deadlines for a plugin run (spec-digest 10.1).
+/// Per-verb deadlines for a plugin run (`docs/decisions.md` D1).
 ///
 /// ```
 /// use std::time::Duration;
@@ -279,7 +279,7 @@ impl Default for Timeouts {
 /// Finds the binary of `plugin_type` in `dirs`: for each dir in order, the
 /// first regular file of that name that we may execute. Files of that name
 /// that are not executable are skipped (and named in the error if nothing is
-/// found), unlike libcni which picks them and fails at exec (spec-digest 10.11).
+/// found), unlike libcni which picks them and fails at exec (`docs/decisions.md` D11).
 ///
 /// The type is validated first ([`cni_core::validate::plugin_type`]): a type
 /// with a path separator is refused, never looked up.
@@ -311,7 +311,7 @@ pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, Error
 
 /// Checks the output of a plugin that exited 0: a CNI error object on
 /// stdout is an error all the same ([`ErrorObject::decode_on_success`];
-/// spec-digest 10.18), reported as the plugin's error with exit status 0, as
+/// `docs/decisions.md` D18), reported as the plugin's error with exit status 0, as
 /// a non-zero exit with that object would be. Applies to every verb: the
 /// operations layer calls it on every successful run, before a result is
 /// read or the run counts as done.

@@ -338,7 +338,7 @@ fn io_error(req: &ExecRequest<'_>, during: &'static str, source: io::Error) -> E
 }
 
 /// Spawns the plugin in its own process group, retrying "text file busy"
-/// with a fresh spawn each time until the deadline (spec-digest 10.3).
+/// with a fresh spawn each time until the deadline (`docs/decisions.md` D3).
 async fn spawn(req: &ExecRequest<'_>, deadline: Instant) -> Result<Child, Error> {
     let path = spawnable_path(req.plugin_path);
     let mut attempts = 0u32;

@@ -114,7 +114,7 @@ impl Backend for Local {
             Err(e) => return Err(e.into()),
         };
         // The configuration is gone: DEL with the one stored at ADD
-        // (spec-digest 10.10). Without a cache entry, the original error.
+        // (`docs/decisions.md` D10). Without a cache entry, the original error.
         match self.cni.del_cached(network, rt).options(&self.opts).await {
             Ok(()) => {
                 tracing::info!(network, container = %rt.container_id, ifname = %rt.ifname,

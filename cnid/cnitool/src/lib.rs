@@ -95,10 +95,14 @@ pub fn main() -> ExitCode {
             return report::failure(&e, None, json);
         }
     };
+    let cache_dir = settings.cache_dir.clone();
     let (outcome, version) = runtime.block_on(dispatch::run(settings, env, &cli));
     passthrough::finish(outcome.is_ok());
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report::failure(&e, version, json),
+        Err(e) => {
+            let hint = report::cache_permission_hint(&e, &cache_dir);
+            report::failure_with_hint(&e, version, json, hint.as_deref())
+        }
     }
 }

@@ -16,6 +16,7 @@
 
 use std::fmt;
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
 use cni_core::error::code;
@@ -97,6 +98,17 @@ pub(crate) fn error_object(err: &anyhow::Error, version: Option<Version>) -> Err
 /// Reports a failure on stderr and gives exit status 1 (quietly when
 /// stdout's reader went away).
 pub(crate) fn failure(err: &anyhow::Error, version: Option<Version>, json: bool) -> ExitCode {
+    failure_with_hint(err, version, json, None)
+}
+
+/// [`failure`] with a hint for the reader: a line of its own after the
+/// message, or the error object's `details` (after them, if any).
+pub(crate) fn failure_with_hint(
+    err: &anyhow::Error,
+    version: Option<Version>,
+    json: bool,
+    hint: Option<&str>,
+) -> ExitCode {
     let quiet = err
         .chain()
         .any(|c| c.downcast_ref::<ToolError>().is_some_and(|t| t.quiet));
@@ -104,12 +116,40 @@ pub(crate) fn failure(err: &anyhow::Error, version: Option<Version>, json: bool)
         return ExitCode::FAILURE;
     }
     if json {
-        let obj = error_object(err, version);
+        let mut obj = error_object(err, version);
+        if let Some(hint) = hint {
+            obj.details = if obj.details.is_empty() {
+                hint.to_owned()
+            } else {
+                format!("{}; {hint}", obj.details)
+            };
+        }
         write_stderr(&format!("{}\n", pretty_json(&obj)));
     } else {
-        write_stderr(&format!("error: {err:#}\n"));
+        match hint {
+            Some(hint) => write_stderr(&format!("error: {err:#}\nhint: {hint}\n")),
+            None => write_stderr(&format!("error: {err:#}\n")),
+        }
     }
     ExitCode::FAILURE
+}
+
+/// A hint for a failure to use the result cache for lack of permission
+/// (a non-root cnitool on `/var/lib/cni`, say): the error says only
+/// "Permission denied" on some file under the cache dir.
+pub(crate) fn cache_permission_hint(err: &anyhow::Error, cache_dir: &Path) -> Option<String> {
+    let denied = err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    });
+    let dir = cache_dir.display().to_string();
+    (denied && format!("{err:#}").contains(&dir)).then(|| {
+        format!(
+            "cnitool needs root, or read and write access to the result cache dir {dir} \
+             (set {} to use another dir)",
+            crate::setup::ENV_CACHE_DIR
+        )
+    })
 }
 
 /// Writes `text` to stderr; a closed stderr (`2>&1 | head`) is ignored,

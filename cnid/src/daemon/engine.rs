@@ -309,7 +309,7 @@ impl Engine {
                         tracing::warn!(error = %e, "cannot end the intent of a rolled-back ADD");
                     }
                 } else {
-                    tracing::warn!(error = %e, "ADD failed and was not fully undone; its intent stays until a DEL succeeds");
+                    tracing::warn!(error = %cni_core::error::Chain(&e), "ADD failed and was not fully undone; its intent stays until a DEL succeeds");
                     if let Err(e) = self.intents.keep(pending, &intent).await {
                         tracing::error!(error = %e, "cannot keep the intent of an ADD not undone; the next start deletes it");
                     }
@@ -655,7 +655,7 @@ impl Engine {
             let list = match NetworkConfigList::from_bytes(&intent.config, None) {
                 Ok(l) => Arc::new(l),
                 Err(e) => {
-                    tracing::error!(file = %path.display(), error = %e, "ADD intent holds an unusable configuration; left in place");
+                    tracing::error!(file = %path.display(), error = %cni_core::error::Chain(&e), "ADD intent holds an unusable configuration; left in place");
                     continue;
                 }
             };
@@ -736,7 +736,7 @@ impl Engine {
                     .remove(&owner.network, &owner.container_id, &owner.ifname),
                 // Unreadable: keep the entry, do not refuse on it.
                 Err(e) => {
-                    tracing::debug!(error = %e, owner = %owner.container_id, "cannot read the owner's cache record")
+                    tracing::debug!(error = %cni_core::error::Chain(&e), owner = %owner.container_id, "cannot read the owner's cache record")
                 }
             }
         }

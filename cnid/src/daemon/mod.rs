@@ -340,7 +340,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     if config.check_netns_owner
         && let Err(e) = engine.owners.load_from(&engine.cni).await
     {
-        tracing::warn!(error = %e, "cannot list the cached attachments; netns owners unknown until they are ADDed again");
+        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until they are ADDed again");
     }
     // Plugins a killed predecessor left running would race the recovery.
     let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;

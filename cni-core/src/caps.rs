@@ -4,7 +4,7 @@
 //!
 //! A runtime passes capability arguments for every attachment; each plugin
 //! receives, in its `runtimeConfig`, only those whose key it declares in its
-//! `capabilities` (see [`cni_core::stdin`]). [`Capabilities`] builds the
+//! `capabilities` (see [`crate::stdin`]). [`Capabilities`] builds the
 //! [`CapabilityArgs`] object from typed values:
 //!
 //! | capability | type | JSON | read by |
@@ -25,12 +25,13 @@
 //! [`Capabilities::set_serialized`] (any [`Serialize`] value).
 //!
 //! Optional fields are omitted when unset, as the Go plugins' `omitempty`
-//! tags do, and numbers are written as JSON integers. Every type also
+//! tags do, and numbers are written as JSON integers. Serialization is
+//! derived (`serde`), with the field names of the plugins' Go structs. Every type also
 //! implements `Deserialize` (accepting what it writes), so a daemon can take
 //! them from its clients.
 //!
 //! ```
-//! use cni_async::caps::{Bandwidth, Capabilities, PortMapping};
+//! use cni_core::caps::{Bandwidth, Capabilities, PortMapping};
 //!
 //! let caps = Capabilities::new()
 //!     .port_mappings([PortMapping::tcp(8080, 80)])
@@ -49,11 +50,11 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use cni_core::CapabilityArgs;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use crate::CapabilityArgs;
 use crate::Error;
 
 /// `portMappings`: host ports forwarded into the container (`portmap`).
@@ -131,7 +132,7 @@ impl FromStr for Protocol {
 ///
 /// Written as `{"hostPort":H,"containerPort":C,"protocol":"tcp"}` plus
 /// `"hostIP"` when set: the `portmap` plugin's `PortMapEntry`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PortMapping {
     /// The port on the host (`hostPort`).
@@ -143,7 +144,12 @@ pub struct PortMapping {
     pub protocol: Protocol,
     /// Only traffic to this host address is forwarded (`hostIP`); unset
     /// means every address.
-    #[serde(default, rename = "hostIP", deserialize_with = "de_opt_ip")]
+    #[serde(
+        default,
+        rename = "hostIP",
+        deserialize_with = "de_opt_ip",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub host_ip: Option<IpAddr>,
 }
 
@@ -171,18 +177,6 @@ impl PortMapping {
         self.host_ip = Some(ip);
         self
     }
-
-    /// The JSON the `portmap` plugin reads.
-    pub fn to_value(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("hostPort".into(), self.host_port.into());
-        m.insert("containerPort".into(), self.container_port.into());
-        m.insert("protocol".into(), self.protocol.as_str().into());
-        if let Some(ip) = self.host_ip {
-            m.insert("hostIP".into(), ip.to_string().into());
-        }
-        Value::Object(m)
-    }
 }
 
 /// `bandwidth`: rates in bits per second, bursts in bits; 0 means no limit.
@@ -191,7 +185,7 @@ impl PortMapping {
 /// (always all four, as the `bandwidth` plugin's `BandwidthEntry`), plus
 /// `unshapedSubnets` / `shapedSubnets` when non-empty (plugins 1.5 and
 /// later; the two are mutually exclusive).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Bandwidth {
     /// Traffic into the container, bits per second (`ingressRate`).
@@ -207,10 +201,10 @@ pub struct Bandwidth {
     #[serde(default)]
     pub egress_burst: u64,
     /// Subnets excluded from shaping (`unshapedSubnets`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unshaped_subnets: Vec<IpNet>,
     /// Only these subnets are shaped (`shapedSubnets`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shaped_subnets: Vec<IpNet>,
 }
 
@@ -225,71 +219,50 @@ impl Bandwidth {
             ..Bandwidth::default()
         }
     }
-
-    /// The JSON the `bandwidth` plugin reads.
-    pub fn to_value(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("ingressRate".into(), self.ingress_rate.into());
-        m.insert("ingressBurst".into(), self.ingress_burst.into());
-        m.insert("egressRate".into(), self.egress_rate.into());
-        m.insert("egressBurst".into(), self.egress_burst.into());
-        if !self.unshaped_subnets.is_empty() {
-            m.insert("unshapedSubnets".into(), strings(&self.unshaped_subnets));
-        }
-        if !self.shaped_subnets.is_empty() {
-            m.insert("shapedSubnets".into(), strings(&self.shaped_subnets));
-        }
-        Value::Object(m)
-    }
 }
 
 /// `dns`: resolver settings for the container. Empty lists are omitted.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Dns {
     /// Name servers (`servers`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub servers: Vec<IpAddr>,
     /// Search domains (`searches`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub searches: Vec<String>,
     /// Resolver options (`options`), such as `ndots:5`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
-}
-
-impl Dns {
-    /// The JSON the plugins read.
-    pub fn to_value(&self) -> Value {
-        let mut m = Map::new();
-        if !self.servers.is_empty() {
-            m.insert("servers".into(), strings(&self.servers));
-        }
-        if !self.searches.is_empty() {
-            m.insert("searches".into(), strings(&self.searches));
-        }
-        if !self.options.is_empty() {
-            m.insert("options".into(), strings(&self.options));
-        }
-        Value::Object(m)
-    }
 }
 
 /// One pool of an `ipRanges` entry: `host-local`'s range.
 ///
 /// Written as `{"subnet"}` plus `rangeStart`, `rangeEnd` and `gateway` when set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IpRange {
     /// The subnet to allocate from (`subnet`).
     pub subnet: IpNet,
     /// First address to hand out (`rangeStart`).
-    #[serde(default, deserialize_with = "de_opt_ip")]
+    #[serde(
+        default,
+        deserialize_with = "de_opt_ip",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub range_start: Option<IpAddr>,
     /// Last address to hand out (`rangeEnd`).
-    #[serde(default, deserialize_with = "de_opt_ip")]
+    #[serde(
+        default,
+        deserialize_with = "de_opt_ip",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub range_end: Option<IpAddr>,
     /// The gateway of the subnet (`gateway`).
-    #[serde(default, deserialize_with = "de_opt_ip")]
+    #[serde(
+        default,
+        deserialize_with = "de_opt_ip",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub gateway: Option<IpAddr>,
 }
 
@@ -302,22 +275,6 @@ impl IpRange {
             range_end: None,
             gateway: None,
         }
-    }
-
-    /// The JSON `host-local` reads.
-    pub fn to_value(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("subnet".into(), self.subnet.to_string().into());
-        for (key, ip) in [
-            ("rangeStart", self.range_start),
-            ("rangeEnd", self.range_end),
-            ("gateway", self.gateway),
-        ] {
-            if let Some(ip) = ip {
-                m.insert(key.into(), ip.to_string().into());
-            }
-        }
-        Value::Object(m)
     }
 }
 
@@ -421,17 +378,6 @@ impl<'de> Deserialize<'de> for MacAddr {
     }
 }
 
-macro_rules! serialize_via_value {
-    ($($t:ty),*) => {$(
-        impl Serialize for $t {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                self.to_value().serialize(s)
-            }
-        }
-    )*};
-}
-serialize_via_value!(PortMapping, Bandwidth, Dns, IpRange);
-
 macro_rules! serialize_via_display {
     ($($t:ty),*) => {$(
         impl Serialize for $t {
@@ -466,8 +412,8 @@ impl Capabilities {
 
     /// `portMappings`.
     pub fn port_mappings(self, mappings: impl IntoIterator<Item = PortMapping>) -> Self {
-        let list = mappings.into_iter().map(|m| m.to_value()).collect();
-        self.set(PORT_MAPPINGS, Value::Array(list))
+        let list: Vec<PortMapping> = mappings.into_iter().collect();
+        self.set(PORT_MAPPINGS, to_value(&list))
     }
 
     /// `ipRanges`: the outer list has one entry per address to allocate,
@@ -477,21 +423,21 @@ impl Capabilities {
         I: IntoIterator<Item = R>,
         R: IntoIterator<Item = IpRange>,
     {
-        let outer = ranges
+        let outer: Vec<Vec<IpRange>> = ranges
             .into_iter()
-            .map(|pools| Value::Array(pools.into_iter().map(|r| r.to_value()).collect()))
+            .map(|pools| pools.into_iter().collect())
             .collect();
-        self.set(IP_RANGES, Value::Array(outer))
+        self.set(IP_RANGES, to_value(&outer))
     }
 
     /// `bandwidth`.
     pub fn bandwidth(self, bandwidth: Bandwidth) -> Self {
-        self.set(BANDWIDTH, bandwidth.to_value())
+        self.set(BANDWIDTH, to_value(&bandwidth))
     }
 
     /// `dns`.
     pub fn dns(self, dns: Dns) -> Self {
-        self.set(DNS, dns.to_value())
+        self.set(DNS, to_value(&dns))
     }
 
     /// `ips`.
@@ -566,7 +512,7 @@ impl Capabilities {
 
     /// Any capability, from any serializable value.
     ///
-    /// Fails with [`cni_core::Error::InvalidCapabilityArgs`] when `value`
+    /// Fails with [`Error::InvalidCapabilityArgs`] when `value`
     /// cannot be written as JSON (a map with non-string keys, a failing
     /// `Serialize` implementation).
     pub fn set_serialized<T: Serialize + ?Sized>(
@@ -575,10 +521,8 @@ impl Capabilities {
         value: &T,
     ) -> Result<Self, Error> {
         let capability = capability.into();
-        let value = serde_json::to_value(value).map_err(|e| {
-            Error::Core(cni_core::Error::InvalidCapabilityArgs {
-                reason: format!("capability {capability:?}: cannot encode value: {e}"),
-            })
+        let value = serde_json::to_value(value).map_err(|e| Error::InvalidCapabilityArgs {
+            reason: format!("capability {capability:?}: cannot encode value: {e}"),
         })?;
         Ok(self.set(capability, value))
     }
@@ -596,7 +540,7 @@ impl Capabilities {
         &self.args
     }
 
-    /// The arguments, for [`cni_core::RuntimeConf::capability_args`].
+    /// The arguments, for [`crate::RuntimeConf::capability_args`].
     pub fn into_args(self) -> CapabilityArgs {
         self.args
     }
@@ -614,17 +558,20 @@ impl From<CapabilityArgs> for Capabilities {
     }
 }
 
-fn strings<T: ToString>(items: &[T]) -> Value {
-    Value::Array(items.iter().map(|i| Value::String(i.to_string())).collect())
+/// The JSON of one of this module's types. Their `Serialize` implementations
+/// write only strings, integers, lists and string-keyed objects, which
+/// `serde_json` always encodes; `Null` is unreachable.
+fn to_value<T: Serialize + ?Sized>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
 fn invalid(field: &'static str, value: &str, reason: &str) -> Error {
-    Error::Core(cni_core::Error::InvalidParameter {
+    Error::InvalidParameter {
         field,
         value: value.to_owned(),
         reason: reason.to_owned(),
-        code: cni_core::error::code::INVALID_NETWORK_CONFIG,
-    })
+        code: crate::error::code::INVALID_NETWORK_CONFIG,
+    }
 }
 
 fn de_from_str<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -731,19 +678,107 @@ mod tests {
         );
     }
 
+    /// The derived `Serialize` implementations write, byte for byte, what the
+    /// hand-written encoder of cni-async wrote before the move (the expected
+    /// text is that encoder's output for this value): field order, omitted
+    /// optionals, empty lists, exact big integers, escapes.
+    #[test]
+    fn derived_json_is_byte_identical_to_the_former_hand_written_encoder() {
+        let caps = Capabilities::new()
+            .port_mappings([
+                PortMapping::tcp(8080, 80),
+                PortMapping::udp(8000, 8001).with_host_ip(ip("127.0.0.1")),
+                PortMapping {
+                    protocol: Protocol::Sctp,
+                    ..PortMapping::tcp(1, 2)
+                }
+                .with_host_ip(ip("::1")),
+            ])
+            .ip_ranges([
+                vec![
+                    IpRange {
+                        subnet: net("10.1.2.0/24"),
+                        range_start: Some(ip("10.1.2.3")),
+                        range_end: Some(ip("10.1.2.99")),
+                        gateway: Some(ip("10.1.2.254")),
+                    },
+                    IpRange::subnet(net("fd00::/64")),
+                    IpRange {
+                        range_end: Some(ip("10.9.0.9")),
+                        ..IpRange::subnet(net("10.9.0.0/16"))
+                    },
+                ],
+                vec![],
+            ])
+            .bandwidth(Bandwidth {
+                unshaped_subnets: vec![net("10.0.0.0/8"), net("fd00::/8")],
+                shaped_subnets: vec![net("192.168.0.0/16")],
+                ..Bandwidth::symmetric(u64::MAX, 1600)
+            })
+            .dns(Dns {
+                servers: vec![ip("8.8.8.8"), ip("2001:db8::1")],
+                searches: vec!["a.example".into(), "b\"q".into()],
+                options: vec!["ndots:5".into()],
+            })
+            .ips([
+                IpRequest::from(ip("192.168.0.1")),
+                IpRequest::from(net("3ffe:ffff:0:01ff::1/64")),
+            ])
+            .mac("C2:11:22:33:44:55".parse().unwrap())
+            .infiniband_guid("c2:11:22:33:44:55:66:77")
+            .device_id("0000:04:00.5")
+            .aliases(["my-container", "primary-db"])
+            .cgroup_path("/kubepods.slice/pod1")
+            .pod_annotations([("b", "2"), ("a", "1")]);
+        let expected = concat!(
+            r#"{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"},"#,
+            r#"{"hostPort":8000,"containerPort":8001,"protocol":"udp","hostIP":"127.0.0.1"},"#,
+            r#"{"hostPort":1,"containerPort":2,"protocol":"sctp","hostIP":"::1"}],"#,
+            r#""ipRanges":[[{"subnet":"10.1.2.0/24","rangeStart":"10.1.2.3","rangeEnd":"10.1.2.99","gateway":"10.1.2.254"},"#,
+            r#"{"subnet":"fd00::/64"},{"subnet":"10.9.0.0/16","rangeEnd":"10.9.0.9"}],[]],"#,
+            r#""bandwidth":{"ingressRate":18446744073709551615,"ingressBurst":1600,"#,
+            r#""egressRate":18446744073709551615,"egressBurst":1600,"#,
+            r#""unshapedSubnets":["10.0.0.0/8","fd00::/8"],"shapedSubnets":["192.168.0.0/16"]},"#,
+            r#""dns":{"servers":["8.8.8.8","2001:db8::1"],"searches":["a.example","b\"q"],"options":["ndots:5"]},"#,
+            r#""ips":["192.168.0.1","3ffe:ffff:0:1ff::1/64"],"mac":"c2:11:22:33:44:55","#,
+            r#""infinibandGUID":"c2:11:22:33:44:55:66:77","deviceID":"0000:04:00.5","#,
+            r#""aliases":["my-container","primary-db"],"cgroupPath":"/kubepods.slice/pod1","#,
+            r#""io.kubernetes.cri.pod-annotations":{"a":"1","b":"2"}}"#,
+        );
+        assert_eq!(serde_json::to_string(caps.args()).unwrap(), expected);
+        // The types on their own, as the builder writes them.
+        for (got, want) in [
+            (serde_json::to_string(&Dns::default()).unwrap(), "{}"),
+            (
+                serde_json::to_string(&Bandwidth::default()).unwrap(),
+                r#"{"ingressRate":0,"ingressBurst":0,"egressRate":0,"egressBurst":0}"#,
+            ),
+            (
+                serde_json::to_string(&IpRange::subnet(net("10.0.0.0/8"))).unwrap(),
+                r#"{"subnet":"10.0.0.0/8"}"#,
+            ),
+            (
+                serde_json::to_string(&PortMapping::tcp(1, 2)).unwrap(),
+                r#"{"hostPort":1,"containerPort":2,"protocol":"tcp"}"#,
+            ),
+        ] {
+            assert_eq!(got, want);
+        }
+    }
+
     #[test]
     fn optional_fields_are_omitted_and_subnets_written_when_set() {
         assert_eq!(
-            IpRange::subnet(net("10.1.2.0/24")).to_value(),
+            to_value(&IpRange::subnet(net("10.1.2.0/24"))),
             json!({"subnet": "10.1.2.0/24"})
         );
-        assert_eq!(Dns::default().to_value(), json!({}));
+        assert_eq!(to_value(&Dns::default()), json!({}));
         let bw = Bandwidth {
             unshaped_subnets: vec![net("10.0.0.0/8")],
             ..Bandwidth::symmetric(10, 20)
         };
         assert_eq!(
-            bw.to_value(),
+            to_value(&bw),
             json!({"ingressRate": 10, "ingressBurst": 20, "egressRate": 10, "egressBurst": 20,
                    "unshapedSubnets": ["10.0.0.0/8"]})
         );
@@ -765,7 +800,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<PortMapping>(&text).unwrap(), pm);
         // From a Value too (arbitrary_precision numbers).
         assert_eq!(
-            serde_json::from_value::<PortMapping>(pm.to_value()).unwrap(),
+            serde_json::from_value::<PortMapping>(to_value(&pm)).unwrap(),
             pm
         );
         // Go writes an empty hostIP and upper-case protocols.
@@ -789,7 +824,7 @@ mod tests {
             ..Bandwidth::symmetric(2048, 1600)
         };
         assert_eq!(
-            serde_json::from_value::<Bandwidth>(bw.to_value()).unwrap(),
+            serde_json::from_value::<Bandwidth>(to_value(&bw)).unwrap(),
             bw
         );
         let dns = Dns {
@@ -797,12 +832,12 @@ mod tests {
             searches: vec!["a".into()],
             options: vec![],
         };
-        assert_eq!(serde_json::from_value::<Dns>(dns.to_value()).unwrap(), dns);
+        assert_eq!(serde_json::from_value::<Dns>(to_value(&dns)).unwrap(), dns);
         let r = IpRange {
             gateway: Some(ip("10.1.2.1")),
             ..IpRange::subnet(net("10.1.2.0/24"))
         };
-        assert_eq!(serde_json::from_value::<IpRange>(r.to_value()).unwrap(), r);
+        assert_eq!(serde_json::from_value::<IpRange>(to_value(&r)).unwrap(), r);
         let ips: Vec<IpRequest> = serde_json::from_str(r#"["10.0.0.1","10.0.0.2/24"]"#).unwrap();
         assert_eq!(
             ips,
