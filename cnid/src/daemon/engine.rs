@@ -12,15 +12,13 @@ use cni_core::error::code as cni_code;
 use cni_core::result::CniResult;
 use cni_core::stdin::GcAttachment;
 use cni_core::{Command, NetworkConfigList, RuntimeConf, Version};
-use hyper::StatusCode;
-use hyper::body::Bytes;
 use tokio_util::task::TaskTracker;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorKind};
 use super::intents::{Found, Intent, Intents};
 use super::metrics::Metrics;
 use super::networks::Networks;
-use super::queue::{NewOp, Op, Outcome, Reply, SandboxNet, Scheduler, Start, Waiter, Work};
+use super::queue::{Done, NewOp, Op, Outcome, SandboxNet, Scheduler, Start, Waiter, Work};
 use crate::api::{
     GcFailed, GcResponse, SandboxInterface, SandboxIp, SandboxNetworkResult, SandboxResult,
 };
@@ -68,13 +66,6 @@ pub(crate) struct Engine {
     pub(crate) owners: super::owners::Owners,
     /// Whether [`Engine::check_owner`] refuses anything.
     pub(crate) check_netns_owner: bool,
-}
-
-fn reply(status: StatusCode, body: Option<Vec<u8>>) -> Reply {
-    Reply {
-        status,
-        body: body.map(Bytes::from),
-    }
 }
 
 /// The wire form of a sandbox's merged result.
@@ -197,14 +188,14 @@ impl Engine {
                         .check_network_list(&list, &rt)
                         .options(&opts)
                         .await
-                        .map(|()| reply(StatusCode::NO_CONTENT, None))
+                        .map(|()| Done::Nothing)
                         .map_err(|e| ApiError::from_cni(&e, list.version())),
                     Work::Status { list } => self
                         .cni
                         .status_network_list(&list)
                         .options(&opts)
                         .await
-                        .map(|()| reply(StatusCode::NO_CONTENT, None))
+                        .map(|()| Done::Nothing)
                         .map_err(|e| ApiError::from_cni(&e, list.version())),
                     Work::Gc { list, valid } => self.gc(&list, &valid, opts).await,
                     Work::Sandbox { verb, networks, .. } => {
@@ -218,17 +209,16 @@ impl Engine {
         .await;
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         span.in_scope(|| match &outcome {
-            Ok(r) => tracing::info!(status = r.status.as_u16(), elapsed_ms, "operation done"),
-            Err(e) => tracing::warn!(status = e.status.as_u16(), code = e.error.code, plugin = e.plugin_label(), error = %cni_core::validate::Escaped(&e.error.msg), elapsed_ms, "operation failed"),
+            Ok(_) => tracing::info!(elapsed_ms, "operation done"),
+            Err(e) => tracing::warn!(kind = ?e.kind, code = e.error.code, plugin = e.plugin_label(), error = %cni_core::validate::Escaped(&e.error.msg), elapsed_ms, "operation failed"),
         });
         outcome
     }
 
     async fn add(&self, list: &NetworkConfigList, rt: &RuntimeConf, opts: CallOptions) -> Outcome {
-        self.add_result(list, rt, opts).await.map(|result| {
-            let body = serde_json::to_vec(&result.to_value()).unwrap_or_default();
-            reply(StatusCode::OK, Some(body))
-        })
+        self.add_result(list, rt, opts)
+            .await
+            .map(|result| Done::Result(result.to_value()))
     }
 
     /// ADD with its intent: recorded before the first plugin runs, removed
@@ -268,7 +258,7 @@ impl Engine {
             }
             Err(e) => {
                 return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorKind::Io,
                     cni_code::IO_FAILURE,
                     format!("cannot record the ADD before running plugins: {e}"),
                 )
@@ -290,7 +280,7 @@ impl Engine {
                         let _ = self.intents.write(&intent).await;
                     }
                     Err(ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
+                        ErrorKind::Io,
                         cni_code::IO_FAILURE,
                         format!("ADD succeeded but its record could not be removed ({e}); the attachment was deleted again"),
                     )
@@ -366,9 +356,9 @@ impl Engine {
                         result,
                     })
                     .collect();
-                let merged = sandbox_result(&MultiResult::from_results(results));
-                let body = serde_json::to_vec(&merged).unwrap_or_default();
-                Ok(reply(StatusCode::OK, Some(body)))
+                Ok(Done::Sandbox(sandbox_result(&MultiResult::from_results(
+                    results,
+                ))))
             }
             Command::Del | Command::Check => {
                 let mut errors: Vec<ApiError> = Vec::new();
@@ -389,7 +379,7 @@ impl Engine {
                                 .check_network_list(list, &n.rt)
                                 .options(&left(false))
                                 .await
-                                .map(|()| reply(StatusCode::NO_CONTENT, None))
+                                .map(|()| Done::Nothing)
                                 .map_err(|e| ApiError::from_cni(&e, list.version())),
                             None => Err(ApiError::unknown_network(&n.name)),
                         }
@@ -399,7 +389,7 @@ impl Engine {
                     }
                 }
                 match errors.len() {
-                    0 => Ok(reply(StatusCode::NO_CONTENT, None)),
+                    0 => Ok(Done::Nothing),
                     1 => Err(errors.remove(0)),
                     _ => {
                         let first = errors.remove(0);
@@ -502,7 +492,7 @@ impl Engine {
                     Err(e) => tracing::warn!(error = %e, "cannot remove an ADD intent after DEL"),
                 }
                 self.owners.remove(network, &rt.container_id, &rt.ifname);
-                Ok(reply(StatusCode::NO_CONTENT, None))
+                Ok(Done::Nothing)
             }
             Err(e) => Err(ApiError::from_cni(&e, version)),
         }
@@ -523,12 +513,10 @@ impl Engine {
     ) -> Outcome {
         let version = list.version();
         if list.disable_gc() {
-            let body = serde_json::to_vec(&GcResponse {
+            return Ok(Done::Gc(GcResponse {
                 disabled: true,
                 ..Default::default()
-            })
-            .unwrap_or_default();
-            return Ok(reply(StatusCode::OK, Some(body)));
+            }));
         }
         let total = opts
             .timeout
@@ -600,14 +588,12 @@ impl Engine {
                         ifname: f.attachment.ifname,
                     })
                     .collect();
-                let body = serde_json::to_vec(&GcResponse {
+                Ok(Done::Gc(GcResponse {
                     deleted,
                     failed,
                     plugins_called: summary.plugins_called,
                     disabled: summary.disabled,
-                })
-                .unwrap_or_default();
-                Ok(reply(StatusCode::OK, Some(body)))
+                }))
             }
             Err(e) => {
                 let mut errors: Vec<cni_async::Error> = failed

@@ -1,34 +1,75 @@
-//! Errors as the API returns them: an HTTP status and the CNI error object.
+//! Errors of the daemon's operations: what kind of failure it was, the CNI
+//! error object and, for a plugin's failure, which plugin ran which verb.
+//! Nothing here is HTTP: `server.rs` maps each [`ErrorKind`] to a status
+//! (`server::status_of`, the one table of that mapping).
 //!
-//! | condition | HTTP | CNI code |
+//! | condition | kind | CNI code |
 //! |---|---|---|
-//! | malformed JSON, unknown field, missing field | 400 | 6 |
-//! | invalid name or ID (container ID, network, ifname, `CNI_ARGS`, netns) | 400 | 3, 4 or 7 (the validator's) |
-//! | CHECK on a network below 0.4.0 | 400 | 1 |
-//! | peer uid/gid not allowed | 403 | 903 |
-//! | unknown network | 404 | 7 |
-//! | CHECK of an attachment that is not attached | 404 | 3 |
-//! | no such endpoint / wrong method | 404 / 405 | 904 / 905 |
-//! | ADD of an attachment that exists (or whose earlier ADD is unresolved) | 409 | 909 |
-//! | ADD, CHECK or DEL on the netns and ifname of another attached container (without `force`) | 409 | 909 |
-//! | request body too large | 413 | 913 |
-//! | plugin failed, printed garbage, could not be executed | 502 | the plugin's code (or 5, 6, 999) |
-//! | STATUS: plugin not ready | 503 | 50 or 51 |
-//! | attachment locked by another process (cnitool), shutting down | 503 | 11 |
-//! | plugin timed out, deadline expired while queued | 504 | 11 |
-//! | daemon-side failure (cache or state dir I/O, plugin not installed, bad network config) | 500 | 5, 7 or 999 |
+//! | malformed JSON, unknown field, missing field | `InvalidRequest` | 6 |
+//! | invalid name or ID (container ID, network, ifname, `CNI_ARGS`, netns) | `InvalidRequest` | 3, 4 or 7 (the validator's) |
+//! | CHECK on a network below 0.4.0 | `InvalidRequest` | 1 |
+//! | peer uid/gid not allowed | `Forbidden` | 903 |
+//! | unknown network | `NotFound` | 7 |
+//! | CHECK of an attachment that is not attached | `NotFound` | 3 |
+//! | no such endpoint / wrong method | `NotFound` / `MethodNotAllowed` | 904 / 905 |
+//! | ADD of an attachment that exists (or whose earlier ADD is unresolved) | `Conflict` | 909 |
+//! | ADD, CHECK or DEL on the netns and ifname of another attached container (without `force`) | `Conflict` | 909 |
+//! | request body too large | `TooLarge` | 913 |
+//! | plugin failed, printed garbage, could not be executed | `PluginFailed` | the plugin's code (or 5, 6, 999) |
+//! | STATUS: plugin not ready | `NotReady` | 50 or 51 |
+//! | attachment locked by another process (cnitool), all connections busy | `Busy` | 11 |
+//! | shutting down | `ShuttingDown` | 11 |
+//! | plugin timed out, deadline expired while queued | `DeadlineExpired` | 11 |
+//! | cache or state dir I/O | `Io` | 5 |
+//! | other daemon-side failure (plugin not installed, bad network config) | `Internal` | 7 or 999 |
 
 use cni_core::error::code as cni_code;
 use cni_core::{ErrorObject, Version};
-use hyper::StatusCode;
 
 use crate::api::code;
 use crate::decode::{self, RequestError};
 
-/// An error response.
+/// What kind of failure an operation or a request ended with: what a
+/// caller branches on. Declared in the order of their severity (the
+/// answer's status: `server::status_of` keeps that order), so the most
+/// severe of several failures is their maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum ErrorKind {
+    /// A request that does not decode or names an invalid value.
+    InvalidRequest,
+    /// The peer may not use the socket.
+    Forbidden,
+    /// No such network, attachment or endpoint.
+    NotFound,
+    /// The endpoint does not take that method.
+    MethodNotAllowed,
+    /// The attachment exists, or belongs to another container.
+    Conflict,
+    /// The request body is over the cap.
+    TooLarge,
+    /// A daemon-side failure: a plugin not installed, a bad network
+    /// configuration, an operation that ran twice.
+    Internal,
+    /// The cache or the state dir could not be read or written.
+    Io,
+    /// A plugin failed, printed garbage or could not be executed.
+    PluginFailed,
+    /// STATUS: a plugin says it is not ready.
+    NotReady,
+    /// Try again: the attachment is locked by another process, or every
+    /// connection has an operation in progress.
+    Busy,
+    /// cnid is shutting down.
+    ShuttingDown,
+    /// A plugin timed out, or the deadline expired while queued.
+    DeadlineExpired,
+}
+
+/// An operation's (or a request's) failure: its kind, the CNI error object
+/// answered, and the plugin's evidence.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiError {
-    pub(crate) status: StatusCode,
+    pub(crate) kind: ErrorKind,
     pub(crate) error: ErrorObject,
     /// The plugin that failed and the verb it ran, when the error is a
     /// plugin's (answered in the `Cnid-Plugin` header, logged with the
@@ -37,9 +78,9 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: u32, msg: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: ErrorKind, code: u32, msg: impl Into<String>) -> Self {
         ApiError {
-            status,
+            kind,
             error: ErrorObject::new(Version::CURRENT.to_string(), code, msg, ""),
             plugin: None,
         }
@@ -57,7 +98,7 @@ impl ApiError {
     }
 
     pub(crate) fn bad_request(code: u32, msg: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, code, msg)
+        ApiError::new(ErrorKind::InvalidRequest, code, msg)
     }
 
     pub(crate) fn bad_body(msg: impl Into<String>) -> Self {
@@ -66,7 +107,7 @@ impl ApiError {
 
     pub(crate) fn forbidden(uid: u32, gid: u32) -> Self {
         ApiError::new(
-            StatusCode::FORBIDDEN,
+            ErrorKind::Forbidden,
             code::FORBIDDEN,
             format!("peer uid {uid} gid {gid} is not allowed to use this socket"),
         )
@@ -74,7 +115,7 @@ impl ApiError {
 
     pub(crate) fn no_endpoint(path: &str) -> Self {
         ApiError::new(
-            StatusCode::NOT_FOUND,
+            ErrorKind::NotFound,
             code::NO_SUCH_ENDPOINT,
             format!("no endpoint {path:?}"),
         )
@@ -82,7 +123,7 @@ impl ApiError {
 
     pub(crate) fn method_not_allowed(method: &str, path: &str) -> Self {
         ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorKind::MethodNotAllowed,
             code::METHOD_NOT_ALLOWED,
             format!("method {method} not allowed on {path:?}"),
         )
@@ -90,7 +131,7 @@ impl ApiError {
 
     pub(crate) fn unknown_network(name: &str) -> Self {
         ApiError::new(
-            StatusCode::NOT_FOUND,
+            ErrorKind::NotFound,
             cni_code::INVALID_NETWORK_CONFIG,
             format!("no network configuration with name {name:?}"),
         )
@@ -98,7 +139,7 @@ impl ApiError {
 
     pub(crate) fn too_large(limit: usize) -> Self {
         ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::TooLarge,
             code::BODY_TOO_LARGE,
             format!("request body larger than {limit} bytes"),
         )
@@ -111,7 +152,7 @@ impl ApiError {
         why: &str,
     ) -> Self {
         ApiError::new(
-            StatusCode::CONFLICT,
+            ErrorKind::Conflict,
             code::ALREADY_ATTACHED,
             format!(
                 "container {container_id:?} interface {ifname:?} is already attached to network {network:?}: DEL it first"
@@ -129,7 +170,7 @@ impl ApiError {
         owner: &super::owners::Owner,
     ) -> Self {
         ApiError::new(
-            StatusCode::CONFLICT,
+            ErrorKind::Conflict,
             code::ALREADY_ATTACHED,
             format!(
                 "{verb} of container {:?} on network {network:?} refused: netns {:?} interface {:?} belongs to container {:?} on network {:?}; set \"force\": true if this is meant",
@@ -144,7 +185,7 @@ impl ApiError {
 
     pub(crate) fn shutting_down() -> Self {
         ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::ShuttingDown,
             cni_code::TRY_AGAIN_LATER,
             "cnid is shutting down",
         )
@@ -152,7 +193,7 @@ impl ApiError {
 
     pub(crate) fn too_many_connections(cap: usize) -> Self {
         ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Busy,
             cni_code::TRY_AGAIN_LATER,
             format!(
                 "too many connections: all {cap} (--max-connections) have an operation in progress; retry"
@@ -162,20 +203,20 @@ impl ApiError {
 
     pub(crate) fn queued_too_long(waited_ms: u128) -> Self {
         ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::DeadlineExpired,
             cni_code::TRY_AGAIN_LATER,
             format!("deadline expired after {waited_ms}ms while queued; no plugin was run"),
         )
     }
 
     pub(crate) fn internal(msg: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, cni_code::INTERNAL, msg)
+        ApiError::new(ErrorKind::Internal, cni_code::INTERNAL, msg)
     }
 
     /// The response for an error of the operations layer.
     pub(crate) fn from_cni(e: &cni_async::Error, version: Version) -> Self {
         ApiError {
-            status: status_of(e),
+            kind: kind_of(e),
             error: e.to_error_object(&version.to_string()),
             plugin: e.failed_plugin().map(|(p, c)| (p.to_owned(), c)),
         }
@@ -191,42 +232,49 @@ impl From<RequestError> for ApiError {
     /// A request refused by [`crate::decode`].
     fn from(e: RequestError) -> Self {
         ApiError {
-            status: StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
+            kind: kind_of_status(e.status),
             error: e.error,
             plugin: None,
         }
     }
 }
 
-fn status_of(e: &cni_async::Error) -> StatusCode {
+fn kind_of(e: &cni_async::Error) -> ErrorKind {
     use cni_async::Error as E;
     match e {
-        E::Core(c) => core_status(c),
+        E::Core(c) => kind_of_status(decode::core_status(c)),
         E::Plugin { .. }
         | E::PluginOutput { .. }
         | E::Spawn { .. }
         | E::OutputTooLarge { .. }
-        | E::Io { .. } => StatusCode::BAD_GATEWAY,
-        E::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-        E::PluginNotFound { .. } | E::Cache { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-        E::CacheLocked { .. } | E::NotReady { .. } | E::NotReadyLimitedConnectivity { .. } => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
-        E::NotAttached { .. } => StatusCode::NOT_FOUND,
-        E::Unsupported { .. } => StatusCode::BAD_REQUEST,
-        E::RollbackFailed { error, .. } => status_of(error),
-        E::Context { source, .. } => status_of(source),
+        | E::Io { .. } => ErrorKind::PluginFailed,
+        E::Timeout { .. } => ErrorKind::DeadlineExpired,
+        E::PluginNotFound { .. } => ErrorKind::Internal,
+        E::Cache { .. } => ErrorKind::Io,
+        E::CacheLocked { .. } => ErrorKind::Busy,
+        E::NotReady { .. } | E::NotReadyLimitedConnectivity { .. } => ErrorKind::NotReady,
+        E::NotAttached { .. } => ErrorKind::NotFound,
+        E::Unsupported { .. } => ErrorKind::InvalidRequest,
+        E::RollbackFailed { error, .. } => kind_of(error),
+        E::Context { source, .. } => kind_of(source),
         E::Multiple { errors, .. } => errors
             .iter()
-            .map(status_of)
-            .max_by_key(|s| s.as_u16())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+            .map(kind_of)
+            .max()
+            .unwrap_or(ErrorKind::Internal),
+        _ => ErrorKind::Internal,
     }
 }
 
-fn core_status(e: &cni_core::Error) -> StatusCode {
-    StatusCode::from_u16(decode::core_status(e)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+/// The kind of a failure [`crate::decode`] answers with a wire status
+/// (`RequestError::status`, `decode::core_status`): 400, 404, 500 or 502.
+pub(crate) fn kind_of_status(status: u16) -> ErrorKind {
+    match status {
+        400 => ErrorKind::InvalidRequest,
+        404 => ErrorKind::NotFound,
+        502 => ErrorKind::PluginFailed,
+        _ => ErrorKind::Internal,
+    }
 }
 
 #[cfg(test)]
@@ -240,7 +288,7 @@ mod tests {
         let v = Version::V1_0_0;
         let e: cni_async::Error = cni_core::validate::container_id("../x").unwrap_err().into();
         let api = ApiError::from_cni(&e, v);
-        assert_eq!(api.status, StatusCode::BAD_REQUEST);
+        assert_eq!(api.kind, ErrorKind::InvalidRequest);
         assert_eq!(api.error.code, 4);
         assert_eq!(api.error.cni_version, "1.0.0");
 
@@ -251,10 +299,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             stderr_so_far: String::new(),
         };
-        assert_eq!(
-            ApiError::from_cni(&t, v).status,
-            StatusCode::GATEWAY_TIMEOUT
-        );
+        assert_eq!(ApiError::from_cni(&t, v).kind, ErrorKind::DeadlineExpired);
         let rb = cni_async::Error::RollbackFailed {
             error: Box::new(t),
             rollback: Box::new(cni_async::Error::NotAttached {
@@ -263,16 +308,13 @@ mod tests {
                 ifname: "eth0".into(),
             }),
         };
-        assert_eq!(
-            ApiError::from_cni(&rb, v).status,
-            StatusCode::GATEWAY_TIMEOUT
-        );
+        assert_eq!(ApiError::from_cni(&rb, v).kind, ErrorKind::DeadlineExpired);
         let na = cni_async::Error::NotAttached {
             network: "n".into(),
             container_id: "c".into(),
             ifname: "eth0".into(),
         };
         let api = ApiError::from_cni(&na, v);
-        assert_eq!((api.status, api.error.code), (StatusCode::NOT_FOUND, 3));
+        assert_eq!((api.kind, api.error.code), (ErrorKind::NotFound, 3));
     }
 }

@@ -46,17 +46,23 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::api::OperationInfo;
+use crate::api::{GcResponse, OperationInfo, SandboxResult};
 
-/// A successful answer: status and JSON body (none for 204).
+/// What a successful operation produced.
 #[derive(Debug, Clone)]
-pub(crate) struct Reply {
-    pub(crate) status: hyper::StatusCode,
-    pub(crate) body: Option<hyper::body::Bytes>,
+pub(crate) enum Done {
+    /// ADD: the chain's result, in the network's version.
+    Result(serde_json::Value),
+    /// GC: what was deleted, what could not be, which plugins were called.
+    Gc(GcResponse),
+    /// A sandbox's ADD: the merged result of its networks.
+    Sandbox(SandboxResult),
+    /// DEL, CHECK, STATUS: nothing to report.
+    Nothing,
 }
 
 /// What an operation ended with.
-pub(crate) type Outcome = Result<Reply, ApiError>;
+pub(crate) type Outcome = Result<Done, ApiError>;
 
 /// The work of an operation (owned by the operation until it runs).
 #[derive(Debug)]
@@ -797,14 +803,7 @@ mod tests {
         let (op1, t1) = s.next_for("c1").unwrap();
         assert_eq!(op1.network, "n");
         let claim = s.acquire(&op1, t1).await.unwrap();
-        s.complete(
-            &op1,
-            claim,
-            Ok(Reply {
-                status: hyper::StatusCode::NO_CONTENT,
-                body: None,
-            }),
-        );
+        s.complete(&op1, claim, Ok(Done::Nothing));
         assert!(w2.wait().await.is_ok());
         // The client of the third one went away: it is skipped.
         drop(w3);
@@ -865,7 +864,7 @@ mod tests {
         let (w2, _) = s.enqueue(second).unwrap();
         let out = w2.wait().await;
         let e = out.as_ref().as_ref().unwrap_err();
-        assert_eq!(e.status, hyper::StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(e.kind, crate::daemon::error::ErrorKind::DeadlineExpired);
         assert_eq!(s.list(None).len(), 1);
     }
 }

@@ -30,9 +30,9 @@ use super::conns::{
     Admit, Conns, Gates, HeapTrim, Limits, MMAP_THRESHOLD, Phase, Slot, raw_answer,
 };
 use super::engine::Engine;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorKind};
 use super::networks;
-use super::queue::{NewOp, Outcome, SandboxNet, Work};
+use super::queue::{Done, NewOp, Outcome, SandboxNet, Work};
 use crate::api::{self, HealthResponse, OperationsResponse};
 use crate::decode::{
     DecodedRequest, decode_attachments_query, decode_container_filter, decode_network_name,
@@ -155,7 +155,7 @@ fn accept(
         }
         let e = ApiError::forbidden(uid, gid);
         let answer = raw_answer(
-            e.status,
+            status_of(e.kind),
             &fresh_request_id(),
             e.error.to_json().as_bytes(),
             false,
@@ -198,7 +198,7 @@ fn accept(
             }
             let e = ApiError::too_many_connections(conns.cap());
             let answer = raw_answer(
-                e.status,
+                status_of(e.kind),
                 &fresh_request_id(),
                 e.error.to_json().as_bytes(),
                 true,
@@ -410,8 +410,44 @@ fn to_json<T: Serialize>(status: StatusCode, v: &T) -> Resp {
     }
 }
 
+/// The HTTP status of each kind of failure: the one place where kinds
+/// become statuses. A more severe kind never has a lower status (the
+/// engine takes the maximum kind of several failures).
+///
+/// | kind | HTTP |
+/// |---|---|
+/// | `InvalidRequest` | 400 |
+/// | `Forbidden` | 403 |
+/// | `NotFound` | 404 |
+/// | `MethodNotAllowed` | 405 |
+/// | `Conflict` | 409 |
+/// | `TooLarge` | 413 |
+/// | `Internal`, `Io` | 500 |
+/// | `PluginFailed` | 502 |
+/// | `NotReady`, `Busy`, `ShuttingDown` | 503 (with `Retry-After: 1`) |
+/// | `DeadlineExpired` | 504 |
+pub(crate) fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::Internal | ErrorKind::Io => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::PluginFailed => StatusCode::BAD_GATEWAY,
+        ErrorKind::NotReady | ErrorKind::Busy | ErrorKind::ShuttingDown => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        ErrorKind::DeadlineExpired => StatusCode::GATEWAY_TIMEOUT,
+    }
+}
+
+/// The answer to a failure: its status, the CNI error object, the
+/// plugin's headers, `Retry-After` on 503.
 fn error_response(e: &ApiError) -> Resp {
-    let mut r = json_response(e.status, Bytes::from(e.error.to_json().into_bytes()));
+    let status = status_of(e.kind);
+    let mut r = json_response(status, Bytes::from(e.error.to_json().into_bytes()));
     if let Some((plugin, command)) = &e.plugin
         && let Ok(v) = HeaderValue::from_str(plugin)
     {
@@ -420,7 +456,7 @@ fn error_response(e: &ApiError) -> Resp {
             r.headers_mut().insert(api::PLUGIN_COMMAND_HEADER, c);
         }
     }
-    if e.status == StatusCode::SERVICE_UNAVAILABLE {
+    if status == StatusCode::SERVICE_UNAVAILABLE {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
@@ -772,7 +808,7 @@ async fn sandbox(
     if decoded.networks.is_empty() {
         let Some(default) = snap.default_network() else {
             return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
+                ErrorKind::NotFound,
                 cni_code::INVALID_NETWORK_CONFIG,
                 format!(
                     "no default network: no usable network configuration in {}",
@@ -833,13 +869,14 @@ async fn sandbox(
     Ok(outcome_response(&outcome))
 }
 
-/// The answer to an operation's outcome.
+/// The answer to an operation's outcome: 200 with the JSON of what it
+/// produced, 204 when it has nothing to say, or the failure's answer.
 fn outcome_response(outcome: &Outcome) -> Resp {
     match outcome {
-        Ok(r) => match &r.body {
-            Some(b) => json_response(r.status, b.clone()),
-            None => empty(r.status),
-        },
+        Ok(Done::Result(v)) => to_json(StatusCode::OK, v),
+        Ok(Done::Gc(gc)) => to_json(StatusCode::OK, gc),
+        Ok(Done::Sandbox(merged)) => to_json(StatusCode::OK, merged),
+        Ok(Done::Nothing) => empty(StatusCode::NO_CONTENT),
         Err(e) => error_response(e),
     }
 }
@@ -894,7 +931,7 @@ mod tests {
         assert!(netns_exists(&rt("/proc/self/ns/net"), Command::Add).is_ok());
         for verb in [Command::Add, Command::Check] {
             let e = netns_exists(&rt("/nonexistent/netns"), verb).unwrap_err();
-            assert_eq!((e.status, e.error.code), (StatusCode::BAD_REQUEST, 4));
+            assert_eq!((e.kind, e.error.code), (ErrorKind::InvalidRequest, 4));
             assert!(
                 e.error.msg.contains("not a network namespace"),
                 "{}",
@@ -903,5 +940,66 @@ mod tests {
         }
         assert!(netns_exists(&rt("/nonexistent/netns"), Command::Del).is_ok());
         assert!(netns_exists(&rt(""), Command::Del).is_ok());
+    }
+
+    /// Every kind and its status, in declaration (severity) order.
+    const STATUSES: [(ErrorKind, u16); 13] = [
+        (ErrorKind::InvalidRequest, 400),
+        (ErrorKind::Forbidden, 403),
+        (ErrorKind::NotFound, 404),
+        (ErrorKind::MethodNotAllowed, 405),
+        (ErrorKind::Conflict, 409),
+        (ErrorKind::TooLarge, 413),
+        (ErrorKind::Internal, 500),
+        (ErrorKind::Io, 500),
+        (ErrorKind::PluginFailed, 502),
+        (ErrorKind::NotReady, 503),
+        (ErrorKind::Busy, 503),
+        (ErrorKind::ShuttingDown, 503),
+        (ErrorKind::DeadlineExpired, 504),
+    ];
+
+    #[test]
+    fn each_kind_maps_to_its_status() {
+        for (kind, status) in STATUSES {
+            assert_eq!(status_of(kind).as_u16(), status, "{kind:?}");
+        }
+        // Severity order is status order: the maximum kind of several
+        // failures answers the highest status, as before kinds existed.
+        for w in STATUSES.windows(2) {
+            assert!(w[0].0 < w[1].0, "{:?} declared before {:?}", w[0].0, w[1].0);
+            assert!(w[0].1 <= w[1].1);
+        }
+        // The statuses cnid-api's decoding answers read back as themselves.
+        for s in [400, 404, 500, 502] {
+            let kind = super::super::error::kind_of_status(s);
+            assert_eq!(status_of(kind).as_u16(), s, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn failures_answer_their_status_and_headers() {
+        let plugin = ApiError {
+            plugin: Some(("bridge".to_owned(), Command::Check)),
+            ..ApiError::new(ErrorKind::PluginFailed, 7, "bad")
+        };
+        let r = error_response(&plugin);
+        assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(r.headers()[api::PLUGIN_HEADER], "bridge");
+        assert_eq!(r.headers()[api::PLUGIN_COMMAND_HEADER], "CHECK");
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
+        let r = error_response(&ApiError::shutting_down());
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        assert!(r.headers().get(api::PLUGIN_HEADER).is_none());
+        assert_eq!(
+            outcome_response(&Ok(Done::Nothing)).status(),
+            StatusCode::NO_CONTENT
+        );
+        let r = outcome_response(&Ok(Done::Result(
+            serde_json::json!({"cniVersion": "1.0.0"}),
+        )));
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
     }
 }
