@@ -93,8 +93,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use cni_core::cache::CacheRecord;
-use cni_core::{CapabilityArgs, CniArgs, validate};
 use cni_core::error::Chain;
+use cni_core::{CapabilityArgs, CniArgs, validate};
 use futures::stream::{self, StreamExt};
 
 use crate::Error;

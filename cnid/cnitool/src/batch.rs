@@ -420,7 +420,8 @@ async fn undo_interrupted(
         ),
         Err(e) => format!(
             "batch up interrupted by {signal}; tearing down what it had set up failed \
-             (run `cnitool batch down {network} --prefix {prefix}` again): {e}"
+             (run `cnitool batch down {network} --prefix {prefix}` again): {}",
+            cni_core::error::Chain(&e)
         ),
         Ok(_) => format!(
             "batch up interrupted by {signal}, and its teardown by another signal: \
@@ -607,8 +608,14 @@ async fn down(
         && let Err(e) = outcome
     {
         // Not reported by an event: a failure of the batch as a whole.
-        errors.push(json!({"namespace": Value::Null, "error": e.to_string()}));
-        first = Some((prefix.to_owned(), e.to_string(), e.code()));
+        errors.push(
+            json!({"namespace": Value::Null, "error": cni_core::error::Chain(&e).to_string()}),
+        );
+        first = Some((
+            prefix.to_owned(),
+            cni_core::error::Chain(&e).to_string(),
+            e.code(),
+        ));
     }
     let summary = json!({
         "network": network,
