@@ -60,7 +60,10 @@ lint:
 
 # CNIRS_TEST_REQUIRE_ROOT=1: a root-only test fails rather than skips when
 # this is not run as root (cni-async/testsupport/src/lib.rs).
+# The binaries first: tests run the binaries of other packages (cnitool,
+# cni-noop) found next to cnid's, which `cargo test` alone does not build.
 unit:
+	$(CARGO) build --workspace --bins --all-features
 	CNIRS_TEST_REQUIRE_ROOT=1 $(CARGO) test --workspace --all-targets --all-features
 	$(CARGO) test --workspace --doc --all-features
 
