@@ -5,28 +5,14 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use cni_test_support::log::LogBuf;
 
 use serde_json::json;
 use support::fake::{Fake, Response, Rig, conflist, runtime};
 
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn plugin_output_is_logged_escaped() {
-    let buf = Buf::default();
+    let buf = LogBuf::default();
     let writer = buf.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::DEBUG)
@@ -77,7 +63,7 @@ async fn plugin_output_is_logged_escaped() {
         .expect_err("the second plugin fails");
     assert_eq!(err.code(), 101);
 
-    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let log = buf.text();
     assert!(
         log.contains("stderr \\u{1b}[31mred"),
         "plugin stderr not logged:\n{log}"

@@ -5,7 +5,8 @@
 
 mod support;
 
-use std::io::Write;
+use cni_test_support::log::LogBuf;
+
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -35,26 +36,13 @@ struct Seen {
 
 type Log = Arc<Mutex<Vec<Seen>>>;
 
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The log of this test binary: one global subscriber, installed by every
 /// test before it runs anything (a thread-local default would race with
 /// the other tests' threads over tracing's per-callsite interest cache).
-fn log_buf() -> Buf {
-    static LOG: OnceLock<Buf> = OnceLock::new();
+fn log_buf() -> LogBuf {
+    static LOG: OnceLock<LogBuf> = OnceLock::new();
     LOG.get_or_init(|| {
-        let buf = Buf::default();
+        let buf = LogBuf::default();
         let writer = buf.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::INFO)
@@ -256,7 +244,7 @@ async fn stderr_of_a_success_is_logged_escaped_and_capped_without_a_sink() {
         .await
         .expect("ADD succeeds");
 
-    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let log = buf.text();
     let line = log
         .lines()
         .find(|l| {

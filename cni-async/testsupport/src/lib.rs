@@ -44,6 +44,7 @@
 pub mod fake;
 pub mod gate;
 pub mod json;
+pub mod log;
 pub mod netns;
 pub mod process;
 
