@@ -10,19 +10,13 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, RawAnswer, get, post, raw, raw_bytes, recording_plugin, runs};
+use support::daemon::{Daemon, Dirs, RawAnswer, get, post, raw, raw_bytes, runs};
 
 const NETNS: &str = "/proc/self/ns/net";
 
 fn setup() -> (Dirs, std::path::PathBuf) {
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin("rec", &recording_plugin(&records, ""));
-    dirs.conf(
-        "10-bad.conflist",
-        &json!({"cniVersion": "1.1.0", "name": "bad", "plugins": [{"type": "rec"}]}),
-    );
+    let records = dirs.recording_network("10-bad.conflist", "bad", "1.1.0");
     (dirs, records)
 }
 

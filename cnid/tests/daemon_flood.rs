@@ -21,7 +21,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, eventually, get, raise_nofile, recording_plugin, runs};
+use support::daemon::{Daemon, Dirs, eventually, get, raise_nofile, runs};
 
 const NOBODY: u32 = 65534;
 const NET: &str = "flood";
@@ -30,13 +30,7 @@ const BODY_CAP: usize = 512 * 1024;
 
 fn setup() -> (Dirs, std::path::PathBuf) {
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin("rec", &recording_plugin(&records, ""));
-    dirs.conf(
-        "10-flood.conflist",
-        &json!({"cniVersion": "1.1.0", "name": NET, "plugins": [{"type": "rec"}]}),
-    );
+    let records = dirs.recording_network("10-flood.conflist", NET, "1.1.0");
     // `nobody` must reach the socket (its group is nobody's) to be refused.
     std::fs::set_permissions(dirs.root(), std::fs::Permissions::from_mode(0o711)).unwrap();
     (dirs, records)

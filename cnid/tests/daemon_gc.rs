@@ -175,13 +175,7 @@ async fn gc_never_overlaps_add_or_del_and_later_ones_wait_for_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_deletes_stale_cached_attachments_only() {
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin("rec", &recording_plugin(&records, ""));
-    dirs.conf(
-        "10-gc.conflist",
-        &json!({"cniVersion": "1.1.0", "name": NET, "plugins": [{"type": "rec"}]}),
-    );
+    let records = dirs.recording_network("10-gc.conflist", NET, "1.1.0");
     let daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     for c in ["keep", "stale"] {

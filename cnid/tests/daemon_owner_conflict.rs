@@ -10,7 +10,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, Run, post, recording_plugin, runs};
+use support::daemon::{Daemon, Dirs, Run, post, runs};
 
 const NET: &str = "owners";
 /// A network namespace the daemon can check (its own).
@@ -18,22 +18,13 @@ const NETNS: &str = "/proc/self/ns/net";
 
 fn setup() -> (Dirs, std::path::PathBuf) {
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin("rec", &recording_plugin(&records, ""));
-    dirs.conf(
-        "10-owners.conflist",
-        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "rec"}]}),
-    );
+    let records = dirs.recording_network("10-owners.conflist", NET, "1.0.0");
     (dirs, records)
 }
 
-fn call(daemon: &Daemon, verb: &str, body: Value) -> (u16, Value) {
-    let raw = post(
-        &daemon.socket,
-        &format!("/v1/networks/{NET}/{verb}"),
-        &body.to_string(),
-    );
+/// POSTs `body` to `path`: the status and the JSON answer (null when empty).
+fn post_json(daemon: &Daemon, path: &str, body: Value) -> (u16, Value) {
+    let raw = post(&daemon.socket, path, &body.to_string());
     let v = if raw.body.is_empty() {
         Value::Null
     } else {
@@ -42,18 +33,12 @@ fn call(daemon: &Daemon, verb: &str, body: Value) -> (u16, Value) {
     (raw.status, v)
 }
 
+fn call(daemon: &Daemon, verb: &str, body: Value) -> (u16, Value) {
+    post_json(daemon, &format!("/v1/networks/{NET}/{verb}"), body)
+}
+
 fn sandbox(daemon: &Daemon, verb: &str, body: Value) -> (u16, Value) {
-    let raw = post(
-        &daemon.socket,
-        &format!("/v1/sandboxes/{verb}"),
-        &body.to_string(),
-    );
-    let v = if raw.body.is_empty() {
-        Value::Null
-    } else {
-        raw.json()
-    };
-    (raw.status, v)
+    post_json(daemon, &format!("/v1/sandboxes/{verb}"), body)
 }
 
 fn plugin_runs_of(records: &std::path::Path, container: &str) -> Vec<Run> {

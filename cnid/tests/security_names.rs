@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, RawAnswer, get, post, recording_plugin, runs};
+use support::daemon::{Daemon, Dirs, RawAnswer, get, post, runs};
 use support::fake::Fake;
 use support::tool::Sandbox;
 
@@ -77,13 +77,7 @@ struct Want(u16, Option<u64>);
 #[test]
 fn every_name_and_id_of_every_endpoint_refuses_traversal_nul_and_overlong_values() {
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin("rec", &recording_plugin(&records, ""));
-    dirs.conf(
-        "10-sec.conflist",
-        &json!({"cniVersion": "1.1.0", "name": NET, "plugins": [{"type": "rec"}]}),
-    );
+    let records = dirs.recording_network("10-sec.conflist", NET, "1.1.0");
     // Conf files that name their network with a traversal: not loaded.
     for (file, name) in [("20-dots.conflist", "../x"), ("21-slash.conflist", "a/b")] {
         dirs.conf(

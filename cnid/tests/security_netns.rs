@@ -11,7 +11,7 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, RawAnswer, post, recording_plugin, runs};
+use support::daemon::{Daemon, Dirs, RawAnswer, post, runs};
 use support::netns::Netns;
 use support::require_root;
 
@@ -42,13 +42,7 @@ fn not_a_netns(what: &str, r: &RawAnswer, netns: &str) {
 fn add_and_check_need_a_network_namespace_and_say_nothing_else() {
     require_root!();
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin("rec", &recording_plugin(&records, ""));
-    dirs.conf(
-        "10-ns.conflist",
-        &json!({"cniVersion": "1.0.0", "name": "ns", "plugins": [{"type": "rec"}]}),
-    );
+    let records = dirs.recording_network("10-ns.conflist", "ns", "1.0.0");
     let scratch = dirs.data.join("scratch");
     std::fs::create_dir_all(&scratch).unwrap();
     let file = scratch.join("regular");
@@ -145,13 +139,7 @@ fn add_and_check_need_a_network_namespace_and_say_nothing_else() {
 fn check_after_the_namespace_is_gone_is_refused() {
     require_root!();
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin("rec", &recording_plugin(&records, ""));
-    dirs.conf(
-        "10-ns.conflist",
-        &json!({"cniVersion": "1.0.0", "name": "ns", "plugins": [{"type": "rec"}]}),
-    );
+    dirs.recording_network("10-ns.conflist", "ns", "1.0.0");
     let daemon = Daemon::start(&dirs, &[]);
     let named = Netns::new();
     let netns = named.path();

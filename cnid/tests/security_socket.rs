@@ -12,19 +12,13 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, RawAnswer, get, raw_bytes, recording_plugin, runs};
+use support::daemon::{Daemon, Dirs, RawAnswer, get, raw_bytes, runs};
 
 const NOBODY: u32 = 65534;
 
 fn setup() -> (Dirs, std::path::PathBuf) {
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin("rec", &recording_plugin(&records, ""));
-    dirs.conf(
-        "10-sec.conflist",
-        &json!({"cniVersion": "1.1.0", "name": "sec", "plugins": [{"type": "rec"}]}),
-    );
+    let records = dirs.recording_network("10-sec.conflist", "sec", "1.1.0");
     (dirs, records)
 }
 

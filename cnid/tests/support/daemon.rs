@@ -87,6 +87,20 @@ impl Dirs {
         path
     }
 
+    /// A network `name` (CNI `version`) of one plugin `rec` that records
+    /// each call (see [`recording_plugin`], [`runs`]) in conf file `file`;
+    /// returns the records dir.
+    pub fn recording_network(&self, file: &str, name: &str, version: &str) -> PathBuf {
+        let records = self.data.join("records");
+        std::fs::create_dir_all(&records).unwrap();
+        self.plugin("rec", &recording_plugin(&records, ""));
+        self.conf(
+            file,
+            &serde_json::json!({"cniVersion": version, "name": name, "plugins": [{"type": "rec"}]}),
+        );
+        records
+    }
+
     /// Writes `net.d/<file>`.
     pub fn conf(&self, file: &str, json: &Value) -> PathBuf {
         let path = self.conf.join(file);
