@@ -20,9 +20,7 @@ pub(crate) async fn exec(
     global: &GlobalArgs,
     args: &NetworkArgs,
 ) -> anyhow::Result<()> {
-    if let Some(netns) = &args.netns {
-        let _unused = setup::runtime_conf(env, netns, global.ifname.as_deref())?;
-    }
+    setup::check_unused_netns(env, args.netns.as_deref(), global.ifname.as_deref())?;
     let summary = backend.gc(&args.network).await?;
     // An attachment left over already failed the command (as the
     // reference's GC), so `failed` is empty here.

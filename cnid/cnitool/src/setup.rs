@@ -179,6 +179,20 @@ pub(crate) fn parse_timeout(value: &str) -> Result<Duration, ToolError> {
     Duration::try_from_secs_f64(secs).map_err(|_| bad("too large"))
 }
 
+/// `gc` and `status` take the netns argument as the reference does: when
+/// given it is parsed with the environment (so bad input is refused the same
+/// way), and then not used.
+pub(crate) fn check_unused_netns(
+    env: Env<'_>,
+    netns: Option<&str>,
+    ifname: Option<&str>,
+) -> anyhow::Result<()> {
+    if let Some(netns) = netns {
+        runtime_conf(env, netns, ifname)?;
+    }
+    Ok(())
+}
+
 /// The attachment of `add`, `check`, `del` (and, parsed but unused as in the
 /// reference, `gc` and `status`): container ID from the netns path, the
 /// interface name from `-i`, `CNI_IFNAME` or `eth0`, `CNI_ARGS`, `CAP_ARGS`.

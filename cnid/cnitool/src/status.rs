@@ -16,9 +16,7 @@ pub(crate) async fn exec(
     global: &GlobalArgs,
     args: &NetworkArgs,
 ) -> anyhow::Result<()> {
-    if let Some(netns) = &args.netns {
-        let _unused = setup::runtime_conf(env, netns, global.ifname.as_deref())?;
-    }
+    setup::check_unused_netns(env, args.netns.as_deref(), global.ifname.as_deref())?;
     backend.status(&args.network).await?;
     let line = match backend.cni_version() {
         Some(v) if !v.has_status_and_gc() => format!(
