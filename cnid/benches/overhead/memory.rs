@@ -145,7 +145,10 @@ pub(crate) fn cnid_memory(
     let idle_fresh = daemon.rss_kib()?.0;
     let client = tokio.block_on(Client::connect(&daemon.socket))?;
     for i in 0..50 {
-        let req = AttachmentRequest::new(format!("{tag}-warm-{i}"), NOOP_NETNS, "eth0");
+        // One interface name per attachment: they all share the placeholder
+        // netns, and cnid refuses a second container on a (netns, ifname).
+        let req =
+            AttachmentRequest::new(format!("{tag}-warm-{i}"), NOOP_NETNS, format!("{tag}w{i}"));
         tokio.block_on(client.add(NOOP1, &req))?;
         tokio.block_on(client.del(NOOP1, &req))?;
     }
@@ -179,7 +182,8 @@ pub(crate) fn cnid_memory(
             let c = client.clone();
             let tag = tag.to_owned();
             set.spawn(async move {
-                let req = AttachmentRequest::new(format!("{tag}-{i}"), NOOP_NETNS, "eth0");
+                let req =
+                    AttachmentRequest::new(format!("{tag}-{i}"), NOOP_NETNS, format!("{tag}-{i}"));
                 c.add(SLOW, &req).await.map(drop)
             });
         }

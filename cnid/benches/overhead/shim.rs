@@ -68,7 +68,10 @@ fn shim_call(shim: &Path, verb: &str, container: &str) -> anyhow::Result<Prepare
 }
 
 fn direct(socket: &Path, network: &str, verb: &str, container: &str) -> anyhow::Result<()> {
-    let mut req = AttachmentRequest::new(container, NOOP_NETNS, "eth0");
+    // eth1: the direct and the shim attachment of an iteration are made
+    // side by side in the one placeholder netns, and cnid refuses a second
+    // container's ADD on a (netns, ifname) already owned.
+    let mut req = AttachmentRequest::new(container, NOOP_NETNS, "eth1");
     req.timeout_ms = Some(60_000);
     let body = serde_json::to_vec(&req)?;
     let path = format!("/v1/networks/{network}/{}", verb.to_ascii_lowercase());
