@@ -121,16 +121,20 @@ impl ResultCache {
         }
     }
 
-    /// Whether writes and removals are `fsync`ed (default true). Turning it
-    /// off keeps writes atomic (rename) but not durable across power loss;
-    /// useful for throwaway test harnesses on slow disks.
+    /// Whether writes are `fsync`ed (default true). Turning it off keeps
+    /// writes atomic (rename) but not durable across power loss: for
+    /// throwaway test harnesses on slow disks, or for a caller that makes
+    /// its records durable itself (cnid journals each ADD's record with one
+    /// `fdatasync`, and [`ResultCache::sync_all_blocking`] flushes them
+    /// before it forgets them).
     pub fn with_durable(mut self, durable: bool) -> Self {
         self.durable = durable;
         self
     }
 
-    /// Whether disk work runs on the calling thread instead of tokio's
-    /// blocking pool (default false). For a process that does one operation
+    /// Whether the per-attachment disk work (lock, read, write, removal)
+    /// runs on the calling thread instead of tokio's blocking pool (default
+    /// false; listings always run on the pool). For a process that does one operation
     /// and has nothing else to run meanwhile (cnitool): it saves starting
     /// the pool's thread and a hand-off per call, about 0.1 ms per run. In
     /// a server it would stall the other tasks of that worker for as long
@@ -138,6 +142,40 @@ impl ResultCache {
     pub fn with_inline_io(mut self, inline: bool) -> Self {
         self.inline = inline;
         self
+    }
+
+    /// [`ResultCache::read`] on the calling thread, for a caller already
+    /// off the async workers (inside `spawn_blocking`).
+    pub fn read_blocking(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<CacheEntry>, Error> {
+        let path = self.path(network, container_id, ifname)?;
+        read_entry(&self.dir, &path, network, container_id, ifname)
+    }
+
+    /// Writes `rec` atomically and durably (temp file, `fsync`, `rename`,
+    /// `fsync` of the dir) on the calling thread, whatever
+    /// [`ResultCache::with_durable`] says: for restoring a record.
+    pub fn write_durable_blocking(&self, rec: &CacheRecord) -> Result<(), Error> {
+        let path = self.path(&rec.network_name, &rec.container_id, &rec.if_name)?;
+        write_atomic(&self.results_dir(), &path, &rec.encode(), true)
+    }
+
+    /// Makes every record written so far durable, with one `syncfs` of the
+    /// file system holding the cache ([`durable::sync_filesystem`]): what a
+    /// cache [`with_durable(false)`](ResultCache::with_durable) owes before
+    /// its caller forgets which records are not flushed yet. Blocking; a
+    /// cache dir without `results/` has nothing to flush.
+    pub fn sync_all_blocking(&self) -> Result<(), Error> {
+        let results = self.results_dir();
+        match std::fs::symlink_metadata(&results) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            _ => {}
+        }
+        durable::sync_filesystem(&results).map_err(durable_err)
     }
 
     /// The cache dir.
@@ -363,7 +401,7 @@ impl ResultCache {
     pub async fn list(&self, container_id: Option<&str>) -> Result<Vec<CacheRecord>, Error> {
         let results = self.results_dir();
         let filter = container_id.map(str::to_owned);
-        blocking(self.inline, move || {
+        blocking(false, move || {
             list_records(&results, filter.as_deref(), &ListPage::ALL).map(|(recs, _)| recs)
         })
         .await
@@ -382,7 +420,7 @@ impl ResultCache {
     ) -> Result<(Vec<CacheRecord>, Option<String>), Error> {
         let results = self.results_dir();
         let filter = container_id.map(str::to_owned);
-        blocking(self.inline, move || {
+        blocking(false, move || {
             list_records(&results, filter.as_deref(), &page)
         })
         .await

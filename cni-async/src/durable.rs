@@ -15,6 +15,8 @@
 //! - [`remove_leftovers`]: removes the temp files of writes a crash
 //!   interrupted ([`is_temp_name`]).
 //! - [`ensure_private_dir`]: the 0700 rule for every private dir.
+//! - [`sync_filesystem`]: one `syncfs` that makes every earlier write on a
+//!   file system durable (for writers that defer their flushes).
 //!
 //! Removals are not `fsync`ed here: every user of this module makes a file
 //! that reappears after a power loss harmless (a repeated DEL).
@@ -158,6 +160,17 @@ pub fn sync_dir(dir: &Path) -> Result<(), Failure> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| Failure::new("fsync directory", dir, e))
+}
+
+/// Flushes the whole file system that holds `path` (`syncfs`): every write
+/// made to any file there before the call (data, renames, creations) is
+/// durable when it returns. One flush for many files written without
+/// `fsync`, as cnid's deferred result-cache records; what it costs grows
+/// with whatever else is waiting to be written to that file system.
+pub fn sync_filesystem(path: &Path) -> Result<(), Failure> {
+    trace("syncfs", path);
+    let f = File::open(path).map_err(|e| Failure::new("open for syncfs", path, e))?;
+    nix::unistd::syncfs(&f).map_err(|e| Failure::new("syncfs", path, io::Error::from(e)))
 }
 
 /// Writes `path` whole or not at all.
