@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use cni_async::multi::{MultiResult, NetworkResult};
 use cni_async::{CallOptions, Cni, GcFailure};
+use cni_core::cache::CacheRecord;
 use cni_core::error::code as cni_code;
 use cni_core::result::CniResult;
 use cni_core::stdin::GcAttachment;
@@ -15,7 +16,7 @@ use cni_core::{Command, NetworkConfigList, RuntimeConf, Version};
 use tokio_util::task::TaskTracker;
 
 use super::error::{ApiError, ErrorKind};
-use super::intents::{Found, Intent, Intents};
+use super::intents::{BeginError, Begun, Found, Intent, Intents};
 use super::metrics::Metrics;
 use super::networks::Networks;
 use super::queue::{Done, NewOp, Op, Outcome, SandboxNet, Scheduler, Start, Waiter, Work};
@@ -231,8 +232,10 @@ impl Engine {
     ) -> Result<CniResult, ApiError> {
         let (net, version) = (list.name(), list.version());
         let (cid, ifname) = (rt.container_id.as_str(), rt.ifname.as_str());
-        match self.cni.cache().read(net, cid, ifname).await {
-            Ok(Some(_)) => {
+        let intent = Intent::new(net, rt, list.cache_bytes());
+        let pending = match self.intents.begin(&intent).await {
+            Ok(Begun::Recorded(p)) => p,
+            Ok(Begun::Cached) => {
                 return Err(ApiError::already_attached(
                     net,
                     cid,
@@ -241,13 +244,7 @@ impl Engine {
                 )
                 .in_version(version));
             }
-            Ok(None) => {}
-            Err(e) => return Err(ApiError::from_cni(&e, version)),
-        }
-        let intent = Intent::new(net, rt, list.cache_bytes());
-        let pending = match self.intents.begin(&intent).await {
-            Ok(Some(p)) => p,
-            Ok(None) => {
+            Ok(Begun::Open) => {
                 return Err(ApiError::already_attached(
                     net,
                     cid,
@@ -256,7 +253,8 @@ impl Engine {
                 )
                 .in_version(version));
             }
-            Err(e) => {
+            Err(BeginError::Cache(e)) => return Err(ApiError::from_cni(&e, version)),
+            Err(BeginError::Journal(e)) => {
                 return Err(ApiError::new(
                     ErrorKind::Io,
                     cni_code::IO_FAILURE,
@@ -266,15 +264,25 @@ impl Engine {
             }
         };
         match self.cni.add_network_list(list, rt).options(&opts).await {
-            Ok(result) => match self.intents.finish(pending).await {
+            // The cache wrote the record without fsync (see `run`): the
+            // commit line carries the same record (the same fields as
+            // `cni_async`'s ADD puts in it) and is what makes it durable.
+            Ok(result) => match self
+                .intents
+                .commit(
+                    pending,
+                    &CacheRecord::new(net, rt, intent.config.clone(), Some(result.to_value())),
+                )
+                .await
+            {
                 Ok(()) => {
                     self.owners.insert(net, rt);
                     Ok(result)
                 }
                 Err(e) => {
-                    // A restart would DEL an attachment the caller believes
-                    // made: undo it now and say so.
-                    tracing::error!(error = %e, "cannot remove the ADD intent; deleting the attachment again");
+                    // Not durable, and a restart would DEL an attachment the
+                    // caller believes made: undo it now and say so.
+                    tracing::error!(error = %e, "cannot commit the ADD to the journal; deleting the attachment again");
                     let undo = self.cni.del_network_list(list, rt).await;
                     if undo.is_err() {
                         let _ = self.intents.write(&intent).await;
@@ -282,7 +290,7 @@ impl Engine {
                     Err(ApiError::new(
                         ErrorKind::Io,
                         cni_code::IO_FAILURE,
-                        format!("ADD succeeded but its record could not be removed ({e}); the attachment was deleted again"),
+                        format!("ADD succeeded but could not be committed to the journal ({e}); the attachment was deleted again"),
                     )
                     .in_version(version))
                 }

@@ -1,13 +1,19 @@
-//! Durable ADD intents: crash safety for attachments half made.
+//! Durable ADD intents: crash safety for attachments half made, and the
+//! durability of the ADD results the daemon caches.
 //!
 //! Before the first plugin of an ADD runs, the daemon appends a `begin`
 //! record to `<state dir>/intents/journal` and `fdatasync`s it: one line of
 //! JSON holding everything a DEL needs (the configuration list's bytes,
 //! self-contained, plugin files inlined, and the runtime parameters) and a
-//! sequence number. When the ADD completed (result cached) and before the
-//! caller is answered, or when it failed and its rollback succeeded, an
-//! `end` record follows, not flushed. When the rollback failed too, the
-//! intent goes to its own file,
+//! sequence number. When the ADD completed, its result is in the cache,
+//! written there *without* `fsync` (the daemon's [`ResultCache`] is
+//! [`with_durable(false)`](ResultCache::with_durable)), and before the
+//! caller is answered a `commit` line follows and is `fdatasync`ed: it ends
+//! the `begin` and carries the cache record's exact bytes and this boot's
+//! id ([`Intents::commit`]). One flush where the cache's own write takes
+//! two (the temp file, then the dir after the rename). When the ADD failed
+//! and its rollback succeeded, a plain `end` line follows, not flushed.
+//! When the rollback failed too, the intent goes to its own file,
 //! `<state dir>/intents/<network>:<containerID>:<ifname>.json` (temp file,
 //! `fsync`, `rename`, `fsync` of the dir: [`durable::write_atomic`]), before
 //! the `end`; that file stays until a DEL of the attachment succeeds.
@@ -17,19 +23,30 @@
 //! (durably, before the journal is emptied), and the daemon DELs each
 //! intent file with the configuration it recorded (`prevResult` from the
 //! cache when the chain had finished). So a `kill -9` at any point of an
-//! ADD leaks no IP and no interface. The journal is rewritten with only its
-//! open records when it passes 1 MiB, or emptied when none is open.
+//! ADD leaks no IP and no interface. Commit lines written in another boot
+//! put their records back into the cache where a power loss lost them;
+//! then the cache is flushed (`syncfs`) and the journal emptied. While the
+//! daemon runs, the journal is rewritten with only its open records and the
+//! commit lines newer than a `syncfs` of the cache when it passes 1 MiB,
+//! and commit lines older than 30 s are dropped the same way (one `syncfs`
+//! every 30 s at most, off the request path); at a graceful exit the cache
+//! is flushed and the journal removed.
 //!
 //! What each flush is for: the `begin`'s `fdatasync` makes the record
 //! outlive a power loss or kernel crash, after which the plugins' own state
 //! (host-local's files in `/var/lib/cni/networks`, written without fsync)
 //! may or may not hold the address; a DEL of an attachment that was never
-//! made must succeed, so recovery is right either way. A process crash
-//! (`kill -9`, OOM) needs no flush at all: the page cache keeps every
-//! write. The `end` and the removals are not flushed: a power loss can only
-//! bring back a record of an ADD that was answered, whose containers are
-//! gone with the reboot, and the DEL that recovery then makes is what the
-//! host needs.
+//! made must succeed, so recovery is right either way. The `commit`'s
+//! makes the answered ADD's cached result outlive one, as the cache's
+//! own flushes do for a library caller. A process crash (`kill -9`, OOM)
+//! needs no flush at all: the page cache keeps every write, which is why
+//! commit lines of this boot restore nothing (a record missing then was
+//! removed by a DEL). The `end`s and the removals are not flushed: a power
+//! loss can only bring back a record of an ADD that was answered (the
+//! commit lines of the last 30 s or so restore the records of attachments
+//! DELed in that time too), whose containers are gone with the reboot,
+//! and the DEL that recovery or the runtime then makes is what the host
+//! needs.
 //!
 //! `:` cannot occur in network names, container IDs or interface names, so
 //! unlike the result cache's `<network>-<containerID>-<ifname>`, these names
@@ -58,7 +75,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use cni_async::cache::ResultCache;
 use cni_async::durable;
+use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::{CapabilityArgs, CniArgs, RuntimeConf, validate};
 use serde_json::{Map, Value, json};
 
@@ -73,6 +92,10 @@ const SUFFIX: &str = ".json";
 pub(crate) const JOURNAL: &str = "journal";
 /// Past this size the journal is rewritten with only its open records.
 const COMPACT_AT: u64 = 1 << 20;
+/// Commit lines older than this are dropped after a flush of the cache:
+/// about the kernel's own write-back delay (`dirty_expire_centisecs`,
+/// 30 s by default).
+const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One recorded ADD.
 #[derive(Debug, Clone, PartialEq)]
@@ -180,6 +203,47 @@ pub(crate) enum Found {
 pub(crate) struct Intents {
     dir: PathBuf,
     journal: Arc<Mutex<Journal>>,
+    /// The result cache whose records [`Intents::commit`] makes durable
+    /// (the daemon's, written without `fsync`); `None` in tests of the
+    /// journal alone.
+    cache: Option<ResultCache>,
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`), written into
+    /// each commit record: a record from another boot means the machine
+    /// went down, and the page cache with it.
+    boot: Arc<str>,
+}
+
+/// What [`Intents::begin`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Begun {
+    /// Recorded: run the plugins, then [`Intents::commit`] or
+    /// [`Intents::finish`].
+    Recorded(Pending),
+    /// The attachment has a cached result: it exists.
+    Cached,
+    /// The attachment has an intent: an ADD in progress, or one that
+    /// failed and was not undone.
+    Open,
+}
+
+#[cfg(test)]
+impl Begun {
+    /// The record, when one was made.
+    fn pending(self) -> Option<Pending> {
+        match self {
+            Begun::Recorded(p) => Some(p),
+            Begun::Cached | Begun::Open => None,
+        }
+    }
+}
+
+/// Why [`Intents::begin`] could not record.
+#[derive(Debug)]
+pub(crate) enum BeginError {
+    /// Reading the attachment's cached result failed.
+    Cache(cni_async::Error),
+    /// Appending to or flushing the journal failed.
+    Journal(io::Error),
 }
 
 /// The journal's file and the ADDs it holds open.
@@ -198,6 +262,15 @@ struct Journal {
     /// rewrite).
     compact_at: u64,
     kept: u64,
+    /// The commit records in the journal whose cache records may not be
+    /// flushed yet, by commit number (in append order): a compaction keeps
+    /// them until a `syncfs` made those records durable.
+    committed: std::collections::BTreeMap<u64, Vec<u8>>,
+    next_commit: u64,
+    /// When the oldest of `committed` was appended (about).
+    oldest_commit: Option<std::time::Instant>,
+    /// A compaction is flushing the cache (outside the lock).
+    compacting: bool,
 }
 
 /// An ADD recorded in the journal ([`Intents::begin`]), to be ended with
@@ -219,6 +292,68 @@ fn begin_line(seq: u64, intent: &Intent) -> Vec<u8> {
 
 fn end_line(seq: u64) -> Vec<u8> {
     format!("{{\"end\":{seq}}}\n").into_bytes()
+}
+
+/// A commit line: ends `seq` and carries the attachment's cache record
+/// (its exact bytes, base64) and this boot's id.
+fn commit_line(seq: u64, boot: &str, record: &[u8]) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&json!({
+        "end": seq,
+        "boot": boot,
+        "record": BASE64.encode(record),
+    }))
+    .unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// The cache records the journal's commit lines carry, the last one per
+/// attachment, with the boot each was committed in. Unreadable ones are
+/// skipped with an error logged.
+fn committed_records(bytes: &[u8]) -> Vec<(String, CacheRecord, Vec<u8>)> {
+    let mut out: Vec<(String, CacheRecord, Vec<u8>)> = Vec::new();
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let Ok(v) = serde_json::from_slice::<Value>(line) else {
+            continue;
+        };
+        let Some(b64) = v.get("record").and_then(Value::as_str) else {
+            continue;
+        };
+        let boot = v
+            .get("boot")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let rec = BASE64.decode(b64).map_err(|e| e.to_string()).and_then(|b| {
+            match CacheEntry::decode(&b, "the ADD journal") {
+                Ok(CacheEntry::Record(r)) => Ok((r, b)),
+                Ok(CacheEntry::LegacyResult(_)) => Err("not a cniCacheV1 record".to_owned()),
+                Err(e) => Err(e.to_string()),
+            }
+        });
+        match rec {
+            Ok((rec, bytes)) => {
+                let same = |(_, r, _): &(String, CacheRecord, Vec<u8>)| {
+                    r.network_name == rec.network_name
+                        && r.container_id == rec.container_id
+                        && r.if_name == rec.if_name
+                };
+                out.retain(|e| !same(e));
+                out.push((boot, rec, bytes));
+            }
+            Err(reason) => {
+                tracing::error!(%reason, "unreadable cache record in the ADD journal; skipped")
+            }
+        }
+    }
+    out
+}
+
+/// This boot's id; empty when it cannot be read.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
 }
 
 fn key(network: &str, container_id: &str, ifname: &str) -> String {
@@ -266,6 +401,13 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(io::Error::other(format!("blocking task failed: {e}"))))
 }
 
+/// Whether the journal is to be rewritten: past its size limit, and past
+/// twice what the last rewrite kept (many long ADDs open do not make every
+/// `end` a rewrite).
+fn due(j: &Journal) -> bool {
+    j.len >= j.compact_at.max(2 * j.kept)
+}
+
 impl Intents {
     /// The intents dir under `state_dir`.
     pub(crate) fn new(state_dir: &Path) -> Self {
@@ -278,8 +420,28 @@ impl Intents {
                 open: HashMap::new(),
                 compact_at: COMPACT_AT,
                 kept: 0,
+                committed: Default::default(),
+                next_commit: 0,
+                oldest_commit: None,
+                compacting: false,
             })),
+            cache: None,
+            boot: boot_id().into(),
         }
+    }
+
+    /// The result cache this daemon writes without `fsync`: [`Intents::begin`]
+    /// checks it, [`Intents::prepare`] restores its records after a reboot,
+    /// and compactions flush it.
+    pub(crate) fn with_cache(mut self, cache: ResultCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    #[cfg(test)]
+    fn with_boot_id(mut self, boot: &str) -> Self {
+        self.boot = boot.into();
+        self
     }
 
     #[cfg(test)]
@@ -306,6 +468,7 @@ impl Intents {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(ctx(&path, "read", e)),
         };
+        self.settle_commits(&bytes)?;
         for (seq, intent) in open_records(&bytes) {
             match intent {
                 Ok(i) => {
@@ -336,26 +499,41 @@ impl Intents {
     /// metadata operations. `Ok(None)`, recording nothing, when the
     /// attachment has an intent already (an ADD not undone, in its file,
     /// or one in progress): checked in the same hop to the blocking pool.
-    pub(crate) async fn begin(&self, intent: &Intent) -> io::Result<Option<Pending>> {
+    ///
+    /// With a cache ([`Intents::with_cache`]), an attachment whose result is
+    /// cached is refused first ([`Begun::Cached`]), in the same hop.
+    pub(crate) async fn begin(&self, intent: &Intent) -> Result<Begun, BeginError> {
         let k = key(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
         let this = self.clone();
         let intent = intent.clone();
-        blocking(move || {
+        let task = tokio::task::spawn_blocking(move || {
+            let (net, cid, ifname) = (
+                intent.network.as_str(),
+                intent.rt.container_id.as_str(),
+                intent.rt.ifname.as_str(),
+            );
+            if let Some(cache) = &this.cache {
+                match cache.read_blocking(net, cid, ifname) {
+                    Ok(Some(_)) => return Ok(Begun::Cached),
+                    Ok(None) => {}
+                    Err(e) => return Err(BeginError::Cache(e)),
+                }
+            }
             let path = this.dir.join(JOURNAL);
-            let kept = this.path(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
-            if std::fs::symlink_metadata(&kept).is_ok() {
-                return Ok(None);
+            if std::fs::symlink_metadata(this.path(net, cid, ifname)).is_ok() {
+                return Ok(Begun::Open);
             }
             let (seq, file) = {
                 let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
                 if j.open.values().any(|(open, _)| *open == k) {
-                    return Ok(None);
+                    return Ok(Begun::Open);
                 }
-                let file = this.journal_file(&mut j)?;
+                let file = this.journal_file(&mut j).map_err(BeginError::Journal)?;
                 let seq = j.next_seq;
                 j.next_seq += 1;
                 let line = begin_line(seq, &intent);
-                this.append(&mut j, &file, &line)?;
+                this.append(&mut j, &file, &line)
+                    .map_err(BeginError::Journal)?;
                 j.open.insert(seq, (k, line));
                 (seq, file)
             };
@@ -368,9 +546,45 @@ impl Intents {
                     .unwrap_or_else(|e| e.into_inner())
                     .open
                     .remove(&seq);
-                return Err(ctx(&path, "fdatasync", e));
+                return Err(BeginError::Journal(ctx(&path, "fdatasync", e)));
             }
-            Ok(Some(Pending(seq)))
+            Ok(Begun::Recorded(Pending(seq)))
+        });
+        task.await.unwrap_or_else(|e| {
+            Err(BeginError::Journal(io::Error::other(format!(
+                "blocking task failed: {e}"
+            ))))
+        })
+    }
+
+    /// Ends a completed ADD whose result the cache holds, written without
+    /// `fsync`: a commit line carrying that record (`rec`, the bytes the
+    /// cache file holds) is appended and `fdatasync`ed, on the blocking
+    /// pool. One flush instead of the cache's two (temp file, dir), and
+    /// what makes the record outlive a power loss: after a reboot,
+    /// [`Intents::prepare`] puts it back. A compaction forgets commit lines
+    /// only after a `syncfs` of the cache. On an error the ADD is off the
+    /// open set (as with [`Intents::finish`]), and the caller must undo it.
+    pub(crate) async fn commit(&self, pending: Pending, rec: &CacheRecord) -> io::Result<()> {
+        let line = commit_line(pending.0, &self.boot, &rec.encode());
+        let this = self.clone();
+        blocking(move || {
+            let path = this.dir.join(JOURNAL);
+            let file = {
+                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                j.open.remove(&pending.0);
+                let file = this.journal_file(&mut j)?;
+                this.append(&mut j, &file, &line)?;
+                let n = j.next_commit;
+                j.next_commit += 1;
+                j.committed.insert(n, line);
+                j.oldest_commit.get_or_insert_with(std::time::Instant::now);
+                file
+            };
+            // Outside the lock, as in `begin`: a rewrite meanwhile copies
+            // the line durably.
+            file.sync_data().map_err(|e| ctx(&path, "fdatasync", e))?;
+            this.compact_if_due()
         })
         .await
     }
@@ -382,7 +596,6 @@ impl Intents {
     /// when the append fails: its `begin` then only costs a repeat DEL at
     /// the next start.
     pub(crate) async fn finish(&self, pending: Pending) -> io::Result<()> {
-        let due = |j: &Journal| j.len >= j.compact_at.max(2 * j.kept);
         {
             let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
             j.open.remove(&pending.0);
@@ -393,15 +606,7 @@ impl Intents {
             }
         }
         let this = self.clone();
-        blocking(move || {
-            let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
-            if due(&j) {
-                this.compact(&mut j)
-            } else {
-                Ok(())
-            }
-        })
-        .await
+        blocking(move || this.compact_if_due()).await
     }
 
     /// At a graceful exit, once every operation finished: removes the
@@ -412,6 +617,18 @@ impl Intents {
         let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
         if !j.open.is_empty() {
             return;
+        }
+        if !j.committed.is_empty()
+            && let Some(cache) = &self.cache
+        {
+            // The records the commit lines stand for must be on disk before
+            // the lines go.
+            if let Err(e) = cache.sync_all_blocking() {
+                tracing::warn!(error = %cni_core::error::Chain(&e), "cannot flush the result cache at exit; the ADD journal stays for the next start");
+                return;
+            }
+            j.committed.clear();
+            j.oldest_commit = None;
         }
         j.file = None;
         j.len = 0;
@@ -433,6 +650,42 @@ impl Intents {
     pub(crate) async fn keep(&self, pending: Pending, intent: &Intent) -> io::Result<()> {
         self.write(intent).await?;
         self.finish(pending).await
+    }
+
+    /// At start, before the journal is emptied: the cache records its
+    /// commit lines carry. Committed in another boot (the machine went
+    /// down, maybe before writing them back), each attachment's file is
+    /// made to hold its last committed record again, unless it already
+    /// does (a DEL answered before the crash may come back with it: a
+    /// repeat DEL of a record is harmless, as for any removal a power loss
+    /// undoes). Committed in this boot (only the process died), the page
+    /// cache still holds what was written, including later removals:
+    /// nothing is restored. Either way the cache is flushed before the
+    /// lines go.
+    fn settle_commits(&self, bytes: &[u8]) -> io::Result<()> {
+        let records = committed_records(bytes);
+        let Some(cache) = &self.cache else {
+            return Ok(());
+        };
+        if records.is_empty() {
+            return Ok(());
+        }
+        let chain = |e: cni_async::Error| io::Error::other(cni_core::error::Chain(&e).to_string());
+        for (boot, rec, bytes) in &records {
+            if self.boot.is_empty() || **boot == *self.boot {
+                continue;
+            }
+            let path = cache
+                .path(&rec.network_name, &rec.container_id, &rec.if_name)
+                .map_err(chain)?;
+            if durable::read_nofollow(&path).is_ok_and(|b| b == *bytes) {
+                continue;
+            }
+            cache.write_durable_blocking(rec).map_err(chain)?;
+            tracing::warn!(network = %rec.network_name, container = %rec.container_id, ifname = %rec.if_name,
+                "restored the cached result of an ADD answered before the machine went down");
+        }
+        cache.sync_all_blocking().map_err(chain)
     }
 
     /// Appends one record with one `write` (`O_APPEND`: records of
@@ -469,12 +722,89 @@ impl Intents {
         Ok(f)
     }
 
-    /// Rewrites the journal with only the open ADDs' `begin` lines
-    /// (atomically and durably, [`durable::write_atomic`]), or empties it
-    /// when none is open. Under the journal's lock.
+    /// When the journal is due ([`due`]): flushes the cache (one `syncfs`,
+    /// outside the journal's lock: ADDs go on meanwhile) when commit lines
+    /// wait for it, then rewrites the journal without what the flush made
+    /// unnecessary. Blocking. One compaction at a time; an ADD that finds
+    /// one running leaves the work to it or to a later one.
+    fn compact_if_due(&self) -> io::Result<()> {
+        self.compact_when(due)
+    }
+
+    /// Every [`FLUSH_EVERY`] while the daemon runs ([`Intents::flush_loop`]):
+    /// commit lines older than that are dropped after a `syncfs` of the
+    /// cache, so that a power loss brings back only the records of the
+    /// last moments, as it does with any removal not flushed, and not
+    /// every attachment DELed since the last compaction.
+    fn flush_old_commits(&self) -> io::Result<()> {
+        self.compact_when(|j| j.oldest_commit.is_some_and(|t| t.elapsed() >= FLUSH_EVERY))
+    }
+
+    /// Flushes the commits older than [`FLUSH_EVERY`] every [`FLUSH_EVERY`]
+    /// until `stop`, on the blocking pool.
+    pub(crate) async fn flush_loop(self, stop: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(FLUSH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let this = self.clone();
+            if let Err(e) = blocking(move || this.flush_old_commits()).await {
+                tracing::warn!(error = %e, "cannot flush the committed ADD results; retrying later");
+            }
+        }
+    }
+
+    fn compact_when(&self, when: impl Fn(&Journal) -> bool) -> io::Result<()> {
+        let upto = {
+            let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+            if j.compacting || !when(&j) {
+                return Ok(());
+            }
+            if j.committed.is_empty() || self.cache.is_none() {
+                return self.compact(&mut j);
+            }
+            j.compacting = true;
+            j.next_commit
+        };
+        // Every commit numbered below `upto` was appended after its cache
+        // record was written: this flush makes those records durable.
+        let synced = self
+            .cache
+            .as_ref()
+            .map_or(Ok(()), |c| c.sync_all_blocking());
+        let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        j.compacting = false;
+        if let Err(e) = synced {
+            return Err(io::Error::other(format!(
+                "flush the result cache: {}",
+                cni_core::error::Chain(&e)
+            )));
+        }
+        j.committed.retain(|n, _| *n >= upto);
+        if !j.committed.is_empty() {
+            // Appended during the flush: about now.
+            j.oldest_commit = Some(std::time::Instant::now());
+        }
+        self.compact(&mut j)
+    }
+
+    /// Rewrites the journal with only the open ADDs' `begin` lines and the
+    /// commit lines still needed (atomically and durably,
+    /// [`durable::write_atomic`]), or empties it when there are none. Under
+    /// the journal's lock.
     fn compact(&self, j: &mut Journal) -> io::Result<()> {
         let path = self.dir.join(JOURNAL);
-        if j.open.is_empty() {
+        if self.cache.is_none() {
+            j.committed.clear();
+        }
+        if j.committed.is_empty() {
+            j.oldest_commit = None;
+        }
+        if j.open.is_empty() && j.committed.is_empty() {
             if let Some(f) = &j.file {
                 // Not flushed: the records it drops are all ended, and a
                 // power loss that brings them back brings back their ends.
@@ -489,6 +819,9 @@ impl Intents {
         let mut bytes = Vec::new();
         for s in seqs {
             bytes.extend_from_slice(&j.open[&s].1);
+        }
+        for line in j.committed.values() {
+            bytes.extend_from_slice(line);
         }
         durable::write_atomic(&path, &bytes, 0o600, true)?;
         j.file = None;
@@ -774,11 +1107,12 @@ mod tests {
         let rt1 = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
         let rt2 = RuntimeConf::new("c-2", "/run/netns/y", "eth0");
         let i1 = Intent::new("n", &rt1, b"{\"a\":1}".to_vec());
-        let p1 = intents.begin(&i1).await.unwrap().unwrap();
+        let p1 = intents.begin(&i1).await.unwrap().pending().unwrap();
         let p2 = intents
             .begin(&Intent::new("n", &rt2, b"{}".to_vec()))
             .await
             .unwrap()
+            .pending()
             .unwrap();
         assert!(intents.exists("n", "c-1", "eth0").await);
         assert!(!intents.exists("n", "c-3", "eth0").await);
@@ -821,6 +1155,7 @@ mod tests {
             .begin(&Intent::new("n", &rt, b"{}".to_vec()))
             .await
             .unwrap()
+            .pending()
             .unwrap();
         intents.close();
         assert!(journal.exists(), "an open ADD keeps the journal");
@@ -832,6 +1167,7 @@ mod tests {
             .begin(&Intent::new("n", &rt, b"{}".to_vec()))
             .await
             .unwrap()
+            .pending()
             .unwrap();
         assert!(journal.exists());
         assert_eq!(open_names(dir.path()), ["n:c-1:eth0"]);
@@ -847,12 +1183,25 @@ mod tests {
         intents.prepare().unwrap();
         let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
         let i = Intent::new("n", &rt, b"{}".to_vec());
-        let p = intents.begin(&i).await.unwrap().expect("recorded");
-        assert_eq!(intents.begin(&i).await.unwrap(), None, "in progress");
+        let p = intents
+            .begin(&i)
+            .await
+            .unwrap()
+            .pending()
+            .expect("recorded");
+        assert_eq!(
+            intents.begin(&i).await.unwrap().pending(),
+            None,
+            "in progress"
+        );
         intents.keep(p, &i).await.unwrap();
-        assert_eq!(intents.begin(&i).await.unwrap(), None, "kept in its file");
+        assert_eq!(
+            intents.begin(&i).await.unwrap().pending(),
+            None,
+            "kept in its file"
+        );
         assert!(intents.remove("n", "c-1", "eth0").await.unwrap());
-        assert!(intents.begin(&i).await.unwrap().is_some());
+        assert!(intents.begin(&i).await.unwrap().pending().is_some());
     }
 
     /// A crash during an append leaves a torn last line: skipped, and
@@ -867,6 +1216,7 @@ mod tests {
             .begin(&Intent::new("n", &rt, b"{}".to_vec()))
             .await
             .unwrap()
+            .pending()
             .unwrap();
         let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
         let mut f = OpenOptions::new().append(true).open(&journal).unwrap();
@@ -890,6 +1240,7 @@ mod tests {
             .begin(&Intent::new("n", &rt, b"{}".to_vec()))
             .await
             .unwrap()
+            .pending()
             .unwrap();
         for i in 0..40 {
             let rt = RuntimeConf::new(format!("c-{i}"), "/run/netns/x", "eth0");
@@ -897,6 +1248,7 @@ mod tests {
                 .begin(&Intent::new("n", &rt, vec![b' '; 100]))
                 .await
                 .unwrap()
+                .pending()
                 .unwrap();
             intents.finish(p).await.unwrap();
         }
@@ -916,6 +1268,7 @@ mod tests {
                 .begin(&Intent::new("n", &rt, vec![b' '; 100]))
                 .await
                 .unwrap()
+                .pending()
                 .unwrap();
             intents.finish(p).await.unwrap();
         }
@@ -936,11 +1289,186 @@ mod tests {
         intents.prepare().unwrap();
         let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
         let i = Intent::new("n", &rt, b"{}".to_vec());
-        let p = intents.begin(&i).await.unwrap().unwrap();
+        let p = intents.begin(&i).await.unwrap().pending().unwrap();
         intents.keep(p, &i).await.unwrap();
         assert!(open_names(dir.path()).is_empty());
         assert_eq!(intents.of_network("n").await.len(), 1);
         assert!(intents.exists("n", "c-1", "eth0").await);
+    }
+
+    /// The daemon's cache: no fsync of its own (the commit lines stand for it).
+    fn cache_in(dir: &Path) -> ResultCache {
+        ResultCache::new(dir.join("cache")).with_durable(false)
+    }
+
+    /// One ADD through the journal as the engine makes it: begin, the
+    /// cache write (not flushed), commit with the same record.
+    async fn committed_add(intents: &Intents, cache: &ResultCache, cid: &str) -> CacheRecord {
+        let rt = RuntimeConf::new(cid, "/run/netns/x", "eth0");
+        let i = Intent::new("n", &rt, br#"{"name":"n"}"#.to_vec());
+        let p = intents.begin(&i).await.unwrap().pending().unwrap();
+        let rec = CacheRecord::new(
+            "n",
+            &rt,
+            i.config.clone(),
+            Some(json!({"cniVersion": "1.1.0", "ips": [{"address": "10.0.0.2/24"}]})),
+        );
+        cache.write(&rec).await.unwrap();
+        intents.commit(p, &rec).await.unwrap();
+        rec
+    }
+
+    /// A power loss can take the cache file the daemon wrote without
+    /// fsync; the commit line it flushed puts the same bytes back at the
+    /// next start, when the boot id changed. In the same boot (only the
+    /// process died) a missing file was removed on purpose (a DEL) and
+    /// stays missing.
+    #[tokio::test]
+    async fn commit_lines_restore_cache_records_after_a_reboot_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache_in(dir.path());
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        let intents = Intents::new(dir.path())
+            .with_cache(cache.clone())
+            .with_boot_id("boot-a");
+        intents.prepare().unwrap();
+        let rec = committed_add(&intents, &cache, "c-1").await;
+        let path = cache.path("n", "c-1", "eth0").unwrap();
+        let written = std::fs::read(&path).unwrap();
+        assert_eq!(written, rec.encode(), "the engine's record is the cache's");
+        let bytes = std::fs::read(&journal).unwrap();
+        let found = committed_records(&bytes);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0, "boot-a");
+        assert_eq!(found[0].2, written);
+
+        // Same boot, the file gone (a DEL after the ADD): nothing restored.
+        std::fs::remove_file(&path).unwrap();
+        let same = Intents::new(dir.path())
+            .with_cache(cache.clone())
+            .with_boot_id("boot-a");
+        std::fs::write(&journal, &bytes).unwrap();
+        same.prepare().unwrap();
+        assert!(!path.exists(), "a record removed in this boot came back");
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+
+        // Another boot, the file lost or torn: restored, byte for byte.
+        std::fs::write(&journal, &bytes).unwrap();
+        let rebooted = Intents::new(dir.path())
+            .with_cache(cache.clone())
+            .with_boot_id("boot-b");
+        rebooted.prepare().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), written);
+        std::fs::write(&path, b"").unwrap();
+        std::fs::write(&journal, &bytes).unwrap();
+        Intents::new(dir.path())
+            .with_cache(cache.clone())
+            .with_boot_id("boot-c")
+            .prepare()
+            .unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), written);
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+        assert!(
+            rebooted.scan().unwrap().is_empty(),
+            "a committed ADD is no intent"
+        );
+    }
+
+    /// An attachment whose result is cached is refused before anything is
+    /// recorded.
+    #[tokio::test]
+    async fn begin_refuses_a_cached_attachment() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache_in(dir.path());
+        let intents = Intents::new(dir.path()).with_cache(cache.clone());
+        intents.prepare().unwrap();
+        committed_add(&intents, &cache, "c-1").await;
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        assert_eq!(
+            intents
+                .begin(&Intent::new("n", &rt, b"{}".to_vec()))
+                .await
+                .unwrap(),
+            Begun::Cached
+        );
+        cache.remove("n", "c-1", "eth0").await.unwrap();
+        assert!(matches!(
+            intents
+                .begin(&Intent::new("n", &rt, b"{}".to_vec()))
+                .await
+                .unwrap(),
+            Begun::Recorded(_)
+        ));
+    }
+
+    /// Past its size limit the journal drops commit lines (after flushing
+    /// the cache) and keeps the open ADDs; a graceful exit with only
+    /// commit lines flushes and removes it.
+    #[tokio::test]
+    async fn compaction_and_close_forget_commits_after_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache_in(dir.path());
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        let intents = Intents::new(dir.path())
+            .with_cache(cache.clone())
+            .with_compact_at(4096);
+        intents.prepare().unwrap();
+        let rt = RuntimeConf::new("long-running", "/run/netns/x", "eth0");
+        let open = intents
+            .begin(&Intent::new("n", &rt, b"{}".to_vec()))
+            .await
+            .unwrap()
+            .pending()
+            .unwrap();
+        for i in 0..40 {
+            committed_add(&intents, &cache, &format!("c-{i}")).await;
+        }
+        assert!(std::fs::metadata(&journal).unwrap().len() < 4096);
+        let bytes = std::fs::read(&journal).unwrap();
+        assert!(
+            committed_records(&bytes).len() < 40,
+            "commit lines were never dropped"
+        );
+        assert_eq!(open_names(dir.path()), ["n:long-running:eth0"]);
+        assert_eq!(cache.list(None).await.unwrap().len(), 40);
+        intents.finish(open).await.unwrap();
+        intents.close();
+        assert!(
+            !journal.exists(),
+            "only commit lines left: flushed and removed"
+        );
+    }
+
+    /// Commit lines older than the flush window go (after a flush of the
+    /// cache) at the next tick of the daemon's flush loop; younger ones stay.
+    #[tokio::test]
+    async fn old_commit_lines_are_flushed_and_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache_in(dir.path());
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        let intents = Intents::new(dir.path()).with_cache(cache.clone());
+        intents.prepare().unwrap();
+        committed_add(&intents, &cache, "c-1").await;
+        intents.flush_old_commits().unwrap();
+        assert_eq!(
+            committed_records(&std::fs::read(&journal).unwrap()).len(),
+            1,
+            "young: kept"
+        );
+        intents
+            .journal
+            .lock()
+            .unwrap()
+            .oldest_commit
+            .replace(std::time::Instant::now() - FLUSH_EVERY);
+        intents.flush_old_commits().unwrap();
+        assert_eq!(
+            std::fs::metadata(&journal).unwrap().len(),
+            0,
+            "old: flushed and dropped"
+        );
+        assert!(intents.journal.lock().unwrap().oldest_commit.is_none());
+        assert!(cache.path("n", "c-1", "eth0").unwrap().exists());
     }
 
     #[test]

@@ -50,7 +50,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cni_async::cache::{PrivateDir, ensure_private_dir};
+use cni_async::cache::{PrivateDir, ResultCache, ensure_private_dir};
 use cni_async::exec::{PluginExec, RawExec};
 use cni_async::{Cni, Timeouts};
 use tokio::signal::unix::{SignalKind, signal};
@@ -265,7 +265,16 @@ fn lock_state_dir(dir: &std::path::Path) -> Result<File, Error> {
 /// shutdown bound expired (or a second signal came).
 pub async fn run(config: Config) -> Result<bool, Error> {
     let _state_lock = lock_state_dir(&config.state_dir)?;
-    let intents = intents::Intents::new(&config.state_dir);
+    // The result cache, written without fsync and on the calling worker:
+    // each ADD's record is made durable by the one flushed commit line of
+    // the journal ([`intents`]), not by the cache's own two flushes; the
+    // per-attachment calls without a flush are a few short system calls,
+    // cheaper than a hand-off to the blocking pool (listings still go
+    // there).
+    let cache = ResultCache::new(config.cache_dir.clone())
+        .with_durable(false)
+        .with_inline_io(true);
+    let intents = intents::Intents::new(&config.state_dir).with_cache(cache.clone());
     intents.prepare().map_err(|e| Error::StateDir {
         path: config.state_dir.clone(),
         reason: e.to_string(),
@@ -294,7 +303,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     ));
     let cni = Cni::builder()
         .plugin_dirs(config.plugin_dirs.clone())
-        .cache_dir(config.cache_dir.clone())
+        .cache(cache)
         .exec(exec)
         .timeouts(config.timeouts)
         .check_netns(true)
@@ -380,6 +389,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         gates: conns::Gates::new(),
         trim: Arc::new(conns::HeapTrim::default()),
     });
+    tracker.spawn(engine.intents.clone().flush_loop(stop.clone()));
     tracker.spawn(conns::trim_heap(
         settings.trim.clone(),
         settings.conns.clone(),
