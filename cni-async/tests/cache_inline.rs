@@ -1,5 +1,6 @@
-//! `ResultCache::with_inline_io`: the disk work runs on the calling thread,
-//! never on tokio's blocking pool, with the same results.
+//! `ResultCache::with_inline_io`: the per-attachment disk work runs on the
+//! calling thread, never on tokio's blocking pool, with the same results;
+//! listings (every record) still go to the pool.
 
 use std::time::Duration;
 
@@ -41,7 +42,6 @@ fn inline_io_never_waits_for_the_blocking_pool() {
             written?;
             let entry = cache.read("net1", "c1", "eth0").await?;
             assert_eq!(entry.and_then(|e| e.result().cloned()), Some(result));
-            assert_eq!(cache.list(None).await?.len(), 1);
             cache.remove("net1", "c1", "eth0").await?;
             assert!(cache.read("net1", "c1", "eth0").await?.is_none());
             drop(lock);
@@ -51,6 +51,15 @@ fn inline_io_never_waits_for_the_blocking_pool() {
             .await
             .expect("inline cache I/O waited for the blocking pool")
             .unwrap();
+
+        // A listing reads every record: it goes to the (busy) pool.
+        cache.write(&rec).await.unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), cache.list(None))
+                .await
+                .is_err(),
+            "an inline cache's listing should have waited for the busy pool"
+        );
 
         // Control: the default cache does use the (busy) pool.
         let pooled = ResultCache::new(dir.path());
@@ -63,5 +72,6 @@ fn inline_io_never_waits_for_the_blocking_pool() {
         );
         release.send(()).unwrap();
         busy.await.unwrap();
+        assert_eq!(cache.list(None).await.unwrap().len(), 1);
     });
 }
