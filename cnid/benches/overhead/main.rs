@@ -447,8 +447,10 @@ inline on the calling thread, `ResultCache::with_inline_io`, as cnitool runs it)
 shuffled order. `× floor` and `added ms` are per \
 iteration against the floor of the same iteration. The floor has no CHECK-specific work; \
 a runtime's CHECK reads the cache, its ADD writes it (temp file, fsync, rename, fsync of \
-the dir) and its DEL removes it (no fsync: a resurrected record only costs a repeat DEL); cnid also writes and removes an ADD \
-intent record (crash safety). The tmpfs rows run the same code with the cache (and cnid's \
+the dir) and its DEL removes it (no fsync: a resurrected record only costs a repeat DEL); cnid \
+instead appends a `begin` line to its journal before the plugins and a `commit` line carrying the \
+record after them, each fdatasync'd, and writes the cache record without fsync (crash safety and \
+durability with two flushes). The tmpfs rows run the same code with the cache (and cnid's \
 state dir) on tmpfs, where fsync is free.\n\n";
 
 const REAL_INTRO: &str = "### Scenario 4: the real chain in a real namespace\n\n\
