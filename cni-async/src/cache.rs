@@ -6,7 +6,9 @@
 //! host can be deleted by us and the other way round. On top of that:
 //!
 //! - **Atomic writes** ([`crate::durable::write_atomic`]): a temp file in the
-//!   same dir, `fsync`, `rename` over the target, `fsync` of the dir. A crash leaves the old record or the new one,
+//!   same dir, `fsync`, `rename` over the target, `fsync` of the dir (the
+//!   `fsync`s unless [`ResultCache::with_durable`] turned them off for a
+//!   caller that makes records durable itself). A crash leaves the old record or the new one,
 //!   never half of one. Removals are not fsynced: a record that a power loss
 //!   brings back only earns its attachment a repeat DEL, which must succeed.
 //! - **Per-attachment locks**: `<dir>/locks/<network>-<containerID>-<ifname>.lock`
@@ -125,7 +127,7 @@ impl ResultCache {
     /// writes atomic (rename) but not durable across power loss: for
     /// throwaway test harnesses on slow disks, or for a caller that makes
     /// its records durable itself (cnid journals each ADD's record with one
-    /// `fdatasync`, and [`ResultCache::sync_all_blocking`] flushes them
+    /// `fdatasync`, and [`ResultCache::sync_records_blocking`] flushes them
     /// before it forgets them).
     pub fn with_durable(mut self, durable: bool) -> Self {
         self.durable = durable;
@@ -137,8 +139,11 @@ impl ResultCache {
     /// false; listings always run on the pool). For a process that does one operation
     /// and has nothing else to run meanwhile (cnitool): it saves starting
     /// the pool's thread and a hand-off per call, about 0.1 ms per run. In
-    /// a server it would stall the other tasks of that worker for as long
-    /// as a write and its fsyncs take.
+    /// a server, only together with `with_durable(false)` (as cnid): with
+    /// the fsyncs, it would stall the other tasks of that worker for as
+    /// long as a write and its flushes take; without them, a call is a few
+    /// short system calls, which a file system under heavy write-back can
+    /// still slow down.
     pub fn with_inline_io(mut self, inline: bool) -> Self {
         self.inline = inline;
         self
@@ -164,18 +169,27 @@ impl ResultCache {
         write_atomic(&self.results_dir(), &path, &rec.encode(), true)
     }
 
-    /// Makes every record written so far durable, with one `syncfs` of the
-    /// file system holding the cache ([`durable::sync_filesystem`]): what a
-    /// cache [`with_durable(false)`](ResultCache::with_durable) owes before
-    /// its caller forgets which records are not flushed yet. Blocking; a
-    /// cache dir without `results/` has nothing to flush.
-    pub fn sync_all_blocking(&self) -> Result<(), Error> {
-        let results = self.results_dir();
-        match std::fs::symlink_metadata(&results) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            _ => {}
+    /// Makes the records of these attachments durable: an `fsync` of each
+    /// record file there is (a missing one is skipped: a DEL removed it),
+    /// then one of `results/` for the renames. What a cache
+    /// [`with_durable(false)`](ResultCache::with_durable) owes before its
+    /// caller forgets which records are not flushed yet. Blocking. Returns
+    /// how many files were flushed.
+    pub fn sync_records_blocking<'a>(
+        &self,
+        attachments: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    ) -> Result<usize, Error> {
+        let mut n = 0;
+        for (network, container_id, ifname) in attachments {
+            let path = self.path(network, container_id, ifname)?;
+            if durable::sync_file(&path).map_err(durable_err)? {
+                n += 1;
+            }
         }
-        durable::sync_filesystem(&results).map_err(durable_err)
+        if n > 0 {
+            durable::sync_dir(&self.results_dir()).map_err(durable_err)?;
+        }
+        Ok(n)
     }
 
     /// The cache dir.
@@ -279,7 +293,8 @@ impl ResultCache {
     }
 
     /// Writes an attachment's record atomically (temp file, fsync, rename,
-    /// fsync of the dir).
+    /// fsync of the dir; without the fsyncs when not
+    /// [`durable`](ResultCache::with_durable)).
     pub async fn write(&self, rec: &CacheRecord) -> Result<(), Error> {
         let path = self.path(&rec.network_name, &rec.container_id, &rec.if_name)?;
         let bytes = rec.encode();

@@ -15,8 +15,8 @@
 //! - [`remove_leftovers`]: removes the temp files of writes a crash
 //!   interrupted ([`is_temp_name`]).
 //! - [`ensure_private_dir`]: the 0700 rule for every private dir.
-//! - [`sync_filesystem`]: one `syncfs` that makes every earlier write on a
-//!   file system durable (for writers that defer their flushes).
+//! - [`sync_file`]: a later `fsync` of a file written without one (for
+//!   writers that defer their flushes).
 //!
 //! Removals are not `fsync`ed here: every user of this module makes a file
 //! that reappears after a power loss harmless (a repeated DEL).
@@ -162,15 +162,24 @@ pub fn sync_dir(dir: &Path) -> Result<(), Failure> {
         .map_err(|e| Failure::new("fsync directory", dir, e))
 }
 
-/// Flushes the whole file system that holds `path` (`syncfs`): every write
-/// made to any file there before the call (data, renames, creations) is
-/// durable when it returns. One flush for many files written without
-/// `fsync`, as cnid's deferred result-cache records; what it costs grows
-/// with whatever else is waiting to be written to that file system.
-pub fn sync_filesystem(path: &Path) -> Result<(), Failure> {
-    trace("syncfs", path);
-    let f = File::open(path).map_err(|e| Failure::new("open for syncfs", path, e))?;
-    nix::unistd::syncfs(&f).map_err(|e| Failure::new("syncfs", path, io::Error::from(e)))
+/// `fsync`s the regular file at `path` if there is one (`Ok(false)` when
+/// there is none), never through a symbolic link: for records written
+/// without `fsync` whose writer now wants them durable (then
+/// [`sync_dir`] for the renames that put them there).
+pub fn sync_file(path: &Path) -> Result<bool, Failure> {
+    trace("fsync-file", path);
+    let f = match OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC | nix::libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Failure::new("open for fsync", path, e)),
+    };
+    f.sync_all()
+        .map(|()| true)
+        .map_err(|e| Failure::new("fsync", path, e))
 }
 
 /// Writes `path` whole or not at all.

@@ -21,6 +21,8 @@ pub(crate) mod netns;
 pub(crate) mod nsfs;
 pub(crate) mod process;
 
-pub use daemon::{raise_nofile_limit, release_free_heap, set_mmap_threshold, with_umask};
+pub use daemon::{
+    on_memory_fs, raise_nofile_limit, release_free_heap, set_mmap_threshold, with_umask,
+};
 pub use nix::sys::signal::Signal;
 pub use process::{group_alive, own_process_group, signal_group};

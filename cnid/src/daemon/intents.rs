@@ -24,13 +24,21 @@
 //! intent file with the configuration it recorded (`prevResult` from the
 //! cache when the chain had finished). So a `kill -9` at any point of an
 //! ADD leaks no IP and no interface. Commit lines written in another boot
-//! put their records back into the cache where a power loss lost them;
-//! then the cache is flushed (`syncfs`) and the journal emptied. While the
-//! daemon runs, the journal is rewritten with only its open records and the
-//! commit lines newer than a `syncfs` of the cache when it passes 1 MiB,
-//! and commit lines older than 30 s are dropped the same way (one `syncfs`
-//! every 30 s at most, off the request path); at a graceful exit the cache
-//! is flushed and the journal removed.
+//! put their records back into the cache where a power loss lost them
+//! (unless a newer record is there, written since the reboot); those of
+//! this boot have their records `fsync`ed; then the journal is emptied.
+//! While the daemon runs, its flush task ([`Intents::flush_loop`], off the
+//! request path) `fsync`s the records of the commit lines and then drops
+//! those lines: every 30 s for the lines older than 30 s, and when the
+//! journal passed 1 MiB (it is then rewritten with its open records and
+//! the newer commit lines). A DEL that succeeded forgets the attachment's
+//! commit line (an unflushed `gone` line). At a graceful exit the records
+//! are flushed and the journal removed.
+//!
+//! The daemon writes its cache this way only when the journal outlives it:
+//! with the state dir on tmpfs or ramfs and the cache dir not, or without a
+//! readable boot id, the cache flushes its own records and an ADD ends with
+//! a plain `end` line.
 //!
 //! What each flush is for: the `begin`'s `fdatasync` makes the record
 //! outlive a power loss or kernel crash, after which the plugins' own state
@@ -42,9 +50,10 @@
 //! needs no flush at all: the page cache keeps every write, which is why
 //! commit lines of this boot restore nothing (a record missing then was
 //! removed by a DEL). The `end`s and the removals are not flushed: a power
-//! loss can only bring back a record of an ADD that was answered (the
-//! commit lines of the last 30 s or so restore the records of attachments
-//! DELed in that time too), whose containers are gone with the reboot,
+//! loss can only bring back a record of an ADD that was answered (a commit
+//! line of the last 30 to 60 s whose `gone` line was not written back
+//! restores the record of an attachment DELed since), whose containers
+//! are gone with the reboot,
 //! and the DEL that recovery or the runtime then makes is what the host
 //! needs.
 //!
@@ -211,6 +220,17 @@ pub(crate) struct Intents {
     /// each commit record: a record from another boot means the machine
     /// went down, and the page cache with it.
     boot: Arc<str>,
+    /// Whether the cache is written without `fsync` and commit lines carry
+    /// its records ([`Intents::with_cache`]); otherwise an ADD ends with a
+    /// plain `end` line, the cache flushing its own records.
+    deferred: bool,
+    /// Wakes [`Intents::flush_loop`] when the journal is due for a
+    /// compaction that has commit lines to flush (off the request path).
+    wake: Arc<tokio::sync::Notify>,
+    /// The attachments whose records compactions flushed, in order, and
+    /// how many record files those flushes `fsync`ed.
+    #[cfg(test)]
+    synced: Arc<Mutex<(Vec<String>, usize)>>,
 }
 
 /// What [`Intents::begin`] found.
@@ -264,13 +284,20 @@ struct Journal {
     kept: u64,
     /// The commit records in the journal whose cache records may not be
     /// flushed yet, by commit number (in append order): a compaction keeps
-    /// them until a `syncfs` made those records durable.
-    committed: std::collections::BTreeMap<u64, Vec<u8>>,
+    /// them until an `fsync` of each of those records.
+    committed: std::collections::BTreeMap<u64, Committed>,
     next_commit: u64,
     /// When the oldest of `committed` was appended (about).
     oldest_commit: Option<std::time::Instant>,
     /// A compaction is flushing the cache (outside the lock).
     compacting: bool,
+}
+
+/// A commit line kept in the journal: its attachment and its bytes.
+#[derive(Debug)]
+struct Committed {
+    attachment: [String; 3],
+    line: Vec<u8>,
 }
 
 /// An ADD recorded in the journal ([`Intents::begin`]), to be ended with
@@ -307,15 +334,27 @@ fn commit_line(seq: u64, boot: &str, record: &[u8]) -> Vec<u8> {
     line
 }
 
+/// A `gone` line: the attachment was DELed after its commit line (not
+/// flushed: see [`Intents::remove`]).
+fn gone_line(key: &str) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&json!({ "gone": key })).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
 /// The cache records the journal's commit lines carry, the last one per
-/// attachment, with the boot each was committed in. Unreadable ones are
-/// skipped with an error logged.
+/// attachment and not followed by a `gone` line of it, with the boot each
+/// was committed in. Unreadable ones are skipped with an error logged.
 fn committed_records(bytes: &[u8]) -> Vec<(String, CacheRecord, Vec<u8>)> {
     let mut out: Vec<(String, CacheRecord, Vec<u8>)> = Vec::new();
     for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let Ok(v) = serde_json::from_slice::<Value>(line) else {
             continue;
         };
+        if let Some(gone) = v.get("gone").and_then(Value::as_str) {
+            out.retain(|(_, r, _)| key(&r.network_name, &r.container_id, &r.if_name) != gone);
+            continue;
+        }
         let Some(b64) = v.get("record").and_then(Value::as_str) else {
             continue;
         };
@@ -426,16 +465,29 @@ impl Intents {
                 compacting: false,
             })),
             cache: None,
+            deferred: false,
             boot: boot_id().into(),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            #[cfg(test)]
+            synced: Arc::default(),
         }
     }
 
-    /// The result cache this daemon writes without `fsync`: [`Intents::begin`]
-    /// checks it, [`Intents::prepare`] restores its records after a reboot,
-    /// and compactions flush it.
-    pub(crate) fn with_cache(mut self, cache: ResultCache) -> Self {
+    /// The daemon's result cache: [`Intents::begin`] checks it. With
+    /// `deferred`, the cache is written without `fsync`, commit lines
+    /// carry its records, [`Intents::prepare`] restores them after a reboot
+    /// and compactions flush them.
+    pub(crate) fn with_cache(mut self, cache: ResultCache, deferred: bool) -> Self {
         self.cache = Some(cache);
+        self.deferred = deferred;
         self
+    }
+
+    /// Whether this boot's id could be read: without it, a restart cannot
+    /// tell a reboot from a process crash, and the cache must flush its own
+    /// records.
+    pub(crate) fn knows_boot(&self) -> bool {
+        !self.boot.is_empty()
     }
 
     #[cfg(test)]
@@ -468,7 +520,10 @@ impl Intents {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(ctx(&path, "read", e)),
         };
-        self.settle_commits(&bytes)?;
+        let mtime = std::fs::symlink_metadata(&path)
+            .and_then(|m| m.modified())
+            .ok();
+        let settled = self.settle_commits(&bytes, mtime);
         for (seq, intent) in open_records(&bytes) {
             match intent {
                 Ok(i) => {
@@ -479,7 +534,7 @@ impl Intents {
                     "unreadable ADD journal record; its attachment (if any) is not cleaned up"),
             }
         }
-        if !bytes.is_empty() {
+        if settled && !bytes.is_empty() {
             let f = OpenOptions::new()
                 .write(true)
                 .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
@@ -563,28 +618,40 @@ impl Intents {
     /// pool. One flush instead of the cache's two (temp file, dir), and
     /// what makes the record outlive a power loss: after a reboot,
     /// [`Intents::prepare`] puts it back. A compaction forgets commit lines
-    /// only after a `syncfs` of the cache. On an error the ADD is off the
-    /// open set (as with [`Intents::finish`]), and the caller must undo it.
+    /// only after an `fsync` of their records, in [`Intents::flush_loop`],
+    /// never on the request path. On an error the ADD is off the open set
+    /// (as with [`Intents::finish`]), and the caller must undo it.
     pub(crate) async fn commit(&self, pending: Pending, rec: &CacheRecord) -> io::Result<()> {
+        if !self.deferred {
+            return self.finish(pending).await;
+        }
         let line = commit_line(pending.0, &self.boot, &rec.encode());
+        let attachment = [
+            rec.network_name.clone(),
+            rec.container_id.clone(),
+            rec.if_name.clone(),
+        ];
         let this = self.clone();
         blocking(move || {
             let path = this.dir.join(JOURNAL);
-            let file = {
+            let (file, due_now) = {
                 let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
                 j.open.remove(&pending.0);
                 let file = this.journal_file(&mut j)?;
                 this.append(&mut j, &file, &line)?;
                 let n = j.next_commit;
                 j.next_commit += 1;
-                j.committed.insert(n, line);
+                j.committed.insert(n, Committed { attachment, line });
                 j.oldest_commit.get_or_insert_with(std::time::Instant::now);
-                file
+                (file, due(&j))
             };
             // Outside the lock, as in `begin`: a rewrite meanwhile copies
             // the line durably.
             file.sync_data().map_err(|e| ctx(&path, "fdatasync", e))?;
-            this.compact_if_due()
+            if due_now {
+                this.wake.notify_one();
+            }
+            Ok(())
         })
         .await
     }
@@ -602,6 +669,11 @@ impl Intents {
             let file = self.journal_file(&mut j)?;
             self.append(&mut j, &file, &end_line(pending.0))?;
             if !due(&j) {
+                return Ok(());
+            }
+            if !j.committed.is_empty() && self.cache.is_some() {
+                // Commit lines to flush first: the flush loop's work.
+                self.wake.notify_one();
                 return Ok(());
             }
         }
@@ -622,9 +694,16 @@ impl Intents {
             && let Some(cache) = &self.cache
         {
             // The records the commit lines stand for must be on disk before
-            // the lines go.
-            if let Err(e) = cache.sync_all_blocking() {
-                tracing::warn!(error = %cni_core::error::Chain(&e), "cannot flush the result cache at exit; the ADD journal stays for the next start");
+            // the lines go (at most those of the last minute or so).
+            let synced = cache.sync_records_blocking(j.committed.values().map(|c| {
+                (
+                    c.attachment[0].as_str(),
+                    c.attachment[1].as_str(),
+                    c.attachment[2].as_str(),
+                )
+            }));
+            if let Err(e) = synced {
+                tracing::warn!(error = %cni_core::error::Chain(&e), "cannot flush the cached ADD results at exit; the ADD journal stays for the next start");
                 return;
             }
             j.committed.clear();
@@ -656,36 +735,64 @@ impl Intents {
     /// commit lines carry. Committed in another boot (the machine went
     /// down, maybe before writing them back), each attachment's file is
     /// made to hold its last committed record again, unless it already
-    /// does (a DEL answered before the crash may come back with it: a
-    /// repeat DEL of a record is harmless, as for any removal a power loss
-    /// undoes). Committed in this boot (only the process died), the page
-    /// cache still holds what was written, including later removals:
-    /// nothing is restored. Either way the cache is flushed before the
-    /// lines go.
-    fn settle_commits(&self, bytes: &[u8]) -> io::Result<()> {
-        let records = committed_records(bytes);
+    /// does or was written after the journal's last change (by another
+    /// tool since the reboot: left alone). A DEL answered before the
+    /// crash may come back with it if its `gone` line was not written
+    /// back: a repeat DEL of a record is harmless, as for any removal a
+    /// power loss undoes. Committed in this boot (only the process died),
+    /// the page cache still holds what was written, including later
+    /// removals: nothing is restored, the records are flushed. Returns
+    /// false when a record could not be restored or flushed: the journal
+    /// is then kept for the next start (its open records are handled
+    /// anyway, which is harmless to repeat).
+    fn settle_commits(&self, bytes: &[u8], journal_mtime: Option<SystemTime>) -> bool {
         let Some(cache) = &self.cache else {
-            return Ok(());
+            return true;
         };
-        if records.is_empty() {
-            return Ok(());
-        }
-        let chain = |e: cni_async::Error| io::Error::other(cni_core::error::Chain(&e).to_string());
+        let records = committed_records(bytes);
+        let mut ok = true;
+        let mut flush = Vec::new();
         for (boot, rec, bytes) in &records {
+            let (net, cid, ifname) = (&rec.network_name, &rec.container_id, &rec.if_name);
             if self.boot.is_empty() || **boot == *self.boot {
+                flush.push((net.as_str(), cid.as_str(), ifname.as_str()));
                 continue;
             }
-            let path = cache
-                .path(&rec.network_name, &rec.container_id, &rec.if_name)
-                .map_err(chain)?;
+            let path = match cache.path(net, cid, ifname) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(network = %net, container = %cid, ifname = %ifname, error = %cni_core::error::Chain(&e), "ADD journal: unusable committed record; skipped");
+                    continue;
+                }
+            };
             if durable::read_nofollow(&path).is_ok_and(|b| b == *bytes) {
                 continue;
             }
-            cache.write_durable_blocking(rec).map_err(chain)?;
-            tracing::warn!(network = %rec.network_name, container = %rec.container_id, ifname = %rec.if_name,
-                "restored the cached result of an ADD answered before the machine went down");
+            let newer = std::fs::symlink_metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .zip(journal_mtime)
+                .is_some_and(|(file, journal)| file > journal);
+            if newer {
+                tracing::info!(network = %net, container = %cid, ifname = %ifname,
+                    "cached result written after the machine went down; the journal's older one is not restored");
+                continue;
+            }
+            match cache.write_durable_blocking(rec) {
+                Ok(()) => tracing::warn!(network = %net, container = %cid, ifname = %ifname,
+                    "restored the cached result of an ADD answered before the machine went down"),
+                Err(e) => {
+                    ok = false;
+                    tracing::error!(network = %net, container = %cid, ifname = %ifname, error = %cni_core::error::Chain(&e),
+                        "cannot restore the cached result of an ADD answered before the machine went down; the ADD journal is kept for the next start");
+                }
+            }
         }
-        cache.sync_all_blocking().map_err(chain)
+        if let Err(e) = cache.sync_records_blocking(flush) {
+            ok = false;
+            tracing::error!(error = %cni_core::error::Chain(&e), "cannot flush the cached ADD results; the ADD journal is kept for the next start");
+        }
+        ok
     }
 
     /// Appends one record with one `write` (`O_APPEND`: records of
@@ -706,6 +813,12 @@ impl Intents {
         if let Some(f) = &j.file {
             return Ok(f.clone());
         }
+        self.open_journal(j, true)
+    }
+
+    /// Opens the journal for appending; `sync`: make its content and dir
+    /// entry durable first (not needed right after a durable rewrite).
+    fn open_journal(&self, j: &mut Journal, sync: bool) -> io::Result<Arc<File>> {
         let path = self.dir.join(JOURNAL);
         let f = OpenOptions::new()
             .append(true)
@@ -715,51 +828,63 @@ impl Intents {
             .open(&path)
             .map_err(|e| ctx(&path, "open", e))?;
         j.len = f.metadata().map(|m| m.len()).unwrap_or(0);
-        f.sync_all().map_err(|e| ctx(&path, "fsync", e))?;
-        durable::sync_dir(&self.dir)?;
+        if sync {
+            f.sync_all().map_err(|e| ctx(&path, "fsync", e))?;
+            durable::sync_dir(&self.dir)?;
+        }
         let f = Arc::new(f);
         j.file = Some(f.clone());
         Ok(f)
     }
 
-    /// When the journal is due ([`due`]): flushes the cache (one `syncfs`,
-    /// outside the journal's lock: ADDs go on meanwhile) when commit lines
-    /// wait for it, then rewrites the journal without what the flush made
-    /// unnecessary. Blocking. One compaction at a time; an ADD that finds
-    /// one running leaves the work to it or to a later one.
+    /// When the journal is due ([`due`]): flushes the records of its commit
+    /// lines (an `fsync` each, outside the journal's lock: ADDs go on
+    /// meanwhile), then rewrites the journal without the lines that flush
+    /// made unnecessary. Blocking. One compaction at a time; an ADD that
+    /// finds one running leaves the work to it or to a later one.
     fn compact_if_due(&self) -> io::Result<()> {
         self.compact_when(due)
     }
 
     /// Every [`FLUSH_EVERY`] while the daemon runs ([`Intents::flush_loop`]):
-    /// commit lines older than that are dropped after a `syncfs` of the
-    /// cache, so that a power loss brings back only the records of the
-    /// last moments, as it does with any removal not flushed, and not
-    /// every attachment DELed since the last compaction.
+    /// commit lines older than that are dropped after an `fsync` of their
+    /// records, so that a power loss brings back only the records of the
+    /// last minute at most (those DELed since included), and not every
+    /// attachment committed since the last compaction.
     fn flush_old_commits(&self) -> io::Result<()> {
         self.compact_when(|j| j.oldest_commit.is_some_and(|t| t.elapsed() >= FLUSH_EVERY))
     }
 
-    /// Flushes the commits older than [`FLUSH_EVERY`] every [`FLUSH_EVERY`]
-    /// until `stop`, on the blocking pool.
+    /// Until `stop`: every [`FLUSH_EVERY`], flushes the commits older than
+    /// that; when an ADD found the journal due, compacts it. On the
+    /// blocking pool, off every request's path.
     pub(crate) async fn flush_loop(self, stop: tokio_util::sync::CancellationToken) {
         let mut tick = tokio::time::interval(FLUSH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
-            tokio::select! {
+            let old = tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+                _ = tick.tick() => true,
+                _ = self.wake.notified() => false,
+            };
             let this = self.clone();
-            if let Err(e) = blocking(move || this.flush_old_commits()).await {
+            let res = blocking(move || {
+                if old {
+                    this.flush_old_commits()
+                } else {
+                    this.compact_if_due()
+                }
+            })
+            .await;
+            if let Err(e) = res {
                 tracing::warn!(error = %e, "cannot flush the committed ADD results; retrying later");
             }
         }
     }
 
     fn compact_when(&self, when: impl Fn(&Journal) -> bool) -> io::Result<()> {
-        let upto = {
+        let (upto, attachments) = {
             let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
             if j.compacting || !when(&j) {
                 return Ok(());
@@ -768,21 +893,35 @@ impl Intents {
                 return self.compact(&mut j);
             }
             j.compacting = true;
-            j.next_commit
+            let attachments: Vec<[String; 3]> =
+                j.committed.values().map(|c| c.attachment.clone()).collect();
+            (j.next_commit, attachments)
         };
         // Every commit numbered below `upto` was appended after its cache
-        // record was written: this flush makes those records durable.
-        let synced = self
-            .cache
-            .as_ref()
-            .map_or(Ok(()), |c| c.sync_all_blocking());
+        // record was written: these fsyncs make those records durable.
+        let synced = self.cache.as_ref().map_or(Ok(0), |c| {
+            c.sync_records_blocking(
+                attachments
+                    .iter()
+                    .map(|[n, c, i]| (n.as_str(), c.as_str(), i.as_str())),
+            )
+        });
         let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
         j.compacting = false;
-        if let Err(e) = synced {
-            return Err(io::Error::other(format!(
-                "flush the result cache: {}",
-                cni_core::error::Chain(&e)
-            )));
+        let _files = match synced {
+            Ok(n) => n,
+            Err(e) => {
+                return Err(io::Error::other(format!(
+                    "flush the cached ADD results: {}",
+                    cni_core::error::Chain(&e)
+                )));
+            }
+        };
+        #[cfg(test)]
+        {
+            let mut t = self.synced.lock().unwrap();
+            t.0.extend(attachments.iter().map(|[n, c, i]| key(n, c, i)));
+            t.1 += _files;
         }
         j.committed.retain(|n, _| *n >= upto);
         if !j.committed.is_empty() {
@@ -820,14 +959,14 @@ impl Intents {
         for s in seqs {
             bytes.extend_from_slice(&j.open[&s].1);
         }
-        for line in j.committed.values() {
-            bytes.extend_from_slice(line);
+        for c in j.committed.values() {
+            bytes.extend_from_slice(&c.line);
         }
         durable::write_atomic(&path, &bytes, 0o600, true)?;
         j.file = None;
         j.len = bytes.len() as u64;
         j.kept = j.len;
-        self.journal_file(j)?;
+        self.open_journal(j, false)?;
         Ok(())
     }
 
@@ -847,6 +986,11 @@ impl Intents {
 
     /// Removes an attachment's intent (not `fsync`ed, see the module docs);
     /// `Ok(false)` when there was none.
+    ///
+    /// Called after every DEL that succeeded: the attachment's commit
+    /// lines are forgotten too, with a `gone` line (not flushed), so that a
+    /// restart after a power loss restores its record only if that line
+    /// did not reach the disk (as with the cache's own removal).
     pub(crate) async fn remove(
         &self,
         network: &str,
@@ -854,10 +998,27 @@ impl Intents {
         ifname: &str,
     ) -> io::Result<bool> {
         let path = self.path(network, container_id, ifname);
-        blocking(move || match std::fs::remove_file(&path) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(ctx(&path, "remove", e)),
+        let k = key(network, container_id, ifname);
+        let this = self.clone();
+        blocking(move || {
+            {
+                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let before = j.committed.len();
+                j.committed
+                    .retain(|_, c| key(&c.attachment[0], &c.attachment[1], &c.attachment[2]) != k);
+                if j.committed.len() != before {
+                    if j.committed.is_empty() {
+                        j.oldest_commit = None;
+                    }
+                    let file = this.journal_file(&mut j)?;
+                    this.append(&mut j, &file, &gone_line(&k))?;
+                }
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(ctx(&path, "remove", e)),
+            }
         })
         .await
     }
@@ -1329,7 +1490,7 @@ mod tests {
         let cache = cache_in(dir.path());
         let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
         let intents = Intents::new(dir.path())
-            .with_cache(cache.clone())
+            .with_cache(cache.clone(), true)
             .with_boot_id("boot-a");
         intents.prepare().unwrap();
         let rec = committed_add(&intents, &cache, "c-1").await;
@@ -1345,7 +1506,7 @@ mod tests {
         // Same boot, the file gone (a DEL after the ADD): nothing restored.
         std::fs::remove_file(&path).unwrap();
         let same = Intents::new(dir.path())
-            .with_cache(cache.clone())
+            .with_cache(cache.clone(), true)
             .with_boot_id("boot-a");
         std::fs::write(&journal, &bytes).unwrap();
         same.prepare().unwrap();
@@ -1355,14 +1516,14 @@ mod tests {
         // Another boot, the file lost or torn: restored, byte for byte.
         std::fs::write(&journal, &bytes).unwrap();
         let rebooted = Intents::new(dir.path())
-            .with_cache(cache.clone())
+            .with_cache(cache.clone(), true)
             .with_boot_id("boot-b");
         rebooted.prepare().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), written);
         std::fs::write(&path, b"").unwrap();
         std::fs::write(&journal, &bytes).unwrap();
         Intents::new(dir.path())
-            .with_cache(cache.clone())
+            .with_cache(cache.clone(), true)
             .with_boot_id("boot-c")
             .prepare()
             .unwrap();
@@ -1380,7 +1541,7 @@ mod tests {
     async fn begin_refuses_a_cached_attachment() {
         let dir = tempfile::tempdir().unwrap();
         let cache = cache_in(dir.path());
-        let intents = Intents::new(dir.path()).with_cache(cache.clone());
+        let intents = Intents::new(dir.path()).with_cache(cache.clone(), true);
         intents.prepare().unwrap();
         committed_add(&intents, &cache, "c-1").await;
         let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
@@ -1401,16 +1562,18 @@ mod tests {
         ));
     }
 
-    /// Past its size limit the journal drops commit lines (after flushing
-    /// the cache) and keeps the open ADDs; a graceful exit with only
-    /// commit lines flushes and removes it.
+    /// Past its size limit the journal is due; an ADD does not compact it
+    /// (that would put a flush of many records on its path) but wakes the
+    /// flush loop, whose compaction drops the commit lines after an fsync
+    /// of each of their records and keeps the open ADDs; a graceful exit
+    /// with only commit lines flushes and removes it.
     #[tokio::test]
     async fn compaction_and_close_forget_commits_after_a_flush() {
         let dir = tempfile::tempdir().unwrap();
         let cache = cache_in(dir.path());
         let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
         let intents = Intents::new(dir.path())
-            .with_cache(cache.clone())
+            .with_cache(cache.clone(), true)
             .with_compact_at(4096);
         intents.prepare().unwrap();
         let rt = RuntimeConf::new("long-running", "/run/netns/x", "eth0");
@@ -1423,12 +1586,27 @@ mod tests {
         for i in 0..40 {
             committed_add(&intents, &cache, &format!("c-{i}")).await;
         }
-        assert!(std::fs::metadata(&journal).unwrap().len() < 4096);
-        let bytes = std::fs::read(&journal).unwrap();
-        assert!(
-            committed_records(&bytes).len() < 40,
-            "commit lines were never dropped"
+        let before = std::fs::metadata(&journal).unwrap().len();
+        assert!(before > 4096, "{before}");
+        assert_eq!(
+            committed_records(&std::fs::read(&journal).unwrap()).len(),
+            40,
+            "an ADD compacted on its own path"
         );
+        // What the flush loop does when woken.
+        let woken =
+            tokio::time::timeout(std::time::Duration::from_secs(10), intents.wake.notified());
+        woken.await.expect("the ADDs woke the flush loop");
+        intents.compact_if_due().unwrap();
+        assert!(std::fs::metadata(&journal).unwrap().len() < 4096);
+        assert!(committed_records(&std::fs::read(&journal).unwrap()).is_empty());
+        let (synced, files) = intents.synced.lock().unwrap().clone();
+        let want: Vec<String> = (0..40).map(|i| format!("n:c-{i}:eth0")).collect();
+        assert_eq!(
+            synced, want,
+            "every dropped commit line's record was flushed first"
+        );
+        assert_eq!(files, 40, "each of the 40 record files was fsynced");
         assert_eq!(open_names(dir.path()), ["n:long-running:eth0"]);
         assert_eq!(cache.list(None).await.unwrap().len(), 40);
         intents.finish(open).await.unwrap();
@@ -1446,7 +1624,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = cache_in(dir.path());
         let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
-        let intents = Intents::new(dir.path()).with_cache(cache.clone());
+        let intents = Intents::new(dir.path()).with_cache(cache.clone(), true);
         intents.prepare().unwrap();
         committed_add(&intents, &cache, "c-1").await;
         intents.flush_old_commits().unwrap();
@@ -1455,12 +1633,11 @@ mod tests {
             1,
             "young: kept"
         );
-        intents
-            .journal
-            .lock()
-            .unwrap()
-            .oldest_commit
-            .replace(std::time::Instant::now() - FLUSH_EVERY);
+        intents.journal.lock().unwrap().oldest_commit.replace(
+            std::time::Instant::now()
+                .checked_sub(FLUSH_EVERY)
+                .expect("up for more than 30 s"),
+        );
         intents.flush_old_commits().unwrap();
         assert_eq!(
             std::fs::metadata(&journal).unwrap().len(),
@@ -1469,6 +1646,100 @@ mod tests {
         );
         assert!(intents.journal.lock().unwrap().oldest_commit.is_none());
         assert!(cache.path("n", "c-1", "eth0").unwrap().exists());
+    }
+
+    /// A DEL after the ADD forgets its commit line (a `gone` line): a
+    /// restart after a reboot does not bring the record back, unless that
+    /// line was lost too.
+    #[tokio::test]
+    async fn a_del_forgets_the_commit_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache_in(dir.path());
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        let intents = Intents::new(dir.path())
+            .with_cache(cache.clone(), true)
+            .with_boot_id("boot-a");
+        intents.prepare().unwrap();
+        committed_add(&intents, &cache, "c-1").await;
+        committed_add(&intents, &cache, "c-2").await;
+        let with_both = std::fs::read(&journal).unwrap();
+        cache.remove("n", "c-1", "eth0").await.unwrap();
+        assert!(
+            !intents.remove("n", "c-1", "eth0").await.unwrap(),
+            "no intent file"
+        );
+        let bytes = std::fs::read(&journal).unwrap();
+        let left: Vec<String> = committed_records(&bytes)
+            .into_iter()
+            .map(|(_, r, _)| r.container_id)
+            .collect();
+        assert_eq!(left, ["c-2"]);
+        assert_eq!(intents.journal.lock().unwrap().committed.len(), 1);
+
+        // After a reboot that kept the gone line: c-1 stays deleted.
+        std::fs::remove_file(cache.path("n", "c-2", "eth0").unwrap()).unwrap();
+        let rebooted = Intents::new(dir.path())
+            .with_cache(cache.clone(), true)
+            .with_boot_id("boot-b");
+        rebooted.prepare().unwrap();
+        assert!(!cache.path("n", "c-1", "eth0").unwrap().exists());
+        assert!(cache.path("n", "c-2", "eth0").unwrap().exists(), "restored");
+
+        // One that lost it: c-1 comes back (a repeat DEL's worth).
+        cache.remove("n", "c-1", "eth0").await.unwrap();
+        std::fs::write(&journal, &with_both).unwrap();
+        Intents::new(dir.path())
+            .with_cache(cache.clone(), true)
+            .with_boot_id("boot-c")
+            .prepare()
+            .unwrap();
+        assert!(cache.path("n", "c-1", "eth0").unwrap().exists());
+    }
+
+    /// After a reboot, a record written since (by cnitool or another
+    /// runtime, before cnid started) is newer than the journal: left alone.
+    #[tokio::test]
+    async fn a_record_written_after_the_reboot_is_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache_in(dir.path());
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        let intents = Intents::new(dir.path())
+            .with_cache(cache.clone(), true)
+            .with_boot_id("boot-a");
+        intents.prepare().unwrap();
+        let rec = committed_add(&intents, &cache, "c-1").await;
+        let path = cache.path("n", "c-1", "eth0").unwrap();
+        let mut newer = rec.clone();
+        newer.netns = "/run/netns/after-the-reboot".into();
+        std::fs::write(&path, newer.encode()).unwrap();
+        // Make the journal older than the record, whatever the clock's
+        // resolution.
+        let f = std::fs::File::options().write(true).open(&journal).unwrap();
+        f.set_modified(SystemTime::now() - std::time::Duration::from_secs(60))
+            .unwrap();
+        drop(f);
+        Intents::new(dir.path())
+            .with_cache(cache.clone(), true)
+            .with_boot_id("boot-b")
+            .prepare()
+            .unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), newer.encode());
+    }
+
+    /// Without `deferred` (the cache flushes its own records), an ADD ends
+    /// with a plain `end` line and the journal carries no record.
+    #[tokio::test]
+    async fn without_deferral_the_journal_carries_no_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(dir.path().join("cache"));
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        let intents = Intents::new(dir.path()).with_cache(cache.clone(), false);
+        intents.prepare().unwrap();
+        committed_add(&intents, &cache, "c-1").await;
+        let bytes = std::fs::read(&journal).unwrap();
+        assert!(committed_records(&bytes).is_empty());
+        assert!(open_names(dir.path()).is_empty());
+        assert!(intents.journal.lock().unwrap().committed.is_empty());
     }
 
     #[test]

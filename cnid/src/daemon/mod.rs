@@ -260,6 +260,25 @@ fn lock_state_dir(dir: &std::path::Path) -> Result<File, Error> {
     }
 }
 
+/// Whether the journal in the state dir keeps what the cache dir loses at
+/// a reboot: not when the state dir is on tmpfs or ramfs and the cache dir
+/// (or, before it exists, its nearest existing parent) is not.
+fn journal_outlives_cache(config: &Config) -> Result<(), String> {
+    let memory = |p: &std::path::Path| {
+        let existing = p.ancestors().find(|a| a.exists()).unwrap_or(p);
+        cni_async::sys::on_memory_fs(existing)
+            .map_err(|e| format!("cannot tell the file system of {}: {e}", existing.display()))
+    };
+    if memory(&config.state_dir)? && !memory(&config.cache_dir)? {
+        return Err(format!(
+            "the state dir {} is in memory, the cache dir {} is not",
+            config.state_dir.display(),
+            config.cache_dir.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Runs the daemon until SIGTERM or SIGINT. Returns `Ok(true)` after a
 /// clean drain, `Ok(false)` when operations were still running when the
 /// shutdown bound expired (or a second signal came).
@@ -270,11 +289,25 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     // the journal ([`intents`]), not by the cache's own two flushes; the
     // per-attachment calls without a flush are a few short system calls,
     // cheaper than a hand-off to the blocking pool (listings still go
-    // there).
+    // there). Unless the journal cannot stand for the cache: on a file
+    // system a reboot empties while the cache's is not, or when a restart
+    // could not tell a reboot from a crash (no boot id).
+    let intents = intents::Intents::new(&config.state_dir);
+    let deferred = match journal_outlives_cache(&config) {
+        Ok(()) if intents.knows_boot() => true,
+        Ok(()) => {
+            tracing::info!("boot id unreadable: the result cache flushes its own records");
+            false
+        }
+        Err(why) => {
+            tracing::info!("{why}: the result cache flushes its own records");
+            false
+        }
+    };
     let cache = ResultCache::new(config.cache_dir.clone())
-        .with_durable(false)
+        .with_durable(!deferred)
         .with_inline_io(true);
-    let intents = intents::Intents::new(&config.state_dir).with_cache(cache.clone());
+    let intents = intents.with_cache(cache.clone(), deferred);
     intents.prepare().map_err(|e| Error::StateDir {
         path: config.state_dir.clone(),
         reason: e.to_string(),
