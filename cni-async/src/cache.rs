@@ -244,6 +244,77 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<AttachmentLock, Error> {
+        let (lock, ()) = self
+            .lock_then(network, container_id, ifname, timeout, |_, _| Ok(()))
+            .await?;
+        Ok(lock)
+    }
+
+    /// [`ResultCache::lock`], then [`ResultCache::ensure_not_taken`] once
+    /// the lock is held, in one trip to the blocking pool instead of two:
+    /// what an ADD does before running its plugins. On
+    /// [`Error::AttachmentCollision`] (or a failed read) the lock is
+    /// released as dropping an [`AttachmentLock`] releases it (the lock
+    /// file stays, since the record's path holds a file).
+    pub async fn lock_unused(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+    ) -> Result<AttachmentLock, Error> {
+        let (net, cid, ifn) = (
+            network.to_owned(),
+            container_id.to_owned(),
+            ifname.to_owned(),
+        );
+        let (lock, ()) = self
+            .lock_then(network, container_id, ifname, timeout, move |dir, path| {
+                check_not_taken(dir, path, &net, &cid, &ifn)
+            })
+            .await?;
+        Ok(lock)
+    }
+
+    /// [`ResultCache::lock`], then [`ResultCache::read`] once the lock is
+    /// held, in one trip to the blocking pool instead of two: what a DEL or
+    /// a CHECK does before running its plugins. The read's outcome comes
+    /// beside the lock: a failed read keeps the lock, and the caller
+    /// decides (a DEL goes on without prevResult, a CHECK fails).
+    pub async fn lock_and_read(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+    ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
+        let (net, cid, ifn) = (
+            network.to_owned(),
+            container_id.to_owned(),
+            ifname.to_owned(),
+        );
+        self.lock_then(network, container_id, ifname, timeout, move |dir, path| {
+            Ok(read_entry(dir, path, &net, &cid, &ifn))
+        })
+        .await
+    }
+
+    /// The lock loop: each try takes the lock and, when it got it, runs
+    /// `then(cache dir, record path)` in the same blocking call (on the
+    /// pool, or on the calling thread with
+    /// [`with_inline_io`](ResultCache::with_inline_io)). Between tries it
+    /// sleeps with a doubling backoff (1 ms up to 50 ms); past `timeout`
+    /// it fails with [`Error::CacheLocked`]. When `then` fails, the lock
+    /// is dropped (released as [`AttachmentLock`]'s `Drop` says) before the
+    /// error is returned.
+    async fn lock_then<T: Send + 'static>(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+        then: impl Fn(&Path, &Path) -> Result<T, Error> + Clone + Send + 'static,
+    ) -> Result<(AttachmentLock, T), Error> {
         let name = record::file_name(network, container_id, ifname)?;
         let locks = self.dir.join(LOCKS_DIR);
         let path = locks.join(format!("{name}.lock"));
@@ -251,13 +322,29 @@ impl ResultCache {
         let start = Instant::now();
         let mut backoff = Duration::from_millis(1);
         loop {
-            let (p, l) = (path.clone(), locks.clone());
-            if let Some(file) = blocking(self.inline, move || try_lock_once(&l, &p)).await? {
-                return Ok(AttachmentLock {
-                    path,
-                    record,
+            let (p, l, r, dir, then) = (
+                path.clone(),
+                locks.clone(),
+                record.clone(),
+                self.dir.clone(),
+                then.clone(),
+            );
+            let held = blocking(self.inline, move || {
+                let Some(file) = try_lock_once(&l, &p)? else {
+                    return Ok(None);
+                };
+                let lock = AttachmentLock {
+                    path: p,
+                    record: r,
                     file: Some(file),
-                });
+                };
+                // On an error, `lock` is dropped (and so released) here.
+                let value = then(&dir, &lock.record)?;
+                Ok(Some((lock, value)))
+            })
+            .await?;
+            if let Some(held) = held {
+                return Ok(held);
             }
             let waited = start.elapsed();
             if waited >= timeout {
@@ -362,16 +449,7 @@ impl ResultCache {
         );
         let dir = self.dir.clone();
         blocking(self.inline, move || {
-            match read_slot(&dir, &path, &net, &cid, &ifn)? {
-                Slot::Theirs(rec) => Err(Error::AttachmentCollision {
-                    path,
-                    occupant: format!(
-                        "network {:?} container {:?} interface {:?}",
-                        rec.network_name, rec.container_id, rec.if_name
-                    ),
-                }),
-                Slot::Empty | Slot::Ours(_) => Ok(()),
-            }
+            check_not_taken(&dir, &path, &net, &cid, &ifn)
         })
         .await
     }
@@ -608,6 +686,26 @@ fn read_slot(
             move_aside(cache_dir, path, &e.to_string());
             Ok(Slot::Empty)
         }
+    }
+}
+
+/// [`ResultCache::ensure_not_taken`] on the calling thread.
+fn check_not_taken(
+    cache_dir: &Path,
+    path: &Path,
+    network: &str,
+    container_id: &str,
+    ifname: &str,
+) -> Result<(), Error> {
+    match read_slot(cache_dir, path, network, container_id, ifname)? {
+        Slot::Theirs(rec) => Err(Error::AttachmentCollision {
+            path: path.to_owned(),
+            occupant: format!(
+                "network {:?} container {:?} interface {:?}",
+                rec.network_name, rec.container_id, rec.if_name
+            ),
+        }),
+        Slot::Empty | Slot::Ours(_) => Ok(()),
     }
 }
 

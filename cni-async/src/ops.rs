@@ -932,16 +932,13 @@ impl Cni {
         let span = tracing::info_span!("cni.add", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             let started = Instant::now();
+            // File names are ambiguous when names contain '-': never let this
+            // ADD overwrite the record of another attachment. The lock and
+            // that check take one trip to the blocking pool.
             let lock = self
                 .inner
                 .cache
-                .lock(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
-                .await?;
-            // File names are ambiguous when names contain '-': never let this
-            // ADD overwrite the record of another attachment.
-            self.inner
-                .cache
-                .ensure_not_taken(net.name, &rt.container_id, &rt.ifname)
+                .lock_unused(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
                 .await?;
             let mut prev: Option<CniResult> = None;
             let mut prev_value: Option<Value> = None;
@@ -1105,23 +1102,34 @@ impl Cni {
             // DEL must work when things are already gone (spec), also when
             // the cache dir is unusable (read-only, full, removed): then it
             // runs unlocked and without prevResult rather than not at all.
-            // Only a lock held by someone else stops it.
-            let lock = match self
-                .inner
-                .cache
-                .lock(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
-                .await
-            {
-                Ok(lock) => Some(lock),
+            // Only a lock held by someone else stops it. With prevResult,
+            // the record is read in the same trip to the blocking pool as
+            // the lock is taken.
+            let with_prev = net.version.has_prev_result_on_del();
+            let cache = &self.inner.cache;
+            let (cid, ifname, timeout) = (&rt.container_id, &rt.ifname, deadline.remaining());
+            let locked = if with_prev {
+                cache
+                    .lock_and_read(net.name, cid, ifname, timeout)
+                    .await
+                    .map(|(lock, read)| (lock, Some(read)))
+            } else {
+                cache.lock(net.name, cid, ifname, timeout).await.map(|lock| (lock, None))
+            };
+            let (lock, read) = match locked {
+                Ok((lock, read)) => (Some(lock), read),
                 Err(Error::Cache { path, op, source }) => {
                     tracing::warn!(file = %path.display(), op, error = %source, "cannot take the attachment lock; DEL runs unlocked");
-                    None
+                    (None, None)
                 }
                 Err(e) => return Err(e),
             };
-            let prev = if net.version.has_prev_result_on_del() {
-                self.cached_result_of(net.name, net.version, rt)
-                    .await
+            let prev = if with_prev {
+                let read = match read {
+                    Some(read) => read,
+                    None => cache.read(net.name, cid, ifname).await,
+                };
+                read.and_then(|entry| result_of_entry(entry, net.version))
                     .unwrap_or_else(|e| {
                         tracing::warn!(error = %Escaped(Chain(&e)), "cached result unusable; DEL runs without prevResult");
                         None
@@ -1175,12 +1183,13 @@ impl Cni {
         let deadline = self.deadline(Command::Check, opts);
         let span = tracing::info_span!("cni.check", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
-            let _lock = self
+            // The lock and the read take one trip to the blocking pool.
+            let (_lock, read) = self
                 .inner
                 .cache
-                .lock(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
+                .lock_and_read(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
                 .await?;
-            let Some(cached) = self.cached_result_of(net.name, net.version, rt).await? else {
+            let Some(cached) = result_of_entry(read?, net.version)? else {
                 return Err(Error::NotAttached {
                     network: net.name.to_owned(),
                     container_id: rt.container_id.clone(),
@@ -1215,21 +1224,12 @@ impl Cni {
     ) -> Result<Option<CniResult>, Error> {
         validate::network_name(network)?;
         rt.validate()?;
-        let Some(entry) = self
+        let entry = self
             .inner
             .cache
             .read(network, &rt.container_id, &rt.ifname)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let Some(value) = entry.result() else {
-            return Ok(None);
-        };
-        // The cached result should be in the config's version unless the
-        // config changed while the container ran; convert it either way.
-        let result = CniResult::from_value(value, version)?;
-        Ok(Some(result.convert(version)?))
+            .await?;
+        result_of_entry(entry, version)
     }
 
     async fn run_plugin(
@@ -1421,4 +1421,19 @@ impl<'a> IntoFuture for GcRequest<'a> {
                 .await
         })
     }
+}
+
+/// The result in a cache entry, in `version`: `None` without an entry or
+/// without a result in it. The cached result should be in the config's
+/// version unless the config changed while the container ran; it is
+/// converted either way.
+fn result_of_entry(
+    entry: Option<CacheEntry>,
+    version: Version,
+) -> Result<Option<CniResult>, Error> {
+    let Some(value) = entry.as_ref().and_then(CacheEntry::result) else {
+        return Ok(None);
+    };
+    let result = CniResult::from_value(value, version)?;
+    Ok(Some(result.convert(version)?))
 }
