@@ -1462,6 +1462,17 @@ mod tests {
         ResultCache::new(dir.join("cache")).with_durable(false)
     }
 
+    /// A journal over the daemon's kind of cache in `dir`, in boot `boot`,
+    /// prepared (as at a start: a second call on the same dir is a restart).
+    fn deferred(dir: &Path, boot: &str) -> (ResultCache, PathBuf, Intents) {
+        let cache = cache_in(dir);
+        let intents = Intents::new(dir)
+            .with_cache(cache.clone(), true)
+            .with_boot_id(boot);
+        intents.prepare().unwrap();
+        (cache, dir.join(INTENTS_DIR).join(JOURNAL), intents)
+    }
+
     /// One ADD through the journal as the engine makes it: begin, the
     /// cache write (not flushed), commit with the same record.
     async fn committed_add(intents: &Intents, cache: &ResultCache, cid: &str) -> CacheRecord {
@@ -1487,12 +1498,7 @@ mod tests {
     #[tokio::test]
     async fn commit_lines_restore_cache_records_after_a_reboot_only() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = cache_in(dir.path());
-        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
-        let intents = Intents::new(dir.path())
-            .with_cache(cache.clone(), true)
-            .with_boot_id("boot-a");
-        intents.prepare().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
         let rec = committed_add(&intents, &cache, "c-1").await;
         let path = cache.path("n", "c-1", "eth0").unwrap();
         let written = std::fs::read(&path).unwrap();
@@ -1505,28 +1511,18 @@ mod tests {
 
         // Same boot, the file gone (a DEL after the ADD): nothing restored.
         std::fs::remove_file(&path).unwrap();
-        let same = Intents::new(dir.path())
-            .with_cache(cache.clone(), true)
-            .with_boot_id("boot-a");
         std::fs::write(&journal, &bytes).unwrap();
-        same.prepare().unwrap();
+        deferred(dir.path(), "boot-a");
         assert!(!path.exists(), "a record removed in this boot came back");
         assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
 
         // Another boot, the file lost or torn: restored, byte for byte.
         std::fs::write(&journal, &bytes).unwrap();
-        let rebooted = Intents::new(dir.path())
-            .with_cache(cache.clone(), true)
-            .with_boot_id("boot-b");
-        rebooted.prepare().unwrap();
+        let (_, _, rebooted) = deferred(dir.path(), "boot-b");
         assert_eq!(std::fs::read(&path).unwrap(), written);
         std::fs::write(&path, b"").unwrap();
         std::fs::write(&journal, &bytes).unwrap();
-        Intents::new(dir.path())
-            .with_cache(cache.clone(), true)
-            .with_boot_id("boot-c")
-            .prepare()
-            .unwrap();
+        deferred(dir.path(), "boot-c");
         assert_eq!(std::fs::read(&path).unwrap(), written);
         assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
         assert!(
@@ -1654,12 +1650,7 @@ mod tests {
     #[tokio::test]
     async fn a_del_forgets_the_commit_line() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = cache_in(dir.path());
-        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
-        let intents = Intents::new(dir.path())
-            .with_cache(cache.clone(), true)
-            .with_boot_id("boot-a");
-        intents.prepare().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
         committed_add(&intents, &cache, "c-1").await;
         committed_add(&intents, &cache, "c-2").await;
         let with_both = std::fs::read(&journal).unwrap();
@@ -1678,21 +1669,14 @@ mod tests {
 
         // After a reboot that kept the gone line: c-1 stays deleted.
         std::fs::remove_file(cache.path("n", "c-2", "eth0").unwrap()).unwrap();
-        let rebooted = Intents::new(dir.path())
-            .with_cache(cache.clone(), true)
-            .with_boot_id("boot-b");
-        rebooted.prepare().unwrap();
+        deferred(dir.path(), "boot-b");
         assert!(!cache.path("n", "c-1", "eth0").unwrap().exists());
         assert!(cache.path("n", "c-2", "eth0").unwrap().exists(), "restored");
 
         // One that lost it: c-1 comes back (a repeat DEL's worth).
         cache.remove("n", "c-1", "eth0").await.unwrap();
         std::fs::write(&journal, &with_both).unwrap();
-        Intents::new(dir.path())
-            .with_cache(cache.clone(), true)
-            .with_boot_id("boot-c")
-            .prepare()
-            .unwrap();
+        deferred(dir.path(), "boot-c");
         assert!(cache.path("n", "c-1", "eth0").unwrap().exists());
     }
 
@@ -1701,12 +1685,7 @@ mod tests {
     #[tokio::test]
     async fn a_record_written_after_the_reboot_is_not_overwritten() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = cache_in(dir.path());
-        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
-        let intents = Intents::new(dir.path())
-            .with_cache(cache.clone(), true)
-            .with_boot_id("boot-a");
-        intents.prepare().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
         let rec = committed_add(&intents, &cache, "c-1").await;
         let path = cache.path("n", "c-1", "eth0").unwrap();
         let mut newer = rec.clone();
@@ -1718,11 +1697,7 @@ mod tests {
         f.set_modified(SystemTime::now() - std::time::Duration::from_secs(60))
             .unwrap();
         drop(f);
-        Intents::new(dir.path())
-            .with_cache(cache.clone(), true)
-            .with_boot_id("boot-b")
-            .prepare()
-            .unwrap();
+        deferred(dir.path(), "boot-b");
         assert_eq!(std::fs::read(&path).unwrap(), newer.encode());
     }
 
