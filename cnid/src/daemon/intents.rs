@@ -288,7 +288,7 @@ struct Journal {
     committed: std::collections::BTreeMap<u64, Committed>,
     next_commit: u64,
     /// When the oldest of `committed` was appended (about).
-    oldest_commit: Option<std::time::Instant>,
+    oldest_commit: Option<tokio::time::Instant>,
     /// A compaction is flushing the cache (outside the lock).
     compacting: bool,
 }
@@ -642,7 +642,8 @@ impl Intents {
                 let n = j.next_commit;
                 j.next_commit += 1;
                 j.committed.insert(n, Committed { attachment, line });
-                j.oldest_commit.get_or_insert_with(std::time::Instant::now);
+                j.oldest_commit
+                    .get_or_insert_with(tokio::time::Instant::now);
                 (file, due(&j))
             };
             // Outside the lock, as in `begin`: a rewrite meanwhile copies
@@ -868,6 +869,17 @@ impl Intents {
                 _ = tick.tick() => true,
                 _ = self.wake.notified() => false,
             };
+            if old
+                && self
+                    .journal
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .committed
+                    .is_empty()
+            {
+                // An idle daemon wakes no pool thread.
+                continue;
+            }
             let this = self.clone();
             let res = blocking(move || {
                 if old {
@@ -926,7 +938,7 @@ impl Intents {
         j.committed.retain(|n, _| *n >= upto);
         if !j.committed.is_empty() {
             // Appended during the flush: about now.
-            j.oldest_commit = Some(std::time::Instant::now());
+            j.oldest_commit = Some(tokio::time::Instant::now());
         }
         self.compact(&mut j)
     }
@@ -1613,35 +1625,60 @@ mod tests {
         );
     }
 
-    /// Commit lines older than the flush window go (after a flush of the
-    /// cache) at the next tick of the daemon's flush loop; younger ones stay.
-    #[tokio::test]
-    async fn old_commit_lines_are_flushed_and_dropped() {
+    /// Waits (real time, up to 30 s) until `cond` holds, letting the
+    /// runtime's other tasks run: the flush loop's work runs on a pool
+    /// thread, and the loop itself on this (paused-clock) runtime.
+    async fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let start = std::time::Instant::now();
+        while !cond() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "{what}"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The daemon's flush loop, on tokio's paused clock: a commit line
+    /// younger than the window stays; once it is older, the next tick
+    /// flushes its record and drops it; a journal past its size limit is
+    /// compacted as soon as an ADD finds it due, without a tick.
+    #[tokio::test(start_paused = true)]
+    async fn the_flush_loop_drops_old_commit_lines_and_compacts_when_woken() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = cache_in(dir.path());
-        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
-        let intents = Intents::new(dir.path()).with_cache(cache.clone(), true);
-        intents.prepare().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(intents.clone().flush_loop(stop.clone()));
         committed_add(&intents, &cache, "c-1").await;
-        intents.flush_old_commits().unwrap();
+        let lines = || committed_records(&std::fs::read(&journal).unwrap_or_default()).len();
+
+        tokio::time::advance(FLUSH_EVERY / 2).await;
+        tokio::task::yield_now().await;
+        assert_eq!(lines(), 1, "young: kept");
+        assert_eq!(intents.synced.lock().unwrap().1, 0);
+
+        tokio::time::advance(FLUSH_EVERY * 2).await;
+        wait_for("the old commit line was not dropped", || {
+            intents.journal.lock().unwrap().committed.is_empty()
+        })
+        .await;
+        assert_eq!(lines(), 0);
         assert_eq!(
-            committed_records(&std::fs::read(&journal).unwrap()).len(),
-            1,
-            "young: kept"
+            intents.synced.lock().unwrap().clone(),
+            (vec!["n:c-1:eth0".to_owned()], 1)
         );
-        intents.journal.lock().unwrap().oldest_commit.replace(
-            std::time::Instant::now()
-                .checked_sub(FLUSH_EVERY)
-                .expect("up for more than 30 s"),
-        );
-        intents.flush_old_commits().unwrap();
-        assert_eq!(
-            std::fs::metadata(&journal).unwrap().len(),
-            0,
-            "old: flushed and dropped"
-        );
-        assert!(intents.journal.lock().unwrap().oldest_commit.is_none());
         assert!(cache.path("n", "c-1", "eth0").unwrap().exists());
+
+        // Due by size: woken, no tick needed.
+        intents.journal.lock().unwrap().compact_at = 1;
+        committed_add(&intents, &cache, "c-2").await;
+        wait_for("the due journal was not compacted", || {
+            intents.journal.lock().unwrap().committed.is_empty()
+        })
+        .await;
+        assert_eq!(intents.synced.lock().unwrap().1, 2);
+        stop.cancel();
+        task.await.unwrap();
     }
 
     /// A DEL after the ADD forgets its commit line (a `gone` line): a
