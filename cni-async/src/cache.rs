@@ -366,17 +366,13 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
-        let path = self.path(network, container_id, ifname)?;
+        let this = self.clone();
         let (net, cid, ifn) = (
             network.to_owned(),
             container_id.to_owned(),
             ifname.to_owned(),
         );
-        let dir = self.dir.clone();
-        blocking(self.inline, move || {
-            read_entry(&dir, &path, &net, &cid, &ifn)
-        })
-        .await
+        blocking(self.inline, move || this.read_blocking(&net, &cid, &ifn)).await
     }
 
     /// Writes an attachment's record atomically (temp file, fsync, rename,

@@ -284,20 +284,28 @@ struct Journal {
     kept: u64,
     /// The commit records in the journal whose cache records may not be
     /// flushed yet, by commit number (in append order): a compaction keeps
-    /// them until an `fsync` of each of those records.
+    /// them until an `fsync` of each of those records. Only a journal with
+    /// a deferred cache ([`Intents::with_cache`]) has any.
     committed: std::collections::BTreeMap<u64, Committed>,
     next_commit: u64,
-    /// When the oldest of `committed` was appended (about).
-    oldest_commit: Option<tokio::time::Instant>,
     /// A compaction is flushing the cache (outside the lock).
     compacting: bool,
 }
 
-/// A commit line kept in the journal: its attachment and its bytes.
+/// A commit line kept in the journal: its attachment (network, container
+/// ID, interface), its bytes, and when it was appended.
 #[derive(Debug)]
 struct Committed {
     attachment: [String; 3],
     line: Vec<u8>,
+    at: tokio::time::Instant,
+}
+
+impl Committed {
+    fn names(&self) -> (&str, &str, &str) {
+        let [n, c, i] = &self.attachment;
+        (n, c, i)
+    }
 }
 
 /// An ADD recorded in the journal ([`Intents::begin`]), to be ended with
@@ -461,7 +469,6 @@ impl Intents {
                 kept: 0,
                 committed: Default::default(),
                 next_commit: 0,
-                oldest_commit: None,
                 compacting: false,
             })),
             cache: None,
@@ -641,9 +648,14 @@ impl Intents {
                 this.append(&mut j, &file, &line)?;
                 let n = j.next_commit;
                 j.next_commit += 1;
-                j.committed.insert(n, Committed { attachment, line });
-                j.oldest_commit
-                    .get_or_insert_with(tokio::time::Instant::now);
+                j.committed.insert(
+                    n,
+                    Committed {
+                        attachment,
+                        line,
+                        at: tokio::time::Instant::now(),
+                    },
+                );
                 (file, due(&j))
             };
             // Outside the lock, as in `begin`: a rewrite meanwhile copies
@@ -672,7 +684,7 @@ impl Intents {
             if !due(&j) {
                 return Ok(());
             }
-            if !j.committed.is_empty() && self.cache.is_some() {
+            if !j.committed.is_empty() {
                 // Commit lines to flush first: the flush loop's work.
                 self.wake.notify_one();
                 return Ok(());
@@ -696,19 +708,12 @@ impl Intents {
         {
             // The records the commit lines stand for must be on disk before
             // the lines go (at most those of the last minute or so).
-            let synced = cache.sync_records_blocking(j.committed.values().map(|c| {
-                (
-                    c.attachment[0].as_str(),
-                    c.attachment[1].as_str(),
-                    c.attachment[2].as_str(),
-                )
-            }));
+            let synced = cache.sync_records_blocking(j.committed.values().map(Committed::names));
             if let Err(e) = synced {
                 tracing::warn!(error = %cni_core::error::Chain(&e), "cannot flush the cached ADD results at exit; the ADD journal stays for the next start");
                 return;
             }
             j.committed.clear();
-            j.oldest_commit = None;
         }
         j.file = None;
         j.len = 0;
@@ -853,7 +858,13 @@ impl Intents {
     /// last minute at most (those DELed since included), and not every
     /// attachment committed since the last compaction.
     fn flush_old_commits(&self) -> io::Result<()> {
-        self.compact_when(|j| j.oldest_commit.is_some_and(|t| t.elapsed() >= FLUSH_EVERY))
+        // `committed` is in append order: its first line is the oldest.
+        self.compact_when(|j| {
+            j.committed
+                .values()
+                .next()
+                .is_some_and(|c| c.at.elapsed() >= FLUSH_EVERY)
+        })
     }
 
     /// Until `stop`: every [`FLUSH_EVERY`], flushes the commits older than
@@ -901,7 +912,7 @@ impl Intents {
             if j.compacting || !when(&j) {
                 return Ok(());
             }
-            if j.committed.is_empty() || self.cache.is_none() {
+            if j.committed.is_empty() {
                 return self.compact(&mut j);
             }
             j.compacting = true;
@@ -936,10 +947,6 @@ impl Intents {
             t.1 += _files;
         }
         j.committed.retain(|n, _| *n >= upto);
-        if !j.committed.is_empty() {
-            // Appended during the flush: about now.
-            j.oldest_commit = Some(tokio::time::Instant::now());
-        }
         self.compact(&mut j)
     }
 
@@ -949,12 +956,6 @@ impl Intents {
     /// the journal's lock.
     fn compact(&self, j: &mut Journal) -> io::Result<()> {
         let path = self.dir.join(JOURNAL);
-        if self.cache.is_none() {
-            j.committed.clear();
-        }
-        if j.committed.is_empty() {
-            j.oldest_commit = None;
-        }
         if j.open.is_empty() && j.committed.is_empty() {
             if let Some(f) = &j.file {
                 // Not flushed: the records it drops are all ended, and a
@@ -1016,12 +1017,11 @@ impl Intents {
             {
                 let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
                 let before = j.committed.len();
-                j.committed
-                    .retain(|_, c| key(&c.attachment[0], &c.attachment[1], &c.attachment[2]) != k);
+                j.committed.retain(|_, c| {
+                    let (n, c, i) = c.names();
+                    key(n, c, i) != k
+                });
                 if j.committed.len() != before {
-                    if j.committed.is_empty() {
-                        j.oldest_commit = None;
-                    }
                     let file = this.journal_file(&mut j)?;
                     this.append(&mut j, &file, &gone_line(&k))?;
                 }
@@ -1281,12 +1281,7 @@ mod tests {
         let rt2 = RuntimeConf::new("c-2", "/run/netns/y", "eth0");
         let i1 = Intent::new("n", &rt1, b"{\"a\":1}".to_vec());
         let p1 = intents.begin(&i1).await.unwrap().pending().unwrap();
-        let p2 = intents
-            .begin(&Intent::new("n", &rt2, b"{}".to_vec()))
-            .await
-            .unwrap()
-            .pending()
-            .unwrap();
+        let p2 = open_add(&intents, &rt2, b"{}".to_vec()).await;
         assert!(intents.exists("n", "c-1", "eth0").await);
         assert!(!intents.exists("n", "c-3", "eth0").await);
         intents.finish(p2).await.unwrap();
@@ -1324,24 +1319,14 @@ mod tests {
         let intents = Intents::new(dir.path());
         intents.prepare().unwrap();
         let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
-        let p = intents
-            .begin(&Intent::new("n", &rt, b"{}".to_vec()))
-            .await
-            .unwrap()
-            .pending()
-            .unwrap();
+        let p = open_add(&intents, &rt, b"{}".to_vec()).await;
         intents.close();
         assert!(journal.exists(), "an open ADD keeps the journal");
         intents.finish(p).await.unwrap();
         intents.close();
         assert!(!journal.exists(), "nothing open: removed");
         // And the daemon may go on: the next ADD opens a new journal.
-        let p = intents
-            .begin(&Intent::new("n", &rt, b"{}".to_vec()))
-            .await
-            .unwrap()
-            .pending()
-            .unwrap();
+        let p = open_add(&intents, &rt, b"{}".to_vec()).await;
         assert!(journal.exists());
         assert_eq!(open_names(dir.path()), ["n:c-1:eth0"]);
         intents.finish(p).await.unwrap();
@@ -1385,12 +1370,7 @@ mod tests {
         let intents = Intents::new(dir.path());
         intents.prepare().unwrap();
         let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
-        intents
-            .begin(&Intent::new("n", &rt, b"{}".to_vec()))
-            .await
-            .unwrap()
-            .pending()
-            .unwrap();
+        open_add(&intents, &rt, b"{}".to_vec()).await;
         let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
         let mut f = OpenOptions::new().append(true).open(&journal).unwrap();
         f.write_all(br#"{"kind":"cnidAddIntentV1","networ"#)
@@ -1409,20 +1389,10 @@ mod tests {
         intents.prepare().unwrap();
         let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
         let rt = RuntimeConf::new("long-running", "/run/netns/x", "eth0");
-        let _open = intents
-            .begin(&Intent::new("n", &rt, b"{}".to_vec()))
-            .await
-            .unwrap()
-            .pending()
-            .unwrap();
+        let _open = open_add(&intents, &rt, b"{}".to_vec()).await;
         for i in 0..40 {
             let rt = RuntimeConf::new(format!("c-{i}"), "/run/netns/x", "eth0");
-            let p = intents
-                .begin(&Intent::new("n", &rt, vec![b' '; 100]))
-                .await
-                .unwrap()
-                .pending()
-                .unwrap();
+            let p = open_add(&intents, &rt, vec![b' '; 100]).await;
             intents.finish(p).await.unwrap();
         }
         assert!(std::fs::metadata(&journal).unwrap().len() < 4096);
@@ -1437,12 +1407,7 @@ mod tests {
         intents.prepare().unwrap();
         for i in 0..20 {
             let rt = RuntimeConf::new(format!("c-{i}"), "/run/netns/x", "eth0");
-            let p = intents
-                .begin(&Intent::new("n", &rt, vec![b' '; 100]))
-                .await
-                .unwrap()
-                .pending()
-                .unwrap();
+            let p = open_add(&intents, &rt, vec![b' '; 100]).await;
             intents.finish(p).await.unwrap();
         }
         assert!(
@@ -1467,6 +1432,16 @@ mod tests {
         assert!(open_names(dir.path()).is_empty());
         assert_eq!(intents.of_network("n").await.len(), 1);
         assert!(intents.exists("n", "c-1", "eth0").await);
+    }
+
+    /// Begins an ADD of `rt` on network `n`; it must be recorded.
+    async fn open_add(intents: &Intents, rt: &RuntimeConf, config: Vec<u8>) -> Pending {
+        intents
+            .begin(&Intent::new("n", rt, config))
+            .await
+            .unwrap()
+            .pending()
+            .expect("recorded")
     }
 
     /// The daemon's cache: no fsync of its own (the commit lines stand for it).
@@ -1585,12 +1560,7 @@ mod tests {
             .with_compact_at(4096);
         intents.prepare().unwrap();
         let rt = RuntimeConf::new("long-running", "/run/netns/x", "eth0");
-        let open = intents
-            .begin(&Intent::new("n", &rt, b"{}".to_vec()))
-            .await
-            .unwrap()
-            .pending()
-            .unwrap();
+        let open = open_add(&intents, &rt, b"{}".to_vec()).await;
         for i in 0..40 {
             committed_add(&intents, &cache, &format!("c-{i}")).await;
         }
