@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde_json::json;
 use support::daemon::{Daemon, Dirs};
+use support::executable::copy_executable;
 use support::fake::{Fake, PluginDir};
 use support::netns::unique_id;
 use support::tool::{CNITOOL, Run, Sandbox};
@@ -18,8 +19,7 @@ fn lone_cnitool(sb: &Sandbox) -> PathBuf {
     let dir = sb.root().join("lone");
     std::fs::create_dir(&dir).expect("create dir");
     let copy = dir.join("cnitool");
-    std::fs::copy(&*CNITOOL, &copy).expect("copy cnitool");
-    copy
+    copy_executable(&CNITOOL, &copy, 0o755)
 }
 
 /// `sb.cnitool(args)` run with `program` instead, and a `PATH` of the

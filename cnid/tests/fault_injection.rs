@@ -35,7 +35,6 @@ mod support;
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -46,6 +45,7 @@ use cnid::client::{Client, ClientError};
 use nix::mount::{MntFlags, MsFlags};
 use serde_json::{Value, json};
 use support::daemon::{Daemon, Dirs};
+use support::executable::{copy_executable, write_executable};
 use support::gate::{Gate, LOAD_MARGIN};
 use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips};
 use support::require_root;
@@ -387,9 +387,11 @@ impl World {
         match case.plugin {
             Plugin::Absent => {}
             Plugin::Good => {
-                fs::copy(NOOP, &path).expect("copy cni-noop");
+                copy_executable(AsRef::<Path>::as_ref(&NOOP), &path, 0o755);
             }
-            Plugin::File(content, mode) => write_exec(&path, content, mode),
+            Plugin::File(content, mode) => {
+                write_executable(&path, content.as_bytes(), mode);
+            }
             Plugin::Script(add) => {
                 let pids = self.pids_file(case);
                 let body = format!(
@@ -401,7 +403,7 @@ impl World {
                      esac\n",
                     pids = pids.display()
                 );
-                write_exec(&path, &body, 0o755);
+                write_executable(&path, body.as_bytes(), 0o755);
             }
         }
     }
@@ -447,14 +449,6 @@ fn net_name(case: &Case) -> String {
 
 fn container_id(case: &Case) -> String {
     format!("fc-{}", case.name)
-}
-
-fn write_exec(path: &Path, content: &str, mode: u32) {
-    // A temp name and a rename: never "text file busy" for a reader.
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, content).expect("write plugin");
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).expect("chmod plugin");
-    fs::rename(&tmp, path).expect("rename plugin");
 }
 
 /// A tmpfs mounted over a dir (the cache dir), unmounted on drop.

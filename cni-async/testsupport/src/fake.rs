@@ -21,6 +21,8 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::executable::write_executable;
+
 /// A dir holding fake plugins (`bin/`) and their records (`records/`):
 /// a temp dir of its own ([`PluginDir::new`]) or a test's dir
 /// ([`PluginDir::in_dir`]).
@@ -93,9 +95,11 @@ impl PluginDir {
         &self.records
     }
 
-    /// Writes `bin/<name>` with exactly `contents` and `mode`.
+    /// Writes `bin/<name>` with exactly `contents` and `mode`, through
+    /// [`write_executable`]: a plugin that runs it never sees "text file
+    /// busy".
     pub fn file(&self, name: &str, contents: &[u8], mode: u32) -> PathBuf {
-        write_file(&self.bin.join(name), contents, mode)
+        write_executable(&self.bin.join(name), contents, mode)
     }
 
     /// Writes an executable shell script `bin/<name>`: `#!/bin/sh` then `body`.
@@ -419,7 +423,9 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Writes `path` with exactly `contents` and `mode` (not masked by the umask).
+/// Writes the data file `path` with exactly `contents` and `mode` (not
+/// masked by the umask). Never for a file that is executed: that is
+/// [`write_executable`]'s.
 pub fn write_file(path: &Path, contents: &[u8], mode: u32) -> PathBuf {
     let mut f = fs::OpenOptions::new()
         .write(true)

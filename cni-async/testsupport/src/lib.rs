@@ -3,6 +3,8 @@
 //!
 //! - [`fake`]: fake plugins, real `#!/bin/sh` executables in a temp dir that
 //!   answer per `CNI_COMMAND` and record their stdin and environment.
+//! - [`executable`]: executables a test writes (fake plugins, copies of
+//!   binaries), never "text file busy" when other threads fork.
 //! - [`gate`]: ordering a test's events without sleeps (a fake plugin blocks
 //!   until the test opens its gate), and [`gate::LOAD_MARGIN`].
 //! - [`process`]: whether processes and process groups are gone (`/proc`),
@@ -41,6 +43,7 @@
 //!   run as root).
 #![warn(missing_docs)]
 
+pub mod executable;
 pub mod fake;
 pub mod gate;
 pub mod json;

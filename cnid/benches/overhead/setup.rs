@@ -4,7 +4,6 @@
 //! and `cnid` processes.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -130,8 +129,8 @@ impl Tree {
         }
         // A copy, not a link: the plugin's page cache and path are ours.
         let noop = bin.join("noop");
-        fs::copy(&bins.noop, &noop).context("copy cni-noop")?;
-        fs::set_permissions(&noop, fs::Permissions::from_mode(0o755))?;
+        // Through the test support's writer: never "text file busy".
+        cni_test_support::executable::copy_executable(&bins.noop, &noop, 0o755);
         let tree = Tree {
             plugin_dirs: vec![bin.clone(), PathBuf::from(REAL_PLUGIN_DIR)],
             disk,

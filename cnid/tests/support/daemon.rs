@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use cni_test_support::executable::write_executable;
 use cnid::client::Client;
 use serde_json::Value;
 
@@ -78,13 +79,11 @@ impl Dirs {
 
     /// Writes an executable `#!/bin/sh` plugin into `bin/`.
     pub fn plugin(&self, name: &str, body: &str) -> PathBuf {
-        let path = self.bin.join(name);
-        // Write to a temp name and rename: never "text file busy".
-        let tmp = self.bin.join(format!(".{name}.tmp"));
-        fs::write(&tmp, format!("#!/bin/sh\n{body}\n")).expect("write plugin");
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).expect("chmod plugin");
-        fs::rename(&tmp, &path).expect("rename plugin");
-        path
+        write_executable(
+            &self.bin.join(name),
+            format!("#!/bin/sh\n{body}\n").as_bytes(),
+            0o755,
+        )
     }
 
     /// A network `name` (CNI `version`) of one plugin `rec` that records

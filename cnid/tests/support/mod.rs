@@ -6,7 +6,7 @@
 //! `cnid-shim` as a runtime runs it, with the Go clients ([`shim`]).
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
-pub use cni_test_support::{fake, gate, netns, require_root};
+pub use cni_test_support::{executable, fake, gate, netns, require_root};
 
 pub mod daemon;
 /// The benchmark plugin `cni-noop`, built on demand (it is not a binary of cnid).
