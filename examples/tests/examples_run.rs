@@ -1,17 +1,20 @@
 //! Runs the example programs as a user would (`CARGO_BIN_EXE_*`) and checks
 //! what they print and that they leave nothing behind.
 //!
-//! # Serialized, and not with `make demo`
+//! # Each on a host of its own
 //!
 //! `in-process`, `harness`, `daemon-client` and `demo` use the bundled
-//! network `cnirs-bridge`: bridge
-//! `cnirs-br0`, subnet 10.253.10.0/24, host-local's dir
-//! `/var/lib/cni/networks/cnirs-bridge`. Two runs at once would share the
-//! bridge and the addresses, and one run's final tidy-up (deleting the bridge
-//! it created, removing host-local's dir) would pull them from under the
-//! other. So every test that runs one of them holds [`SERIAL`], and nothing
-//! else may use that network while this test binary runs (`make demo`, the
-//! examples started by hand).
+//! network `cnirs-bridge`: bridge `cnirs-br0`, subnet 10.253.10.0/24,
+//! host-local's dir `/var/lib/cni/networks/cnirs-bridge`, namespaces in
+//! `/run/netns`. Those names are the host's: a developer running
+//! `make demo`, a second copy of the suite or these tests themselves would
+//! share the bridge and the addresses, and one run's tidy-up (deleting the
+//! bridge it created) would pull them from under the other. So every test
+//! that runs one of them runs it in a network and mount namespace of its
+//! own, with fresh `/run` and `/var/lib`
+//! ([`cni_test_support::isolated::on_own_host`]): nothing on the host
+//! changes its outcome, and it changes nothing on the host. They run in
+//! parallel with each other.
 //!
 //! These tests need root (namespaces, a bridge); `show-stdin` does not.
 //!
@@ -19,7 +22,8 @@
 //! build for this package's tests: [`cnid_binary`] takes the one next to the
 //! examples in the target dir (where `cargo test --workspace` and
 //! `make demo` put it) and builds it with cargo when it is missing or older
-//! than the sources.
+//! than the sources (before the test enters its own host: cargo needs the
+//! host's files).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -28,11 +32,12 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cni_async::netns::Netns;
+use cni_test_support::isolated::on_own_host;
 use cni_test_support::require_root;
 use ipnet::IpNet;
 use nix::sys::signal::{Signal, kill};
@@ -50,13 +55,6 @@ const NET_D: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/net.d");
 const BRIDGE: &str = "cnirs-br0";
 const SUBNET: &str = "10.253.10.0/24";
 const HOST_LOCAL_DIR: &str = "/var/lib/cni/networks/cnirs-bridge";
-
-/// Held by every test that uses the bundled bridge network (see the module docs).
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A namespace prefix unique to this test process and `tag`.
 fn prefix(tag: &str) -> String {
@@ -371,161 +369,165 @@ fn show_stdin_prints_the_stdin_of_every_bundled_plugin() {
 #[test]
 fn in_process_sets_up_checks_pings_and_tears_down() {
     require_root!("the examples create network namespaces and a bridge");
-    let _serial = serial();
-    let prefix = prefix("ip");
-    let before = Before::take(&prefix);
+    on_own_host(|| {
+        let prefix = prefix("ip");
+        let before = Before::take(&prefix);
 
-    let out = run(IN_PROCESS, &["--prefix", &prefix]);
-    let all = out.all();
-    assert!(out.status.success(), "{all}");
+        let out = run(IN_PROCESS, &["--prefix", &prefix]);
+        let all = out.all();
+        assert!(out.status.success(), "{all}");
 
-    // Two different addresses in the bundled subnet, CHECKs, pings both ways.
-    let addrs = addresses_in_subnet(&out.stdout);
-    assert_eq!(addrs.len(), 2, "expected two addresses in {SUBNET}\n{all}");
-    for label in ["a", "b"] {
-        assert!(
-            out.stdout.contains(&format!("CHECK sandbox {label}: ok")),
-            "{all}"
-        );
-    }
-    for (from, to) in [("a", "b"), ("b", "a")] {
-        let line = out
+        // Two different addresses in the bundled subnet, CHECKs, pings both ways.
+        let addrs = addresses_in_subnet(&out.stdout);
+        assert_eq!(addrs.len(), 2, "expected two addresses in {SUBNET}\n{all}");
+        for label in ["a", "b"] {
+            assert!(
+                out.stdout.contains(&format!("CHECK sandbox {label}: ok")),
+                "{all}"
+            );
+        }
+        for (from, to) in [("a", "b"), ("b", "a")] {
+            let line = out
+                .stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("ping {from} -> {to} ")))
+                .unwrap_or_else(|| panic!("no ping {from} -> {to}\n{all}"));
+            assert!(line.contains(": ok, time "), "{line}\n{all}");
+            let target = addrs
+                .iter()
+                .find(|n| line.contains(&format!("({})", n.addr())));
+            assert!(
+                target.is_some(),
+                "ping to an unknown address: {line}\n{all}"
+            );
+        }
+        assert!(out.stdout.contains("teardown: done"), "{all}");
+
+        // The default result cache was a temp dir, and it is gone; nothing in
+        // /var/lib/cni/results for our containers.
+        let cache = out
             .stdout
             .lines()
-            .find(|l| l.starts_with(&format!("ping {from} -> {to} ")))
-            .unwrap_or_else(|| panic!("no ping {from} -> {to}\n{all}"));
-        assert!(line.contains(": ok, time "), "{line}\n{all}");
-        let target = addrs
-            .iter()
-            .find(|n| line.contains(&format!("({})", n.addr())));
+            .find_map(|l| l.strip_prefix("result cache: "))
+            .unwrap_or_else(|| panic!("no cache dir printed\n{all}"));
         assert!(
-            target.is_some(),
-            "ping to an unknown address: {line}\n{all}"
+            cache.starts_with(std::env::temp_dir().to_str().expect("utf-8 temp dir")),
+            "{all}"
         );
-    }
-    assert!(out.stdout.contains("teardown: done"), "{all}");
-
-    // The default result cache was a temp dir, and it is gone; nothing in
-    // /var/lib/cni/results for our containers.
-    let cache = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("result cache: "))
-        .unwrap_or_else(|| panic!("no cache dir printed\n{all}"));
-    assert!(
-        cache.starts_with(std::env::temp_dir().to_str().expect("utf-8 temp dir")),
-        "{all}"
-    );
-    assert!(!Path::new(cache).exists(), "{cache} left behind\n{all}");
-    let global = files_under(Path::new("/var/lib/cni/results"));
-    assert!(
-        !global.iter().any(|f| f.to_string_lossy().contains(&prefix)),
-        "written to /var/lib/cni/results: {global:?}\n{all}"
-    );
-    before.assert_nothing_left(&all);
+        assert!(!Path::new(cache).exists(), "{cache} left behind\n{all}");
+        let global = files_under(Path::new("/var/lib/cni/results"));
+        assert!(
+            !global.iter().any(|f| f.to_string_lossy().contains(&prefix)),
+            "written to /var/lib/cni/results: {global:?}\n{all}"
+        );
+        before.assert_nothing_left(&all);
+    });
 }
 
 #[test]
 fn in_process_waits_and_tears_down_on_sigterm() {
     require_root!("the examples create network namespaces and a bridge");
-    let _serial = serial();
-    let prefix = prefix("iw");
-    let before = Before::take(&prefix);
-    let cache = tempfile::tempdir().expect("temp dir");
-    let cache_dir = cache.path().to_str().expect("utf-8 temp dir").to_owned();
+    on_own_host(|| {
+        let prefix = prefix("iw");
+        let before = Before::take(&prefix);
+        let cache = tempfile::tempdir().expect("temp dir");
+        let cache_dir = cache.path().to_str().expect("utf-8 temp dir").to_owned();
 
-    let mut running = Running::start(
-        IN_PROCESS,
-        &["--prefix", &prefix, "--cache-dir", &cache_dir, "--wait"],
-    );
-    let up = running.wait_for(
-        Stream::Out,
-        |l| l.contains("press Ctrl-C"),
-        Duration::from_secs(60),
-    );
-    // While it waits: both namespaces exist, both results are in our cache.
-    let namespaces = namespaces_with(&prefix);
-    let cached = files_under(&cache.path().join("results"));
-    running.signal(Signal::SIGTERM);
-    let out = running.finish(Duration::from_secs(60));
-    let all = out.all();
-    assert!(up, "never got to waiting\n{all}");
-    assert_eq!(
-        namespaces,
-        vec![format!("{prefix}a"), format!("{prefix}b")],
-        "{all}"
-    );
-    assert_eq!(cached.len(), 2, "cache entries while up: {cached:?}\n{all}");
+        let mut running = Running::start(
+            IN_PROCESS,
+            &["--prefix", &prefix, "--cache-dir", &cache_dir, "--wait"],
+        );
+        let up = running.wait_for(
+            Stream::Out,
+            |l| l.contains("press Ctrl-C"),
+            Duration::from_secs(60),
+        );
+        // While it waits: both namespaces exist, both results are in our cache.
+        let namespaces = namespaces_with(&prefix);
+        let cached = files_under(&cache.path().join("results"));
+        running.signal(Signal::SIGTERM);
+        let out = running.finish(Duration::from_secs(60));
+        let all = out.all();
+        assert!(up, "never got to waiting\n{all}");
+        assert_eq!(
+            namespaces,
+            vec![format!("{prefix}a"), format!("{prefix}b")],
+            "{all}"
+        );
+        assert_eq!(cached.len(), 2, "cache entries while up: {cached:?}\n{all}");
 
-    // A SIGTERM while waiting is the planned end: exit 0 after the teardown.
-    assert!(out.status.success(), "{all}");
-    assert!(out.stdout.contains("SIGTERM: tearing down"), "{all}");
-    assert!(out.stdout.contains("teardown: done"), "{all}");
-    let cached = files_under(&cache.path().join("results"));
-    assert!(
-        cached.is_empty(),
-        "cache entries after DEL: {cached:?}\n{all}"
-    );
-    before.assert_nothing_left(&all);
+        // A SIGTERM while waiting is the planned end: exit 0 after the teardown.
+        assert!(out.status.success(), "{all}");
+        assert!(out.stdout.contains("SIGTERM: tearing down"), "{all}");
+        assert!(out.stdout.contains("teardown: done"), "{all}");
+        let cached = files_under(&cache.path().join("results"));
+        assert!(
+            cached.is_empty(),
+            "cache entries after DEL: {cached:?}\n{all}"
+        );
+        before.assert_nothing_left(&all);
+    });
 }
 
 #[test]
 fn harness_sets_up_pings_and_tears_down_ten_namespaces() {
     require_root!("the examples create network namespaces and a bridge");
-    let _serial = serial();
-    let prefix = prefix("h");
-    let before = Before::take(&prefix);
+    on_own_host(|| {
+        let prefix = prefix("h");
+        let before = Before::take(&prefix);
 
-    let out = run(
-        HARNESS,
-        &["--count", "10", "--concurrency", "4", "--prefix", &prefix],
-    );
-    let all = out.all();
-    assert!(out.status.success(), "{all}");
-    for expected in [
-        "setup: 10 attached, 0 failed in ",
-        "pings: 9/9 answered from ",
-        "teardown: 10 deleted, 0 failed in ",
-        "left behind: nothing",
-        "total: ",
-    ] {
-        assert!(out.stdout.contains(expected), "no {expected:?}\n{all}");
-    }
-    // Progress lines (stderr is not a terminal here: a line per tenth).
-    assert!(out.stderr.contains("setup: 10/10"), "{all}");
-    assert!(out.stderr.contains("teardown: 10/10"), "{all}");
-    before.assert_nothing_left(&all);
+        let out = run(
+            HARNESS,
+            &["--count", "10", "--concurrency", "4", "--prefix", &prefix],
+        );
+        let all = out.all();
+        assert!(out.status.success(), "{all}");
+        for expected in [
+            "setup: 10 attached, 0 failed in ",
+            "pings: 9/9 answered from ",
+            "teardown: 10 deleted, 0 failed in ",
+            "left behind: nothing",
+            "total: ",
+        ] {
+            assert!(out.stdout.contains(expected), "no {expected:?}\n{all}");
+        }
+        // Progress lines (stderr is not a terminal here: a line per tenth).
+        assert!(out.stderr.contains("setup: 10/10"), "{all}");
+        assert!(out.stderr.contains("teardown: 10/10"), "{all}");
+        before.assert_nothing_left(&all);
+    });
 }
 
 #[test]
 fn harness_interrupted_during_setup_leaves_nothing_behind() {
     require_root!("the examples create network namespaces and a bridge");
-    let _serial = serial();
-    let prefix = prefix("hi");
-    let before = Before::take(&prefix);
+    on_own_host(|| {
+        let prefix = prefix("hi");
+        let before = Before::take(&prefix);
 
-    // Slow enough (one at a time) to be interrupted half-way.
-    let mut running = Running::start(
-        HARNESS,
-        &["--count", "40", "--concurrency", "1", "--prefix", &prefix],
-    );
-    let started = running.wait_for(
-        Stream::Err,
-        |l| l.starts_with("setup: 4/40"),
-        Duration::from_secs(60),
-    );
-    running.signal(Signal::SIGINT);
-    let out = running.finish(Duration::from_secs(120));
-    let all = out.all();
-    assert!(started, "no progress before the signal\n{all}");
+        // Slow enough (one at a time) to be interrupted half-way.
+        let mut running = Running::start(
+            HARNESS,
+            &["--count", "40", "--concurrency", "1", "--prefix", &prefix],
+        );
+        let started = running.wait_for(
+            Stream::Err,
+            |l| l.starts_with("setup: 4/40"),
+            Duration::from_secs(60),
+        );
+        running.signal(Signal::SIGINT);
+        let out = running.finish(Duration::from_secs(120));
+        let all = out.all();
+        assert!(started, "no progress before the signal\n{all}");
 
-    assert_eq!(out.status.code(), Some(130), "{all}");
-    assert!(
-        out.stdout.contains("SIGINT: setup stopped"),
-        "not interrupted during setup\n{all}"
-    );
-    assert!(out.stdout.contains("left behind: nothing"), "{all}");
-    before.assert_nothing_left(&all);
+        assert_eq!(out.status.code(), Some(130), "{all}");
+        assert!(
+            out.stdout.contains("SIGINT: setup stopped"),
+            "not interrupted during setup\n{all}"
+        );
+        assert!(out.stdout.contains("left behind: nothing"), "{all}");
+        before.assert_nothing_left(&all);
+    });
 }
 
 /// The crates whose sources make up the `cnid` binary.
@@ -620,14 +622,14 @@ struct TestCnid {
 }
 
 impl TestCnid {
-    fn start() -> TestCnid {
+    fn start(cnid: &Path) -> TestCnid {
         let dir = tempfile::Builder::new()
             .prefix("cnirs-test-cnid-")
             .tempdir()
             .expect("temp dir");
         let socket = dir.path().join("cnid.sock");
         let log = fs::File::create(dir.path().join("cnid.log")).expect("create the log");
-        let child = Command::new(cnid_binary())
+        let child = Command::new(cnid)
             .arg("--socket")
             .arg(&socket)
             .arg("--conf-dir")
@@ -771,25 +773,28 @@ fn assert_attached_pinged_listed(out: &Finished, prefix: &str) {
 #[test]
 fn daemon_client_attaches_pings_lists_and_detaches_through_cnid() {
     require_root!("the examples create network namespaces and a bridge");
-    let _serial = serial();
-    let prefix = prefix("dc");
-    let before = Before::take(&prefix);
-    let mut cnid = TestCnid::start();
-    let socket = cnid.socket.to_str().expect("utf-8 temp dir").to_owned();
+    let cnid = cnid_binary();
+    on_own_host(|| {
+        let prefix = prefix("dc");
+        let before = Before::take(&prefix);
+        let mut cnid = TestCnid::start(&cnid);
+        let socket = cnid.socket.to_str().expect("utf-8 temp dir").to_owned();
 
-    let out = run(DAEMON_CLIENT, &["--socket", &socket, "--prefix", &prefix]);
-    let all = format!("{}\n--- cnid log\n{}", out.all(), cnid.log());
-    assert!(out.status.success(), "{all}");
-    assert_attached_pinged_listed(&out, &prefix);
+        let out = run(DAEMON_CLIENT, &["--socket", &socket, "--prefix", &prefix]);
+        let all = format!("{}\n--- cnid log\n{}", out.all(), cnid.log());
+        assert!(out.status.success(), "{all}");
+        assert_attached_pinged_listed(&out, &prefix);
 
-    // The daemon agrees: nothing attached, nothing cached.
-    let (status, body) = cnid_get(&cnid.socket, "/v1/attachments").expect("GET /v1/attachments");
-    assert_eq!(status, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).expect("attachments JSON");
-    assert_eq!(v["attachments"], serde_json::json!([]), "{all}");
-    assert_eq!(cnid.cached(), Vec::<PathBuf>::new(), "{all}");
-    assert!(cnid.stop().success(), "{all}");
-    before.assert_nothing_left(&all);
+        // The daemon agrees: nothing attached, nothing cached.
+        let (status, body) =
+            cnid_get(&cnid.socket, "/v1/attachments").expect("GET /v1/attachments");
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).expect("attachments JSON");
+        assert_eq!(v["attachments"], serde_json::json!([]), "{all}");
+        assert_eq!(cnid.cached(), Vec::<PathBuf>::new(), "{all}");
+        assert!(cnid.stop().success(), "{all}");
+        before.assert_nothing_left(&all);
+    });
 }
 
 #[test]
@@ -825,95 +830,97 @@ fn process_exists(pid: i32) -> bool {
 #[test]
 fn demo_runs_end_to_end_and_leaves_nothing_behind() {
     require_root!("the examples create network namespaces and a bridge");
-    let _serial = serial();
-    let prefix = prefix("dm");
-    let before = Before::take(&prefix);
     let cnid = cnid_binary();
+    on_own_host(|| {
+        let prefix = prefix("dm");
+        let before = Before::take(&prefix);
 
-    let out = run(
-        DEMO,
-        &[
-            "--cnid",
-            cnid.to_str().expect("utf-8 path"),
-            "--prefix",
-            &prefix,
-        ],
-    );
-    let all = out.all();
-    assert!(out.status.success(), "{all}");
-    assert_attached_pinged_listed(&out, &prefix);
-    // A fresh daemon: our two attachments are all it has.
-    assert!(
-        out.stdout
-            .contains("GET /v1/attachments: 2 attachments, 2 of them ours"),
-        "{all}"
-    );
-    assert!(
-        out.stdout.contains("cnid: exited (exit status: 0)"),
-        "{all}"
-    );
-    assert!(out.stdout.contains("left behind: nothing"), "{all}");
-    assert_eq!(
-        out.stdout.lines().last(),
-        Some("demo: done, everything torn down"),
-        "{all}"
-    );
-    // Its temp dir (socket, state, cache, log) is gone, and so is cnid.
-    let tmp = out
-        .stdout
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("removed ")
-                .filter(|p| p.contains("cnid-demo-"))
-        })
-        .unwrap_or_else(|| panic!("no temp dir removed\n{all}"));
-    assert!(!Path::new(tmp).exists(), "{tmp} left behind\n{all}");
-    let pid = demo_cnid_pid(&out.stdout).unwrap_or_else(|| panic!("no cnid pid\n{all}"));
-    assert!(!process_exists(pid), "cnid (pid {pid}) still runs\n{all}");
-    before.assert_nothing_left(&all);
+        let out = run(
+            DEMO,
+            &[
+                "--cnid",
+                cnid.to_str().expect("utf-8 path"),
+                "--prefix",
+                &prefix,
+            ],
+        );
+        let all = out.all();
+        assert!(out.status.success(), "{all}");
+        assert_attached_pinged_listed(&out, &prefix);
+        // A fresh daemon: our two attachments are all it has.
+        assert!(
+            out.stdout
+                .contains("GET /v1/attachments: 2 attachments, 2 of them ours"),
+            "{all}"
+        );
+        assert!(
+            out.stdout.contains("cnid: exited (exit status: 0)"),
+            "{all}"
+        );
+        assert!(out.stdout.contains("left behind: nothing"), "{all}");
+        assert_eq!(
+            out.stdout.lines().last(),
+            Some("demo: done, everything torn down"),
+            "{all}"
+        );
+        // Its temp dir (socket, state, cache, log) is gone, and so is cnid.
+        let tmp = out
+            .stdout
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("removed ")
+                    .filter(|p| p.contains("cnid-demo-"))
+            })
+            .unwrap_or_else(|| panic!("no temp dir removed\n{all}"));
+        assert!(!Path::new(tmp).exists(), "{tmp} left behind\n{all}");
+        let pid = demo_cnid_pid(&out.stdout).unwrap_or_else(|| panic!("no cnid pid\n{all}"));
+        assert!(!process_exists(pid), "cnid (pid {pid}) still runs\n{all}");
+        before.assert_nothing_left(&all);
+    });
 }
 
 #[test]
 fn demo_interrupted_during_add_tears_down_and_stops_cnid() {
     require_root!("the examples create network namespaces and a bridge");
-    let _serial = serial();
-    let prefix = prefix("di");
-    let before = Before::take(&prefix);
     let cnid = cnid_binary();
+    on_own_host(|| {
+        let prefix = prefix("di");
+        let before = Before::take(&prefix);
 
-    let mut running = Running::start(
-        DEMO,
-        &[
-            "--cnid",
-            cnid.to_str().expect("utf-8 path"),
-            "--prefix",
-            &prefix,
-        ],
-    );
-    // Interrupted once both namespaces exist and the ADDs are sent.
-    let reached = running.wait_for(
-        Stream::Out,
-        |l| l.contains(". ADD both namespaces"),
-        Duration::from_secs(60),
-    );
-    running.signal(Signal::SIGINT);
-    let out = running.finish(Duration::from_secs(120));
-    let all = out.all();
-    assert!(reached, "never got to the ADDs\n{all}");
+        let mut running = Running::start(
+            DEMO,
+            &[
+                "--cnid",
+                cnid.to_str().expect("utf-8 path"),
+                "--prefix",
+                &prefix,
+            ],
+        );
+        // Interrupted once both namespaces exist and the ADDs are sent.
+        let reached = running.wait_for(
+            Stream::Out,
+            |l| l.contains(". ADD both namespaces"),
+            Duration::from_secs(60),
+        );
+        running.signal(Signal::SIGINT);
+        let out = running.finish(Duration::from_secs(120));
+        let all = out.all();
+        assert!(reached, "never got to the ADDs\n{all}");
 
-    assert_eq!(out.status.code(), Some(130), "{all}");
-    assert!(
-        out.stdout.contains("SIGINT: stopping, tearing down"),
-        "{all}"
-    );
-    assert!(out.stdout.contains("teardown: done"), "{all}");
-    assert!(out.stdout.contains("left behind: nothing"), "{all}");
-    assert_eq!(
-        out.stdout.lines().last(),
-        Some("demo: interrupted by SIGINT, everything torn down"),
-        "{all}"
-    );
-    let pid = demo_cnid_pid(&out.stdout).unwrap_or_else(|| panic!("no cnid pid\n{all}"));
-    assert!(!process_exists(pid), "cnid (pid {pid}) still runs\n{all}");
-    before.assert_nothing_left(&all);
+        assert_eq!(out.status.code(), Some(130), "{all}");
+        assert!(
+            out.stdout.contains("SIGINT: stopping, tearing down"),
+            "{all}"
+        );
+        assert!(out.stdout.contains("teardown: done"), "{all}");
+        assert!(out.stdout.contains("left behind: nothing"), "{all}");
+        assert_eq!(
+            out.stdout.lines().last(),
+            Some("demo: interrupted by SIGINT, everything torn down"),
+            "{all}"
+        );
+        let pid = demo_cnid_pid(&out.stdout).unwrap_or_else(|| panic!("no cnid pid\n{all}"));
+        assert!(!process_exists(pid), "cnid (pid {pid}) still runs\n{all}");
+        before.assert_nothing_left(&all);
+    });
 }

@@ -5,6 +5,8 @@
 //!   answer per `CNI_COMMAND` and record their stdin and environment.
 //! - [`executable`]: executables a test writes (fake plugins, copies of
 //!   binaries), never "text file busy" when other threads fork.
+//! - [`isolated`]: a network and mount namespace of the test's own, for
+//!   tests that use host-global names (the bundled networks, the examples).
 //! - [`gate`]: ordering a test's events without sleeps (a fake plugin blocks
 //!   until the test opens its gate), and [`gate::LOAD_MARGIN`].
 //! - [`process`]: whether processes and process groups are gone (`/proc`),
@@ -46,6 +48,7 @@
 pub mod executable;
 pub mod fake;
 pub mod gate;
+pub mod isolated;
 pub mod json;
 pub mod log;
 pub mod netns;
