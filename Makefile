@@ -7,7 +7,7 @@
 CARGO ?= cargo
 PLUGIN_DIR ?= /usr/lib/cni
 
-.PHONY: all setup demo test fmt-check lint unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak bench
+.PHONY: all setup demo test fmt-check lint unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench
 
 all: test
 
@@ -75,7 +75,16 @@ test: setup fmt-check lint unit fuzz-smoke
 # SOAK_SEED=0x... replays one) and the load test (2,000 requests from 200
 # clients). Prints their figures; docs/reliability.md keeps the last ones.
 soak: setup
-	SOAK_SCALE=full $(CARGO) test -p cnid --test soak_crash --test load -- --nocapture
+	SOAK_SCALE=full $(CARGO) test -p cnid --test integration -- --nocapture soak_crash:: load::
+
+# The suite on a busy machine, as developers run it before they stop: this
+# checkout's suite (make unit) while a second copy of it runs from another
+# clone with its own target dir (target/stress, kept between runs), the demo
+# runs in a loop on the host's own bundled network, and STRESS_BURNERS (2)
+# CPU burners and a fork-and-exec loop run (cni-async/testsupport/stress.sh).
+# Both suites must pass. Needs root, like make test.
+stress: setup
+	CARGO="$(CARGO)" cni-async/testsupport/stress.sh
 
 clean:
 	$(CARGO) clean

@@ -3,20 +3,18 @@
 //! namespaces are real).
 #![cfg(feature = "netns")]
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use crate::support::fake::{Fake, Response, Rig, conflist};
+use crate::support::netns::BatchNamespaces;
+use crate::support::require_root;
 use cni_async::Error;
 use cni_async::batch::{BatchBuilder, BatchEventKind};
 use cni_async::multi::{MultiNetwork, NetworkRequest, Sandbox};
 use cni_async::netns::Netns;
 use cni_core::RuntimeConf;
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist};
-use support::netns::BatchNamespaces;
-use support::require_root;
 
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.1.2.3/24"}]}"#;
 const NETWORK: &str = "adopted";

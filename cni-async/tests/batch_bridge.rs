@@ -4,13 +4,16 @@
 //! drop. Needs root.
 #![cfg(feature = "netns")]
 
-mod support;
-
+use crate::support;
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::fake::PluginDir;
+use crate::support::gate::Gate;
+use crate::support::netns::{TestNet, bridge_ports, host_local_ips, ip_ok, links, ping, unique_id};
+use crate::support::require_root;
 use cni_async::batch::{Batch, BatchBuilder, BatchCounts, BatchEventKind};
 use cni_async::multi::{MultiNetwork, Sandbox};
 use cni_async::netns::Netns;
@@ -19,10 +22,6 @@ use cni_core::NetworkConfigList;
 use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::fake::PluginDir;
-use support::gate::Gate;
-use support::netns::{TestNet, bridge_ports, host_local_ips, ip_ok, links, ping, unique_id};
-use support::require_root;
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 

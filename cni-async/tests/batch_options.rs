@@ -4,15 +4,13 @@
 //! namespaces are real).
 #![cfg(feature = "netns")]
 
-mod support;
-
+use crate::support::fake::{Fake, Response, Rig, conflist};
+use crate::support::gate::Gate;
+use crate::support::netns::BatchNamespaces;
+use crate::support::require_root;
 use cni_async::batch::{BatchBuilder, TeardownEnd};
 use cni_async::multi::MultiNetwork;
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist};
-use support::gate::Gate;
-use support::netns::BatchNamespaces;
-use support::require_root;
 
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.1.2.3/24"}]}"#;
 

@@ -2,16 +2,14 @@
 //! layout and record format, when entries are written and removed, and how
 //! corrupt, foreign and symlinked entries are handled.
 
-mod support;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
+use crate::support::fake::{Fake, Invocation, Response, Rig, assert_json_eq, conflist, sh_quote};
 use cni_async::Error;
 use cni_core::cache::CacheEntry;
 use cni_core::{CapabilityArgs, CniArgs, NetworkConfigList, RuntimeConf};
 use serde_json::{Value, json};
-use support::fake::{Fake, Invocation, Response, Rig, assert_json_eq, conflist, sh_quote};
 
 fn result_json(ip: &str) -> Value {
     json!({"cniVersion":"1.0.0",

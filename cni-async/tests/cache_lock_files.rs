@@ -4,17 +4,15 @@
 //! them is safe: a locker that races with the removal never shares the
 //! lock with another one.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::fake::{Fake, GroupReaper, Response, Rig, conflist, dir_names, sh_quote};
 use cni_async::{CallOptions, Error};
 use cni_core::RuntimeConf;
 use cni_core::cache::CacheRecord;
 use serde_json::json;
-use support::fake::{Fake, GroupReaper, Response, Rig, conflist, dir_names, sh_quote};
 
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.216.0.2/24"}]}"#;
 

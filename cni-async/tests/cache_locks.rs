@@ -2,18 +2,17 @@
 //! operations on different attachments do, a lock held too long is an error,
 //! and the lock file goes away with the attachment.
 
-mod support;
-
+use crate::support;
 use std::fs;
 use std::future::IntoFuture;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use crate::support::fake::{Fake, Response, Rig, conflist, sh_quote};
+use crate::support::gate::{Gate, LOAD_MARGIN, poll_once};
 use cni_async::{CallOptions, Error};
 use cni_core::RuntimeConf;
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist, sh_quote};
-use support::gate::{Gate, LOAD_MARGIN, poll_once};
 
 /// A plugin `slow` that appends `start <ns>` and `end <ns>` (with its
 /// container ID) around a wait at `gate` on ADD, and answers a result.

@@ -4,15 +4,13 @@
 //! `ResultCache::tighten_dirs`. The cache dir itself keeps its mode (it is
 //! shared with other tools).
 
-mod support;
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use crate::support::fake::{Fake, Response, Rig, conflist, runtime};
 use cni_async::cache::{PrivateDir, ResultCache, ensure_private_dir};
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist, runtime};
 
 fn mode(path: &Path) -> u32 {
     fs::metadata(path).unwrap().mode() & 0o7777

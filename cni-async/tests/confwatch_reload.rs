@@ -3,16 +3,14 @@
 //! readiness by count and by plugin presence.
 #![cfg(feature = "watch")]
 
-mod support;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::fake::{Fake, PluginDir, Response};
 use cni_async::Cni;
 use cni_async::confwatch::{ConfSnapshot, NetworkSet};
 use pretty_assertions::assert_eq;
-use support::fake::{Fake, PluginDir, Response};
 
 /// Waits (bounded) until the set's snapshot satisfies `cond`.
 async fn wait_for(set: &NetworkSet, what: &str, cond: impl Fn(&ConfSnapshot) -> bool) {

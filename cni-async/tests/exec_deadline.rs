@@ -5,19 +5,18 @@
 //! the tests can check they are gone. A [`GroupReaper`] kills leftovers when
 //! a test fails.
 
-mod support;
-
+use crate::support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cni_async::Error;
-use cni_async::exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec};
-use cni_core::Command;
-use support::fake::{
+use crate::support::fake::{
     GroupReaper, PluginDir, env, our_zombie, read_pids, sh_quote, wait_for_pids, wait_gone,
     wait_group_gone,
 };
-use support::gate::LOAD_MARGIN;
+use crate::support::gate::LOAD_MARGIN;
+use cni_async::Error;
+use cni_async::exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec};
+use cni_core::Command;
 
 const GRACE: Duration = Duration::from_millis(300);
 

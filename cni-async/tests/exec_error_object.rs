@@ -6,14 +6,12 @@
 //! nothing is cached. Also: a result without `cniVersion` has the version of
 //! the configuration the plugin was given (`docs/decisions.md` D19).
 
-mod support;
-
+use crate::support::fake::{Fake, Response, Rig, conflist, runtime};
 use cni_async::{Error, PluginExit};
 use cni_core::stdin::GcAttachment;
 use cni_core::{Command, ErrorObject, Version};
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist, runtime};
 
 const RESULT: &str = r#"{"cniVersion":"1.1.0","ips":[{"address":"10.217.0.2/24"}]}"#;
 

@@ -1,17 +1,15 @@
 //! Finding plugin binaries, and what happens when one cannot be started.
 
-mod support;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::support::fake::{PluginDir, env};
+use crate::support::gate::{LOAD_MARGIN, poll_once};
 use cni_async::Error;
 use cni_async::exec::{ExecRequest, PluginExec, RawExec};
 use cni_core::Command;
-use support::fake::{PluginDir, env};
-use support::gate::{LOAD_MARGIN, poll_once};
 
 #[test]
 fn first_executable_in_path_order_wins_and_non_executables_are_skipped() {

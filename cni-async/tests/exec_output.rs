@@ -1,14 +1,12 @@
 //! How a plugin's exit is reported: output on success, and every shape of failure.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::fake::{Fake, PluginDir, Response, env};
 use cni_async::exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec};
 use cni_async::{Error, PluginExit};
 use cni_core::{Command, ErrorObject};
 use pretty_assertions::assert_eq;
-use support::fake::{Fake, PluginDir, Response, env};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -1,13 +1,11 @@
 //! stdin is written while stdout and stderr are read: no pipe deadlock, and
 //! a plugin that does not read its stdin is not an error by itself.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::fake::{PluginDir, env};
 use cni_async::exec::{ExecRequest, PluginExec, RawExec};
 use cni_core::Command;
-use support::fake::{PluginDir, env};
 
 /// Bigger than a pipe buffer (64 KiB by default, 1 MiB at most by default).
 const BIG: usize = 2 * 1024 * 1024;

@@ -3,20 +3,20 @@
 //! network when the second fails. Needs root.
 #![cfg(feature = "netns")]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::support::fake::{Fake, PluginDir, Response};
+use crate::support::netns::{
+    TestNet, bridge_ports, host_local_ips, ip_ok, links, unique_link_name,
+};
+use crate::support::require_root;
 use cni_async::multi::{MultiNetwork, Sandbox, SetupMode};
 use cni_async::{Cni, Error};
 use cni_core::NetworkConfigList;
 use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::fake::{Fake, PluginDir, Response};
-use support::netns::{TestNet, bridge_ports, host_local_ips, ip_ok, links, unique_link_name};
-use support::require_root;
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 

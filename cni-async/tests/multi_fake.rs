@@ -2,15 +2,13 @@
 //! what each plugin receives (capability args, labels, interface names), how
 //! results are aggregated, and how errors of several networks are reported.
 
-mod support;
-
+use crate::support::fake::{Fake, PluginDir, Response};
 use cni_async::caps::{Capabilities, PortMapping};
 use cni_async::multi::{MultiNetwork, Sandbox, SetupMode};
 use cni_async::{Cni, Error};
 use cni_core::NetworkConfigList;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::fake::{Fake, PluginDir, Response};
 
 fn list(value: Value) -> NetworkConfigList {
     NetworkConfigList::from_value(&value).expect("valid list")

@@ -6,8 +6,11 @@
 //! deleted. Needs root.
 #![cfg(feature = "netns")]
 
-mod support;
-
+use crate::support;
+use crate::support::netns::{
+    TestNet, addrs_v4, bridge_ports, host_local_ips, ping, unique_netns_name,
+};
+use crate::support::require_root;
 use cni_async::Cni;
 use cni_async::multi::{MultiNetwork, NetworkRequest, Sandbox};
 use cni_async::netns::NetnsGuard;
@@ -15,8 +18,6 @@ use cni_core::CapabilityArgs;
 use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use support::netns::{TestNet, addrs_v4, bridge_ports, host_local_ips, ping, unique_netns_name};
-use support::require_root;
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 

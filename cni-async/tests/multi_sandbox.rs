@@ -4,17 +4,15 @@
 //! containerd passes them, STATUS of a sandbox's networks, and GC for a node
 //! that never races an ADD on the same network.
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::fake::{Fake, PluginDir, Response, sh_quote};
 use cni_async::multi::{KubernetesPod, MultiNetwork, NetworkRequest, Sandbox};
 use cni_async::{Cni, Error};
 use cni_core::NetworkConfigList;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::fake::{Fake, PluginDir, Response, sh_quote};
 
 const NETNS: &str = "/run/netns/fake";
 

@@ -2,20 +2,19 @@
 //! compatibility with `ip netns`. Needs root.
 #![cfg(feature = "netns")]
 
-mod support;
-
+use crate::support;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use cni_async::Error;
-use cni_async::netns::{NETNS_RUN_DIR, Netns, NetnsGuard};
-use support::netns::{
+use crate::support::netns::{
     ip, ip_ok, link_exists_in, links, unique_id, unique_link_name, unique_netns_name,
 };
-use support::require_root;
+use crate::support::require_root;
+use cni_async::Error;
+use cni_async::netns::{NETNS_RUN_DIR, Netns, NetnsGuard};
 
 /// Whether `/proc/self/mountinfo` has a mount on `path`.
 fn is_mounted(path: &Path) -> bool {

@@ -3,11 +3,9 @@
 //! any plugin runs (as cnid refuses them); DEL may pass none. The
 //! namespace check itself stays opt-in (`ops_netns_check.rs`).
 
-mod support;
-
+use crate::support::fake::{Fake, Response, Rig, conflist};
 use cni_core::RuntimeConf;
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist};
 
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.218.0.2/24"}]}"#;
 

@@ -2,8 +2,6 @@
 //! assertion helpers built on that. Needs root.
 #![cfg(feature = "netns")]
 
-mod support;
-
 use std::fs;
 use std::future::Future;
 use std::net::IpAddr;
@@ -12,13 +10,13 @@ use std::process::Command;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use cni_async::netns::{Netns, NetnsGuard};
-use ipnet::IpNet;
-use support::netns::{
+use crate::support::netns::{
     TestNet, addrs_v4, exec_ok, ip, link_exists, link_exists_in, links, ping, try_addrs,
     unique_link_name, unique_netns_name,
 };
-use support::require_root;
+use crate::support::require_root;
+use cni_async::netns::{Netns, NetnsGuard};
+use ipnet::IpNet;
 
 fn thread_netns_inode() -> u64 {
     fs::metadata("/proc/thread-self/ns/net")

@@ -3,8 +3,7 @@
 //! `TestNet` that cleans up even when a test panics. Needs root.
 #![cfg(feature = "netns")]
 
-mod support;
-
+use crate::support;
 use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
@@ -16,13 +15,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use cni_async::netns::NETNS_RUN_DIR;
-use serde_json::{Value, json};
-use support::netns::{
+use crate::support::netns::{
     SubnetLease, TestNet, addrs_v4, host_local_ips, host_uses, ip_ok, link_exists, ping, unique_id,
     unique_link_name, unique_netns_name,
 };
-use support::require_root;
+use crate::support::require_root;
+use cni_async::netns::NETNS_RUN_DIR;
+use serde_json::{Value, json};
 
 /// Polls `cond` for up to 10 s (namespace teardown in the kernel is
 /// asynchronous: veths in a deleted namespace go away a moment later).

@@ -1,11 +1,9 @@
 //! The operations when the cache stands in the way: a colliding record, an
 //! unusable cache dir, and the VERSION quirks of old plugins.
 
-mod support;
-
+use crate::support::fake::{Fake, Response, Rig, conflist, runtime};
 use cni_async::Error;
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist, runtime};
 
 fn ok_result() -> String {
     json!({"cniVersion":"1.0.0","ips":[{"address":"10.9.0.2/24"}]}).to_string()

@@ -1,12 +1,10 @@
 //! CHECK (refused before ADD and below 0.4.0, a no-op with `disableCheck`)
 //! and STATUS (a no-op below 1.1.0, codes 50 and 51, first failure stops).
 
-mod support;
-
+use crate::support::fake::{Fake, Response, Rig, conflist};
 use cni_async::Error;
 use cni_core::RuntimeConf;
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist};
 
 fn ok_rig(names: &[&str], version: &str) -> Rig {
     let rig = Rig::new();

@@ -2,18 +2,17 @@
 //! plugins and their grandchildren are killed, and a dropped ADD kills its
 //! plugin and writes no cache entry.
 
-mod support;
-
+use crate::support;
 use std::time::{Duration, Instant};
 
-use cni_async::Error;
-use cni_core::RuntimeConf;
-use serde_json::json;
-use support::fake::{
+use crate::support::fake::{
     Fake, GroupReaper, RIG_KILL_GRACE, Response, Rig, conflist, live_in_group, our_zombie,
     sh_quote, wait_for_pids, wait_gone,
 };
-use support::gate::{Gate, LOAD_MARGIN};
+use crate::support::gate::{Gate, LOAD_MARGIN};
+use cni_async::Error;
+use cni_core::RuntimeConf;
+use serde_json::json;
 
 fn rt() -> RuntimeConf {
     RuntimeConf::new("c1", "/run/netns/c1", "eth0")

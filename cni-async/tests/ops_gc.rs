@@ -2,13 +2,11 @@
 //! untouched, 1.1.0 lists get GC with both attachment keys, errors are
 //! collected while the rest still runs.
 
-mod support;
-
+use crate::support::fake::{Fake, Invocation, Response, Rig, assert_json_eq, conflist};
 use cni_async::Error;
 use cni_core::stdin::GcAttachment;
 use cni_core::{CniArgs, NetworkConfigList, RuntimeConf};
 use serde_json::{Value, json};
-use support::fake::{Fake, Invocation, Response, Rig, assert_json_eq, conflist};
 
 /// A fake answering ADD with a result, other verbs with success, after
 /// running `shell` (which may `exit` early).

@@ -3,17 +3,15 @@
 //! the ones it leaves no time for are not started, and all of them are
 //! reported as not deleted.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::fake::{
+    Fake, GroupReaper, RIG_KILL_GRACE, Response, Rig, conflist, read_pids, sh_quote, wait_gone,
+};
 use cni_async::Error;
 use cni_core::stdin::GcAttachment;
 use cni_core::{NetworkConfigList, RuntimeConf};
 use serde_json::json;
-use support::fake::{
-    Fake, GroupReaper, RIG_KILL_GRACE, Response, Rig, conflist, read_pids, sh_quote, wait_gone,
-};
 
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.217.0.2/24"}]}"#;
 const STALE: usize = 8;

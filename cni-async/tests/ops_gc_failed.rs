@@ -2,12 +2,10 @@
 //! others are deleted, the plugins still get GC, and the outcome names the
 //! one left and why, every time GC runs, until its DEL succeeds.
 
-mod support;
-
+use crate::support::fake::{Fake, Response, Rig, conflist};
 use cni_core::stdin::GcAttachment;
 use cni_core::{CniArgs, RuntimeConf};
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist};
 
 const RESULT: &str = r#"{"cniVersion":"1.1.0","ips":[{"address":"10.218.0.2/24"}]}"#;
 

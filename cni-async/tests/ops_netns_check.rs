@@ -3,13 +3,11 @@
 //! name one that is gone, or none. Off by default (libcni leaves the netns
 //! to the plugins).
 
-mod support;
-
 use std::os::unix::fs::symlink;
 
+use crate::support::fake::{Fake, Response, Rig, conflist};
 use cni_core::{Command, RuntimeConf};
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist};
 
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.217.0.2/24"}]}"#;
 

@@ -1,12 +1,10 @@
 //! A plugin that exits 0 with no result or with garbage: a PluginOutput
 //! error naming the plugin and keeping stdout and stderr; nothing cached.
 
-mod support;
-
+use crate::support::fake::{Fake, Response, Rig, conflist};
 use cni_async::Error;
 use cni_core::RuntimeConf;
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist};
 
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.217.0.2/24"}]}"#;
 

@@ -2,15 +2,14 @@
 //! namespaces: loopback + bridge (host-local IPAM) + tuning + portmap.
 #![cfg(feature = "netns")]
 
-mod support;
-
+use crate::support;
+use crate::support::netns::{
+    TestNet, addrs_v4, bridge_ports, host_local_ips, link_exists, link_exists_in, ping,
+};
+use crate::support::require_root;
 use cni_async::Cni;
 use cni_core::{NetworkConfigList, RuntimeConf, Version};
 use serde_json::json;
-use support::netns::{
-    TestNet, addrs_v4, bridge_ports, host_local_ips, link_exists, link_exists_in, ping,
-};
-use support::require_root;
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 

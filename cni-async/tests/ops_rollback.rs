@@ -2,18 +2,17 @@
 //! that failed, get DEL last to first, with the last good result as
 //! prevResult and a fresh deadline.
 
-mod support;
-
+use crate::support;
 use std::time::{Duration, Instant};
 
-use cni_async::{CallOptions, Error};
-use cni_core::RuntimeConf;
-use serde_json::{Value, json};
-use support::fake::{
+use crate::support::fake::{
     Fake, GroupReaper, Invocation, RIG_KILL_GRACE, Response, Rig, assert_json_eq, conflist,
     read_pids, sh_quote, wait_group_gone,
 };
-use support::gate::LOAD_MARGIN;
+use crate::support::gate::LOAD_MARGIN;
+use cni_async::{CallOptions, Error};
+use cni_core::RuntimeConf;
+use serde_json::{Value, json};
 
 fn result(n: u8) -> Value {
     json!({"cniVersion":"1.0.0","ips":[{"address": format!("10.214.0.{n}/24")}]})

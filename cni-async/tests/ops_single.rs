@@ -2,11 +2,9 @@
 //! `.conf`-style plugin configuration: the plugin's own name and version,
 //! its bytes in the cache.
 
-mod support;
-
+use crate::support::fake::{Fake, Response, Rig, assert_json_eq, cni_vars, version_reply};
 use cni_core::{CapabilityArgs, PluginConfig, RuntimeConf};
 use serde_json::{Value, json};
-use support::fake::{Fake, Response, Rig, assert_json_eq, cni_vars, version_reply};
 
 const CONF: &[u8] = br#"{"cniVersion":"1.0.0","name":"single","type":"one","capabilities":{"mac":true},"extra":{"n":1}}"#;
 

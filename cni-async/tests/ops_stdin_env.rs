@@ -3,17 +3,15 @@
 //! in the chain; results chained as `prevResult` and converted to the list's
 //! version.
 
-mod support;
-
 use std::collections::BTreeMap;
 
-use cni_core::stdin::GcAttachment;
-use cni_core::{CapabilityArgs, CniArgs, NetworkConfigList, RuntimeConf};
-use serde_json::{Value, json};
-use support::fake::{
+use crate::support::fake::{
     Fake, Invocation, Response, Rig, assert_json_eq, cni_vars, conflist, our_env_without_cni,
     version_reply,
 };
+use cni_core::stdin::GcAttachment;
+use cni_core::{CapabilityArgs, CniArgs, NetworkConfigList, RuntimeConf};
+use serde_json::{Value, json};
 
 /// Results of the three plugins of the chain: each one extends the one
 /// before (plugin 2 adds a route, plugin 3 adds DNS and an interface).

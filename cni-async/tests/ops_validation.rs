@@ -1,16 +1,14 @@
 //! Names and IDs are validated on every verb before anything runs or is
 //! created; plugin validation (VERSION) collects every problem.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use crate::support::fake::{Fake, Response, Rig, conflist, version_reply};
 use cni_async::{CallOptions, Error};
 use cni_core::RuntimeConf;
 use cni_core::stdin::GcAttachment;
 use serde_json::json;
-use support::fake::{Fake, Response, Rig, conflist, version_reply};
 
 /// Every path under `root` (recursively).
 fn tree(root: &Path) -> BTreeSet<PathBuf> {

@@ -1,11 +1,9 @@
 //! The cache record against libcni's on-disk format.
 
-mod support;
-
+use crate::support::{assert_json_eq, json};
 use cni_core::cache::{self, CacheEntry, CacheRecord};
 use cni_core::{NetworkConfigList, RuntimeConf};
 use serde_json::json;
-use support::{assert_json_eq, json};
 
 /// A record as libcni's `cacheAdd` writes it: Go's `json.Marshal` of
 /// `cachedInfo` (struct fields in declaration order, map keys sorted, `[]byte`

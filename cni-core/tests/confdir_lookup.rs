@@ -1,9 +1,7 @@
 //! Conf-dir scanning and lookup over real files in temp dirs.
 
-mod support;
-
+use crate::support::{ConfDir, conf, conflist};
 use cni_core::{Error, Version, confdir};
-use support::{ConfDir, conf, conflist};
 
 fn plugin_types(list: &cni_core::NetworkConfigList) -> Vec<&str> {
     list.plugins().iter().map(|p| p.plugin_type()).collect()

@@ -1,12 +1,10 @@
 //! Per-plugin stdin building for every verb (CNI spec, section 3: deriving the execution
 //! configuration from the plugin configuration; `docs/decisions.md` D5).
 
-mod support;
-
+use crate::support::{assert_json_eq, json};
 use cni_core::stdin::{GcAttachment, StdinInput, list_plugin_stdin, plugin_stdin};
 use cni_core::{NetworkConfigList, RuntimeConf, Version};
 use serde_json::{Value, json};
-use support::{assert_json_eq, json};
 
 /// The spec's example network (section 1), comments removed.
 const DBNET: &str = r#"{

@@ -7,24 +7,22 @@
 //! route. Every test removes its namespaces (`PREFIX<number>`) and bridge in
 //! guards, also when it panics.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde_json::{Value, json};
-use support::gate::Gate;
-use support::netns::{
+use crate::support::gate::Gate;
+use crate::support::netns::{
     LinkGuard, NETNS_DIR, SubnetLease, host_local_ips, ip, ip_json, ip_ok, unique_id,
 };
-use support::require_root;
-use support::tool::{Run, Sandbox, expected_container_id};
+use crate::support::require_root;
+use crate::support::tool::{Run, Sandbox, expected_container_id};
+use serde_json::{Value, json};
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
-use support::noop::NOOP as CNI_NOOP;
+use crate::support::noop::NOOP as CNI_NOOP;
 
 fn require_plugins() {
     for p in ["bridge", "host-local"] {

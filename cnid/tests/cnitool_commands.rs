@@ -1,12 +1,10 @@
 //! The commands the reference cnitool lacks: `version <plugin>` and
 //! `validate <network>`.
 
-mod support;
-
+use crate::support::fake::{Fake, Response};
+use crate::support::tool::Sandbox;
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use support::fake::{Fake, Response};
-use support::tool::Sandbox;
 
 #[test]
 fn version_prints_the_plugins_reply() {

@@ -2,12 +2,11 @@
 //! (as `runtimeConfig` for plugins that declare the capability),
 //! CNI_IFNAME and `-i`, CNI_PATH.
 
-mod support;
-
+use crate::support;
+use crate::support::fake::Fake;
+use crate::support::tool::Sandbox;
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use support::fake::Fake;
-use support::tool::Sandbox;
 
 const NETNS: &str = "/run/netns/envtest";
 

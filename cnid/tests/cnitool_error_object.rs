@@ -2,11 +2,9 @@
 //! plugin's error (exit status 1, its code and message), nothing cached
 //! (`docs/decisions.md` D18; libcni would print and cache an empty result).
 
-mod support;
-
+use crate::support::fake::{Fake, Response, result_json};
+use crate::support::tool::Sandbox;
 use serde_json::json;
-use support::fake::{Fake, Response, result_json};
-use support::tool::Sandbox;
 
 const NETNS: &str = "/run/netns/errobj";
 

@@ -2,11 +2,9 @@
 //! stderr naming the value at fault; with `--json-errors` (or
 //! `CNITOOL_JSON_ERRORS=1`) the spec's error JSON on stderr.
 
-mod support;
-
+use crate::support::fake::{Fake, Response};
+use crate::support::tool::Sandbox;
 use serde_json::json;
-use support::fake::{Fake, Response};
-use support::tool::Sandbox;
 
 const NETNS: &str = "/run/netns/errtest";
 

@@ -5,12 +5,10 @@
 //! Locally and through cnid (`--socket`), on a 1.0.0 network (no plugin GC
 //! that could fail instead).
 
-mod support;
-
+use crate::support::daemon::{Daemon, Dirs};
+use crate::support::fake::{Fake, PluginDir, Response};
+use crate::support::tool::{Sandbox, expected_container_id};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs};
-use support::fake::{Fake, PluginDir, Response};
-use support::tool::{Sandbox, expected_container_id};
 
 const NET: &str = "gcfail";
 

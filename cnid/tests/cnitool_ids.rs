@@ -1,13 +1,12 @@
 //! Container IDs and netns paths: `cnitool-` + hex of the first 10 bytes of
 //! SHA-512 of the absolute netns path, as the reference cnitool derives them.
 
-mod support;
-
+use crate::support;
 use std::os::unix::fs::symlink;
 
+use crate::support::fake::Fake;
+use crate::support::tool::{Sandbox, expected_container_id};
 use serde_json::json;
-use support::fake::Fake;
-use support::tool::{Sandbox, expected_container_id};
 
 fn sandbox() -> Sandbox {
     let sb = Sandbox::new();

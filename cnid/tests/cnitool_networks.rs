@@ -3,12 +3,10 @@
 //! with unusable files and why; GC prints what it deleted; STATUS prints a
 //! line; neither needs the netns argument.
 
-mod support;
-
+use crate::support::daemon::{Daemon, Dirs};
+use crate::support::fake::{Fake, PluginDir};
+use crate::support::tool::Sandbox;
 use serde_json::json;
-use support::daemon::{Daemon, Dirs};
-use support::fake::{Fake, PluginDir};
-use support::tool::Sandbox;
 
 #[test]
 fn networks_lists_the_default_first_and_unusable_files() {

@@ -1,12 +1,10 @@
 //! The operations end to end with fake plugins: add, check, del (also from
 //! the cache when the conf file is gone), gc, status.
 
-mod support;
-
+use crate::support::fake::{Fake, Response, result_json};
+use crate::support::tool::{Sandbox, expected_container_id};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::fake::{Fake, Response, result_json};
-use support::tool::{Sandbox, expected_container_id};
 
 const NETNS: &str = "/run/netns/opstest";
 

@@ -4,15 +4,13 @@
 //! process ends with status 1 (or 0 when it wrote nothing), never a panic
 //! (101), and leaves nothing behind.
 
-mod support;
-
 use std::process::{Command, Stdio};
 
+use crate::support::fake::Fake;
+use crate::support::netns::{NETNS_DIR, unique_id};
+use crate::support::require_root;
+use crate::support::tool::Sandbox;
 use serde_json::json;
-use support::fake::Fake;
-use support::netns::{NETNS_DIR, unique_id};
-use support::require_root;
-use support::tool::Sandbox;
 
 /// Runs `cmd` with stdout and stderr on a pipe nobody reads any more.
 fn run_into_closed_pipe(mut cmd: Command) -> Option<i32> {

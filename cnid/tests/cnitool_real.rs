@@ -6,16 +6,15 @@
 //! test's own bridge, in the test's own /24; no ipMasq, no gateway on the
 //! bridge, no route other than the connected subnet.
 
-mod support;
-
+use crate::support;
 use std::path::Path;
 
-use serde_json::{Value, json};
-use support::netns::{
+use crate::support::netns::{
     LinkGuard, Netns, SubnetLease, host_local_ips, ip_json, link_exists, unique_id,
 };
-use support::require_root;
-use support::tool::{Sandbox, expected_container_id};
+use crate::support::require_root;
+use crate::support::tool::{Sandbox, expected_container_id};
+use serde_json::{Value, json};
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 

@@ -3,16 +3,14 @@
 //! `cnitool-batch` and `cnitool-daemon` binaries, looked for next to
 //! cnitool and in `PATH`, and failed with "cannot run ...".
 
-mod support;
-
 use std::path::PathBuf;
 
+use crate::support::daemon::{Daemon, Dirs};
+use crate::support::executable::copy_executable;
+use crate::support::fake::{Fake, PluginDir};
+use crate::support::netns::unique_id;
+use crate::support::tool::{CNITOOL, Run, Sandbox};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs};
-use support::executable::copy_executable;
-use support::fake::{Fake, PluginDir};
-use support::netns::unique_id;
-use support::tool::{CNITOOL, Run, Sandbox};
 
 /// A copy of cnitool, alone in a dir of `sb`'s.
 fn lone_cnitool(sb: &Sandbox) -> PathBuf {

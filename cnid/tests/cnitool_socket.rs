@@ -6,18 +6,16 @@
 //! cnitool's own environment points at an empty conf dir and plugin dir,
 //! so whatever ran, ran in the daemon.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{Daemon, Dirs, get};
+use crate::support::fake::{Fake, PluginDir, Response, result_json, version_json};
+use crate::support::gate::{Gate, LOAD_MARGIN};
+use crate::support::tool::{Sandbox, expected_container_id};
 use cni_async::RawExec;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, get};
-use support::fake::{Fake, PluginDir, Response, result_json, version_json};
-use support::gate::{Gate, LOAD_MARGIN};
-use support::tool::{Sandbox, expected_container_id};
 
 const NET: &str = "socknet";
 

@@ -4,15 +4,13 @@
 //! out on success and is held back on failure, so stderr is then the error
 //! JSON alone.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::fake::{Fake, Response, write_file};
+use crate::support::gate::LOAD_MARGIN;
+use crate::support::tool::Sandbox;
 use cni_async::RawExec;
 use serde_json::json;
-use support::fake::{Fake, Response, write_file};
-use support::gate::LOAD_MARGIN;
-use support::tool::Sandbox;
 
 const NETNS: &str = "/run/netns/stderrtest";
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.1.7.3/24"}]}"#;

@@ -1,15 +1,14 @@
 //! `CNI_TIMEOUT`: a deadline per operation; a plugin that hangs is killed
 //! and cnitool fails with a timeout message soon after.
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
+use crate::support::fake::{Fake, Response};
+use crate::support::gate::{Gate, LOAD_MARGIN};
+use crate::support::tool::Sandbox;
 use cni_async::RawExec;
 use serde_json::json;
-use support::fake::{Fake, Response};
-use support::gate::{Gate, LOAD_MARGIN};
-use support::tool::Sandbox;
 
 const NETNS: &str = "/run/netns/timeouttest";
 

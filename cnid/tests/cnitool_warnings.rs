@@ -3,11 +3,9 @@
 //! without `RUST_LOG`; `RUST_LOG` still tunes them; `--json-errors` keeps
 //! stderr to the error JSON alone.
 
-mod support;
-
+use crate::support::fake::Fake;
+use crate::support::tool::Sandbox;
 use serde_json::json;
-use support::fake::Fake;
-use support::tool::Sandbox;
 
 const NETNS: &str = "/run/netns/warntest";
 

@@ -2,15 +2,14 @@
 //! unauthorized request gets a 4xx with the CNI error JSON, runs no plugin,
 //! touches no file, and the daemon keeps serving.
 
-mod support;
-
+use crate::support;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
+use crate::support::daemon::{Daemon, Dirs, RawAnswer, get, post, raw, raw_bytes, runs};
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, RawAnswer, get, post, raw, raw_bytes, runs};
 
 const NETNS: &str = "/proc/self/ns/net";
 

@@ -8,13 +8,12 @@
 //! lost), where the record comes back byte for byte and a DEL still gets
 //! its `prevResult`.
 
-mod support;
-
+use crate::support;
+use crate::support::daemon::{Daemon, Dirs};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use cnid::api::AttachmentRequest;
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs};
 
 const NET: &str = "dcommit";
 

@@ -4,16 +4,15 @@
 //! nothing is leaked: no IP in host-local, no veth, no interface in the
 //! namespace, no cache entry, no intent.
 
-mod support;
-
+use crate::support;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::daemon::{Daemon, Dirs, eventually, kill_group};
+use crate::support::gate::Gate;
+use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips};
 use cnid::api::AttachmentRequest;
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, eventually, kill_group};
-use support::gate::Gate;
-use support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips};
 
 const NET: &str = "dcrash";
 

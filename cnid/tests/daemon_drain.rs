@@ -6,14 +6,12 @@
 //! partial body made SIGTERM wait the whole `--shutdown-timeout` and exit 1,
 //! "operations still running", though none ran).
 
-mod support;
-
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{Daemon, Dirs, eventually, post};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, eventually, post};
 
 const NET: &str = "drain";
 const ADD: &str = "/v1/networks/drain/add";

@@ -2,10 +2,8 @@
 //! fails with the plugin's code and message, nothing is cached, the partial
 //! attachment is rolled back and no intent stays behind (`docs/decisions.md` D18).
 
-mod support;
-
+use crate::support::daemon::{Daemon, Dirs, post};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, post};
 
 #[test]
 fn add_error_object_with_exit_0_is_the_plugins_error() {

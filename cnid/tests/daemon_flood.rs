@@ -11,8 +11,7 @@
 //! time out while "accept failed: Too many open files" was logged every
 //! 50 ms).
 
-mod support;
-
+use crate::support;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -20,8 +19,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{Daemon, Dirs, eventually, get, raise_nofile, runs};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, eventually, get, raise_nofile, runs};
 
 const NOBODY: u32 = 65534;
 const NET: &str = "flood";

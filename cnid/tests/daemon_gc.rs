@@ -1,16 +1,15 @@
 //! GC through the real daemon: exclusive with ADD and DEL on its network
 //! (waits for the running ones, holds the later ones), and its results.
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
+use crate::support::daemon::{Daemon, Dirs, eventually_async, recording_plugin, runs};
+use crate::support::gate::Gate;
 use cni_core::stdin::GcAttachment;
 use cnid::api::OperationInfo;
 use cnid::api::{AttachmentRequest, GcRequest};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, eventually_async, recording_plugin, runs};
-use support::gate::Gate;
 
 const NET: &str = "gcn";
 /// How long a test waits for a state it caused (generous: a busy machine).

@@ -5,18 +5,16 @@
 //! whose DEL the plugin refuses is named in `failed` and does not stop the
 //! others; and no lock file is left for attachments that do not exist.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{Daemon, Dirs, eventually, eventually_async, kill_group, post};
 use cni_core::stdin::GcAttachment;
 use cnid::api::{AttachmentRequest, GcRequest};
 use cnid::client::Client;
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, eventually, eventually_async, kill_group, post};
 
 /// A plugin steered by marker files in `data`: ADD fails while `add-fail`
 /// exists; DEL appends its pid to `pids` and hangs while `del-hang` exists,

@@ -2,20 +2,21 @@
 //! client disconnects, deadlines while queued and while running, systemd
 //! socket activation and readiness notification.
 
-mod support;
-
+use crate::support;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{
+    CNID, Daemon, Dirs, eventually, eventually_async, recording_plugin, runs,
+};
+use crate::support::gate::{Gate, LOAD_MARGIN};
 use cni_async::RawExec;
 use cnid::api::AttachmentRequest;
 use cnid::client::Client;
 use serde_json::json;
-use support::daemon::{CNID, Daemon, Dirs, eventually, eventually_async, recording_plugin, runs};
-use support::gate::{Gate, LOAD_MARGIN};
 
 const NET: &str = "life";
 const NETNS: &str = "/proc/self/ns/net";

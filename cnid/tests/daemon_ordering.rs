@@ -4,16 +4,16 @@
 //! The fake plugin records, per invocation and in a file of its own, its
 //! verb, container, the `SEQ` from `CNI_ARGS`, and start and end times.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{
+    Daemon, Dirs, Run, eventually_async, raise_nofile, recording_plugin, runs,
+};
+use crate::support::gate::Gate;
 use cnid::api::AttachmentRequest;
 use cnid::client::{Client, ClientError};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, Run, eventually_async, raise_nofile, recording_plugin, runs};
-use support::gate::Gate;
 
 const NET: &str = "ord";
 const NETNS: &str = "/proc/self/ns/net";

@@ -7,10 +7,8 @@
 //! before any plugin runs, unless the request sets `"force": true`. The
 //! sandbox endpoints too.
 
-mod support;
-
+use crate::support::daemon::{Daemon, Dirs, Run, post, runs};
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, Run, post, runs};
 
 const NET: &str = "owners";
 /// A network namespace the daemon can check (its own).

@@ -7,15 +7,13 @@
 //! gave one 301 MB answer; the daemon's RSS reached 769 MB and stayed at
 //! 692 MB).
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{Daemon, Dirs, get};
 use cnid::api::{ATTACHMENTS_PAGE_BYTES, ATTACHMENTS_PAGE_DEFAULT, ATTACHMENTS_PAGE_MAX};
 use serde_json::Value;
-use support::daemon::{Daemon, Dirs, get};
 
 const CONFIG: &str = r#"{"cniVersion":"1.0.0","name":"NET","plugins":[{"type":"noop"}]}"#;
 

@@ -4,13 +4,11 @@
 //! `cnitool --socket` put them in the message, and the daemon's log line
 //! has them. The error object stays the plugin's own.
 
-mod support;
-
+use crate::support::daemon::{Daemon, Dirs, post};
+use crate::support::tool::Sandbox;
 use cnid::api::AttachmentRequest;
 use cnid::client::ClientError;
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, post};
-use support::tool::Sandbox;
 
 const NET: &str = "perr";
 

@@ -2,11 +2,9 @@
 //! (issue 14 item 5): one line naming the plugin, verb, network, container
 //! and ifname, the stderr escaped. The answer does not carry it.
 
-mod support;
-
+use crate::support::daemon::{Daemon, Dirs};
 use cnid::api::AttachmentRequest;
 use serde_json::json;
-use support::daemon::{Daemon, Dirs};
 
 const NET: &str = "perrlog";
 

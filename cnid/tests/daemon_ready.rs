@@ -3,12 +3,10 @@
 //! until at least `--min-networks` networks are loaded whose plugins answer
 //! VERSION, then 200. Nothing usable loaded is a WARN in the log.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::daemon::{Daemon, Dirs, eventually, get};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, eventually, get};
 
 const VERSION_OK: &str = r#"case "$CNI_COMMAND" in VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}';; esac"#;
 

@@ -3,17 +3,16 @@
 //! namespaces, CHECK, ping across the bridge, DEL, and then nothing is left:
 //! no IP in host-local, no veth, no interface, no cache entry, no intent.
 
-mod support;
-
+use crate::support;
 use std::path::Path;
 
-use cnid::api::AttachmentRequest;
-use serde_json::json;
-use support::daemon::{Daemon, Dirs};
-use support::netns::{
+use crate::support::daemon::{Daemon, Dirs};
+use crate::support::netns::{
     LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok, link_exists,
 };
-use support::shim::ipv4_of;
+use crate::support::shim::ipv4_of;
+use cnid::api::AttachmentRequest;
+use serde_json::json;
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 const NET: &str = "dreal";

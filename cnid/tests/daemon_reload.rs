@@ -2,14 +2,12 @@
 //! removed, a bad file, the conf dir removed and recreated, plugin files in
 //! a network's subdir) and SIGHUP.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::daemon::{Daemon, Dirs, eventually_async};
 use cnid::api::NetworksResponse;
 use cnid::client::Client;
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, eventually_async};
 
 /// How long a reload may take (generous: a busy machine).
 const SOON: Duration = Duration::from_secs(20);

@@ -5,16 +5,14 @@
 //! default network when a sandbox names none; and a failure on the second
 //! network that leaves nothing behind.
 
-mod support;
-
 use std::path::Path;
 
+use crate::support::daemon::{Daemon, Dirs};
+use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
+use crate::support::require_root;
 use cni_core::CapabilityArgs;
 use cnid::api::{SandboxNetwork, SandboxRequest};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs};
-use support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
-use support::require_root;
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 const BRIDGE_NET: &str = "sbbridge";

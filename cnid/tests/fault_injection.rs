@@ -31,24 +31,22 @@
 //! `cnid/tests/daemon_*.rs`; `docs/reliability.md` maps each guarantee to
 //! its tests.
 
-mod support;
-
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{Daemon, Dirs};
+use crate::support::executable::{copy_executable, write_executable};
+use crate::support::gate::{Gate, LOAD_MARGIN};
+use crate::support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips};
+use crate::support::require_root;
 use cni_async::{CallOptions, Cni, Error, PluginExit, RawExec, Timeouts};
 use cni_core::{NetworkConfigList, RuntimeConf};
 use cnid::api::AttachmentRequest;
 use cnid::client::{Client, ClientError};
 use nix::mount::{MntFlags, MsFlags};
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs};
-use support::executable::{copy_executable, write_executable};
-use support::gate::{Gate, LOAD_MARGIN};
-use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips};
-use support::require_root;
 
 /// The deadline of every faulty operation (the real bridge plugin, ~100 ms
 /// on a quiet machine, must finish within it on a busy one; the hanging
@@ -59,7 +57,7 @@ const DEADLINE: Duration = Duration::from_secs(2);
 const SLACK: Duration = RawExec::DEFAULT_KILL_GRACE.saturating_add(LOAD_MARGIN);
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 // The fast, well-behaved plugin (prints its prevResult on ADD).
-use support::noop::NOOP;
+use crate::support::noop::NOOP;
 /// The default stdout cap of the executor.
 const STDOUT_CAP: usize = 16 * 1024 * 1024;
 

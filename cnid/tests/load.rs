@@ -22,16 +22,14 @@
 //! (`make test`) 1,000 from the same clients (5 each);
 //! `LOAD_SCALE=CLIENTS,REQUESTS_PER_CLIENT` sets any size.
 
-mod support;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{Daemon, Dirs, raise_nofile};
 use cnid::api::AttachmentRequest;
 use cnid::client::{Client, ClientError};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, raise_nofile};
 
 const NET: &str = "load";
 

@@ -3,10 +3,8 @@
 //! request or a plugin sends reaches the daemon's log raw. An interface
 //! name `"\u001b[31mX"` used to be accepted and written into the log as is.
 
-mod support;
-
+use crate::support::daemon::{Daemon, Dirs, RawAnswer, post, raw_bytes};
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, RawAnswer, post, raw_bytes};
 
 /// Characters a terminal acts on or that hide text: ESC (a CSI sequence),
 /// BEL, DEL, the C1 CSI, a bidirectional override.

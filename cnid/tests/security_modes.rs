@@ -5,15 +5,14 @@
 //! 0644); the shared cache dir itself keeps its mode; a state dir owned by
 //! another user is refused.
 
-mod support;
-
+use crate::support;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use crate::support::daemon::{CNID, Daemon, Dirs, post};
 use serde_json::json;
-use support::daemon::{CNID, Daemon, Dirs, post};
 
 fn mode(path: &Path) -> u32 {
     fs::metadata(path)

@@ -8,15 +8,14 @@
 //! cases), `cni-async/tests/ops_validation.rs` (the library, every verb)
 //! and `cni-core`'s validators.
 
-mod support;
-
+use crate::support;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use crate::support::daemon::{Daemon, Dirs, RawAnswer, get, post, runs};
+use crate::support::fake::Fake;
+use crate::support::tool::Sandbox;
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, RawAnswer, get, post, runs};
-use support::fake::Fake;
-use support::tool::Sandbox;
 
 const NETNS: &str = "/proc/self/ns/net";
 const NET: &str = "sec";

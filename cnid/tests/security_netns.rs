@@ -5,15 +5,13 @@
 //! kind of namespace. No plugin runs for a refused request. DEL may name a
 //! namespace that is gone, or none.
 
-mod support;
-
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
+use crate::support::daemon::{Daemon, Dirs, RawAnswer, post, runs};
+use crate::support::netns::Netns;
+use crate::support::require_root;
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, RawAnswer, post, runs};
-use support::netns::Netns;
-use support::require_root;
 
 fn body(netns: &str) -> String {
     json!({"containerId": "c1", "netns": netns}).to_string()

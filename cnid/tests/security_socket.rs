@@ -4,15 +4,14 @@
 //! Complements `daemon_bad_input.rs` (the socket group, an allowed uid, the
 //! oversized ADD body).
 
-mod support;
-
+use crate::support;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
+use crate::support::daemon::{Daemon, Dirs, RawAnswer, get, raw_bytes, runs};
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, RawAnswer, get, raw_bytes, runs};
 
 const NOBODY: u32 = 65534;
 

@@ -8,18 +8,16 @@
 //! (`symlinks_inside_are_followed_outside_refused`) and
 //! `cni-async/tests/cache_layout.rs` (`symlinked_entry_is_refused`).
 
-mod support;
-
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use crate::support::daemon::{Daemon, Dirs, recording_plugin, runs};
+use crate::support::fake::Fake;
+use crate::support::tool::{Sandbox, expected_container_id};
 use base64::Engine as _;
 use cnid::api::AttachmentRequest;
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, recording_plugin, runs};
-use support::fake::Fake;
-use support::tool::{Sandbox, expected_container_id};
 
 const NETNS: &str = "/proc/self/ns/net";
 

@@ -6,23 +6,22 @@
 //! and the shim SIGKILLed mid-ADD on the real bridge (nothing leaked; a
 //! later DEL succeeds; a retried ADD gets the attachment's result).
 
-mod support;
-
+use crate::support;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cni_core::Version;
-use cni_core::result::CniResult;
-use serde_json::json;
-use support::daemon::{Daemon, Dirs, eventually, get, kill_group};
-use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok, link_exists};
-use support::require_root;
-use support::shim::{
+use crate::support::daemon::{Daemon, Dirs, eventually, get, kill_group};
+use crate::support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok, link_exists};
+use crate::support::require_root;
+use crate::support::shim::{
     Call, NOOP, bridge_ports, capture_plugin, captured_args, captured_runs, captured_stdin,
     ipv4_of, plugin_conf,
 };
+use cni_core::Version;
+use cni_core::result::CniResult;
+use serde_json::json;
 
 /// A path that stands for a netns for fake plugins: a link to the
 /// daemon's own network namespace (cnid wants a network namespace; the

@@ -7,19 +7,18 @@
 //! sandboxes ping each other, and DEL leaves nothing: no IP, no veth, no
 //! eth0, empty caches (cnid's and libcni's) and no intents.
 
-mod support;
-
+use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, get};
-use support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok, link_exists};
-use support::require_root;
-use support::shim::{
+use crate::support::daemon::{Daemon, Dirs, get};
+use crate::support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok, link_exists};
+use crate::support::require_root;
+use crate::support::shim::{
     Runtime, SHIM, bridge_ports, capture_plugin, captured_args, captured_runs, captured_stdin,
     go_tool,
 };
+use serde_json::{Value, json};
 
 const NET: &str = "goreal";
 

@@ -7,8 +7,7 @@
 //! install step) run on a node laid out in a temp dir, where a runtime's
 //! ADD then goes through the installed shim.
 
-mod support;
-
+use crate::support;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -17,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::daemon::{CNID, Daemon, Dirs, eventually};
+use crate::support::shim::{Call, NOOP, SHIM};
 use cnid::shim::conf::DEFAULT_SOCKET;
 use cnid::shim::setup::{DEFAULT_FILE, Opts};
 use serde_json::{Value, json};
-use support::daemon::{CNID, Daemon, Dirs, eventually};
-use support::shim::{Call, NOOP, SHIM};
 use yaml_rust2::{Yaml, YamlLoader};
 
 fn shim(args: &[&str]) -> std::process::Output {

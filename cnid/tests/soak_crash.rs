@@ -17,19 +17,17 @@
 //! `SOAK_SCALE=OPS,CONTAINERS,KILLS` sets all three. `SOAK_SEED` replays a
 //! run (the seed is printed).
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{Daemon, Dirs};
+use crate::support::netns::{LinkGuard, Netns, SubnetLease, ip_ok};
+use crate::support::require_root;
 use cni_core::stdin::GcAttachment;
 use cnid::api::{AttachmentRequest, GcRequest};
 use cnid::client::{Client, ClientError};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs};
-use support::netns::{LinkGuard, Netns, SubnetLease, ip_ok};
-use support::require_root;
 
 const NET: &str = "soak";
 const PLUGIN_DIR: &str = "/usr/lib/cni";
