@@ -108,7 +108,10 @@ FUZZ_SECONDS ?= 600
 FUZZ_JOBS ?= 2
 FUZZ_SANITIZER ?= none
 CARGO_FUZZ_VERSION ?= 0.13.2
-FUZZ_FLAGS = -O -a -s $(FUZZ_SANITIZER)
+# One target dir for both fuzz crates (same flags, same lock versions): the
+# dependencies they share (cni-core, serde_json, libfuzzer-sys) build once.
+FUZZ_TARGET_DIR ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/fuzz
+FUZZ_FLAGS = -O -a -s $(FUZZ_SANITIZER) --target-dir $(FUZZ_TARGET_DIR)
 FUZZ_RUN = CARGO="$(CARGO)" FUZZ_FLAGS="$(FUZZ_FLAGS)" FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_DIRS="$(FUZZ_DIRS)" cni-core/fuzz/run.sh
 
 fuzz-install:
