@@ -436,18 +436,18 @@ async fn kill_9_at_random_moments_leaks_nothing() {
     // What the restarts did, from every daemon's log.
     let logs: String = support_logs(dirs.root());
     let recovered = logs.matches("unfinished ADD rolled back").count();
-    let orphans: u64 = logs
+    let field = |l: &str, name: &str| -> u64 {
+        l.split(&format!("{name}="))
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let (orphans_finished, orphans_killed): (u64, u64) = logs
         .lines()
-        .filter(|l| l.contains("stopped orphaned plugins of a previous cnid"))
-        .filter_map(|l| {
-            l.split("count=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
+        .filter(|l| l.contains("orphaned plugins of a previous cnid are gone"))
+        .fold((0, 0), |(f, k), l| {
+            (f + field(l, "finished"), k + field(l, "killed"))
+        });
 
     // What the host holds now.
     let ips = held_ips(&data_dir);
@@ -491,7 +491,8 @@ async fn kill_9_at_random_moments_leaks_nothing() {
         pct(0.99)
     );
     println!(
-        "soak: known live {}, unknown {unknown}; at restarts: orphaned plugins stopped {orphans}, \
+        "soak: known live {}, unknown {unknown}; at restarts: orphaned plugins finished {orphans_finished} \
+         (killed at their deadline {orphans_killed}), \
          unfinished ADDs rolled back {recovered}; GC deleted {}",
         live.len(),
         gc.deleted.len()
@@ -532,6 +533,10 @@ async fn kill_9_at_random_moments_leaks_nothing() {
         "cache entries are exactly the live attachments"
     );
     assert!(intents.is_empty(), "intents left: {intents:?}");
+    assert_eq!(
+        orphans_killed, 0,
+        "no plugin here outlives its deadline: an orphan was killed"
+    );
     assert_eq!(kills, scale.kills.min(scale.ops.saturating_sub(1)));
 
     // And the live ones are healthy: CHECK passes, DEL cleans up.

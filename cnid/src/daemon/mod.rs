@@ -11,7 +11,8 @@
 //! - `queue`: per-container FIFO, GC gates, parallelism limit, coalescing;
 //! - `engine`: what each verb does around `cni-async`;
 //! - `intents`: durable ADD intents (crash safety); `orphans`: plugins a
-//!   killed daemon left running, stopped at the next start;
+//!   killed daemon left running, waited for (until their deadlines) at the
+//!   next start;
 //! - `networks`: the loaded conf dir and its reloading (inotify, SIGHUP);
 //! - `metrics`: Prometheus text, per-plugin timing via a wrapping executor;
 //! - `auth`: the peer policy; `listen`: the socket and systemd; `error`:
@@ -30,9 +31,10 @@
 //!   from its intent.
 //! - **Plugins inherit the daemon's environment** (as with libcni); the
 //!   systemd variables are removed first ([`SystemdEnv::take_from_env`]),
-//!   and `CNID_STATE_DIR` (the canonical state dir) is added: a restart
-//!   after a crash stops the plugins still running with it before it rolls
-//!   back unfinished ADDs (`orphans`).
+//!   and `CNID_STATE_DIR` (the canonical state dir) and `CNID_DEADLINE_MS`
+//!   are added: a restart after a crash lets the plugins still running with
+//!   that mark finish within their deadlines (and kills those that do not)
+//!   before it rolls back unfinished ADDs (`orphans`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cnid::daemon::Error> {
@@ -384,16 +386,18 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     {
         tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until they are ADDed again");
     }
-    // Plugins a killed predecessor left running would race the recovery.
-    let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
-    if orphans > 0 {
+    // Plugins a killed predecessor left running would race the recovery:
+    // they finish first (within their deadlines).
+    let settled = orphans::settle_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
+    if !settled.finished.is_empty() || !settled.killed.is_empty() {
         tracing::warn!(
-            count = orphans,
-            "stopped orphaned plugins of a previous cnid"
+            finished = settled.finished.len(),
+            killed = settled.killed.len(),
+            "orphaned plugins of a previous cnid are gone"
         );
     }
     // Unfinished ADDs go first in their containers' queues.
-    match engine.recover() {
+    match engine.recover(&settled) {
         Ok(0) => {}
         Ok(n) => tracing::warn!(count = n, "rolling back ADDs that never completed"),
         Err(e) => tracing::error!(error = %e, "cannot scan the ADD intents"),
