@@ -20,7 +20,7 @@ mod support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cnid::api::AttachmentRequest;
 use serde_json::json;
@@ -29,6 +29,8 @@ use support::gate::{Gate, LOAD_MARGIN};
 use support::require_root;
 
 const NET: &str = "orph";
+/// What cnid logs when it found orphans and waits for them.
+const WAITING: &str = "waiting for orphaned plugins";
 
 /// A network of one plugin, `late`: its ADD starts a `setsid` helper,
 /// records its pid, blocks at `gate`, then "allocates" (a file named after
@@ -184,18 +186,7 @@ fn names(dir: &Path) -> Vec<String> {
 /// orphans and is waiting for them.
 fn restart_waiting(dirs: &Dirs) -> Daemon {
     let mut daemon = Daemon::spawn_with(dirs, &[], |_| {});
-    let end = Instant::now() + Duration::from_secs(30);
-    while !daemon.log().contains("waiting for orphaned plugins") {
-        if let Some(st) = daemon.try_status() {
-            panic!("cnid exited at start ({st}):\n{}", daemon.log());
-        }
-        assert!(
-            Instant::now() < end,
-            "the restart never waited for the orphan:\n{}",
-            daemon.log()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    daemon.wait_log(WAITING, Duration::from_secs(30));
     daemon
 }
 

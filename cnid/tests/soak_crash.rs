@@ -30,6 +30,7 @@ use serde_json::json;
 use support::daemon::{Daemon, Dirs};
 use support::netns::{LinkGuard, Netns, SubnetLease, ip_ok};
 use support::require_root;
+use support::soak::{OrphanSweep, Rng, seed, support_logs};
 
 const NET: &str = "soak";
 const PLUGIN_DIR: &str = "/usr/lib/cni";
@@ -76,42 +77,6 @@ fn scale() -> Scale {
                 kills: n[2],
             }
         }
-    }
-}
-
-fn seed() -> u64 {
-    match std::env::var("SOAK_SEED") {
-        Ok(s) => {
-            let s = s.trim();
-            let parsed = match s.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => s.parse(),
-            };
-            parsed.unwrap_or_else(|_| panic!("bad SOAK_SEED {s:?}"))
-        }
-        Err(_) => {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1);
-            (t ^ u64::from(std::process::id()).rotate_left(32)) | 1
-        }
-    }
-}
-
-/// xorshift64*: small, deterministic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
     }
 }
 
@@ -178,49 +143,6 @@ fn held_ips(data_dir: &Path) -> BTreeMap<String, String> {
             Some((name, cid))
         })
         .collect()
-}
-
-/// Every daemon log of the run, concatenated.
-fn support_logs(root: &Path) -> String {
-    let mut names: Vec<_> = std::fs::read_dir(root)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("cnid-") && n.ends_with(".log"))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-        .iter()
-        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
-        .collect()
-}
-
-/// Kills, on drop, plugin processes a SIGKILLed daemon left behind that
-/// still run from our temp dirs (so a failing run leaves nothing).
-struct OrphanSweep(String);
-
-impl Drop for OrphanSweep {
-    fn drop(&mut self) {
-        let Ok(rd) = std::fs::read_dir("/proc") else {
-            return;
-        };
-        for pid in rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
-            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            if String::from_utf8_lossy(&environ).contains(&self.0)
-                && pid != std::process::id() as i32
-            {
-                // SAFETY: kill has no memory preconditions.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -301,6 +301,26 @@ impl Daemon {
             .expect("SIGKILLed cnid reaped")
     }
 
+    /// Waits up to `limit` until its log contains `needle`; fails the test
+    /// when it exits first.
+    pub fn wait_log(&mut self, needle: &str, limit: Duration) {
+        let end = Instant::now() + limit;
+        while !self.log().contains(needle) {
+            if let Some(st) = self.try_status() {
+                panic!(
+                    "cnid exited ({st}) before logging {needle:?}:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < end,
+                "cnid did not log {needle:?} within {limit:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Its exit status, if it exited (reaped then).
     pub fn try_status(&mut self) -> Option<ExitStatus> {
         self.child.as_mut()?.try_wait().ok().flatten()
