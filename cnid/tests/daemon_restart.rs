@@ -87,10 +87,15 @@ fn a_copy_of_the_killed_daemons_lock_and_socket_does_not_stop_the_restart() {
     daemon.kill9();
 
     // The copies still hold the dead daemon's lock file and listening
-    // socket, as a child between fork and exec would.
+    // socket, as a child between fork and exec would. Until the new daemon
+    // binds its own, the path leads to that socket, where a client waits
+    // for an answer as long as the copy lives (a moment for a real child,
+    // then the connection is reset): wait for the new one's log first.
     let started = Instant::now();
-    let daemon = Daemon::start(&dirs, &[]);
+    let mut daemon = Daemon::spawn_with(&dirs, &[], |_| {});
+    daemon.wait_log("cnid ready", Duration::from_secs(15));
     let took = started.elapsed();
+    daemon.wait_ready(Duration::from_secs(15));
     // Clients reach the new daemon, never the dead one's socket.
     for _ in 0..20 {
         assert_eq!(get(&dirs.socket, "/v1/health").status, 200);
