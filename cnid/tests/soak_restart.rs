@@ -9,7 +9,7 @@
 //! through, except in the rounds that hold every ADD in it, which makes
 //! "killed inside a plugin" certain. The kinds of rounds, in turn:
 //!
-//! - `random`: the kill comes 0 to 100 ms after the ADDs were sent (inside
+//! - `random`: the kill comes 0 to 200 ms after the ADDs were sent (inside
 //!   bridge or host-local, between plugins, or after the answers);
 //! - `gated`: the ADDs held in the gate plugin; the restart finds them
 //!   orphaned and waits; the gate opens; they finish and are rolled back;
@@ -209,7 +209,7 @@ async fn kill_9_and_immediate_restart_with_the_real_chain_leaks_no_reservation()
                 kills_in_gate += 1;
             }
             None => {
-                let us = rng.below(100_000);
+                let us = rng.below(200_000);
                 kill_delays_ms.push(us / 1000);
                 tokio::time::sleep(Duration::from_micros(us)).await;
             }
@@ -336,7 +336,7 @@ async fn kill_9_and_immediate_restart_with_the_real_chain_leaks_no_reservation()
     kill_delays_ms.sort_unstable();
     println!(
         "restart soak: {rounds} rounds in {:.1}s; {} kills of cnid ({} while all {ADDS} ADDs were inside the gate plugin, \
-         {} at random 0-100 ms after the ADDs: {kill_delays_ms:?} ms; {kills_while_waiting} while a restart waited for orphans, \
+         {} at random 0-200 ms after the ADDs: {kill_delays_ms:?} ms; {kills_while_waiting} while a restart waited for orphans, \
          {restart_kills} 0-30 ms into a restart), {restarts} restarts, all succeeded",
         elapsed.as_secs_f64(),
         rounds + kills_while_waiting + restart_kills,
