@@ -72,10 +72,13 @@ test: setup fmt-check lint unit fuzz-smoke
 
 # The long runs at full size (make test runs them reduced): the crash soak
 # (300 operations over 30 containers on the real bridge, 10 kill -9 of cnid;
-# SOAK_SEED=0x... replays one) and the load test (2,000 requests from 200
-# clients). Prints their figures; docs/reliability.md keeps the last ones.
+# SOAK_SEED=0x... replays one), the restart soak (80 rounds of 6 ADDs on the
+# real bridge + host-local, kill -9 of cnid inside plugins and while it
+# waits for orphans, immediate restarts, everything DELed, no reservation
+# left) and the load test (2,000 requests from 200 clients). Prints their
+# figures; docs/reliability.md keeps the last ones.
 soak: setup
-	SOAK_SCALE=full $(CARGO) test -p cnid --test integration -- --nocapture soak_crash:: load::
+	SOAK_SCALE=full $(CARGO) test -p cnid --test integration -- --nocapture soak_crash:: soak_restart:: load::
 
 # The suite on a busy machine, as developers run it before they stop: this
 # checkout's suite (make unit) while a second copy of it runs from another

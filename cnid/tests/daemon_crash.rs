@@ -1,6 +1,7 @@
 //! Crash safety: `kill -9` of the daemon while an ADD is half done (the
 //! real bridge plugin ran, a slow plugin after it did not finish), then a
-//! restart: the daemon DELs the attachment from its recorded intent, and
+//! restart: the slow plugin, orphaned, finishes (`daemon_orphans.rs`), and
+//! the daemon DELs the attachment from its recorded intent, and
 //! nothing is leaked: no IP in host-local, no veth, no interface in the
 //! namespace, no cache entry, no intent.
 
@@ -45,7 +46,7 @@ async fn kill_9_during_add_then_restart_leaks_nothing() {
     let data_dir = dirs.data.join("host-local");
     let pid_file = dirs.data.join("slow.pid");
     let _orphan = Orphan(pid_file.clone());
-    // Its ADD hangs at a gate never opened (until killed).
+    // Its ADD hangs at a gate, opened only once the daemon was killed.
     let hang = Gate::new(dirs.root());
     dirs.plugin(
         "slowpoke",
@@ -99,7 +100,11 @@ exit 0"#,
     assert_eq!(dirs.intents().len(), 1);
     assert!(dirs.cached().is_empty());
 
-    let daemon = Daemon::start(&dirs, &[]);
+    // The restart lets the orphaned slow plugin finish (within its
+    // deadline) before the rollback: open its gate once the restart runs.
+    let mut daemon = Daemon::spawn_with(&dirs, &[], |_| {});
+    hang.release();
+    daemon.wait_ready(Duration::from_secs(30));
     eventually(
         Duration::from_secs(30),
         "rollback of the unfinished ADD",

@@ -18,8 +18,7 @@
 //! 5. for faults of the surroundings (cache read-only or full, text file
 //!    busy): once the fault is gone, the same attachment ADDs and DELs.
 //!
-//! Also here: the regression test of plugins orphaned by a `kill -9` of
-//! the daemon (`an_orphaned_plugin_cannot_allocate_after_the_restart_rolled_its_add_back`).
+//! Plugins orphaned by a `kill -9` of the daemon: `daemon_orphans.rs`.
 //!
 //! DEL faults (a corrupt or truncated cache file, the conf file removed,
 //! the netns deleted) follow a successful ADD and must not stop the DEL:
@@ -38,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Daemon, Dirs};
 use crate::support::executable::{copy_executable, write_executable};
-use crate::support::gate::{Gate, LOAD_MARGIN};
+use crate::support::gate::LOAD_MARGIN;
 use crate::support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips};
 use crate::support::require_root;
 use cni_async::{CallOptions, Cni, Error, PluginExit, RawExec, Timeouts};
@@ -1059,124 +1058,4 @@ async fn every_fault_through_the_daemon() {
         table: Vec::new(),
     };
     runner.run_all().await;
-}
-
-/// Regression: a plugin still running when the daemon is SIGKILLed is
-/// orphaned (it has its own process group, so it outlives the daemon).
-/// At restart the daemon rolled back the unfinished ADD from its intent
-/// *while the orphan was still running*: the orphan then finished its ADD
-/// and allocated what nobody would ever delete. Now the restart stops such
-/// orphans (TERM, grace, KILL of their groups) before the rollback; a
-/// helper a plugin started in a session of its own (`setsid`, a daemon on
-/// purpose) is left alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_orphaned_plugin_cannot_allocate_after_the_restart_rolled_its_add_back() {
-    require_root!();
-    let dirs = Dirs::new();
-    let resources = dirs.data.join("resources");
-    fs::create_dir_all(&resources).expect("create resources dir");
-    let pid_file = dirs.data.join("late.pid");
-    let helper_file = dirs.data.join("helper.pid");
-    // ADD allocates its "resource" only once the gate opens; DEL frees it.
-    let gate = Gate::new(dirs.root());
-    dirs.plugin(
-        "late",
-        &format!(
-            r#"cat > /dev/null
-case "$CNI_COMMAND" in
-ADD)
-  setsid sh -c 'echo $$ > {helper}; exec sleep 1000' < /dev/null > /dev/null 2>&1 &
-  echo $$ > {pid}
-{wait}
-  touch {res}/"$CNI_CONTAINERID"
-  echo '{{"cniVersion":"1.0.0"}}';;
-DEL) rm -f {res}/"$CNI_CONTAINERID";;
-VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
-esac"#,
-            helper = helper_file.display(),
-            pid = pid_file.display(),
-            res = resources.display(),
-            wait = gate.shell_wait(),
-        ),
-    );
-    dirs.conf(
-        "10-late.conflist",
-        &json!({"cniVersion": "1.0.0", "name": "late", "plugins": [{"type": "late"}]}),
-    );
-    let read_pid = |p: &Path| -> Option<u32> { fs::read_to_string(p).ok()?.trim().parse().ok() };
-    let mut daemon = Daemon::start(&dirs, &[]);
-    let client = daemon.client().await;
-    let req = AttachmentRequest::new("late-1", "/proc/self/ns/net", "eth0");
-    let add = tokio::spawn(async move { client.add("late", &req).await });
-    let end = Instant::now() + Duration::from_secs(30);
-    while read_pid(&pid_file).is_none() || read_pid(&helper_file).is_none() {
-        assert!(Instant::now() < end, "the plugin never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    gate.wait_started(1).await;
-    let (plugin, helper) = (
-        read_pid(&pid_file).expect("pid"),
-        read_pid(&helper_file).expect("pid"),
-    );
-    // Whatever happens, leave nothing running.
-    struct Kill(Vec<u32>);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            kill_groups(&self.0);
-        }
-    }
-    let _kill = Kill(vec![plugin, helper]);
-
-    daemon.kill9();
-    assert!(
-        add.await.expect("task").is_err(),
-        "the ADD's answer was lost"
-    );
-    let alive = |pid: u32| matches!(proc_state(pid), Some((s, _)) if s != 'Z' && s != 'X');
-    assert!(
-        alive(plugin),
-        "the plugin outlived the daemon (its own group)"
-    );
-
-    let daemon = Daemon::start(&dirs, &[]);
-    let end = Instant::now() + Duration::from_secs(30);
-    while !dirs.intents().is_empty() {
-        assert!(
-            Instant::now() < end,
-            "the unfinished ADD was never rolled back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // The rollback is over, and the orphan must be gone already.
-    let alive_at_rollback = alive(plugin);
-    // One still there would now allocate, and then exit: wait until the
-    // plugin is gone either way, to see what it did.
-    gate.release();
-    let end = Instant::now() + Duration::from_secs(30);
-    while alive(plugin) {
-        assert!(
-            Instant::now() < end,
-            "the orphaned plugin still runs, 30 s after its gate opened"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let left = dir_names(&resources);
-    println!(
-        "orphan: plugin alive after the restart's rollback: {alive_at_rollback}; setsid helper alive: {}; resources left {left:?}",
-        alive(helper)
-    );
-    assert!(
-        left.is_empty(),
-        "the orphaned plugin allocated after the rollback: {left:?}\n{}",
-        daemon.log()
-    );
-    assert!(
-        !alive_at_rollback,
-        "the orphaned plugin outlived the rollback"
-    );
-    assert!(
-        alive(helper),
-        "a plugin's setsid helper is not an orphan to kill"
-    );
-    assert!(daemon.log().contains("orphaned plugin"), "{}", daemon.log());
 }

@@ -578,9 +578,12 @@ fn cnid_restarted_mid_add_leaks_nothing_and_the_runtime_can_del_and_add_again() 
     );
     assert!(msg.contains(&g.dirs.socket.display().to_string()), "{msg}");
 
-    // The restarted cnid rolls the unfinished ADD back (queued ahead of any
-    // request); its intent goes when the rollback is done.
-    let _daemon = Daemon::start(&g.dirs, &[]);
+    // The restarted cnid lets the orphaned gate plugin finish (open the
+    // gate once it runs), then rolls the unfinished ADD back (queued ahead
+    // of any request); its intent goes when the rollback is done.
+    let mut _daemon = Daemon::spawn_with(&g.dirs, &[], |_| {});
+    g.open();
+    _daemon.wait_ready(Duration::from_secs(30));
     eventually(
         Duration::from_secs(30),
         "the rollback of the unfinished ADD",
@@ -589,7 +592,6 @@ fn cnid_restarted_mid_add_leaks_nothing_and_the_runtime_can_del_and_add_again() 
     g.assert_nothing_left(&veths, &[&ns]);
     // The runtime's DEL after its failed ADD succeeds; so does a new ADD.
     Call::new("DEL", "restart", &ns.path(), &conf).run().ok();
-    g.open();
     let r = Call::new("ADD", "restart", &ns.path(), &conf)
         .run()
         .result();

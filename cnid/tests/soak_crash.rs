@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use crate::support::daemon::{Daemon, Dirs};
 use crate::support::netns::{LinkGuard, Netns, SubnetLease, ip_ok};
 use crate::support::require_root;
+use crate::support::soak::{OrphanSweep, Rng, seed, support_logs};
 use cni_core::stdin::GcAttachment;
 use cnid::api::{AttachmentRequest, GcRequest};
 use cnid::client::{Client, ClientError};
@@ -74,42 +75,6 @@ fn scale() -> Scale {
                 kills: n[2],
             }
         }
-    }
-}
-
-fn seed() -> u64 {
-    match std::env::var("SOAK_SEED") {
-        Ok(s) => {
-            let s = s.trim();
-            let parsed = match s.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => s.parse(),
-            };
-            parsed.unwrap_or_else(|_| panic!("bad SOAK_SEED {s:?}"))
-        }
-        Err(_) => {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1);
-            (t ^ u64::from(std::process::id()).rotate_left(32)) | 1
-        }
-    }
-}
-
-/// xorshift64*: small, deterministic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
     }
 }
 
@@ -176,49 +141,6 @@ fn held_ips(data_dir: &Path) -> BTreeMap<String, String> {
             Some((name, cid))
         })
         .collect()
-}
-
-/// Every daemon log of the run, concatenated.
-fn support_logs(root: &Path) -> String {
-    let mut names: Vec<_> = std::fs::read_dir(root)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("cnid-") && n.ends_with(".log"))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-        .iter()
-        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
-        .collect()
-}
-
-/// Kills, on drop, plugin processes a SIGKILLed daemon left behind that
-/// still run from our temp dirs (so a failing run leaves nothing).
-struct OrphanSweep(String);
-
-impl Drop for OrphanSweep {
-    fn drop(&mut self) {
-        let Ok(rd) = std::fs::read_dir("/proc") else {
-            return;
-        };
-        for pid in rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
-            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            if String::from_utf8_lossy(&environ).contains(&self.0)
-                && pid != std::process::id() as i32
-            {
-                // SAFETY: kill has no memory preconditions.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -434,18 +356,18 @@ async fn kill_9_at_random_moments_leaks_nothing() {
     // What the restarts did, from every daemon's log.
     let logs: String = support_logs(dirs.root());
     let recovered = logs.matches("unfinished ADD rolled back").count();
-    let orphans: u64 = logs
+    let field = |l: &str, name: &str| -> u64 {
+        l.split(&format!("{name}="))
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let (orphans_finished, orphans_killed): (u64, u64) = logs
         .lines()
-        .filter(|l| l.contains("stopped orphaned plugins of a previous cnid"))
-        .filter_map(|l| {
-            l.split("count=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
+        .filter(|l| l.contains("orphaned plugins of a previous cnid are gone"))
+        .fold((0, 0), |(f, k), l| {
+            (f + field(l, "finished"), k + field(l, "killed"))
+        });
 
     // What the host holds now.
     let ips = held_ips(&data_dir);
@@ -489,7 +411,8 @@ async fn kill_9_at_random_moments_leaks_nothing() {
         pct(0.99)
     );
     println!(
-        "soak: known live {}, unknown {unknown}; at restarts: orphaned plugins stopped {orphans}, \
+        "soak: known live {}, unknown {unknown}; at restarts: orphaned plugins finished {orphans_finished} \
+         (killed at their deadline {orphans_killed}), \
          unfinished ADDs rolled back {recovered}; GC deleted {}",
         live.len(),
         gc.deleted.len()
@@ -530,6 +453,10 @@ async fn kill_9_at_random_moments_leaks_nothing() {
         "cache entries are exactly the live attachments"
     );
     assert!(intents.is_empty(), "intents left: {intents:?}");
+    assert_eq!(
+        orphans_killed, 0,
+        "no plugin here outlives its deadline: an orphan was killed"
+    );
     assert_eq!(kills, scale.kills.min(scale.ops.saturating_sub(1)));
 
     // And the live ones are healthy: CHECK passes, DEL cleans up.

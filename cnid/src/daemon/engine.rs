@@ -626,7 +626,13 @@ impl Engine {
 
     /// At start: DELs every ADD that never completed, in the queue ahead of
     /// any request. Returns how many were queued.
-    pub(crate) fn recover(self: &Arc<Self>) -> std::io::Result<usize> {
+    ///
+    /// `orphans` says which plugins of the dead daemon had to be killed at
+    /// their deadlines: the rollback of such an attachment says so.
+    pub(crate) fn recover(
+        self: &Arc<Self>,
+        orphans: &super::orphans::Settled,
+    ) -> std::io::Result<usize> {
         // Before any request: no ADD is recording its intent yet.
         match self.intents.remove_leftovers() {
             Ok(0) => {}
@@ -653,8 +659,15 @@ impl Engine {
                     continue;
                 }
             };
-            tracing::warn!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
-                "found an ADD that never completed (daemon killed?); deleting it");
+            let killed = orphans.killed_for(&intent.rt.container_id, &intent.rt.ifname);
+            if killed {
+                tracing::warn!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
+                    "found an ADD that never completed, whose plugin was killed at its deadline; deleting it \
+                     (what the killed plugin left half made, such as an empty host-local reservation, may stay: docs/reliability.md)");
+            } else {
+                tracing::warn!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
+                    "found an ADD that never completed (daemon killed?); deleting it");
+            }
             let deadline = Instant::now() + self.deadlines.defaults.del;
             let waiter = self.submit(NewOp {
                 request_id: format!("recovery-{}", n + 1),
@@ -674,7 +687,8 @@ impl Engine {
                         match out.as_ref() {
                             Ok(_) => {
                                 metrics.recovered_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                tracing::info!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname, "unfinished ADD rolled back");
+                                tracing::info!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
+                                    plugin_killed_at_deadline = killed, "unfinished ADD rolled back");
                             }
                             Err(e) => {
                                 metrics.recovered_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -89,11 +89,32 @@ impl SystemdEnv {
     }
 }
 
+/// The pid of the process that listened on the socket `conn` reached
+/// (`SO_PEERCRED` of a connection gives the listener's, from `listen`).
+fn listener_pid(conn: &std::os::unix::net::UnixStream) -> Option<u32> {
+    let cred =
+        nix::sys::socket::getsockopt(conn, nix::sys::socket::sockopt::PeerCredentials).ok()?;
+    u32::try_from(cred.pid()).ok().filter(|p| *p > 0)
+}
+
+/// Whether process `pid` is gone (or a zombie: dead, not yet reaped).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
 /// Binds the socket at `path` with `mode`, owned by our uid and `group`.
 ///
 /// A socket file nobody listens on (left by a killed daemon) is replaced; a
 /// live one is an error (another daemon runs), and so is any other kind of
-/// file (never deleted).
+/// file (never deleted). A socket still listening whose listener process
+/// is dead (a copy of its descriptor outlived it, in a child between fork
+/// and exec) is stale too.
 pub(crate) fn bind(path: &Path, mode: u32, group: Option<u32>) -> io::Result<UnixListener> {
     let ctx =
         |op: &str, e: io::Error| io::Error::new(e.kind(), format!("{op} {}: {e}", path.display()));
@@ -108,14 +129,27 @@ pub(crate) fn bind(path: &Path, mode: u32, group: Option<u32>) -> io::Result<Uni
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(io::Error::new(
-                    io::ErrorKind::AddrInUse,
-                    format!(
-                        "another process is listening on {}; is cnid already running?",
-                        path.display()
-                    ),
-                ));
+            if let Ok(probe) = std::os::unix::net::UnixStream::connect(path) {
+                // Someone still holds the listening socket. When the process
+                // that listened on it is dead, what holds it is a copy of
+                // its descriptor (a child of a killed cnid between fork and
+                // exec, for a moment): stale all the same.
+                match listener_pid(&probe) {
+                    Some(pid) if process_gone(pid) => {
+                        tracing::info!(socket = %path.display(), pid,
+                            "the socket's listener is dead; a copy of its descriptor still held it");
+                    }
+                    pid => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::AddrInUse,
+                            format!(
+                                "another process{} is listening on {}; is cnid already running?",
+                                pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+                                path.display()
+                            ),
+                        ));
+                    }
+                }
             }
             tracing::info!(socket = %path.display(), "removing a stale socket");
             std::fs::remove_file(path).map_err(|e| ctx("remove stale socket", e))?;

@@ -11,7 +11,8 @@
 //! - `queue`: per-container FIFO, GC gates, parallelism limit, coalescing;
 //! - `engine`: what each verb does around `cni-async`;
 //! - `intents`: durable ADD intents (crash safety); `orphans`: plugins a
-//!   killed daemon left running, stopped at the next start;
+//!   killed daemon left running, waited for (until their deadlines) at the
+//!   next start;
 //! - `networks`: the loaded conf dir and its reloading (inotify, SIGHUP);
 //! - `metrics`: Prometheus text, per-plugin timing via a wrapping executor;
 //! - `auth`: the peer policy; `listen`: the socket and systemd; `error`:
@@ -30,9 +31,10 @@
 //!   from its intent.
 //! - **Plugins inherit the daemon's environment** (as with libcni); the
 //!   systemd variables are removed first ([`SystemdEnv::take_from_env`]),
-//!   and `CNID_STATE_DIR` (the canonical state dir) is added: a restart
-//!   after a crash stops the plugins still running with it before it rolls
-//!   back unfinished ADDs (`orphans`).
+//!   and `CNID_STATE_DIR` (the canonical state dir) and `CNID_DEADLINE_MS`
+//!   are added: a restart after a crash lets the plugins still running with
+//!   that mark finish within their deadlines (and kills those that do not)
+//!   before it rolls back unfinished ADDs (`orphans`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cnid::daemon::Error> {
@@ -223,9 +225,23 @@ pub(crate) fn private_state_dir(dir: &std::path::Path) -> Result<(), String> {
     }
 }
 
+/// How long a start waits for the state dir's lock before it gives up.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+/// How often it tries meanwhile.
+const LOCK_POLL: Duration = Duration::from_millis(20);
+
 /// Takes the state dir's lock: one daemon per state dir. The dir is made
 /// private ([`private_state_dir`]) and the lock file is 0600.
-fn lock_state_dir(dir: &std::path::Path) -> Result<File, Error> {
+///
+/// The lock is a POSIX record lock (`fcntl(F_SETLK)`), which belongs to
+/// the process, not to the open file: a child of ours does not inherit it,
+/// so a plugin being spawned (between `fork` and `exec`, while it holds
+/// copies of our descriptors) when we are killed cannot keep it held past
+/// our death, as it did a `flock`. Nothing else in the daemon opens
+/// `cnid.lock` (closing any descriptor of it would drop the lock). A lock
+/// still held is waited for, up to [`LOCK_WAIT`]; then the error names the
+/// process holding it.
+async fn lock_state_dir(dir: &std::path::Path) -> Result<File, Error> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let err = |reason: String| Error::StateDir {
         path: dir.to_owned(),
@@ -251,13 +267,76 @@ fn lock_state_dir(dir: &std::path::Path) -> Result<File, Error> {
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(|e| err(format!("cannot chmod {}: {e}", path.display())))?;
     }
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(err(
-            "locked by another cnid (one daemon per state dir)".into(),
-        )),
-        Err(std::fs::TryLockError::Error(e)) => Err(err(format!("cannot lock: {e}"))),
+    let until = Instant::now() + LOCK_WAIT;
+    let mut warned = false;
+    loop {
+        match lock_file(&file) {
+            Ok(true) => {
+                if warned {
+                    tracing::info!("state dir lock taken");
+                }
+                return Ok(file);
+            }
+            Ok(false) => {}
+            Err(e) => return Err(err(format!("cannot lock {}: {e}", path.display()))),
+        }
+        let holder = lock_holder(&file);
+        if Instant::now() >= until {
+            return Err(err(format!(
+                "locked by another cnid (one daemon per state dir): {} held {} for {} s",
+                holder.as_deref().unwrap_or("a process"),
+                path.display(),
+                LOCK_WAIT.as_secs()
+            )));
+        }
+        if !warned {
+            warned = true;
+            tracing::warn!(
+                holder = holder.as_deref().unwrap_or("unknown"),
+                wait_s = LOCK_WAIT.as_secs(),
+                "state dir locked by another process; waiting for it"
+            );
+        }
+        tokio::time::sleep(LOCK_POLL).await;
     }
+}
+
+/// The whole-file write lock request of [`lock_file`] and [`lock_holder`].
+fn whole_file_lock() -> nix::libc::flock {
+    nix::libc::flock {
+        l_type: nix::libc::F_WRLCK as _,
+        l_whence: nix::libc::SEEK_SET as _,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    }
+}
+
+/// `fcntl(F_SETLK)` on the whole file: `Ok(false)` when another process
+/// holds it.
+fn lock_file(file: &File) -> std::io::Result<bool> {
+    use nix::fcntl::{FcntlArg, fcntl};
+    match fcntl(file, FcntlArg::F_SETLK(&whole_file_lock())) {
+        Ok(_) => Ok(true),
+        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Who holds the lock: `pid N (comm)`, from `fcntl(F_GETLK)`.
+fn lock_holder(file: &File) -> Option<String> {
+    use nix::fcntl::{FcntlArg, fcntl};
+    let mut probe = whole_file_lock();
+    fcntl(file, FcntlArg::F_GETLK(&mut probe)).ok()?;
+    if i32::from(probe.l_type) == nix::libc::F_UNLCK || probe.l_pid <= 0 {
+        return None;
+    }
+    let pid = probe.l_pid;
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    Some(format!("pid {pid} ({}, {exe})", comm.trim()))
 }
 
 /// Whether the journal in the state dir keeps what the cache dir loses at
@@ -283,7 +362,7 @@ fn journal_outlives_cache(config: &Config) -> Result<(), String> {
 /// clean drain, `Ok(false)` when operations were still running when the
 /// shutdown bound expired (or a second signal came).
 pub async fn run(config: Config) -> Result<bool, Error> {
-    let _state_lock = lock_state_dir(&config.state_dir)?;
+    let _state_lock = lock_state_dir(&config.state_dir).await?;
     // The result cache, written without fsync and on the calling worker:
     // each ADD's record is made durable by the one flushed commit line of
     // the journal ([`intents`]), not by the cache's own two flushes; the
@@ -384,16 +463,18 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     {
         tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until they are ADDed again");
     }
-    // Plugins a killed predecessor left running would race the recovery.
-    let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
-    if orphans > 0 {
+    // Plugins a killed predecessor left running would race the recovery:
+    // they finish first (within their deadlines).
+    let settled = orphans::settle_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
+    if !settled.finished.is_empty() || !settled.killed.is_empty() {
         tracing::warn!(
-            count = orphans,
-            "stopped orphaned plugins of a previous cnid"
+            finished = settled.finished.len(),
+            killed = settled.killed.len(),
+            "orphaned plugins of a previous cnid are gone"
         );
     }
     // Unfinished ADDs go first in their containers' queues.
-    match engine.recover() {
+    match engine.recover(&settled) {
         Ok(0) => {}
         Ok(n) => tracing::warn!(count = n, "rolling back ADDs that never completed"),
         Err(e) => tracing::error!(error = %e, "cannot scan the ADD intents"),

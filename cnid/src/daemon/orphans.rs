@@ -1,29 +1,47 @@
 //! Plugins orphaned by a daemon that died (`kill -9`, the OOM killer, a
-//! crash): found and stopped at the next start, before anything else runs.
+//! crash): found at the next start, allowed to finish within their own
+//! deadline, and only then is their operation rolled back.
 //!
 //! Every plugin runs in a process group of its own (so that a deadline can
 //! kill all it forked), which also means it outlives the daemon: a plugin
 //! half way through an ADD goes on, and may allocate an IP or make an
 //! interface *after* the restarted daemon rolled that ADD back from its
-//! intent. Nothing would ever delete that. So:
+//! intent. Nothing would ever delete that. Killing it at once is no better:
+//! plugins are not atomic, and a plugin stopped at an arbitrary instruction
+//! leaves state only it could have repaired (host-local creates an
+//! address's file and then writes the container ID into it: killed between
+//! the two, it leaves an empty reservation that no DEL frees). So:
 //!
-//! - [`MarkedExec`] puts `CNID_STATE_DIR=<canonical state dir>` in the
-//!   environment of every plugin the daemon runs;
-//! - [`stop_orphans`], called at start while the state dir is locked (so no
-//!   other live daemon uses it) and before recovery or any request, finds
-//!   every plugin still running with that mark: a process that leads its own
-//!   process group but not a session of its own (a plugin, as we start them)
-//!   and is not a zombie. Each group gets SIGTERM, then SIGKILL after a
-//!   grace, and the daemon waits (bounded) until they are gone.
+//! - [`MarkedExec`] puts `CNID_STATE_DIR=<canonical state dir>` and
+//!   `CNID_DEADLINE_MS=<its deadline>` (`CLOCK_MONOTONIC`, in ms: the same
+//!   clock in every process of this boot, and orphans never outlive a
+//!   boot) in the environment of every plugin the daemon runs;
+//! - [`settle_orphans`], called at start while the state dir is locked (so
+//!   no other live daemon uses it) and before recovery or any request,
+//!   finds every plugin still running with that mark: a process that leads
+//!   its own process group but not a session of its own (a plugin, as we
+//!   start them) and is not a zombie. Each one may run until its recorded
+//!   deadline, as it could have under the dead daemon; one still running
+//!   then gets what the executor gives a plugin at its deadline (SIGTERM
+//!   to its group, SIGKILL after a grace), with a warning naming it. Only
+//!   when all of them are gone does the recovery run. A plugin without a
+//!   recorded deadline (started by an older cnid) is stopped at once.
 //!
 //! A process a plugin started in a session of its own (`setsid`: a daemon
 //! started on purpose) is not a group leader outside its session and is
 //! left alone; so is what a plugin left behind in its group after the
 //! plugin itself exited (its verb was over), as the executor does.
 //!
+//! A start that finds orphans waits for them before it serves (requests
+//! that connect meanwhile wait in the socket's backlog): at most the
+//! longest deadline left, plus the grace; in practice the few
+//! milliseconds a plugin still needed. A start killed during that wait
+//! finds the same orphans, with the same deadlines, at the next one.
+//!
 //! # Caveats
 //! Linux only (`/proc`). The mark is visible to plugins, like the rest of
-//! the daemon's environment they inherit.
+//! the daemon's environment they inherit. A leader is recognised by its pid
+//! and start time, so a pid reused while we wait is never taken for it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -35,7 +53,9 @@ use futures::future::BoxFuture;
 
 /// The variable marking the plugins of the daemon of one state dir.
 pub(crate) const MARK: &str = "CNID_STATE_DIR";
-/// How often the orphans' groups are checked while waiting for them.
+/// The variable holding a plugin's deadline: `CLOCK_MONOTONIC` in ms.
+pub(crate) const DEADLINE: &str = "CNID_DEADLINE_MS";
+/// How often the orphans are checked while waiting for them.
 const POLL: Duration = Duration::from_millis(20);
 /// How long we wait after SIGKILL.
 const KILL_WAIT: Duration = Duration::from_secs(5);
@@ -48,7 +68,16 @@ pub(crate) fn mark_value(state_dir: &Path) -> String {
         .to_string()
 }
 
-/// A [`PluginExec`] that adds the mark to every plugin's environment.
+/// `CLOCK_MONOTONIC` now, in ms: comparable across the processes of a boot.
+fn monotonic_ms() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0) / 1_000_000
+    })
+}
+
+/// A [`PluginExec`] that adds the mark and the deadline to every plugin's
+/// environment.
 #[derive(Debug)]
 pub(crate) struct MarkedExec {
     inner: Arc<dyn PluginExec>,
@@ -67,9 +96,19 @@ impl PluginExec for MarkedExec {
         req: ExecRequest<'a>,
     ) -> BoxFuture<'a, Result<ExecOutput, cni_async::Error>> {
         Box::pin(async move {
-            let mut env = Vec::with_capacity(req.env.len() + 1);
-            env.extend(req.env.iter().filter(|(k, _)| k != MARK).cloned());
+            // The executor's clock starts a moment later: what is recorded
+            // is at most that moment early.
+            let timeout_ms = u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX);
+            let deadline = monotonic_ms().saturating_add(timeout_ms);
+            let mut env = Vec::with_capacity(req.env.len() + 2);
+            env.extend(
+                req.env
+                    .iter()
+                    .filter(|(k, _)| k != MARK && k != DEADLINE)
+                    .cloned(),
+            );
             env.push((MARK.to_owned(), self.value.clone()));
+            env.push((DEADLINE.to_owned(), deadline.to_string()));
             let marked = ExecRequest::new(
                 req.plugin_path,
                 req.plugin_type,
@@ -92,17 +131,29 @@ impl PluginExec for MarkedExec {
     }
 }
 
-/// `(state, pgrp, session)` of a process, from `/proc/PID/stat`.
-fn stat(pid: u32) -> Option<(char, u32, u32)> {
+/// What `/proc/PID/stat` says of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    state: char,
+    pgrp: u32,
+    session: u32,
+    /// Clock ticks after boot: with the pid, the process's identity.
+    start: u64,
+}
+
+fn stat(pid: u32) -> Option<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid pgrp session ...`; comm may hold anything.
+    // `pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt
+    // majflt cmajflt utime stime cutime cstime priority nice num_threads
+    // itrealvalue starttime ...`; comm may hold anything.
     let rest = &text[text.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.chars().next()?;
-    let _ppid = f.next()?;
-    let pgrp = f.next()?.parse().ok()?;
-    let session = f.next()?.parse().ok()?;
-    Some((state, pgrp, session))
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(Stat {
+        state: f.first()?.chars().next()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        session: f.get(3)?.parse().ok()?,
+        start: f.get(19)?.parse().ok()?,
+    })
 }
 
 fn pids() -> Vec<u32> {
@@ -114,24 +165,78 @@ fn pids() -> Vec<u32> {
         .unwrap_or_default()
 }
 
-fn has_mark(pid: u32, entry: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .map(|env| env.split(|b| *b == 0).any(|e| e == entry))
-        .unwrap_or(false)
+/// A plugin a dead daemon of this state dir left running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Orphan {
+    /// Its pid, which is also its process group's id.
+    pub(crate) pid: u32,
+    start: u64,
+    /// `CNID_DEADLINE_MS`; `None` when not recorded (an older cnid).
+    deadline_ms: Option<u64>,
+    pub(crate) command: String,
+    pub(crate) container_id: String,
+    pub(crate) ifname: String,
+    /// The plugin's binary (its `argv[0]`).
+    pub(crate) plugin: String,
+}
+
+impl Orphan {
+    /// Whether the plugin (this very process, not a later one with its
+    /// pid) still runs.
+    fn alive(&self) -> bool {
+        matches!(stat(self.pid), Some(s) if s.start == self.start && s.state != 'Z' && s.state != 'X')
+    }
+
+    fn overdue(&self, now_ms: u64) -> bool {
+        self.deadline_ms.is_none_or(|d| now_ms >= d)
+    }
+}
+
+/// The orphan with `pid`, if that process is one: a running group leader,
+/// not a session leader, with our mark.
+fn orphan(pid: u32, entry: &[u8]) -> Option<Orphan> {
+    let s = stat(pid)?;
+    if s.pgrp != pid || s.session == pid || s.state == 'Z' || s.state == 'X' {
+        return None;
+    }
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+    if !vars.contains(&entry) {
+        return None;
+    }
+    let var = |name: &str| -> Option<String> {
+        let prefix = format!("{name}=");
+        vars.iter()
+            .find_map(|v| v.strip_prefix(prefix.as_bytes()))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let plugin = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .ok()
+        .and_then(|c| {
+            c.split(|b| *b == 0)
+                .next()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+        })
+        .unwrap_or_default();
+    Some(Orphan {
+        pid,
+        start: s.start,
+        deadline_ms: var(DEADLINE).and_then(|d| d.parse().ok()),
+        command: var("CNI_COMMAND").unwrap_or_default(),
+        container_id: var("CNI_CONTAINERID").unwrap_or_default(),
+        ifname: var("CNI_IFNAME").unwrap_or_default(),
+        plugin,
+    })
 }
 
 /// The running plugins (group leaders, not session leaders) with our mark.
-fn find(value: &str) -> Vec<u32> {
+fn find(value: &str) -> Vec<Orphan> {
     let entry = format!("{MARK}={value}").into_bytes();
     let me = std::process::id();
     pids()
         .into_iter()
         .filter(|&pid| pid != me && pid > 1)
-        .filter(|&pid| {
-            matches!(stat(pid), Some((state, pgrp, session))
-                if pgrp == pid && session != pid && state != 'Z' && state != 'X')
-        })
-        .filter(|&pid| has_mark(pid, &entry))
+        .filter_map(|pid| orphan(pid, &entry))
         .collect()
 }
 
@@ -155,25 +260,85 @@ async fn wait_gone(groups: &mut Vec<u32>, until: Instant) {
     }
 }
 
-/// Stops the plugins a dead daemon of this state dir left running: SIGTERM
-/// to each one's process group, SIGKILL after `grace`, then waits (at most
-/// a few seconds) until they are gone. Returns how many there were.
+/// What [`settle_orphans`] found and did.
+#[derive(Debug, Default)]
+pub(crate) struct Settled {
+    /// The plugins that finished on their own, within their deadline.
+    pub(crate) finished: Vec<Orphan>,
+    /// The plugins still running at their deadline (or with none
+    /// recorded), killed.
+    pub(crate) killed: Vec<Orphan>,
+}
+
+impl Settled {
+    /// Whether a plugin of this attachment's operation was killed.
+    pub(crate) fn killed_for(&self, container_id: &str, ifname: &str) -> bool {
+        self.killed
+            .iter()
+            .any(|o| o.container_id == container_id && o.ifname == ifname)
+    }
+}
+
+/// Waits for the plugins a dead daemon of this state dir left running:
+/// each may finish until its recorded deadline; one still running then (or
+/// with no deadline recorded) is killed as the executor kills a plugin at
+/// its deadline: SIGTERM to its process group, SIGKILL after `grace`.
+/// Returns when all are gone (or, after a SIGKILL they survive, bounded).
 ///
 /// Call it only while holding the state dir's lock and before running any
 /// plugin: every marked plugin is then an orphan.
-pub(crate) async fn stop_orphans(value: &str, grace: Duration) -> usize {
+pub(crate) async fn settle_orphans(value: &str, grace: Duration) -> Settled {
     let found = tokio::task::spawn_blocking({
         let value = value.to_owned();
         move || find(&value)
     })
     .await
     .unwrap_or_default();
+    let mut settled = Settled::default();
     if found.is_empty() {
-        return 0;
+        return settled;
     }
-    tracing::warn!(pgids = ?found, "stopping orphaned plugins of a previous cnid (killed while they ran)");
-    let mut left = found.clone();
-    signal(&left, Signal::SIGTERM);
+    let now = monotonic_ms();
+    let longest_ms = found
+        .iter()
+        .map(|o| o.deadline_ms.map_or(0, |d| d.saturating_sub(now)))
+        .max()
+        .unwrap_or(0);
+    tracing::warn!(pgids = ?found.iter().map(|o| o.pid).collect::<Vec<_>>(), longest_ms,
+        "waiting for orphaned plugins of a previous cnid (killed while they ran) to finish within their deadlines");
+    let mut running = found;
+    loop {
+        let now = monotonic_ms();
+        let mut overdue = Vec::new();
+        running.retain(|o| {
+            if !o.alive() {
+                settled.finished.push(o.clone());
+                false
+            } else if o.overdue(now) {
+                overdue.push(o.clone());
+                false
+            } else {
+                true
+            }
+        });
+        for o in &overdue {
+            tracing::warn!(pgid = o.pid, plugin = %o.plugin, command = %o.command, container = %o.container_id, ifname = %o.ifname,
+                deadline_recorded = o.deadline_ms.is_some(),
+                "orphaned plugin still running at its deadline: killing its process group; \
+                 what it left half made may outlive the rollback (docs/reliability.md)");
+        }
+        signal(
+            &overdue.iter().map(|o| o.pid).collect::<Vec<_>>(),
+            Signal::SIGTERM,
+        );
+        settled.killed.extend(overdue);
+        if running.is_empty() {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    // The killed ones' groups: SIGKILL after the grace.
+    let mut left: Vec<u32> = settled.killed.iter().map(|o| o.pid).collect();
     wait_gone(&mut left, Instant::now() + grace).await;
     if !left.is_empty() {
         tracing::warn!(pgids = ?left, "orphaned plugins survived SIGTERM; sending SIGKILL");
@@ -183,7 +348,7 @@ pub(crate) async fn stop_orphans(value: &str, grace: Duration) -> usize {
     if !left.is_empty() {
         tracing::error!(pgids = ?left, "orphaned plugins still alive after SIGKILL");
     }
-    found.len()
+    settled
 }
 
 #[cfg(test)]
@@ -196,7 +361,8 @@ mod tests {
         // carries the mark; nothing in a clean environment is found.
         assert!(find("/nonexistent/state/dir/for/tests").is_empty());
         let me = std::process::id();
-        let (_, pgrp, _) = stat(me).expect("our own stat");
-        assert!(group_alive(pgrp));
+        let s = stat(me).expect("our own stat");
+        assert!(group_alive(s.pgrp));
+        assert!(s.start > 0);
     }
 }

@@ -187,6 +187,14 @@ impl Daemon {
 
     /// Like [`Daemon::start`], with a hook to adjust the command.
     pub fn start_with(dirs: &Dirs, extra: &[&str], adjust: impl FnOnce(&mut Command)) -> Daemon {
+        let mut d = Daemon::spawn_with(dirs, extra, adjust);
+        d.wait_ready(Duration::from_secs(15));
+        d
+    }
+
+    /// Starts cnid as [`Daemon::start_with`] does, without waiting until
+    /// it is ready (then [`Daemon::wait_ready`]).
+    pub fn spawn_with(dirs: &Dirs, extra: &[&str], adjust: impl FnOnce(&mut Command)) -> Daemon {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = dirs.root().join(format!("cnid-{n}.log"));
@@ -222,13 +230,11 @@ impl Daemon {
             .stderr(log_file);
         adjust(&mut cmd);
         let child = cmd.spawn().expect("spawn cnid");
-        let mut d = Daemon {
+        Daemon {
             child: Some(child),
             socket: dirs.socket.clone(),
             log,
-        };
-        d.wait_ready(Duration::from_secs(15));
-        d
+        }
     }
 
     /// Wraps a cnid process started some other way (socket activation
@@ -243,7 +249,9 @@ impl Daemon {
         d
     }
 
-    fn wait_ready(&mut self, limit: Duration) {
+    /// Waits up to `limit` until it answers `GET /v1/health`; fails the
+    /// test when it exits first.
+    pub fn wait_ready(&mut self, limit: Duration) {
         let start = Instant::now();
         loop {
             if let Ok(r) = raw(&self.socket, "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -292,7 +300,28 @@ impl Daemon {
             .expect("SIGKILLed cnid reaped")
     }
 
-    fn try_status(&mut self) -> Option<ExitStatus> {
+    /// Waits up to `limit` until its log contains `needle`; fails the test
+    /// when it exits first.
+    pub fn wait_log(&mut self, needle: &str, limit: Duration) {
+        let end = Instant::now() + limit;
+        while !self.log().contains(needle) {
+            if let Some(st) = self.try_status() {
+                panic!(
+                    "cnid exited ({st}) before logging {needle:?}:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < end,
+                "cnid did not log {needle:?} within {limit:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Its exit status, if it exited (reaped then).
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
         self.child.as_mut()?.try_wait().ok().flatten()
     }
 

@@ -3,7 +3,8 @@
 //! real network namespaces, bridges and subnets [`netns`], the root check
 //! [`require_root!`]), plus what is cnid's own: the daemon as a real process
 //! ([`daemon`]), running the built cnitool in a sandbox ([`tool`]), and
-//! `cnid-shim` as a runtime runs it, with the Go clients ([`shim`]).
+//! `cnid-shim` as a runtime runs it, with the Go clients ([`shim`]), and
+//! what the crash soaks share ([`soak`]).
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub use cni_test_support::{executable, fake, gate, netns, require_root};
@@ -13,4 +14,5 @@ pub mod daemon;
 #[path = "../../benches/noop/locate.rs"]
 pub mod noop;
 pub mod shim;
+pub mod soak;
 pub mod tool;

@@ -1,0 +1,322 @@
+//! Plugins orphaned by a `kill -9` of the daemon (each plugin has its own
+//! process group, so it outlives the daemon), and the restart that finds
+//! them.
+//!
+//! Regression (issue 27): the restart stopped every orphan at once
+//! (SIGTERM, grace, SIGKILL), and a plugin stopped at an arbitrary
+//! instruction tears what only it can repair (host-local killed between
+//! creating an address's file and writing the container ID into it leaves
+//! an empty reservation no DEL frees). Before that (the older regression
+//! kept here), the restart rolled the ADD back while the orphan still ran,
+//! and the orphan then allocated what nobody would delete.
+//!
+//! Now an orphan may finish within the deadline it was started with
+//! (`CNID_DEADLINE_MS` in its environment), the rollback runs after it
+//! exited, and only an orphan still running at its deadline is killed, with
+//! a warning that the rollback repeats. A restart killed during that wait
+//! finds the same orphans and waits again.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::support::daemon::{Daemon, Dirs, eventually};
+use crate::support::gate::{Gate, LOAD_MARGIN};
+use crate::support::require_root;
+use cnid::api::AttachmentRequest;
+use serde_json::json;
+
+const NET: &str = "orph";
+/// What cnid logs when it found orphans and waits for them.
+const WAITING: &str = "waiting for orphaned plugins";
+
+/// A network of one plugin, `late`: its ADD starts a `setsid` helper,
+/// records its pid, blocks at `gate`, then "allocates" (a file named after
+/// the container in `resources/`) and notes that it finished; its DEL frees
+/// the file.
+struct Late {
+    dirs: Dirs,
+    gate: Gate,
+    resources: PathBuf,
+    finished: PathBuf,
+    pid_file: PathBuf,
+    helper_file: PathBuf,
+}
+
+impl Late {
+    fn new() -> Late {
+        let dirs = Dirs::new();
+        let resources = dirs.data.join("resources");
+        fs::create_dir_all(&resources).expect("create resources dir");
+        let finished = dirs.data.join("finished");
+        let pid_file = dirs.data.join("late.pid");
+        let helper_file = dirs.data.join("helper.pid");
+        let gate = Gate::new(dirs.root());
+        dirs.plugin(
+            "late",
+            &format!(
+                r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD)
+  setsid sh -c 'echo $$ > {helper}; exec sleep 1000' < /dev/null > /dev/null 2>&1 &
+  echo $$ > {pid}
+{wait}
+  touch {res}/"$CNI_CONTAINERID"
+  echo "$CNI_CONTAINERID" >> {finished}
+  echo '{{"cniVersion":"1.0.0"}}';;
+DEL) rm -f {res}/"$CNI_CONTAINERID";;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+                helper = helper_file.display(),
+                pid = pid_file.display(),
+                res = resources.display(),
+                finished = finished.display(),
+                wait = gate.shell_wait(),
+            ),
+        );
+        dirs.conf(
+            "10-late.conflist",
+            &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "late"}]}),
+        );
+        Late {
+            dirs,
+            gate,
+            resources,
+            finished,
+            pid_file,
+            helper_file,
+        }
+    }
+
+    /// Starts an ADD of `cid` (deadline `timeout_ms`) through a daemon,
+    /// waits until its plugin blocks at the gate, `kill -9`s the daemon.
+    /// Returns the plugin's and its helper's pids, killed on drop.
+    async fn orphan(&self, cid: &str, timeout_ms: Option<u64>) -> Running {
+        let mut daemon = Daemon::start(&self.dirs, &[]);
+        let client = daemon.client().await;
+        let mut req = AttachmentRequest::new(cid, "/proc/self/ns/net", "eth0");
+        req.timeout_ms = timeout_ms;
+        let add = tokio::spawn(async move { client.add(NET, &req).await });
+        self.gate.wait_started(1).await;
+        let read_pid =
+            |p: &Path| -> Option<u32> { fs::read_to_string(p).ok()?.trim().parse().ok() };
+        eventually(Duration::from_secs(30), "the plugin's pid files", || {
+            read_pid(&self.pid_file).is_some() && read_pid(&self.helper_file).is_some()
+        });
+        let running = Running(vec![
+            read_pid(&self.pid_file).expect("pid"),
+            read_pid(&self.helper_file).expect("pid"),
+        ]);
+        daemon.kill9();
+        assert!(
+            add.await.expect("task").is_err(),
+            "the ADD's answer was lost"
+        );
+        assert!(alive(running.plugin()), "the plugin outlived the daemon");
+        running
+    }
+}
+
+/// The orphan's and its helper's pids; both killed (their groups) on drop.
+struct Running(Vec<u32>);
+
+impl Running {
+    fn plugin(&self) -> u32 {
+        self.0[0]
+    }
+
+    fn helper(&self) -> u32 {
+        self.0[1]
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for &g in &self.0 {
+            if let Ok(raw) = i32::try_from(g)
+                && raw > 1
+            {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(raw),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .is_some_and(|s| s != "Z" && s != "X")
+}
+
+/// A variable of a process's environment.
+fn environ_var(pid: u32, name: &str) -> Option<String> {
+    let env = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{name}=");
+    env.split(|b| *b == 0)
+        .find_map(|v| v.strip_prefix(prefix.as_bytes()))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// `CLOCK_MONOTONIC` in ms, the clock of `CNID_DEADLINE_MS`.
+fn monotonic_ms() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
+    t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Starts cnid without waiting, then waits until its log says it found
+/// orphans and is waiting for them.
+fn restart_waiting(dirs: &Dirs) -> Daemon {
+    let mut daemon = Daemon::spawn_with(dirs, &[], |_| {});
+    daemon.wait_log(WAITING, Duration::from_secs(30));
+    daemon
+}
+
+/// The orphan finishes its ADD (within its deadline) while the restarted
+/// daemon waits; only then is the ADD rolled back, so what the orphan
+/// allocated is freed. A helper the plugin started in a session of its
+/// own is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_plugin_finishes_before_the_restart_rolls_its_add_back() {
+    require_root!();
+    let late = Late::new();
+    let running = late.orphan("late-1", None).await;
+    let deadline: u64 = environ_var(running.plugin(), "CNID_DEADLINE_MS")
+        .expect("the plugin's deadline is in its environment")
+        .parse()
+        .expect("a number");
+    let left = deadline.saturating_sub(monotonic_ms());
+    assert!(
+        left > 30_000 && left <= 60_000,
+        "the deadline is the ADD's (60 s by default): {left} ms left"
+    );
+
+    let mut daemon = restart_waiting(&late.dirs);
+    // Waiting: the orphan runs, nothing is rolled back, nothing is served.
+    assert!(alive(running.plugin()), "the orphan was not stopped");
+    assert_eq!(late.dirs.intents(), ["orph:late-1:eth0.json"]);
+    late.gate.release();
+    daemon.wait_ready(Duration::from_secs(30));
+    eventually(Duration::from_secs(30), "the rollback", || {
+        late.dirs.intents().is_empty()
+    });
+    eventually(Duration::from_secs(30), "the rollback logged", || {
+        daemon.log().contains("unfinished ADD rolled back")
+    });
+    let log = daemon.log();
+    println!(
+        "orphans: the orphan finished its ADD ({:?}), resources left after the rollback {:?}, helper alive {}",
+        fs::read_to_string(&late.finished)
+            .unwrap_or_default()
+            .trim(),
+        names(&late.resources),
+        alive(running.helper())
+    );
+    assert_eq!(
+        fs::read_to_string(&late.finished).unwrap_or_default(),
+        "late-1\n",
+        "the orphan finished its ADD:\n{log}"
+    );
+    assert!(
+        names(&late.resources).is_empty(),
+        "the rollback ran after the orphan finished, and freed its allocation:\n{log}"
+    );
+    assert!(!alive(running.plugin()));
+    assert!(
+        alive(running.helper()),
+        "a plugin's setsid helper is not an orphan to kill"
+    );
+    assert!(log.contains("finished=1 killed=0"), "{log}");
+    assert!(!log.contains("killed at its deadline"), "{log}");
+    assert!(log.contains("plugin_killed_at_deadline=false"), "{log}");
+}
+
+/// An orphan still running at its deadline is killed then (not before),
+/// and the rollback that follows says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_still_running_at_its_deadline_is_killed_and_the_rollback_says_so() {
+    require_root!();
+    let late = Late::new();
+    let running = late.orphan("late-2", Some(3_000)).await;
+    let deadline: u64 = environ_var(running.plugin(), "CNID_DEADLINE_MS")
+        .expect("deadline")
+        .parse()
+        .expect("a number");
+    let mut daemon = restart_waiting(&late.dirs);
+    daemon.wait_ready(Duration::from_secs(3) + LOAD_MARGIN * 2);
+    let ready_at = monotonic_ms();
+    eventually(Duration::from_secs(30), "the rollback", || {
+        late.dirs.intents().is_empty()
+    });
+    eventually(Duration::from_secs(30), "the rollback logged", || {
+        daemon.log().contains("unfinished ADD rolled back")
+    });
+    let log = daemon.log();
+    println!(
+        "orphans: ready {} ms after the orphan's deadline; plugin alive {}, finished {:?}",
+        ready_at as i64 - deadline as i64,
+        alive(running.plugin()),
+        fs::read_to_string(&late.finished).unwrap_or_default()
+    );
+    assert!(
+        ready_at >= deadline,
+        "the orphan was killed before its deadline"
+    );
+    assert!(!alive(running.plugin()), "killed at its deadline");
+    assert!(!late.finished.exists(), "it never finished");
+    assert!(names(&late.resources).is_empty());
+    assert!(
+        log.contains("orphaned plugin still running at its deadline"),
+        "{log}"
+    );
+    assert!(log.contains("late-2"), "the warning names the container");
+    assert!(
+        log.contains("whose plugin was killed at its deadline"),
+        "{log}"
+    );
+    assert!(log.contains("plugin_killed_at_deadline=true"), "{log}");
+    assert!(log.contains("finished=0 killed=1"), "{log}");
+}
+
+/// A restart killed (`kill -9`) while it waits for orphans: the next one
+/// finds the same orphan, with the same deadline, and waits again; the
+/// orphan finishes and is rolled back once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_killed_while_it_waits_for_orphans_waits_again() {
+    require_root!();
+    let late = Late::new();
+    let running = late.orphan("late-3", None).await;
+    let mut first = restart_waiting(&late.dirs);
+    first.kill9();
+    assert!(alive(running.plugin()), "the orphan still runs");
+    assert_eq!(late.dirs.intents(), ["orph:late-3:eth0.json"]);
+    let mut second = restart_waiting(&late.dirs);
+    assert!(alive(running.plugin()));
+    late.gate.release();
+    second.wait_ready(Duration::from_secs(30));
+    eventually(Duration::from_secs(30), "the rollback", || {
+        late.dirs.intents().is_empty()
+    });
+    assert_eq!(
+        fs::read_to_string(&late.finished).unwrap_or_default(),
+        "late-3\n"
+    );
+    assert!(names(&late.resources).is_empty(), "{}", second.log());
+    assert!(second.log().contains("finished=1 killed=0"));
+}

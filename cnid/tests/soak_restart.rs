@@ -1,0 +1,351 @@
+//! Kill and restart soak (issue 27's reproduction): rounds of concurrent
+//! ADDs on the real bridge + host-local chain, each in a namespace of its
+//! own, `kill -9` of cnid, an immediate restart, a DEL of every container;
+//! after each round host-local's dataDir must hold no reservation (empty
+//! files included), the bridge no port (no veth), no namespace an `eth0`,
+//! and every restart must have succeeded.
+//!
+//! The chain is `[bridge (host-local IPAM), gate]`; the gate plugin passes
+//! through, except in the rounds that hold every ADD in it, which makes
+//! "killed inside a plugin" certain. The kinds of rounds, in turn:
+//!
+//! - `random`: the kill comes 0 to 200 ms after the ADDs were sent (inside
+//!   bridge or host-local, between plugins, or after the answers);
+//! - `gated`: the ADDs held in the gate plugin; the restart finds them
+//!   orphaned and waits; the gate opens; they finish and are rolled back;
+//! - `gated, killed while waiting`: as `gated`, and the restart itself is
+//!   killed while it waits for the orphans, then restarted again;
+//! - `gated, released before the restart`: the orphans finish with no
+//!   daemon at all (or while the restart finds them);
+//! - `random, restart killed`: as `random`, then the restart is killed 0
+//!   to 30 ms after it began (lock, orphan scan, recovery), and started
+//!   once more.
+//!
+//! Size: 8 rounds by default (`make test`), 80 with `SOAK_SCALE=full`
+//! (`make soak`), `SOAK_RESTART_ROUNDS=N` sets it; `SOAK_RESTART_KINDS`
+//! picks the kinds (see [`kinds`]). `SOAK_SEED` replays a run (the seed is
+//! printed).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support::daemon::{Daemon, Dirs};
+use crate::support::gate::Gate;
+use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
+use crate::support::require_root;
+use crate::support::soak::{OrphanSweep, Rng, seed, support_logs};
+use cnid::api::AttachmentRequest;
+use cnid::client::Client;
+use serde_json::json;
+
+const NET: &str = "k27";
+const PLUGIN_DIR: &str = "/usr/lib/cni";
+/// ADDs sent at once in each round, each in its own namespace.
+const ADDS: usize = 6;
+/// What cnid logs when it found orphans and waits for them.
+const WAITING: &str = "waiting for orphaned plugins";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Random,
+    Gated,
+    GatedKilledWhileWaiting,
+    GatedReleasedBeforeRestart,
+    RandomRestartKilled,
+}
+
+const KINDS: [Kind; 5] = [
+    Kind::Random,
+    Kind::Gated,
+    Kind::RandomRestartKilled,
+    Kind::GatedKilledWhileWaiting,
+    Kind::GatedReleasedBeforeRestart,
+];
+
+/// The kinds of rounds, in turn: all, or `SOAK_RESTART_KINDS` (a comma
+/// list of `random`, `gated`, `gated-killed`, `gated-released`,
+/// `restart-killed`).
+fn kinds() -> Vec<Kind> {
+    let Ok(list) = std::env::var("SOAK_RESTART_KINDS") else {
+        return KINDS.to_vec();
+    };
+    list.split(',')
+        .map(|k| match k.trim() {
+            "random" => Kind::Random,
+            "gated" => Kind::Gated,
+            "gated-killed" => Kind::GatedKilledWhileWaiting,
+            "gated-released" => Kind::GatedReleasedBeforeRestart,
+            "restart-killed" => Kind::RandomRestartKilled,
+            other => panic!("bad SOAK_RESTART_KINDS entry {other:?}"),
+        })
+        .collect()
+}
+
+fn rounds() -> usize {
+    if let Ok(n) = std::env::var("SOAK_RESTART_ROUNDS") {
+        return n
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("bad SOAK_RESTART_ROUNDS {n:?}"));
+    }
+    match std::env::var("SOAK_SCALE").as_deref() {
+        Ok("full") => 80,
+        _ => 8,
+    }
+}
+
+const PASS: &str = r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD) echo '{"cniVersion":"1.0.0"}';;
+VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}';;
+esac"#;
+
+fn gated(gate: &Gate) -> String {
+    format!(
+        r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD)
+{}
+echo '{{"cniVersion":"1.0.0"}}';;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+        gate.shell_wait()
+    )
+}
+
+/// Processes that hold `lock` open (copies of a dead daemon's descriptor):
+/// `pid comm`.
+fn lock_holders(lock: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.filter_map(|f| f.ok())
+                    .any(|f| std::fs::read_link(f.path()).is_ok_and(|l| l == lock))
+            })
+        })
+        .map(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} {}", comm.trim())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_and_immediate_restart_with_the_real_chain_leaks_no_reservation() {
+    require_root!();
+    for p in ["bridge", "host-local"] {
+        assert!(
+            Path::new(PLUGIN_DIR).join(p).exists(),
+            "the reference plugin {PLUGIN_DIR}/{p} is missing: run `make setup`"
+        );
+    }
+    let rounds = rounds();
+    let kinds = kinds();
+    let seed = seed();
+    println!(
+        "restart soak: seed {seed:#x} (replay with SOAK_SEED={seed:#x}), {rounds} rounds of {ADDS} ADDs"
+    );
+    let mut rng = Rng(seed);
+    let dirs = Dirs::new();
+    let _sweep = OrphanSweep(dirs.root().display().to_string());
+    let bridge = LinkGuard::new();
+    let subnet = SubnetLease::new();
+    let br = bridge.name();
+    ip_ok(&["link", "add", "name", br, "type", "bridge"]);
+    ip_ok(&["link", "set", br, "up"]);
+    let data_dir = dirs.data.join("host-local");
+    dirs.plugin("k27gate", PASS);
+    dirs.conf(
+        "10-k27.conflist",
+        &json!({
+            "cniVersion": "1.0.0",
+            "name": NET,
+            "plugins": [
+                {"type": "bridge", "bridge": br, "isGateway": false, "ipMasq": false,
+                 "ipam": {"type": "host-local", "dataDir": data_dir,
+                          "ranges": [[{"subnet": subnet.cidr()}]]}},
+                {"type": "k27gate"}
+            ]
+        }),
+    );
+    let namespaces: Vec<Netns> = (0..ADDS).map(|_| Netns::new()).collect();
+    let lock = dirs.state.join("cnid.lock");
+
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let (mut restarts, mut answered, mut lost) = (0usize, 0usize, 0usize);
+    let mut kills_in_gate = 0usize;
+    let mut kills_while_waiting = 0usize;
+    let mut restart_kills = 0usize;
+    let mut kill_delays_ms: Vec<u64> = Vec::new();
+    let mut copies_after_reap: Vec<String> = Vec::new();
+    let started = Instant::now();
+
+    for round in 0..rounds {
+        let kind = kinds[round % kinds.len()];
+        let gate = matches!(
+            kind,
+            Kind::Gated | Kind::GatedKilledWhileWaiting | Kind::GatedReleasedBeforeRestart
+        )
+        .then(|| {
+            let g = Gate::new(dirs.root());
+            dirs.plugin("k27gate", &gated(&g));
+            g
+        });
+        let client = daemon.client().await;
+        let mut adds = tokio::task::JoinSet::new();
+        for (i, ns) in namespaces.iter().enumerate() {
+            let req = AttachmentRequest::new(format!("r{round}-{i}"), ns.path(), "eth0");
+            let c: Client = client.clone();
+            adds.spawn(async move { c.add(NET, &req).await.is_ok() });
+        }
+        match &gate {
+            Some(g) => {
+                g.wait_started(ADDS).await;
+                kills_in_gate += 1;
+            }
+            None => {
+                let us = rng.below(200_000);
+                kill_delays_ms.push(us / 1000);
+                tokio::time::sleep(Duration::from_micros(us)).await;
+            }
+        }
+        daemon.kill9();
+        copies_after_reap.extend(lock_holders(&lock));
+        while let Some(ok) = adds.join_next().await {
+            if ok.expect("ADD task") {
+                answered += 1;
+            } else {
+                lost += 1;
+            }
+        }
+        daemon = match kind {
+            Kind::Random => Daemon::start(&dirs, &[]),
+            Kind::RandomRestartKilled => {
+                let mut first = Daemon::spawn_with(&dirs, &[], |_| {});
+                std::thread::sleep(Duration::from_micros(rng.below(30_000)));
+                first.kill9();
+                restart_kills += 1;
+                restarts += 1;
+                Daemon::start(&dirs, &[])
+            }
+            Kind::Gated => {
+                let mut d = Daemon::spawn_with(&dirs, &[], |_| {});
+                d.wait_log(WAITING, Duration::from_secs(30));
+                gate.as_ref().expect("gate").release();
+                d.wait_ready(Duration::from_secs(30));
+                d
+            }
+            Kind::GatedKilledWhileWaiting => {
+                let mut first = Daemon::spawn_with(&dirs, &[], |_| {});
+                first.wait_log(WAITING, Duration::from_secs(30));
+                first.kill9();
+                kills_while_waiting += 1;
+                restarts += 1;
+                let mut d = Daemon::spawn_with(&dirs, &[], |_| {});
+                d.wait_log(WAITING, Duration::from_secs(30));
+                gate.as_ref().expect("gate").release();
+                d.wait_ready(Duration::from_secs(30));
+                d
+            }
+            Kind::GatedReleasedBeforeRestart => {
+                gate.as_ref().expect("gate").release();
+                Daemon::start(&dirs, &[])
+            }
+        };
+        restarts += 1;
+        if gate.is_some() {
+            dirs.plugin("k27gate", PASS);
+        }
+
+        // DEL of everything, as the runtime does after its failed ADDs.
+        let client = daemon.client().await;
+        for (i, ns) in namespaces.iter().enumerate() {
+            let req = AttachmentRequest::new(format!("r{round}-{i}"), ns.path(), "eth0");
+            if let Err(e) = client.del(NET, &req).await {
+                panic!("round {round} ({kind:?}): DEL of r{round}-{i}: {e}");
+            }
+        }
+        let end = Instant::now() + Duration::from_secs(30);
+        while !dirs.intents().is_empty()
+            || !client
+                .operations(None)
+                .await
+                .expect("operations")
+                .is_empty()
+        {
+            assert!(
+                Instant::now() < end,
+                "round {round}: recovery not over: {:?}",
+                dirs.intents()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let ips = host_local_ips(&data_dir, NET);
+        let empty: Vec<&String> = ips
+            .iter()
+            .filter(|ip| {
+                std::fs::metadata(data_dir.join(NET).join(ip.as_str())).is_ok_and(|m| m.len() == 0)
+            })
+            .collect();
+        let with_eth0: Vec<usize> = (0..ADDS)
+            .filter(|i| {
+                namespaces[*i]
+                    .exec("ip", &["link", "show", "eth0"])
+                    .status
+                    .success()
+            })
+            .collect();
+        assert!(
+            ips.is_empty(),
+            "round {round} ({kind:?}): reservations left {ips:?} (empty files {empty:?})\n{}",
+            daemon.log()
+        );
+        assert!(
+            bridge_ports(br).is_empty(),
+            "round {round} ({kind:?}): veths left {:?}",
+            bridge_ports(br)
+        );
+        assert!(
+            with_eth0.is_empty(),
+            "round {round} ({kind:?}): eth0 left in namespaces {with_eth0:?}"
+        );
+        assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
+    }
+    let elapsed = started.elapsed();
+    let logs = support_logs(dirs.root());
+    let field = |l: &str, name: &str| -> usize {
+        l.split(&format!("{name}="))
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let (finished, killed) = logs
+        .lines()
+        .filter(|l| l.contains("orphaned plugins of a previous cnid are gone"))
+        .fold((0, 0), |(f, k), l| {
+            (f + field(l, "finished"), k + field(l, "killed"))
+        });
+    let rolled_back = logs.matches("unfinished ADD rolled back").count();
+    let lock_waits = logs.matches("state dir locked by another process").count();
+    let stale_listeners = logs.matches("the socket's listener is dead").count();
+    kill_delays_ms.sort_unstable();
+    println!(
+        "restart soak: {rounds} rounds in {:.1}s; {} kills of cnid ({} while all {ADDS} ADDs were inside the gate plugin, \
+         {} at random 0-200 ms after the ADDs: {kill_delays_ms:?} ms; {kills_while_waiting} while a restart waited for orphans, \
+         {restart_kills} 0-30 ms into a restart), {restarts} restarts, all succeeded",
+        elapsed.as_secs_f64(),
+        rounds + kills_while_waiting + restart_kills,
+        kills_in_gate,
+        kill_delays_ms.len(),
+    );
+    println!(
+        "restart soak: ADDs answered {answered}, lost to a kill {lost}; orphaned plugins finished {finished}, \
+         killed at their deadline {killed}; unfinished ADDs rolled back {rolled_back}; lock waits {lock_waits}, \
+         stale listeners replaced {stale_listeners}; copies of the lock file seen right after a reap: {copies_after_reap:?}"
+    );
+    assert_eq!(killed, 0, "no plugin here outlives its deadline");
+    drop(daemon);
+}
