@@ -169,11 +169,16 @@ impl ApiError {
         rt: &cni_core::RuntimeConf,
         owner: &super::owners::Owner,
     ) -> Self {
+        let whose = if owner.in_progress {
+            "is in use by an operation in progress of"
+        } else {
+            "belongs to"
+        };
         ApiError::new(
             ErrorKind::Conflict,
             code::ALREADY_ATTACHED,
             format!(
-                "{verb} of container {:?} on network {network:?} refused: netns {:?} interface {:?} belongs to container {:?} on network {:?}; set \"force\": true if this is meant",
+                "{verb} of container {:?} on network {network:?} refused: netns {:?} interface {:?} {whose} container {:?} on network {:?}; set \"force\": true if this is meant",
                 rt.container_id, rt.netns, rt.ifname, owner.container_id, owner.network
             ),
         )

@@ -362,6 +362,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
 
     let tracker = TaskTracker::new();
     let stop = CancellationToken::new();
+    let cni_cache = cni.cache().clone();
     let engine = Arc::new(engine::Engine {
         cni,
         networks: networks.clone(),
@@ -375,14 +376,15 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         tracker: tracker.clone(),
         started: Instant::now(),
         min_networks: config.min_networks,
-        owners: owners::Owners::default(),
+        owners: owners::Owners::new(cni_cache),
         check_netns_owner: config.check_netns_owner,
     });
-    // Who owns which netns and ifname, before any request.
+    // Who owns which netns and ifname, before any request (each admission
+    // then reads what changed).
     if config.check_netns_owner
-        && let Err(e) = engine.owners.load_from(&engine.cni).await
+        && let Err(e) = engine.owners.refresh().await
     {
-        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until they are ADDed again");
+        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
     }
     // Plugins a killed predecessor left running would race the recovery.
     let orphans = orphans::stop_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;

@@ -726,6 +726,7 @@ async fn operation(
     // The body (and its share of the budget) is not kept while the
     // operation waits and runs.
     drop(body);
+    let mut claim = None;
     let (work, timeout_ms) = match decoded {
         DecodedRequest::Attachment {
             rt,
@@ -733,8 +734,11 @@ async fn operation(
             force,
         } => {
             netns_exists(&rt, verb).map_err(|e| e.in_version(version))?;
-            engine
-                .check_owner(verb, &network, &rt, force)
+            if verb == Command::Add || verb == Command::Check {
+                need()?;
+            }
+            claim = engine
+                .admit(verb, &[(&network, &rt)], force)
                 .await
                 .map_err(|e| e.in_version(version))?;
             let work = match verb {
@@ -769,6 +773,7 @@ async fn operation(
         version,
         work,
         deadline: Instant::now() + timeout,
+        claim,
     })?;
     let coalesced = waiter.coalesced();
     let outcome = waiter.wait().await;
@@ -844,12 +849,12 @@ async fn sandbox(
         .iter()
         .find_map(|n| n.list.as_ref().map(|l| l.version()))
         .unwrap_or(Version::CURRENT);
-    for n in &nets {
-        engine
-            .check_owner(verb, &n.name, &n.rt, decoded.force)
-            .await
-            .map_err(|e| e.in_version(version))?;
-    }
+    let slots: Vec<(&str, &RuntimeConf)> = nets.iter().map(|n| (n.name.as_str(), &n.rt)).collect();
+    let claim = engine
+        .admit(verb, &slots, decoded.force)
+        .await
+        .map_err(|e| e.in_version(version))?;
+    drop(slots);
     let waiter = engine.submit(NewOp {
         request_id: rid.to_owned(),
         network: nets
@@ -864,6 +869,7 @@ async fn sandbox(
             networks: nets,
         },
         deadline,
+        claim,
     })?;
     let outcome = waiter.wait().await;
     Ok(outcome_response(&outcome))
@@ -899,6 +905,7 @@ async fn sandbox_status(
             version: list.version(),
             work: Work::Status { list },
             deadline,
+            claim: None,
         })?;
         if let Err(e) = waiter.wait().await.as_ref() {
             let mut e = e.clone();
