@@ -123,7 +123,7 @@ impl ConfSnapshot {
         self.networks.first()
     }
 
-    fn scan(dir: &Path, generation: u64) -> ConfSnapshot {
+    fn scan(dir: &Path, generation: u64, refuse: Option<&Refusal>) -> ConfSnapshot {
         let mut snap = ConfSnapshot {
             generation,
             loaded_at: Some(SystemTime::now()),
@@ -142,6 +142,13 @@ impl ConfSnapshot {
                 snap.skipped.push(SkippedFile {
                     path: found.path.clone(),
                     reason: e.to_string(),
+                });
+                continue;
+            }
+            if let Some(reason) = refuse.and_then(|r| r(&found.list)) {
+                snap.skipped.push(SkippedFile {
+                    path: found.path.clone(),
+                    reason,
                 });
                 continue;
             }
@@ -256,11 +263,15 @@ struct ReadinessMemo {
     outcome: Result<Ready, NotReady>,
 }
 
+/// A caller's rule against networks it must not load
+/// ([`NetworkSet::with_refusal`]): the reason, or `None` to load it.
+pub type Refusal = dyn Fn(&NetworkConfigList) -> Option<String> + Send + Sync;
+
 /// The networks of one conf dir, reloaded on demand or by a watcher (see
 /// the [module docs](self)). Share it in an `Arc`.
-#[derive(Debug)]
 pub struct NetworkSet {
     dir: PathBuf,
+    refuse: Option<Box<Refusal>>,
     current: RwLock<Arc<ConfSnapshot>>,
     /// Serializes reloads, so generations and change logs are in order.
     reloading: Mutex<()>,
@@ -269,16 +280,39 @@ pub struct NetworkSet {
     generation: tokio::sync::watch::Sender<u64>,
 }
 
+impl std::fmt::Debug for NetworkSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetworkSet")
+            .field("dir", &self.dir)
+            .field("refuse", &self.refuse.is_some())
+            .field("current", &self.current)
+            .finish_non_exhaustive()
+    }
+}
+
 impl NetworkSet {
     /// A set for `dir`, empty (generation 0) until the first reload.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         NetworkSet {
             dir: dir.into(),
+            refuse: None,
             current: RwLock::new(Arc::new(ConfSnapshot::default())),
             reloading: Mutex::new(()),
             readiness: tokio::sync::Mutex::new(None),
             generation: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Networks for which `refuse` gives a reason are not loaded: their
+    /// file is listed under [`ConfSnapshot::skipped`] with that reason (so
+    /// readiness and "not found" errors name it), as an unparsable one is.
+    /// cnid refuses a network that would call cnid itself.
+    pub fn with_refusal(
+        mut self,
+        refuse: impl Fn(&NetworkConfigList) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.refuse = Some(Box::new(refuse));
+        self
     }
 
     /// A receiver that sees the generation of every new snapshot (whoever
@@ -305,7 +339,7 @@ impl NetworkSet {
     pub fn reload_blocking(&self) -> Changes {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let old = self.snapshot();
-        let new = ConfSnapshot::scan(&self.dir, old.generation + 1);
+        let new = ConfSnapshot::scan(&self.dir, old.generation + 1, self.refuse.as_deref());
         let changes = changes(&old, &new);
         log_reload(&self.dir, &old, &new, &changes);
         let generation = new.generation;

@@ -321,6 +321,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     let metrics = Arc::new(metrics::Metrics::default());
     let networks = Arc::new(networks::Networks::new(
         config.conf_dir.clone(),
+        &config.socket,
         metrics.clone(),
     ));
     networks.reload().await;

@@ -52,10 +52,58 @@ pub(crate) struct Networks {
     metrics: Arc<Metrics>,
 }
 
+/// Why a network must not be loaded by the cnid listening on `socket`: a
+/// plugin of it is `cnid-shim` aimed at that socket, so every ADD would
+/// wait on itself until its deadline, and every DEL (the rollback's too)
+/// the same way.
+pub(crate) fn calls_cnid_itself(
+    list: &cni_core::NetworkConfigList,
+    socket: &Path,
+) -> Option<String> {
+    list.plugins()
+        .iter()
+        .filter(|p| p.plugin_type() == crate::shim::setup::SHIM_TYPE)
+        .find_map(|p| {
+            let target = p
+                .raw()
+                .get("socket")
+                .and_then(|v| v.as_str())
+                .unwrap_or(crate::shim::conf::DEFAULT_SOCKET);
+            same_socket(Path::new(target), socket).then(|| {
+                format!(
+                    "network {:?} calls cnid itself: its plugin {:?} forwards to {target:?}, this cnid's own socket (a cnid-shim list in cnid's own conf dir; install it into the runtime's conf dir instead)",
+                    list.name(),
+                    crate::shim::setup::SHIM_TYPE
+                )
+            })
+        })
+}
+
+/// Whether two socket paths name the same socket: the same file when both
+/// exist, else the same path once their dirs are resolved.
+fn same_socket(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        return x.dev() == y.dev() && x.ino() == y.ino();
+    }
+    let resolved = |p: &Path| match (p.parent(), p.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or_else(|_| p.to_owned()),
+        _ => p.to_owned(),
+    };
+    resolved(a) == resolved(b)
+}
+
 impl Networks {
-    pub(crate) fn new(dir: std::path::PathBuf, metrics: Arc<Metrics>) -> Self {
+    /// The networks of `dir`, refusing those that would call the cnid
+    /// listening on `socket` ([`calls_cnid_itself`]).
+    pub(crate) fn new(dir: std::path::PathBuf, socket: &Path, metrics: Arc<Metrics>) -> Self {
+        let socket = socket.to_owned();
         Networks {
-            set: Arc::new(NetworkSet::new(dir)),
+            set: Arc::new(
+                NetworkSet::new(dir).with_refusal(move |list| calls_cnid_itself(list, &socket)),
+            ),
             metrics,
         }
     }
