@@ -388,6 +388,14 @@ impl Cni {
         &self.inner.plugin_dirs
     }
 
+    /// The binary that runs for `plugin_type` (the executor's lookup in the
+    /// plugin dirs), without running it.
+    pub fn find_plugin(&self, plugin_type: &str) -> Result<PathBuf, Error> {
+        self.inner
+            .exec
+            .find_plugin(plugin_type, &self.inner.plugin_dirs)
+    }
+
     /// The result cache.
     pub fn cache(&self) -> &ResultCache {
         &self.inner.cache
