@@ -279,6 +279,25 @@ fn journal_outlives_cache(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// Warns about plugin dirs that do not exist: each one given on the
+/// command line, or the defaults when none of them exists. (Readiness
+/// then says which plugins are missing.)
+fn warn_missing_plugin_dirs(dirs: &[std::path::PathBuf]) {
+    let missing: Vec<&std::path::PathBuf> = dirs.iter().filter(|d| !d.is_dir()).collect();
+    let defaults = dirs
+        .iter()
+        .map(|d| d.as_os_str())
+        .eq(cni_async::ops::DEFAULT_PLUGIN_DIRS
+            .iter()
+            .map(std::ffi::OsStr::new));
+    if missing.is_empty() || (defaults && missing.len() < dirs.len()) {
+        return;
+    }
+    for d in missing {
+        tracing::warn!(dir = %d.display(), "plugin dir does not exist (or is not a directory): no plugin will be found there");
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT. Returns `Ok(true)` after a
 /// clean drain, `Ok(false)` when operations were still running when the
 /// shutdown bound expired (or a second signal came).
@@ -335,6 +354,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         )),
         mark.clone(),
     ));
+    warn_missing_plugin_dirs(&config.plugin_dirs);
     let cni = Cni::builder()
         .plugin_dirs(config.plugin_dirs.clone())
         .cache(cache)
@@ -438,8 +458,21 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         stop.clone(),
         tracker.clone(),
     ));
-    tracing::info!(socket = %config.socket.display(), conf_dir = %config.conf_dir.display(),
-        cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(), "cnid ready");
+    match engine
+        .networks
+        .readiness(&engine.cni, engine.min_networks)
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(socket = %config.socket.display(), conf_dir = %config.conf_dir.display(),
+            cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(), "cnid ready")
+        }
+        Err(e) => {
+            tracing::warn!(socket = %config.socket.display(), conf_dir = %config.conf_dir.display(),
+            cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(),
+            reason = %e.reason, "cnid serving, not ready")
+        }
+    }
     if let Some(ns) = &config.systemd.notify_socket
         && let Err(e) = listen::notify(ns, "READY=1")
     {

@@ -50,6 +50,9 @@ pub(crate) fn errors(snap: &Snapshot) -> Vec<ConfigError> {
 pub(crate) struct Networks {
     set: Arc<NetworkSet>,
     metrics: Arc<Metrics>,
+    /// The last readiness seen: 0 none yet, 1 ready, 2 not ready (a
+    /// change is logged).
+    last_ready: std::sync::atomic::AtomicU8,
 }
 
 /// Why a network must not be loaded by the cnid listening on `socket`: a
@@ -105,6 +108,7 @@ impl Networks {
                 NetworkSet::new(dir).with_refusal(move |list| calls_cnid_itself(list, &socket)),
             ),
             metrics,
+            last_ready: std::sync::atomic::AtomicU8::new(0),
         }
     }
 
@@ -117,13 +121,22 @@ impl Networks {
     }
 
     /// Whether at least `min` networks are loaded whose plugins answer
-    /// VERSION (the library's readiness; memoized per reload).
+    /// VERSION (the library's readiness, see its memoizing). A change from
+    /// what the previous call found is logged (the first call's is the
+    /// caller's to log).
     pub(crate) async fn readiness(
         &self,
         cni: &cni_async::Cni,
         min: usize,
     ) -> Result<cni_async::confwatch::Ready, cni_async::confwatch::NotReady> {
-        self.set.readiness(cni, min).await
+        let r = self.set.readiness(cni, min).await;
+        let now = if r.is_ok() { 1 } else { 2 };
+        match (self.last_ready.swap(now, Ordering::Relaxed), &r) {
+            (1, Err(e)) => tracing::warn!(reason = %e.reason, "cnid is no longer ready"),
+            (2, Ok(_)) => tracing::info!("cnid is ready"),
+            _ => {}
+        }
+        r
     }
 
     /// The network named `name`, if loaded.
