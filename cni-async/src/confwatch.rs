@@ -19,8 +19,16 @@
 //! - plugin files in `<confdir>/<network>/` (spec 1.1.0): subdirs are watched too.
 //!
 //! Every reload logs at info what changed (network loaded, changed,
-//! removed), warns about each newly unusable file, and warns when nothing
-//! usable is loaded.
+//! removed), warns about each newly unusable file, warns when the default
+//! network changes, and warns when nothing usable is loaded.
+//!
+//! **A file that breaks keeps its network's last good version** (as
+//! containerd's CRI keeps its last loaded config): a file that loaded a
+//! network and no longer parses is listed under
+//! [`ConfSnapshot::skipped`], saying so, and the network stays loaded as
+//! it was, in its place (so the default network does not move), until the
+//! file is fixed, removed, or another file provides the network. A file
+//! that never loaded has nothing to keep.
 //!
 //! **Readiness** ([`NetworkSet::readiness`]) is what containerd and CRI-O
 //! wait for before they run pods: at least N networks loaded (go-cni's
@@ -135,7 +143,12 @@ impl ConfSnapshot {
         self.networks.first()
     }
 
-    fn scan(dir: &Path, generation: u64, refuse: Option<&Refusal>) -> ConfSnapshot {
+    fn scan(
+        dir: &Path,
+        generation: u64,
+        refuse: Option<&Refusal>,
+        previous: &ConfSnapshot,
+    ) -> ConfSnapshot {
         let mut snap = ConfSnapshot {
             generation,
             loaded_at: Some(SystemTime::now()),
@@ -176,7 +189,31 @@ impl ConfSnapshot {
             snap.by_name.insert(name.to_owned(), loaded.clone());
             snap.networks.push(loaded);
         }
-        snap.skipped.extend(scan.skipped);
+        for mut s in scan.skipped {
+            // A file that loaded before and no longer parses: its last good
+            // version stays (as containerd's CRI keeps its last loaded
+            // config), unless another file now provides the network.
+            if let Some(kept) = previous
+                .networks
+                .iter()
+                .find(|n| n.path == s.path && snap.get(n.list.name()).is_none())
+            {
+                s.reason = format!(
+                    "{}; the last good version of network {:?} stays loaded until the file is fixed or removed",
+                    s.reason,
+                    kept.list.name()
+                );
+                let at = snap
+                    .networks
+                    .iter()
+                    .position(|n| n.path.file_name() > kept.path.file_name())
+                    .unwrap_or(snap.networks.len());
+                snap.by_name
+                    .insert(kept.list.name().to_owned(), kept.clone());
+                snap.networks.insert(at, kept.clone());
+            }
+            snap.skipped.push(s);
+        }
         snap
     }
 }
@@ -239,6 +276,14 @@ fn log_reload(dir: &Path, old: &ConfSnapshot, new: &ConfSnapshot, changes: &Chan
         && old.dir_error.as_ref() != Some(e)
     {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot read the conf dir");
+    }
+    let (was, now) = (
+        old.default_network().map(|n| n.list.name()),
+        new.default_network().map(|n| n.list.name()),
+    );
+    if old.generation > 0 && was.is_some() && was != now {
+        tracing::warn!(dir = %dir.display(), was = was.unwrap_or_default(), now = now.unwrap_or_default(),
+            "the default network changed (the first file of the conf dir that loads)");
     }
     let newly_empty = new.networks.is_empty() && (old.generation == 0 || !old.networks.is_empty());
     if newly_empty {
@@ -391,7 +436,7 @@ impl NetworkSet {
     pub fn reload_blocking(&self) -> Changes {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let old = self.snapshot();
-        let new = ConfSnapshot::scan(&self.dir, old.generation + 1, self.refuse.as_deref());
+        let new = ConfSnapshot::scan(&self.dir, old.generation + 1, self.refuse.as_deref(), &old);
         let changes = changes(&old, &new);
         log_reload(&self.dir, &old, &new, &changes);
         let generation = new.generation;

@@ -139,6 +139,31 @@ impl Networks {
         r
     }
 
+    /// The answer for a network that is not loaded: "no network
+    /// configuration with name ...", naming the conf dir's unusable files
+    /// (the network's own may be one of them) and why in the details.
+    pub(crate) fn not_found(&self, name: &str) -> super::error::ApiError {
+        let e = super::error::ApiError::unknown_network(name);
+        let snap = self.snapshot();
+        if snap.skipped.is_empty() {
+            return e;
+        }
+        let files: Vec<String> = snap
+            .skipped
+            .iter()
+            .map(|s| s.path.display().to_string())
+            .collect();
+        let reasons: Vec<String> = snap.skipped.iter().map(ToString::to_string).collect();
+        let mut e = e.with_details(reasons.join("; "));
+        e.error.msg = format!(
+            "{} (unusable files in {}: {})",
+            e.error.msg,
+            self.dir().display(),
+            files.join(", ")
+        );
+        e
+    }
+
     /// The network named `name`, if loaded.
     pub(crate) fn get(&self, name: &str) -> Option<Arc<Loaded>> {
         self.snapshot().get(name).cloned()

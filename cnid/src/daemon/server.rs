@@ -605,7 +605,7 @@ async fn route(
             let n = engine
                 .networks
                 .get(&name)
-                .ok_or_else(|| ApiError::unknown_network(&name))?;
+                .ok_or_else(|| engine.networks.not_found(&name))?;
             Ok(to_json(StatusCode::OK, &networks::info(&n, true)))
         }
         ["networks", name, verb] => {
@@ -719,7 +719,7 @@ async fn operation(
         loaded
             .as_ref()
             .map(|n| n.list.clone())
-            .ok_or_else(|| ApiError::unknown_network(&network))
+            .ok_or_else(|| engine.networks.not_found(&network))
     };
     let decoded = decode_request(verb, &network, &body.bytes)
         .map_err(|e| ApiError::from(e).in_version(version))?;
@@ -831,7 +831,7 @@ async fn sandbox(
         let list = snap.get(name).map(|n| n.list.clone());
         // DEL of a network gone from the conf dir uses the cached config.
         if list.is_none() && verb != Command::Del {
-            return Err(ApiError::unknown_network(name));
+            return Err(engine.networks.not_found(name));
         }
         nets.push(SandboxNet {
             name: name.clone(),
