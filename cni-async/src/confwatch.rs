@@ -539,7 +539,7 @@ impl NetworkSet {
                 Err(_) => {}
             }
         }
-        let (outcome, binaries) = self.compute_readiness(&snap, cni, min_networks).await;
+        let (outcome, binaries) = self.compute_readiness(&snap, cni, min_networks, true).await;
         *memo = Some(ReadinessMemo {
             generation: snap.generation,
             min: min_networks,
@@ -550,12 +550,30 @@ impl NetworkSet {
         outcome
     }
 
+    /// [`NetworkSet::readiness`] without running any plugin: a plugin
+    /// binary that is found and was not asked for VERSION yet counts as
+    /// usable. For a first word at start-up that costs no process; the
+    /// next [`NetworkSet::readiness`] asks.
+    pub async fn readiness_without_running(
+        &self,
+        cni: &Cni,
+        min_networks: usize,
+    ) -> Result<Ready, NotReady> {
+        let snap = self.snapshot();
+        let _memo = self.readiness.lock().await;
+        self.compute_readiness(&snap, cni, min_networks, false)
+            .await
+            .0
+    }
+
     /// Whether one network's plugins are usable: the binaries it uses, or
-    /// why not. VERSION runs once per binary (see `versions`).
+    /// why not. VERSION runs once per binary (see `versions`), unless
+    /// `!run` (then a binary not asked yet passes).
     async fn check_network(
         &self,
         cni: &Cni,
         list: &NetworkConfigList,
+        run: bool,
     ) -> Result<Vec<(String, PluginId)>, String> {
         let mut found = Vec::new();
         let mut errors = Vec::new();
@@ -576,6 +594,10 @@ impl NetworkSet {
                 .cloned();
             let info = match known {
                 Some(info) => info,
+                None if !run => {
+                    found.push((t.to_owned(), id));
+                    continue;
+                }
                 None => {
                     let info = cni.version_info(t).await.map_err(|e| Chain(&e).to_string());
                     let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
@@ -607,6 +629,7 @@ impl NetworkSet {
         snap: &ConfSnapshot,
         cni: &Cni,
         min_networks: usize,
+        run: bool,
     ) -> (Result<Ready, NotReady>, Vec<(String, PluginId)>) {
         let dir = self.dir.display();
         let not = |reason: String| (Err(NotReady { reason }), Vec::new());
@@ -635,7 +658,7 @@ impl NetworkSet {
             if usable.len() >= min_networks {
                 break;
             }
-            match self.check_network(cni, &n.list).await {
+            match self.check_network(cni, &n.list, run).await {
                 Ok(found) => {
                     usable.push(n.list.name().to_owned());
                     binaries.extend(found);

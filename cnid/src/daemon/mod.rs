@@ -458,9 +458,10 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         stop.clone(),
         tracker.clone(),
     ));
+    // Without running plugins (VERSION): probes do that.
     match engine
         .networks
-        .readiness(&engine.cni, engine.min_networks)
+        .readiness_at_start(&engine.cni, engine.min_networks)
         .await
     {
         Ok(_) => {

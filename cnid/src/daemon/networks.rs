@@ -139,6 +139,20 @@ impl Networks {
         r
     }
 
+    /// The start's word on readiness, without running any plugin
+    /// ([`NetworkSet::readiness_without_running`]); the next probe's
+    /// readiness is logged if it differs.
+    pub(crate) async fn readiness_at_start(
+        &self,
+        cni: &cni_async::Cni,
+        min: usize,
+    ) -> Result<cni_async::confwatch::Ready, cni_async::confwatch::NotReady> {
+        let r = self.set.readiness_without_running(cni, min).await;
+        self.last_ready
+            .store(if r.is_ok() { 1 } else { 2 }, Ordering::Relaxed);
+        r
+    }
+
     /// The answer for a network that is not loaded: "no network
     /// configuration with name ...", naming the conf dir's unusable files
     /// (the network's own may be one of them) and why in the details.
