@@ -823,11 +823,50 @@ pub struct RecordScan {
     seen: std::collections::HashMap<std::ffi::OsString, (u64, Option<AttachmentKey>)>,
 }
 
+/// The identity and netns of a record, read without keeping its result
+/// (a cached result can be megabytes).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct ScannedRecord {
+    /// `networkName`.
+    #[serde(rename = "networkName")]
+    pub network_name: String,
+    /// `containerId`.
+    #[serde(rename = "containerId")]
+    pub container_id: String,
+    /// `ifName`.
+    #[serde(rename = "ifName")]
+    pub if_name: String,
+    /// `netns` (empty when absent).
+    #[serde(default)]
+    pub netns: String,
+}
+
+/// A `cniCacheV1` record in `results/<name>` whose fields name that file,
+/// read as a [`ScannedRecord`]; anything else is `None` (the listing and
+/// the operations warn about such files).
+fn scan_listed(results: &Path, name: &str) -> Option<ScannedRecord> {
+    #[derive(serde::Deserialize)]
+    struct Kind {
+        kind: Option<String>,
+    }
+    let bytes = read_nofollow(&results.join(name)).ok()?;
+    let kind: Kind = serde_json::from_slice(&bytes).ok()?;
+    if kind.kind.as_deref() != Some(record::KIND_V1) {
+        return None;
+    }
+    let rec: ScannedRecord = serde_json::from_slice(&bytes).ok()?;
+    (record::file_name(&rec.network_name, &rec.container_id, &rec.if_name)
+        .ok()
+        .as_deref()
+        == Some(name))
+    .then_some(rec)
+}
+
 /// What changed in the cache since the previous scan.
 #[derive(Debug, Default)]
 pub struct ScanChanges {
     /// Records of files new or replaced since the previous scan.
-    pub added: Vec<CacheRecord>,
+    pub added: Vec<ScannedRecord>,
     /// Attachments whose record file is gone (or was replaced: its new
     /// record, if usable, is in `added`).
     pub removed: Vec<AttachmentKey>,
@@ -866,7 +905,7 @@ impl ResultCache {
                     if let Some((_, Some(key))) = before {
                         changes.removed.push(key);
                     }
-                    let rec = name.to_str().and_then(|n| read_listed(&results, n));
+                    let rec = name.to_str().and_then(|n| scan_listed(&results, n));
                     let key = rec.as_ref().map(|r| {
                         (
                             r.network_name.clone(),

@@ -30,9 +30,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cni_async::cache::{AttachmentKey, RecordScan, ResultCache};
+use cni_async::cache::{AttachmentKey, RecordScan, ResultCache, ScannedRecord};
 use cni_core::RuntimeConf;
-use cni_core::cache::CacheRecord;
 
 /// (netns, ifname).
 type Slot = (String, String);
@@ -46,7 +45,7 @@ struct Tables {
 }
 
 impl Tables {
-    fn apply(&mut self, added: Vec<CacheRecord>, removed: Vec<AttachmentKey>) {
+    fn apply(&mut self, added: Vec<ScannedRecord>, removed: Vec<AttachmentKey>) {
         for k in removed {
             self.by_attachment.remove(&k);
         }
