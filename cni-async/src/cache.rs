@@ -757,39 +757,213 @@ fn list_records(
             page_bytes = page_bytes.saturating_add(size);
         }
         last = Some(name);
-        let bytes = match read_nofollow(&path) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "skipping unreadable cache entry");
-                continue;
-            }
-        };
-        match CacheEntry::decode(&bytes, &path.display().to_string()) {
-            Ok(CacheEntry::Record(rec)) => {
-                if container_id.is_some_and(|c| c != rec.container_id) {
-                    continue;
-                }
-                if rec.if_name.is_empty() || rec.network_name.is_empty() {
-                    continue;
-                }
-                // Only records whose file name is the one they would be written to.
-                if record::file_name(&rec.network_name, &rec.container_id, &rec.if_name)
-                    .ok()
-                    .as_deref()
-                    != Some(name.as_str())
-                {
-                    tracing::warn!(file = %path.display(), "skipping cache entry whose fields do not match its file name");
-                    continue;
-                }
-                out.push(rec);
-            }
-            Ok(CacheEntry::LegacyResult(_)) => {}
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %Chain(&e), "skipping corrupt cache entry")
-            }
+        if let Some(rec) = read_listed(results, name)
+            && container_id.is_none_or(|c| c == rec.container_id)
+        {
+            out.push(rec);
         }
     }
     Ok((out, None))
+}
+
+/// The record in `results/<name>` when it is a usable `cniCacheV1` record
+/// whose fields name that file; unreadable, corrupt and mismatched files
+/// are skipped with a warning (not moved: listing changes nothing).
+fn read_listed(results: &Path, name: &str) -> Option<CacheRecord> {
+    let path = results.join(name);
+    let bytes = match read_nofollow(&path) {
+        Ok(b) => b,
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(file = %path.display(), error = %e, "skipping unreadable cache entry");
+            }
+            return None;
+        }
+    };
+    match CacheEntry::decode(&bytes, &path.display().to_string()) {
+        Ok(CacheEntry::Record(rec)) => {
+            if rec.if_name.is_empty() || rec.network_name.is_empty() {
+                return None;
+            }
+            // Only records whose file name is the one they would be written to.
+            if record::file_name(&rec.network_name, &rec.container_id, &rec.if_name)
+                .ok()
+                .as_deref()
+                != Some(name)
+            {
+                tracing::warn!(file = %path.display(), "skipping cache entry whose fields do not match its file name");
+                return None;
+            }
+            Some(rec)
+        }
+        Ok(CacheEntry::LegacyResult(_)) => None,
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %Chain(&e), "skipping corrupt cache entry");
+            None
+        }
+    }
+}
+
+/// An attachment's identity in the cache: (network, container ID, ifname).
+pub type AttachmentKey = (String, String, String);
+
+/// Follows the records in `results/` from one call of
+/// [`ResultCache::scan_blocking`] to the next, whoever writes them (this
+/// process, cnitool, a libcni runtime): each call reads only the files
+/// that are new or were replaced since the last one (by file name and
+/// inode, from the directory listing alone, no `stat` per file), and
+/// reports the attachments whose files went away.
+///
+/// # Caveats
+/// A record rewritten in place (libcni writes with `O_TRUNC`, keeping
+/// the inode) is not read again; libcni rewrites a record only when the
+/// same attachment (network, container, ifname) is added again.
+#[derive(Debug, Default)]
+pub struct RecordScan {
+    seen: std::collections::HashMap<std::ffi::OsString, (u64, Option<AttachmentKey>)>,
+}
+
+/// The identity and netns of a record, read without keeping its result
+/// (a cached result can be megabytes).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct ScannedRecord {
+    /// `networkName`.
+    #[serde(rename = "networkName")]
+    pub network_name: String,
+    /// `containerId`.
+    #[serde(rename = "containerId")]
+    pub container_id: String,
+    /// `ifName`.
+    #[serde(rename = "ifName")]
+    pub if_name: String,
+    /// `netns` (empty when absent).
+    #[serde(default)]
+    pub netns: String,
+}
+
+/// A `cniCacheV1` record in `results/<name>` whose fields name that file,
+/// read as a [`ScannedRecord`]; anything else is `None` (the listing and
+/// the operations warn about such files).
+fn scan_listed(results: &Path, name: &str) -> Option<ScannedRecord> {
+    #[derive(serde::Deserialize)]
+    struct Kind {
+        kind: Option<String>,
+    }
+    let bytes = read_nofollow(&results.join(name)).ok()?;
+    let kind: Kind = serde_json::from_slice(&bytes).ok()?;
+    if kind.kind.as_deref() != Some(record::KIND_V1) {
+        return None;
+    }
+    let rec: ScannedRecord = serde_json::from_slice(&bytes).ok()?;
+    (record::file_name(&rec.network_name, &rec.container_id, &rec.if_name)
+        .ok()
+        .as_deref()
+        == Some(name))
+    .then_some(rec)
+}
+
+/// What changed in the cache since the previous scan.
+#[derive(Debug, Default)]
+pub struct ScanChanges {
+    /// Records of files new or replaced since the previous scan.
+    pub added: Vec<ScannedRecord>,
+    /// Attachments whose record file is gone (or was replaced: its new
+    /// record, if usable, is in `added`).
+    pub removed: Vec<AttachmentKey>,
+}
+
+impl ResultCache {
+    /// See [`RecordScan`]. Blocking (a directory listing plus a read of
+    /// each new record).
+    pub fn scan_blocking(&self, scan: &mut RecordScan) -> Result<ScanChanges, Error> {
+        use std::os::unix::fs::DirEntryExt;
+        let results = self.results_dir();
+        let entries = match std::fs::read_dir(&results) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let removed = scan.seen.drain().filter_map(|(_, (_, k))| k).collect();
+                return Ok(ScanChanges {
+                    added: Vec::new(),
+                    removed,
+                });
+            }
+            Err(e) => return Err(io_err(&results, "read directory", e)),
+        };
+        let mut changes = ScanChanges::default();
+        let mut now = std::collections::HashMap::with_capacity(scan.seen.len());
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name();
+            let ino = entry.ino();
+            if name.as_encoded_bytes().first() == Some(&b'.') {
+                continue;
+            }
+            match scan.seen.remove(&name) {
+                Some((old, key)) if old == ino => {
+                    now.insert(name, (ino, key));
+                }
+                before => {
+                    if let Some((_, Some(key))) = before {
+                        changes.removed.push(key);
+                    }
+                    let rec = name.to_str().and_then(|n| scan_listed(&results, n));
+                    let key = rec.as_ref().map(|r| {
+                        (
+                            r.network_name.clone(),
+                            r.container_id.clone(),
+                            r.if_name.clone(),
+                        )
+                    });
+                    changes.added.extend(rec);
+                    now.insert(name, (ino, key));
+                }
+            }
+        }
+        changes
+            .removed
+            .extend(scan.seen.drain().filter_map(|(_, (_, k))| k));
+        scan.seen = now;
+        Ok(changes)
+    }
+
+    /// The cached attachments of containers other than `container_id` on
+    /// `netns` with interface `ifname` (any network): reads every record
+    /// whose file name ends in `-<ifname>`.
+    pub async fn others_on(
+        &self,
+        netns: &str,
+        ifname: &str,
+        container_id: &str,
+    ) -> Result<Vec<CacheRecord>, Error> {
+        let this = self.clone();
+        let (netns, ifname, cid) = (netns.to_owned(), ifname.to_owned(), container_id.to_owned());
+        blocking(self.inline, move || {
+            this.others_on_blocking(&netns, &ifname, &cid)
+        })
+        .await
+    }
+
+    /// [`ResultCache::others_on`], on the calling thread.
+    pub fn others_on_blocking(
+        &self,
+        netns: &str,
+        ifname: &str,
+        container_id: &str,
+    ) -> Result<Vec<CacheRecord>, Error> {
+        let results = self.results_dir();
+        let entries = match std::fs::read_dir(&results) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(&results, "read directory", e)),
+        };
+        let suffix = format!("-{ifname}");
+        Ok(entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| !n.starts_with('.') && n.ends_with(&suffix))
+            .filter_map(|n| read_listed(&results, &n))
+            .filter(|r| r.netns == netns && r.if_name == ifname && r.container_id != container_id)
+            .collect())
+    }
 }
 
 /// An attachment's lock; released when dropped.

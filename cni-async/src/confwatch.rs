@@ -19,14 +19,29 @@
 //! - plugin files in `<confdir>/<network>/` (spec 1.1.0): subdirs are watched too.
 //!
 //! Every reload logs at info what changed (network loaded, changed,
-//! removed), warns about each newly unusable file, and warns when nothing
-//! usable is loaded.
+//! removed), warns about each newly unusable file, warns when the default
+//! network changes, and warns when nothing usable is loaded.
+//!
+//! **A file that breaks keeps its network's last good version** (as
+//! containerd's CRI keeps its last loaded config): a file that loaded a
+//! network and no longer parses is listed under
+//! [`ConfSnapshot::skipped`], saying so, and the network stays loaded as
+//! it was, in its place (so the default network does not move), until the
+//! file is fixed, removed, or another file provides the network. A file
+//! that never loaded has nothing to keep.
 //!
 //! **Readiness** ([`NetworkSet::readiness`]) is what containerd and CRI-O
 //! wait for before they run pods: at least N networks loaded (go-cni's
 //! `WithMinNetworkCount`; containerd uses 2 with loopback) whose plugins
 //! exist and answer VERSION with the list's version (ocicni validates
-//! them).
+//! them). Networks are checked in conf-dir order until N are usable. Each
+//! plugin binary (its path and identity: device, inode, size, mtime) is
+//! asked for VERSION once, however many networks use it, and again only
+//! when it changes. Once ready, the binaries of the usable networks are
+//! looked at again (a `stat` each, no process) when readiness is asked
+//! and the last look is over a second old: a binary gone or replaced
+//! makes readiness check again, so a missing plugin turns it to "not
+//! ready" within about a second.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cni_async::Error> {
@@ -58,11 +73,13 @@
 //!   [`NetworkSet::reload`] yourself there (cnid does on SIGHUP).
 //! - [`NetworkSet::watch`] runs until its future is dropped; it must run on
 //!   a tokio runtime with I/O enabled.
-//! - Readiness runs each plugin's VERSION (a process per plugin), at most
-//!   once per snapshot while ready and at most once a second while not.
+//! - Readiness runs a plugin binary's VERSION (a process) once per
+//!   binary and change; while not ready, it is recomputed at most once a
+//!   second.
 
 use std::collections::HashMap;
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -80,6 +97,9 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 const REARM_RETRY: Duration = Duration::from_secs(2);
 /// How often readiness is recomputed while not ready.
 const NOT_READY_RECHECK: Duration = Duration::from_secs(1);
+/// How often, while ready, the usable networks' binaries are looked at
+/// again (a `stat` each).
+const READY_RECHECK: Duration = Duration::from_secs(1);
 
 /// One usable network of a [`ConfSnapshot`].
 #[derive(Debug)]
@@ -123,7 +143,12 @@ impl ConfSnapshot {
         self.networks.first()
     }
 
-    fn scan(dir: &Path, generation: u64) -> ConfSnapshot {
+    fn scan(
+        dir: &Path,
+        generation: u64,
+        refuse: Option<&Refusal>,
+        previous: &ConfSnapshot,
+    ) -> ConfSnapshot {
         let mut snap = ConfSnapshot {
             generation,
             loaded_at: Some(SystemTime::now()),
@@ -145,6 +170,13 @@ impl ConfSnapshot {
                 });
                 continue;
             }
+            if let Some(reason) = refuse.and_then(|r| r(&found.list)) {
+                snap.skipped.push(SkippedFile {
+                    path: found.path.clone(),
+                    reason,
+                });
+                continue;
+            }
             let loaded = Arc::new(LoadedNetwork {
                 path: found.path.clone(),
                 list: Arc::new(found.list.clone()),
@@ -157,7 +189,31 @@ impl ConfSnapshot {
             snap.by_name.insert(name.to_owned(), loaded.clone());
             snap.networks.push(loaded);
         }
-        snap.skipped.extend(scan.skipped);
+        for mut s in scan.skipped {
+            // A file that loaded before and no longer parses: its last good
+            // version stays (as containerd's CRI keeps its last loaded
+            // config), unless another file now provides the network.
+            if let Some(kept) = previous
+                .networks
+                .iter()
+                .find(|n| n.path == s.path && snap.get(n.list.name()).is_none())
+            {
+                s.reason = format!(
+                    "{}; the last good version of network {:?} stays loaded until the file is fixed or removed",
+                    s.reason,
+                    kept.list.name()
+                );
+                let at = snap
+                    .networks
+                    .iter()
+                    .position(|n| n.path.file_name() > kept.path.file_name())
+                    .unwrap_or(snap.networks.len());
+                snap.by_name
+                    .insert(kept.list.name().to_owned(), kept.clone());
+                snap.networks.insert(at, kept.clone());
+            }
+            snap.skipped.push(s);
+        }
         snap
     }
 }
@@ -221,6 +277,14 @@ fn log_reload(dir: &Path, old: &ConfSnapshot, new: &ConfSnapshot, changes: &Chan
     {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot read the conf dir");
     }
+    let (was, now) = (
+        old.default_network().map(|n| n.list.name()),
+        new.default_network().map(|n| n.list.name()),
+    );
+    if old.generation > 0 && was.is_some() && was != now {
+        tracing::warn!(dir = %dir.display(), was = was.unwrap_or_default(), now = now.unwrap_or_default(),
+            "the default network changed (the first file of the conf dir that loads)");
+    }
     let newly_empty = new.networks.is_empty() && (old.generation == 0 || !old.networks.is_empty());
     if newly_empty {
         tracing::warn!(dir = %dir.display(), "no usable network configuration in the conf dir");
@@ -254,19 +318,72 @@ struct ReadinessMemo {
     min: usize,
     at: Instant,
     outcome: Result<Ready, NotReady>,
+    /// For a ready outcome: the plugin types of the usable networks and
+    /// the binaries they resolved to.
+    binaries: Vec<(String, PluginId)>,
 }
+
+/// A plugin binary as found: its path and what tells a replaced or
+/// rewritten file apart (device, inode, size, mtime).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PluginId {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+impl PluginId {
+    /// The binary `cni` runs for `plugin_type`, as it is now.
+    fn find(cni: &Cni, plugin_type: &str) -> Result<PluginId, crate::Error> {
+        let path = cni.find_plugin(plugin_type)?;
+        let meta = std::fs::metadata(&path).map_err(|e| crate::Error::Cache {
+            path: path.clone(),
+            op: "stat plugin",
+            source: e,
+        })?;
+        Ok(PluginId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            path,
+        })
+    }
+}
+
+/// The VERSION answers of plugin binaries, by binary.
+type VersionAnswers = HashMap<PluginId, Result<cni_core::version::PluginInfo, String>>;
+
+/// A caller's rule against networks it must not load
+/// ([`NetworkSet::with_refusal`]): the reason, or `None` to load it.
+pub type Refusal = dyn Fn(&NetworkConfigList) -> Option<String> + Send + Sync;
 
 /// The networks of one conf dir, reloaded on demand or by a watcher (see
 /// the [module docs](self)). Share it in an `Arc`.
-#[derive(Debug)]
 pub struct NetworkSet {
     dir: PathBuf,
+    refuse: Option<Box<Refusal>>,
     current: RwLock<Arc<ConfSnapshot>>,
     /// Serializes reloads, so generations and change logs are in order.
     reloading: Mutex<()>,
     readiness: tokio::sync::Mutex<Option<ReadinessMemo>>,
+    /// VERSION answers by binary, kept across snapshots (see the module
+    /// docs); only touched under the `readiness` lock.
+    versions: Mutex<VersionAnswers>,
     /// The generation of the latest snapshot, for [`NetworkSet::subscribe`].
     generation: tokio::sync::watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for NetworkSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetworkSet")
+            .field("dir", &self.dir)
+            .field("refuse", &self.refuse.is_some())
+            .field("current", &self.current)
+            .finish_non_exhaustive()
+    }
 }
 
 impl NetworkSet {
@@ -274,11 +391,25 @@ impl NetworkSet {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         NetworkSet {
             dir: dir.into(),
+            refuse: None,
             current: RwLock::new(Arc::new(ConfSnapshot::default())),
             reloading: Mutex::new(()),
             readiness: tokio::sync::Mutex::new(None),
+            versions: Mutex::new(HashMap::new()),
             generation: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Networks for which `refuse` gives a reason are not loaded: their
+    /// file is listed under [`ConfSnapshot::skipped`] with that reason (so
+    /// readiness and "not found" errors name it), as an unparsable one is.
+    /// cnid refuses a network that would call cnid itself.
+    pub fn with_refusal(
+        mut self,
+        refuse: impl Fn(&NetworkConfigList) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.refuse = Some(Box::new(refuse));
+        self
     }
 
     /// A receiver that sees the generation of every new snapshot (whoever
@@ -305,7 +436,7 @@ impl NetworkSet {
     pub fn reload_blocking(&self) -> Changes {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let old = self.snapshot();
-        let new = ConfSnapshot::scan(&self.dir, old.generation + 1);
+        let new = ConfSnapshot::scan(&self.dir, old.generation + 1, self.refuse.as_deref(), &old);
         let changes = changes(&old, &new);
         log_reload(&self.dir, &old, &new, &changes);
         let generation = new.generation;
@@ -379,27 +510,118 @@ impl NetworkSet {
 
     /// Whether at least `min_networks` networks are loaded whose plugins
     /// all exist in `cni`'s plugin dirs and answer VERSION with the list's
-    /// version. The reason says what is missing: no configuration at all,
-    /// or each unusable network and why.
+    /// version ([`Ready::usable`]: the first `min_networks` such networks
+    /// in conf-dir order). The reason says what is missing: no
+    /// configuration at all, or each unusable network and why. See the
+    /// module docs for what is memoized and when it is looked at again.
     pub async fn readiness(&self, cni: &Cni, min_networks: usize) -> Result<Ready, NotReady> {
         let snap = self.snapshot();
         let mut memo = self.readiness.lock().await;
-        if let Some(m) = memo.as_ref() {
-            let fresh = m.generation == snap.generation
-                && m.min == min_networks
-                && (m.outcome.is_ok() || m.at.elapsed() < NOT_READY_RECHECK);
-            if fresh {
-                return m.outcome.clone();
+        if let Some(m) = memo.as_mut()
+            && m.generation == snap.generation
+            && m.min == min_networks
+        {
+            let age = m.at.elapsed();
+            match &m.outcome {
+                Err(_) if age < NOT_READY_RECHECK => return m.outcome.clone(),
+                Ok(_) if age < READY_RECHECK => return m.outcome.clone(),
+                Ok(_) => {
+                    let unchanged = m
+                        .binaries
+                        .iter()
+                        .all(|(t, id)| PluginId::find(cni, t).is_ok_and(|now| now == *id));
+                    if unchanged {
+                        m.at = Instant::now();
+                        return m.outcome.clone();
+                    }
+                    tracing::info!(dir = %self.dir.display(), "a plugin binary of a usable network is gone or changed; checking readiness again");
+                }
+                Err(_) => {}
             }
         }
-        let outcome = self.compute_readiness(&snap, cni, min_networks).await;
+        let (outcome, binaries) = self.compute_readiness(&snap, cni, min_networks, true).await;
         *memo = Some(ReadinessMemo {
             generation: snap.generation,
             min: min_networks,
             at: Instant::now(),
             outcome: outcome.clone(),
+            binaries,
         });
         outcome
+    }
+
+    /// [`NetworkSet::readiness`] without running any plugin: a plugin
+    /// binary that is found and was not asked for VERSION yet counts as
+    /// usable. For a first word at start-up that costs no process; the
+    /// next [`NetworkSet::readiness`] asks.
+    pub async fn readiness_without_running(
+        &self,
+        cni: &Cni,
+        min_networks: usize,
+    ) -> Result<Ready, NotReady> {
+        let snap = self.snapshot();
+        let _memo = self.readiness.lock().await;
+        self.compute_readiness(&snap, cni, min_networks, false)
+            .await
+            .0
+    }
+
+    /// Whether one network's plugins are usable: the binaries it uses, or
+    /// why not. VERSION runs once per binary (see `versions`), unless
+    /// `!run` (then a binary not asked yet passes).
+    async fn check_network(
+        &self,
+        cni: &Cni,
+        list: &NetworkConfigList,
+        run: bool,
+    ) -> Result<Vec<(String, PluginId)>, String> {
+        let mut found = Vec::new();
+        let mut errors = Vec::new();
+        for plugin in list.plugins() {
+            let t = plugin.plugin_type();
+            let id = match PluginId::find(cni, t) {
+                Ok(id) => id,
+                Err(e) => {
+                    errors.push(Chain(&e).to_string());
+                    continue;
+                }
+            };
+            let known = self
+                .versions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&id)
+                .cloned();
+            let info = match known {
+                Some(info) => info,
+                None if !run => {
+                    found.push((t.to_owned(), id));
+                    continue;
+                }
+                None => {
+                    let info = cni.version_info(t).await.map_err(|e| Chain(&e).to_string());
+                    let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+                    // Binaries of other paths or versions are not asked again.
+                    versions.retain(|k, _| k.path != id.path);
+                    versions.insert(id.clone(), info.clone());
+                    info
+                }
+            };
+            match info {
+                Ok(info) if info.supports(list.version()) => found.push((t.to_owned(), id)),
+                Ok(info) => errors.push(format!(
+                    "plugin {t} does not support version {} (supports {})",
+                    list.version(),
+                    info.supported_versions.join(", ")
+                )),
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            Ok(found)
+        } else {
+            Err(errors.join("; "))
+        }
     }
 
     async fn compute_readiness(
@@ -407,17 +629,15 @@ impl NetworkSet {
         snap: &ConfSnapshot,
         cni: &Cni,
         min_networks: usize,
-    ) -> Result<Ready, NotReady> {
+        run: bool,
+    ) -> (Result<Ready, NotReady>, Vec<(String, PluginId)>) {
         let dir = self.dir.display();
+        let not = |reason: String| (Err(NotReady { reason }), Vec::new());
         if snap.generation == 0 {
-            return Err(NotReady {
-                reason: format!("the conf dir {dir} has not been read yet"),
-            });
+            return not(format!("the conf dir {dir} has not been read yet"));
         }
         if let Some(e) = &snap.dir_error {
-            return Err(NotReady {
-                reason: format!("cannot read the conf dir {dir}: {e}"),
-            });
+            return not(format!("cannot read the conf dir {dir}: {e}"));
         }
         if snap.networks.is_empty() && min_networks > 0 {
             let mut reason = format!("no network configuration in {dir}");
@@ -429,26 +649,31 @@ impl NetworkSet {
                     .collect();
                 reason.push_str(&format!(" (unusable: {})", files.join("; ")));
             }
-            return Err(NotReady { reason });
+            return not(reason);
         }
         let mut usable = Vec::new();
+        let mut binaries = Vec::new();
         let mut unusable = Vec::new();
         for n in &snap.networks {
-            match cni.validate_network_list(&n.list).await {
-                Ok(_) => usable.push(n.list.name().to_owned()),
-                Err(e) => unusable.push(format!("network {:?}: {}", n.list.name(), Chain(&e))),
+            if usable.len() >= min_networks {
+                break;
+            }
+            match self.check_network(cni, &n.list, run).await {
+                Ok(found) => {
+                    usable.push(n.list.name().to_owned());
+                    binaries.extend(found);
+                }
+                Err(e) => unusable.push(format!("network {:?}: {e}", n.list.name())),
             }
         }
         if usable.len() >= min_networks {
-            return Ok(Ready { usable });
+            return (Ok(Ready { usable }), binaries);
         }
-        Err(NotReady {
-            reason: format!(
-                "{} usable network(s) in {dir}, {min_networks} needed; {}",
-                usable.len(),
-                unusable.join("; ")
-            ),
-        })
+        not(format!(
+            "{} usable network(s) in {dir}, {min_networks} needed; {}",
+            usable.len(),
+            unusable.join("; ")
+        ))
     }
 }
 

@@ -132,9 +132,8 @@ impl Netns {
     /// ```
     pub fn create(name: &str) -> Result<Netns, Error> {
         validate_name(name)?;
-        let dir = Path::new(NETNS_RUN_DIR);
-        let path = dir.join(name);
-        prepare_run_dir(dir)?;
+        Self::prepare_named()?;
+        let path = Path::new(NETNS_RUN_DIR).join(name);
         sys::create_empty_exclusive(&path)
             .map_err(|e| netns_err(&path, "create mount target", e))?;
 
@@ -167,6 +166,14 @@ impl Netns {
                 Err(e)
             }
         }
+    }
+
+    /// Makes [`NETNS_RUN_DIR`] ready for named namespaces (a shared mount
+    /// point, as iproute2 does), which [`Netns::create`] does first: call
+    /// it once up front to fail early, with one error, when the caller
+    /// may not (not root: `Permission denied`).
+    pub fn prepare_named() -> Result<(), Error> {
+        prepare_run_dir(Path::new(NETNS_RUN_DIR))
     }
 
     /// Opens the network namespace file at `path`: `/run/netns/NAME`,

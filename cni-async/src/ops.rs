@@ -34,7 +34,12 @@
 //!   operation on its own task for this reason).
 //! - **Rollback** (opt-in, [`CallOptions::rollback`]): when an ADD fails part
 //!   way, the plugins that ran, including the one that failed, are deleted
-//!   last to first with a fresh deadline, never the expired one.
+//!   last to first with a fresh deadline, never the expired one. When the
+//!   cache holds another container's attachment on the same netns and
+//!   ifname (cnitool's, say, made while this ADD ran), the rollback runs
+//!   with `CNI_NETNS` empty, as a DEL of a netns that is gone: the plugins
+//!   release what they allocated for this container (IPAM) and leave the
+//!   interface, which is the other container's, alone.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cni_async::Error> {
@@ -381,6 +386,14 @@ impl Cni {
     /// The plugin dirs.
     pub fn plugin_dirs(&self) -> &[PathBuf] {
         &self.inner.plugin_dirs
+    }
+
+    /// The binary that runs for `plugin_type` (the executor's lookup in the
+    /// plugin dirs), without running it.
+    pub fn find_plugin(&self, plugin_type: &str) -> Result<PathBuf, Error> {
+        self.inner
+            .exec
+            .find_plugin(plugin_type, &self.inner.plugin_dirs)
     }
 
     /// The result cache.
@@ -1056,6 +1069,7 @@ impl Cni {
     ) -> Result<(), Error> {
         // A fresh deadline: never the ADD's, which may have expired.
         let deadline = Deadline::after(self.inner.timeouts.del);
+        let rt = &self.rollback_attachment(rt).await;
         let prev = if net.version.has_prev_result_on_del() {
             prev
         } else {
@@ -1071,6 +1085,38 @@ impl Cni {
             }
         }
         errors.into_result()
+    }
+
+    /// The attachment a rollback DELs: `rt`, or `rt` without its netns when
+    /// another container's cached attachment holds that netns and ifname
+    /// (see the module's caveats).
+    async fn rollback_attachment(&self, rt: &RuntimeConf) -> RuntimeConf {
+        if rt.netns.is_empty() {
+            return rt.clone();
+        }
+        let others = match self
+            .inner
+            .cache
+            .others_on(&rt.netns, &rt.ifname, &rt.container_id)
+            .await
+        {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %Escaped(Chain(&e)), "cannot list the cache before a rollback; rolling back in the netns");
+                Vec::new()
+            }
+        };
+        match others.first() {
+            None => rt.clone(),
+            Some(owner) => {
+                tracing::warn!(owner = ?owner.container_id, owner_network = ?owner.network_name,
+                    "the netns and interface belong to another container's attachment; rolling back without the netns");
+                RuntimeConf {
+                    netns: String::new(),
+                    ..rt.clone()
+                }
+            }
+        }
     }
 
     async fn del_one(

@@ -579,11 +579,13 @@ fn at_the_connection_cap_idle_then_stalled_ones_make_room_and_busy_ones_are_kept
     let mut ops = Vec::new();
     for i in 0..4 {
         let socket = socket.clone();
+        // A netns each: one netns and ifname admits one container at a time.
+        let netns = dirs.netns(&format!("c{i}"));
         ops.push(std::thread::spawn(move || {
             support::daemon::post(
                 &socket,
                 ADD,
-                &json!({"containerId": format!("c{i}"), "netns": "/proc/self/ns/net"}).to_string(),
+                &json!({"containerId": format!("c{i}"), "netns": netns}).to_string(),
             )
         }));
         eventually(Duration::from_secs(10), "the ADD running", || {

@@ -252,7 +252,7 @@ fn cases() -> Vec<Case> {
             expect: AddFails {
                 lib: |e| matches!(e, Error::PluginNotFound { skipped, .. } if skipped.is_empty()),
                 code: 7,
-                http: 500,
+                http: 503,
                 msg: "not found",
             },
         },
@@ -263,7 +263,7 @@ fn cases() -> Vec<Case> {
             expect: AddFails {
                 lib: |e| matches!(e, Error::PluginNotFound { skipped, .. } if skipped.len() == 1),
                 code: 7,
-                http: 500,
+                http: 503,
                 msg: "not executable",
             },
         },

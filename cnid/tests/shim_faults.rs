@@ -157,6 +157,55 @@ fn malformed_answers_are_code_999_saying_what_was_wrong_and_errors_keep_their_pl
     server.join().unwrap();
 }
 
+/// Regression (issue 22, item 9): a 200 with an error object made the shim
+/// exit 0 and print `{"cniVersion":"1.0.0"}`, and a 200 with `{}` was a
+/// result. As for plugins (D18): an error object is an error whatever the
+/// status, on every verb; an ADD answer without a result's keys is
+/// malformed (999).
+#[test]
+fn a_2xx_with_an_error_object_is_an_error_and_an_add_answer_must_be_a_result() {
+    let dirs = Dirs::new();
+    let ns = fake_netns(&dirs);
+    let socket = dirs.root().join("fake.sock");
+    let error = r#"{"cniVersion":"1.0.0","code":7,"msg":"no such thing","details":"why"}"#;
+    let cases: Vec<(&str, Vec<u8>, u64, &str)> = vec![
+        ("ADD", answer("200 OK", "", error), 7, "no such thing"),
+        ("DEL", answer("200 OK", "", error), 7, "no such thing"),
+        ("CHECK", answer("200 OK", "", error), 7, "no such thing"),
+        (
+            "ADD",
+            answer("200 OK", "", "{}"),
+            999,
+            "is not a CNI result",
+        ),
+        (
+            "ADD",
+            answer("200 OK", "", r#"{"foo":1}"#),
+            999,
+            "is not a CNI result",
+        ),
+    ];
+    let server = fake_cnid(&socket, cases.iter().map(|c| c.1.clone()).collect());
+    let conf = plugin_conf("fake", "1.0.0", &socket, json!({}));
+    for (verb, bytes, code, want) in &cases {
+        let out = Call::new(verb, "c1", &ns, &conf).run();
+        let e = out.error();
+        assert_eq!(
+            e["code"],
+            *code,
+            "{verb} {}: {e}",
+            String::from_utf8_lossy(bytes)
+        );
+        let msg = e["msg"].as_str().unwrap();
+        assert!(msg.contains(want), "{msg:?} lacks {want:?}");
+        assert!(msg.contains(&socket.display().to_string()), "{msg}");
+        if *code == 7 {
+            assert_eq!(e["details"], "why", "{e}");
+        }
+    }
+    server.join().unwrap();
+}
+
 #[test]
 fn a_bad_shim_config_is_a_clear_error() {
     let dirs = Dirs::new();

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
@@ -50,9 +51,14 @@ impl WatchKind {
 }
 
 /// An inotify instance and the dirs it watches.
+///
+/// A watch is on an inode, not a path: each path's watch remembers the
+/// inode (device, inode number) the path led to when it was added, so a
+/// path that now leads elsewhere (a symlink repointed, as when a conf dir
+/// link or a ConfigMap's `..data` is swapped) is watched anew.
 pub(crate) struct DirWatches {
     fd: AsyncFd<InotifyFd>,
-    watches: HashMap<PathBuf, WatchDescriptor>,
+    watches: HashMap<PathBuf, (WatchDescriptor, (u64, u64))>,
 }
 
 impl std::fmt::Debug for DirWatches {
@@ -85,11 +91,21 @@ impl DirWatches {
         self.watches.contains_key(dir)
     }
 
-    /// Watches `dir` unless it already is; errors (a missing dir) are left
-    /// to the caller, who retries later.
+    /// Watches `dir` unless its watch is on the inode `dir` leads to now;
+    /// errors (a missing dir) are left to the caller, who retries later.
     pub(crate) fn add(&mut self, dir: &Path, kind: WatchKind) -> io::Result<()> {
-        if self.watches.contains_key(dir) {
-            return Ok(());
+        let meta = std::fs::metadata(dir)?;
+        let id = (meta.dev(), meta.ino());
+        if let Some((old, was)) = self.watches.get(dir).cloned() {
+            if was == id {
+                return Ok(());
+            }
+            self.watches.remove(dir);
+            // The old inode's watch goes unless another path still uses it
+            // (the kernel gives one descriptor per inode).
+            if !self.watches.values().any(|(wd, _)| *wd == old) {
+                let _ = self.fd.get_ref().0.rm_watch(old);
+            }
         }
         let wd = self
             .fd
@@ -97,7 +113,7 @@ impl DirWatches {
             .0
             .add_watch(dir, kind.flags())
             .map_err(io::Error::from)?;
-        self.watches.insert(dir.to_owned(), wd);
+        self.watches.insert(dir.to_owned(), (wd, id));
         Ok(())
     }
 
@@ -142,7 +158,7 @@ impl DirWatches {
                     | AddWatchFlags::IN_MOVE_SELF,
             ) {
                 // The watched dir is gone: forget its watch.
-                self.watches.retain(|_, wd| *wd != ev.wd);
+                self.watches.retain(|_, (wd, _)| *wd != ev.wd);
             }
         }
     }

@@ -44,6 +44,10 @@ pub(crate) trait Backend {
     fn cni_version(&self) -> Option<Version>;
     /// The in-process backend, for what always runs here (`batch`).
     fn local(&self) -> &Local;
+    /// Whether operations go to cnid (which uses its own cache).
+    fn remote(&self) -> bool {
+        false
+    }
 }
 
 /// Runs everything in this process.

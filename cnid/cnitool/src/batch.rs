@@ -227,6 +227,23 @@ async fn up(
     let template = setup::runtime_conf(env, &member_path(&member_name(prefix, 0)), ifname)?;
     template.validate()?;
     let list = runner.load(&args.network)?;
+    // Once, up front: every member would fail the same way.
+    if let Err(e) = cni_async::netns::Netns::prepare_named() {
+        let denied = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied);
+        if denied {
+            return Err(ToolError::new(
+                code::IO_FAILURE,
+                format!(
+                    "cannot create network namespaces in {}: permission denied: `cnitool batch up` needs root (CAP_SYS_ADMIN)",
+                    cni_async::netns::NETNS_RUN_DIR
+                ),
+            )
+            .into());
+        }
+        return Err(e.into());
+    }
     let taken = cni_async::batch::existing_namespaces(prefix)?;
     if !taken.is_empty() {
         return Err(ToolError::new(

@@ -179,6 +179,10 @@ impl Backend for Daemon {
     fn local(&self) -> &Local {
         &self.local
     }
+
+    fn remote(&self) -> bool {
+        true
+    }
 }
 
 /// cnid's error answer becomes its CNI error object, passed on as it is
@@ -197,6 +201,28 @@ fn failed(e: ClientError) -> anyhow::Error {
                 None => format!("cnid answered HTTP {status}"),
             };
             anyhow::Error::new(error).context(context)
+        }
+        ClientError::Connect { path, source } => {
+            let obj = ClientError::Connect {
+                path: path.clone(),
+                source: std::io::Error::from(source.kind()),
+            }
+            .error_object(&Version::CURRENT.to_string());
+            let msg = if source.kind() == std::io::ErrorKind::PermissionDenied {
+                format!(
+                    "cannot connect to cnid at {}: permission denied: the socket admits root and the users and groups cnid allows \
+                     (run as root, or have cnid started with `--allow-uid {}` or `--allow-gid GID` and a socket mode or group that lets you in)",
+                    path.display(),
+                    // /proc/self belongs to the effective uid.
+                    std::fs::metadata("/proc/self").map_or_else(
+                        |_| "UID".to_owned(),
+                        |m| std::os::unix::fs::MetadataExt::uid(&m).to_string()
+                    )
+                )
+            } else {
+                format!("{}: {source}", obj.msg)
+            };
+            ToolError::new(obj.code, msg).into()
         }
         other => {
             let obj = other.error_object(&Version::CURRENT.to_string());

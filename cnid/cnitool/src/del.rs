@@ -15,5 +15,11 @@ pub(crate) async fn exec(
     args: &AttachmentArgs,
 ) -> anyhow::Result<()> {
     let rt = setup::runtime_conf(env, &args.netns, global.ifname.as_deref())?;
+    if !backend.remote() {
+        // As `add` fails on the cache before any plugin runs: a caller who
+        // may not use the cache may not run the plugins either (they would
+        // fail on the netns, after a warning per cache file).
+        setup::check_cache_access(&backend.local().settings().cache_dir)?;
+    }
     backend.del(&args.network, &rt).await
 }

@@ -343,6 +343,20 @@ pub(crate) fn clean(path: &str) -> String {
     }
 }
 
+/// Fails (with the I/O error, "Permission denied", and the dir named, so
+/// the cache hint applies) when this process may not use the result cache
+/// dir `dir`; a dir that does not exist yet is left to the operation.
+pub(crate) fn check_cache_access(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    match std::fs::read_dir(dir) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => {
+            Err(e).with_context(|| format!("cannot use the result cache dir {}", dir.display()))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

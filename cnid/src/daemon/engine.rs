@@ -169,6 +169,9 @@ impl Engine {
         let Some(work) = op.take_work() else {
             return Err(ApiError::internal("operation ran twice"));
         };
+        // The netns+ifname claims of its admission, released when it ends
+        // (after a successful ADD put its attachment in the owners table).
+        let _claim = op.take_claim();
         let opts = CallOptions {
             timeout: Some(op.remaining().max(Duration::from_millis(1))),
             rollback: true,
@@ -276,7 +279,15 @@ impl Engine {
                 .await
             {
                 Ok(()) => {
-                    self.owners.insert(net, rt);
+                    // Before the claim goes: the owners table learns of the
+                    // attachment from the cache, as of any other (so it also
+                    // sees the record go, whoever deletes it).
+                    if self.check_netns_owner
+                        && let Err(e) = self.owners.refresh().await
+                    {
+                        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot read the cache for netns owners");
+                        self.owners.insert(net, rt);
+                    }
                     Ok(result)
                 }
                 Err(e) => {
@@ -678,6 +689,7 @@ impl Engine {
                     rt: intent.rt.clone(),
                 },
                 deadline,
+                claim: None,
             });
             let metrics = self.metrics.clone();
             match waiter {
@@ -707,48 +719,43 @@ impl Engine {
         Ok(n)
     }
 
-    /// Unless cnid runs with `--no-check-netns-owner`: refuses (409) an ADD, CHECK or DEL on
-    /// `network` whose netns and ifname belong to another container's
-    /// attachment (and not to one of the requesting container's own),
-    /// unless `force`. Owners from the index are confirmed against the
-    /// cache (an entry whose record is gone, after GC or cnitool's DEL, is
-    /// dropped).
-    pub(crate) async fn check_owner(
+    /// Admission of an ADD, CHECK or DEL on `slots` (network,
+    /// attachment; several for a sandbox). Unless cnid runs with
+    /// `--no-check-netns-owner`: brings the owners up to date with the
+    /// cache (records any tool wrote), refuses (409) when a netns and
+    /// ifname is another container's attachment or in use by another
+    /// container's operation in progress (unless `force`), and claims the
+    /// slots until the operation ends (see `owners`).
+    pub(crate) async fn admit(
         &self,
         verb: Command,
-        network: &str,
-        rt: &RuntimeConf,
+        slots: &[(&str, &RuntimeConf)],
         force: bool,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Option<super::owners::Claim>, ApiError> {
         if !self.check_netns_owner {
-            return Ok(());
+            return Ok(None);
         }
-        for owner in self.owners.others(rt) {
-            match self
-                .cni
-                .cache()
-                .read(&owner.network, &owner.container_id, &owner.ifname)
-                .await
-            {
-                Ok(Some(cni_core::cache::CacheEntry::Record(rec))) if rec.netns == rt.netns => {
-                    if force {
-                        tracing::warn!(network, container = %rt.container_id, ifname = %rt.ifname,
-                            owner = %owner.container_id, owner_network = %owner.network,
-                            "{verb} forced on the netns and interface of another container");
-                        continue;
+        if let Err(e) = self.owners.refresh().await {
+            tracing::warn!(error = %cni_core::error::Chain(&e), "cannot read the cache for netns owners; checking against what was read before");
+        }
+        match self.owners.admit(slots.iter().copied(), force) {
+            Ok(claim) => {
+                if force {
+                    for (network, rt) in slots {
+                        for owner in self.owners.others(rt) {
+                            tracing::warn!(network, container = %rt.container_id, ifname = %rt.ifname,
+                                owner = %owner.container_id, owner_network = %owner.network,
+                                "{verb} forced on the netns and interface of another container");
+                        }
                     }
-                    return Err(ApiError::owned_by_other(verb, network, rt, &owner));
                 }
-                Ok(_) => self
-                    .owners
-                    .remove(&owner.network, &owner.container_id, &owner.ifname),
-                // Unreadable: keep the entry, do not refuse on it.
-                Err(e) => {
-                    tracing::debug!(error = %cni_core::error::Chain(&e), owner = %owner.container_id, "cannot read the owner's cache record")
-                }
+                Ok(Some(claim))
+            }
+            Err((i, others)) => {
+                let (network, rt) = slots[i];
+                Err(ApiError::owned_by_other(verb, network, rt, &others[0]))
             }
         }
-        Ok(())
     }
 
     /// `GET /v1/attachments`: one page.

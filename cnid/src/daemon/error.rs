@@ -47,14 +47,15 @@ pub(crate) enum ErrorKind {
     Conflict,
     /// The request body is over the cap.
     TooLarge,
-    /// A daemon-side failure: a plugin not installed, a bad network
-    /// configuration, an operation that ran twice.
+    /// A daemon-side failure: a bad network configuration, an operation
+    /// that ran twice.
     Internal,
     /// The cache or the state dir could not be read or written.
     Io,
     /// A plugin failed, printed garbage or could not be executed.
     PluginFailed,
-    /// STATUS: a plugin says it is not ready.
+    /// STATUS: a plugin says it is not ready; or a plugin of the network
+    /// is not installed (the node is not ready for it).
     NotReady,
     /// Try again: the attachment is locked by another process, or every
     /// connection has an operation in progress.
@@ -169,11 +170,16 @@ impl ApiError {
         rt: &cni_core::RuntimeConf,
         owner: &super::owners::Owner,
     ) -> Self {
+        let whose = if owner.in_progress {
+            "is in use by an operation in progress of"
+        } else {
+            "belongs to"
+        };
         ApiError::new(
             ErrorKind::Conflict,
             code::ALREADY_ATTACHED,
             format!(
-                "{verb} of container {:?} on network {network:?} refused: netns {:?} interface {:?} belongs to container {:?} on network {:?}; set \"force\": true if this is meant",
+                "{verb} of container {:?} on network {network:?} refused: netns {:?} interface {:?} {whose} container {:?} on network {:?}; set \"force\": true if this is meant",
                 rt.container_id, rt.netns, rt.ifname, owner.container_id, owner.network
             ),
         )
@@ -249,7 +255,9 @@ fn kind_of(e: &cni_async::Error) -> ErrorKind {
         | E::OutputTooLarge { .. }
         | E::Io { .. } => ErrorKind::PluginFailed,
         E::Timeout { .. } => ErrorKind::DeadlineExpired,
-        E::PluginNotFound { .. } => ErrorKind::Internal,
+        // The node is not set up for the network (its readiness says the
+        // same): not a failure of cnid's.
+        E::PluginNotFound { .. } => ErrorKind::NotReady,
         E::Cache { .. } => ErrorKind::Io,
         E::CacheLocked { .. } => ErrorKind::Busy,
         E::NotReady { .. } | E::NotReadyLimitedConnectivity { .. } => ErrorKind::NotReady,

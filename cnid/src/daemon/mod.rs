@@ -358,6 +358,25 @@ fn journal_outlives_cache(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// Warns about plugin dirs that do not exist: each one given on the
+/// command line, or the defaults when none of them exists. (Readiness
+/// then says which plugins are missing.)
+fn warn_missing_plugin_dirs(dirs: &[std::path::PathBuf]) {
+    let missing: Vec<&std::path::PathBuf> = dirs.iter().filter(|d| !d.is_dir()).collect();
+    let defaults = dirs
+        .iter()
+        .map(|d| d.as_os_str())
+        .eq(cni_async::ops::DEFAULT_PLUGIN_DIRS
+            .iter()
+            .map(std::ffi::OsStr::new));
+    if missing.is_empty() || (defaults && missing.len() < dirs.len()) {
+        return;
+    }
+    for d in missing {
+        tracing::warn!(dir = %d.display(), "plugin dir does not exist (or is not a directory): no plugin will be found there");
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT. Returns `Ok(true)` after a
 /// clean drain, `Ok(false)` when operations were still running when the
 /// shutdown bound expired (or a second signal came).
@@ -400,6 +419,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     let metrics = Arc::new(metrics::Metrics::default());
     let networks = Arc::new(networks::Networks::new(
         config.conf_dir.clone(),
+        &config.socket,
         metrics.clone(),
     ));
     networks.reload().await;
@@ -413,6 +433,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         )),
         mark.clone(),
     ));
+    warn_missing_plugin_dirs(&config.plugin_dirs);
     let cni = Cni::builder()
         .plugin_dirs(config.plugin_dirs.clone())
         .cache(cache)
@@ -441,6 +462,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
 
     let tracker = TaskTracker::new();
     let stop = CancellationToken::new();
+    let cni_cache = cni.cache().clone();
     let engine = Arc::new(engine::Engine {
         cni,
         networks: networks.clone(),
@@ -454,14 +476,15 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         tracker: tracker.clone(),
         started: Instant::now(),
         min_networks: config.min_networks,
-        owners: owners::Owners::default(),
+        owners: owners::Owners::new(cni_cache),
         check_netns_owner: config.check_netns_owner,
     });
-    // Who owns which netns and ifname, before any request.
+    // Who owns which netns and ifname, before any request (each admission
+    // then reads what changed).
     if config.check_netns_owner
-        && let Err(e) = engine.owners.load_from(&engine.cni).await
+        && let Err(e) = engine.owners.refresh().await
     {
-        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until they are ADDed again");
+        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
     }
     // Plugins a killed predecessor left running would race the recovery:
     // they finish first (within their deadlines).
@@ -516,8 +539,22 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         stop.clone(),
         tracker.clone(),
     ));
-    tracing::info!(socket = %config.socket.display(), conf_dir = %config.conf_dir.display(),
-        cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(), "cnid ready");
+    // Without running plugins (VERSION): probes do that.
+    match engine
+        .networks
+        .readiness_at_start(&engine.cni, engine.min_networks)
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(socket = %config.socket.display(), conf_dir = %config.conf_dir.display(),
+            cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(), "cnid ready")
+        }
+        Err(e) => {
+            tracing::warn!(socket = %config.socket.display(), conf_dir = %config.conf_dir.display(),
+            cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(),
+            reason = %e.reason, "cnid serving, not ready")
+        }
+    }
     if let Some(ns) = &config.systemd.notify_socket
         && let Err(e) = listen::notify(ns, "READY=1")
     {

@@ -50,13 +50,65 @@ pub(crate) fn errors(snap: &Snapshot) -> Vec<ConfigError> {
 pub(crate) struct Networks {
     set: Arc<NetworkSet>,
     metrics: Arc<Metrics>,
+    /// The last readiness seen: 0 none yet, 1 ready, 2 not ready (a
+    /// change is logged).
+    last_ready: std::sync::atomic::AtomicU8,
+}
+
+/// Why a network must not be loaded by the cnid listening on `socket`: a
+/// plugin of it is `cnid-shim` aimed at that socket, so every ADD would
+/// wait on itself until its deadline, and every DEL (the rollback's too)
+/// the same way.
+pub(crate) fn calls_cnid_itself(
+    list: &cni_core::NetworkConfigList,
+    socket: &Path,
+) -> Option<String> {
+    list.plugins()
+        .iter()
+        .filter(|p| p.plugin_type() == crate::shim::setup::SHIM_TYPE)
+        .find_map(|p| {
+            let target = p
+                .raw()
+                .get("socket")
+                .and_then(|v| v.as_str())
+                .unwrap_or(crate::shim::conf::DEFAULT_SOCKET);
+            same_socket(Path::new(target), socket).then(|| {
+                format!(
+                    "network {:?} calls cnid itself: its plugin {:?} forwards to {target:?}, this cnid's own socket (a cnid-shim list in cnid's own conf dir; install it into the runtime's conf dir instead)",
+                    list.name(),
+                    crate::shim::setup::SHIM_TYPE
+                )
+            })
+        })
+}
+
+/// Whether two socket paths name the same socket: the same file when both
+/// exist, else the same path once their dirs are resolved.
+fn same_socket(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        return x.dev() == y.dev() && x.ino() == y.ino();
+    }
+    let resolved = |p: &Path| match (p.parent(), p.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or_else(|_| p.to_owned()),
+        _ => p.to_owned(),
+    };
+    resolved(a) == resolved(b)
 }
 
 impl Networks {
-    pub(crate) fn new(dir: std::path::PathBuf, metrics: Arc<Metrics>) -> Self {
+    /// The networks of `dir`, refusing those that would call the cnid
+    /// listening on `socket` ([`calls_cnid_itself`]).
+    pub(crate) fn new(dir: std::path::PathBuf, socket: &Path, metrics: Arc<Metrics>) -> Self {
+        let socket = socket.to_owned();
         Networks {
-            set: Arc::new(NetworkSet::new(dir)),
+            set: Arc::new(
+                NetworkSet::new(dir).with_refusal(move |list| calls_cnid_itself(list, &socket)),
+            ),
             metrics,
+            last_ready: std::sync::atomic::AtomicU8::new(0),
         }
     }
 
@@ -69,13 +121,61 @@ impl Networks {
     }
 
     /// Whether at least `min` networks are loaded whose plugins answer
-    /// VERSION (the library's readiness; memoized per reload).
+    /// VERSION (the library's readiness, see its memoizing). A change from
+    /// what the previous call found is logged (the first call's is the
+    /// caller's to log).
     pub(crate) async fn readiness(
         &self,
         cni: &cni_async::Cni,
         min: usize,
     ) -> Result<cni_async::confwatch::Ready, cni_async::confwatch::NotReady> {
-        self.set.readiness(cni, min).await
+        let r = self.set.readiness(cni, min).await;
+        let now = if r.is_ok() { 1 } else { 2 };
+        match (self.last_ready.swap(now, Ordering::Relaxed), &r) {
+            (1, Err(e)) => tracing::warn!(reason = %e.reason, "cnid is no longer ready"),
+            (2, Ok(_)) => tracing::info!("cnid is ready"),
+            _ => {}
+        }
+        r
+    }
+
+    /// The start's word on readiness, without running any plugin
+    /// ([`NetworkSet::readiness_without_running`]); the next probe's
+    /// readiness is logged if it differs.
+    pub(crate) async fn readiness_at_start(
+        &self,
+        cni: &cni_async::Cni,
+        min: usize,
+    ) -> Result<cni_async::confwatch::Ready, cni_async::confwatch::NotReady> {
+        let r = self.set.readiness_without_running(cni, min).await;
+        self.last_ready
+            .store(if r.is_ok() { 1 } else { 2 }, Ordering::Relaxed);
+        r
+    }
+
+    /// The answer for a network that is not loaded: "no network
+    /// configuration with name ...", naming the conf dir's unusable files
+    /// (the network's own may be one of them) and why in the details.
+    pub(crate) fn not_found(&self, name: &str) -> super::error::ApiError {
+        let e = super::error::ApiError::unknown_network(name);
+        let snap = self.snapshot();
+        if snap.skipped.is_empty() {
+            return e;
+        }
+        let files: Vec<String> = snap
+            .skipped
+            .iter()
+            .map(|s| s.path.display().to_string())
+            .collect();
+        let reasons: Vec<String> = snap.skipped.iter().map(ToString::to_string).collect();
+        let mut e = e.with_details(reasons.join("; "));
+        e.error.msg = format!(
+            "{} (unusable files in {}: {})",
+            e.error.msg,
+            self.dir().display(),
+            files.join(", ")
+        );
+        e
     }
 
     /// The network named `name`, if loaded.

@@ -179,6 +179,7 @@ pub(crate) struct Op {
     del_key: Option<RuntimeConf>,
     pub(crate) arrived: Instant,
     work: Mutex<Option<Work>>,
+    claim: Mutex<Option<super::owners::Claim>>,
     state: Mutex<OpState>,
     result: watch::Sender<Option<Arc<Outcome>>>,
     cancel: CancellationToken,
@@ -192,6 +193,12 @@ impl Op {
     /// Takes the work out (once).
     pub(crate) fn take_work(&self) -> Option<Work> {
         lock(&self.work).take()
+    }
+
+    /// The claims of its admission; taken when it runs, dropped when it is
+    /// cancelled or answered before it ran.
+    pub(crate) fn take_claim(&self) -> Option<super::owners::Claim> {
+        lock(&self.claim).take()
     }
 
     fn publish(&self, outcome: Outcome) {
@@ -302,6 +309,8 @@ pub(crate) struct NewOp {
     pub(crate) version: Version,
     pub(crate) work: Work,
     pub(crate) deadline: Instant,
+    /// The netns+ifname claims of its admission (see `owners`).
+    pub(crate) claim: Option<super::owners::Claim>,
 }
 
 impl Scheduler {
@@ -363,6 +372,7 @@ impl Scheduler {
             del_key: if verb == Command::Del { rt } else { None },
             arrived: Instant::now(),
             work: Mutex::new(Some(new.work)),
+            claim: Mutex::new(new.claim),
             state: Mutex::new(OpState {
                 phase: Phase::Queued,
                 waiters: 1,
@@ -538,7 +548,11 @@ impl Scheduler {
         drop(claim);
     }
 
+    /// A queued operation that will not run (cancelled, out of time, shut
+    /// down): it leaves the table, and its claims go now, not when its
+    /// container's queue reaches it.
     fn finish_queued(&self, op: &Op) {
+        drop(op.take_claim());
         self.state().ops.remove(&op.id);
         self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
     }
@@ -782,6 +796,7 @@ mod tests {
                 rt: RuntimeConf::new(cid, "", "eth0"),
             },
             deadline: Instant::now() + Duration::from_secs(30),
+            claim: None,
         }
     }
 

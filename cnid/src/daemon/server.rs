@@ -605,7 +605,7 @@ async fn route(
             let n = engine
                 .networks
                 .get(&name)
-                .ok_or_else(|| ApiError::unknown_network(&name))?;
+                .ok_or_else(|| engine.networks.not_found(&name))?;
             Ok(to_json(StatusCode::OK, &networks::info(&n, true)))
         }
         ["networks", name, verb] => {
@@ -719,13 +719,14 @@ async fn operation(
         loaded
             .as_ref()
             .map(|n| n.list.clone())
-            .ok_or_else(|| ApiError::unknown_network(&network))
+            .ok_or_else(|| engine.networks.not_found(&network))
     };
     let decoded = decode_request(verb, &network, &body.bytes)
         .map_err(|e| ApiError::from(e).in_version(version))?;
     // The body (and its share of the budget) is not kept while the
     // operation waits and runs.
     drop(body);
+    let mut claim = None;
     let (work, timeout_ms) = match decoded {
         DecodedRequest::Attachment {
             rt,
@@ -733,8 +734,11 @@ async fn operation(
             force,
         } => {
             netns_exists(&rt, verb).map_err(|e| e.in_version(version))?;
-            engine
-                .check_owner(verb, &network, &rt, force)
+            if verb == Command::Add || verb == Command::Check {
+                need()?;
+            }
+            claim = engine
+                .admit(verb, &[(&network, &rt)], force)
                 .await
                 .map_err(|e| e.in_version(version))?;
             let work = match verb {
@@ -769,6 +773,7 @@ async fn operation(
         version,
         work,
         deadline: Instant::now() + timeout,
+        claim,
     })?;
     let coalesced = waiter.coalesced();
     let outcome = waiter.wait().await;
@@ -826,7 +831,7 @@ async fn sandbox(
         let list = snap.get(name).map(|n| n.list.clone());
         // DEL of a network gone from the conf dir uses the cached config.
         if list.is_none() && verb != Command::Del {
-            return Err(ApiError::unknown_network(name));
+            return Err(engine.networks.not_found(name));
         }
         nets.push(SandboxNet {
             name: name.clone(),
@@ -844,12 +849,12 @@ async fn sandbox(
         .iter()
         .find_map(|n| n.list.as_ref().map(|l| l.version()))
         .unwrap_or(Version::CURRENT);
-    for n in &nets {
-        engine
-            .check_owner(verb, &n.name, &n.rt, decoded.force)
-            .await
-            .map_err(|e| e.in_version(version))?;
-    }
+    let slots: Vec<(&str, &RuntimeConf)> = nets.iter().map(|n| (n.name.as_str(), &n.rt)).collect();
+    let claim = engine
+        .admit(verb, &slots, decoded.force)
+        .await
+        .map_err(|e| e.in_version(version))?;
+    drop(slots);
     let waiter = engine.submit(NewOp {
         request_id: rid.to_owned(),
         network: nets
@@ -864,6 +869,7 @@ async fn sandbox(
             networks: nets,
         },
         deadline,
+        claim,
     })?;
     let outcome = waiter.wait().await;
     Ok(outcome_response(&outcome))
@@ -899,6 +905,7 @@ async fn sandbox_status(
             version: list.version(),
             work: Work::Status { list },
             deadline,
+            claim: None,
         })?;
         if let Err(e) = waiter.wait().await.as_ref() {
             let mut e = e.clone();

@@ -16,12 +16,14 @@
 //!
 //! Errors are the CNI error object cnid answered with (code, msg, details
 //! kept; the plugin that failed named in the message when cnid says which),
-//! written in the shim's version. The shim's own errors:
+//! written in the shim's version; an error object is an error whatever the
+//! HTTP status, a 2xx too (as a plugin's output, `docs/decisions.md` D18).
+//! The shim's own errors:
 //!
 //! | condition | code |
 //! |---|---|
 //! | cnid not reachable, closed the connection before answering, no answer in time | 11 (try again later), naming the socket; STATUS: 50 |
-//! | an answer that is not HTTP, or a body that is neither the expected JSON nor a CNI error object | 999, saying what was wrong |
+//! | an answer that is not HTTP, or a body that is neither the expected JSON nor a CNI error object (an ADD answer without a result's keys: `{}`) | 999, saying what was wrong |
 //! | stdin not JSON | 6 |
 //! | a bad field in the shim's config, a `prevResult` on ADD, GC without valid attachments | 7, naming the field |
 //! | a `cniVersion` the shim does not speak | 1 |
@@ -334,11 +336,24 @@ impl Shim<'_> {
     }
 
     /// A 2xx answer passes; anything else is the error cnid answered with.
+    /// A 2xx whose body is a CNI error object is that error all the same,
+    /// as a plugin's output is (`docs/decisions.md` D18).
     fn expect_success(&self, ans: Answer) -> Result<Answer, ErrorObject> {
-        if (200..300).contains(&ans.status) {
-            Ok(ans)
-        } else {
-            Err(self.answer_error(&ans))
+        if !(200..300).contains(&ans.status) {
+            return Err(self.answer_error(&ans));
+        }
+        match ErrorObject::decode_on_success(&ans.body) {
+            None => Ok(ans),
+            Some(mut e) => {
+                e.cni_version = self.version();
+                e.msg = format!(
+                    "cnid-shim: cnid on {} answered HTTP {} with an error object: {}",
+                    self.conf.socket.display(),
+                    ans.status,
+                    e.msg
+                );
+                Err(e)
+            }
         }
     }
 
@@ -392,6 +407,27 @@ impl Shim<'_> {
                 preview(&ans.body)
             ))
         })?;
+        // A result of any version has its version or one of its parts; `{}`
+        // (or any other object without them) is no result.
+        const RESULT_KEYS: [&str; 7] = [
+            "cniVersion",
+            "interfaces",
+            "ips",
+            "routes",
+            "dns",
+            "ip4",
+            "ip6",
+        ];
+        if !result
+            .as_object()
+            .is_some_and(|o| RESULT_KEYS.iter().any(|k| o.contains_key(*k)))
+        {
+            return Err(self.malformed(format!(
+                "the ADD answer (HTTP {}) is not a CNI result: {}",
+                ans.status,
+                preview(&ans.body)
+            )));
+        }
         Ok(Outcome::ok(self.convert(&result)?))
     }
 

@@ -358,9 +358,34 @@ fn wait_for_network(opts: &Opts) -> Result<NetworkInfo, String> {
     }
 }
 
+/// Refuses `conf_dir` when it is cnid's own: a shim list there would be a
+/// network of cnid's that calls cnid itself.
+fn not_cnids_conf_dir(opts: &Opts, conf_dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let all: NetworksResponse = get_json(
+        &opts.socket,
+        &format!("{}/networks", api::PREFIX),
+        Duration::from_secs(10),
+    )?;
+    let theirs = Path::new(&all.conf_dir);
+    let same = match (fs::metadata(theirs), fs::metadata(conf_dir)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => theirs == conf_dir,
+    };
+    if same {
+        return Err(format!(
+            "refusing to install into {}: it is the conf dir of cnid on {} itself, which would load the shim's list as a network that calls cnid (every ADD and DEL waiting on itself); give the runtime's conf dir (--conf-dir), or point cnid at another one (cnid --conf-dir)",
+            conf_dir.display(),
+            opts.socket.display()
+        ));
+    }
+    Ok(())
+}
+
 fn install(opts: &Opts) -> Result<(), String> {
     let conf_dir = opts.conf_dir()?;
     let info = wait_for_network(opts)?;
+    not_cnids_conf_dir(opts, conf_dir)?;
     if let Some(dir) = &opts.plugin_dir {
         let dest = dir.join(SHIM_TYPE);
         let me = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
