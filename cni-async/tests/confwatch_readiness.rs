@@ -7,15 +7,13 @@
 //! once per binary and change.
 #![cfg(feature = "watch")]
 
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::fake::{Fake, PluginDir, Response};
+use crate::support::gate::LOAD_MARGIN;
 use cni_async::Cni;
 use cni_async::confwatch::NetworkSet;
-use support::fake::{Fake, PluginDir, Response};
-use support::gate::LOAD_MARGIN;
 
 fn version_fake(dir: &PluginDir, name: &str) {
     dir.fake(

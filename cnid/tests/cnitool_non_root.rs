@@ -6,18 +6,16 @@
 //! denied" (with `--allow-uid` for the socket). Runs cnitool as uid/gid
 //! 65534 (`nobody`), so it needs root.
 
-mod support;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
+use crate::support::fake::Fake;
+use crate::support::require_root;
+use crate::support::tool::{Run, Sandbox};
 use serde_json::json;
-use support::fake::Fake;
-use support::require_root;
-use support::tool::{Run, Sandbox};
 
 const NOBODY: u32 = 65534;
 const NETNS: &str = "/proc/self/ns/net";

@@ -5,12 +5,10 @@
 //! plugin that is not installed is answered as the node not being ready
 //! for the network (503, code 7), not as cnid's own failure.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::daemon::{Daemon, Dirs, eventually, get, post};
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, eventually, get, post};
 
 #[test]
 fn a_missing_plugin_dir_is_warned_about_and_cnid_does_not_say_ready() {

@@ -14,16 +14,15 @@
 //! - A rollback DELed in the netns although another container's attachment
 //!   held that netns and ifname: now it runs without the netns.
 
-mod support;
-
+use crate::support;
 use std::path::Path;
 use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
+use crate::support::daemon::{Daemon, Dirs, eventually, post, recording_plugin, runs};
+use crate::support::gate::Gate;
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, eventually, post, recording_plugin, runs};
-use support::gate::Gate;
 
 const NET: &str = "claims";
 

@@ -7,12 +7,10 @@
 //! default moving (the file removed) is warned about; a 404 names the conf
 //! dir's unusable files.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::daemon::{Daemon, Dirs, eventually, get, post};
 use serde_json::{Value, json};
-use support::daemon::{Daemon, Dirs, eventually, get, post};
 
 fn names(daemon: &Daemon) -> (Vec<String>, Value) {
     let v = get(&daemon.socket, "/v1/networks").json();

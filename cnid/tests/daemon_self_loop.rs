@@ -6,14 +6,12 @@
 //! the "not found" answer), and `cnid-shim install` refuses cnid's own
 //! conf dir.
 
-mod support;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::{Daemon, Dirs, get, post};
+use crate::support::shim::SHIM;
 use serde_json::json;
-use support::daemon::{Daemon, Dirs, get, post};
-use support::shim::SHIM;
 
 fn self_loop_list(dirs: &Dirs, socket: &str) {
     dirs.conf(
