@@ -576,7 +576,12 @@ impl Engine {
                 }
             }
         }
-        match self.cni.gc_network_list(list, valid).options(&left()).await {
+        let gc = self.cni.gc_network_list(list, valid).options(&left()).await;
+        // What it deleted is forgotten as a DEL's attachment is.
+        if let Err(e) = self.intents.forget_removed(list.name()).await {
+            tracing::warn!(error = %e, "cannot forget the journal's commit lines of the attachments GC deleted");
+        }
+        match gc {
             Ok(summary) => {
                 for d in summary.deleted {
                     if !deleted.contains(&d) {
