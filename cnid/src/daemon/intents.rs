@@ -113,6 +113,11 @@ const COMPACT_AT: u64 = 1 << 20;
 /// about the kernel's own write-back delay (`dirty_expire_centisecs`,
 /// 30 s by default).
 const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+/// A temp file in the cache's `results/` whose writer's pid is gone is
+/// removed once it is this old ([`Intents::remove_abandoned_cache_temps`]):
+/// no write of a record takes that long, even by a writer in another pid
+/// namespace, whose pid may name no process here.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// One recorded ADD.
 #[derive(Debug, Clone, PartialEq)]
@@ -955,16 +960,30 @@ impl Intents {
 
     /// Until `stop`: every [`FLUSH_EVERY`], flushes the commits older than
     /// that; when an ADD found the journal due, compacts it. On the
-    /// blocking pool, off every request's path.
+    /// blocking pool, off every request's path. Once, [`ABANDONED_AFTER`]
+    /// after the start, removes the temp files of killed cache writers.
     pub(crate) async fn flush_loop(self, stop: tokio_util::sync::CancellationToken) {
         let mut tick = tokio::time::interval(FLUSH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        let sweep = tokio::time::sleep(ABANDONED_AFTER);
+        tokio::pin!(sweep);
+        let mut swept = false;
         loop {
             let old = tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => true,
                 _ = self.wake.notified() => false,
+                () = &mut sweep, if !swept => {
+                    swept = true;
+                    let this = self.clone();
+                    let _ = blocking(move || {
+                        this.remove_abandoned_cache_temps();
+                        Ok(())
+                    })
+                    .await;
+                    continue;
+                }
             };
             if old
                 && self
@@ -1251,6 +1270,26 @@ impl Intents {
     /// the temp file of an ADD being recorded. Returns how many were removed.
     pub(crate) fn remove_leftovers(&self) -> io::Result<usize> {
         Ok(durable::remove_leftovers(&self.dir)?)
+    }
+
+    /// Removes the temp files of cache writers killed mid-write (a
+    /// `kill -9` between a record's temp file and its rename) from the
+    /// shared cache's `results/`: ours only, of dead writers, at least
+    /// [`ABANDONED_AFTER`] old ([`ResultCache::remove_abandoned_temps`]).
+    /// At start, and once more that long after it ([`Intents::flush_loop`])
+    /// for those the killed predecessor left just before. Blocking.
+    pub(crate) fn remove_abandoned_cache_temps(&self) {
+        let Some(cache) = &self.cache else { return };
+        match cache.remove_abandoned_temps(ABANDONED_AFTER) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                count = n,
+                "removed temp files of cache writers killed mid-write"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %cni_core::error::Chain(&e), "cannot remove the temp files of killed cache writers")
+            }
+        }
     }
 
     /// Every intent file, oldest name first; unreadable ones are moved to
