@@ -445,9 +445,17 @@ fn key(network: &str, container_id: &str, ifname: &str) -> String {
 /// Lines that do not parse are skipped: only the tail an interrupted
 /// append left can be torn, and that append never returned (no plugin ran
 /// for it).
+///
+/// A `begin` is superseded by a later `begin` of the same attachment:
+/// [`Intents::begin`] records one only when the attachment has no ADD
+/// open and no intent file, so the earlier ADD was over by then, its
+/// `end` or commit line lost to a failed append (a full disk) after it
+/// was undone. Rolling it back would delete the later ADD's attachment,
+/// answered since.
 fn open_records(bytes: &[u8]) -> Vec<(u64, Result<Intent, String>)> {
     let mut begun: Vec<(u64, Result<Intent, String>)> = Vec::new();
     let mut ended = std::collections::HashSet::new();
+    let of = |i: &Intent| key(&i.network, &i.rt.container_id, &i.rt.ifname);
     for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let Ok(v) = serde_json::from_slice::<Value>(line) else {
             tracing::debug!("skipping a torn ADD journal record");
@@ -456,7 +464,12 @@ fn open_records(bytes: &[u8]) -> Vec<(u64, Result<Intent, String>)> {
         if let Some(seq) = v.get("end").and_then(Value::as_u64) {
             ended.insert(seq);
         } else if let Some(seq) = v.get("seq").and_then(Value::as_u64) {
-            begun.push((seq, Intent::decode(line)));
+            let intent = Intent::decode(line);
+            if let Ok(new) = &intent {
+                let k = of(new);
+                begun.retain(|(_, old)| old.as_ref().map_or(true, |o| of(o) != k));
+            }
+            begun.push((seq, intent));
         }
     }
     begun.retain(|(seq, _)| !ended.contains(seq));
@@ -2103,6 +2116,37 @@ mod tests {
             .map(|(_, r, _)| r.container_id)
             .collect();
         assert_eq!(left, ["c-2"]);
+    }
+
+    /// Found by the attack on issue 21 (a full state file system): an
+    /// ADD whose commit line could not be appended was undone and answered
+    /// with an error, but its `begin` stayed open in the journal; the same
+    /// attachment ADDed again and answered, the next start rolled that
+    /// `begin` back and deleted the answered attachment.
+    #[tokio::test]
+    async fn a_begin_left_open_by_a_failed_append_does_not_undo_a_later_add() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        let p = open_add(&intents, &rt, br#"{"name":"n"}"#.to_vec()).await;
+        // The end cannot be appended (as with ENOSPC): a descriptor that
+        // refuses writes.
+        intents.journal.lock().unwrap().file = Some(Arc::new(File::open(&journal).unwrap()));
+        assert!(intents.finish(p).await.is_err());
+        intents.journal.lock().unwrap().file = None;
+        assert_eq!(
+            open_names(dir.path()),
+            ["n:c-1:eth0"],
+            "the begin stays open"
+        );
+        // The same attachment ADDed again, and answered; then a crash.
+        committed_add(&intents, &cache, "c-1").await;
+        drop(intents);
+        let (_, _, after) = deferred(dir.path(), "boot-a");
+        assert!(
+            after.scan().unwrap().is_empty(),
+            "the answered ADD is rolled back at start"
+        );
     }
 
     #[test]
