@@ -254,6 +254,34 @@ mod tests {
     use super::*;
     use crate::daemon::intents::testing::*;
 
+    /// The parsers on a literal journal: an `end` closes its own `begin`
+    /// only, `end` 0 (a carried commit line) closes none, a later `begin`
+    /// of the same attachment supersedes an earlier one, a torn tail is
+    /// skipped, and a new run numbers past every `begin` and `end`.
+    #[test]
+    fn open_records_and_numbers_on_a_literal_journal() {
+        let begin = |seq, cid: &str| {
+            let rt = RuntimeConf::new(cid, "/run/netns/x", "eth0");
+            begin_line(seq, &Intent::new("n", &rt, b"{}".to_vec()))
+        };
+        let mut j = Vec::new();
+        j.extend(begin(1, "c-1"));
+        j.extend(begin(2, "c-2"));
+        j.extend(end_line(2));
+        j.extend(begin(3, "c-1"));
+        j.extend(commit_line(0, "boot-a", b"{}"));
+        j.extend(begin(4, "c-3"));
+        j.extend(end_line(7));
+        j.extend(br#"{"kind":"cnidAddIntentV1","netw"#);
+        let open: Vec<(u64, String)> = open_records(&j)
+            .into_iter()
+            .map(|(seq, i)| (seq, i.unwrap().rt.container_id))
+            .collect();
+        assert_eq!(open, [(3, "c-1".to_owned()), (4, "c-3".to_owned())]);
+        assert_eq!(max_seq(&j), 7);
+        assert_eq!(max_seq(b""), 0);
+    }
+
     /// A crash during an append leaves a torn last line: skipped, and
     /// the records before it still count.
     #[tokio::test]
