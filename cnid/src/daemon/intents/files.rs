@@ -36,7 +36,8 @@ impl Intents {
     pub(crate) async fn write(&self, intent: &Intent) -> io::Result<()> {
         let path = self.path(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
         let bytes = intent.encode();
-        blocking(move || Ok(durable::write_atomic(&path, &bytes, 0o600, true)?)).await
+        let storage = self.storage.clone();
+        blocking(move || storage.write_atomic(&path, &bytes)).await
     }
 
     /// An attachment's intent, if there is a readable one.

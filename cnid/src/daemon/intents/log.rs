@@ -95,8 +95,8 @@ impl Intents {
     /// concurrent ADDs never interleave). A failed append is cut off again,
     /// so that no torn line swallows the records after it.
     pub(super) fn append(&self, j: &mut Journal, file: &File, line: &[u8]) -> io::Result<()> {
-        if let Err(e) = (&*file).write_all(line) {
-            let _ = file.set_len(j.len);
+        if let Err(e) = self.storage.append(file, line) {
+            let _ = self.storage.truncate(file, j.len);
             return Err(ctx(&self.dir.join(JOURNAL), "append to", e));
         }
         j.len += line.len() as u64;
@@ -116,17 +116,16 @@ impl Intents {
     /// entry durable first (not needed right after a durable rewrite).
     pub(super) fn open_journal(&self, j: &mut Journal, sync: bool) -> io::Result<Arc<File>> {
         let path = self.dir.join(JOURNAL);
-        let f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-            .open(&path)
+        let f = self
+            .storage
+            .open_append(&path)
             .map_err(|e| ctx(&path, "open", e))?;
         j.len = f.metadata().map(|m| m.len()).unwrap_or(0);
         if sync {
-            f.sync_all().map_err(|e| ctx(&path, "fsync", e))?;
-            durable::sync_dir(&self.dir)?;
+            self.storage
+                .sync_all(&f)
+                .map_err(|e| ctx(&path, "fsync", e))?;
+            self.storage.sync_dir(&self.dir)?;
         }
         let f = Arc::new(f);
         j.file = Some(f.clone());
@@ -264,7 +263,9 @@ impl Intents {
             if let Some(f) = &j.file {
                 // Not flushed: the records it drops are all ended, and a
                 // power loss that brings them back brings back their ends.
-                f.set_len(0).map_err(|e| ctx(&path, "empty", e))?;
+                self.storage
+                    .truncate(f, 0)
+                    .map_err(|e| ctx(&path, "empty", e))?;
             }
             j.len = 0;
             j.kept = 0;
@@ -281,7 +282,7 @@ impl Intents {
         for c in j.committed.values() {
             bytes.extend_from_slice(&c.line);
         }
-        durable::write_atomic(&path, &bytes, 0o600, true)?;
+        self.storage.write_atomic(&path, &bytes)?;
         j.file = None;
         j.len = bytes.len() as u64;
         j.kept = j.len;

@@ -88,17 +88,22 @@
 //! `remove`, `close`), four modules, each stating the invariants it keeps:
 //! `record` (the line format), `log` (appends, compaction, the flush
 //! task), `files` (the intent files) and `recover` (start-up recovery).
+//! Their writes, flushes, truncations, renames and removals go through
+//! one seam, `storage` ([`Storage`]), whose tests fail each I/O point of
+//! an ADD in turn.
 
 mod files;
 mod log;
 mod record;
 mod recover;
+mod storage;
 
 pub(crate) use files::Found;
 use log::*;
 pub(crate) use record::Intent;
 use record::*;
 use recover::*;
+use storage::*;
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -138,6 +143,9 @@ pub(crate) struct Intents {
     /// its records ([`Intents::with_cache`]); otherwise an ADD ends with a
     /// plain `end` line, the cache flushing its own records.
     deferred: bool,
+    /// Every write, flush, truncation, rename and removal of the journal
+    /// and the intent files ([`Storage`]; [`Disk`] but in tests).
+    storage: Arc<dyn Storage>,
     /// Wakes [`Intents::flush_loop`] when the journal is due for a
     /// compaction that has commit lines to flush (off the request path).
     wake: Arc<tokio::sync::Notify>,
@@ -235,10 +243,17 @@ impl Intents {
             cache: None,
             deferred: false,
             boot: boot_id().into(),
+            storage: Arc::new(Disk),
             wake: Arc::new(tokio::sync::Notify::new()),
             #[cfg(test)]
             synced: Arc::default(),
         }
+    }
+
+    #[cfg(test)]
+    fn with_storage(mut self, storage: Arc<dyn Storage>) -> Self {
+        self.storage = storage;
+        self
     }
 
     /// The daemon's result cache: [`Intents::begin`] checks it. With
@@ -321,7 +336,7 @@ impl Intents {
             // Outside the lock: concurrent ADDs flush together. A
             // compaction meanwhile copies this record into its durable
             // rewrite, so the record is durable either way.
-            if let Err(e) = file.sync_data() {
+            if let Err(e) = this.storage.sync_data(&file) {
                 this.journal
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -382,7 +397,9 @@ impl Intents {
             };
             // Outside the lock, as in `begin`: a rewrite meanwhile copies
             // the line durably.
-            file.sync_data().map_err(|e| ctx(&path, "fdatasync", e))?;
+            this.storage
+                .sync_data(&file)
+                .map_err(|e| ctx(&path, "fdatasync", e))?;
             if due_now {
                 this.wake.notify_one();
             }
@@ -448,7 +465,7 @@ impl Intents {
         j.file = None;
         j.len = 0;
         let path = self.dir.join(JOURNAL);
-        match std::fs::remove_file(&path) {
+        match self.storage.remove(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {
@@ -498,7 +515,7 @@ impl Intents {
                     this.append(&mut j, &file, &gone_line(&k))?;
                 }
             }
-            match std::fs::remove_file(&path) {
+            match this.storage.remove(&path) {
                 Ok(()) => Ok(true),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
                 Err(e) => Err(ctx(&path, "remove", e)),

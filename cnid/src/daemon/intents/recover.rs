@@ -41,7 +41,7 @@ impl Intents {
             match intent {
                 Ok(i) => {
                     let file = self.path(&i.network, &i.rt.container_id, &i.rt.ifname);
-                    durable::write_atomic(&file, &i.encode(), 0o600, true)?;
+                    self.storage.write_atomic(&file, &i.encode())?;
                 }
                 Err(reason) => tracing::error!(file = %path.display(), seq, %reason,
                     "unreadable ADD journal record; its attachment (if any) is not cleaned up"),
@@ -56,18 +56,18 @@ impl Intents {
         j.next_seq = max_seq(&bytes) + 1;
         if unsettled.is_empty() {
             if !bytes.is_empty() {
-                let f = OpenOptions::new()
-                    .write(true)
-                    .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-                    .open(&path)
+                let f = self
+                    .storage
+                    .open_write(&path)
                     .map_err(|e| ctx(&path, "open", e))?;
-                f.set_len(0)
-                    .and_then(|()| f.sync_all())
+                self.storage
+                    .truncate(&f, 0)
+                    .and_then(|()| self.storage.sync_all(&f))
                     .map_err(|e| ctx(&path, "empty", e))?;
             }
         } else {
             let kept: Vec<u8> = unsettled.iter().flat_map(|c| c.line.clone()).collect();
-            durable::write_atomic(&path, &kept, 0o600, true)?;
+            self.storage.write_atomic(&path, &kept)?;
             j.kept = kept.len() as u64;
         }
         j.carried = unsettled;
