@@ -299,4 +299,55 @@ mod tests {
         }
         assert_eq!(visited, 7, "the I/O points of an answered ADD");
     }
+
+    /// Recovery is restartable at every I/O point: a start that finds an
+    /// open `begin` and a commit line of another boot, crashed at each of
+    /// its points in turn (the point and everything after it not done),
+    /// then started again, converges: one intent file for the open ADD,
+    /// the record restored, the journal empty.
+    #[tokio::test]
+    async fn every_io_point_of_recovery_failed_in_turn_converges() {
+        let mut visited = 0;
+        for fail_at in 0.. {
+            let dir = tempfile::tempdir().unwrap();
+            let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+            let r = committed_add(&intents, &cache, "c-1").await;
+            let rt = RuntimeConf::new("c-2", "/run/netns/y", "eth0");
+            open_add(&intents, &rt, b"{}".to_vec()).await;
+            drop(intents);
+            let path = cache.path("n", "c-1", "eth0").unwrap();
+            std::fs::remove_file(&path).unwrap();
+            let rec = Arc::new(Recording {
+                fail_at: Some(fail_at),
+                ..Default::default()
+            });
+            let crashed = Intents::new(dir.path())
+                .with_cache(cache.clone(), true)
+                .with_boot_id("boot-b")
+                .with_storage(rec.clone())
+                .prepare();
+            let injected = rec.ops().len() > fail_at;
+            assert_eq!(
+                crashed.is_err(),
+                injected,
+                "point {fail_at}: {:?}",
+                rec.ops()
+            );
+            let (_, _, after) = deferred(dir.path(), "boot-b");
+            let found = after.scan().unwrap();
+            assert_eq!(found.len(), 1, "point {fail_at}: {found:?}");
+            assert_eq!(std::fs::read(&path).unwrap(), r.encode(), "point {fail_at}");
+            assert_eq!(
+                std::fs::metadata(&journal).unwrap().len(),
+                0,
+                "point {fail_at}"
+            );
+            if !injected {
+                break;
+            }
+            visited += 1;
+        }
+        // The intent file, then the journal opened, emptied and flushed.
+        assert_eq!(visited, 4, "the I/O points of recovery");
+    }
 }
