@@ -192,6 +192,15 @@ impl ResultCache {
         Ok(n)
     }
 
+    /// Removes the temp files a writer killed mid-write left in
+    /// `results/` (between a record's temp file and its rename): only
+    /// those named as this crate names them whose writer's pid is gone and
+    /// that are at least `min_age` old ([`durable::remove_abandoned`]), for
+    /// the dir is shared with other tools. Blocking. Returns how many.
+    pub fn remove_abandoned_temps(&self, min_age: Duration) -> Result<usize, Error> {
+        durable::remove_abandoned(&self.results_dir(), min_age).map_err(durable_err)
+    }
+
     /// The cache dir.
     pub fn dir(&self) -> &Path {
         &self.dir

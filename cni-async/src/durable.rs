@@ -14,6 +14,8 @@
 //!   trusted nor silently lost.
 //! - [`remove_leftovers`]: removes the temp files of writes a crash
 //!   interrupted ([`is_temp_name`]).
+//! - [`remove_abandoned`]: the same in a dir shared with other writers,
+//!   for the temp files whose writer is dead.
 //! - [`ensure_private_dir`]: the 0700 rule for every private dir.
 //! - [`sync_file`]: a later `fsync` of a file written without one (for
 //!   writers that defer their flushes).
@@ -26,7 +28,8 @@
 //!   tokio's blocking pool.
 //! - [`remove_leftovers`] removes *every* temp file in the dir: call it only
 //!   when no writer can be active there (cnid's intents dir, at start). Not
-//!   for a dir shared with other processes, such as the result cache.
+//!   for a dir shared with other processes, such as the result cache:
+//!   there [`remove_abandoned`] removes only what no live writer can own.
 //!
 //! ```no_run
 //! use cni_async::durable;
@@ -288,6 +291,43 @@ pub fn move_aside(path: &Path, corrupt_dir: &Path) -> Result<PathBuf, Failure> {
 /// returns how many. Only when no writer is active in `dir` (see the
 /// module's caveats). A missing dir has none.
 pub fn remove_leftovers(dir: &Path) -> Result<usize, Failure> {
+    remove_picked(dir, |name, entry| {
+        is_temp_name(name) && entry.file_type().is_ok_and(|t| t.is_file())
+    })
+}
+
+/// In a dir shared with other writers (the result cache's `results/`):
+/// removes the temp files of [`write_atomic`] whose writer died, and
+/// returns how many. Only a regular file named exactly as [`temp_path`]
+/// names them (`.<name>.tmp-<pid>-<n>`), whose `pid` names no process
+/// ([`crate::sys::pid_alive`]), and last modified at least `min_age` ago: a
+/// writer in another pid namespace shows a pid that may name no process
+/// here, but no write takes `min_age`. Every other file is left alone,
+/// other tools' temp files too. A missing dir has none.
+pub fn remove_abandoned(dir: &Path, min_age: std::time::Duration) -> Result<usize, Failure> {
+    remove_picked(dir, |name, entry| {
+        let Some(pid) = temp_writer(name) else {
+            return false;
+        };
+        // Not followed: a link or a dir is not ours.
+        let Ok(meta) = entry.metadata() else {
+            return false;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age >= min_age);
+        meta.is_file() && old && !crate::sys::pid_alive(pid)
+    })
+}
+
+/// Removes the files of `dir` that `pick` picks (by name and entry), and
+/// returns how many. A missing dir has none.
+fn remove_picked(
+    dir: &Path,
+    pick: impl Fn(&str, &std::fs::DirEntry) -> bool,
+) -> Result<usize, Failure> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
@@ -299,7 +339,7 @@ pub fn remove_leftovers(dir: &Path) -> Result<usize, Failure> {
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        if !is_temp_name(&name) || !entry.file_type().is_ok_and(|t| t.is_file()) {
+        if !pick(&name, &entry) {
             continue;
         }
         let path = dir.join(&name);
@@ -310,6 +350,22 @@ pub fn remove_leftovers(dir: &Path) -> Result<usize, Failure> {
         }
     }
     Ok(n)
+}
+
+/// The writer's pid of a temp file named as [`temp_path`] names them
+/// (`.<name>.tmp-<pid>-<n>`, both numbers decimal), `None` for any other
+/// name.
+fn temp_writer(name: &str) -> Option<u32> {
+    if !name.starts_with('.') {
+        return None;
+    }
+    let (_, suffix) = name.rsplit_once(TEMP_MARK)?;
+    let (pid, n) = suffix.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(n) {
+        return None;
+    }
+    pid.parse().ok().filter(|p| *p > 0)
 }
 
 /// What [`ensure_private_dir`] found.
@@ -569,6 +625,59 @@ mod tests {
         assert_eq!(remove_leftovers(d).unwrap(), 2);
         assert_eq!(names(d), [".dir.tmp-3", ".hidden", "a"]);
         assert_eq!(remove_leftovers(&d.join("missing")).unwrap(), 0);
+    }
+
+    /// Issue 21's fourth defect: a killed cache writer's temp file stayed
+    /// in the shared `results/` forever. Removed now when its writer is
+    /// dead and it is old enough; a live writer's, a recent one, another
+    /// tool's name, a link and a dir are left alone.
+    #[test]
+    fn temp_files_of_killed_cache_writers_are_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        // A pid that names no process: a child that was reaped.
+        let dead = {
+            let mut c = std::process::Command::new("/bin/true").spawn().unwrap();
+            let pid = c.id();
+            c.wait().unwrap();
+            pid
+        };
+        let me = std::process::id();
+        let old = SystemTime::now() - std::time::Duration::from_secs(3600);
+        let write = |name: &str, age: Option<SystemTime>| {
+            let p = d.join(name);
+            std::fs::write(&p, b"half").unwrap();
+            if let Some(t) = age {
+                File::options()
+                    .write(true)
+                    .open(&p)
+                    .unwrap()
+                    .set_modified(t)
+                    .unwrap();
+            }
+        };
+        let abandoned = format!(".neta-w2-eth0.tmp-{dead}-1764700000000000000");
+        write(&abandoned, Some(old));
+        write(&format!(".live-c-eth0.tmp-{me}-1"), Some(old));
+        write(&format!(".young-c-eth0.tmp-{dead}-2"), None);
+        write(&format!(".other.tmp-{dead}"), Some(old));
+        write(&format!(".other.tmp-{dead}-x"), Some(old));
+        write(&format!("n-c-eth0.tmp-{dead}-3"), Some(old));
+        write("n-c-eth0", Some(old));
+        std::os::unix::fs::symlink("n-c-eth0", d.join(format!(".l.tmp-{dead}-4"))).unwrap();
+        std::fs::create_dir(d.join(format!(".d.tmp-{dead}-5"))).unwrap();
+        let before = names(d);
+        let min_age = std::time::Duration::from_secs(600);
+        assert_eq!(remove_abandoned(d, min_age).unwrap(), 1);
+        let mut want = before.clone();
+        want.retain(|n| *n != abandoned);
+        assert_eq!(names(d), want);
+        // Again: nothing more (restartable).
+        assert_eq!(remove_abandoned(d, min_age).unwrap(), 0);
+        assert_eq!(remove_abandoned(&d.join("missing"), min_age).unwrap(), 0);
+        assert_eq!(temp_writer(".a.tmp-12-34"), Some(12));
+        assert_eq!(temp_writer(".a.tmp-0-34"), None);
+        assert_eq!(temp_writer(".a.tmp--34"), None);
     }
 
     #[test]

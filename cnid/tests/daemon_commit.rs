@@ -12,7 +12,7 @@ use crate::support;
 use crate::support::daemon::{Daemon, Dirs};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use cnid::api::AttachmentRequest;
+use cnid::api::{AttachmentRequest, GcRequest};
 use serde_json::{Value, json};
 
 const NET: &str = "dcommit";
@@ -136,6 +136,54 @@ async fn a_restart_in_the_same_boot_restores_nothing() {
     assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
     assert!(commit_lines(&dirs).is_empty());
     // And the attachment can be made again.
+    client.add(NET, &req).await.expect("ADD again");
+    client.del(NET, &req).await.expect("DEL again");
+}
+
+/// Issue 21, defect 3: a GC's deletions wrote no `gone` line, so a restart
+/// after a power loss put the record of an attachment GC had deleted back
+/// into the cache, and that record refused the attachment's next ADD
+/// (409 "already attached") and other containers' ADDs on its netns (409
+/// from the owner check). Forgotten now as after a DEL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_deletions_write_gone_lines() {
+    support::require_root!();
+    let dirs = Dirs::new();
+    let (mut daemon, req) = attached(&dirs, "c-3").await;
+    let summary = daemon
+        .client()
+        .await
+        .gc(
+            NET,
+            &GcRequest {
+                valid_attachments: Vec::new(),
+                timeout_ms: Some(10_000),
+            },
+        )
+        .await
+        .expect("GC");
+    assert_eq!(summary.deleted.len(), 1, "{summary:?}");
+    assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
+    daemon.kill9();
+    // The machine goes down (the journal as it was written).
+    let journal = dirs.state.join("intents/journal");
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let text = std::fs::read_to_string(&journal).unwrap();
+    std::fs::write(&journal, text.replace(boot.trim(), "another-boot")).unwrap();
+
+    let daemon = Daemon::start(&dirs, &[]);
+    assert!(
+        dirs.cached().is_empty(),
+        "a record GC deleted came back: {:?}",
+        dirs.cached()
+    );
+    let client = daemon.client().await;
+    let other = AttachmentRequest::new("c-4", req.netns.clone(), "eth0");
+    client
+        .add(NET, &other)
+        .await
+        .expect("ADD on the netns GC freed");
+    client.del(NET, &other).await.expect("DEL");
     client.add(NET, &req).await.expect("ADD again");
     client.del(NET, &req).await.expect("DEL again");
 }

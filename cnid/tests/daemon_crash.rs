@@ -141,3 +141,40 @@ exit 0"#,
     );
     assert!(client.operations(None).await.unwrap().is_empty());
 }
+
+/// Issue 21, defect 4: the temp file of a cache writer killed between
+/// writing a record and renaming it stayed in the shared `<cache>/results`
+/// through every restart. A start removes ours whose writer is dead and
+/// which are old enough; another tool's files and a live writer's stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn temp_files_of_killed_cache_writers_are_removed() {
+    let dirs = Dirs::new();
+    let results = dirs.cache.join("results");
+    std::fs::create_dir_all(&results).unwrap();
+    // A pid that names no process: a child already reaped.
+    let dead = {
+        let mut c = std::process::Command::new("/bin/true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let plant = |name: String| {
+        let p = results.join(name);
+        std::fs::write(&p, b"{\"kind\":\"cniCacheV1\"").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+        p
+    };
+    let abandoned = plant(format!(".{NET}-w2-eth0.tmp-{dead}-1764700000000000000"));
+    let live = plant(format!(".{NET}-w3-eth0.tmp-{}-1", std::process::id()));
+    let foreign = plant(format!(".{NET}-w4-eth0.partial-{dead}"));
+    let daemon = Daemon::start(&dirs, &[]);
+    assert!(!abandoned.exists(), "{}", daemon.log());
+    assert!(live.exists(), "a live writer's temp file was removed");
+    assert!(foreign.exists(), "another tool's file was removed");
+}

@@ -5,7 +5,8 @@
 //! limit, allocator tuning) rather than making system calls of its own.
 //!
 //! - `process`: signalling process groups ([`signal_group`],
-//!   [`group_alive`], [`own_process_group`]), the executable check of
+//!   [`group_alive`], [`own_process_group`]), whether a pid is taken
+//!   ([`pid_alive`]), the executable check of
 //!   plugin lookup.
 //! - `daemon`: what a long-running process tunes of itself: [`with_umask`],
 //!   [`raise_nofile_limit`], [`release_free_heap`], [`set_mmap_threshold`].
@@ -25,4 +26,4 @@ pub use daemon::{
     on_memory_fs, raise_nofile_limit, release_free_heap, set_mmap_threshold, with_umask,
 };
 pub use nix::sys::signal::Signal;
-pub use process::{group_alive, own_process_group, signal_group};
+pub use process::{group_alive, own_process_group, pid_alive, signal_group};

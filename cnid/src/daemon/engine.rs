@@ -587,7 +587,12 @@ impl Engine {
                 }
             }
         }
-        match self.cni.gc_network_list(list, valid).options(&left()).await {
+        let gc = self.cni.gc_network_list(list, valid).options(&left()).await;
+        // What it deleted is forgotten as a DEL's attachment is.
+        if let Err(e) = self.intents.forget_removed(list.name()).await {
+            tracing::warn!(error = %e, "cannot forget the journal's commit lines of the attachments GC deleted");
+        }
+        match gc {
             Ok(summary) => {
                 for d in summary.deleted {
                     if !deleted.contains(&d) {
@@ -653,6 +658,7 @@ impl Engine {
             ),
             Err(e) => tracing::warn!(error = %e, "cannot remove leftover ADD intent temp files"),
         }
+        self.intents.remove_abandoned_cache_temps();
         let found = self.intents.scan()?;
         let mut n = 0;
         for f in found {

@@ -1,0 +1,302 @@
+//! The journal's record format: one line of compact JSON per record.
+//!
+//! - `begin` (an [`Intent`]'s fields and `seq`): an ADD about to run its
+//!   first plugin; the same fields as an intent file, so one decoder reads
+//!   both.
+//! - `end` (`{"end":seq}`): that ADD is over (rolled back, or kept in its
+//!   intent file).
+//! - commit (`end`, `boot`, `record`): the ADD completed; the cache
+//!   record's exact bytes (base64) and the boot it was written in.
+//! - `gone` (`{"gone":key}`): the attachment was deleted after its commit.
+//!
+//! Invariants kept here: a record never holds a raw newline (compact JSON),
+//! so a line is a record and only a torn last line fails to parse (it is
+//! skipped: its append never returned); [`open_records`] counts a `begin`
+//! open only while no `end` of its number and no later `begin` of its
+//! attachment follows; [`committed_records`] gives the last commit line
+//! of each attachment not followed by its `gone` line; [`max_seq`] is the
+//! number a new run must number past. `end` 0 ends no `begin` (numbers
+//! start at 1).
+
+use super::*;
+
+/// The `kind` of intent records.
+pub(crate) const KIND: &str = "cnidAddIntentV1";
+
+/// One recorded ADD.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Intent {
+    pub(crate) network: String,
+    pub(crate) rt: RuntimeConf,
+    /// The configuration list's bytes (`NetworkConfigList::cache_bytes`).
+    pub(crate) config: Vec<u8>,
+    pub(crate) created_ms: u64,
+}
+
+impl Intent {
+    pub(crate) fn new(network: &str, rt: &RuntimeConf, config: Vec<u8>) -> Self {
+        Intent {
+            network: network.to_owned(),
+            rt: rt.clone(),
+            config,
+            created_ms: now_ms(),
+        }
+    }
+
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let args: Vec<Value> = self
+            .rt
+            .args
+            .pairs()
+            .iter()
+            .map(|(k, v)| json!([k, v]))
+            .collect();
+        let v = json!({
+            "kind": KIND,
+            "networkName": self.network,
+            "containerId": self.rt.container_id,
+            "ifName": self.rt.ifname,
+            "netns": self.rt.netns,
+            "cniArgs": args,
+            "capabilityArgs": Value::Object(self.rt.capability_args.as_map().clone()),
+            "config": BASE64.encode(&self.config),
+            "createdAtMs": self.created_ms,
+            "pid": std::process::id(),
+        });
+        serde_json::to_vec_pretty(&v).unwrap_or_default()
+    }
+
+    pub(super) fn decode(bytes: &[u8]) -> Result<Intent, String> {
+        let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+        let obj = v.as_object().ok_or("not a JSON object")?;
+        let text = |k: &str| -> Result<String, String> {
+            obj.get(k)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| format!("missing string field {k:?}"))
+        };
+        if text("kind")? != KIND {
+            return Err(format!("kind is not {KIND:?}"));
+        }
+        let mut args = CniArgs::new();
+        if let Some(pairs) = obj.get("cniArgs").and_then(Value::as_array) {
+            for p in pairs {
+                match p.as_array().map(Vec::as_slice) {
+                    Some([Value::String(k), Value::String(v)]) => args.push(k, v),
+                    _ => return Err("field \"cniArgs\" is not a list of [key, value]".into()),
+                }
+            }
+        }
+        let caps = CapabilityArgs::from_value(
+            obj.get("capabilityArgs")
+                .cloned()
+                .unwrap_or(Value::Object(Map::new())),
+        )
+        .map_err(|e| e.to_string())?;
+        let rt = RuntimeConf {
+            container_id: text("containerId")?,
+            netns: text("netns").unwrap_or_default(),
+            ifname: text("ifName")?,
+            args,
+            capability_args: caps,
+        };
+        let network = text("networkName")?;
+        validate::network_name(&network).map_err(|e| e.to_string())?;
+        rt.validate().map_err(|e| e.to_string())?;
+        let config = BASE64
+            .decode(text("config")?)
+            .map_err(|e| format!("field \"config\" is not base64: {e}"))?;
+        Ok(Intent {
+            network,
+            rt,
+            config,
+            created_ms: obj.get("createdAtMs").and_then(Value::as_u64).unwrap_or(0),
+        })
+    }
+}
+
+/// A `begin` line: the intent's fields (as in an intent file) and `seq`.
+pub(super) fn begin_line(seq: u64, intent: &Intent) -> Vec<u8> {
+    let mut v: Value = serde_json::from_slice(&intent.encode()).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("seq".into(), json!(seq));
+    }
+    // Compact JSON has no raw newline: one record per line.
+    let mut line = serde_json::to_vec(&v).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+pub(super) fn end_line(seq: u64) -> Vec<u8> {
+    format!("{{\"end\":{seq}}}\n").into_bytes()
+}
+
+/// A commit line: ends `seq` and carries the attachment's cache record
+/// (its exact bytes, base64) and this boot's id.
+pub(super) fn commit_line(seq: u64, boot: &str, record: &[u8]) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&json!({
+        "end": seq,
+        "boot": boot,
+        "record": BASE64.encode(record),
+    }))
+    .unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// A `gone` line: the attachment was DELed after its commit line (not
+/// flushed: see [`Intents::remove`]).
+pub(super) fn gone_line(key: &str) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&json!({ "gone": key })).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// The cache records the journal's commit lines carry, the last one per
+/// attachment and not followed by a `gone` line of it, with the boot each
+/// was committed in. Unreadable ones are skipped with an error logged.
+pub(super) fn committed_records(bytes: &[u8]) -> Vec<(String, CacheRecord, Vec<u8>)> {
+    let mut out: Vec<(String, CacheRecord, Vec<u8>)> = Vec::new();
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let Ok(v) = serde_json::from_slice::<Value>(line) else {
+            continue;
+        };
+        if let Some(gone) = v.get("gone").and_then(Value::as_str) {
+            out.retain(|(_, r, _)| key(&r.network_name, &r.container_id, &r.if_name) != gone);
+            continue;
+        }
+        let Some(b64) = v.get("record").and_then(Value::as_str) else {
+            continue;
+        };
+        let boot = v
+            .get("boot")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let rec = BASE64.decode(b64).map_err(|e| e.to_string()).and_then(|b| {
+            match CacheEntry::decode(&b, "the ADD journal") {
+                Ok(CacheEntry::Record(r)) => Ok((r, b)),
+                Ok(CacheEntry::LegacyResult(_)) => Err("not a cniCacheV1 record".to_owned()),
+                Err(e) => Err(e.to_string()),
+            }
+        });
+        match rec {
+            Ok((rec, bytes)) => {
+                let same = |(_, r, _): &(String, CacheRecord, Vec<u8>)| {
+                    r.network_name == rec.network_name
+                        && r.container_id == rec.container_id
+                        && r.if_name == rec.if_name
+                };
+                out.retain(|e| !same(e));
+                out.push((boot, rec, bytes));
+            }
+            Err(reason) => {
+                tracing::error!(%reason, "unreadable cache record in the ADD journal; skipped")
+            }
+        }
+    }
+    out
+}
+
+/// The journal's records: the intents begun and not ended, oldest first.
+/// Lines that do not parse are skipped: only the tail an interrupted
+/// append left can be torn, and that append never returned (no plugin ran
+/// for it).
+///
+/// A `begin` is superseded by a later `begin` of the same attachment:
+/// [`Intents::begin`] records one only when the attachment has no ADD
+/// open and no intent file, so the earlier ADD was over by then, its
+/// `end` or commit line lost to a failed append (a full disk) after it
+/// was undone. Rolling it back would delete the later ADD's attachment,
+/// answered since.
+pub(super) fn open_records(bytes: &[u8]) -> Vec<(u64, Result<Intent, String>)> {
+    let mut begun: Vec<(u64, Result<Intent, String>)> = Vec::new();
+    let mut ended = std::collections::HashSet::new();
+    let of = |i: &Intent| key(&i.network, &i.rt.container_id, &i.rt.ifname);
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let Ok(v) = serde_json::from_slice::<Value>(line) else {
+            tracing::debug!("skipping a torn ADD journal record");
+            continue;
+        };
+        if let Some(seq) = v.get("end").and_then(Value::as_u64) {
+            ended.insert(seq);
+        } else if let Some(seq) = v.get("seq").and_then(Value::as_u64) {
+            let intent = Intent::decode(line);
+            if let Ok(new) = &intent {
+                let k = of(new);
+                begun.retain(|(_, old)| old.as_ref().map_or(true, |o| of(o) != k));
+            }
+            begun.push((seq, intent));
+        }
+    }
+    begun.retain(|(seq, _)| !ended.contains(seq));
+    begun
+}
+
+/// The highest sequence number a `begin` or an `end` in the journal
+/// carries (0 for none): a new run numbers past it, so that no `end` left
+/// from an earlier run can end one of its `begin`s.
+pub(super) fn max_seq(bytes: &[u8]) -> u64 {
+    bytes
+        .split(|b| *b == b'\n')
+        .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+        .filter_map(|v| {
+            v.get("seq")
+                .and_then(Value::as_u64)
+                .or_else(|| v.get("end").and_then(Value::as_u64))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::intents::testing::*;
+
+    /// The parsers on a literal journal: an `end` closes its own `begin`
+    /// only, `end` 0 (a carried commit line) closes none, a later `begin`
+    /// of the same attachment supersedes an earlier one, a torn tail is
+    /// skipped, and a new run numbers past every `begin` and `end`.
+    #[test]
+    fn open_records_and_numbers_on_a_literal_journal() {
+        let begin = |seq, cid: &str| {
+            let rt = RuntimeConf::new(cid, "/run/netns/x", "eth0");
+            begin_line(seq, &Intent::new("n", &rt, b"{}".to_vec()))
+        };
+        let mut j = Vec::new();
+        j.extend(begin(1, "c-1"));
+        j.extend(begin(2, "c-2"));
+        j.extend(end_line(2));
+        j.extend(begin(3, "c-1"));
+        j.extend(commit_line(0, "boot-a", b"{}"));
+        j.extend(begin(4, "c-3"));
+        j.extend(end_line(7));
+        j.extend(br#"{"kind":"cnidAddIntentV1","netw"#);
+        let open: Vec<(u64, String)> = open_records(&j)
+            .into_iter()
+            .map(|(seq, i)| (seq, i.unwrap().rt.container_id))
+            .collect();
+        assert_eq!(open, [(3, "c-1".to_owned()), (4, "c-3".to_owned())]);
+        assert_eq!(max_seq(&j), 7);
+        assert_eq!(max_seq(b""), 0);
+    }
+
+    /// A crash during an append leaves a torn last line: skipped, and
+    /// the records before it still count.
+    #[tokio::test]
+    async fn a_torn_last_record_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        open_add(&intents, &rt, b"{}".to_vec()).await;
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        let mut f = OpenOptions::new().append(true).open(&journal).unwrap();
+        f.write_all(br#"{"kind":"cnidAddIntentV1","networ"#)
+            .unwrap();
+        let after = Intents::new(dir.path());
+        after.prepare().unwrap();
+        assert_eq!(after.scan().unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,443 @@
+//! Start-up recovery ([`Intents::prepare`]), before any request runs.
+//!
+//! Invariants kept here: the open `begin`s become intent files, durably,
+//! before the journal changes; commit lines of another boot put their
+//! records back (unless newer ones are there), those of this boot have
+//! their records flushed; what could not be settled is carried
+//! ([`Journal::carried`]) and is all the journal keeps; the next run numbers
+//! past every number the journal held. Restartable: a crash at any point
+//! leaves the journal as it was or as rewritten, and doing it again
+//! converges (`a_crash_during_recovery_repeated_converges`).
+
+use super::*;
+
+/// A temp file in the cache's `results/` whose writer's pid is gone is
+/// removed once it is this old ([`Intents::remove_abandoned_cache_temps`]):
+/// no write of a record takes that long, even by a writer in another pid
+/// namespace, whose pid may name no process here.
+pub(super) const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
+impl Intents {
+    /// At start, before any request: creates the dir, or makes an existing
+    /// one private (0700, see `private_state_dir`), then turns the ADDs the
+    /// journal holds open (begun before a crash, never ended) into intent
+    /// files ([`Intents::scan`] finds them) and empties the journal. The
+    /// files are durable before the journal is emptied, so a crash in
+    /// between only does it again.
+    pub(crate) fn prepare(&self) -> io::Result<()> {
+        super::super::private_state_dir(&self.dir)
+            .map_err(|e| io::Error::other(format!("{}: {e}", self.dir.display())))?;
+        let path = self.dir.join(JOURNAL);
+        let bytes = match durable::read_nofollow(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(ctx(&path, "read", e)),
+        };
+        let mtime = std::fs::symlink_metadata(&path)
+            .and_then(|m| m.modified())
+            .ok();
+        let unsettled = self.settle_commits(&bytes, mtime);
+        for (seq, intent) in open_records(&bytes) {
+            match intent {
+                Ok(i) => {
+                    let file = self.path(&i.network, &i.rt.container_id, &i.rt.ifname);
+                    self.storage.write_atomic(&file, &i.encode())?;
+                }
+                Err(reason) => tracing::error!(file = %path.display(), seq, %reason,
+                    "unreadable ADD journal record; its attachment (if any) is not cleaned up"),
+            }
+        }
+        // The open records are intent files now: the journal keeps only
+        // the commit lines not settled, and no `begin` or `end` of an
+        // earlier run (a `begin` left there would be rolled back again at
+        // every start, and an `end` would end a new `begin` of the same
+        // number).
+        let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        j.next_seq = max_seq(&bytes) + 1;
+        if unsettled.is_empty() {
+            if !bytes.is_empty() {
+                let f = self
+                    .storage
+                    .open_write(&path)
+                    .map_err(|e| ctx(&path, "open", e))?;
+                self.storage
+                    .truncate(&f, 0)
+                    .and_then(|()| self.storage.sync_all(&f))
+                    .map_err(|e| ctx(&path, "empty", e))?;
+            }
+        } else {
+            let kept: Vec<u8> = unsettled.iter().flat_map(|c| c.line.clone()).collect();
+            self.storage.write_atomic(&path, &kept)?;
+            j.kept = kept.len() as u64;
+        }
+        j.carried = unsettled;
+        Ok(())
+    }
+
+    /// At start, before the journal is emptied: the cache records its
+    /// commit lines carry. Committed in another boot (the machine went
+    /// down, maybe before writing them back), each attachment's file is
+    /// made to hold its last committed record again, unless it already
+    /// does or was written after the journal's last change (by another
+    /// tool since the reboot: left alone). A DEL answered before the
+    /// crash may come back with it if its `gone` line was not written
+    /// back: a repeat DEL of a record is harmless, as for any removal a
+    /// power loss undoes. Committed in this boot (only the process died),
+    /// the page cache still holds what was written, including later
+    /// removals: nothing is restored, the records are flushed. Returns
+    /// the commit lines whose record could not be restored or flushed,
+    /// rewritten with `end` 0 (see [`Journal::carried`]): the journal keeps
+    /// them for the next start, which settles them again. Restartable: a
+    /// crash anywhere in here leaves the journal as it was, and doing it
+    /// again restores the same bytes or finds them there.
+    pub(super) fn settle_commits(
+        &self,
+        bytes: &[u8],
+        journal_mtime: Option<SystemTime>,
+    ) -> Vec<Carried> {
+        let Some(cache) = &self.cache else {
+            return Vec::new();
+        };
+        let records = committed_records(bytes);
+        let mut unsettled = Vec::new();
+        let carry = |boot: &str, rec: &CacheRecord, bytes: &[u8]| Carried {
+            attachment: [
+                rec.network_name.clone(),
+                rec.container_id.clone(),
+                rec.if_name.clone(),
+            ],
+            line: commit_line(0, boot, bytes),
+        };
+        let mut flush = Vec::new();
+        for (boot, rec, bytes) in &records {
+            let (net, cid, ifname) = (&rec.network_name, &rec.container_id, &rec.if_name);
+            if self.boot.is_empty() || **boot == *self.boot {
+                flush.push((net.as_str(), cid.as_str(), ifname.as_str()));
+                continue;
+            }
+            let path = match cache.path(net, cid, ifname) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(network = %net, container = %cid, ifname = %ifname, error = %cni_core::error::Chain(&e), "ADD journal: unusable committed record; skipped");
+                    continue;
+                }
+            };
+            if durable::read_nofollow(&path).is_ok_and(|b| b == *bytes) {
+                continue;
+            }
+            let newer = std::fs::symlink_metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .zip(journal_mtime)
+                .is_some_and(|(file, journal)| file > journal);
+            if newer {
+                tracing::info!(network = %net, container = %cid, ifname = %ifname,
+                    "cached result written after the machine went down; the journal's older one is not restored");
+                continue;
+            }
+            match cache.write_durable_blocking(rec) {
+                Ok(()) => tracing::warn!(network = %net, container = %cid, ifname = %ifname,
+                    "restored the cached result of an ADD answered before the machine went down"),
+                Err(e) => {
+                    unsettled.push(carry(boot, rec, bytes));
+                    tracing::error!(network = %net, container = %cid, ifname = %ifname, error = %cni_core::error::Chain(&e),
+                        "cannot restore the cached result of an ADD answered before the machine went down; the ADD journal is kept for the next start");
+                }
+            }
+        }
+        if let Err(e) = cache.sync_records_blocking(flush) {
+            unsettled.extend(
+                records
+                    .iter()
+                    .filter(|(boot, _, _)| self.boot.is_empty() || **boot == *self.boot)
+                    .map(|(boot, rec, bytes)| carry(boot, rec, bytes)),
+            );
+            tracing::error!(error = %cni_core::error::Chain(&e), "cannot flush the cached ADD results; the ADD journal is kept for the next start");
+        }
+        unsettled
+    }
+
+    /// Removes the temp files of cache writers killed mid-write (a
+    /// `kill -9` between a record's temp file and its rename) from the
+    /// shared cache's `results/`: ours only, of dead writers, at least
+    /// [`ABANDONED_AFTER`] old ([`ResultCache::remove_abandoned_temps`]).
+    /// At start, and once more that long after it ([`Intents::flush_loop`])
+    /// for those the killed predecessor left just before. Blocking.
+    pub(crate) fn remove_abandoned_cache_temps(&self) {
+        let Some(cache) = &self.cache else { return };
+        match cache.remove_abandoned_temps(ABANDONED_AFTER) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                count = n,
+                "removed temp files of cache writers killed mid-write"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %cni_core::error::Chain(&e), "cannot remove the temp files of killed cache writers")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::intents::testing::*;
+
+    /// An ADD begun and not finished survives the daemon (a new `Intents`
+    /// on the same dir, as after `kill -9`): the start turns it into an
+    /// intent file and empties the journal; a finished one leaves nothing.
+    #[tokio::test]
+    async fn open_journal_records_become_intent_files_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        let rt1 = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        let rt2 = RuntimeConf::new("c-2", "/run/netns/y", "eth0");
+        let i1 = Intent::new("n", &rt1, b"{\"a\":1}".to_vec());
+        let p1 = intents.begin(&i1).await.unwrap().pending().unwrap();
+        let p2 = open_add(&intents, &rt2, b"{}".to_vec()).await;
+        assert!(intents.exists("n", "c-1", "eth0").await);
+        assert!(!intents.exists("n", "c-3", "eth0").await);
+        intents.finish(p2).await.unwrap();
+        assert!(!intents.exists("n", "c-2", "eth0").await);
+        assert_eq!(open_names(dir.path()), ["n:c-1:eth0"]);
+        assert!(intents.scan().unwrap().is_empty(), "no file while running");
+        let _ = p1;
+
+        // The crash: a new daemon on the same state dir.
+        let after = Intents::new(dir.path());
+        after.prepare().unwrap();
+        match after.scan().unwrap().as_slice() {
+            [Found::Intent(p, i)] => {
+                assert!(p.ends_with("n:c-1:eth0.json"));
+                assert_eq!(i.rt, rt1);
+                assert_eq!(i.config, i1.config);
+            }
+            other => panic!("{other:?}"),
+        }
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+        // Once recovered (the DEL removes the file), the next start finds nothing.
+        assert!(after.remove("n", "c-1", "eth0").await.unwrap());
+        let again = Intents::new(dir.path());
+        again.prepare().unwrap();
+        assert!(again.scan().unwrap().is_empty());
+    }
+
+    /// A power loss can take the cache file the daemon wrote without
+    /// fsync; the commit line it flushed puts the same bytes back at the
+    /// next start, when the boot id changed. In the same boot (only the
+    /// process died) a missing file was removed on purpose (a DEL) and
+    /// stays missing.
+    #[tokio::test]
+    async fn commit_lines_restore_cache_records_after_a_reboot_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+        let rec = committed_add(&intents, &cache, "c-1").await;
+        let path = cache.path("n", "c-1", "eth0").unwrap();
+        let written = std::fs::read(&path).unwrap();
+        assert_eq!(written, rec.encode(), "the engine's record is the cache's");
+        let bytes = std::fs::read(&journal).unwrap();
+        let found = committed_records(&bytes);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0, "boot-a");
+        assert_eq!(found[0].2, written);
+
+        // Same boot, the file gone (a DEL after the ADD): nothing restored.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&journal, &bytes).unwrap();
+        deferred(dir.path(), "boot-a");
+        assert!(!path.exists(), "a record removed in this boot came back");
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+
+        // Another boot, the file lost or torn: restored, byte for byte.
+        std::fs::write(&journal, &bytes).unwrap();
+        let (_, _, rebooted) = deferred(dir.path(), "boot-b");
+        assert_eq!(std::fs::read(&path).unwrap(), written);
+        std::fs::write(&path, b"").unwrap();
+        std::fs::write(&journal, &bytes).unwrap();
+        deferred(dir.path(), "boot-c");
+        assert_eq!(std::fs::read(&path).unwrap(), written);
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+        assert!(
+            rebooted.scan().unwrap().is_empty(),
+            "a committed ADD is no intent"
+        );
+    }
+
+    /// After a reboot, a record written since (by cnitool or another
+    /// runtime, before cnid started) is newer than the journal: left alone.
+    #[tokio::test]
+    async fn a_record_written_after_the_reboot_is_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+        let rec = committed_add(&intents, &cache, "c-1").await;
+        let path = cache.path("n", "c-1", "eth0").unwrap();
+        let mut newer = rec.clone();
+        newer.netns = "/run/netns/after-the-reboot".into();
+        std::fs::write(&path, newer.encode()).unwrap();
+        // Make the journal older than the record, whatever the clock's
+        // resolution.
+        let f = std::fs::File::options().write(true).open(&journal).unwrap();
+        f.set_modified(SystemTime::now() - std::time::Duration::from_secs(60))
+            .unwrap();
+        drop(f);
+        deferred(dir.path(), "boot-b");
+        assert_eq!(std::fs::read(&path).unwrap(), newer.encode());
+    }
+
+    /// Issue 21, defect 1: a start that kept the journal (a record it could
+    /// not restore) numbered its ADDs from 1 again after the kept lines,
+    /// and the next start took the kept commit line's `end` 1 for the end
+    /// of the new `begin` 1: that ADD, half done when the daemon was
+    /// killed, was never rolled back.
+    #[tokio::test]
+    async fn sequence_numbers_are_not_reused_after_a_kept_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+        committed_add(&intents, &cache, "c-1").await;
+        drop(intents);
+        // The machine went down; c-1's record cannot be restored.
+        let _unblock = block_restore(&cache, "c-1");
+        as_if_committed_in(&journal, "boot-a", "boot-b0");
+        let (_, _, kept) = deferred(dir.path(), "boot-b");
+        assert_eq!(
+            committed_records(&std::fs::read(&journal).unwrap()).len(),
+            1
+        );
+        // An ADD of c-2 whose second plugin hangs, and the daemon is killed.
+        let rt = RuntimeConf::new("c-2", "/run/netns/y", "eth0");
+        open_add(&kept, &rt, b"{}".to_vec()).await;
+        drop(kept);
+
+        let (_, _, after) = deferred(dir.path(), "boot-b");
+        let found: Vec<String> = after
+            .scan()
+            .unwrap()
+            .into_iter()
+            .map(|f| match f {
+                Found::Intent(p, _) => p.file_name().unwrap().to_string_lossy().into_owned(),
+                Found::Corrupt(p, r) => panic!("{}: {r}", p.display()),
+            })
+            .collect();
+        assert_eq!(found, ["n:c-2:eth0.json"], "c-2's ADD is not rolled back");
+    }
+
+    /// While a kept line waits, the attachment's own DEL (a `gone` line)
+    /// or a new ADD's commit line stands for it: the next start neither
+    /// brings back the deleted record nor puts the old one over the new.
+    #[tokio::test]
+    async fn a_del_or_a_new_add_supersedes_a_kept_commit_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+        committed_add(&intents, &cache, "c-1").await;
+        committed_add(&intents, &cache, "c-2").await;
+        drop(intents);
+        let unblock1 = block_restore(&cache, "c-1");
+        let unblock2 = block_restore(&cache, "c-2");
+        as_if_committed_in(&journal, "boot-a", "boot-b0");
+        let (_, _, kept) = deferred(dir.path(), "boot-b");
+        unblock1();
+        unblock2();
+        // c-1 DELed, c-2 ADDed again (with another result).
+        assert!(!kept.remove("n", "c-1", "eth0").await.unwrap());
+        let rt = RuntimeConf::new("c-2", "/run/netns/x", "eth0");
+        let i = Intent::new("n", &rt, br#"{"name":"n"}"#.to_vec());
+        let p = kept.begin(&i).await.unwrap().pending().unwrap();
+        let newer = CacheRecord::new(
+            "n",
+            &rt,
+            i.config.clone(),
+            Some(json!({"cniVersion": "1.1.0"})),
+        );
+        cache.write(&newer).await.unwrap();
+        kept.commit(p, &newer).await.unwrap();
+        kept.close();
+        assert!(!journal.exists(), "nothing left to restore: removed");
+        // Even a crash instead of that stop (the journal as it was).
+        let (_, _, _) = deferred(dir.path(), "boot-c");
+        assert!(!cache.path("n", "c-1", "eth0").unwrap().exists());
+        assert_eq!(
+            std::fs::read(cache.path("n", "c-2", "eth0").unwrap()).unwrap(),
+            newer.encode()
+        );
+    }
+
+    /// Recovery is restartable: a start that keeps the journal, repeated
+    /// (killed before or after it settled, again and again), turns the
+    /// same open ADD into the same one intent file, lets no file grow, and
+    /// converges once the record can be restored.
+    #[tokio::test]
+    async fn a_crash_during_recovery_repeated_converges() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+        let rec = committed_add(&intents, &cache, "c-1").await;
+        let rt = RuntimeConf::new("c-2", "/run/netns/y", "eth0");
+        open_add(&intents, &rt, b"{}".to_vec()).await;
+        drop(intents);
+        let unblock = block_restore(&cache, "c-1");
+        as_if_committed_in(&journal, "boot-a", "boot-b0");
+        let mut sizes = Vec::new();
+        for boot in ["boot-b", "boot-b", "boot-c", "boot-c", "boot-d"] {
+            let (_, _, again) = deferred(dir.path(), boot);
+            assert_eq!(
+                again.scan().unwrap().len(),
+                1,
+                "the open ADD's one intent file"
+            );
+            sizes.push(std::fs::metadata(&journal).unwrap().len());
+        }
+        assert!(sizes.windows(2).all(|w| w[0] == w[1]), "{sizes:?}");
+        assert_eq!(
+            committed_records(&std::fs::read(&journal).unwrap()).len(),
+            1
+        );
+        unblock();
+        deferred(dir.path(), "boot-d");
+        assert_eq!(
+            std::fs::read(cache.path("n", "c-1", "eth0").unwrap()).unwrap(),
+            rec.encode()
+        );
+        assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+        // The recovery DEL done: nothing left for another start.
+        assert!(intents_after_del(dir.path()).await);
+    }
+
+    async fn intents_after_del(dir: &Path) -> bool {
+        let (_, _, i) = deferred(dir, "boot-d");
+        i.remove("n", "c-2", "eth0").await.unwrap();
+        let (_, _, again) = deferred(dir, "boot-e");
+        again.scan().unwrap().is_empty()
+    }
+
+    /// Found by the attack on issue 21 (a full state file system): an
+    /// ADD whose commit line could not be appended was undone and answered
+    /// with an error, but its `begin` stayed open in the journal; the same
+    /// attachment ADDed again and answered, the next start rolled that
+    /// `begin` back and deleted the answered attachment.
+    #[tokio::test]
+    async fn a_begin_left_open_by_a_failed_append_does_not_undo_a_later_add() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        let p = open_add(&intents, &rt, br#"{"name":"n"}"#.to_vec()).await;
+        // The end cannot be appended (as with ENOSPC): a descriptor that
+        // refuses writes.
+        intents.journal.lock().unwrap().file = Some(Arc::new(File::open(&journal).unwrap()));
+        assert!(intents.finish(p).await.is_err());
+        intents.journal.lock().unwrap().file = None;
+        assert_eq!(
+            open_names(dir.path()),
+            ["n:c-1:eth0"],
+            "the begin stays open"
+        );
+        // The same attachment ADDed again, and answered; then a crash.
+        committed_add(&intents, &cache, "c-1").await;
+        drop(intents);
+        let (_, _, after) = deferred(dir.path(), "boot-a");
+        assert!(
+            after.scan().unwrap().is_empty(),
+            "the answered ADD is rolled back at start"
+        );
+    }
+}
