@@ -69,6 +69,9 @@ fn socket_inode(path: &Path) -> String {
 fn a_copy_of_the_killed_daemons_lock_and_socket_does_not_stop_the_restart() {
     require_root!();
     let dirs = Dirs::new();
+    // A network, so that the restarted daemon logs `cnid ready` (with none
+    // it serves but is not ready).
+    dirs.recording_network("10-net.conflist", "net", "1.0.0");
     let mut daemon = Daemon::start(&dirs, &[]);
     let lock_path = dirs.state.join("cnid.lock");
     let lock_fd = fd_of(daemon.pid(), |l| {
