@@ -67,7 +67,7 @@ unit:
 	CNIRS_TEST_REQUIRE_ROOT=1 $(CARGO) test --workspace --all-targets --all-features
 	$(CARGO) test --workspace --doc --all-features
 
-# fuzz-smoke last: 30 s per parser target (cargo-fuzz is installed if missing).
+# fuzz-smoke last: 10 s per parser target (cargo-fuzz is installed if missing).
 test: setup fmt-check lint unit fuzz-smoke
 
 # The long runs at full size (make test runs them reduced): the crash soak
@@ -96,7 +96,7 @@ clean:
 # fuzz crates beside what they fuzz: cni-core/fuzz (configs, results,
 # version replies, CNI_ARGS, cache records) and cnid/api/fuzz (cnid's
 # request decoding); seeds in <crate>/corpus/<target>.
-#   make fuzz-smoke   each target for FUZZ_SMOKE_SECONDS (30); fails on a crash
+#   make fuzz-smoke   each target for FUZZ_SMOKE_SECONDS (10); fails on a crash
 #   make fuzz         each target for FUZZ_SECONDS (600); prints exec counts
 # Runs use scratch copies of the seeds (cni-core/fuzz/run.sh, which finds
 # each target's crate), so the corpus in git never grows; crash inputs land
@@ -106,7 +106,7 @@ clean:
 # address (our code has no unsafe); address hunts memory errors in deps.
 FUZZ_DIRS = cni-core/fuzz cnid/api/fuzz
 FUZZ_TARGETS ?= conflist result version_reply cni_args cache_record daemon_request
-FUZZ_SMOKE_SECONDS ?= 30
+FUZZ_SMOKE_SECONDS ?= 10
 FUZZ_SECONDS ?= 600
 FUZZ_JOBS ?= 2
 FUZZ_SANITIZER ?= none
