@@ -307,6 +307,26 @@ impl Running {
     }
 }
 
+/// Starts `program`, sends it SIGINT once a line of `stream` satisfies
+/// `at` (`what` names that point in the failure message), and returns its
+/// output after checking it got there and exited 130.
+fn interrupted(
+    program: &str,
+    args: &[&str],
+    stream: Stream,
+    at: impl Fn(&str) -> bool,
+    what: &str,
+) -> Finished {
+    let mut running = Running::start(program, args);
+    let reached = running.wait_for(stream, at, Duration::from_secs(60));
+    running.signal(Signal::SIGINT);
+    let out = running.finish(Duration::from_secs(120));
+    let all = out.all();
+    assert!(reached, "never got to {what} before the signal\n{all}");
+    assert_eq!(out.status.code(), Some(130), "{all}");
+    out
+}
+
 fn run(program: &str, args: &[&str]) -> Finished {
     Running::start(program, args).finish(Duration::from_secs(120))
 }
@@ -506,21 +526,14 @@ fn harness_interrupted_during_setup_leaves_nothing_behind() {
         let before = Before::take(&prefix);
 
         // Slow enough (one at a time) to be interrupted half-way.
-        let mut running = Running::start(
+        let out = interrupted(
             HARNESS,
             &["--count", "40", "--concurrency", "1", "--prefix", &prefix],
-        );
-        let started = running.wait_for(
             Stream::Err,
             |l| l.starts_with("setup: 4/40"),
-            Duration::from_secs(60),
+            "setup progress",
         );
-        running.signal(Signal::SIGINT);
-        let out = running.finish(Duration::from_secs(120));
         let all = out.all();
-        assert!(started, "no progress before the signal\n{all}");
-
-        assert_eq!(out.status.code(), Some(130), "{all}");
         assert!(
             out.stdout.contains("SIGINT: setup stopped"),
             "not interrupted during setup\n{all}"
@@ -887,7 +900,8 @@ fn demo_interrupted_during_add_tears_down_and_stops_cnid() {
         let prefix = prefix("di");
         let before = Before::take(&prefix);
 
-        let mut running = Running::start(
+        // Interrupted once both namespaces exist and the ADDs are sent.
+        let out = interrupted(
             DEMO,
             &[
                 "--cnid",
@@ -895,19 +909,11 @@ fn demo_interrupted_during_add_tears_down_and_stops_cnid() {
                 "--prefix",
                 &prefix,
             ],
-        );
-        // Interrupted once both namespaces exist and the ADDs are sent.
-        let reached = running.wait_for(
             Stream::Out,
             |l| l.contains(". ADD both namespaces"),
-            Duration::from_secs(60),
+            "the ADDs",
         );
-        running.signal(Signal::SIGINT);
-        let out = running.finish(Duration::from_secs(120));
         let all = out.all();
-        assert!(reached, "never got to the ADDs\n{all}");
-
-        assert_eq!(out.status.code(), Some(130), "{all}");
         assert!(
             out.stdout.contains("SIGINT: stopping, tearing down"),
             "{all}"
