@@ -133,6 +133,12 @@ pub struct ConfSnapshot {
 }
 
 impl ConfSnapshot {
+    /// Nothing loaded, skipped or wrong: what a reload of a missing conf
+    /// dir gives.
+    fn holds_nothing(&self) -> bool {
+        self.networks.is_empty() && self.skipped.is_empty() && self.dir_error.is_none()
+    }
+
     /// The network named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<LoadedNetwork>> {
         self.by_name.get(name)
@@ -690,33 +696,76 @@ impl ConfWatcher {
     /// every change, until the future is dropped. Returns only when inotify
     /// fails (the error says why).
     pub async fn run(mut self) -> io::Error {
-        let set = self.set.clone();
-        set.reload().await;
+        self.set.reload().await;
         loop {
-            let waited = if self.armed {
-                self.watches.wait().await
-            } else {
-                // The conf dir (or its parent) is missing: wait for it on
-                // the parent's watch, and retry arming anyway.
-                tokio::select! {
-                    r = self.watches.wait() => r,
-                    () = tokio::time::sleep(REARM_RETRY) => Ok(()),
-                }
-            };
-            if let Err(e) = waited {
+            if let Err(e) = self.next().await {
                 return e;
             }
-            tokio::time::sleep(DEBOUNCE).await;
-            self.watches.drain();
-            let was = self.armed;
-            self.armed = set.arm(&mut self.watches);
-            // Nothing of ours changed while the dir stays missing.
-            if !was && !self.armed {
-                continue;
-            }
-            set.reload().await;
-            // Subdirs created since (plugin files of a network).
-            self.armed = set.arm(&mut self.watches);
         }
+    }
+
+    /// Waits for a change, then reloads unless the conf dir is missing and
+    /// the set already holds nothing from it.
+    async fn next(&mut self) -> io::Result<()> {
+        if self.armed {
+            self.watches.wait().await?;
+        } else {
+            // The conf dir (or its parent) is missing: wait for it on the
+            // parent's watch, and retry arming anyway.
+            tokio::select! {
+                r = self.watches.wait() => r?,
+                () = tokio::time::sleep(REARM_RETRY) => {}
+            }
+        }
+        tokio::time::sleep(DEBOUNCE).await;
+        self.watches.drain();
+        self.armed = self.set.arm(&mut self.watches);
+        // Decided on what the set holds, not on whether the dir was armed
+        // before: the dir can go between a reload's scan and the arming
+        // after it, and its networks must go too.
+        if !self.armed && self.set.snapshot().holds_nothing() {
+            return Ok(());
+        }
+        self.set.reload().await;
+        // Subdirs created since (plugin files of a network).
+        self.armed = self.set.arm(&mut self.watches);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The race the stress run found: the conf dir goes after a reload's
+    /// scan loaded its networks and before the arming that follows it, so
+    /// the watcher waits unarmed while the set still holds the networks.
+    /// The dir's removal events must still reload (to an empty set).
+    #[tokio::test]
+    async fn a_dir_removed_between_the_scan_and_the_arming_empties_the_set() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("net.d");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(
+            dir.join("10-late.conflist"),
+            r#"{"cniVersion":"1.0.0","name":"late","plugins":[{"type":"p"}]}"#,
+        )
+        .unwrap();
+        let set = Arc::new(NetworkSet::new(&dir));
+        let mut watcher = set.watcher().unwrap();
+        set.reload().await;
+        assert_eq!(set.snapshot().networks.len(), 1);
+
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The arming after the reload, done after the removal.
+        watcher.armed = set.arm(&mut watcher.watches);
+        assert!(!watcher.armed);
+        tokio::time::timeout(Duration::from_secs(60), watcher.next())
+            .await
+            .expect("the removal's events wake the watcher")
+            .unwrap();
+        let snap = set.snapshot();
+        assert!(snap.networks.is_empty(), "{snap:#?}");
+        assert!(snap.holds_nothing(), "{snap:#?}");
     }
 }
