@@ -96,6 +96,8 @@ mod files;
 mod log;
 mod record;
 mod recover;
+#[cfg(test)]
+mod simdisk;
 mod storage;
 
 pub(crate) use files::Found;
