@@ -1,7 +1,7 @@
 //! The storage seam: every write, flush, truncation, rename and removal of
 //! the journal and of the intent files goes through one [`Storage`], so
-//! that a test can see each I/O point, fail it, or (later) stand a
-//! simulated disk behind it. [`Disk`] is the real one.
+//! that a test can see each I/O point, fail it, or stand the
+//! simulated disk (`simdisk.rs`) behind it. [`Disk`] is the real one.
 //!
 //! Invariants kept here: the real calls never follow a link at the last
 //! component and create files 0600; [`Storage::write_atomic`] is
