@@ -92,6 +92,8 @@
 //! one seam, `storage` ([`Storage`]), whose tests fail each I/O point of
 //! an ADD in turn.
 
+#[cfg(test)]
+mod crashes;
 mod files;
 mod log;
 mod record;

@@ -54,6 +54,8 @@ struct Shadow {
     calls: Vec<Call>,
     crash_at: Option<usize>,
     fail_at: Option<usize>,
+    /// The number of calls made when [`SimDisk::arm_crash`] was called.
+    armed: usize,
     dead: bool,
     /// Durable data of each file, by inode.
     data: HashMap<u64, Vec<u8>>,
@@ -121,6 +123,26 @@ impl SimDisk {
     pub(crate) fn fail_at(self, n: usize) -> Self {
         self.lock().fail_at = Some(n);
         self
+    }
+
+    /// The process dies at its `n`-th I/O call from now.
+    pub(crate) fn arm_crash(&self, n: usize) {
+        let mut s = self.lock();
+        s.armed = s.calls.len();
+        s.crash_at = Some(s.armed + n);
+    }
+
+    /// The `n`-th I/O call from now fails with `ENOSPC`.
+    pub(crate) fn arm_fail(&self, n: usize) {
+        let mut s = self.lock();
+        s.armed = s.calls.len();
+        s.fail_at = Some(s.armed + n);
+    }
+
+    /// How many calls were made since the disk was armed.
+    pub(crate) fn calls_since_arm(&self) -> usize {
+        let s = self.lock();
+        s.calls.len() - s.armed
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Shadow> {
