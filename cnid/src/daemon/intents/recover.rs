@@ -19,7 +19,8 @@ pub(super) const ABANDONED_AFTER: std::time::Duration = std::time::Duration::fro
 
 impl Intents {
     /// At start, before any request: creates the dir, or makes an existing
-    /// one private (0700, see `private_state_dir`), then turns the ADDs the
+    /// one private (0700, see `private_state_dir`), removes the temp files
+    /// of killed writes (an earlier start's too), then turns the ADDs the
     /// journal holds open (begun before a crash, never ended) into intent
     /// files ([`Intents::scan`] finds them) and empties the journal. The
     /// files are durable before the journal is emptied, so a crash in
