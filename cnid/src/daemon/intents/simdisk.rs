@@ -38,7 +38,8 @@ pub(crate) enum Cut {
     None,
     /// Half of it (a write cut short: a torn last line).
     Half,
-    /// All of it (the kernel had written it back).
+    /// All of it, and every name change too: the kernel had written
+    /// everything back (the dir stays as it is; only the boot changes).
     All,
 }
 
@@ -228,6 +229,11 @@ impl SimDisk {
     /// The power goes: the dir is made what the disk holds (see the module
     /// docs), and all of it is durable from then on.
     pub(crate) fn power_loss(&self, cut: Cut) {
+        if cut == Cut::All {
+            *self.lock() = Shadow::default();
+            self.sync_tree(&self.root);
+            return;
+        }
         let mut now = Vec::new();
         files_under(&self.root, &mut now);
         let s = self.lock();
@@ -248,7 +254,6 @@ impl SimDisk {
                     };
                     c[..durable.len() + keep].to_vec()
                 }
-                Some(c) if cut == Cut::All => c,
                 _ => durable,
             };
             after.push((path.clone(), bytes));
@@ -460,7 +465,7 @@ mod tests {
             assert_eq!(done, n == 4);
             let temps = std::fs::read_dir(dir.path()).unwrap().count() - 1;
             let crashed = read(&p).unwrap();
-            sim.power_loss(Cut::All);
+            sim.power_loss(Cut::None);
             let after_power_loss = read(&p).unwrap();
             seen.push((crashed, temps, after_power_loss));
         }
