@@ -75,10 +75,13 @@ test: setup fmt-check lint unit fuzz-smoke
 # SOAK_SEED=0x... replays one), the restart soak (80 rounds of 6 ADDs on the
 # real bridge + host-local, kill -9 of cnid inside plugins and while it
 # waits for orphans, immediate restarts, everything DELed, no reservation
-# left) and the load test (2,000 requests from 200 clients). Prints their
-# figures; docs/reliability.md keeps the last ones.
+# left), the load test (2,000 requests from 200 clients) and the journal's
+# crash-point enumeration with every first start killed in its turn too
+# (cnid/src/daemon/intents/crashes.rs). Prints their figures;
+# docs/reliability.md keeps the last ones.
 soak: setup
 	SOAK_SCALE=full $(CARGO) test -p cnid --test integration -- --nocapture soak_crash:: soak_restart:: load::
+	CNID_CRASH_EXHAUSTIVE=1 $(CARGO) test -p cnid --lib -- --nocapture intents::crashes::
 
 # The suite on a busy machine, as developers run it before they stop: this
 # checkout's suite (make unit) while a second copy of it runs from another

@@ -92,10 +92,14 @@
 //! one seam, `storage` ([`Storage`]), whose tests fail each I/O point of
 //! an ADD in turn.
 
+#[cfg(test)]
+mod crashes;
 mod files;
 mod log;
 mod record;
 mod recover;
+#[cfg(test)]
+mod simdisk;
 mod storage;
 
 pub(crate) use files::Found;
@@ -491,7 +495,9 @@ impl Intents {
     /// [`Intents::forget_removed`]): the attachment's commit
     /// lines are forgotten too, with a `gone` line (not flushed), so that a
     /// restart after a power loss restores its record only if that line
-    /// did not reach the disk (as with the cache's own removal).
+    /// did not reach the disk (as with the cache's own removal). A line
+    /// that cannot be written (a full disk) leaves the commit line known,
+    /// for the flush task to drop within a minute.
     pub(crate) async fn remove(
         &self,
         network: &str,
@@ -504,15 +510,21 @@ impl Intents {
         blocking(move || {
             {
                 let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
-                let before = j.committed.len() + j.carried.len();
-                j.committed.retain(|_, c| {
+                let has = j.committed.values().any(|c| {
                     let (n, c, i) = c.names();
-                    key(n, c, i) != k
-                });
-                j.carried.retain(|c| c.key() != k);
-                if j.committed.len() + j.carried.len() != before {
+                    key(n, c, i) == k
+                }) || j.carried.iter().any(|c| c.key() == k);
+                if has {
+                    // Forgotten only once the `gone` line is written: else
+                    // the flush task drops the commit line within a minute,
+                    // as any other (it would stay until the next compaction).
                     let file = this.journal_file(&mut j)?;
                     this.append(&mut j, &file, &gone_line(&k))?;
+                    j.committed.retain(|_, c| {
+                        let (n, c, i) = c.names();
+                        key(n, c, i) != k
+                    });
+                    j.carried.retain(|c| c.key() != k);
                 }
             }
             match this.storage.remove(&path) {
@@ -559,14 +571,15 @@ impl Intents {
             if gone.is_empty() {
                 return Ok(0);
             }
-            j.committed.retain(|_, c| {
-                let (n, c, i) = c.names();
-                !gone.contains(&key(n, c, i))
-            });
-            j.carried.retain(|c| !gone.contains(&c.key()));
             let file = this.journal_file(&mut j)?;
             for k in &gone {
+                // Forgotten once its `gone` line is written (as in `remove`).
                 this.append(&mut j, &file, &gone_line(k))?;
+                j.committed.retain(|_, c| {
+                    let (n, c, i) = c.names();
+                    key(n, c, i) != *k
+                });
+                j.carried.retain(|c| c.key() != *k);
             }
             Ok(gone.len())
         })
@@ -804,6 +817,35 @@ mod tests {
         std::fs::write(&journal, &with_both).unwrap();
         deferred(dir.path(), "boot-c");
         assert!(cache.path("n", "c-1", "eth0").unwrap().exists());
+    }
+
+    /// Found by the crash-point enumeration (`crashes.rs`): a DEL whose
+    /// `gone` line could not be appended (a full state file system)
+    /// forgot the commit line in memory only; the journal kept it until
+    /// its next compaction, which an idle daemon never makes, and any power
+    /// loss until then brought the deleted record back. Now the commit line
+    /// stays known, and the flush task drops it within a minute, as any
+    /// other.
+    #[tokio::test(start_paused = true)]
+    async fn a_gone_line_not_written_leaves_the_commit_line_to_the_flush_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+        committed_add(&intents, &cache, "c-1").await;
+        cache.remove("n", "c-1", "eth0").await.unwrap();
+        let sim = Arc::new(super::simdisk::SimDisk::new(dir.path()).fail_at(0));
+        let full = intents.clone().with_storage(sim.clone());
+        assert!(full.remove("n", "c-1", "eth0").await.is_err(), "ENOSPC");
+        assert_eq!(sim.calls()[0].kind, "append");
+        tokio::time::advance(log::FLUSH_EVERY).await;
+        full.flush_old_commits().unwrap();
+        assert!(
+            committed_records(&std::fs::read(&journal).unwrap()).is_empty(),
+            "the deleted record's commit line stays in the journal"
+        );
+        // And a reboot does not bring the record back.
+        drop((intents, full));
+        deferred(dir.path(), "boot-b");
+        assert!(!cache.path("n", "c-1", "eth0").unwrap().exists());
     }
 
     /// Without `deferred` (the cache flushes its own records), an ADD ends

@@ -19,7 +19,8 @@ pub(super) const ABANDONED_AFTER: std::time::Duration = std::time::Duration::fro
 
 impl Intents {
     /// At start, before any request: creates the dir, or makes an existing
-    /// one private (0700, see `private_state_dir`), then turns the ADDs the
+    /// one private (0700, see `private_state_dir`), removes the temp files
+    /// of killed writes (an earlier start's too), then turns the ADDs the
     /// journal holds open (begun before a crash, never ended) into intent
     /// files ([`Intents::scan`] finds them) and empties the journal. The
     /// files are durable before the journal is emptied, so a crash in
@@ -27,6 +28,12 @@ impl Intents {
     pub(crate) fn prepare(&self) -> io::Result<()> {
         super::super::private_state_dir(&self.dir)
             .map_err(|e| io::Error::other(format!("{}: {e}", self.dir.display())))?;
+        // Before it writes any: the temp files of a start killed while it
+        // wrote intent files would otherwise pile up, one per crash, for
+        // as long as the starts keep being killed.
+        if let Err(e) = self.remove_leftovers() {
+            tracing::warn!(error = %e, "cannot remove leftover ADD intent temp files");
+        }
         let path = self.dir.join(JOURNAL);
         let bytes = match durable::read_nofollow(&path) {
             Ok(b) => b,
@@ -401,6 +408,49 @@ mod tests {
         assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
         // The recovery DEL done: nothing left for another start.
         assert!(intents_after_del(dir.path()).await);
+    }
+
+    /// Found by the crash-point enumeration (`crashes.rs`): a start
+    /// killed while it wrote an open ADD's intent file (its temp file
+    /// written, not renamed yet) left the temp file, and each start killed
+    /// there again left one more: they were removed only after recovery
+    /// (`Engine::recover`), which those starts never reached.
+    #[tokio::test]
+    async fn temp_files_of_starts_killed_mid_write_do_not_pile_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let intents = Intents::new(dir.path());
+        intents.prepare().unwrap();
+        open_add(
+            &intents,
+            &RuntimeConf::new("c-1", "/run/netns/x", "eth0"),
+            b"{}".to_vec(),
+        )
+        .await;
+        drop(intents);
+        let temps = || {
+            std::fs::read_dir(dir.path().join(INTENTS_DIR))
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with('.')
+                })
+                .count()
+        };
+        for _ in 0..3 {
+            // Killed at the temp file's fsync: written, not renamed.
+            let sim = Arc::new(super::super::simdisk::SimDisk::new(dir.path()).crash_at(1));
+            let killed = Intents::new(dir.path()).with_storage(sim.clone());
+            assert!(killed.prepare().is_err());
+            assert_eq!(sim.crashed_at().unwrap().kind, "write-atomic: fsync");
+            assert_eq!(temps(), 1, "temp files of killed starts pile up");
+        }
+        let after = Intents::new(dir.path());
+        after.prepare().unwrap();
+        assert_eq!(temps(), 0);
+        assert_eq!(after.scan().unwrap().len(), 1);
     }
 
     async fn intents_after_del(dir: &Path) -> bool {

@@ -1,7 +1,7 @@
 //! The storage seam: every write, flush, truncation, rename and removal of
 //! the journal and of the intent files goes through one [`Storage`], so
-//! that a test can see each I/O point, fail it, or (later) stand a
-//! simulated disk behind it. [`Disk`] is the real one.
+//! that a test can see each I/O point, fail it, or stand the
+//! simulated disk (`simdisk.rs`) behind it. [`Disk`] is the real one.
 //!
 //! Invariants kept here: the real calls never follow a link at the last
 //! component and create files 0600; [`Storage::write_atomic`] is
@@ -12,25 +12,36 @@
 
 use super::*;
 
-/// The I/O calls of the journal and the intent files.
+/// The I/O calls of the journal and the intent files. Each is
+/// `#[track_caller]` (a hidden argument, no I/O) so that the simulated disk
+/// (`simdisk.rs`) can name the call site it crashed at.
 pub(crate) trait Storage: std::fmt::Debug + Send + Sync {
     /// Opens `path` for appending (`O_APPEND`), created 0600 when missing.
+    #[track_caller]
     fn open_append(&self, path: &Path) -> io::Result<File>;
     /// Opens an existing `path` for writing (to empty it).
+    #[track_caller]
     fn open_write(&self, path: &Path) -> io::Result<File>;
     /// Appends `bytes` with one `write`.
+    #[track_caller]
     fn append(&self, file: &File, bytes: &[u8]) -> io::Result<()>;
     /// Cuts the file to `len` bytes.
+    #[track_caller]
     fn truncate(&self, file: &File, len: u64) -> io::Result<()>;
     /// `fdatasync`.
+    #[track_caller]
     fn sync_data(&self, file: &File) -> io::Result<()>;
     /// `fsync`.
+    #[track_caller]
     fn sync_all(&self, file: &File) -> io::Result<()>;
     /// `fsync` of a dir: its creations and renames become durable.
+    #[track_caller]
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Replaces `path` with `bytes` atomically and durably (mode 0600).
+    #[track_caller]
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
     /// Removes a file (not flushed).
+    #[track_caller]
     fn remove(&self, path: &Path) -> io::Result<()>;
 }
 
@@ -38,7 +49,7 @@ pub(crate) trait Storage: std::fmt::Debug + Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Disk;
 
-fn no_follow() -> OpenOptions {
+pub(super) fn no_follow() -> OpenOptions {
     let mut o = OpenOptions::new();
     o.custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC);
     o

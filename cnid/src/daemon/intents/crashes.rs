@@ -1,0 +1,602 @@
+//! Crash-point enumeration (issue 21, item 3) at the level of the storage
+//! seam: each operation of the journal runs on the simulated disk
+//! ([`SimDisk`]), is crashed at each of its I/O points in turn, and the
+//! daemon's start is run from what that leaves, twice: as after a `kill -9`
+//! (the same boot, every write kept) and as after a power loss (another
+//! boot, only what was flushed, unflushed appends lost, cut short or kept).
+//! Then the runtime's DELs follow, and a new ADD of each attachment.
+//!
+//! The operations: an ADD answered, one rolled back (not answered), one
+//! whose rollback failed (its intent kept), a DEL, a GC's deletion, the
+//! flush task, a compaction, a graceful stop, start-up recovery itself
+//! (settling, and keeping a record it cannot restore), and an ADD and a
+//! graceful stop of a daemon whose start kept such a record (issue 21's
+//! defects 1 and 2), each also with an
+//! `ENOSPC` at each point followed by a crash at each later one. The
+//! plugins are modelled as the chain `[alloc, gate]`: `alloc`'s
+//! allocations outlive every crash (the worst case for leaks).
+//!
+//! Checked after each start:
+//! - an answered ADD keeps its cached result, byte for byte, and the
+//!   runtime's DEL gets it (`prevResult`);
+//! - every allocation has a cache record or an intent (which the start
+//!   DELs): after the DELs, none is left;
+//! - a record removed by an answered DEL or GC is not back after a
+//!   same-boot start; after a power loss it may be (the window of
+//!   `docs/reliability.md`), but after the runtime's DEL a new ADD of the
+//!   attachment is accepted (as is every other);
+//! - nothing grows: after the DELs and a graceful stop the intents dir and
+//!   the cache's `results/` hold no file (no journal, intent or temp file
+//!   left), and a recovery crashed at the same point again and again
+//!   leaves the same files each time.
+//!
+//! And every call site of [`Storage`] in the journal's code is crashed at
+//! by some operation: a new one cannot slip in untested.
+//!
+//! The result cache is not behind the seam (yet): its writes are made as
+//! the daemon makes them (no `fsync`), and a power loss loses them unless
+//! the code under test `fsync`ed them ([`SimDisk::sync_tree`] where the
+//! flush task, a graceful stop or a restore does, all of which happens
+//! before their first journal I/O point). A CHECK makes no I/O of the
+//! journal. `CNID_CRASH_EXHAUSTIVE=1` (`make soak`) runs the operations
+//! with more attachments and open ADDs, and kills the first start after
+//! each crash at each of its own points in turn before the start that is
+//! checked (crash points times start points: minutes, not seconds).
+
+use super::simdisk::{Cut, SimDisk};
+use super::testing::*;
+use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+const BOOT: &str = "boot-a";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Op {
+    AddAnswered,
+    AddRolledBack,
+    AddNotUndone,
+    Del,
+    Gc,
+    Flush,
+    Compaction,
+    Close,
+    Recovery,
+    RecoveryKeeps,
+    AddAfterKept,
+    StopAfterKept,
+}
+
+impl Op {
+    const ALL: [Op; 12] = [
+        Op::AddAnswered,
+        Op::AddRolledBack,
+        Op::AddNotUndone,
+        Op::Del,
+        Op::Gc,
+        Op::Flush,
+        Op::Compaction,
+        Op::Close,
+        Op::Recovery,
+        Op::RecoveryKeeps,
+        Op::AddAfterKept,
+        Op::StopAfterKept,
+    ];
+}
+
+/// What the plugin `gate` does in an ADD.
+#[derive(Debug, Clone, Copy)]
+enum Gate {
+    /// Succeeds: the ADD is committed.
+    Ok,
+    /// Fails; the rollback (`alloc`'s DEL) succeeds.
+    Fails,
+    /// Fails, and so does the rollback: `alloc`'s allocation stays.
+    FailsNotUndone,
+}
+
+/// What outlives the daemon: the allocations of the plugin `alloc`, and
+/// what the runtime was told.
+#[derive(Debug, Default)]
+struct World {
+    alloc: BTreeSet<String>,
+    /// Answered ADDs not DELed since: their records' bytes.
+    answered: BTreeMap<String, Vec<u8>>,
+    /// Answered DELs and GC deletions.
+    deleted: BTreeSet<String>,
+    /// Every attachment the runtime ADDed, answered or not: it DELs them
+    /// after a failure or a reboot.
+    tried: BTreeSet<String>,
+}
+
+fn rt(cid: &str) -> RuntimeConf {
+    RuntimeConf::new(cid, "/run/netns/x", "eth0")
+}
+
+fn daemon(dir: &Path, boot: &str, sim: &Arc<SimDisk>) -> Intents {
+    Intents::new(dir)
+        .with_cache(cache_in(dir), true)
+        .with_boot_id(boot)
+        .with_storage(sim.clone())
+}
+
+/// An ADD as the engine makes it ([`super::super::engine`]'s
+/// `add_result`), with the chain `[alloc, gate]`.
+async fn add(i: &Intents, sim: &SimDisk, w: &mut World, cid: &str, gate: Gate) {
+    let cache = i.cache.clone().unwrap();
+    let rt = rt(cid);
+    let intent = Intent::new("n", &rt, br#"{"name":"n"}"#.to_vec());
+    w.tried.insert(cid.to_owned());
+    let p = match i.begin(&intent).await {
+        Ok(Begun::Recorded(p)) => p,
+        Ok(other) => panic!("{cid}: {other:?}"),
+        Err(_) => return, // answered with an error; no plugin ran
+    };
+    w.alloc.insert(cid.to_owned());
+    match gate {
+        Gate::Ok => {
+            let rec = CacheRecord::new(
+                "n",
+                &rt,
+                intent.config.clone(),
+                Some(json!({"cniVersion": "1.1.0", "ips": [{"address": "10.0.0.2/24"}]})),
+            );
+            cache.write(&rec).await.unwrap();
+            match i.commit(p, &rec).await {
+                Ok(()) => {
+                    w.answered.insert(cid.to_owned(), rec.encode());
+                }
+                Err(_) if sim.dead() => {}
+                Err(_) => {
+                    // Undone: the chain's DEL, which removes the record.
+                    w.alloc.remove(cid);
+                    cache.remove("n", cid, "eth0").await.unwrap();
+                }
+            }
+        }
+        Gate::Fails => {
+            w.alloc.remove(cid);
+            let _ = i.finish(p).await;
+        }
+        Gate::FailsNotUndone => {
+            let _ = i.keep(p, &intent).await;
+        }
+    }
+}
+
+/// A DEL as the engine makes it: the plugins, the cache record, then the
+/// intent and the commit line (an error there is logged; the DEL is
+/// answered).
+async fn del(i: &Intents, sim: &SimDisk, w: &mut World, cid: &str) {
+    w.answered.remove(cid);
+    w.alloc.remove(cid);
+    let cache = i.cache.clone().unwrap();
+    cache.remove("n", cid, "eth0").await.unwrap();
+    // Not written (a full disk: answered all the same), the `gone` line
+    // leaves the record to come back after a power loss in the flush
+    // task's window: not counted as deleted for good.
+    let forgotten = i.remove("n", cid, "eth0").await.is_ok();
+    if forgotten && !sim.dead() {
+        w.deleted.insert(cid.to_owned());
+    }
+}
+
+/// A GC of network `n` that deletes `cid` (stale), then forgets it.
+async fn gc(i: &Intents, sim: &SimDisk, w: &mut World, cid: &str) {
+    w.answered.remove(cid);
+    w.alloc.remove(cid);
+    let cache = i.cache.clone().unwrap();
+    cache.remove("n", cid, "eth0").await.unwrap();
+    let forgotten = i.forget_removed("n").await.is_ok();
+    if forgotten && !sim.dead() {
+        w.deleted.insert(cid.to_owned());
+    }
+}
+
+/// The setup's attachments: committed ADDs (and an open one for some
+/// operations).
+fn names(n: usize) -> Vec<String> {
+    (1..=n).map(|k| format!("c-{k}")).collect()
+}
+
+/// Runs `op` after its setup, the process dying at the `crash`-th I/O
+/// point of the operation (none: it runs to its end) with an `ENOSPC` at
+/// its `fail`-th. Returns the world, the disk and the boot it ran in.
+async fn run(
+    op: Op,
+    dir: &Path,
+    crash: Option<usize>,
+    fail: Option<usize>,
+    size: usize,
+) -> (World, Arc<SimDisk>, &'static str) {
+    let mut w = World::default();
+    let sim = Arc::new(SimDisk::new(dir));
+    let results = cache_in(dir).results_dir();
+    let i = daemon(dir, BOOT, &sim);
+    if op == Op::Compaction {
+        i.journal.lock().unwrap().compact_at = 1;
+    }
+    i.prepare().unwrap();
+    let arm = |sim: &SimDisk| {
+        if let Some(n) = crash {
+            sim.arm_crash(n);
+        }
+        if let Some(n) = fail {
+            sim.arm_fail(n);
+        }
+    };
+    match op {
+        Op::AddAnswered | Op::AddRolledBack | Op::AddNotUndone => {
+            // The answered one on a fresh journal (its opening is part of
+            // it), the others after committed ADDs.
+            let before = if op == Op::AddAnswered { 0 } else { size - 1 };
+            for c in names(before) {
+                add(&i, &sim, &mut w, &c, Gate::Ok).await;
+            }
+            arm(&sim);
+            let gate = match op {
+                Op::AddAnswered => Gate::Ok,
+                Op::AddRolledBack => Gate::Fails,
+                _ => Gate::FailsNotUndone,
+            };
+            add(&i, &sim, &mut w, "new", gate).await;
+        }
+        Op::Del | Op::Gc => {
+            for c in names(size) {
+                add(&i, &sim, &mut w, &c, Gate::Ok).await;
+            }
+            arm(&sim);
+            if op == Op::Del {
+                del(&i, &sim, &mut w, "c-1").await;
+            } else {
+                gc(&i, &sim, &mut w, "c-1").await;
+            }
+        }
+        Op::Flush | Op::Close => {
+            for c in names(size) {
+                add(&i, &sim, &mut w, &c, Gate::Ok).await;
+            }
+            arm(&sim);
+            if op == Op::Flush {
+                tokio::time::advance(FLUSH_EVERY).await;
+                let _ = i.flush_old_commits();
+            } else {
+                i.close();
+            }
+            // Their fsyncs of the records, before their first journal I/O.
+            sim.sync_tree(&results);
+        }
+        Op::Compaction => {
+            // Every `end` compacts (no commit line to flush first): the
+            // journal is rewritten with the open ADD's `begin`.
+            add(&i, &sim, &mut w, "open", Gate::Fails).await;
+            let intent = Intent::new("n", &rt("long"), br#"{"name":"n"}"#.to_vec());
+            w.tried.insert("long".into());
+            i.begin(&intent).await.unwrap().pending().unwrap();
+            w.alloc.insert("long".into());
+            arm(&sim);
+            add(&i, &sim, &mut w, "new", Gate::Fails).await;
+        }
+        Op::Recovery | Op::RecoveryKeeps | Op::AddAfterKept | Op::StopAfterKept => {
+            for c in names(size) {
+                add(&i, &sim, &mut w, &c, Gate::Ok).await;
+            }
+            // Open ADDs (killed in their plugins): one, or `size - 1`.
+            for k in 1..(size - 1).max(2) {
+                let cid = format!("open-{k}");
+                let intent = Intent::new("n", &rt(&cid), br#"{"name":"n"}"#.to_vec());
+                w.tried.insert(cid.clone());
+                i.begin(&intent).await.unwrap().pending().unwrap();
+                w.alloc.insert(cid);
+            }
+            drop(i);
+            // The machine goes down: the records were never flushed.
+            sim.power_loss(Cut::None);
+            let unblock = (op != Op::Recovery).then(|| {
+                let unblock = block_restore(&cache_in(dir), "c-1");
+                // Older than the journal: not a record written since the
+                // reboot, which the start would leave alone.
+                let path = cache_in(dir).path("n", "c-1", "eth0").unwrap();
+                File::open(&path)
+                    .unwrap()
+                    .set_modified(SystemTime::UNIX_EPOCH)
+                    .unwrap();
+                unblock
+            });
+            let sim = Arc::new(SimDisk::new(dir));
+            let in_start = matches!(op, Op::Recovery | Op::RecoveryKeeps);
+            if in_start {
+                arm(&sim);
+            }
+            let b = daemon(dir, "boot-b", &sim);
+            let _ = b.prepare();
+            sim.sync_tree(&results); // the restores' fsyncs
+            if !in_start {
+                // A daemon whose start kept c-1's commit line: an ADD
+                // (issue 21, defect 1), or a graceful stop (defect 2).
+                arm(&sim);
+                if op == Op::AddAfterKept {
+                    add(&b, &sim, &mut w, "new", Gate::Ok).await;
+                } else {
+                    b.close();
+                }
+            }
+            if let Some(unblock) = unblock {
+                unblock(); // the space freed
+            }
+            return (w, sim, "boot-b");
+        }
+    }
+    (w, sim, BOOT)
+}
+
+/// A dir for one run: on tmpfs where there is one (the simulated disk
+/// models durability itself; real `fsync`s there would only cost time).
+fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+/// The files under `dir`, with their sizes.
+fn footprint(dir: &Path) -> Vec<(PathBuf, u64)> {
+    fn walk(d: &Path, out: &mut Vec<(PathBuf, u64)>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                walk(&e.path(), out);
+            } else {
+                out.push((e.path(), m.len()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out.sort();
+    out
+}
+
+/// The daemon's start on `dir` in boot `boot`, its recovery DELs, the
+/// runtime's DELs and a new ADD of each attachment, checking the
+/// invariants (module docs) on the way. `kept_all`: every write reached
+/// the disk (a process crash, or a power loss after all was written back).
+async fn restart_and_check(dir: &Path, mut w: World, boot: &str, kept_all: bool, at: &str) {
+    let sim = Arc::new(SimDisk::new(dir));
+    let i = daemon(dir, boot, &sim);
+    let cache = i.cache.clone().unwrap();
+    i.prepare().unwrap_or_else(|e| panic!("{at}: start: {e}"));
+    i.remove_leftovers().unwrap();
+    let mut intents = BTreeSet::new();
+    for f in i.scan().unwrap() {
+        match f {
+            Found::Intent(_, i) => {
+                intents.insert(i.rt.container_id.clone());
+            }
+            Found::Corrupt(p, r) => panic!("{at}: corrupt {}: {r}", p.display()),
+        }
+    }
+    let record = |cid: &str| std::fs::read(cache.path("n", cid, "eth0").unwrap()).ok();
+    for (cid, bytes) in &w.answered {
+        assert_eq!(
+            record(cid).as_ref(),
+            Some(bytes),
+            "{at}: the answered ADD of {cid} lost its cached result"
+        );
+    }
+    for cid in &w.alloc {
+        assert!(
+            record(cid).is_some() || intents.contains(cid),
+            "{at}: {cid}'s allocation has neither a record nor an intent: leaked"
+        );
+    }
+    if kept_all {
+        for cid in &w.deleted {
+            assert_eq!(record(cid), None, "{at}: the deleted {cid} came back");
+        }
+    }
+    // The start's DELs of the intents.
+    for cid in &intents {
+        w.alloc.remove(cid);
+        cache.remove("n", cid, "eth0").await.unwrap();
+        assert!(i.remove("n", cid, "eth0").await.unwrap(), "{at}: {cid}");
+    }
+    // The runtime's DELs: every attachment it ADDed or DELed (a repeat
+    // DEL succeeds); the answered ones get their result.
+    for cid in w.tried.union(&w.deleted) {
+        let prev = cache.read_blocking("n", cid, "eth0").unwrap();
+        assert!(
+            prev.is_some() || !w.answered.contains_key(cid),
+            "{at}: {cid}'s DEL without prevResult"
+        );
+        w.alloc.remove(cid);
+        cache.remove("n", cid, "eth0").await.unwrap();
+        i.remove("n", cid, "eth0").await.unwrap();
+    }
+    assert!(w.alloc.is_empty(), "{at}: leaked {:?}", w.alloc);
+    // A new ADD of each is accepted (no record came back to refuse it).
+    for cid in w.tried.union(&w.deleted) {
+        let intent = Intent::new("n", &rt(cid), br#"{"name":"n"}"#.to_vec());
+        match i.begin(&intent).await.unwrap() {
+            Begun::Recorded(p) => i.finish(p).await.unwrap(),
+            other => panic!("{at}: a new ADD of {cid} refused: {other:?}"),
+        }
+    }
+    i.close();
+    let left: Vec<_> = footprint(&dir.join(INTENTS_DIR))
+        .into_iter()
+        .chain(footprint(&cache.results_dir()))
+        .collect();
+    assert!(left.is_empty(), "{at}: files left: {left:?}");
+}
+
+/// Per operation: the crash points visited, and the call sites crashed at.
+#[derive(Debug, Default)]
+struct Visited {
+    /// Per operation: crash points, and those after an `ENOSPC`.
+    points: BTreeMap<Op, (usize, usize)>,
+    starts: usize,
+    /// Starts killed in their turn before the start checked.
+    nested: usize,
+    sites: BTreeSet<String>,
+}
+
+/// Crashes `op` at each of its I/O points in turn (after an `ENOSPC` at
+/// the `fail`-th, if any), and checks both kinds of restart from each.
+async fn enumerate(op: Op, fail: Option<usize>, size: usize, nested: bool, v: &mut Visited) {
+    let first = fail.map_or(0, |f| f + 1);
+    v.points.entry(op).or_default();
+    for n in first.. {
+        let mut crashed = None;
+        for (mode, cut) in [
+            ("kill -9", None),
+            ("power loss, unflushed lost", Some(Cut::None)),
+            ("power loss, unflushed cut short", Some(Cut::Half)),
+            ("power loss, all written back", Some(Cut::All)),
+        ] {
+            // With `nested`, the first start is killed too, at each of its
+            // points in turn (`m`), before the start that is checked.
+            for m in 0.. {
+                let dir = scratch();
+                let (w, sim, boot) = run(op, dir.path(), Some(n), fail, size).await;
+                crashed = sim.crashed_at();
+                if let (Some(f), None) = (fail, &crashed)
+                    && sim.calls_since_arm() <= f
+                {
+                    return; // the failure point is past the operation's end
+                }
+                let mut at = format!("{op:?}, fail {fail:?}, crash {n} ({crashed:?}), {mode}");
+                if cut.is_none() && (op == Op::Recovery || op == Op::RecoveryKeeps) {
+                    // Crashed at the same point again and again: no growth.
+                    let mut files = Vec::new();
+                    for _ in 0..3 {
+                        let again = Arc::new(SimDisk::new(dir.path()));
+                        again.arm_crash(n);
+                        let _ = daemon(dir.path(), boot, &again).prepare();
+                        files.push(footprint(dir.path()).len());
+                    }
+                    assert!(
+                        files.windows(2).all(|w| w[0] == w[1]),
+                        "{at}: each repeated crash of the start left more files: {files:?}"
+                    );
+                }
+                let boot = match cut {
+                    None => boot,
+                    Some(cut) => {
+                        sim.power_loss(cut);
+                        "boot-z"
+                    }
+                };
+                let mut last = true;
+                if nested {
+                    let start = Arc::new(SimDisk::new(dir.path()));
+                    start.arm_crash(m);
+                    let _ = daemon(dir.path(), boot, &start).prepare();
+                    last = start.crashed_at().is_none();
+                    at += &format!(", then its start killed at {m}");
+                    if !last {
+                        v.nested += 1;
+                    }
+                }
+                // Every removal on disk (no power loss, or all written
+                // back): a deleted record must stay deleted.
+                let kept_all = matches!(cut, None | Some(Cut::All));
+                restart_and_check(dir.path(), w, boot, kept_all, &at).await;
+                v.starts += 1;
+                if last {
+                    break;
+                }
+            }
+        }
+        match crashed {
+            Some(c) => {
+                let e = v.points.entry(op).or_default();
+                if fail.is_none() {
+                    e.0 += 1;
+                } else {
+                    e.1 += 1;
+                }
+                v.sites.insert(c.site);
+            }
+            None => return, // ran to its end: crashed after it
+        }
+    }
+}
+
+/// The call sites of [`Storage`] in the journal's code (not its tests):
+/// `file:line` of each method call on a `storage`.
+fn storage_call_sites() -> BTreeSet<String> {
+    const METHODS: [&str; 9] = [
+        "open_append",
+        "open_write",
+        "append",
+        "truncate",
+        "sync_data",
+        "sync_all",
+        "sync_dir",
+        "write_atomic",
+        "remove",
+    ];
+    let mut sites = BTreeSet::new();
+    for (file, src) in [
+        ("mod.rs", include_str!("mod.rs")),
+        ("log.rs", include_str!("log.rs")),
+        ("files.rs", include_str!("files.rs")),
+        ("recover.rs", include_str!("recover.rs")),
+    ] {
+        let code = src.split("\n#[cfg(test)]\nmod tests").next().unwrap();
+        let lines: Vec<&str> = code.lines().collect();
+        for (ix, line) in lines.iter().enumerate() {
+            for m in METHODS {
+                let call = format!(".{m}(");
+                let here = line.contains(&format!("storage{call}"));
+                let split = line.trim_start().starts_with(&call)
+                    && ix > 0
+                    && lines[ix - 1].trim_end().ends_with("storage");
+                if here || split {
+                    sites.insert(format!("{file}:{}", ix + 1));
+                }
+            }
+        }
+    }
+    sites
+}
+
+/// The enumeration (module docs). Prints the crash points visited per
+/// operation; fails on a broken invariant or a call site never crashed at.
+#[tokio::test(start_paused = true)]
+async fn every_crash_point_of_every_journal_operation() {
+    let exhaustive = std::env::var("CNID_CRASH_EXHAUSTIVE").is_ok_and(|v| v == "1");
+    let size = if exhaustive { 4 } else { 2 };
+    let mut v = Visited::default();
+    let mut failures = 0;
+    for op in Op::ALL {
+        enumerate(op, None, size, exhaustive, &mut v).await;
+        for f in 0.. {
+            let before = v.starts;
+            enumerate(op, Some(f), size, exhaustive, &mut v).await;
+            if v.starts == before {
+                break;
+            }
+            failures += 1;
+        }
+    }
+    let plain: usize = v.points.values().map(|p| p.0).sum();
+    let after: usize = v.points.values().map(|p| p.1).sum();
+    eprintln!(
+        "crash points visited: {plain}, and {after} after an ENOSPC at one of {failures} points; \
+         {} starts checked ({} of them after a start killed at one of its points)",
+        v.starts, v.nested
+    );
+    for (op, (plain, after)) in &v.points {
+        eprintln!("  {op:?}: {plain} (+{after} after an ENOSPC)");
+    }
+    let sites = storage_call_sites();
+    assert!(sites.len() >= 17, "the source scan found {sites:?}");
+    let missed: Vec<_> = sites.difference(&v.sites).collect();
+    assert!(
+        missed.is_empty(),
+        "I/O call sites never crashed at: {missed:?}"
+    );
+}

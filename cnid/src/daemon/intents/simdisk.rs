@@ -1,0 +1,499 @@
+//! A simulated disk for the tests: a [`Storage`] over a real dir (so the
+//! reads, which are not behind the seam, see what was written) with a
+//! shadow of what is durable, which models the two kinds of crash.
+//!
+//! - A process crash (`kill -9`): the kernel keeps every write. The dir
+//!   as it is, is what the next start finds. [`SimDisk::crash_at`] stops
+//!   the process at its N-th I/O call: that call and every later one fail
+//!   without doing anything (the process is dead; what it still does in
+//!   memory reaches no disk).
+//! - A power loss ([`SimDisk::power_loss`]): only what was flushed
+//!   survives. A file's data is durable as of its last `fsync` /
+//!   `fdatasync` (or the `fsync` of a temp file in
+//!   [`Storage::write_atomic`]); a name (a creation, a rename, a removal)
+//!   as of the last `fsync` of its dir. Unflushed appends are lost or cut
+//!   short ([`Cut`]), unflushed truncations and removals undone, unflushed
+//!   creations and renames lost.
+//!
+//! [`Storage::write_atomic`] is done in its four steps (temp file written,
+//! `fsync`ed, renamed, dir `fsync`ed), each an I/O point of its own. Every
+//! call is recorded with its kind and its call site (`#[track_caller]`),
+//! so that the crash-point enumeration can tell which sites it crashed.
+//!
+//! Files written beside the seam (the result cache's) are under the dir
+//! too: they are made durable only by [`SimDisk::sync_tree`], which a test
+//! calls where the code under test `fsync`s them.
+
+use super::*;
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::panic::Location;
+
+/// What a power loss leaves of an unflushed tail appended to a flushed
+/// file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// Nothing of it (every unflushed write lost).
+    None,
+    /// Half of it (a write cut short: a torn last line).
+    Half,
+    /// All of it, and every name change too: the kernel had written
+    /// everything back (the dir stays as it is; only the boot changes).
+    All,
+}
+
+/// One I/O call: its kind and call site (`file:line`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Call {
+    pub(crate) kind: &'static str,
+    pub(crate) site: String,
+}
+
+#[derive(Debug, Default)]
+struct Shadow {
+    calls: Vec<Call>,
+    crash_at: Option<usize>,
+    fail_at: Option<usize>,
+    /// The number of calls made when [`SimDisk::arm_crash`] was called.
+    armed: usize,
+    dead: bool,
+    /// Durable data of each file, by inode.
+    data: HashMap<u64, Vec<u8>>,
+    /// Durable names: path to inode.
+    names: BTreeMap<PathBuf, u64>,
+}
+
+/// The simulated disk over `root` (see the module docs).
+#[derive(Debug)]
+pub(crate) struct SimDisk {
+    root: PathBuf,
+    shadow: Mutex<Shadow>,
+}
+
+fn dead() -> io::Error {
+    io::Error::other("simulated crash: the process is dead")
+}
+
+fn site(at: &Location<'_>) -> String {
+    let file = Path::new(at.file())
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy();
+    format!("{file}:{}", at.line())
+}
+
+/// Every regular file under `dir`, recursively.
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_dir() {
+            files_under(&e.path(), out);
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+}
+
+fn content_of(file: &File) -> io::Result<Vec<u8>> {
+    std::fs::read(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+impl SimDisk {
+    /// A disk over `root`, everything there durable already.
+    pub(crate) fn new(root: &Path) -> Self {
+        let sim = SimDisk {
+            root: root.to_owned(),
+            shadow: Mutex::default(),
+        };
+        sim.sync_tree(root);
+        sim
+    }
+
+    /// The process dies at its `n`-th I/O call (from 0).
+    pub(crate) fn crash_at(self, n: usize) -> Self {
+        self.lock().crash_at = Some(n);
+        self
+    }
+
+    /// The `n`-th I/O call fails with `ENOSPC` (doing nothing); the process
+    /// goes on.
+    pub(crate) fn fail_at(self, n: usize) -> Self {
+        self.lock().fail_at = Some(n);
+        self
+    }
+
+    /// The process dies at its `n`-th I/O call from now.
+    pub(crate) fn arm_crash(&self, n: usize) {
+        let mut s = self.lock();
+        s.armed = s.calls.len();
+        s.crash_at = Some(s.armed + n);
+    }
+
+    /// The `n`-th I/O call from now fails with `ENOSPC`.
+    pub(crate) fn arm_fail(&self, n: usize) {
+        let mut s = self.lock();
+        s.armed = s.calls.len();
+        s.fail_at = Some(s.armed + n);
+    }
+
+    /// How many calls were made since the disk was armed.
+    pub(crate) fn calls_since_arm(&self) -> usize {
+        let s = self.lock();
+        s.calls.len() - s.armed
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shadow> {
+        self.shadow.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the process died (the crash point was reached).
+    pub(crate) fn dead(&self) -> bool {
+        self.lock().dead
+    }
+
+    /// The calls made before the crash (or all of them).
+    pub(crate) fn calls(&self) -> Vec<Call> {
+        let s = self.lock();
+        let n = s.crash_at.map_or(s.calls.len(), |c| c.min(s.calls.len()));
+        s.calls[..n].to_vec()
+    }
+
+    /// The call the process died at, if it did.
+    pub(crate) fn crashed_at(&self) -> Option<Call> {
+        let s = self.lock();
+        s.crash_at.and_then(|c| s.calls.get(c).cloned())
+    }
+
+    /// Counts one I/O call; whether it may go ahead.
+    fn call(&self, kind: &'static str, at: &Location<'_>) -> io::Result<()> {
+        let mut s = self.lock();
+        let n = s.calls.len();
+        s.calls.push(Call {
+            kind,
+            site: site(at),
+        });
+        if s.dead {
+            return Err(dead());
+        }
+        if s.crash_at == Some(n) {
+            s.dead = true;
+            return Err(dead());
+        }
+        if s.fail_at == Some(n) {
+            return Err(io::Error::from_raw_os_error(nix::libc::ENOSPC));
+        }
+        Ok(())
+    }
+
+    fn sync_file(&self, file: &File) -> io::Result<()> {
+        let ino = file.metadata()?.ino();
+        let bytes = content_of(file)?;
+        self.lock().data.insert(ino, bytes);
+        Ok(())
+    }
+
+    /// Makes the names of `dir`'s entries durable as they are now.
+    fn sync_names(&self, dir: &Path) -> io::Result<()> {
+        let mut now = BTreeMap::new();
+        for e in std::fs::read_dir(dir)?.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_file()) {
+                now.insert(e.path(), e.metadata()?.ino());
+            }
+        }
+        let mut s = self.lock();
+        s.names.retain(|p, _| p.parent() != Some(dir));
+        s.names.extend(now);
+        Ok(())
+    }
+
+    /// Makes everything under `dir` durable as it is now (data and
+    /// names): where the code under test `fsync`s files beside the seam,
+    /// or the machine was idle long enough to write everything back.
+    pub(crate) fn sync_tree(&self, dir: &Path) {
+        let mut files = Vec::new();
+        files_under(dir, &mut files);
+        let mut s = self.lock();
+        s.names.retain(|p, _| !p.starts_with(dir));
+        for p in files {
+            if let (Ok(m), Ok(bytes)) = (std::fs::symlink_metadata(&p), std::fs::read(&p)) {
+                s.data.insert(m.ino(), bytes);
+                s.names.insert(p, m.ino());
+            }
+        }
+    }
+
+    /// The power goes: the dir is made what the disk holds (see the module
+    /// docs), and all of it is durable from then on.
+    pub(crate) fn power_loss(&self, cut: Cut) {
+        if cut == Cut::All {
+            *self.lock() = Shadow::default();
+            self.sync_tree(&self.root);
+            return;
+        }
+        let mut now = Vec::new();
+        files_under(&self.root, &mut now);
+        let s = self.lock();
+        let mut after: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+        for (path, ino) in &s.names {
+            let durable = s.data.get(ino).cloned().unwrap_or_default();
+            let current = std::fs::symlink_metadata(path)
+                .ok()
+                .filter(|m| m.ino() == *ino)
+                .and_then(|_| std::fs::read(path).ok());
+            let bytes = match current {
+                Some(c) if c.len() > durable.len() && c.starts_with(&durable) => {
+                    let tail = c.len() - durable.len();
+                    let keep = match cut {
+                        Cut::None => 0,
+                        Cut::Half => tail / 2,
+                        Cut::All => tail,
+                    };
+                    c[..durable.len() + keep].to_vec()
+                }
+                _ => durable,
+            };
+            after.push((path.clone(), bytes));
+        }
+        drop(s);
+        for p in now {
+            std::fs::remove_file(&p).unwrap();
+        }
+        for (p, bytes) in after {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&p)
+                .unwrap();
+            f.write_all(&bytes).unwrap();
+        }
+        *self.lock() = Shadow::default();
+        self.sync_tree(&self.root);
+    }
+}
+
+impl Storage for SimDisk {
+    #[track_caller]
+    fn open_append(&self, path: &Path) -> io::Result<File> {
+        self.call("open-append", Location::caller())?;
+        Disk.open_append(path)
+    }
+
+    #[track_caller]
+    fn open_write(&self, path: &Path) -> io::Result<File> {
+        self.call("open-write", Location::caller())?;
+        Disk.open_write(path)
+    }
+
+    #[track_caller]
+    fn append(&self, file: &File, bytes: &[u8]) -> io::Result<()> {
+        self.call("append", Location::caller())?;
+        Disk.append(file, bytes)
+    }
+
+    #[track_caller]
+    fn truncate(&self, file: &File, len: u64) -> io::Result<()> {
+        self.call("truncate", Location::caller())?;
+        Disk.truncate(file, len)
+    }
+
+    #[track_caller]
+    fn sync_data(&self, file: &File) -> io::Result<()> {
+        self.call("fdatasync", Location::caller())?;
+        self.sync_file(file)
+    }
+
+    #[track_caller]
+    fn sync_all(&self, file: &File) -> io::Result<()> {
+        self.call("fsync", Location::caller())?;
+        self.sync_file(file)
+    }
+
+    #[track_caller]
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.call("fsync-dir", Location::caller())?;
+        self.sync_names(dir)
+    }
+
+    /// In the four steps of [`durable::write_atomic`], each an I/O point;
+    /// on a failure (not a crash) the temp file is removed, as there.
+    #[track_caller]
+    fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let at = Location::caller();
+        let tmp = durable::temp_path(path);
+        let steps = || -> io::Result<()> {
+            self.call("write-atomic: temp file", at)?;
+            let mut f = no_follow()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(bytes)?;
+            self.call("write-atomic: fsync", at)?;
+            self.sync_file(&f)?;
+            drop(f);
+            self.call("write-atomic: rename", at)?;
+            std::fs::rename(&tmp, path)?;
+            self.call("write-atomic: fsync-dir", at)?;
+            self.sync_names(path.parent().unwrap_or(Path::new(".")))
+        };
+        let res = steps();
+        if res.is_err() && !self.dead() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        res
+    }
+
+    #[track_caller]
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.call("remove", Location::caller())?;
+        Disk.remove(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(p: &Path) -> Option<Vec<u8>> {
+        std::fs::read(p).ok()
+    }
+
+    /// A process crash keeps every write made before it, flushed or not;
+    /// from the crash point on, nothing reaches the disk.
+    #[test]
+    fn a_process_crash_keeps_everything_written_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let sim = SimDisk::new(dir.path()).crash_at(2);
+        let f = sim.open_append(&p).unwrap();
+        sim.append(&f, b"one\n").unwrap();
+        assert!(sim.append(&f, b"two\n").is_err(), "the crash point");
+        assert!(sim.dead());
+        assert!(sim.sync_all(&f).is_err(), "dead");
+        assert_eq!(read(&p).unwrap(), b"one\n", "not flushed, yet kept");
+        assert_eq!(sim.calls().len(), 2);
+        assert_eq!(sim.crashed_at().unwrap().kind, "append");
+    }
+
+    /// A power loss keeps a file's data as of its last flush, and only
+    /// when its name was made durable by an fsync of its dir.
+    #[test]
+    fn a_power_loss_keeps_only_what_was_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let sim = SimDisk::new(dir.path());
+        let fa = sim.open_append(&a).unwrap();
+        sim.append(&fa, b"flushed\n").unwrap();
+        sim.sync_data(&fa).unwrap();
+        sim.sync_dir(dir.path()).unwrap();
+        sim.append(&fa, b"not\n").unwrap();
+        let fb = sim.open_append(&b).unwrap();
+        sim.append(&fb, b"data flushed, name not\n").unwrap();
+        sim.sync_all(&fb).unwrap();
+        sim.power_loss(Cut::None);
+        assert_eq!(read(&a).unwrap(), b"flushed\n");
+        assert_eq!(read(&b), None, "its dir was not fsynced");
+    }
+
+    /// A name made durable without its data comes back empty; a removal
+    /// or a truncation not flushed is undone; a rename not flushed is lost.
+    #[test]
+    fn names_need_a_dir_fsync_and_removals_are_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c) = (
+            dir.path().join("a"),
+            dir.path().join("b"),
+            dir.path().join("c"),
+        );
+        std::fs::write(&a, b"old a").unwrap();
+        std::fs::write(&c, b"old c").unwrap();
+        let sim = SimDisk::new(dir.path());
+        let fb = sim.open_append(&b).unwrap();
+        sim.sync_dir(dir.path()).unwrap();
+        sim.append(&fb, b"unflushed").unwrap();
+        sim.remove(&a).unwrap();
+        let fc = sim.open_write(&c).unwrap();
+        sim.truncate(&fc, 0).unwrap();
+        std::fs::rename(&c, dir.path().join("d")).unwrap();
+        sim.power_loss(Cut::None);
+        assert_eq!(read(&b).unwrap(), b"", "name durable, data not");
+        assert_eq!(read(&a).unwrap(), b"old a", "removal not flushed");
+        assert_eq!(read(&c).unwrap(), b"old c", "truncation not flushed");
+        assert_eq!(read(&dir.path().join("d")), None, "rename not flushed");
+    }
+
+    /// An unflushed append is lost, cut short or kept whole, as [`Cut`]
+    /// says; the flushed part is always there.
+    #[test]
+    fn unflushed_appends_are_lost_or_cut_short() {
+        for (cut, want) in [
+            (Cut::None, &b"synced\n"[..]),
+            (Cut::Half, b"synced\nabc"),
+            (Cut::All, b"synced\nabcdef\n"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("j");
+            let sim = SimDisk::new(dir.path());
+            let f = sim.open_append(&p).unwrap();
+            sim.append(&f, b"synced\n").unwrap();
+            sim.sync_all(&f).unwrap();
+            sim.sync_dir(dir.path()).unwrap();
+            sim.append(&f, b"abcdef\n").unwrap();
+            sim.power_loss(cut);
+            assert_eq!(read(&p).unwrap(), want, "{cut:?}");
+        }
+    }
+
+    /// `write_atomic` is four I/O points; crashed between them, a process
+    /// crash leaves the old file (and a temp file) or the new one, and a
+    /// power loss the new one only once the dir was fsynced.
+    #[test]
+    fn write_atomic_is_four_points() {
+        let mut seen = Vec::new();
+        for n in 0..=4 {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("x");
+            std::fs::write(&p, b"old").unwrap();
+            let sim = SimDisk::new(dir.path()).crash_at(n);
+            let done = sim.write_atomic(&p, b"new").is_ok();
+            assert_eq!(done, n == 4);
+            let temps = std::fs::read_dir(dir.path()).unwrap().count() - 1;
+            let crashed = read(&p).unwrap();
+            sim.power_loss(Cut::None);
+            let after_power_loss = read(&p).unwrap();
+            seen.push((crashed, temps, after_power_loss));
+        }
+        let old = b"old".to_vec();
+        let new = b"new".to_vec();
+        assert_eq!(
+            seen,
+            [
+                (old.clone(), 0, old.clone()),
+                (old.clone(), 1, old.clone()),
+                (old.clone(), 1, old.clone()),
+                (new.clone(), 0, old.clone()),
+                (new.clone(), 0, new.clone()),
+            ]
+        );
+    }
+
+    /// A failure (not a crash) does nothing and the process goes on.
+    #[test]
+    fn an_injected_failure_is_not_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let sim = SimDisk::new(dir.path()).fail_at(1);
+        let f = sim.open_append(&p).unwrap();
+        let e = sim.append(&f, b"x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(nix::libc::ENOSPC));
+        assert!(!sim.dead());
+        sim.append(&f, b"y").unwrap();
+        assert_eq!(read(&p).unwrap(), b"y");
+    }
+}
