@@ -686,6 +686,18 @@ impl Engine {
                     "found an ADD that never completed (daemon killed?); deleting it");
             }
             let deadline = Instant::now() + self.deadlines.defaults.del;
+            // The rollback is an operation on its netns and ifname like any
+            // other: claimed (whatever is there: it must run), so another
+            // container's request there gets 409 until it is done, instead
+            // of running at once on the interface the rollback tears down.
+            let claim = self
+                .check_netns_owner
+                .then(|| {
+                    self.owners
+                        .admit([(intent.network.as_str(), &intent.rt)], true)
+                        .ok()
+                })
+                .flatten();
             let waiter = self.submit(NewOp {
                 request_id: format!("recovery-{}", n + 1),
                 network: intent.network.clone(),
@@ -695,7 +707,7 @@ impl Engine {
                     rt: intent.rt.clone(),
                 },
                 deadline,
-                claim: None,
+                claim,
             });
             let metrics = self.metrics.clone();
             match waiter {
