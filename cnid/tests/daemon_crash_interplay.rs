@@ -12,11 +12,14 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::support::daemon::{Daemon, Dirs, eventually, kill_group, post};
 use crate::support::gate::Gate;
 use crate::support::require_root;
+use crate::support::tmpfs::Tmpfs;
+use crate::support::tool::{CNITOOL, CNITOOL_VARS};
 use serde_json::{Value, json};
 
 const NET: &str = "interplay";
@@ -53,6 +56,7 @@ DEL)
   if [ -e {data}/hang-del-"$CNI_CONTAINERID" ]; then
 {del_wait}
   fi
+  echo "DEL $CNI_CONTAINERID netns=$CNI_NETNS" >> {data}/dels
   rm -f {res}/"$CNI_CONTAINERID";;
 VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
 esac"#,
@@ -140,6 +144,35 @@ fn call(socket: &Path, verb: &str, body: &Value) -> (u16, Value) {
     (raw.status, v)
 }
 
+/// cnitool on the daemon's conf dir, plugins and cache.
+fn cnitool(dirs: &Dirs, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(&*CNITOOL);
+    for var in CNITOOL_VARS {
+        cmd.env_remove(var);
+    }
+    cmd.env("NETCONFPATH", &dirs.conf)
+        .env("CNI_PATH", &dirs.bin)
+        .env("CNI_CACHE_DIR", &dirs.cache)
+        .args(args)
+        .output()
+        .expect("run cnitool")
+}
+
+/// Starts an ADD of `cid` on `netns` whose plugin blocks, `kill -9`s the
+/// daemon and then the plugin (no orphan): an intent is left.
+async fn cut_add(net: &Net, cid: &str, netns: &str) {
+    let mut daemon = Daemon::start(&net.dirs, &[]);
+    net.hang("add", cid);
+    let add = net.add_in_thread(&daemon.socket, cid, netns);
+    net.add_gate.wait_started(1).await;
+    let plugin = Group(net.add_pid(cid));
+    daemon.kill9();
+    drop(plugin);
+    let _ = add.join();
+    assert_eq!(net.dirs.intents(), [format!("{NET}:{cid}:eth0.json")]);
+    fs::remove_file(net.dirs.data.join(format!("hang-add-{cid}"))).unwrap();
+}
+
 /// Kills a process group on drop (an orphan the test left).
 struct Group(i32);
 
@@ -179,7 +212,8 @@ async fn a_recovery_rollback_claims_its_netns_and_ifname() {
     // Meanwhile another container asks for the same netns and ifname.
     let (status, answer) = call(&daemon.socket, "add", &att("c-2", &netns));
     assert_eq!(
-        status, 409,
+        status,
+        409,
         "admitted while c-1's rollback runs on that netns and ifname: {answer}\n{}",
         daemon.log()
     );
@@ -197,4 +231,139 @@ async fn a_recovery_rollback_claims_its_netns_and_ifname() {
     let (status, answer) = call(&daemon.socket, "add", &att("c-2", &netns));
     assert_eq!(status, 200, "{answer}");
     assert_eq!(net.resources(), ["c-2"]);
+}
+
+/// The journal's size, 0 when absent.
+fn journal_len(dirs: &Dirs) -> u64 {
+    fs::metadata(dirs.state.join("intents/journal")).map_or(0, |m| m.len())
+}
+
+/// Starts cnid without waiting, then waits until its log says it found
+/// orphans and is waiting for them.
+fn restart_waiting(dirs: &Dirs) -> Daemon {
+    let mut daemon = Daemon::spawn_with(dirs, &[], |_| {});
+    daemon.wait_log(WAITING, Duration::from_secs(30));
+    daemon
+}
+
+/// A kept journal meets an orphan and kills during its wait: c-1 was
+/// answered, then the machine went down and lost c-1's cache file; the
+/// cache's file system is full, so the start keeps the journal (c-1's
+/// commit line). Then an ADD of c-2 is cut by `kill -9` while its plugin
+/// runs, and two restarts are killed while they wait for that orphan.
+/// Once space is back, one start converges: the orphan finished before
+/// c-2 was rolled back (its allocation freed), c-1's record is back byte
+/// for byte, the journal is empty, nothing grew meanwhile, and c-1's DEL
+/// frees c-1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kills_while_an_orphan_settles_with_a_kept_journal_converge() {
+    require_root!();
+    let net = Net::new();
+    let cache = Tmpfs::mount(&net.dirs.cache);
+    let mut daemon = Daemon::start(&net.dirs, &[]);
+    let (status, answer) = call(&daemon.socket, "add", &att("c-1", &net.dirs.netns("c-1")));
+    assert_eq!(status, 200, "{answer}");
+    let written = fs::read(net.cache_file("c-1")).expect("c-1's record");
+    daemon.kill9();
+
+    // The reboot: c-1's file lost, the cache full.
+    let journal = net.dirs.state.join("intents/journal");
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let text = fs::read_to_string(&journal).unwrap();
+    assert!(text.contains(boot.trim()), "{text}");
+    fs::write(&journal, text.replace(boot.trim(), "another-boot")).unwrap();
+    fs::remove_file(net.cache_file("c-1")).unwrap();
+    cache.fill();
+    let mut daemon = Daemon::start(&net.dirs, &[]);
+    assert!(
+        daemon.log().contains("the ADD journal is kept"),
+        "{}",
+        daemon.log()
+    );
+    let kept = journal_len(&net.dirs);
+    assert!(kept > 0);
+
+    // c-2's ADD, cut while its plugin runs: an orphan.
+    net.hang("add", "c-2");
+    let add = net.add_in_thread(&daemon.socket, "c-2", &net.dirs.netns("c-2"));
+    net.add_gate.wait_started(1).await;
+    let _orphan = Group(net.add_pid("c-2"));
+    daemon.kill9();
+    let _ = add.join();
+
+    // Two restarts killed while they wait for it.
+    let mut sizes = Vec::new();
+    for _ in 0..2 {
+        let mut waiting = restart_waiting(&net.dirs);
+        waiting.kill9();
+        assert_eq!(net.dirs.intents(), ["interplay:c-2:eth0.json"]);
+        sizes.push(journal_len(&net.dirs));
+    }
+    assert!(sizes.iter().all(|s| *s == kept), "{kept} then {sizes:?}");
+
+    // Space again; the orphan goes on.
+    cache.free();
+    let mut daemon = restart_waiting(&net.dirs);
+    assert_eq!(
+        net.resources(),
+        ["c-1"],
+        "c-2 rolled back before its orphan finished"
+    );
+    net.add_gate.release();
+    daemon.wait_ready(Duration::from_secs(30));
+    eventually(Duration::from_secs(30), "c-2's rollback", || {
+        net.dirs.intents().is_empty() && net.resources() == ["c-1"]
+    });
+    let log = daemon.log();
+    assert!(log.contains("finished=1 killed=0"), "{log}");
+    assert_eq!(
+        String::from_utf8_lossy(&fs::read(net.cache_file("c-1")).unwrap_or_default()),
+        String::from_utf8_lossy(&written),
+        "c-1's record restored:\n{log}"
+    );
+    assert_eq!(journal_len(&net.dirs), 0, "{log}");
+    let (status, answer) = call(&daemon.socket, "del", &att("c-1", &net.dirs.netns("c-1")));
+    assert_eq!(status, 204, "{answer}");
+    assert!(net.resources().is_empty());
+    assert!(net.dirs.cached().is_empty(), "{:?}", net.dirs.cached());
+    drop(daemon);
+}
+
+/// Found by this attack: the rollback at start of an ADD cut by `kill -9`
+/// ran its DEL in the netns even when, meanwhile (cnid down), another tool
+/// had attached another container on that netns and ifname: the DEL tore
+/// down the other container's interface (issue 22 asks that a rollback
+/// never DEL an attachment another container owns; the library's own
+/// rollback keeps off it). It now runs without the netns, as the
+/// library's does: the plugins release what they held for the cut ADD and
+/// leave the interface alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_rollback_keeps_off_an_interface_another_tool_attached_meanwhile() {
+    require_root!();
+    let net = Net::new();
+    let netns = net.dirs.netns("m1");
+    cut_add(&net, "c-1", &netns).await;
+    // While cnid is down, cnitool attaches its container there.
+    let out = cnitool(&net.dirs, &["add", NET, &netns]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = net.resources();
+    assert_eq!(theirs.len(), 1, "{theirs:?}");
+
+    let daemon = Daemon::start(&net.dirs, &[]);
+    eventually(Duration::from_secs(30), "the rollback", || {
+        net.dirs.intents().is_empty()
+    });
+    let dels = fs::read_to_string(net.dirs.data.join("dels")).unwrap_or_default();
+    assert_eq!(
+        dels,
+        "DEL c-1 netns=\n",
+        "the rollback entered the netns of cnitool's attachment:\n{}",
+        daemon.log()
+    );
+    assert_eq!(net.resources(), theirs);
+    assert_eq!(net.dirs.cached().len(), 1, "{:?}", net.dirs.cached());
 }

@@ -686,15 +686,30 @@ impl Engine {
                     "found an ADD that never completed (daemon killed?); deleting it");
             }
             let deadline = Instant::now() + self.deadlines.defaults.del;
-            // The rollback is an operation on its netns and ifname like any
-            // other: claimed (whatever is there: it must run), so another
-            // container's request there gets 409 until it is done, instead
-            // of running at once on the interface the rollback tears down.
+            // Another container's attachment on the netns and ifname (made
+            // by another tool while we were down): the interface is its;
+            // the rollback runs without the netns, as the library's own
+            // rollback does (`cni_async::ops`), and releases only what the
+            // cut ADD held.
+            let mut rt = intent.rt.clone();
+            if self.check_netns_owner
+                && let Some(owner) = self.owners.others(&rt).into_iter().find(|o| !o.in_progress)
+            {
+                tracing::warn!(network = %intent.network, container = %rt.container_id, ifname = %rt.ifname,
+                    owner = %owner.container_id, owner_network = %owner.network,
+                    "the netns and interface belong to another container's attachment; rolling back without the netns");
+                rt.netns = String::new();
+            }
+            // Otherwise the rollback is an operation on its netns and
+            // ifname like any other: claimed (whatever is there: it must
+            // run), so another container's request there gets 409 until it
+            // is done, instead of running at once on the interface the
+            // rollback tears down.
             let claim = self
                 .check_netns_owner
                 .then(|| {
                     self.owners
-                        .admit([(intent.network.as_str(), &intent.rt)], true)
+                        .admit([(intent.network.as_str(), &rt)], true)
                         .ok()
                 })
                 .flatten();
@@ -704,7 +719,7 @@ impl Engine {
                 version: list.version(),
                 work: Work::Del {
                     list: Some(list),
-                    rt: intent.rt.clone(),
+                    rt,
                 },
                 deadline,
                 claim,

@@ -479,13 +479,6 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         owners: owners::Owners::new(cni_cache),
         check_netns_owner: config.check_netns_owner,
     });
-    // Who owns which netns and ifname, before any request (each admission
-    // then reads what changed).
-    if config.check_netns_owner
-        && let Err(e) = engine.owners.refresh().await
-    {
-        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
-    }
     // Plugins a killed predecessor left running would race the recovery:
     // they finish first (within their deadlines).
     let settled = orphans::settle_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
@@ -495,6 +488,14 @@ pub async fn run(config: Config) -> Result<bool, Error> {
             killed = settled.killed.len(),
             "orphaned plugins of a previous cnid are gone"
         );
+    }
+    // Who owns which netns and ifname, before any request and
+    // after the orphans (which may have waited long): the rollbacks keep off
+    // other containers' interfaces (each admission then reads what changed).
+    if config.check_netns_owner
+        && let Err(e) = engine.owners.refresh().await
+    {
+        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
     }
     // Unfinished ADDs go first in their containers' queues.
     match engine.recover(&settled) {
