@@ -367,3 +367,118 @@ async fn a_recovery_rollback_keeps_off_an_interface_another_tool_attached_meanwh
     assert_eq!(net.resources(), theirs);
     assert_eq!(net.dirs.cached().len(), 1, "{:?}", net.dirs.cached());
 }
+
+/// Found by this attack: a record the start could not restore (its commit
+/// line kept in the journal, the cache full after a reboot) stands for an
+/// ADD that was answered, and that the next start puts back; but the
+/// owner check, which reads the cache, did not see it: another
+/// container's ADD on the same netns and ifname was admitted, and the
+/// next start restored the first record over the same interface (whose
+/// DEL then tears down the second container's). The kept records count
+/// as attachments now: 409 until the attachment's own DEL, which also
+/// keeps the next start from bringing it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_kept_for_the_next_start_owns_its_netns_and_ifname() {
+    require_root!();
+    let net = Net::new();
+    let netns = net.dirs.netns("shared");
+    let cache = Tmpfs::mount(&net.dirs.cache);
+    let mut daemon = Daemon::start(&net.dirs, &[]);
+    let (status, answer) = call(&daemon.socket, "add", &att("c-1", &netns));
+    assert_eq!(status, 200, "{answer}");
+    daemon.kill9();
+    let journal = net.dirs.state.join("intents/journal");
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let text = fs::read_to_string(&journal).unwrap();
+    fs::write(&journal, text.replace(boot.trim(), "another-boot")).unwrap();
+    fs::remove_file(net.cache_file("c-1")).unwrap();
+    cache.fill();
+    let mut daemon = Daemon::start(&net.dirs, &[]);
+    assert!(
+        daemon.log().contains("the ADD journal is kept"),
+        "{}",
+        daemon.log()
+    );
+    cache.free();
+
+    let (status, answer) = call(&daemon.socket, "add", &att("c-9", &netns));
+    assert_eq!(
+        status,
+        409,
+        "admitted on the netns and ifname of c-1's kept record: {answer}\n{}",
+        daemon.log()
+    );
+    let msg = answer["msg"].as_str().unwrap_or_default();
+    assert!(msg.contains("\"c-1\""), "{msg}");
+
+    // c-1's DEL frees it, for good.
+    let (status, answer) = call(&daemon.socket, "del", &att("c-1", &netns));
+    assert_eq!(status, 204, "{answer}");
+    let (status, answer) = call(&daemon.socket, "add", &att("c-9", &netns));
+    assert_eq!(status, 200, "{answer}");
+    daemon.kill9();
+    let daemon = Daemon::start(&net.dirs, &[]);
+    assert_eq!(
+        net.dirs.cached(),
+        [format!("{NET}-c-9-eth0")],
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(net.resources(), ["c-9"]);
+}
+
+/// A full state file system at the start that must turn a cut ADD into an
+/// intent file: the start fails, naming the state dir and the error, and
+/// changes nothing (the journal keeps the open ADD); once there is space,
+/// the next start rolls it back and leaves no temp file behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_state_dir_at_start_fails_the_start_and_loses_nothing() {
+    require_root!();
+    let net = Net::new();
+    let state = Tmpfs::mount(&net.dirs.state);
+    let netns = net.dirs.netns("c-1");
+    {
+        let mut daemon = Daemon::start(&net.dirs, &[]);
+        net.hang("add", "c-1");
+        let add = net.add_in_thread(&daemon.socket, "c-1", &netns);
+        net.add_gate.wait_started(1).await;
+        let plugin = Group(net.add_pid("c-1"));
+        daemon.kill9();
+        drop(plugin);
+        let _ = add.join();
+    }
+    let journal = fs::read(net.dirs.state.join("intents/journal")).unwrap();
+    state.fill();
+
+    let mut failed = Daemon::spawn_with(&net.dirs, &[], |_| {});
+    let status = failed
+        .wait(Duration::from_secs(30))
+        .expect("the start gives up");
+    assert!(!status.success());
+    let log = failed.log();
+    assert!(
+        log.contains("No space left on device")
+            && log.contains(&net.dirs.state.display().to_string()),
+        "{log}"
+    );
+    assert_eq!(
+        fs::read(net.dirs.state.join("intents/journal")).unwrap(),
+        journal,
+        "the journal changed"
+    );
+
+    state.free();
+    let daemon = Daemon::start(&net.dirs, &[]);
+    eventually(Duration::from_secs(30), "the rollback", || {
+        net.dirs.intents().is_empty()
+    });
+    eventually(Duration::from_secs(30), "the rollback logged", || {
+        daemon.log().contains("unfinished ADD rolled back")
+    });
+    let left: Vec<String> = fs::read_dir(net.dirs.state.join("intents"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n != "journal")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -497,6 +497,13 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     {
         tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
     }
+    // The records a later start restores own their netns and ifname now.
+    if config.check_netns_owner {
+        for rec in engine.intents.carried_records() {
+            let rt = cni_core::RuntimeConf::new(&rec.container_id, &rec.netns, &rec.if_name);
+            engine.owners.insert(&rec.network_name, &rt);
+        }
+    }
     // Unfinished ADDs go first in their containers' queues.
     match engine.recover(&settled) {
         Ok(0) => {}
