@@ -53,6 +53,7 @@ ADD)
   touch {res}/"$CNI_CONTAINERID"
   echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.97.0.5/24"}}]}}';;
 DEL)
+  echo $$ > {data}/del-"$CNI_CONTAINERID".pid
   if [ -e {data}/hang-del-"$CNI_CONTAINERID" ]; then
 {del_wait}
   fi
@@ -94,6 +95,29 @@ esac"#,
             pid > 0
         });
         pid
+    }
+
+    /// The pid (and process group) of the last DEL plugin run of `cid`.
+    fn del_pid(&self, cid: &str) -> i32 {
+        let path = self.dirs.data.join(format!("del-{cid}.pid"));
+        let mut pid = 0;
+        eventually(Duration::from_secs(30), "the DEL plugin's pid", || {
+            pid = fs::read_to_string(&path)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            pid > 0
+        });
+        pid
+    }
+
+    /// The DELs the plugin finished: `DEL <container> netns=<netns>` lines.
+    fn dels(&self) -> Vec<String> {
+        fs::read_to_string(self.dirs.data.join("dels"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     fn resources(&self) -> Vec<String> {
@@ -481,4 +505,66 @@ async fn a_full_state_dir_at_start_fails_the_start_and_loses_nothing() {
         .filter(|n| n != "journal")
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// The rollback's own DEL cut by `kill -9`: its plugin is an orphan the
+/// next start waits for (not only an ADD's), while the intent stays; once
+/// the orphan finished, the rollback runs again (a DEL repeated is
+/// harmless), holds the netns and ifname while it runs, and the intent is
+/// gone after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_cut_by_kill_9_is_waited_for_and_repeated() {
+    require_root!();
+    let net = Net::new();
+    let netns = net.dirs.netns("c-1");
+    cut_add(&net, "c-1", &netns).await;
+    net.hang("del", "c-1");
+    let mut daemon = Daemon::start(&net.dirs, &[]);
+    net.del_gate.wait_started(1).await;
+    let _orphan = Group(net.del_pid("c-1"));
+    daemon.kill9();
+    assert_eq!(net.dirs.intents(), ["interplay:c-1:eth0.json"]);
+
+    let mut daemon = restart_waiting(&net.dirs);
+    assert!(net.dels().is_empty(), "{:?}", net.dels());
+    assert_eq!(net.dirs.intents(), ["interplay:c-1:eth0.json"]);
+    net.del_gate.release();
+    daemon.wait_ready(Duration::from_secs(30));
+    eventually(Duration::from_secs(30), "the repeated rollback", || {
+        net.dirs.intents().is_empty() && net.dels().len() == 2
+    });
+    let line = format!("DEL c-1 netns={netns}");
+    assert_eq!(net.dels(), [line.clone(), line]);
+    assert!(
+        daemon.log().contains("finished=1 killed=0"),
+        "{}",
+        daemon.log()
+    );
+    let (status, answer) = call(&daemon.socket, "add", &att("c-2", &netns));
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// The network of a cut ADD is gone from the conf dir at the restart
+/// (removed, or its file broken: no last good version exists in a new
+/// process): the rollback runs with the configuration the intent
+/// recorded, while readiness says the network is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_runs_with_its_recorded_config_when_the_network_is_gone() {
+    require_root!();
+    let net = Net::new();
+    let netns = net.dirs.netns("c-1");
+    cut_add(&net, "c-1", &netns).await;
+    fs::write(net.dirs.conf.join("10-interplay.conflist"), b"{ broken").unwrap();
+    let daemon = Daemon::start(&net.dirs, &[]);
+    eventually(Duration::from_secs(30), "the rollback", || {
+        net.dirs.intents().is_empty()
+    });
+    assert_eq!(net.dels(), [format!("DEL c-1 netns={netns}")]);
+    let ready = crate::support::daemon::get(&daemon.socket, "/v1/health/ready");
+    assert_eq!(
+        ready.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&ready.body)
+    );
 }
