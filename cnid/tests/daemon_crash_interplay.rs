@@ -324,6 +324,12 @@ async fn kills_while_an_orphan_settles_with_a_kept_journal_converge() {
         sizes.push(journal_len(&net.dirs));
     }
     assert!(sizes.iter().all(|s| *s == kept), "{kept} then {sizes:?}");
+    let temps: Vec<String> = fs::read_dir(net.dirs.cache.join("results"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(temps.is_empty(), "failed restores left {temps:?}");
 
     // Space again; the orphan goes on.
     cache.free();
