@@ -43,7 +43,7 @@ impl Net {
         dirs.plugin(
             "atk",
             &format!(
-                r#"cat > /dev/null
+                r#"in=$(cat)
 case "$CNI_COMMAND" in
 ADD)
   echo $$ > {data}/add-"$CNI_CONTAINERID".pid
@@ -57,6 +57,7 @@ DEL)
   if [ -e {data}/hang-del-"$CNI_CONTAINERID" ]; then
 {del_wait}
   fi
+  printf '%s' "$in" > {data}/del-stdin-"$CNI_CONTAINERID"
   echo "DEL $CNI_CONTAINERID netns=$CNI_NETNS" >> {data}/dels
   rm -f {res}/"$CNI_CONTAINERID";;
 VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
@@ -398,6 +399,30 @@ async fn a_recovery_rollback_keeps_off_an_interface_another_tool_attached_meanwh
     assert_eq!(net.dirs.cached().len(), 1, "{:?}", net.dirs.cached());
 }
 
+/// c-1 attached on `netns` and answered, then the machine went down and
+/// lost c-1's cache file with the cache full: the start keeps c-1's commit
+/// line for the next start. Then space comes back (cnid running).
+fn kept_after_a_reboot(net: &Net, cache: &Tmpfs, netns: &str) -> Daemon {
+    let mut daemon = Daemon::start(&net.dirs, &[]);
+    let (status, answer) = call(&daemon.socket, "add", &att("c-1", netns));
+    assert_eq!(status, 200, "{answer}");
+    daemon.kill9();
+    let journal = net.dirs.state.join("intents/journal");
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let text = fs::read_to_string(&journal).unwrap();
+    fs::write(&journal, text.replace(boot.trim(), "another-boot")).unwrap();
+    fs::remove_file(net.cache_file("c-1")).unwrap();
+    cache.fill();
+    let daemon = Daemon::start(&net.dirs, &[]);
+    assert!(
+        daemon.log().contains("the ADD journal is kept"),
+        "{}",
+        daemon.log()
+    );
+    cache.free();
+    daemon
+}
+
 /// Found by this attack: a record the start could not restore (its commit
 /// line kept in the journal, the cache full after a reboot) stands for an
 /// ADD that was answered, and that the next start puts back; but the
@@ -413,23 +438,7 @@ async fn a_record_kept_for_the_next_start_owns_its_netns_and_ifname() {
     let net = Net::new();
     let netns = net.dirs.netns("shared");
     let cache = Tmpfs::mount(&net.dirs.cache);
-    let mut daemon = Daemon::start(&net.dirs, &[]);
-    let (status, answer) = call(&daemon.socket, "add", &att("c-1", &netns));
-    assert_eq!(status, 200, "{answer}");
-    daemon.kill9();
-    let journal = net.dirs.state.join("intents/journal");
-    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    let text = fs::read_to_string(&journal).unwrap();
-    fs::write(&journal, text.replace(boot.trim(), "another-boot")).unwrap();
-    fs::remove_file(net.cache_file("c-1")).unwrap();
-    cache.fill();
-    let mut daemon = Daemon::start(&net.dirs, &[]);
-    assert!(
-        daemon.log().contains("the ADD journal is kept"),
-        "{}",
-        daemon.log()
-    );
-    cache.free();
+    let mut daemon = kept_after_a_reboot(&net, &cache, &netns);
 
     let (status, answer) = call(&daemon.socket, "add", &att("c-9", &netns));
     assert_eq!(
@@ -455,6 +464,41 @@ async fn a_record_kept_for_the_next_start_owns_its_netns_and_ifname() {
         daemon.log()
     );
     assert_eq!(net.resources(), ["c-9"]);
+}
+
+/// Found by this attack: while a start keeps a record it could not
+/// restore, the attachment's operations ran without it: its DEL got no
+/// `prevResult` (issue 21's promise: an answered ADD keeps its cached
+/// result for the next DEL), its CHECK answered "not attached". Each
+/// operation on that attachment now tries the restore again first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_kept_for_the_next_start_is_put_back_for_its_attachments_operations() {
+    require_root!();
+    let net = Net::new();
+    let netns = net.dirs.netns("c-1");
+    let cache = Tmpfs::mount(&net.dirs.cache);
+    let daemon = kept_after_a_reboot(&net, &cache, &netns);
+    assert!(net.dirs.cached().is_empty());
+
+    let (status, answer) = call(&daemon.socket, "check", &att("c-1", &netns));
+    assert_eq!(
+        status,
+        204,
+        "CHECK of the answered ADD: {answer}\n{}",
+        daemon.log()
+    );
+    let (status, answer) = call(&daemon.socket, "del", &att("c-1", &netns));
+    assert_eq!(status, 204, "{answer}");
+    let stdin: Value = serde_json::from_slice(
+        &fs::read(net.dirs.data.join("del-stdin-c-1")).expect("c-1's DEL ran"),
+    )
+    .expect("DEL stdin is JSON");
+    assert_eq!(
+        stdin["prevResult"]["ips"][0]["address"], "10.97.0.5/24",
+        "c-1's DEL got no prevResult: {stdin}"
+    );
+    assert!(net.resources().is_empty());
+    assert!(net.dirs.cached().is_empty(), "{:?}", net.dirs.cached());
 }
 
 /// A full state file system at the start that must turn a cut ADD into an

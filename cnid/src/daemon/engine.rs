@@ -67,6 +67,10 @@ pub(crate) struct Engine {
     pub(crate) owners: super::owners::Owners,
     /// Whether [`Engine::check_owner`] refuses anything.
     pub(crate) check_netns_owner: bool,
+    /// The records this start kept for the next (could not restore), by
+    /// attachment, until an operation on the attachment put them back
+    /// ([`Engine::restore_kept`]).
+    pub(crate) kept: std::sync::Mutex<Vec<CacheRecord>>,
 }
 
 /// The wire form of a sandbox's merged result.
@@ -182,6 +186,9 @@ impl Engine {
         let started = Instant::now();
         let outcome = tracing::Instrument::instrument(
             async {
+                if let Some((cid, ifname)) = &op.attachment {
+                    self.restore_kept(&op.network, cid, ifname).await;
+                }
                 match work {
                     Work::Add { list, rt } => self.add(&list, &rt, opts).await,
                     Work::Del { list, rt } => {
@@ -750,6 +757,51 @@ impl Engine {
             }
         }
         Ok(n)
+    }
+
+    /// Before an operation on an attachment whose record this start kept
+    /// for the next (it could not be restored, `intents`' carried lines):
+    /// tries again to put it back into the cache, unless a file is there,
+    /// so that the operation finds it (a DEL its `prevResult`, a CHECK its
+    /// result, an ADD "already attached"). Written like any record: the
+    /// kept journal line stays the durable copy until the attachment's DEL
+    /// forgets it or a start settles it. An empty check when nothing is
+    /// kept.
+    async fn restore_kept(&self, network: &str, container_id: &str, ifname: &str) {
+        let rec = {
+            let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.is_empty() {
+                return;
+            }
+            match kept.iter().find(|r| {
+                r.network_name == network && r.container_id == container_id && r.if_name == ifname
+            }) {
+                Some(r) => r.clone(),
+                None => return,
+            }
+        };
+        let cache = self.cni.cache();
+        let Ok(path) = cache.path(network, container_id, ifname) else {
+            return;
+        };
+        if std::fs::symlink_metadata(&path).is_err() {
+            if let Err(e) = cache.write(&rec).await {
+                tracing::warn!(error = %cni_core::error::Chain(&e),
+                    "cannot restore the cached result of an ADD answered before the machine went down; the operation runs without it");
+                return;
+            }
+            tracing::warn!(
+                "restored the cached result of an ADD answered before the machine went down (kept since the start)"
+            );
+        }
+        self.kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|r| {
+                !(r.network_name == network
+                    && r.container_id == container_id
+                    && r.if_name == ifname)
+            });
     }
 
     /// Admission of an ADD, CHECK or DEL on `slots` (network,

@@ -463,6 +463,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     let tracker = TaskTracker::new();
     let stop = CancellationToken::new();
     let cni_cache = cni.cache().clone();
+    let kept = intents.carried_records();
     let engine = Arc::new(engine::Engine {
         cni,
         networks: networks.clone(),
@@ -478,6 +479,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         min_networks: config.min_networks,
         owners: owners::Owners::new(cni_cache),
         check_netns_owner: config.check_netns_owner,
+        kept: std::sync::Mutex::new(kept),
     });
     // Plugins a killed predecessor left running would race the recovery:
     // they finish first (within their deadlines).
@@ -499,7 +501,12 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     }
     // The records a later start restores own their netns and ifname now.
     if config.check_netns_owner {
-        for rec in engine.intents.carried_records() {
+        let kept = engine
+            .kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for rec in kept {
             let rt = cni_core::RuntimeConf::new(&rec.container_id, &rec.netns, &rec.if_name);
             engine.owners.insert(&rec.network_name, &rt);
         }
