@@ -501,6 +501,54 @@ async fn a_record_kept_for_the_next_start_is_put_back_for_its_attachments_operat
     assert!(net.dirs.cached().is_empty(), "{:?}", net.dirs.cached());
 }
 
+/// Found by this attack: a GC did not see a record the start kept for the
+/// next: the attachment, stale by the runtime's valid list, was not
+/// deleted (the next start put it back), and it went on owning its netns
+/// and ifname. GC now puts the network's kept records back first, deletes
+/// the stale ones as any (their DEL with its `prevResult`), and its
+/// deletions free their netns and ifname at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gc_deletes_a_record_kept_for_the_next_start() {
+    require_root!();
+    let net = Net::new();
+    let netns = net.dirs.netns("shared");
+    let cache = Tmpfs::mount(&net.dirs.cache);
+    let mut daemon = kept_after_a_reboot(&net, &cache, &netns);
+
+    let raw = post(
+        &daemon.socket,
+        &format!("/v1/networks/{NET}/gc"),
+        &json!({"validAttachments": []}).to_string(),
+    );
+    assert_eq!(raw.status, 200, "{}", String::from_utf8_lossy(&raw.body));
+    let summary = raw.json();
+    assert_eq!(
+        summary["deleted"],
+        json!([{"containerID": "c-1", "ifname": "eth0"}]),
+        "{summary}\n{}",
+        daemon.log()
+    );
+    let stdin: Value = serde_json::from_slice(
+        &fs::read(net.dirs.data.join("del-stdin-c-1")).expect("c-1's DEL ran"),
+    )
+    .expect("DEL stdin is JSON");
+    assert_eq!(
+        stdin["prevResult"]["ips"][0]["address"], "10.97.0.5/24",
+        "{stdin}"
+    );
+    assert!(net.resources().is_empty());
+    let (status, answer) = call(&daemon.socket, "add", &att("c-9", &netns));
+    assert_eq!(status, 200, "{answer}");
+    daemon.kill9();
+    let daemon = Daemon::start(&net.dirs, &[]);
+    assert_eq!(
+        net.dirs.cached(),
+        [format!("{NET}-c-9-eth0")],
+        "{}",
+        daemon.log()
+    );
+}
+
 /// A full state file system at the start that must turn a cut ADD into an
 /// intent file: the start fails, naming the state dir and the error, and
 /// changes nothing (the journal keeps the open ADD); once there is space,

@@ -554,6 +554,19 @@ impl Engine {
             timeout: Some(deadline.saturating_duration_since(Instant::now())),
             rollback: false,
         };
+        // Records this start kept for the next are attachments too: put
+        // back, so the library's GC sees (and deletes) the stale ones.
+        let kept: Vec<(String, String)> = self
+            .kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|r| r.network_name == list.name())
+            .map(|r| (r.container_id.clone(), r.if_name.clone()))
+            .collect();
+        for (cid, ifname) in kept {
+            self.restore_kept(list.name(), &cid, &ifname).await;
+        }
         let keep: HashSet<&GcAttachment> = valid.iter().collect();
         let mut deleted = Vec::new();
         let mut failed: Vec<GcFailure> = Vec::new();
@@ -605,6 +618,10 @@ impl Engine {
                     if !deleted.contains(&d) {
                         deleted.push(d);
                     }
+                }
+                // Their netns and ifname are free now, as after a DEL.
+                for d in &deleted {
+                    self.owners.remove(list.name(), &d.container_id, &d.ifname);
                 }
                 for f in summary.failed {
                     if !failed.iter().any(|g| g.attachment == f.attachment) {
