@@ -633,6 +633,10 @@ async fn a_rollback_cut_by_kill_9_is_waited_for_and_repeated() {
     });
     let line = format!("DEL c-1 netns={netns}");
     assert_eq!(net.dels(), [line.clone(), line]);
+    // Its claim goes when the operation ended.
+    eventually(Duration::from_secs(30), "the rollback logged", || {
+        daemon.log().contains("unfinished ADD rolled back")
+    });
     assert!(
         daemon.log().contains("finished=1 killed=0"),
         "{}",
