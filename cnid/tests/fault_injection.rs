@@ -31,7 +31,6 @@
 //! its tests.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -40,11 +39,11 @@ use crate::support::executable::{copy_executable, write_executable};
 use crate::support::gate::LOAD_MARGIN;
 use crate::support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips};
 use crate::support::require_root;
+use crate::support::tmpfs::Tmpfs;
 use cni_async::{CallOptions, Cni, Error, PluginExit, RawExec, Timeouts};
 use cni_core::{NetworkConfigList, RuntimeConf};
 use cnid::api::AttachmentRequest;
 use cnid::client::{Client, ClientError};
-use nix::mount::{MntFlags, MsFlags};
 use serde_json::{Value, json};
 
 /// The deadline of every faulty operation (the real bridge plugin, ~100 ms
@@ -446,62 +445,6 @@ fn net_name(case: &Case) -> String {
 
 fn container_id(case: &Case) -> String {
     format!("fc-{}", case.name)
-}
-
-/// A tmpfs mounted over a dir (the cache dir), unmounted on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path) -> Tmpfs {
-        fs::create_dir_all(dir).expect("create mount point");
-        nix::mount::mount(
-            Some("tmpfs"),
-            dir,
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some("size=64k,mode=0700"),
-        )
-        .unwrap_or_else(|e| panic!("mount a tmpfs on {}: {e}", dir.display()));
-        Tmpfs(dir.to_owned())
-    }
-
-    fn read_only(&self) {
-        nix::mount::mount(
-            None::<&str>,
-            &self.0,
-            None::<&str>,
-            MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            None::<&str>,
-        )
-        .unwrap_or_else(|e| panic!("remount {} read-only: {e}", self.0.display()));
-        assert!(fs::write(self.0.join("probe"), b"x").is_err());
-    }
-
-    /// Fills it up (directories and empty files still fit: they take no
-    /// blocks on tmpfs).
-    fn fill(&self) {
-        let mut f = fs::File::create(self.0.join("filler")).expect("create filler");
-        let chunk = [0u8; 4096];
-        loop {
-            if f.write_all(&chunk).is_err() {
-                break;
-            }
-        }
-        let _ = f.sync_all();
-        assert!(
-            fs::write(self.0.join("probe"), [0u8; 4096]).is_err(),
-            "the tmpfs is not full"
-        );
-        let _ = fs::remove_file(self.0.join("probe"));
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        if let Err(e) = nix::mount::umount2(&self.0, MntFlags::MNT_DETACH) {
-            eprintln!("cleanup: umount {}: {e}", self.0.display());
-        }
-    }
 }
 
 /// Holds a file open for writing: exec of it fails with ETXTBSY.

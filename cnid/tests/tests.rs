@@ -28,6 +28,7 @@ mod cnitool_warnings;
 mod daemon_bad_input;
 mod daemon_commit;
 mod daemon_crash;
+mod daemon_crash_interplay;
 mod daemon_drain;
 mod daemon_error_object;
 mod daemon_flood;

@@ -67,6 +67,10 @@ pub(crate) struct Engine {
     pub(crate) owners: super::owners::Owners,
     /// Whether [`Engine::check_owner`] refuses anything.
     pub(crate) check_netns_owner: bool,
+    /// The records this start kept for the next (could not restore), by
+    /// attachment, until an operation on the attachment put them back
+    /// ([`Engine::restore_kept`]).
+    pub(crate) kept: std::sync::Mutex<Vec<CacheRecord>>,
 }
 
 /// The wire form of a sandbox's merged result.
@@ -182,6 +186,9 @@ impl Engine {
         let started = Instant::now();
         let outcome = tracing::Instrument::instrument(
             async {
+                if let Some((cid, ifname)) = &op.attachment {
+                    self.restore_kept(&op.network, cid, ifname).await;
+                }
                 match work {
                     Work::Add { list, rt } => self.add(&list, &rt, opts).await,
                     Work::Del { list, rt } => {
@@ -547,6 +554,19 @@ impl Engine {
             timeout: Some(deadline.saturating_duration_since(Instant::now())),
             rollback: false,
         };
+        // Records this start kept for the next are attachments too: put
+        // back, so the library's GC sees (and deletes) the stale ones.
+        let kept: Vec<(String, String)> = self
+            .kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|r| r.network_name == list.name())
+            .map(|r| (r.container_id.clone(), r.if_name.clone()))
+            .collect();
+        for (cid, ifname) in kept {
+            self.restore_kept(list.name(), &cid, &ifname).await;
+        }
         let keep: HashSet<&GcAttachment> = valid.iter().collect();
         let mut deleted = Vec::new();
         let mut failed: Vec<GcFailure> = Vec::new();
@@ -598,6 +618,10 @@ impl Engine {
                     if !deleted.contains(&d) {
                         deleted.push(d);
                     }
+                }
+                // Their netns and ifname are free now, as after a DEL.
+                for d in &deleted {
+                    self.owners.remove(list.name(), &d.container_id, &d.ifname);
                 }
                 for f in summary.failed {
                     if !failed.iter().any(|g| g.attachment == f.attachment) {
@@ -686,16 +710,43 @@ impl Engine {
                     "found an ADD that never completed (daemon killed?); deleting it");
             }
             let deadline = Instant::now() + self.deadlines.defaults.del;
+            // Another container's attachment on the netns and ifname (made
+            // by another tool while we were down): the interface is its;
+            // the rollback runs without the netns, as the library's own
+            // rollback does (`cni_async::ops`), and releases only what the
+            // cut ADD held.
+            let mut rt = intent.rt.clone();
+            if self.check_netns_owner
+                && let Some(owner) = self.owners.others(&rt).into_iter().find(|o| !o.in_progress)
+            {
+                tracing::warn!(network = %intent.network, container = %rt.container_id, ifname = %rt.ifname,
+                    owner = %owner.container_id, owner_network = %owner.network,
+                    "the netns and interface belong to another container's attachment; rolling back without the netns");
+                rt.netns = String::new();
+            }
+            // Otherwise the rollback is an operation on its netns and
+            // ifname like any other: claimed (whatever is there: it must
+            // run), so another container's request there gets 409 until it
+            // is done, instead of running at once on the interface the
+            // rollback tears down.
+            let claim = self
+                .check_netns_owner
+                .then(|| {
+                    self.owners
+                        .admit([(intent.network.as_str(), &rt)], true)
+                        .ok()
+                })
+                .flatten();
             let waiter = self.submit(NewOp {
                 request_id: format!("recovery-{}", n + 1),
                 network: intent.network.clone(),
                 version: list.version(),
                 work: Work::Del {
                     list: Some(list),
-                    rt: intent.rt.clone(),
+                    rt,
                 },
                 deadline,
-                claim: None,
+                claim,
             });
             let metrics = self.metrics.clone();
             match waiter {
@@ -723,6 +774,51 @@ impl Engine {
             }
         }
         Ok(n)
+    }
+
+    /// Before an operation on an attachment whose record this start kept
+    /// for the next (it could not be restored, `intents`' carried lines):
+    /// tries again to put it back into the cache, unless a file is there,
+    /// so that the operation finds it (a DEL its `prevResult`, a CHECK its
+    /// result, an ADD "already attached"). Written like any record: the
+    /// kept journal line stays the durable copy until the attachment's DEL
+    /// forgets it or a start settles it. An empty check when nothing is
+    /// kept.
+    async fn restore_kept(&self, network: &str, container_id: &str, ifname: &str) {
+        let rec = {
+            let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.is_empty() {
+                return;
+            }
+            match kept.iter().find(|r| {
+                r.network_name == network && r.container_id == container_id && r.if_name == ifname
+            }) {
+                Some(r) => r.clone(),
+                None => return,
+            }
+        };
+        let cache = self.cni.cache();
+        let Ok(path) = cache.path(network, container_id, ifname) else {
+            return;
+        };
+        if std::fs::symlink_metadata(&path).is_err() {
+            if let Err(e) = cache.write(&rec).await {
+                tracing::warn!(error = %cni_core::error::Chain(&e),
+                    "cannot restore the cached result of an ADD answered before the machine went down; the operation runs without it");
+                return;
+            }
+            tracing::warn!(
+                "restored the cached result of an ADD answered before the machine went down (kept since the start)"
+            );
+        }
+        self.kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|r| {
+                !(r.network_name == network
+                    && r.container_id == container_id
+                    && r.if_name == ifname)
+            });
     }
 
     /// Admission of an ADD, CHECK or DEL on `slots` (network,

@@ -463,6 +463,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     let tracker = TaskTracker::new();
     let stop = CancellationToken::new();
     let cni_cache = cni.cache().clone();
+    let kept = intents.carried_records();
     let engine = Arc::new(engine::Engine {
         cni,
         networks: networks.clone(),
@@ -478,14 +479,8 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         min_networks: config.min_networks,
         owners: owners::Owners::new(cni_cache),
         check_netns_owner: config.check_netns_owner,
+        kept: std::sync::Mutex::new(kept),
     });
-    // Who owns which netns and ifname, before any request (each admission
-    // then reads what changed).
-    if config.check_netns_owner
-        && let Err(e) = engine.owners.refresh().await
-    {
-        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
-    }
     // Plugins a killed predecessor left running would race the recovery:
     // they finish first (within their deadlines).
     let settled = orphans::settle_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
@@ -495,6 +490,26 @@ pub async fn run(config: Config) -> Result<bool, Error> {
             killed = settled.killed.len(),
             "orphaned plugins of a previous cnid are gone"
         );
+    }
+    // Who owns which netns and ifname, before any request and
+    // after the orphans (which may have waited long): the rollbacks keep off
+    // other containers' interfaces (each admission then reads what changed).
+    if config.check_netns_owner
+        && let Err(e) = engine.owners.refresh().await
+    {
+        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
+    }
+    // The records a later start restores own their netns and ifname now.
+    if config.check_netns_owner {
+        let kept = engine
+            .kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for rec in kept {
+            let rt = cni_core::RuntimeConf::new(&rec.container_id, &rec.netns, &rec.if_name);
+            engine.owners.insert(&rec.network_name, &rt);
+        }
     }
     // Unfinished ADDs go first in their containers' queues.
     match engine.recover(&settled) {

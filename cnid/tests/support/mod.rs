@@ -15,4 +15,5 @@ pub mod daemon;
 pub mod noop;
 pub mod shim;
 pub mod soak;
+pub mod tmpfs;
 pub mod tool;

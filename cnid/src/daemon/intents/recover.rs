@@ -164,6 +164,19 @@ impl Intents {
         unsettled
     }
 
+    /// The cache records of the commit lines this start could not settle
+    /// and carries ([`Journal::carried`]): ADDs answered before the machine
+    /// went down whose records the cache does not hold until a later
+    /// start restores them. The owner check counts them as attachments.
+    pub(crate) fn carried_records(&self) -> Vec<CacheRecord> {
+        let j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let lines: Vec<u8> = j.carried.iter().flat_map(|c| c.line.clone()).collect();
+        committed_records(&lines)
+            .into_iter()
+            .map(|(_, rec, _)| rec)
+            .collect()
+    }
+
     /// Removes the temp files of cache writers killed mid-write (a
     /// `kill -9` between a record's temp file and its rename) from the
     /// shared cache's `results/`: ours only, of dead writers, at least
