@@ -63,6 +63,25 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Printing errors
+//!
+//! An [`Error`]'s message names only its own part, as Rust errors do
+//! (`network "mynet" (ifname eth0) ADD`); what went wrong underneath is its
+//! `source()`. Print the whole chain with [`Chain`], or with anyhow's
+//! `{:#}`:
+//!
+//! ```no_run
+//! # async fn demo(cni: cni_async::Cni, list: cni_core::NetworkConfigList, rt: cni_core::RuntimeConf) {
+//! use cni_async::Chain;
+//!
+//! if let Err(e) = cni.add_network_list(&list, &rt).await {
+//!     // network "mynet" (ifname eth0) ADD: plugin bridge ADD failed
+//!     // (exit status 1): ... failed to Statfs "/run/netns/c1" ...
+//!     eprintln!("{}", Chain(&e));
+//! }
+//! # }
+//! ```
+//!
 //! # Features
 //!
 //! - `watch`: [`confwatch`], the conf-dir watcher (inotify).
@@ -88,7 +107,10 @@ pub mod sys;
 pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
 /// Typed capability arguments, defined in [`cni_core::caps`].
 pub use cni_core::caps;
-pub use error::{Error, ErrorKind, PluginExit};
+/// An error and its causes on one line (`error: cause: cause`), defined in
+/// [`cni_core::error::Chain`]: what to print for an [`Error`].
+pub use cni_core::error::Chain;
+pub use error::{Error, ErrorKind, ErrorList, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 pub use multi::{
     KubernetesPod, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc, NetworkRequest,

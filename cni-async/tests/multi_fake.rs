@@ -237,7 +237,7 @@ async fn status_reports_every_network_that_is_not_ready_with_its_code() {
         .unwrap();
     let e = multi.status().await.unwrap_err();
     assert_eq!(e.code(), 50);
-    let text = e.to_string();
+    let text = cni_async::Chain(&e).to_string();
     assert!(
         text.contains("network \"down\" (ifname eth1) STATUS"),
         "{text}"

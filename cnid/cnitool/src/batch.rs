@@ -320,8 +320,9 @@ async fn up(
                     cni_async::Error::Context { source, .. } => source,
                     other => other,
                 };
-                failures.push((m.name().to_owned(), e.to_string(), e.code()));
-                (Vec::new(), Some(e.to_string()))
+                let text = cni_core::error::Chain(e).to_string();
+                failures.push((m.name().to_owned(), text.clone(), e.code()));
+                (Vec::new(), Some(text))
             }
             // Every member ran to the end: unreachable, but a member without
             // an outcome is a failure, not a panic.
@@ -476,7 +477,7 @@ impl DownProgress {
                             cni_async::Error::Context { source, .. } => source,
                             other => other,
                         };
-                        (e.to_string(), e.code())
+                        (cni_core::error::Chain(e).to_string(), e.code())
                     },
                 );
                 self.outcomes.insert(e.index, Some(error));
