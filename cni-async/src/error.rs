@@ -217,7 +217,11 @@ pub enum Error {
 
     /// The plugin did not finish within its deadline; its process group was
     /// killed (SIGTERM, then SIGKILL after a grace period) and it was reaped.
-    #[error("plugin {plugin_type} {command} timed out after {} (deadline {}){}",
+    /// Its deadline is what was left of the operation's timeout when it
+    /// started (the plugins of a list share one timeout), so a `.timeout(30ms)`
+    /// can report `deadline 25ms` when the plugins before it took 5ms; the
+    /// elapsed time runs from its spawn until the expiry was noticed.
+    #[error("plugin {plugin_type} {command} timed out after {} (deadline {}: what was left of the call's timeout when it started){}",
         fmt_duration(*elapsed), fmt_duration(*timeout), fmt_stderr_suffix(stderr_so_far))]
     Timeout {
         /// The plugin type.
@@ -226,7 +230,8 @@ pub enum Error {
         command: Command,
         /// Time from spawn until the deadline was noticed.
         elapsed: Duration,
-        /// The deadline it had.
+        /// The deadline it had: what was left of the operation's timeout
+        /// when it started.
         timeout: Duration,
         /// What it had written to stderr until then (lossy UTF-8, at most 8 KiB).
         stderr_so_far: String,
@@ -871,7 +876,8 @@ mod tests {
         assert_eq!(e.code(), 11);
         assert_eq!(
             e.to_string(),
-            "plugin slow DEL timed out after 1500ms (deadline 1500ms); stderr: \"waiting\""
+            "plugin slow DEL timed out after 1500ms (deadline 1500ms: what was left of the \
+             call's timeout when it started); stderr: \"waiting\""
         );
         let core: Error = cni_core::validate::plugin_type("a/b").unwrap_err().into();
         assert_eq!(core.code(), 7);

@@ -11,6 +11,7 @@
 //! |---|---|
 //! | ADD, DEL, CHECK, STATUS, GC one network list (libcni's `CNIConfig`) | [`Cni`], built with [`CniBuilder`] ([`Cni::builder`]); the verbs [`Cni::add_network_list`], [`Cni::del_network_list`], [`Cni::check_network_list`], [`Cni::status_network_list`], [`Cni::gc_network_list`] return requests ([`AddRequest`], ...) that take `.timeout(..)`, `.rollback(..)` or `.options(&`[`CallOptions`]`)` before they are awaited; see [`ops`] |
 //! | attach a pod to several networks at once (go-cni) | [`MultiNetwork`] ([`MultiNetworkBuilder`]) and [`Sandbox`]; results in [`MultiResult`]; see [`multi`] |
+//! | a [`RuntimeConf`](cni_core::RuntimeConf) with a Kubernetes pod's `CNI_ARGS` (`K8S_POD_NAME`, ... as containerd sets them) | [`Sandbox::with_kubernetes_pod`] ([`KubernetesPod`]), then [`Sandbox::runtime_conf`] |
 //! | typed capability args (`portMappings`, `bandwidth`, ...) | [`caps`] (defined in [`cni_core::caps`]) |
 //! | read or list cached attachments, share the cache with libcni | [`cache::ResultCache`] |
 //! | follow a conf dir and know when networks are ready (feature `watch`) | [`confwatch`] |
@@ -113,8 +114,8 @@ pub use cni_core::error::Chain;
 pub use error::{Error, ErrorKind, ErrorList, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 pub use multi::{
-    KubernetesPod, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc, NetworkRequest,
-    Sandbox, SetupMode,
+    KubernetesPod, LiveContainers, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc,
+    NetworkRequest, Sandbox, SetupMode,
 };
 pub use nscheck::check_netns;
 pub use ops::{
