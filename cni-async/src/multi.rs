@@ -326,7 +326,8 @@ impl MultiNetworkBuilder {
                     let scan = confdir::scan(&dir)?;
                     let found = scan.unique();
                     if found.is_empty() {
-                        return Err(Error::Core(cni_core::Error::NoConfigs { dir }));
+                        let missing = !dir.exists();
+                        return Err(Error::Core(cni_core::Error::NoConfigs { dir, missing }));
                     }
                     let take = if max == 0 { found.len() } else { max };
                     for (i, net) in found.into_iter().enumerate() {
