@@ -48,6 +48,7 @@ mod daemon_real;
 mod daemon_reload;
 mod daemon_reload_last_good;
 mod daemon_restart;
+mod daemon_restart_answered;
 mod daemon_sandbox;
 mod daemon_self_loop;
 mod fault_injection;
