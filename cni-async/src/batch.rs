@@ -863,7 +863,7 @@ impl Batch {
         } else {
             Err(Error::Multiple {
                 operation: "batch teardown".into(),
-                errors,
+                errors: errors.into(),
             })
         }
     }
@@ -1216,7 +1216,7 @@ async fn teardown_one(ctx: &Ctx, slots: &Mutex<Slots>, index: usize) -> Vec<Erro
         } else {
             Error::Multiple {
                 operation: "teardown".into(),
-                errors,
+                errors: errors.into(),
             }
         }),
     };

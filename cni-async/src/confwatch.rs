@@ -675,11 +675,14 @@ impl NetworkSet {
         if usable.len() >= min_networks {
             return (Ok(Ready { usable }), binaries);
         }
-        not(format!(
-            "{} usable network(s) in {dir}, {min_networks} needed; {}",
-            usable.len(),
-            unusable.join("; ")
-        ))
+        let mut reason = format!(
+            "{} usable network(s) in {dir}, {min_networks} needed",
+            usable.len()
+        );
+        if !unusable.is_empty() {
+            reason.push_str(&format!("; {}", unusable.join("; ")));
+        }
+        not(reason)
     }
 }
 

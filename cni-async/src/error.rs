@@ -138,6 +138,27 @@ impl ErrorKind {
 ///
 /// Messages are lower-case and name the plugin, file or value at fault.
 /// [`Error::code`] gives the CNI error code that fits each variant.
+///
+/// Each message names only its own part; its cause is its `source()`
+/// (the Rust convention, so anyhow's `{:#}` prints each part once). To
+/// show a user what went wrong, print the whole chain with [`Chain`]:
+///
+/// ```
+/// use cni_async::{Chain, Error};
+/// let e = Error::Context {
+///     context: "network \"n\" (ifname eth0) ADD".into(),
+///     source: Box::new(Error::NotAttached {
+///         network: "n".into(),
+///         container_id: "c1".into(),
+///         ifname: "eth0".into(),
+///     }),
+/// };
+/// assert_eq!(e.to_string(), "network \"n\" (ifname eth0) ADD");
+/// assert!(Chain(&e).to_string().starts_with("network \"n\" (ifname eth0) ADD: "));
+/// ```
+///
+/// [`Error::Multiple`] is no exception: its message is the count, its
+/// source the [`ErrorList`] of every error with its causes.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -196,7 +217,11 @@ pub enum Error {
 
     /// The plugin did not finish within its deadline; its process group was
     /// killed (SIGTERM, then SIGKILL after a grace period) and it was reaped.
-    #[error("plugin {plugin_type} {command} timed out after {} (deadline {}){}",
+    /// Its deadline is what was left of the operation's timeout when it
+    /// started (the plugins of a list share one timeout), so a `.timeout(30ms)`
+    /// can report `deadline 25ms` when the plugins before it took 5ms; the
+    /// elapsed time runs from its spawn until the expiry was noticed.
+    #[error("plugin {plugin_type} {command} timed out after {} (deadline {}: what was left of the call's timeout when it started){}",
         fmt_duration(*elapsed), fmt_duration(*timeout), fmt_stderr_suffix(stderr_so_far))]
     Timeout {
         /// The plugin type.
@@ -205,7 +230,8 @@ pub enum Error {
         command: Command,
         /// Time from spawn until the deadline was noticed.
         elapsed: Duration,
-        /// The deadline it had.
+        /// The deadline it had: what was left of the operation's timeout
+        /// when it started.
         timeout: Duration,
         /// What it had written to stderr until then (lossy UTF-8, at most 8 KiB).
         stderr_so_far: String,
@@ -399,13 +425,18 @@ pub enum Error {
         rollback: Box<Error>,
     },
 
-    /// Several errors from one operation that goes on past errors (GC, validation).
-    #[error("{operation} failed with {} error(s): {}", errors.len(), fmt_errors(errors))]
+    /// Several errors from one operation that goes on past errors (GC,
+    /// validation). Like every other variant, its message names only its
+    /// own part (`GC of network n failed with 2 error(s)`); the errors are
+    /// its `source()`, an [`ErrorList`] that prints each with its causes,
+    /// so [`Chain`] or anyhow's `{:#}` print all of them.
+    #[error("{operation} failed with {} error(s)", errors.len())]
     Multiple {
         /// The operation.
         operation: String,
         /// Every error, in order.
-        errors: Vec<Error>,
+        #[source]
+        errors: ErrorList,
     },
 
     /// An error with what was being done when it happened.
@@ -427,13 +458,60 @@ fn fmt_labeled(label: &str, text: &str) -> String {
     }
 }
 
-fn fmt_errors(errors: &[Error]) -> String {
-    errors
-        .iter()
-        .enumerate()
-        .map(|(i, e)| format!("[{}] {}", i + 1, Chain(e)))
-        .collect::<Vec<_>>()
-        .join("; ")
+/// The errors of an [`Error::Multiple`], in order, and its `source()`:
+/// printed as `[1] error: cause; [2] error: cause`, each error with its
+/// whole chain (a list has no single cause to hand on). Derefs to the
+/// `Vec<Error>`.
+#[derive(Debug, Default)]
+pub struct ErrorList(pub Vec<Error>);
+
+impl fmt::Display for ErrorList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "[{}] {}", i + 1, Chain(e))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ErrorList {}
+
+impl std::ops::Deref for ErrorList {
+    type Target = Vec<Error>;
+    fn deref(&self) -> &Vec<Error> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ErrorList {
+    fn deref_mut(&mut self) -> &mut Vec<Error> {
+        &mut self.0
+    }
+}
+
+impl From<Vec<Error>> for ErrorList {
+    fn from(errors: Vec<Error>) -> Self {
+        ErrorList(errors)
+    }
+}
+
+impl IntoIterator for ErrorList {
+    type Item = Error;
+    type IntoIter = std::vec::IntoIter<Error>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a ErrorList {
+    type Item = &'a Error;
+    type IntoIter = std::slice::Iter<'a, Error>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
 }
 
 /// Longest stdout kept in [`Error::Plugin`].
@@ -496,7 +574,7 @@ impl Errors {
     fn into_multiple(self) -> Error {
         Error::Multiple {
             operation: self.operation,
-            errors: self.errors,
+            errors: self.errors.into(),
         }
     }
 }
@@ -798,7 +876,8 @@ mod tests {
         assert_eq!(e.code(), 11);
         assert_eq!(
             e.to_string(),
-            "plugin slow DEL timed out after 1500ms (deadline 1500ms); stderr: \"waiting\""
+            "plugin slow DEL timed out after 1500ms (deadline 1500ms: what was left of the \
+             call's timeout when it started); stderr: \"waiting\""
         );
         let core: Error = cni_core::validate::plugin_type("a/b").unwrap_err().into();
         assert_eq!(core.code(), 7);
@@ -842,7 +921,7 @@ mod tests {
         assert_eq!(wrapped.kind(), ErrorKind::Timeout);
         let multiple = Error::Multiple {
             operation: "remove".into(),
-            errors: vec![not_attached(), timeout()],
+            errors: vec![not_attached(), timeout()].into(),
         };
         assert_eq!(multiple.kind(), ErrorKind::NotAttached);
         let core: Error = cni_core::validate::container_id("../x").unwrap_err().into();
@@ -851,7 +930,7 @@ mod tests {
         assert_eq!(
             Error::Multiple {
                 operation: "x".into(),
-                errors: vec![]
+                errors: vec![].into()
             }
             .kind(),
             ErrorKind::Other

@@ -11,6 +11,7 @@
 //! |---|---|
 //! | ADD, DEL, CHECK, STATUS, GC one network list (libcni's `CNIConfig`) | [`Cni`], built with [`CniBuilder`] ([`Cni::builder`]); the verbs [`Cni::add_network_list`], [`Cni::del_network_list`], [`Cni::check_network_list`], [`Cni::status_network_list`], [`Cni::gc_network_list`] return requests ([`AddRequest`], ...) that take `.timeout(..)`, `.rollback(..)` or `.options(&`[`CallOptions`]`)` before they are awaited; see [`ops`] |
 //! | attach a pod to several networks at once (go-cni) | [`MultiNetwork`] ([`MultiNetworkBuilder`]) and [`Sandbox`]; results in [`MultiResult`]; see [`multi`] |
+//! | a [`RuntimeConf`](cni_core::RuntimeConf) with a Kubernetes pod's `CNI_ARGS` (`K8S_POD_NAME`, ... as containerd sets them) | [`Sandbox::with_kubernetes_pod`] ([`KubernetesPod`]), then [`Sandbox::runtime_conf`] |
 //! | typed capability args (`portMappings`, `bandwidth`, ...) | [`caps`] (defined in [`cni_core::caps`]) |
 //! | read or list cached attachments, share the cache with libcni | [`cache::ResultCache`] |
 //! | follow a conf dir and know when networks are ready (feature `watch`) | [`confwatch`] |
@@ -63,6 +64,25 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Printing errors
+//!
+//! An [`Error`]'s message names only its own part, as Rust errors do
+//! (`network "mynet" (ifname eth0) ADD`); what went wrong underneath is its
+//! `source()`. Print the whole chain with [`Chain`], or with anyhow's
+//! `{:#}`:
+//!
+//! ```no_run
+//! # async fn demo(cni: cni_async::Cni, list: cni_core::NetworkConfigList, rt: cni_core::RuntimeConf) {
+//! use cni_async::Chain;
+//!
+//! if let Err(e) = cni.add_network_list(&list, &rt).await {
+//!     // network "mynet" (ifname eth0) ADD: plugin bridge ADD failed
+//!     // (exit status 1): ... failed to Statfs "/run/netns/c1" ...
+//!     eprintln!("{}", Chain(&e));
+//! }
+//! # }
+//! ```
+//!
 //! # Features
 //!
 //! - `watch`: [`confwatch`], the conf-dir watcher (inotify).
@@ -88,11 +108,14 @@ pub mod sys;
 pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
 /// Typed capability arguments, defined in [`cni_core::caps`].
 pub use cni_core::caps;
-pub use error::{Error, ErrorKind, PluginExit};
+/// An error and its causes on one line (`error: cause: cause`), defined in
+/// [`cni_core::error::Chain`]: what to print for an [`Error`].
+pub use cni_core::error::Chain;
+pub use error::{Error, ErrorKind, ErrorList, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 pub use multi::{
-    KubernetesPod, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc, NetworkRequest,
-    Sandbox, SetupMode,
+    KubernetesPod, LiveContainers, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc,
+    NetworkRequest, Sandbox, SetupMode,
 };
 pub use nscheck::check_netns;
 pub use ops::{

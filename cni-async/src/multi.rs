@@ -326,7 +326,8 @@ impl MultiNetworkBuilder {
                     let scan = confdir::scan(&dir)?;
                     let found = scan.unique();
                     if found.is_empty() {
-                        return Err(Error::Core(cni_core::Error::NoConfigs { dir }));
+                        let missing = !dir.exists();
+                        return Err(Error::Core(cni_core::Error::NoConfigs { dir, missing }));
                     }
                     let take = if max == 0 { found.len() } else { max };
                     for (i, net) in found.into_iter().enumerate() {
@@ -1151,12 +1152,12 @@ impl MultiNetwork {
     /// network, and holds back those that arrive meanwhile, as the spec asks
     /// of runtimes. Goes on past a failing network; the summaries of those
     /// that worked come back, every failure in [`Error::Multiple`].
-    pub async fn gc<I, S>(&self, live: I) -> Result<Vec<NetworkGc>, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let live: HashSet<String> = live.into_iter().map(|s| s.as_ref().to_owned()).collect();
+    ///
+    /// `live` is any collection of container IDs ([`LiveContainers`]):
+    /// `["c1", "c2"]`, `&ids` of a `Vec<String>`, a `HashSet<String>`, and
+    /// `[]` (no container lives: every cached attachment goes).
+    pub async fn gc(&self, live: impl LiveContainers) -> Result<Vec<NetworkGc>, Error> {
+        let live = live.into_container_ids();
         let mut out = Vec::new();
         let mut errors = Errors::new("GC of the node");
         let mut seen = HashSet::new();
@@ -1200,6 +1201,67 @@ impl MultiNetwork {
             }
         }
         errors.into_result_listed().map(|()| out)
+    }
+}
+
+/// The container IDs that live, for [`MultiNetwork::gc`]: arrays of
+/// `&str` (also the empty `[]`, whose element type an `IntoIterator` bound
+/// could not infer), vectors, slices and sets of strings, owned or
+/// borrowed. Collect an iterator into a `Vec` first.
+pub trait LiveContainers {
+    /// The IDs, as a set.
+    fn into_container_ids(self) -> HashSet<String>;
+}
+
+fn id_set<S: AsRef<str>>(ids: impl IntoIterator<Item = S>) -> HashSet<String> {
+    ids.into_iter().map(|s| s.as_ref().to_owned()).collect()
+}
+
+impl<const N: usize> LiveContainers for [&str; N] {
+    fn into_container_ids(self) -> HashSet<String> {
+        id_set(self)
+    }
+}
+
+impl<const N: usize> LiveContainers for &[&str; N] {
+    fn into_container_ids(self) -> HashSet<String> {
+        id_set(self)
+    }
+}
+
+impl<T: AsRef<str>> LiveContainers for &[T] {
+    fn into_container_ids(self) -> HashSet<String> {
+        id_set(self)
+    }
+}
+
+impl<T: AsRef<str>> LiveContainers for Vec<T> {
+    fn into_container_ids(self) -> HashSet<String> {
+        id_set(self)
+    }
+}
+
+impl<T: AsRef<str>> LiveContainers for &Vec<T> {
+    fn into_container_ids(self) -> HashSet<String> {
+        id_set(self)
+    }
+}
+
+impl<S: std::hash::BuildHasher> LiveContainers for HashSet<String, S> {
+    fn into_container_ids(self) -> HashSet<String> {
+        self.into_iter().collect()
+    }
+}
+
+impl<T: AsRef<str>, S: std::hash::BuildHasher> LiveContainers for &HashSet<T, S> {
+    fn into_container_ids(self) -> HashSet<String> {
+        id_set(self)
+    }
+}
+
+impl<T: AsRef<str>> LiveContainers for &std::collections::BTreeSet<T> {
+    fn into_container_ids(self) -> HashSet<String> {
+        id_set(self)
     }
 }
 

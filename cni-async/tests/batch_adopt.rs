@@ -307,7 +307,8 @@ async fn an_adopted_namespace_whose_del_fails_is_kept_for_the_next_try() {
         .teardown()
         .await
         .expect_err("DEL fails");
-    assert!(err.to_string().contains("del refused"), "{err}");
+    let err = cni_async::Chain(&err).to_string();
+    assert!(err.contains("del refused"), "{err}");
     // Kept, with their cache records: the next adopt retries.
     assert_eq!(ns.existing(), ns.names(&["0", "1"]));
     assert_eq!(cached(&rig).await, 2);

@@ -107,3 +107,30 @@ async fn many_networks_sharing_a_plugin_ask_it_for_version_once() {
     set.readiness(&cni, N + 1).await.expect("ready");
     assert_eq!(plugins.invocations_of("VERSION").len(), 1);
 }
+
+/// Issue 24 item 3: fewer networks than needed, all usable, left the
+/// reason ending in a dangling "; " (the list of unusable ones was empty).
+#[tokio::test]
+async fn too_few_networks_all_usable_is_said_without_a_dangling_separator() {
+    let plugins = PluginDir::new();
+    version_fake(&plugins, "alloc");
+    let cni = Cni::builder().plugin_dirs(plugins.dirs()).build();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("10-a.conflist"), conflist("a", "alloc")).unwrap();
+    let set = Arc::new(NetworkSet::new(tmp.path()));
+    set.reload().await;
+    let e = set.readiness(&cni, 2).await.expect_err("one of two");
+    assert_eq!(
+        e.reason,
+        format!("1 usable network(s) in {}, 2 needed", tmp.path().display())
+    );
+    // With an unusable one, it is named after the separator.
+    std::fs::write(tmp.path().join("20-b.conflist"), conflist("b", "absent")).unwrap();
+    set.reload().await;
+    let e = set.readiness(&cni, 2).await.expect_err("b is unusable");
+    let head = format!(
+        "1 usable network(s) in {}, 2 needed; network \"b\": ",
+        tmp.path().display()
+    );
+    assert!(e.reason.starts_with(&head), "{}", e.reason);
+}

@@ -68,7 +68,7 @@ fn representative() -> Vec<Error> {
         },
         Error::Multiple {
             operation: "GC of network n".into(),
-            errors: vec![cache(), timeout()],
+            errors: vec![cache(), timeout()].into(),
         },
     ]
 }
@@ -111,12 +111,56 @@ fn one_line_forms_keep_the_cause() {
     // Inside a list, each error keeps its cause.
     let m = Error::Multiple {
         operation: "remove".into(),
-        errors: vec![e],
+        errors: vec![e].into(),
     };
     assert_eq!(
-        m.to_string()
+        Chain(&m)
+            .to_string()
             .matches("Not a directory (os error 20)")
             .count(),
         1
     );
+}
+
+/// Issue 24 item 1: `Multiple` follows the convention of the rest (its
+/// message is its own part, the errors are its source), and the whole
+/// chain is one re-exported `Chain` away.
+#[test]
+fn multiple_names_its_count_and_its_source_lists_every_error() {
+    let cause = || io::Error::from_raw_os_error(20);
+    let m = Error::Multiple {
+        operation: "GC of network n".into(),
+        errors: vec![
+            Error::Context {
+                context: "delete stale attachment c1 eth0 of network n".into(),
+                source: Box::new(Error::Cache {
+                    path: PathBuf::from("/var/lib/cni/results/a"),
+                    op: "read",
+                    source: cause(),
+                }),
+            },
+            Error::Cache {
+                path: PathBuf::from("/var/lib/cni/results/b"),
+                op: "write",
+                source: cause(),
+            },
+        ]
+        .into(),
+    };
+    assert_eq!(m.to_string(), "GC of network n failed with 2 error(s)");
+    let list = m.source().expect("the errors are the source").to_string();
+    assert_eq!(
+        list,
+        "[1] delete stale attachment c1 eth0 of network n: result cache \
+         /var/lib/cni/results/a: read failed: Not a directory (os error 20); \
+         [2] result cache /var/lib/cni/results/b: write failed: Not a directory (os error 20)"
+    );
+    // The re-export is the same type cni-core defines.
+    let chain: cni_async::Chain<'_> = Chain(&m);
+    assert_eq!(
+        chain.to_string(),
+        format!("GC of network n failed with 2 error(s): {list}")
+    );
+    // The error object and kind still answer for the first error.
+    assert_eq!(m.to_error_object("1.1.0").msg, chain.to_string());
 }

@@ -237,7 +237,7 @@ async fn status_reports_every_network_that_is_not_ready_with_its_code() {
         .unwrap();
     let e = multi.status().await.unwrap_err();
     assert_eq!(e.code(), 50);
-    let text = e.to_string();
+    let text = cni_async::Chain(&e).to_string();
     assert!(
         text.contains("network \"down\" (ifname eth1) STATUS"),
         "{text}"
@@ -268,4 +268,49 @@ async fn setup_refuses_bad_labels_before_running_anything() {
     assert!(e.to_string().contains("invalid CNI_ARGS pair"), "{e}");
     assert_eq!(e.code(), 4);
     assert!(dir.invocations().is_empty());
+}
+
+/// Issue 24 item 3: `gc([])` (no container lives) did not compile (E0283:
+/// the element type of `[]` cannot be inferred); `LiveContainers` takes it,
+/// and the collections a runtime has.
+#[tokio::test]
+async fn gc_takes_an_empty_array_and_the_collections_a_runtime_has() {
+    let dir = PluginDir::new();
+    let cache = tempfile::tempdir().unwrap();
+    dir.fake(
+        "main",
+        &Fake::new(Response::ok("")).on("ADD", Response::ok(&result_for("eth0", "10.96.0.2/24"))),
+    );
+    let cni = cni(&dir, &cache);
+    let multi = MultiNetwork::builder(cni.clone())
+        .network(list(
+            json!({"cniVersion": "1.0.0", "name": "gcnet", "plugins": [{"type": "main"}]}),
+        ))
+        .build()
+        .unwrap();
+    let attached = || async {
+        let mut ids: Vec<String> = cni
+            .cached_attachments(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.container_id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    for id in ["c1", "c2", "c3"] {
+        multi
+            .setup(&Sandbox::new(id, "/run/netns/fake"))
+            .await
+            .expect("setup");
+    }
+    let live: Vec<String> = vec!["c1".into(), "c2".into()];
+    multi.gc(&live).await.expect("gc of a &Vec<String>");
+    assert_eq!(attached().await, ["c1", "c2"]);
+    multi.gc(["c1"]).await.expect("gc of an array");
+    assert_eq!(attached().await, ["c1"]);
+    let summaries = multi.gc([]).await.expect("gc of []");
+    assert_eq!(summaries.len(), 1);
+    assert!(attached().await.is_empty());
 }

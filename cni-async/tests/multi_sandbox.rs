@@ -268,9 +268,10 @@ async fn status_of_a_sandbox_is_ready_iff_all_its_networks_are() {
         .with_network(NetworkRequest::new("netb"));
     let e = multi.status_of(&with_b).await.unwrap_err();
     assert_eq!(e.code(), 50, "{e}");
+    let text = cni_async::Chain(&e).to_string();
     assert!(
-        e.to_string().contains("netb") && e.to_string().contains("no IPs left"),
-        "{e}"
+        text.contains("netb") && text.contains("no IPs left"),
+        "{text}"
     );
     // The default set holds both: not ready either.
     assert_eq!(multi.status().await.unwrap_err().code(), 50);

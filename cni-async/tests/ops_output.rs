@@ -111,3 +111,41 @@ async fn a_plugin_error_object_passes_through() {
         (107, "no leases", "pool 10.217.0.0/24 full")
     );
 }
+
+/// Issue 24 item 4: a result whose `cniVersion` is not a string
+/// (`"cniVersion": 1`) was refused ("expected a string, got a number");
+/// libcni's `fixupResultVersion` takes it as the config's version, as for
+/// a missing or empty one (decisions.md D19), and so do we: the next plugin,
+/// the caller and the cache see the config's version.
+#[tokio::test]
+async fn a_non_string_cni_version_is_the_configs_version() {
+    let rig = Rig::new();
+    rig.fake(
+        "numbered",
+        &Fake::new(Response::ok(
+            r#"{"cniVersion":1,"ips":[{"address":"10.217.0.3/24"}]}"#,
+        )),
+    );
+    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    let list = conflist(json!({
+        "cniVersion":"1.0.0","name":"numv",
+        "plugins":[{"type":"numbered"},{"type":"second"}]
+    }));
+    let result = rig
+        .cni()
+        .add_network_list(&list, &RuntimeConf::new("c1", "/run/netns/c1", "eth0"))
+        .await
+        .expect("a number is taken as the config's version");
+    assert_eq!(result.version(), cni_core::Version::V1_0_0);
+    let adds = rig.dir.invocations_of("ADD");
+    let second = adds
+        .iter()
+        .find(|i| i.stdin_json()["type"] == "second")
+        .expect("second ran");
+    assert_eq!(
+        second.stdin_json()["prevResult"],
+        json!({"cniVersion":"1.0.0","ips":[{"address":"10.217.0.3/24"}]})
+    );
+    let cached = rig.cache_json("numv", "c1", "eth0").expect("cached");
+    assert_eq!(cached["result"]["cniVersion"], "1.0.0");
+}

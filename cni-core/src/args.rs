@@ -221,6 +221,12 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
 /// libcni's `RuntimeConf`.
 ///
 /// An attachment is identified by (`container_id`, `ifname`) on a network.
+///
+/// For a Kubernetes pod, `cni_async` builds one with the `CNI_ARGS`
+/// containerd's CRI plugin sets (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`,
+/// `K8S_POD_INFRA_CONTAINER_ID`, `K8S_POD_UID`, with `IgnoreUnknown=1`):
+/// `cni_async::Sandbox::new(id, netns).with_kubernetes_pod(&pod).runtime_conf("eth0")`
+/// (see `cni_async::Sandbox::with_kubernetes_pod` and `cni_async::KubernetesPod`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeConf {
     /// `CNI_CONTAINERID`.

@@ -15,8 +15,10 @@
 //! - A file that does not parse is skipped with a warning and named in the
 //!   "not found" error (`docs/decisions.md` D9; libcni fails on the first
 //!   bad file).
-//! - A directory with no configuration file at all gives [`Error::NoConfigs`],
-//!   distinct from [`Error::NetworkNotFound`].
+//! - A directory with no configuration file at all gives [`Error::NoConfigs`]
+//!   (which says when the directory does not exist), distinct from
+//!   [`Error::NetworkNotFound`] (which lists the networks the directory
+//!   holds and suggests the closest name).
 //! - Symbolic links are followed only when they stay inside the conf dir
 //!   (Kubernetes ConfigMap mounts link into `..data/`); a link that points
 //!   outside is skipped, so a conf dir writer cannot make us parse arbitrary
@@ -305,16 +307,22 @@ pub fn scan(dir: &Path) -> Result<ConfDirScan, Error> {
 
 /// Loads `paths` in order until one holds the network `name`; files that
 /// do not load are warned about and added to `skipped`.
+/// The names of the lists that load but are not `name` go to `available`.
 fn first_named(
     paths: Vec<PathBuf>,
     load: fn(&Path) -> Result<NetworkConfigList, Error>,
     name: &str,
     skipped: &mut Vec<SkippedFile>,
+    available: &mut Vec<String>,
 ) -> Option<NetworkConfigList> {
     for path in paths {
         match load(&path) {
             Ok(list) if list.name() == name => return Some(list),
-            Ok(_) => {}
+            Ok(list) => {
+                if !available.iter().any(|n| n == list.name()) {
+                    available.push(list.name().to_owned());
+                }
+            }
             Err(e) => {
                 let s = SkippedFile {
                     path,
@@ -338,7 +346,14 @@ pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList, Error> 
         warn_skipped(s);
     }
     let mut seen = lists.len() + skipped.len();
-    if let Some(list) = first_named(lists, NetworkConfigList::from_file, name, &mut skipped) {
+    let mut available = Vec::new();
+    if let Some(list) = first_named(
+        lists,
+        NetworkConfigList::from_file,
+        name,
+        &mut skipped,
+        &mut available,
+    ) {
         return Ok(list);
     }
     let (singles, skipped_singles) = scan_files(dir, SINGLE_EXTENSIONS)?;
@@ -347,17 +362,19 @@ pub fn load_network(dir: &Path, name: &str) -> Result<NetworkConfigList, Error> 
     }
     seen += singles.len() + skipped_singles.len();
     skipped.extend(skipped_singles);
-    if let Some(list) = first_named(singles, load_single, name, &mut skipped) {
+    if let Some(list) = first_named(singles, load_single, name, &mut skipped, &mut available) {
         return Ok(list);
     }
     if seen == 0 {
         return Err(Error::NoConfigs {
             dir: dir.to_owned(),
+            missing: !dir.exists(),
         });
     }
     Err(Error::NetworkNotFound {
         name: name.to_owned(),
         dir: dir.to_owned(),
         skipped,
+        available,
     })
 }

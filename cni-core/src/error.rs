@@ -194,6 +194,63 @@ impl fmt::Display for SkippedFile {
     }
 }
 
+fn fmt_no_configs(dir: &std::path::Path, missing: bool) -> String {
+    if missing {
+        format!(
+            "no network configurations: the conf dir {} does not exist",
+            dir.display()
+        )
+    } else {
+        format!("no network configurations found in {}", dir.display())
+    }
+}
+
+fn fmt_available(name: &str, available: &[String]) -> String {
+    if available.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = available.iter().map(|n| format!("{n:?}")).collect();
+    match closest(name, available) {
+        Some(near) => format!(
+            "; did you mean {near:?}? (networks there: {})",
+            names.join(", ")
+        ),
+        None => format!(" (networks there: {})", names.join(", ")),
+    }
+}
+
+/// The candidate nearest to `wanted` by edit distance, if it is near
+/// enough to be a typo (at most a third of the longer name, and at least
+/// one edit allowed).
+pub fn closest<'a>(wanted: &str, candidates: &'a [String]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|c| (edit_distance(wanted, c), c))
+        .filter(|(d, c)| *d > 0 && *d <= (wanted.chars().count().max(c.chars().count()) / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c.as_str())
+}
+
+/// Levenshtein distance between `a` and `b`, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diag
+            } else {
+                1 + diag.min(above).min(row[j])
+            };
+            diag = above;
+        }
+    }
+    row[b.len()]
+}
+
 fn list_skipped(skipped: &[SkippedFile]) -> String {
     if skipped.is_empty() {
         return String::new();
@@ -253,15 +310,17 @@ pub enum Error {
         reason: String,
     },
 
-    /// The conf dir holds no configuration file at all.
-    #[error("no network configurations found in {}", dir.display())]
+    /// The conf dir holds no configuration file at all, or does not exist.
+    #[error("{}", fmt_no_configs(dir, *missing))]
     NoConfigs {
         /// The conf dir.
         dir: PathBuf,
+        /// The conf dir does not exist.
+        missing: bool,
     },
 
     /// No configuration in the conf dir has this network name.
-    #[error("no network configuration with name {name:?} in {}{}", dir.display(), list_skipped(skipped))]
+    #[error("no network configuration with name {name:?} in {}{}{}", dir.display(), fmt_available(name, available), list_skipped(skipped))]
     NetworkNotFound {
         /// The name looked for.
         name: String,
@@ -269,6 +328,9 @@ pub enum Error {
         dir: PathBuf,
         /// Files that could not be parsed (one of them may have been it).
         skipped: Vec<SkippedFile>,
+        /// The names of the networks the conf dir does hold, in conf-dir
+        /// order (the message lists them and suggests the closest).
+        available: Vec<String>,
     },
 
     /// A name, ID or other runtime parameter is not valid.
@@ -468,10 +530,28 @@ mod tests {
                 path: "/etc/cni/net.d/10-bad.conflist".into(),
                 reason: "expected value at line 1 column 1".into(),
             }],
+            available: Vec::new(),
         };
         let msg = e.to_string();
         assert!(msg.contains("10-bad.conflist"), "{msg}");
         assert!(msg.starts_with(r#"no network configuration with name "net" in /etc/cni/net.d"#));
+    }
+
+    #[test]
+    fn closest_names_are_typos_only() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let have = names(&["cnirs-bridge", "cnirs-ptp", "mynet"]);
+        assert_eq!(closest("cnirs-brige", &have), Some("cnirs-bridge"));
+        assert_eq!(closest("cnirs-pt", &have), Some("cnirs-ptp"));
+        assert_eq!(
+            closest("mynet", &have),
+            None,
+            "an exact name is no suggestion"
+        );
+        assert_eq!(closest("kube", &have), None);
+        assert_eq!(closest("", &have), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
     }
 }
 

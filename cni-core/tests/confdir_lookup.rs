@@ -167,8 +167,15 @@ fn no_configs_is_distinct_from_not_found() {
     // A missing dir is "no configs" too.
     let missing = d.path().join("nope");
     let e = confdir::load_network(&missing, "x").unwrap_err();
-    assert!(matches!(e, Error::NoConfigs { .. }), "{e:?}");
-    assert!(e.to_string().contains("nope"));
+    assert!(matches!(e, Error::NoConfigs { missing: true, .. }), "{e:?}");
+    // Issue 24 item 5: a missing dir says so.
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "no network configurations: the conf dir {} does not exist",
+            missing.display()
+        )
+    );
     // Files of other extensions do not count.
     d.write("README.md", "hi");
     assert!(matches!(
@@ -181,6 +188,44 @@ fn no_configs_is_distinct_from_not_found() {
         confdir::load_network(d.path(), "x"),
         Err(Error::NetworkNotFound { .. })
     ));
+}
+
+/// Issue 24 item 5: "no network configuration with name "cnirs-brige""
+/// named nothing that exists. Now the names are listed, in conf-dir order
+/// (each once, conflists then single confs), and a typo gets the closest.
+#[test]
+fn not_found_lists_the_networks_and_suggests_the_closest() {
+    let d = ConfDir::new();
+    d.write("10-bridge.conflist", &conflist("cnirs-bridge", "bridge"));
+    d.write("20-ptp.conflist", &conflist("cnirs-ptp", "ptp"));
+    d.write("30-again.conflist", &conflist("cnirs-bridge", "bridge"));
+    d.write(
+        "40-single.conf",
+        r#"{"name":"solo","cniVersion":"1.0.0","type":"bridge"}"#,
+    );
+    let e = confdir::load_network(d.path(), "cnirs-brige").unwrap_err();
+    match &e {
+        Error::NetworkNotFound { available, .. } => {
+            assert_eq!(available, &["cnirs-bridge", "cnirs-ptp", "solo"]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "no network configuration with name \"cnirs-brige\" in {}; did you mean \
+             \"cnirs-bridge\"? (networks there: \"cnirs-bridge\", \"cnirs-ptp\", \"solo\")",
+            d.path().display()
+        )
+    );
+    // Nothing close: the list alone.
+    let e = confdir::load_network(d.path(), "kube").unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with(" (networks there: \"cnirs-bridge\", \"cnirs-ptp\", \"solo\")"),
+        "{e}"
+    );
+    assert!(!e.to_string().contains("did you mean"), "{e}");
 }
 
 #[test]

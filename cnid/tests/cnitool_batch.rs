@@ -172,8 +172,9 @@ impl World {
     }
 
     /// Runs `cnitool ARGS` until a plugin run reached `gate`, then sends it
-    /// SIGINT; asserts that it fails with nothing on stdout; its stderr.
-    fn interrupted(&self, args: &[&str], gate: &Gate) -> String {
+    /// SIGINT; asserts that it fails with exit status `status`; its stdout
+    /// and stderr.
+    fn interrupted(&self, args: &[&str], gate: &Gate, status: i32) -> (String, String) {
         let path = format!("{}:{PLUGIN_DIR}", self.sb.plugins.bin().display());
         let child = self
             .sb
@@ -189,9 +190,8 @@ impl World {
         assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
         let out = child.wait_with_output().expect("wait for cnitool");
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(1), "{stderr}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "", "no summary");
-        stderr
+        assert_eq!(out.status.code(), Some(status), "{stderr}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
     }
 
     /// The host-side veths on the bridge.
@@ -373,7 +373,7 @@ fn up_twenty_namespaces_then_down_twice() {
     );
     w.assert_clean();
 
-    // Again: nothing to do, and quiet.
+    // Again: nothing to do, and quiet but for saying so.
     let run = w.down(&["-q"]).ok();
     let summary = run.stdout_json();
     assert_eq!(
@@ -384,7 +384,13 @@ fn up_twenty_namespaces_then_down_twice() {
         ),
         (&json!(0), &json!(0), &json!([]))
     );
-    assert_eq!(run.stderr, "");
+    assert!(
+        run.stderr.starts_with(&format!(
+            "batch down: nothing matches the prefix {prefix:?}"
+        )),
+        "{}",
+        run.stderr
+    );
     w.assert_clean();
 }
 
@@ -514,8 +520,10 @@ fn interrupted_up_tears_everything_down() {
         ),
     );
     w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "slow"})]);
-    // Once an ADD is in flight (held at the gate), SIGINT.
-    let stderr = w.interrupted(
+    // Once an ADD is in flight (held at the gate), SIGINT: exit status 130
+    // (issue 24 item 6: it was 1, with nothing on stdout) and the partial
+    // summary.
+    let (stdout, stderr) = w.interrupted(
         &[
             "batch",
             "up",
@@ -528,7 +536,21 @@ fn interrupted_up_tears_everything_down() {
             w.prefix(),
         ],
         &gate,
+        130,
     );
+    let summary: Value = serde_json::from_str(&stdout).expect("a JSON summary");
+    assert_eq!(summary["network"], json!(w.network), "{summary}");
+    assert_eq!(summary["interrupted"], "SIGINT", "{summary}");
+    assert_eq!(summary["tornDown"], true, "{summary}");
+    let members = summary["namespaces"].as_array().expect("namespaces");
+    assert!(!members.is_empty(), "{summary}");
+    assert!(
+        members
+            .iter()
+            .all(|m| m["error"].as_str().is_some_and(|e| e.contains("SIGINT"))),
+        "held at the gate, no member attached: {summary}"
+    );
+    assert_eq!(summary["attached"], 0, "{summary}");
     assert!(
         stderr.contains("batch up interrupted by SIGINT; the ")
             && stderr.contains("namespaces it had set up were torn down"),
@@ -625,7 +647,7 @@ fn a_signal_stops_down_and_the_next_down_finishes() {
     w.up(3, 3).ok();
 
     // Once a DEL is in flight (held at the gate), SIGINT.
-    let stderr = w.interrupted(
+    let (stdout, stderr) = w.interrupted(
         &[
             "batch",
             "down",
@@ -636,7 +658,9 @@ fn a_signal_stops_down_and_the_next_down_finishes() {
             "1",
         ],
         &gate,
+        1,
     );
+    assert_eq!(stdout, "", "no summary");
     assert!(
         stderr.contains("batch down interrupted by SIGINT; 3 namespaces left"),
         "{stderr}"
@@ -653,4 +677,78 @@ fn a_signal_stops_down_and_the_next_down_finishes() {
     );
     assert_eq!(batch_namespaces(prefix), Vec::<String>::new());
     assert_eq!(w.sb.cache_entries(), Vec::<String>::new());
+}
+
+/// Issue 24 item 6: `batch down --prefix kk-` (a typo) exited 0 with
+/// `"detached": 0` and said nothing, so a harness leaked its batch
+/// silently. Now stderr says that nothing matched.
+#[test]
+fn down_with_a_prefix_that_matches_nothing_says_so() {
+    require_root!();
+    let w = World::new();
+    w.noop_plugin("rec", "true");
+    w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "rec"})]);
+    w.up(2, 2).ok();
+    let typo = format!("{}typo-", w.prefix());
+    let run = w
+        .run(&["batch", "down", &w.network, "--prefix", &typo])
+        .ok();
+    assert_eq!(run.stdout_json()["detached"], 0);
+    assert!(
+        run.stderr.contains(&format!(
+            "batch down: nothing matches the prefix {typo:?}: no network namespace \
+             {NETNS_DIR}/{typo}<number> and no cached attachment of network {:?} in one",
+            w.network
+        )),
+        "{}",
+        run.stderr
+    );
+    // The real batch is untouched.
+    assert_eq!(batch_namespaces(w.prefix()).len(), 2);
+    w.down(&["-q"]).ok();
+    assert_eq!(batch_namespaces(w.prefix()), Vec::<String>::new());
+}
+
+/// Issue 24 item 6: `batch down cnirs-ptp` on namespaces attached to
+/// `cnirs-bridge` reported `"network":"cnirs-ptp","detached":3` (it did
+/// clean them: a member's teardown DELs every cached attachment of its
+/// container). Now the summary says, per namespace, what was detached from
+/// which network: here a DEL of the named network without a cached
+/// attachment (as `cnitool del` runs it), and the cached attachment to the
+/// other one.
+#[test]
+fn down_of_another_network_says_what_was_detached_from_which() {
+    require_root!();
+    let w = World::new();
+    w.noop_plugin("rec", "true");
+    w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "rec"})]);
+    let other = format!("{}-other", w.network);
+    w.sb.conflist(&other, "1.0.0", &[json!({"type": "rec"})]);
+    let prefix = w.prefix();
+    w.up(2, 2).ok();
+    let run = w
+        .run(&["batch", "down", &other, "--prefix", prefix, "-q"])
+        .ok();
+    let summary = run.stdout_json();
+    assert_eq!(summary["network"], json!(other));
+    assert_eq!(summary["detached"], 4, "{summary}");
+    assert_eq!(
+        summary["namespaces"],
+        json!(
+            [0, 1]
+                .iter()
+                .map(|i| json!({
+                    "namespace": format!("{prefix}{i}"),
+                    "detached": [
+                        {"network": other, "ifname": "eth0", "cached": false},
+                        {"network": w.network, "ifname": "eth0", "cached": true},
+                    ],
+                    "deleted": true,
+                }))
+                .collect::<Vec<_>>()
+        ),
+        "{summary}"
+    );
+    assert_eq!(w.sb.cache_entries(), Vec::<String>::new());
+    assert_eq!(batch_namespaces(prefix), Vec::<String>::new());
 }

@@ -49,7 +49,8 @@
 //!
 //! Decoding follows libcni (`pkg/types/020`, `040`, `100`) unless noted:
 //!
-//! - A missing, `null` or `""` `cniVersion` means the caller's default version.
+//! - A missing, `null`, `""` or non-string (`1`) `cniVersion` means the
+//!   caller's default version (libcni's `fixupResultVersion`).
 //!   Any supported spelling is accepted (`"1.0"` is 1.0.0); output always uses
 //!   the full `x.y.z` form.
 //! - `null` anywhere means "absent"; unknown keys are ignored (and so not
@@ -113,8 +114,8 @@ pub enum CniResult {
 impl CniResult {
     /// Parses plugin output, a `prevResult` or a cached result.
     ///
-    /// A missing or empty `cniVersion` is taken to be `default_version` (use
-    /// the configuration's version). A version we do not support is an
+    /// A missing, empty or non-string `cniVersion` is taken to be
+    /// `default_version` (use the configuration's version), as libcni does. A version we do not support is an
     /// [`Error::UnsupportedVersion`]; anything else that does not decode is an
     /// [`Error::InvalidResult`] naming the field and value. Never panics.
     pub fn parse(bytes: &[u8], default_version: Version) -> Result<CniResult, Error> {
@@ -134,7 +135,9 @@ impl CniResult {
                 reason: format!("expected a JSON object, got {}", kind(value)),
             });
         };
-        let version = match Reader::new(default_version).string(obj, "", "cniVersion")? {
+        // Not a string (`1`, `true`): libcni's `fixupResultVersion` takes
+        // it as missing, and so do we (decisions.md D19).
+        let version = match obj.get("cniVersion").and_then(Value::as_str) {
             None | Some("") => {
                 if !default_version.is_supported() {
                     return Err(Error::UnsupportedVersion {
@@ -463,6 +466,11 @@ mod tests {
             json!({}),
             json!({"cniVersion": ""}),
             json!({"cniVersion": null}),
+            // Not a string: libcni takes it as missing too (D19).
+            json!({"cniVersion": 1}),
+            json!({"cniVersion": 0.4}),
+            json!({"cniVersion": true}),
+            json!({"cniVersion": ["1.0.0"]}),
         ] {
             let r = CniResult::from_value(&v, Version::V0_3_1).unwrap();
             assert_eq!(r.version(), Version::V0_3_1);
@@ -482,11 +490,6 @@ mod tests {
         assert!(matches!(err, Error::InvalidVersion { .. }), "{err:?}");
         let err = CniResult::from_value(&json!({}), Version::new(2, 0, 0)).unwrap_err();
         assert!(matches!(err, Error::UnsupportedVersion { .. }), "{err:?}");
-        let err = parse(json!({"cniVersion": 1})).unwrap_err().to_string();
-        assert_eq!(
-            err,
-            "invalid 1.0.0 result: cniVersion 1: expected a string, got a number"
-        );
         let r = parse(json!({"cniVersion": "1.0.0"})).unwrap();
         assert!(matches!(
             r.convert(Version::new(0, 5, 0)),

@@ -14,7 +14,10 @@ pub(crate) async fn exec(
     args: &AttachmentArgs,
 ) -> anyhow::Result<()> {
     let rt = setup::runtime_conf_for_add(env, &args.netns, global.ifname.as_deref())?;
-    let result = backend.add(&args.network, &rt).await?;
+    let result = backend
+        .add(&args.network, &rt)
+        .await
+        .map_err(|e| setup::missing_netns(e, &rt))?;
     report::print_stdout(&result.to_json_pretty())?;
     Ok(())
 }

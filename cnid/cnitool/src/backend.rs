@@ -87,6 +87,22 @@ impl Local {
 impl Backend for Local {
     async fn add(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<CniResult> {
         let list = self.load(network)?;
+        // A second ADD of an attachment would fail deep in a plugin (the
+        // bridge's "container veth name provided (eth0) already exists");
+        // the cache knows: say so, as cnid does. A cache that cannot be
+        // read is left to the ADD.
+        if let Ok(Some(_)) = self.cni.cached_config(list.name(), rt).await {
+            return Err(crate::report::ToolError::new(
+                cnid::api::code::ALREADY_ATTACHED,
+                format!(
+                    "container {:?} interface {:?} is already attached to network {:?}: DEL it first",
+                    rt.container_id,
+                    rt.ifname,
+                    list.name()
+                ),
+            )
+            .into());
+        }
         Ok(self
             .cni
             .add_network_list(&list, rt)

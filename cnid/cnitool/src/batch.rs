@@ -30,9 +30,11 @@
 //! - `up` refuses to start when a namespace `PREFIX<number>` exists already:
 //!   the prefix names the batch, and `down` deletes every such namespace.
 //! - SIGINT or SIGTERM during `up` stops it: the plugins in flight are
-//!   killed, everything set up so far is torn down, and the exit status is 1
-//!   with nothing on stdout. A second signal stops the teardown; `batch
-//!   down` finishes it.
+//!   killed, everything set up so far is torn down, the partial summary is
+//!   printed (`"interrupted": "SIGINT"`, `"tornDown"`; members stopped
+//!   before they attached have an `error`), and the exit status is 128 +
+//!   the signal (130, 143), as a shell reports it. A second signal stops
+//!   the teardown; `batch down` finishes it.
 //!
 //! `up` is a thin layer over the library's batch ([`cni_async::batch`]):
 //! [`BatchBuilder`] with the container IDs derived from the paths
@@ -49,11 +51,17 @@
 //! with the current configuration, the interface name of `-i`/`CNI_IFNAME`
 //! and `CNI_ARGS`/`CAP_ARGS`, as `cnitool del` would run it. Then each
 //! namespace whose DELs succeeded is deleted; one whose DEL failed is kept,
-//! so that running `down` again retries with the same inputs. It prints
-//! `{"network", "prefix", "detached", "deleted", "errors": [{"namespace",
-//! "error"}], "elapsedMs"}` (one error per namespace; `detached` counts
-//! the DELs of the namespaces torn down); the exit status is 1 when
-//! `errors` is not empty. With nothing left to do it succeeds. When
+//! so that running `down` again retries with the same inputs. A member's
+//! teardown also DELs the cached attachments of its container to other
+//! networks. It prints `{"network", "prefix", "detached", "deleted",
+//! "namespaces": [{"namespace", "detached": [{"network", "ifname",
+//! "cached"}], "deleted"}], "errors": [{"namespace", "error"}],
+//! "elapsedMs"}` (one error per namespace; `detached` counts the DELs of
+//! the namespaces torn down, and `namespaces` says which network each was
+//! of, and whether it came from the cache); the exit status is 1 when
+//! `errors` is not empty. With nothing left to do it succeeds, saying on
+//! stderr that nothing matched the prefix (a typo would otherwise leak the
+//! batch silently). When
 //! namespaces `PREFIX<number>` exist but the network has neither a
 //! configuration nor cached attachments in them (a typo?), `down` refuses
 //! and leaves them. SIGINT or SIGTERM stops `down`: the DELs in flight are
@@ -84,7 +92,7 @@
 //!   container. Use the `path` of the summary.
 //! - Runs the plugins in this process; there is no daemon variant.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -288,8 +296,12 @@ async fn up(
         .setup_until(async { interrupted = Some(signals.recv().await) })
         .await?;
     lock(&progress).up.end_line();
+    let (members, failures) = up_members(&batch, &template.ifname, interrupted);
     if let Some(signal) = interrupted {
-        return Err(undo_interrupted(
+        // The partial summary: what had attached (and failed) when the
+        // signal came; all of it is torn down now.
+        let attached = members.iter().filter(|m| m["error"].is_null()).count();
+        let (error, torn_down) = undo_interrupted(
             batch,
             &network,
             prefix,
@@ -298,48 +310,21 @@ async fn up(
             signal,
             &mut signals,
         )
-        .await);
+        .await;
+        let summary = json!({
+            "network": network,
+            "prefix": prefix,
+            "attached": attached,
+            "failed": members.len() - attached,
+            "interrupted": signal,
+            "tornDown": torn_down,
+            "namespaces": members,
+            "elapsedMs": elapsed_ms(started),
+        });
+        report::print_stdout(&report::pretty_json(&summary))?;
+        return Err(error);
     }
 
-    let mut members = Vec::with_capacity(count);
-    let mut failures: Vec<(String, String, u32)> = Vec::new();
-    for m in batch.members() {
-        let path = member_path(m.name());
-        let (ips, error): (Vec<String>, Option<String>) = match (m.result(), m.error()) {
-            (Some(result), _) => (
-                result
-                    .addresses(&template.ifname)
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-                None,
-            ),
-            (None, Some(e)) => {
-                // The summary names the network: the member's error without it.
-                let e = match e {
-                    cni_async::Error::Context { source, .. } => source,
-                    other => other,
-                };
-                failures.push((m.name().to_owned(), e.to_string(), e.code()));
-                (Vec::new(), Some(e.to_string()))
-            }
-            // Every member ran to the end: unreachable, but a member without
-            // an outcome is a failure, not a panic.
-            (None, None) => {
-                let text = format!("batch up: {path}: no outcome recorded");
-                failures.push((m.name().to_owned(), text.clone(), code::IO_FAILURE));
-                (Vec::new(), Some(text))
-            }
-        };
-        members.push(json!({
-            "namespace": m.name(),
-            "path": path,
-            "containerId": m.container_id(),
-            "ifname": template.ifname,
-            "ips": ips,
-            "error": error,
-        }));
-    }
     // The attached members (and those whose undo failed) stay for `down`.
     drop(batch.keep());
     let summary = json!({
@@ -367,6 +352,66 @@ async fn up(
             .into())
         }
     }
+}
+
+/// The summary entries of `up`'s members, and the failures (name, error,
+/// code). After a signal, a member without an outcome was stopped.
+#[allow(clippy::type_complexity)]
+fn up_members(
+    batch: &Batch,
+    ifname: &str,
+    interrupted: Option<&str>,
+) -> (Vec<Value>, Vec<(String, String, u32)>) {
+    let mut members = Vec::new();
+    let mut failures: Vec<(String, String, u32)> = Vec::new();
+    for m in batch.members() {
+        let path = member_path(m.name());
+        let (ips, error): (Vec<String>, Option<String>) = match (m.result(), m.error()) {
+            (Some(result), _) => (
+                result
+                    .addresses(ifname)
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+                None,
+            ),
+            (None, Some(e)) => {
+                // The summary names the network: the member's error without it.
+                let e = match e {
+                    cni_async::Error::Context { source, .. } => source,
+                    other => other,
+                };
+                let text = cni_core::error::Chain(e).to_string();
+                failures.push((m.name().to_owned(), text.clone(), e.code()));
+                (Vec::new(), Some(text))
+            }
+            // Stopped by the signal before it attached.
+            (None, None) if interrupted.is_some() => {
+                let text = format!(
+                    "stopped by {} before it attached",
+                    interrupted.unwrap_or("")
+                );
+                failures.push((m.name().to_owned(), text.clone(), code::TRY_AGAIN_LATER));
+                (Vec::new(), Some(text))
+            }
+            // Every member ran to the end: unreachable, but a member without
+            // an outcome is a failure, not a panic.
+            (None, None) => {
+                let text = format!("batch up: {path}: no outcome recorded");
+                failures.push((m.name().to_owned(), text.clone(), code::IO_FAILURE));
+                (Vec::new(), Some(text))
+            }
+        };
+        members.push(json!({
+            "namespace": m.name(),
+            "path": path,
+            "containerId": m.container_id(),
+            "ifname": ifname,
+            "ips": ips,
+            "error": error,
+        }));
+    }
+    (members, failures)
 }
 
 /// The progress lines of `up`, fed by the batch's events: setup, then the
@@ -401,8 +446,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The exit status of a command stopped by `signal`: 128 + its number, as
+/// a shell reports it (130 for SIGINT, 143 for SIGTERM).
+fn signal_exit_status(signal: &str) -> u8 {
+    match signal {
+        "SIGTERM" => 128 + 15,
+        _ => 128 + 2,
+    }
+}
+
 /// After SIGINT/SIGTERM: tears down what `batch` set up so far; the error
-/// to report. A second signal stops the teardown.
+/// to report (exit status 128 + the signal) and whether everything was
+/// torn down. A second signal stops the teardown.
 async fn undo_interrupted(
     batch: Batch,
     network: &str,
@@ -411,7 +466,7 @@ async fn undo_interrupted(
     progress: &Mutex<UpProgress>,
     signal: &str,
     signals: &mut Signals,
-) -> anyhow::Error {
+) -> (anyhow::Error, bool) {
     let total = batch.pending_teardown();
     if !common.quiet {
         report::write_stderr(&format!(
@@ -431,6 +486,7 @@ async fn undo_interrupted(
     if let Some((down, _, _)) = &mut lock(progress).down {
         down.end_line();
     }
+    let torn_down = matches!(outcome, Ok(TeardownEnd::Done));
     let msg = match outcome {
         Ok(TeardownEnd::Done) => format!(
             "batch up interrupted by {signal}; the {total} namespaces it had set up were torn down"
@@ -445,7 +501,10 @@ async fn undo_interrupted(
              run `cnitool batch down {network} --prefix {prefix}` to remove what is left"
         ),
     };
-    ToolError::new(code::TRY_AGAIN_LATER, msg).into()
+    let error = ToolError::new(code::TRY_AGAIN_LATER, msg)
+        .with_exit_status(signal_exit_status(signal))
+        .into();
+    (error, torn_down)
 }
 
 // ----- down: the library's batch, adopted -----
@@ -476,7 +535,7 @@ impl DownProgress {
                             cni_async::Error::Context { source, .. } => source,
                             other => other,
                         };
-                        (e.to_string(), e.code())
+                        (cni_core::error::Chain(e).to_string(), e.code())
                     },
                 );
                 self.outcomes.insert(e.index, Some(error));
@@ -485,6 +544,14 @@ impl DownProgress {
         }
         self.progress.update(self.ok, self.failed);
     }
+}
+
+/// A namespace `down` works on.
+struct DownMember {
+    name: String,
+    /// The DELs it gets: `{"network", "ifname", "cached"}`.
+    dels: Vec<Value>,
+    has_name: bool,
 }
 
 async fn down(
@@ -552,18 +619,47 @@ async fn down(
         }
         (Err(e), None) => return Err(e.into()),
     };
-    // Per member: its name, the DELs it gets, whether its name exists.
-    let members: Vec<(String, usize, bool)> = batch
-        .members()
-        .iter()
-        .map(|m| {
-            let dels = match m.cached_attachments().len() {
-                0 => usize::from(known),
-                n => n,
-            };
-            (m.name().to_owned(), dels, m.has_name())
-        })
-        .collect();
+    if batch.members().is_empty() {
+        // A typo in --prefix would otherwise leak the real batch silently.
+        report::write_stderr(&format!(
+            "batch down: nothing matches the prefix {prefix:?}: no network namespace \
+             {NETNS_RUN_DIR}/{prefix}<number> and no cached attachment of network {network:?} \
+             in one\n"
+        ));
+    }
+    // Per member: its name, the DELs it gets, whether its name exists. A
+    // member's teardown DELs NETWORK (from the cache, or as `cnitool del`
+    // runs it when the cache has none) and every other cached attachment
+    // of its container (`MultiNetwork::remove`): the summary names each
+    // with its network (`batch down cnirs-ptp` on a `cnirs-bridge` batch
+    // detaches it from cnirs-bridge).
+    let mut members: Vec<DownMember> = Vec::new();
+    for m in batch.members() {
+        let mut records = runner
+            .cni
+            .cached_attachments(Some(m.container_id()))
+            .await
+            .unwrap_or_default();
+        records.extend(m.cached_attachments().iter().cloned());
+        let mut seen = BTreeSet::new();
+        records.retain(|r| seen.insert((r.network_name.clone(), r.if_name.clone())));
+        let mut dels: Vec<Value> = Vec::new();
+        if known && !records.iter().any(|r| r.network_name == network) {
+            dels.push(json!({"network": network, "ifname": template.ifname, "cached": false}));
+        }
+        // This network's first, then the others by name.
+        records.sort_by_key(|r| (r.network_name != network, r.network_name.clone()));
+        dels.extend(
+            records
+                .iter()
+                .map(|r| json!({"network": r.network_name, "ifname": r.if_name, "cached": true})),
+        );
+        members.push(DownMember {
+            name: m.name().to_owned(),
+            dels,
+            has_name: m.has_name(),
+        });
+    }
     *lock(&progress) = Some(DownProgress {
         progress: Progress::new(
             "batch down",
@@ -605,12 +701,23 @@ async fn down(
 
     let (mut detached, mut deleted) = (0, 0);
     let mut errors = Vec::new();
+    let mut namespaces = Vec::new();
     let mut first: Option<(String, String, u32)> = None;
-    for (index, (name, dels, has_name)) in members.into_iter().enumerate() {
+    for (index, m) in members.into_iter().enumerate() {
+        let DownMember {
+            name,
+            dels,
+            has_name,
+        } = m;
         match outcomes.get(&index) {
             Some(None) => {
-                detached += dels;
+                detached += dels.len();
                 deleted += usize::from(has_name);
+                namespaces.push(json!({
+                    "namespace": name,
+                    "detached": dels,
+                    "deleted": has_name,
+                }));
             }
             Some(Some((error, code))) => {
                 errors.push(json!({"namespace": name, "error": error}));
@@ -639,6 +746,7 @@ async fn down(
         "prefix": prefix,
         "detached": detached,
         "deleted": deleted,
+        "namespaces": namespaces,
         "errors": errors,
         "elapsedMs": elapsed_ms(started),
     });

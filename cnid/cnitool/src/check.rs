@@ -12,5 +12,8 @@ pub(crate) async fn exec(
     args: &AttachmentArgs,
 ) -> anyhow::Result<()> {
     let rt = setup::runtime_conf_for_add(env, &args.netns, global.ifname.as_deref())?;
-    backend.check(&args.network, &rt).await
+    backend
+        .check(&args.network, &rt)
+        .await
+        .map_err(|e| setup::missing_netns(e, &rt))
 }

@@ -36,6 +36,9 @@ pub(crate) struct ToolError {
     /// Ends with status 1 without a word: stdout's reader went away (a
     /// broken pipe), as a Go cnitool dies of SIGPIPE.
     pub(crate) quiet: bool,
+    /// The exit status, when not 1: 128 + the signal that stopped it
+    /// (130 for SIGINT), as a shell reports an interrupted command.
+    pub(crate) exit_status: Option<u8>,
 }
 
 impl ToolError {
@@ -45,7 +48,14 @@ impl ToolError {
             code,
             msg: msg.into(),
             quiet: false,
+            exit_status: None,
         }
+    }
+
+    /// This failure, ending with `status` instead of 1.
+    pub(crate) fn with_exit_status(mut self, status: u8) -> Self {
+        self.exit_status = Some(status);
+        self
     }
 }
 
@@ -115,6 +125,10 @@ pub(crate) fn failure_with_hint(
     if quiet {
         return ExitCode::FAILURE;
     }
+    let status = err
+        .chain()
+        .find_map(|c| c.downcast_ref::<ToolError>()?.exit_status)
+        .map_or(ExitCode::FAILURE, ExitCode::from);
     if json {
         let mut obj = error_object(err, version);
         if let Some(hint) = hint {
@@ -131,7 +145,7 @@ pub(crate) fn failure_with_hint(
             None => write_stderr(&format!("error: {err:#}\n")),
         }
     }
-    ExitCode::FAILURE
+    status
 }
 
 /// A hint for a failure to use the result cache for lack of permission

@@ -272,7 +272,34 @@ pub(crate) fn bare_netns_hint(netns: &str, resolved: &str, run_dir: &Path) -> Op
     ))
 }
 
-/// [`runtime_conf`] for ADD and CHECK, with [`bare_netns_hint`] applied.
+/// ADD and CHECK: an absolute netns path that does not exist, beside an
+/// entry of a near name (a typo: `/run/netns/m2` for `/run/netns/m1`), is
+/// refused with a hint, as a bare name is ([`bare_netns_hint`]). Without a
+/// near name the plugins run (they may be fakes that need no namespace);
+/// [`missing_netns`] then names the cause when they fail.
+pub(crate) fn typo_netns_hint(netns: &str, resolved: &str) -> Option<String> {
+    if !netns.starts_with('/') {
+        return None;
+    }
+    let path = Path::new(resolved);
+    let (parent, name) = (path.parent()?, path.file_name()?.to_str()?);
+    if name.chars().count() < 3 || path.exists() {
+        return None;
+    }
+    let names: Vec<String> = std::fs::read_dir(parent)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.chars().count() >= 3)
+        .collect();
+    let near = cni_core::error::closest(name, &names)?;
+    Some(format!(
+        "netns {resolved:?} does not exist; did you mean {}?",
+        parent.join(near).display()
+    ))
+}
+
+/// [`runtime_conf`] for ADD and CHECK, with [`bare_netns_hint`] and
+/// [`typo_netns_hint`] applied.
 #[allow(dead_code)] // not in cnitool-batch
 pub(crate) fn runtime_conf_for_add(
     env: Env<'_>,
@@ -280,10 +307,27 @@ pub(crate) fn runtime_conf_for_add(
     ifname_flag: Option<&str>,
 ) -> anyhow::Result<RuntimeConf> {
     let rt = runtime_conf(env, netns, ifname_flag)?;
-    if let Some(hint) = bare_netns_hint(netns, &rt.netns, Path::new(NETNS_RUN_DIR)) {
+    let hint = bare_netns_hint(netns, &rt.netns, Path::new(NETNS_RUN_DIR))
+        .or_else(|| typo_netns_hint(netns, &rt.netns));
+    if let Some(hint) = hint {
         return Err(ToolError::new(code::INVALID_ENVIRONMENT_VARIABLES, hint).into());
     }
     Ok(rt)
+}
+
+/// An ADD or CHECK that failed on its netns path, which does not exist
+/// (the error names the path: the bridge's `failed to Statfs
+/// "/run/netns/nope"`, code 999): the error led by that cause; the
+/// plugin's words and code follow.
+#[allow(dead_code)] // not in cnitool-batch
+pub(crate) fn missing_netns(e: anyhow::Error, rt: &RuntimeConf) -> anyhow::Error {
+    if rt.netns.is_empty()
+        || Path::new(&rt.netns).exists()
+        || !format!("{e:#}").contains(rt.netns.as_str())
+    {
+        return e;
+    }
+    e.context(format!("netns {:?} does not exist", rt.netns))
 }
 
 /// Go's `os.Getwd`: `$PWD` when it is absolute and names the current
@@ -407,6 +451,30 @@ mod tests {
         ] {
             assert_eq!(clean(input), want, "clean({input:?})");
         }
+    }
+
+    #[test]
+    fn a_missing_absolute_netns_beside_a_near_name_gets_a_hint() {
+        let run = tempfile::tempdir().unwrap();
+        std::fs::write(run.path().join("pod-m1"), b"").unwrap();
+        let typo = run.path().join("pod-m2").display().to_string();
+        let hint = typo_netns_hint(&typo, &typo).unwrap();
+        assert_eq!(
+            hint,
+            format!(
+                "netns {typo:?} does not exist; did you mean {}/pod-m1?",
+                run.path().display()
+            )
+        );
+        // Nothing near, existing, relative or short: no hint.
+        let far = run.path().join("elsewhere").display().to_string();
+        assert_eq!(typo_netns_hint(&far, &far), None);
+        let there = run.path().join("pod-m1").display().to_string();
+        assert_eq!(typo_netns_hint(&there, &there), None);
+        assert_eq!(typo_netns_hint("pod-m2", &typo), None);
+        let short = run.path().join("m2").display().to_string();
+        std::fs::write(run.path().join("m1"), b"").unwrap();
+        assert_eq!(typo_netns_hint(&short, &short), None);
     }
 
     #[test]

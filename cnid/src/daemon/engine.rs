@@ -656,7 +656,7 @@ impl Engine {
                     1 => errors.remove(0),
                     _ => cni_async::Error::Multiple {
                         operation: format!("GC of network {}", list.name()),
-                        errors,
+                        errors: errors.into(),
                     },
                 };
                 Err(ApiError::from_cni(&e, version))
