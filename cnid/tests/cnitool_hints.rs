@@ -52,28 +52,33 @@ fn a_missing_conf_dir_says_the_directory_is_missing() {
 }
 
 #[test]
-fn a_missing_absolute_netns_beside_a_near_name_is_refused_before_the_plugins() {
-    let sb = sandbox();
+fn a_missing_absolute_netns_beside_a_near_name_gets_the_hint_when_the_plugins_fail() {
+    let sb = Sandbox::new();
     let run_dir = sb.root().join("netns");
     std::fs::create_dir(&run_dir).unwrap();
     std::fs::write(run_dir.join("pod-m1"), b"").unwrap();
     let typo = run_dir.join("pod-m2").display().to_string();
-    for verb in ["add", "check"] {
-        let err = sb.run(&[verb, "cnirs-bridge", &typo]).fails();
-        assert_eq!(
-            err,
-            format!(
-                "error: netns {typo:?} does not exist; did you mean {}/pod-m1?\n",
-                run_dir.display()
-            ),
-            "{verb}"
-        );
-    }
-    let json = sb
-        .run(&["--json-errors", "add", "cnirs-bridge", &typo])
-        .fails_json();
-    assert_eq!(json["code"], 4, "{json}");
-    assert!(sb.plugins.invocations().is_empty());
+    sb.plugins.fake(
+        "statfs",
+        &Fake::new(Response::cni_error(
+            999,
+            &format!("failed to Statfs {typo:?}: no such file or directory"),
+            "",
+        )),
+    );
+    sb.conflist("net", "1.0.0", &[json!({"type": "statfs"})]);
+    let err = sb.run(&["add", "net", &typo]).fails();
+    let hint = format!(
+        "error: netns {typo:?} does not exist; did you mean {}/pod-m1?: ",
+        run_dir.display()
+    );
+    assert!(err.starts_with(&hint), "{err}");
+    assert!(err.contains("failed to Statfs"), "{err}");
+    // The plugins ran (the hint never refuses an ADD: a near name is the
+    // host's state), and their code is kept.
+    assert!(!sb.plugins.invocations().is_empty());
+    let json = sb.run(&["--json-errors", "add", "net", &typo]).fails_json();
+    assert_eq!(json["code"], 999, "{json}");
 }
 
 #[test]

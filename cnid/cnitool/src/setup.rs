@@ -272,11 +272,12 @@ pub(crate) fn bare_netns_hint(netns: &str, resolved: &str, run_dir: &Path) -> Op
     ))
 }
 
-/// ADD and CHECK: an absolute netns path that does not exist, beside an
-/// entry of a near name (a typo: `/run/netns/m2` for `/run/netns/m1`), is
-/// refused with a hint, as a bare name is ([`bare_netns_hint`]). Without a
-/// near name the plugins run (they may be fakes that need no namespace);
-/// [`missing_netns`] then names the cause when they fail.
+/// ADD and CHECK that failed on an absolute netns path that does not
+/// exist, beside an entry of a near name (a typo: `/run/netns/m2` for
+/// `/run/netns/m1`): the hint [`missing_netns`] leads the error with.
+/// Given only after the plugins failed, never as a refusal before them:
+/// the plugins may need no namespace (fakes), and whether a near name
+/// exists is the host's state, which must not decide whether an ADD runs.
 pub(crate) fn typo_netns_hint(netns: &str, resolved: &str) -> Option<String> {
     if !netns.starts_with('/') {
         return None;
@@ -298,8 +299,7 @@ pub(crate) fn typo_netns_hint(netns: &str, resolved: &str) -> Option<String> {
     ))
 }
 
-/// [`runtime_conf`] for ADD and CHECK, with [`bare_netns_hint`] and
-/// [`typo_netns_hint`] applied.
+/// [`runtime_conf`] for ADD and CHECK, with [`bare_netns_hint`] applied.
 #[allow(dead_code)] // not in cnitool-batch
 pub(crate) fn runtime_conf_for_add(
     env: Env<'_>,
@@ -307,9 +307,7 @@ pub(crate) fn runtime_conf_for_add(
     ifname_flag: Option<&str>,
 ) -> anyhow::Result<RuntimeConf> {
     let rt = runtime_conf(env, netns, ifname_flag)?;
-    let hint = bare_netns_hint(netns, &rt.netns, Path::new(NETNS_RUN_DIR))
-        .or_else(|| typo_netns_hint(netns, &rt.netns));
-    if let Some(hint) = hint {
+    if let Some(hint) = bare_netns_hint(netns, &rt.netns, Path::new(NETNS_RUN_DIR)) {
         return Err(ToolError::new(code::INVALID_ENVIRONMENT_VARIABLES, hint).into());
     }
     Ok(rt)
@@ -327,7 +325,9 @@ pub(crate) fn missing_netns(e: anyhow::Error, rt: &RuntimeConf) -> anyhow::Error
     {
         return e;
     }
-    e.context(format!("netns {:?} does not exist", rt.netns))
+    let cause = typo_netns_hint(&rt.netns, &rt.netns)
+        .unwrap_or_else(|| format!("netns {:?} does not exist", rt.netns));
+    e.context(cause)
 }
 
 /// Go's `os.Getwd`: `$PWD` when it is absolute and names the current
