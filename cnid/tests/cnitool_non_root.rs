@@ -9,54 +9,17 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
 
-use crate::support::fake::Fake;
+use crate::support::nobody::{self, NOBODY};
 use crate::support::require_root;
-use crate::support::tool::{Run, Sandbox};
-use serde_json::json;
 
-const NOBODY: u32 = 65534;
 const NETNS: &str = "/proc/self/ns/net";
-
-fn open_up(path: &Path) {
-    let meta = fs::metadata(path).unwrap();
-    let mode = if meta.is_dir() {
-        0o755
-    } else {
-        meta.permissions().mode() | 0o444
-    };
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
-    if meta.is_dir() {
-        for entry in fs::read_dir(path).unwrap() {
-            open_up(&entry.unwrap().path());
-        }
-    }
-}
-
-/// A sandbox that `nobody` can read, with a cache dir only root may use.
-fn sandbox() -> Sandbox {
-    let sb = Sandbox::new();
-    sb.plugins.fake("p", &Fake::plugin("1.0.0", "10.1.2.3/24"));
-    sb.conflist("permnet", "1.0.0", &[json!({"type": "p"})]);
-    open_up(sb.root());
-    fs::create_dir(sb.cache_dir()).unwrap();
-    fs::set_permissions(sb.cache_dir(), fs::Permissions::from_mode(0o700)).unwrap();
-    sb
-}
-
-fn as_nobody(sb: &Sandbox, args: &[&str]) -> Run {
-    let mut cmd = sb.cnitool(args);
-    cmd.uid(NOBODY).gid(NOBODY);
-    Run::of(cmd)
-}
 
 #[test]
 fn del_without_access_to_the_cache_fails_up_front_and_runs_no_plugin() {
     require_root!();
-    let sb = sandbox();
-    let run = as_nobody(&sb, &["del", "permnet", NETNS]);
+    let sb = nobody::sandbox();
+    let run = nobody::run(&sb, &["del", "permnet", NETNS]);
     let stderr = run.stderr.clone();
     let err = run.fails();
     assert!(err.contains("Permission denied"), "{err}");
@@ -69,14 +32,14 @@ fn del_without_access_to_the_cache_fails_up_front_and_runs_no_plugin() {
 #[test]
 fn a_socket_without_permission_says_permission_denied_and_allow_uid() {
     require_root!();
-    let sb = sandbox();
+    let sb = nobody::sandbox();
     // The socket's dir admits root only.
     let dir = sb.root().join("private");
     fs::create_dir(&dir).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
     let socket = dir.join("cnid.sock");
     let _listener = UnixListener::bind(&socket).unwrap();
-    let err = as_nobody(
+    let err = nobody::run(
         &sb,
         &[
             "--socket",
@@ -95,9 +58,9 @@ fn a_socket_without_permission_says_permission_denied_and_allow_uid() {
 #[test]
 fn batch_up_without_privilege_fails_once_up_front() {
     require_root!();
-    let sb = sandbox();
+    let sb = nobody::sandbox();
     let prefix = format!("c22nr{}-", std::process::id());
-    let run = as_nobody(
+    let run = nobody::run(
         &sb,
         &[
             "batch", "up", "permnet", "--count", "3", "--prefix", &prefix,

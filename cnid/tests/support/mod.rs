@@ -4,12 +4,13 @@
 //! [`require_root!`]), plus what is cnid's own: the daemon as a real process
 //! ([`daemon`]), running the built cnitool in a sandbox ([`tool`]), and
 //! `cnid-shim` as a runtime runs it, with the Go clients ([`shim`]), and
-//! what the crash soaks share ([`soak`]).
+//! what the crash soaks share ([`soak`]), cnitool as `nobody` ([`nobody`]).
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub use cni_test_support::{executable, fake, gate, netns, require_root};
 
 pub mod daemon;
+pub mod nobody;
 /// The benchmark plugin `cni-noop`, built on demand (it is not a binary of cnid).
 #[path = "../../benches/noop/locate.rs"]
 pub mod noop;
