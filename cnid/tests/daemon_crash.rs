@@ -35,10 +35,7 @@ impl Drop for Orphan {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_add_then_restart_leaks_nothing() {
     support::require_root!();
-    assert!(
-        Path::new("/usr/lib/cni/bridge").exists(),
-        "the reference plugins are missing: run `make setup`"
-    );
+    crate::support::require_plugins(&["bridge"]);
     let dirs = Dirs::new();
     let bridge = LinkGuard::new();
     let subnet = SubnetLease::new();

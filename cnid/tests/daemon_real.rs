@@ -18,12 +18,7 @@ const PLUGIN_DIR: &str = "/usr/lib/cni";
 const NET: &str = "dreal";
 
 fn require_plugins() {
-    for p in ["loopback", "bridge", "host-local", "tuning"] {
-        assert!(
-            Path::new(PLUGIN_DIR).join(p).exists(),
-            "the reference plugin {PLUGIN_DIR}/{p} is missing: run `make setup` (apt-get install containernetworking-plugins)"
-        );
-    }
+    crate::support::require_plugins(&["loopback", "bridge", "host-local", "tuning"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,12 +35,7 @@ struct World {
 /// ptp followed by a plugin that refuses every ADD (after ptp allocated).
 fn world() -> (World, Daemon) {
     cni_test_support::assert_root("the sandbox World creates namespaces and bridges");
-    for p in ["loopback", "bridge", "ptp", "host-local"] {
-        assert!(
-            Path::new(PLUGIN_DIR).join(p).exists(),
-            "the reference plugin {PLUGIN_DIR}/{p} is missing: run `make setup`"
-        );
-    }
+    crate::support::require_plugins(&["loopback", "bridge", "ptp", "host-local"]);
     let dirs = Dirs::new();
     let bridge = LinkGuard::new();
     let (bridge_subnet, ptp_subnet) = (SubnetLease::new(), SubnetLease::new());

@@ -352,12 +352,7 @@ struct World {
 impl World {
     fn new() -> World {
         cni_test_support::assert_root("the fault World creates namespaces and a bridge");
-        for p in ["bridge", "host-local"] {
-            assert!(
-                Path::new(PLUGIN_DIR).join(p).exists(),
-                "the reference plugin {PLUGIN_DIR}/{p} is missing: run `make setup`"
-            );
-        }
+        crate::support::require_plugins(&["bridge", "host-local"]);
         World {
             dirs: Dirs::new(),
             bridge: LinkGuard::new(),

@@ -476,10 +476,7 @@ const GATED: &str = "gated";
 impl GatedBridge {
     fn new() -> GatedBridge {
         cni_test_support::assert_root("a GatedBridge creates namespaces and a bridge");
-        assert!(
-            Path::new("/usr/lib/cni/bridge").exists(),
-            "the reference plugins are missing: run `make setup`"
-        );
+        crate::support::require_plugins(&["bridge"]);
         let dirs = Dirs::new();
         let bridge = LinkGuard::new();
         let subnet = SubnetLease::new();

@@ -37,12 +37,7 @@ struct Setup {
 impl Setup {
     fn new() -> Setup {
         cni_test_support::assert_root("the Go clients run on a real bridge");
-        for p in ["bridge", "host-local", "loopback"] {
-            assert!(
-                Path::new("/usr/lib/cni").join(p).exists(),
-                "the reference plugin /usr/lib/cni/{p} is missing: run `make setup`"
-            );
-        }
+        crate::support::require_plugins(&["bridge", "host-local", "loopback"]);
         let dirs = Dirs::new();
         let bridge = LinkGuard::new();
         let subnet = SubnetLease::new();

@@ -146,12 +146,7 @@ fn held_ips(data_dir: &Path) -> BTreeMap<String, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_random_moments_leaks_nothing() {
     require_root!();
-    for p in ["bridge", "host-local"] {
-        assert!(
-            Path::new(PLUGIN_DIR).join(p).exists(),
-            "the reference plugin {PLUGIN_DIR}/{p} is missing: run `make setup`"
-        );
-    }
+    crate::support::require_plugins(&["bridge", "host-local"]);
     let scale = scale();
     let seed = seed();
     println!(

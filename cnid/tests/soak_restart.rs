@@ -136,12 +136,7 @@ fn lock_holders(lock: &Path) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_and_immediate_restart_with_the_real_chain_leaks_no_reservation() {
     require_root!();
-    for p in ["bridge", "host-local"] {
-        assert!(
-            Path::new(PLUGIN_DIR).join(p).exists(),
-            "the reference plugin {PLUGIN_DIR}/{p} is missing: run `make setup`"
-        );
-    }
+    crate::support::require_plugins(&["bridge", "host-local"]);
     let rounds = rounds();
     let kinds = kinds();
     let seed = seed();

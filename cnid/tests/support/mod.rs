@@ -18,3 +18,14 @@ pub mod shim;
 pub mod soak;
 pub mod tmpfs;
 pub mod tool;
+
+/// Fails, saying what to run, unless every reference plugin of `names` is
+/// in `/usr/lib/cni` (Debian's containernetworking-plugins).
+pub fn require_plugins(names: &[&str]) {
+    for p in names {
+        assert!(
+            std::path::Path::new("/usr/lib/cni").join(p).exists(),
+            "the reference plugin /usr/lib/cni/{p} is missing: run `make setup` (apt-get install containernetworking-plugins)"
+        );
+    }
+}
