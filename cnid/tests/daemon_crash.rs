@@ -6,7 +6,6 @@
 //! namespace, no cache entry, no intent.
 
 use crate::support;
-use std::path::Path;
 use std::time::Duration;
 
 use crate::support::daemon::{Daemon, Dirs, eventually, kill_group};

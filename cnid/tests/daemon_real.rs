@@ -4,7 +4,6 @@
 //! no IP in host-local, no veth, no interface, no cache entry, no intent.
 
 use crate::support;
-use std::path::Path;
 
 use crate::support::daemon::{Daemon, Dirs};
 use crate::support::netns::{
@@ -14,7 +13,6 @@ use crate::support::shim::ipv4_of;
 use cnid::api::AttachmentRequest;
 use serde_json::json;
 
-const PLUGIN_DIR: &str = "/usr/lib/cni";
 const NET: &str = "dreal";
 
 fn require_plugins() {

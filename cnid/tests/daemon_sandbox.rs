@@ -5,8 +5,6 @@
 //! default network when a sandbox names none; and a failure on the second
 //! network that leaves nothing behind.
 
-use std::path::Path;
-
 use crate::support::daemon::{Daemon, Dirs};
 use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
 use crate::support::require_root;
@@ -14,7 +12,6 @@ use cni_core::CapabilityArgs;
 use cnid::api::{SandboxNetwork, SandboxRequest};
 use serde_json::json;
 
-const PLUGIN_DIR: &str = "/usr/lib/cni";
 const BRIDGE_NET: &str = "sbbridge";
 const PTP_NET: &str = "sbptp";
 const FAIL_NET: &str = "sbfail";

@@ -31,7 +31,6 @@ use cnid::client::{Client, ClientError};
 use serde_json::json;
 
 const NET: &str = "soak";
-const PLUGIN_DIR: &str = "/usr/lib/cni";
 /// Operations the test keeps in flight at once (each on its own container).
 const PARALLEL: usize = 6;
 

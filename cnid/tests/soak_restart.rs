@@ -39,7 +39,6 @@ use cnid::client::Client;
 use serde_json::json;
 
 const NET: &str = "k27";
-const PLUGIN_DIR: &str = "/usr/lib/cni";
 /// ADDs sent at once in each round, each in its own namespace.
 const ADDS: usize = 6;
 /// What cnid logs when it found orphans and waits for them.
