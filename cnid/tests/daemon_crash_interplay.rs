@@ -84,31 +84,22 @@ esac"#,
         fs::write(self.dirs.data.join(format!("hang-{verb}-{cid}")), b"").unwrap();
     }
 
-    /// The pid (and process group) of the last ADD plugin run of `cid`.
-    fn add_pid(&self, cid: &str) -> i32 {
-        let path = self.dirs.data.join(format!("add-{cid}.pid"));
+    /// The pid (and process group) of the last `verb` (`add`, `del`)
+    /// plugin run of `cid`.
+    fn plugin_pid(&self, verb: &str, cid: &str) -> i32 {
+        let path = self.dirs.data.join(format!("{verb}-{cid}.pid"));
         let mut pid = 0;
-        eventually(Duration::from_secs(30), "the ADD plugin's pid", || {
-            pid = fs::read_to_string(&path)
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0);
-            pid > 0
-        });
-        pid
-    }
-
-    /// The pid (and process group) of the last DEL plugin run of `cid`.
-    fn del_pid(&self, cid: &str) -> i32 {
-        let path = self.dirs.data.join(format!("del-{cid}.pid"));
-        let mut pid = 0;
-        eventually(Duration::from_secs(30), "the DEL plugin's pid", || {
-            pid = fs::read_to_string(&path)
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0);
-            pid > 0
-        });
+        eventually(
+            Duration::from_secs(30),
+            &format!("the {verb} plugin's pid"),
+            || {
+                pid = fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0);
+                pid > 0
+            },
+        );
         pid
     }
 
@@ -190,7 +181,7 @@ async fn cut_add(net: &Net, cid: &str, netns: &str) {
     net.hang("add", cid);
     let add = net.add_in_thread(&daemon.socket, cid, netns);
     net.add_gate.wait_started(1).await;
-    let plugin = Group(net.add_pid(cid));
+    let plugin = Group(net.plugin_pid("add", cid));
     daemon.kill9();
     drop(plugin);
     let _ = add.join();
@@ -223,7 +214,7 @@ async fn a_recovery_rollback_claims_its_netns_and_ifname() {
     net.hang("add", "c-1");
     let add = net.add_in_thread(&daemon.socket, "c-1", &netns);
     net.add_gate.wait_started(1).await;
-    let plugin = Group(net.add_pid("c-1"));
+    let plugin = Group(net.plugin_pid("add", "c-1"));
     daemon.kill9();
     drop(plugin); // no orphan: the rollback is queued at once
     let _ = add.join();
@@ -312,7 +303,7 @@ async fn kills_while_an_orphan_settles_with_a_kept_journal_converge() {
     net.hang("add", "c-2");
     let add = net.add_in_thread(&daemon.socket, "c-2", &net.dirs.netns("c-2"));
     net.add_gate.wait_started(1).await;
-    let _orphan = Group(net.add_pid("c-2"));
+    let _orphan = Group(net.plugin_pid("add", "c-2"));
     daemon.kill9();
     let _ = add.join();
 
@@ -564,7 +555,7 @@ async fn a_full_state_dir_at_start_fails_the_start_and_loses_nothing() {
         net.hang("add", "c-1");
         let add = net.add_in_thread(&daemon.socket, "c-1", &netns);
         net.add_gate.wait_started(1).await;
-        let plugin = Group(net.add_pid("c-1"));
+        let plugin = Group(net.plugin_pid("add", "c-1"));
         daemon.kill9();
         drop(plugin);
         let _ = add.join();
@@ -619,7 +610,7 @@ async fn a_rollback_cut_by_kill_9_is_waited_for_and_repeated() {
     net.hang("del", "c-1");
     let mut daemon = Daemon::start(&net.dirs, &[]);
     net.del_gate.wait_started(1).await;
-    let _orphan = Group(net.del_pid("c-1"));
+    let _orphan = Group(net.plugin_pid("del", "c-1"));
     daemon.kill9();
     assert_eq!(net.dirs.intents(), ["interplay:c-1:eth0.json"]);
 

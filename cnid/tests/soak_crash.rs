@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use crate::support::daemon::{Daemon, Dirs};
 use crate::support::netns::{LinkGuard, Netns, SubnetLease, ip_ok};
 use crate::support::require_root;
-use crate::support::soak::{OrphanSweep, Rng, seed, support_logs};
+use crate::support::soak::{OrphanSweep, Rng, recovery_over, seed, support_logs};
 use cni_core::stdin::GcAttachment;
 use cnid::api::{AttachmentRequest, GcRequest};
 use cnid::client::{Client, ClientError};
@@ -309,21 +309,13 @@ async fn kill_9_at_random_moments_leaks_nothing() {
 
     // The daemon rolls back the ADDs that never completed ahead of any
     // request; wait for that to be over.
-    let end = Instant::now() + Duration::from_secs(60);
-    while !dirs.intents().is_empty()
-        || !client
-            .operations(None)
-            .await
-            .expect("operations")
-            .is_empty()
-    {
-        assert!(
-            Instant::now() < end,
-            "recovery not over after 60 s: intents {:?}",
-            dirs.intents()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    recovery_over(
+        &dirs,
+        &client,
+        Duration::from_secs(60),
+        "after the last restart",
+    )
+    .await;
 
     // GC with exactly what the test knows to be live.
     let live: BTreeSet<String> = (0..scale.containers)

@@ -33,7 +33,7 @@ use crate::support::daemon::{Daemon, Dirs};
 use crate::support::gate::Gate;
 use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
 use crate::support::require_root;
-use crate::support::soak::{OrphanSweep, Rng, seed, support_logs};
+use crate::support::soak::{OrphanSweep, Rng, recovery_over, seed, support_logs};
 use cnid::api::AttachmentRequest;
 use cnid::client::Client;
 use serde_json::json;
@@ -262,21 +262,13 @@ async fn kill_9_and_immediate_restart_with_the_real_chain_leaks_no_reservation()
                 panic!("round {round} ({kind:?}): DEL of r{round}-{i}: {e}");
             }
         }
-        let end = Instant::now() + Duration::from_secs(30);
-        while !dirs.intents().is_empty()
-            || !client
-                .operations(None)
-                .await
-                .expect("operations")
-                .is_empty()
-        {
-            assert!(
-                Instant::now() < end,
-                "round {round}: recovery not over: {:?}",
-                dirs.intents()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        recovery_over(
+            &dirs,
+            &client,
+            Duration::from_secs(30),
+            &format!("round {round}"),
+        )
+        .await;
         let ips = host_local_ips(&data_dir, NET);
         let empty: Vec<&String> = ips
             .iter()

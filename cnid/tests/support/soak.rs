@@ -83,3 +83,29 @@ impl Drop for OrphanSweep {
         }
     }
 }
+
+/// Waits (up to `limit`) until the restarted daemon's recovery is over: no
+/// intent file left and no operation in flight; `what` names the moment
+/// in the failure message.
+pub async fn recovery_over(
+    dirs: &super::daemon::Dirs,
+    client: &cnid::client::Client,
+    limit: std::time::Duration,
+    what: &str,
+) {
+    let end = std::time::Instant::now() + limit;
+    while !dirs.intents().is_empty()
+        || !client
+            .operations(None)
+            .await
+            .expect("operations")
+            .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < end,
+            "{what}: recovery not over after {limit:?}: intents {:?}",
+            dirs.intents()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
