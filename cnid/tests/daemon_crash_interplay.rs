@@ -147,17 +147,7 @@ fn att(cid: &str, netns: &str) -> Value {
 
 /// POSTs to `/v1/networks/interplay/{verb}`: the status and the answer.
 fn call(socket: &Path, verb: &str, body: &Value) -> (u16, Value) {
-    let raw = post(
-        socket,
-        &format!("/v1/networks/{NET}/{verb}"),
-        &body.to_string(),
-    );
-    let v = if raw.body.is_empty() {
-        Value::Null
-    } else {
-        raw.json()
-    };
-    (raw.status, v)
+    crate::support::daemon::call(socket, NET, verb, body)
 }
 
 /// cnitool on the daemon's conf dir, plugins and cache.

@@ -20,7 +20,7 @@ use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
-use crate::support::daemon::{Daemon, Dirs, eventually, post, recording_plugin, runs};
+use crate::support::daemon::{Daemon, Dirs, eventually, recording_plugin, runs};
 use crate::support::gate::Gate;
 use serde_json::{Value, json};
 
@@ -28,17 +28,7 @@ const NET: &str = "claims";
 
 /// POSTs to `/v1/networks/claims/{verb}`: the status and the JSON answer.
 fn call(socket: &Path, verb: &str, body: &Value) -> (u16, Value) {
-    let raw = post(
-        socket,
-        &format!("/v1/networks/{NET}/{verb}"),
-        &body.to_string(),
-    );
-    let v = if raw.body.is_empty() {
-        Value::Null
-    } else {
-        raw.json()
-    };
-    (raw.status, v)
+    crate::support::daemon::call(socket, NET, verb, body)
 }
 
 fn att(cid: &str, netns: &str) -> Value {

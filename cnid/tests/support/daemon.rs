@@ -472,6 +472,22 @@ fn parse_complete(buf: &[u8]) -> Option<RawAnswer> {
     })
 }
 
+/// POSTs `body` to `/v1/networks/{net}/{verb}`: the status and the JSON
+/// answer (`null` when empty).
+pub fn call(socket: &Path, net: &str, verb: &str, body: &Value) -> (u16, Value) {
+    let raw = post(
+        socket,
+        &format!("/v1/networks/{net}/{verb}"),
+        &body.to_string(),
+    );
+    let v = if raw.body.is_empty() {
+        Value::Null
+    } else {
+        raw.json()
+    };
+    (raw.status, v)
+}
+
 /// `POST path` with a JSON body.
 pub fn post(socket: &Path, path: &str, body: &str) -> RawAnswer {
     raw(
