@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::support::daemon::{Daemon, Dirs, eventually, get, post};
+use crate::support::daemon::{Daemon, Dirs, call, eventually, get, post};
 use serde_json::{Value, json};
 
 fn names(daemon: &Daemon) -> (Vec<String>, Value) {
@@ -25,17 +25,7 @@ fn names(daemon: &Daemon) -> (Vec<String>, Value) {
 
 fn add(daemon: &Daemon, dirs: &Dirs, network: &str, cid: &str) -> (u16, Value) {
     let body = json!({"containerId": cid, "netns": dirs.netns(cid), "ifname": "eth0"});
-    let raw = post(
-        &daemon.socket,
-        &format!("/v1/networks/{network}/add"),
-        &body.to_string(),
-    );
-    let v = if raw.body.is_empty() {
-        Value::Null
-    } else {
-        raw.json()
-    };
-    (raw.status, v)
+    call(&daemon.socket, network, "add", &body)
 }
 
 #[test]
