@@ -10,24 +10,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::fake::{Fake, PluginDir, Response};
+use crate::support::confwatch::{conflist_text, version_fake};
+use crate::support::fake::PluginDir;
 use crate::support::gate::LOAD_MARGIN;
 use cni_async::Cni;
 use cni_async::confwatch::NetworkSet;
-
-fn version_fake(dir: &PluginDir, name: &str) {
-    dir.fake(
-        name,
-        &Fake::new(Response::ok("")).on(
-            "VERSION",
-            Response::ok(r#"{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}"#),
-        ),
-    );
-}
-
-fn conflist(name: &str, plugin: &str) -> String {
-    format!(r#"{{"cniVersion":"1.0.0","name":"{name}","plugins":[{{"type":"{plugin}"}}]}}"#)
-}
 
 #[tokio::test]
 async fn a_plugin_removed_while_ready_makes_it_not_ready_within_about_a_second() {
@@ -35,7 +22,11 @@ async fn a_plugin_removed_while_ready_makes_it_not_ready_within_about_a_second()
     version_fake(&plugins, "alloc");
     let cni = Cni::builder().plugin_dirs(plugins.dirs()).build();
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(tmp.path().join("10-a.conflist"), conflist("a", "alloc")).unwrap();
+    std::fs::write(
+        tmp.path().join("10-a.conflist"),
+        conflist_text("a", "alloc"),
+    )
+    .unwrap();
     let set = Arc::new(NetworkSet::new(tmp.path()));
     set.reload().await;
     set.readiness(&cni, 1).await.expect("ready");
@@ -87,7 +78,7 @@ async fn many_networks_sharing_a_plugin_ask_it_for_version_once() {
     for i in 0..N {
         std::fs::write(
             tmp.path().join(format!("{i:04}.conflist")),
-            conflist(&format!("n{i}"), "shared"),
+            conflist_text(&format!("n{i}"), "shared"),
         )
         .unwrap();
     }
@@ -102,7 +93,11 @@ async fn many_networks_sharing_a_plugin_ask_it_for_version_once() {
     assert_eq!(ready.usable.len(), N);
     assert_eq!(plugins.invocations_of("VERSION").len(), 1);
     // A reload (a new generation) that changes no binary: not asked again.
-    std::fs::write(tmp.path().join("9999.conflist"), conflist("last", "shared")).unwrap();
+    std::fs::write(
+        tmp.path().join("9999.conflist"),
+        conflist_text("last", "shared"),
+    )
+    .unwrap();
     set.reload().await;
     set.readiness(&cni, N + 1).await.expect("ready");
     assert_eq!(plugins.invocations_of("VERSION").len(), 1);
@@ -116,7 +111,11 @@ async fn too_few_networks_all_usable_is_said_without_a_dangling_separator() {
     version_fake(&plugins, "alloc");
     let cni = Cni::builder().plugin_dirs(plugins.dirs()).build();
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(tmp.path().join("10-a.conflist"), conflist("a", "alloc")).unwrap();
+    std::fs::write(
+        tmp.path().join("10-a.conflist"),
+        conflist_text("a", "alloc"),
+    )
+    .unwrap();
     let set = Arc::new(NetworkSet::new(tmp.path()));
     set.reload().await;
     let e = set.readiness(&cni, 2).await.expect_err("one of two");
@@ -125,7 +124,11 @@ async fn too_few_networks_all_usable_is_said_without_a_dangling_separator() {
         format!("1 usable network(s) in {}, 2 needed", tmp.path().display())
     );
     // With an unusable one, it is named after the separator.
-    std::fs::write(tmp.path().join("20-b.conflist"), conflist("b", "absent")).unwrap();
+    std::fs::write(
+        tmp.path().join("20-b.conflist"),
+        conflist_text("b", "absent"),
+    )
+    .unwrap();
     set.reload().await;
     let e = set.readiness(&cni, 2).await.expect_err("b is unusable");
     let head = format!(

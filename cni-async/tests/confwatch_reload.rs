@@ -5,39 +5,16 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support::fake::{Fake, PluginDir, Response};
+use crate::support::confwatch::{conflist_text, names, version_fake, wait_for};
+use crate::support::fake::PluginDir;
 use cni_async::Cni;
-use cni_async::confwatch::{ConfSnapshot, NetworkSet};
+use cni_async::confwatch::NetworkSet;
 use pretty_assertions::assert_eq;
 
-/// Waits (bounded) until the set's snapshot satisfies `cond`.
-async fn wait_for(set: &NetworkSet, what: &str, cond: impl Fn(&ConfSnapshot) -> bool) {
-    let start = Instant::now();
-    loop {
-        if cond(&set.snapshot()) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}; snapshot: {:#?}",
-            set.snapshot()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn conflist(name: &str, plugin: &str) -> String {
-    format!(r#"{{"cniVersion":"1.0.0","name":"{name}","plugins":[{{"type":"{plugin}"}}]}}"#)
-}
-
-fn names(snap: &ConfSnapshot) -> Vec<String> {
-    snap.networks
-        .iter()
-        .map(|n| n.list.name().to_owned())
-        .collect()
-}
+/// How long a change may take to be seen.
+const LIMIT: Duration = Duration::from_secs(30);
 
 fn spawn_watch(set: &Arc<NetworkSet>) -> tokio::task::JoinHandle<std::io::Error> {
     let set = set.clone();
@@ -51,20 +28,20 @@ async fn a_conf_dir_created_after_start_is_picked_up() {
     let set = Arc::new(NetworkSet::new(&dir));
     let watcher = spawn_watch(&set);
     // The watcher's own first reload: the dir is missing, nothing loaded.
-    wait_for(&set, "the first reload", |s| s.generation >= 1).await;
+    wait_for(&set, LIMIT, "the first reload", |s| s.generation >= 1).await;
     assert!(set.snapshot().networks.is_empty());
     assert_eq!(set.snapshot().dir_error, None, "a missing dir is no error");
 
     std::fs::create_dir(&dir).unwrap();
-    std::fs::write(dir.join("10-late.conflist"), conflist("late", "p")).unwrap();
-    wait_for(&set, "the late network", |s| names(s) == ["late"]).await;
+    std::fs::write(dir.join("10-late.conflist"), conflist_text("late", "p")).unwrap();
+    wait_for(&set, LIMIT, "the late network", |s| names(s) == ["late"]).await;
 
     // Removed and recreated: followed.
     std::fs::remove_dir_all(&dir).unwrap();
-    wait_for(&set, "the removal", |s| s.networks.is_empty()).await;
+    wait_for(&set, LIMIT, "the removal", |s| s.networks.is_empty()).await;
     std::fs::create_dir(&dir).unwrap();
-    std::fs::write(dir.join("10-again.conflist"), conflist("again", "p")).unwrap();
-    wait_for(&set, "the recreated dir", |s| names(s) == ["again"]).await;
+    std::fs::write(dir.join("10-again.conflist"), conflist_text("again", "p")).unwrap();
+    wait_for(&set, LIMIT, "the recreated dir", |s| names(s) == ["again"]).await;
     watcher.abort();
 }
 
@@ -74,15 +51,15 @@ async fn files_written_in_pieces_and_through_temp_files_end_up_loaded() {
     let dir = tmp.path();
     let set = Arc::new(NetworkSet::new(dir));
     let watcher = spawn_watch(&set);
-    wait_for(&set, "the first reload", |s| s.generation >= 1).await;
+    wait_for(&set, LIMIT, "the first reload", |s| s.generation >= 1).await;
 
     // In two pieces, each its own write (and close): the half is skipped
     // with a reason, the whole is loaded.
-    let full = conflist("pieces", "p");
+    let full = conflist_text("pieces", "p");
     let (head, tail) = full.split_at(full.len() / 2);
     let path = dir.join("10-pieces.conflist");
     std::fs::write(&path, head).unwrap();
-    wait_for(&set, "the half file to be skipped", |s| {
+    wait_for(&set, LIMIT, "the half file to be skipped", |s| {
         s.skipped.iter().any(|f| f.path == path)
     })
     .await;
@@ -92,7 +69,7 @@ async fn files_written_in_pieces_and_through_temp_files_end_up_loaded() {
         .unwrap();
     std::io::Write::write_all(&mut f, tail.as_bytes()).unwrap();
     drop(f);
-    wait_for(&set, "the whole file", |s| {
+    wait_for(&set, LIMIT, "the whole file", |s| {
         names(s) == ["pieces"] && s.skipped.is_empty()
     })
     .await;
@@ -104,11 +81,15 @@ async fn files_written_in_pieces_and_through_temp_files_end_up_loaded() {
     // An editor: swap file and backup are not configuration files; the
     // save is a temp file renamed over the original.
     std::fs::write(dir.join(".10-pieces.conflist.swp"), "garbage").unwrap();
-    std::fs::write(dir.join("10-pieces.conflist~"), conflist("backup", "p")).unwrap();
+    std::fs::write(
+        dir.join("10-pieces.conflist~"),
+        conflist_text("backup", "p"),
+    )
+    .unwrap();
     let tmp_save = dir.join("10-pieces.conflist.tmp");
-    std::fs::write(&tmp_save, conflist("pieces", "edited")).unwrap();
+    std::fs::write(&tmp_save, conflist_text("pieces", "edited")).unwrap();
     std::fs::rename(&tmp_save, &path).unwrap();
-    wait_for(&set, "the edited file", |s| {
+    wait_for(&set, LIMIT, "the edited file", |s| {
         s.get("pieces")
             .is_some_and(|n| n.list.plugins()[0].plugin_type() == "edited")
     })
@@ -117,16 +98,6 @@ async fn files_written_in_pieces_and_through_temp_files_end_up_loaded() {
     assert_eq!(names(&snap), ["pieces"]);
     assert!(snap.skipped.is_empty(), "{:?}", snap.skipped);
     watcher.abort();
-}
-
-fn version_fake(dir: &PluginDir, name: &str) {
-    dir.fake(
-        name,
-        &Fake::new(Response::ok("")).on(
-            "VERSION",
-            Response::ok(r#"{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}"#),
-        ),
-    );
 }
 
 fn write(dir: &Path, file: &str, body: &str) {
@@ -149,8 +120,8 @@ async fn readiness_counts_networks_whose_plugins_answer_version() {
     assert!(e.reason.contains("no network configuration in"), "{e}");
 
     std::fs::create_dir(&dir).unwrap();
-    write(&dir, "10-a.conflist", &conflist("a", "good"));
-    write(&dir, "20-b.conflist", &conflist("b", "missing"));
+    write(&dir, "10-a.conflist", &conflist_text("a", "good"));
+    write(&dir, "20-b.conflist", &conflist_text("b", "missing"));
     write(&dir, "30-bad.conflist", "{");
     set.reload().await;
     let ready = set.readiness(&cni, 1).await.expect("one usable network");

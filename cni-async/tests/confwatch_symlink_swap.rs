@@ -7,35 +7,13 @@
 #![cfg(feature = "watch")]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cni_async::confwatch::{ConfSnapshot, NetworkSet};
+use crate::support::confwatch::{conflist_text, names, wait_for};
+use cni_async::confwatch::NetworkSet;
 
 /// Well over the watcher's debounce on a loaded machine.
 const SEEN_WITHIN: Duration = Duration::from_secs(10);
-
-async fn wait_for(set: &NetworkSet, what: &str, cond: impl Fn(&ConfSnapshot) -> bool) {
-    let start = Instant::now();
-    while !cond(&set.snapshot()) {
-        assert!(
-            start.elapsed() < SEEN_WITHIN,
-            "not seen within {SEEN_WITHIN:?}: {what}; snapshot: {:#?}",
-            set.snapshot()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn conflist(name: &str) -> String {
-    format!(r#"{{"cniVersion":"1.0.0","name":"{name}","plugins":[{{"type":"p"}}]}}"#)
-}
-
-fn names(snap: &ConfSnapshot) -> Vec<String> {
-    snap.networks
-        .iter()
-        .map(|n| n.list.name().to_owned())
-        .collect()
-}
 
 #[tokio::test]
 async fn a_conf_dir_symlink_swapped_to_another_dir_is_followed_into_it() {
@@ -47,25 +25,28 @@ async fn a_conf_dir_symlink_swapped_to_another_dir_is_followed_into_it() {
     );
     std::fs::create_dir(&a).unwrap();
     std::fs::create_dir(&b).unwrap();
-    std::fs::write(a.join("10-a.conflist"), conflist("in-a")).unwrap();
+    std::fs::write(a.join("10-a.conflist"), conflist_text("in-a", "p")).unwrap();
     std::os::unix::fs::symlink(&a, &link).unwrap();
     let set = Arc::new(NetworkSet::new(&link));
     let watcher = set.watcher().unwrap();
     let task = tokio::spawn(watcher.run());
-    wait_for(&set, "A's network", |s| names(s) == ["in-a"]).await;
+    wait_for(&set, SEEN_WITHIN, "A's network", |s| names(s) == ["in-a"]).await;
 
     // The swap: a new link renamed over the old one.
     let tmp_link = tmp.path().join(".net.d.tmp");
     std::os::unix::fs::symlink(&b, &tmp_link).unwrap();
     std::fs::rename(&tmp_link, &link).unwrap();
-    wait_for(&set, "the swap to the empty B", |s| s.networks.is_empty()).await;
+    wait_for(&set, SEEN_WITHIN, "the swap to the empty B", |s| {
+        s.networks.is_empty()
+    })
+    .await;
 
     // Written into B afterwards: loaded.
-    std::fs::write(b.join("10-b.conflist"), conflist("in-b")).unwrap();
-    wait_for(&set, "B's network", |s| names(s) == ["in-b"]).await;
+    std::fs::write(b.join("10-b.conflist"), conflist_text("in-b", "p")).unwrap();
+    wait_for(&set, SEEN_WITHIN, "B's network", |s| names(s) == ["in-b"]).await;
     // And again (the watch on B stays).
-    std::fs::write(b.join("20-b2.conflist"), conflist("in-b2")).unwrap();
-    wait_for(&set, "B's second network", |s| {
+    std::fs::write(b.join("20-b2.conflist"), conflist_text("in-b2", "p")).unwrap();
+    wait_for(&set, SEEN_WITHIN, "B's second network", |s| {
         names(s) == ["in-b", "in-b2"]
     })
     .await;
