@@ -136,16 +136,6 @@ impl ErrorObject {
     /// assert_eq!(ErrorObject::decode_on_success(b""), None);
     /// ```
     pub fn decode_on_success(stdout: &[u8]) -> Option<Self> {
-        /// Keys only a result (0.1.0 to 1.1.0) or a VERSION reply has.
-        const RESULT_KEYS: [&str; 7] = [
-            "interfaces",
-            "ips",
-            "routes",
-            "dns",
-            "ip4",
-            "ip6",
-            "supportedVersions",
-        ];
         // Most successful runs print a result without any `code`: do not
         // decode their JSON twice. A key spelt with escapes (`"\u0063ode"`)
         // still gets the full check.
@@ -155,7 +145,12 @@ impl ErrorObject {
         }
         let value: serde_json::Value = serde_json::from_slice(stdout).ok()?;
         let obj = value.as_object()?;
-        if RESULT_KEYS.iter().any(|k| obj.contains_key(*k)) {
+        // Keys only a result (0.1.0 to 1.1.0) or a VERSION reply has.
+        if crate::result::RESULT_PARTS
+            .iter()
+            .chain(&["supportedVersions"])
+            .any(|k| obj.contains_key(*k))
+        {
             return None;
         }
         ErrorObject::decode(stdout)

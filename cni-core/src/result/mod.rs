@@ -100,6 +100,10 @@ use crate::version::{ResultFamily, Version};
 use convert::{Rich, RichRef};
 use json::{Reader, kind};
 
+/// The top-level keys of a result's parts in any version (0.1.0 to 1.1.0),
+/// `cniVersion` aside: an object with none of them is no result.
+pub const RESULT_PARTS: [&str; 6] = ["interfaces", "ips", "routes", "dns", "ip4", "ip6"];
+
 /// A result of any supported version (see the [module docs](self)).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CniResult {

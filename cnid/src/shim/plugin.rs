@@ -409,19 +409,13 @@ impl Shim<'_> {
         })?;
         // A result of any version has its version or one of its parts; `{}`
         // (or any other object without them) is no result.
-        const RESULT_KEYS: [&str; 7] = [
-            "cniVersion",
-            "interfaces",
-            "ips",
-            "routes",
-            "dns",
-            "ip4",
-            "ip6",
-        ];
-        if !result
-            .as_object()
-            .is_some_and(|o| RESULT_KEYS.iter().any(|k| o.contains_key(*k)))
-        {
+        let is_result = result.as_object().is_some_and(|o| {
+            o.contains_key("cniVersion")
+                || cni_core::result::RESULT_PARTS
+                    .iter()
+                    .any(|k| o.contains_key(*k))
+        });
+        if !is_result {
             return Err(self.malformed(format!(
                 "the ADD answer (HTTP {}) is not a CNI result: {}",
                 ans.status,
