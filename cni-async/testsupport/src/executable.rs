@@ -183,10 +183,16 @@ mod tests {
     fn replacing_a_running_executable_works_and_sets_the_exact_mode() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("plugin");
-        write_executable(&path, b"#!/bin/sh\nsleep 5\n", 0o755);
+        // `exec`: the killed process is the sleep itself, so no orphaned
+        // child outlives the test holding its output open.
+        write_executable(&path, b"#!/bin/sh\nexec sleep 5\n", 0o755);
         // The old file is running (open for exec): a write in place would
         // fail with ETXTBSY; a new inode does not.
-        let mut running = Command::new(&path).spawn().unwrap();
+        let mut running = Command::new(&path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
         write_executable(&path, b"#!/bin/sh\necho new\n", 0o750);
         let out = Command::new(&path).output().unwrap();
         running.kill().unwrap();
