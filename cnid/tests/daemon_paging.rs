@@ -253,6 +253,10 @@ fn large_cached_results_keep_each_answer_and_the_memory_bounded() {
     // in a debug build; an object-heavy result of this size costs more
     // memory to decode, but still one record at a time.
     const RECORD_MB: u64 = 4;
+    const _: () = assert!(
+        RECORD_MB * 1_000_000 > ATTACHMENTS_PAGE_BYTES,
+        "each record fills a page alone"
+    );
     let line = "x".repeat(1_000_000);
     let big = format!(
         r#"{{"cniVersion":"1.0.0","dns":{{"search":[{}]}}}}"#,
