@@ -187,8 +187,11 @@ bench: setup shim
 # their clap definitions (hidden `--generate`, cnid/src/generate.rs). Not
 # installed: cni-noop (benchmark plugin), the examples, test binaries.
 # INSTALL_FROM=DIR installs the binaries found in DIR instead of building
-# (the tests install target/debug); `make uninstall` with the same
-# DESTDIR/PREFIX/... removes every file `make install` put there.
+# (the tests install target/debug; a dynamically linked cnitool or
+# cnid-shim there is warned about); `make uninstall` with the same
+# DESTDIR/PREFIX/... removes every file `make install` put there and the
+# dirs it created (share/doc/cnid/installed-dirs lists them). Neither
+# touches cnid's state (/var/lib/cnid, /run/cnid) or cache (README).
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 DATADIR ?= $(PREFIX)/share
@@ -214,6 +217,11 @@ INSTALLED_FILES = $(addprefix $(BINDIR)/,$(INSTALL_BINS)) \
 	$(addprefix $(UNITDIR)/,$(INSTALL_UNITS)) \
 	$(addprefix $(DOCDIR)/,$(notdir $(INSTALL_DOCS)))
 
+# The dirs install puts files in; those it had to create are listed in
+# INSTALLED_DIRS_LIST (kept across installs), for uninstall.
+INSTALL_DIRS = $(BINDIR) $(MANDIR)/man1 $(UNITDIR) $(DOCDIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR)
+INSTALLED_DIRS_LIST = $(DOCDIR)/installed-dirs
+
 # Where the binaries come from: INSTALL_FROM, or the release build.
 INSTALL_SRC = $(if $(INSTALL_FROM),$(INSTALL_FROM),$(abspath $(or $(CARGO_TARGET_DIR),target))/release)
 INSTALL_SHIM = $(if $(INSTALL_FROM),$(INSTALL_FROM)/cnid-shim,$(SHIM_STATIC))
@@ -221,16 +229,28 @@ CNITOOL_STATIC = $(abspath $(or $(CARGO_TARGET_DIR),target))/$(HOST_TARGET)/rele
 INSTALL_CNITOOL = $(if $(INSTALL_FROM),$(INSTALL_FROM)/cnitool,$(CNITOOL_STATIC))
 
 .PHONY: install uninstall install-build
+# cnid with --workspace: the features a workspace release build resolved,
+# so that build is reused (`-p cnid` resolves them differently and rebuilt
+# cnid and its dependencies).
 install-build:
-	$(if $(INSTALL_FROM),,$(CARGO) build --release -p cnid --bin cnid)
+	$(if $(INSTALL_FROM),,$(CARGO) build --release --workspace --bin cnid)
 	$(if $(INSTALL_FROM),,RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release -p cnitool --bin cnitool --target $(HOST_TARGET))
 	$(if $(INSTALL_FROM),,$(MAKE) shim)
 
 install: install-build
 	@for b in cnid; do [ -x "$(INSTALL_SRC)/$$b" ] || { echo "install: $(INSTALL_SRC)/$$b is missing" >&2; exit 1; }; done
 	@for f in "$(INSTALL_CNITOOL)" "$(INSTALL_SHIM)"; do [ -x "$$f" ] || { echo "install: $$f is missing" >&2; exit 1; }; done
-	$(INSTALL) -d -m 755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
-		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	@for f in "$(INSTALL_CNITOOL)" "$(INSTALL_SHIM)"; do \
+		if ! command -v readelf >/dev/null; then echo "install: warning: readelf missing, cannot check that $$f is statically linked" >&2; \
+		elif readelf -l "$$f" | grep -q 'program interpreter'; then \
+			echo "install: warning: $$f is dynamically linked (make install without INSTALL_FROM builds it statically, as the README says)" >&2; fi; \
+	done
+	@set -e; new=$$(for d in $(INSTALL_DIRS); do \
+		while [ "$$d" != / ] && [ "$$d" != . ] && [ ! -e "$(DESTDIR)$$d" ]; do echo "$$d"; d=$$(dirname "$$d"); done; \
+	done); \
+	$(INSTALL) -d -m 755 $(addprefix $(DESTDIR),$(INSTALL_DIRS)); \
+	{ cat "$(DESTDIR)$(INSTALLED_DIRS_LIST)" 2>/dev/null || true; [ -z "$$new" ] || echo "$$new"; } | sort -u > "$(DESTDIR)$(INSTALLED_DIRS_LIST).new"; \
+	mv "$(DESTDIR)$(INSTALLED_DIRS_LIST).new" "$(DESTDIR)$(INSTALLED_DIRS_LIST)"; chmod 644 "$(DESTDIR)$(INSTALLED_DIRS_LIST)"
 	$(INSTALL) -m 755 $(INSTALL_SRC)/cnid $(DESTDIR)$(BINDIR)/
 	$(INSTALL) -m 755 $(INSTALL_CNITOOL) $(DESTDIR)$(BINDIR)/cnitool
 	$(INSTALL) -m 755 $(INSTALL_SHIM) $(DESTDIR)$(BINDIR)/cnid-shim
@@ -257,6 +277,10 @@ install: install-build
 	$(INSTALL) -m 644 $(INSTALL_DOCS) $(DESTDIR)$(DOCDIR)/
 	@echo "install: cnid, cnitool and cnid-shim in $(DESTDIR)$(BINDIR); units in $(DESTDIR)$(UNITDIR) (systemctl daemon-reload)"
 
+# The dirs install created (listed in INSTALLED_DIRS_LIST) go too, deepest
+# first, each only when empty; dirs that were there before stay.
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED_FILES))
-	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
+	@set -e; list="$(DESTDIR)$(INSTALLED_DIRS_LIST)"; \
+	dirs=$$(sort -r "$$list" 2>/dev/null || true); rm -f "$$list"; \
+	for d in $$dirs $(DOCDIR); do rmdir "$(DESTDIR)$$d" 2>/dev/null || true; done

@@ -3,8 +3,9 @@
 //! install` without it builds the release binaries first): the exact file
 //! set (no benchmark plugin, no example, no test binary), systemd units
 //! that start the installed cnid, man pages groff reads without a warning,
-//! completion scripts each shell would load, and an uninstall that removes
-//! every file.
+//! completion scripts each shell would load, a warning for dynamically
+//! linked binaries, and an uninstall that removes every file and the dirs
+//! install created.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -82,7 +83,7 @@ fn expected(prefix: &str) -> BTreeSet<String> {
     for u in ["cnid.service", "cnid.socket"] {
         want.insert(format!("{prefix}/lib/systemd/system/{u}"));
     }
-    for d in ["API.md", "LICENSE"] {
+    for d in ["API.md", "LICENSE", "installed-dirs"] {
         want.insert(format!("{prefix}/share/doc/cnid/{d}"));
     }
     want
@@ -92,13 +93,45 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Every dir under `dir`, relative to it.
+fn dirs(dir: &Path) -> BTreeSet<String> {
+    walkdir(dir)
+        .into_iter()
+        .filter(|p| dir.join(p.trim_start_matches('/')).is_dir())
+        .collect()
+}
+
+/// Every path (file or dir) under `dir`, relative to it.
+fn walkdir(dir: &Path) -> BTreeSet<String> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            out.insert(format!("/{}", path.strip_prefix(base).unwrap().display()));
+            if path.is_dir() {
+                walk(base, &path, out);
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
 fn install_and_uninstall(prefix: &str) {
     let dest = tempfile::tempdir().unwrap();
     let dest_arg = format!("DESTDIR={}", dest.path().display());
     let prefix_arg = format!("PREFIX={prefix}");
     let from_arg = format!("INSTALL_FROM={}", built().display());
-    make(&["install", &dest_arg, &prefix_arg, &from_arg]);
+    let out = make(&["install", &dest_arg, &prefix_arg, &from_arg]);
     let at = |p: &str| dest.path().join(p.trim_start_matches('/'));
+
+    // The debug build's cnitool and cnid-shim are dynamically linked,
+    // where the README promises static ones: said.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for b in ["cnitool", "cnid-shim"] {
+        let said = format!("{}/{b} is dynamically linked", built().display());
+        assert!(stderr.contains(&said), "no warning {said:?} in: {stderr}");
+    }
 
     // The file set, exactly: nothing else (cni-noop, the examples' and the
     // tests' binaries are in the same target dir).
@@ -198,11 +231,31 @@ fn install_and_uninstall(prefix: &str) {
         assert!(fish.contains(&format!("-a \"{sub}\"")), "no {sub}: {fish}");
     }
 
-    // Uninstall removes every file (and nothing outside DESTDIR is touched:
-    // all paths are under it).
+    // Uninstall removes every file and every dir install created: nothing
+    // is left under DESTDIR.
     make(&["uninstall", &dest_arg, &prefix_arg]);
-    let left = files(dest.path());
+    let left = walkdir(dest.path());
     assert!(left.is_empty(), "left after uninstall: {left:?}");
+}
+
+/// Dirs that were there before install (the system's, another package's)
+/// stay after uninstall, empty or not; the ones install made go, also
+/// after a second install over the first.
+#[test]
+fn uninstall_removes_the_dirs_install_created_and_keeps_the_others() {
+    let dest = tempfile::tempdir().unwrap();
+    let dest_arg = format!("DESTDIR={}", dest.path().display());
+    let from_arg = format!("INSTALL_FROM={}", built().display());
+    let at = |p: &str| dest.path().join(p.trim_start_matches('/'));
+    std::fs::create_dir_all(at("/usr/bin")).unwrap();
+    std::fs::create_dir_all(at("/usr/share/man")).unwrap();
+    std::fs::write(at("/usr/share/man/another-page"), "").unwrap();
+    let before = walkdir(dest.path());
+    make(&["install", &dest_arg, "PREFIX=/usr", &from_arg]);
+    make(&["install", &dest_arg, "PREFIX=/usr", &from_arg]);
+    assert!(dirs(dest.path()).contains("/usr/share/zsh/site-functions"));
+    make(&["uninstall", &dest_arg, "PREFIX=/usr"]);
+    pretty_assertions::assert_eq!(walkdir(dest.path()), before);
 }
 
 #[test]
