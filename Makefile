@@ -179,7 +179,7 @@ bench: setup shim
 #                        the runtime's plugin dir, e.g. /opt/cni/bin)
 #   lib/systemd/system/  cnid.service (ExecStart= the installed cnid) and
 #                        cnid.socket
-#   share/man/man1/      cnid.1, cnitool.1, cnid-shim.1
+#   share/man/           man8/cnid.8, man1/cnitool.1, man1/cnid-shim.1
 #   share/bash-completion/completions, share/zsh/site-functions,
 #   share/fish/vendor_completions.d: completions of cnid and cnitool
 #   share/doc/cnid/      API.md, LICENSE
@@ -205,12 +205,13 @@ INSTALL_FROM ?=
 INSTALL ?= install
 
 INSTALL_BINS = cnid cnitool cnid-shim
-INSTALL_MAN = cnid cnitool cnid-shim
+# NAME:SECTION (cnid is a daemon: section 8).
+INSTALL_MAN = cnid:8 cnitool:1 cnid-shim:1
 INSTALL_COMPLETE = cnid cnitool
 INSTALL_UNITS = cnid.service cnid.socket
 INSTALL_DOCS = cnid/API.md LICENSE
 INSTALLED_FILES = $(addprefix $(BINDIR)/,$(INSTALL_BINS)) \
-	$(patsubst %,$(MANDIR)/man1/%.1,$(INSTALL_MAN)) \
+	$(foreach m,$(INSTALL_MAN),$(MANDIR)/man$(lastword $(subst :, ,$(m)))/$(subst :,.,$(m))) \
 	$(addprefix $(BASHCOMPDIR)/,$(INSTALL_COMPLETE)) \
 	$(patsubst %,$(ZSHCOMPDIR)/_%,$(INSTALL_COMPLETE)) \
 	$(patsubst %,$(FISHCOMPDIR)/%.fish,$(INSTALL_COMPLETE)) \
@@ -219,7 +220,7 @@ INSTALLED_FILES = $(addprefix $(BINDIR)/,$(INSTALL_BINS)) \
 
 # The dirs install puts files in; those it had to create are listed in
 # INSTALLED_DIRS_LIST (kept across installs), for uninstall.
-INSTALL_DIRS = $(BINDIR) $(MANDIR)/man1 $(UNITDIR) $(DOCDIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR)
+INSTALL_DIRS = $(BINDIR) $(MANDIR)/man1 $(MANDIR)/man8 $(UNITDIR) $(DOCDIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR)
 INSTALLED_DIRS_LIST = $(DOCDIR)/installed-dirs
 
 # Where the binaries come from: INSTALL_FROM, or the release build.
@@ -255,9 +256,10 @@ install: install-build
 	$(INSTALL) -m 755 $(INSTALL_CNITOOL) $(DESTDIR)$(BINDIR)/cnitool
 	$(INSTALL) -m 755 $(INSTALL_SHIM) $(DESTDIR)$(BINDIR)/cnid-shim
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	for b in $(INSTALL_MAN); do \
-		"$(DESTDIR)$(BINDIR)/$$b" --generate man > "$$tmp/$$b.1"; \
-		$(INSTALL) -m 644 "$$tmp/$$b.1" $(DESTDIR)$(MANDIR)/man1/; \
+	for m in $(INSTALL_MAN); do \
+		b=$${m%:*}; sec=$${m#*:}; \
+		"$(DESTDIR)$(BINDIR)/$$b" --generate man > "$$tmp/$$b.$$sec"; \
+		$(INSTALL) -m 644 "$$tmp/$$b.$$sec" $(DESTDIR)$(MANDIR)/man$$sec/; \
 	done; \
 	for b in $(INSTALL_COMPLETE); do \
 		"$(DESTDIR)$(BINDIR)/$$b" --generate complete-bash > "$$tmp/$$b"; \
