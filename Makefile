@@ -7,7 +7,7 @@
 CARGO ?= cargo
 PLUGIN_DIR ?= /usr/lib/cni
 
-.PHONY: all setup demo test fmt-check lint unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench
+.PHONY: all setup demo test fmt-check lint unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench deploy-check
 
 all: test
 
@@ -18,11 +18,13 @@ all: test
 # runtime clients (GOPATH mode, no module downloads). Needs root.
 GOCODE = /usr/share/gocode/src/github.com
 # jq: the README's batch snippet, which cnid/tests/readme_snippets.rs runs.
-SETUP_PACKAGES = containernetworking-plugins iproute2 iputils-ping curl jq golang-go golang-github-appc-cni-dev golang-github-containerd-go-cni-dev
+# python3-venv: make deploy-check's venv.
+SETUP_PACKAGES = containernetworking-plugins iproute2 iputils-ping curl jq golang-go golang-github-appc-cni-dev golang-github-containerd-go-cni-dev python3-venv
 setup:
 	@if [ -x $(PLUGIN_DIR)/bridge ] && command -v ip >/dev/null && command -v ping >/dev/null && command -v curl >/dev/null && command -v jq >/dev/null \
+		&& python3 -c 'import venv, ensurepip' 2>/dev/null \
 		&& command -v go >/dev/null && [ -d $(GOCODE)/containernetworking/cni/libcni ] && [ -d $(GOCODE)/containerd/go-cni ]; then \
-		echo "setup: plugins in $(PLUGIN_DIR), ip, ping, curl, jq, go, libcni and go-cni present"; \
+		echo "setup: plugins in $(PLUGIN_DIR), ip, ping, curl, jq, python3 venv, go, libcni and go-cni present"; \
 	elif [ "$$(id -u)" != 0 ]; then \
 		echo "setup: need root to install $(SETUP_PACKAGES)" >&2; exit 1; \
 	else \
@@ -68,7 +70,32 @@ unit:
 	$(CARGO) test --workspace --doc --all-features
 
 # fuzz-smoke last: 10 s per parser target (cargo-fuzz is installed if missing).
-test: setup fmt-check lint unit fuzz-smoke
+test: setup fmt-check lint deploy-check unit fuzz-smoke
+
+# The DaemonSet (cnid/contrib/kubernetes/cnid.yaml) against Kubernetes' own
+# schema, strictly (unknown fields refused), for the oldest supported minor
+# and the current one, with kubernetes-validate (PyPI; Debian has none) in
+# a venv of its own in the target dir; then the Containerfile linted for
+# what the DaemonSet runs and what it builds (lint.py, with its self-test).
+K8S_VERSIONS ?= 1.29.0 1.37.0
+KUBERNETES_VALIDATE_VERSION ?= 1.37.0
+DEPLOY_VENV = $(abspath $(or $(CARGO_TARGET_DIR),target))/deploy-check-venv
+deploy-check:
+	@$(DEPLOY_VENV)/bin/kubernetes-validate --version 2>/dev/null | grep -qx '$(KUBERNETES_VALIDATE_VERSION)' \
+		|| { rm -rf $(DEPLOY_VENV) && python3 -m venv $(DEPLOY_VENV) \
+			&& $(DEPLOY_VENV)/bin/pip install -q --disable-pip-version-check kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION); }
+	@for k in $(K8S_VERSIONS); do \
+		$(DEPLOY_VENV)/bin/kubernetes-validate --strict --quiet -k $$k cnid/contrib/kubernetes/cnid.yaml || exit 1; \
+		echo "deploy-check: cnid.yaml valid (strict) for Kubernetes $$k"; \
+	done
+	@# Strict really is: a misspelt field is refused.
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	sed 's/^\( *\)hostNetwork: true/&\n\1hostNetworks: true/' cnid/contrib/kubernetes/cnid.yaml > "$$tmp/typo.yaml"; \
+	grep -q hostNetworks "$$tmp/typo.yaml"; \
+	if $(DEPLOY_VENV)/bin/kubernetes-validate --strict --quiet "$$tmp/typo.yaml" >/dev/null 2>&1; then \
+		echo "deploy-check: a misspelt field passed the strict check" >&2; exit 1; fi
+	@$(DEPLOY_VENV)/bin/python cnid/contrib/kubernetes/lint.py --self-test >/dev/null
+	@$(DEPLOY_VENV)/bin/python cnid/contrib/kubernetes/lint.py
 
 # The long runs at full size (make test runs them reduced): the crash soak
 # (300 operations over 30 containers on the real bridge, 10 kill -9 of cnid;
