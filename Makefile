@@ -7,7 +7,7 @@
 CARGO ?= cargo
 PLUGIN_DIR ?= /usr/lib/cni
 
-.PHONY: all setup demo test fmt-check lint unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench
+.PHONY: all setup demo test fmt-check lint unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench deploy-check
 
 all: test
 
@@ -18,11 +18,13 @@ all: test
 # runtime clients (GOPATH mode, no module downloads). Needs root.
 GOCODE = /usr/share/gocode/src/github.com
 # jq: the README's batch snippet, which cnid/tests/readme_snippets.rs runs.
-SETUP_PACKAGES = containernetworking-plugins iproute2 iputils-ping curl jq golang-go golang-github-appc-cni-dev golang-github-containerd-go-cni-dev
+# python3-venv: make deploy-check's venv.
+SETUP_PACKAGES = containernetworking-plugins iproute2 iputils-ping curl jq golang-go golang-github-appc-cni-dev golang-github-containerd-go-cni-dev python3-venv
 setup:
 	@if [ -x $(PLUGIN_DIR)/bridge ] && command -v ip >/dev/null && command -v ping >/dev/null && command -v curl >/dev/null && command -v jq >/dev/null \
+		&& python3 -c 'import venv, ensurepip' 2>/dev/null \
 		&& command -v go >/dev/null && [ -d $(GOCODE)/containernetworking/cni/libcni ] && [ -d $(GOCODE)/containerd/go-cni ]; then \
-		echo "setup: plugins in $(PLUGIN_DIR), ip, ping, curl, jq, go, libcni and go-cni present"; \
+		echo "setup: plugins in $(PLUGIN_DIR), ip, ping, curl, jq, python3 venv, go, libcni and go-cni present"; \
 	elif [ "$$(id -u)" != 0 ]; then \
 		echo "setup: need root to install $(SETUP_PACKAGES)" >&2; exit 1; \
 	else \
@@ -74,7 +76,32 @@ unit:
 	$(CARGO) test --workspace --doc --all-features
 
 # fuzz-smoke last: 10 s per parser target (cargo-fuzz is installed if missing).
-test: setup fmt-check lint unit fuzz-smoke
+test: setup fmt-check lint deploy-check unit fuzz-smoke
+
+# The DaemonSet (cnid/contrib/kubernetes/cnid.yaml) against Kubernetes' own
+# schema, strictly (unknown fields refused), for the oldest supported minor
+# and the current one, with kubernetes-validate (PyPI; Debian has none) in
+# a venv of its own in the target dir; then the Containerfile linted for
+# what the DaemonSet runs and what it builds (lint.py, with its self-test).
+K8S_VERSIONS ?= 1.29.0 1.37.0
+KUBERNETES_VALIDATE_VERSION ?= 1.37.0
+DEPLOY_VENV = $(abspath $(or $(CARGO_TARGET_DIR),target))/deploy-check-venv
+deploy-check:
+	@$(DEPLOY_VENV)/bin/kubernetes-validate --version 2>/dev/null | grep -qx '$(KUBERNETES_VALIDATE_VERSION)' \
+		|| { rm -rf $(DEPLOY_VENV) && python3 -m venv $(DEPLOY_VENV) \
+			&& $(DEPLOY_VENV)/bin/pip install -q --disable-pip-version-check kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION); }
+	@for k in $(K8S_VERSIONS); do \
+		$(DEPLOY_VENV)/bin/kubernetes-validate --strict --quiet -k $$k cnid/contrib/kubernetes/cnid.yaml || exit 1; \
+		echo "deploy-check: cnid.yaml valid (strict) for Kubernetes $$k"; \
+	done
+	@# Strict really is: a misspelt field is refused.
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	sed 's/^\( *\)hostNetwork: true/&\n\1hostNetworks: true/' cnid/contrib/kubernetes/cnid.yaml > "$$tmp/typo.yaml"; \
+	grep -q hostNetworks "$$tmp/typo.yaml"; \
+	if $(DEPLOY_VENV)/bin/kubernetes-validate --strict --quiet "$$tmp/typo.yaml" >/dev/null 2>&1; then \
+		echo "deploy-check: a misspelt field passed the strict check" >&2; exit 1; fi
+	@$(DEPLOY_VENV)/bin/python cnid/contrib/kubernetes/lint.py --self-test >/dev/null
+	@$(DEPLOY_VENV)/bin/python cnid/contrib/kubernetes/lint.py
 
 # The long runs at full size (make test runs them reduced): the crash soak
 # (300 operations over 30 containers on the real bridge, 10 kill -9 of cnid;
@@ -185,7 +212,7 @@ bench: setup shim
 #                        the runtime's plugin dir, e.g. /opt/cni/bin)
 #   lib/systemd/system/  cnid.service (ExecStart= the installed cnid) and
 #                        cnid.socket
-#   share/man/man1/      cnid.1, cnitool.1, cnid-shim.1
+#   share/man/           man8/cnid.8, man1/cnitool.1, man1/cnid-shim.1
 #   share/bash-completion/completions, share/zsh/site-functions,
 #   share/fish/vendor_completions.d: completions of cnid and cnitool
 #   share/doc/cnid/      API.md, LICENSE
@@ -193,8 +220,11 @@ bench: setup shim
 # their clap definitions (hidden `--generate`, cnid/src/generate.rs). Not
 # installed: cni-noop (benchmark plugin), the examples, test binaries.
 # INSTALL_FROM=DIR installs the binaries found in DIR instead of building
-# (the tests install target/debug); `make uninstall` with the same
-# DESTDIR/PREFIX/... removes every file `make install` put there.
+# (the tests install target/debug; a dynamically linked cnitool or
+# cnid-shim there is warned about); `make uninstall` with the same
+# DESTDIR/PREFIX/... removes every file `make install` put there and the
+# dirs it created (share/doc/cnid/installed-dirs lists them). Neither
+# touches cnid's state (/var/lib/cnid, /run/cnid) or cache (README).
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 DATADIR ?= $(PREFIX)/share
@@ -208,17 +238,23 @@ INSTALL_FROM ?=
 INSTALL ?= install
 
 INSTALL_BINS = cnid cnitool cnid-shim
-INSTALL_MAN = cnid cnitool cnid-shim
+# NAME:SECTION (cnid is a daemon: section 8).
+INSTALL_MAN = cnid:8 cnitool:1 cnid-shim:1
 INSTALL_COMPLETE = cnid cnitool
 INSTALL_UNITS = cnid.service cnid.socket
 INSTALL_DOCS = cnid/API.md LICENSE
 INSTALLED_FILES = $(addprefix $(BINDIR)/,$(INSTALL_BINS)) \
-	$(patsubst %,$(MANDIR)/man1/%.1,$(INSTALL_MAN)) \
+	$(foreach m,$(INSTALL_MAN),$(MANDIR)/man$(lastword $(subst :, ,$(m)))/$(subst :,.,$(m))) \
 	$(addprefix $(BASHCOMPDIR)/,$(INSTALL_COMPLETE)) \
 	$(patsubst %,$(ZSHCOMPDIR)/_%,$(INSTALL_COMPLETE)) \
 	$(patsubst %,$(FISHCOMPDIR)/%.fish,$(INSTALL_COMPLETE)) \
 	$(addprefix $(UNITDIR)/,$(INSTALL_UNITS)) \
 	$(addprefix $(DOCDIR)/,$(notdir $(INSTALL_DOCS)))
+
+# The dirs install puts files in; those it had to create are listed in
+# INSTALLED_DIRS_LIST (kept across installs), for uninstall.
+INSTALL_DIRS = $(BINDIR) $(MANDIR)/man1 $(MANDIR)/man8 $(UNITDIR) $(DOCDIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR)
+INSTALLED_DIRS_LIST = $(DOCDIR)/installed-dirs
 
 # Where the binaries come from: INSTALL_FROM, or the release build.
 INSTALL_SRC = $(if $(INSTALL_FROM),$(INSTALL_FROM),$(abspath $(or $(CARGO_TARGET_DIR),target))/release)
@@ -227,23 +263,36 @@ CNITOOL_STATIC = $(abspath $(or $(CARGO_TARGET_DIR),target))/$(HOST_TARGET)/rele
 INSTALL_CNITOOL = $(if $(INSTALL_FROM),$(INSTALL_FROM)/cnitool,$(CNITOOL_STATIC))
 
 .PHONY: install uninstall install-build
+# cnid with --workspace: the features a workspace release build resolved,
+# so that build is reused (`-p cnid` resolves them differently and rebuilt
+# cnid and its dependencies).
 install-build:
-	$(if $(INSTALL_FROM),,$(CARGO) build --release -p cnid --bin cnid)
+	$(if $(INSTALL_FROM),,$(CARGO) build --release --workspace --bin cnid)
 	$(if $(INSTALL_FROM),,RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release -p cnitool --bin cnitool --target $(HOST_TARGET))
 	$(if $(INSTALL_FROM),,$(MAKE) shim)
 
 install: install-build
 	@for b in cnid; do [ -x "$(INSTALL_SRC)/$$b" ] || { echo "install: $(INSTALL_SRC)/$$b is missing" >&2; exit 1; }; done
 	@for f in "$(INSTALL_CNITOOL)" "$(INSTALL_SHIM)"; do [ -x "$$f" ] || { echo "install: $$f is missing" >&2; exit 1; }; done
-	$(INSTALL) -d -m 755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
-		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	@for f in "$(INSTALL_CNITOOL)" "$(INSTALL_SHIM)"; do \
+		if ! command -v readelf >/dev/null; then echo "install: warning: readelf missing, cannot check that $$f is statically linked" >&2; \
+		elif readelf -l "$$f" | grep -q 'program interpreter'; then \
+			echo "install: warning: $$f is dynamically linked (make install without INSTALL_FROM builds it statically, as the README says)" >&2; fi; \
+	done
+	@set -e; new=$$(for d in $(INSTALL_DIRS); do \
+		while [ "$$d" != / ] && [ "$$d" != . ] && [ ! -e "$(DESTDIR)$$d" ]; do echo "$$d"; d=$$(dirname "$$d"); done; \
+	done); \
+	$(INSTALL) -d -m 755 $(addprefix $(DESTDIR),$(INSTALL_DIRS)); \
+	{ cat "$(DESTDIR)$(INSTALLED_DIRS_LIST)" 2>/dev/null || true; [ -z "$$new" ] || echo "$$new"; } | sort -u > "$(DESTDIR)$(INSTALLED_DIRS_LIST).new"; \
+	mv "$(DESTDIR)$(INSTALLED_DIRS_LIST).new" "$(DESTDIR)$(INSTALLED_DIRS_LIST)"; chmod 644 "$(DESTDIR)$(INSTALLED_DIRS_LIST)"
 	$(INSTALL) -m 755 $(INSTALL_SRC)/cnid $(DESTDIR)$(BINDIR)/
 	$(INSTALL) -m 755 $(INSTALL_CNITOOL) $(DESTDIR)$(BINDIR)/cnitool
 	$(INSTALL) -m 755 $(INSTALL_SHIM) $(DESTDIR)$(BINDIR)/cnid-shim
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	for b in $(INSTALL_MAN); do \
-		"$(DESTDIR)$(BINDIR)/$$b" --generate man > "$$tmp/$$b.1"; \
-		$(INSTALL) -m 644 "$$tmp/$$b.1" $(DESTDIR)$(MANDIR)/man1/; \
+	for m in $(INSTALL_MAN); do \
+		b=$${m%:*}; sec=$${m#*:}; \
+		"$(DESTDIR)$(BINDIR)/$$b" --generate man > "$$tmp/$$b.$$sec"; \
+		$(INSTALL) -m 644 "$$tmp/$$b.$$sec" $(DESTDIR)$(MANDIR)/man$$sec/; \
 	done; \
 	for b in $(INSTALL_COMPLETE); do \
 		"$(DESTDIR)$(BINDIR)/$$b" --generate complete-bash > "$$tmp/$$b"; \
@@ -263,6 +312,10 @@ install: install-build
 	$(INSTALL) -m 644 $(INSTALL_DOCS) $(DESTDIR)$(DOCDIR)/
 	@echo "install: cnid, cnitool and cnid-shim in $(DESTDIR)$(BINDIR); units in $(DESTDIR)$(UNITDIR) (systemctl daemon-reload)"
 
+# The dirs install created (listed in INSTALLED_DIRS_LIST) go too, deepest
+# first, each only when empty; dirs that were there before stay.
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED_FILES))
-	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
+	@set -e; list="$(DESTDIR)$(INSTALLED_DIRS_LIST)"; \
+	dirs=$$(sort -r "$$list" 2>/dev/null || true); rm -f "$$list"; \
+	for d in $$dirs $(DOCDIR); do rmdir "$(DESTDIR)$$d" 2>/dev/null || true; done

@@ -30,8 +30,10 @@
 //!   that is running (its whole process group) but cannot undo the plugins
 //!   that already ran. The spec makes the caller follow every ADD with a DEL,
 //!   also a failed or cancelled one; do that, or set
-//!   [`CallOptions::rollback`] and let the ADD finish (cnid runs each
-//!   operation on its own task for this reason).
+//!   [`CallOptions::rollback`] and let the ADD finish, or use
+//!   [`AddRequest::rollback_on_cancel`]: the ADD runs on a task of its own,
+//!   and a caller that drops it gets what it made rolled back (as cnid
+//!   does for every request); [`Cni::wait_detached`] waits for that work.
 //! - **Rollback** (opt-in, [`CallOptions::rollback`]): when an ADD fails part
 //!   way, the plugins that ran, including the one that failed, are deleted
 //!   last to first with a fresh deadline, never the expired one. When the
@@ -272,6 +274,7 @@ impl CniBuilder {
                 limits: self.limits,
                 check_netns: self.check_netns,
                 stderr_sink: self.stderr_sink,
+                detached: tokio::sync::watch::Sender::new(0),
             }),
         }
     }
@@ -287,6 +290,10 @@ struct Inner {
     limits: OutputLimits,
     check_netns: bool,
     stderr_sink: SinkSlot,
+    /// How many ADDs run on tasks of their own
+    /// ([`AddRequest::rollback_on_cancel`]); [`Cni::wait_detached`] waits
+    /// for 0.
+    detached: tokio::sync::watch::Sender<usize>,
 }
 
 /// Runs CNI operations (see the module docs). Cheap to clone.
@@ -332,6 +339,56 @@ impl<'a> Net<'a> {
             cache_bytes: Cow::Borrowed(plugin.bytes()),
             disable_check: false,
         })
+    }
+}
+
+/// A [`Net`] that owns its parts, for an ADD on a task of its own.
+#[derive(Debug)]
+struct OwnedNet {
+    name: String,
+    version: Version,
+    plugins: Vec<PluginConfig>,
+    cache_bytes: Vec<u8>,
+    disable_check: bool,
+}
+
+impl OwnedNet {
+    fn new(net: &Net<'_>) -> Self {
+        OwnedNet {
+            name: net.name.to_owned(),
+            version: net.version,
+            plugins: net.plugins.to_vec(),
+            cache_bytes: net.cache_bytes.to_vec(),
+            disable_check: net.disable_check,
+        }
+    }
+
+    fn net(&self) -> Net<'_> {
+        Net {
+            name: &self.name,
+            version: self.version,
+            plugins: &self.plugins,
+            cache_bytes: Cow::Borrowed(&self.cache_bytes),
+            disable_check: self.disable_check,
+        }
+    }
+}
+
+/// Counts one detached ADD in [`Inner::detached`] while it lives (also
+/// when its task panics).
+#[derive(Debug)]
+struct DetachedGuard(Cni);
+
+impl DetachedGuard {
+    fn new(cni: &Cni) -> Self {
+        cni.inner.detached.send_modify(|n| *n += 1);
+        DetachedGuard(cni.clone())
+    }
+}
+
+impl Drop for DetachedGuard {
+    fn drop(&mut self) {
+        self.0.inner.detached.send_modify(|n| *n -= 1);
     }
 }
 
@@ -413,6 +470,17 @@ impl Cni {
         )
     }
 
+    /// Waits until every ADD started with
+    /// [`AddRequest::rollback_on_cancel`] has ended on its task: finished
+    /// and handed to its caller, or (its caller gone) rolled back. For a
+    /// graceful shutdown, and before retrying an attachment whose ADD was
+    /// given up.
+    pub async fn wait_detached(&self) {
+        let mut rx = self.inner.detached.subscribe();
+        // The sender lives in `self`: the wait cannot fail.
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
     // ----- lists -----
 
     /// ADD: runs the plugins first to last, chaining each result as the
@@ -430,6 +498,7 @@ impl Cni {
             net: Ok(Net::list(list)),
             rt,
             opts: CallOptions::default(),
+            detach: false,
         }
     }
 
@@ -849,6 +918,7 @@ impl Cni {
             net: Net::single(plugin),
             rt,
             opts: CallOptions::default(),
+            detach: false,
         }
     }
 
@@ -929,12 +999,16 @@ impl Cni {
         Ok(())
     }
 
+    /// The ADD. `gave_up` is asked before each plugin and before the cache
+    /// write: when it says the caller is gone (a detached ADD's), the
+    /// plugins that ran are rolled back and the answer is `Ok(None)`.
     async fn add(
         &self,
         net: Net<'_>,
         rt: &RuntimeConf,
         opts: &CallOptions,
-    ) -> Result<CniResult, Error> {
+        gave_up: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Option<CniResult>, Error> {
         Self::validate_attachment(&net, rt)?;
         if self.inner.check_netns {
             crate::check_netns(&rt.netns, Command::Add)?;
@@ -956,6 +1030,10 @@ impl Cni {
             let mut prev: Option<CniResult> = None;
             let mut prev_value: Option<Value> = None;
             for (index, plugin) in net.plugins.iter().enumerate() {
+                if gave_up() {
+                    self.roll_back_abandoned(&net, &net.plugins[..index], rt, prev_value.as_ref()).await;
+                    return Ok(None);
+                }
                 let step = self
                     .add_one(&net, plugin, rt, prev_value.as_ref(), deadline)
                     .await;
@@ -992,6 +1070,10 @@ impl Cni {
                     reason: "no plugins to run".into(),
                 }));
             };
+            if gave_up() {
+                self.roll_back_abandoned(&net, net.plugins, rt, prev_value.as_ref()).await;
+                return Ok(None);
+            }
             let rec = CacheRecord::new(net.name, rt, net.cache_bytes.to_vec(), prev_value);
             // The lock travels with the write: if this future is dropped
             // mid-write, the lock is released only once the write is done,
@@ -1014,10 +1096,66 @@ impl Cni {
             }
             drop(lock);
             tracing::debug!(elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "ADD done");
-            Ok(result)
+            Ok(Some(result))
         }
         .instrument(span)
         .await
+    }
+
+    /// Rolls back the plugins a detached ADD ran before its caller gave up
+    /// (nobody is left to hear a failure: it is logged).
+    async fn roll_back_abandoned(
+        &self,
+        net: &Net<'_>,
+        ran: &[PluginConfig],
+        rt: &RuntimeConf,
+        prev: Option<&Value>,
+    ) {
+        tracing::info!(
+            plugins = ran.len(),
+            "ADD given up by its caller; rolling back the plugins that ran"
+        );
+        if ran.is_empty() {
+            return;
+        }
+        if let Err(e) = self.rollback(net, ran, rt, prev).await {
+            tracing::warn!(error = %Escaped(Chain(&e)), "rollback of a given-up ADD failed");
+        }
+    }
+
+    /// A detached ADD's task ([`AddRequest::rollback_on_cancel`]): runs
+    /// the ADD with rollback, hands the outcome to `tx`, and DELs the
+    /// attachment when the caller is gone before taking its result (`ack`
+    /// dropped unsent).
+    async fn add_detached(
+        self,
+        owned: OwnedNet,
+        rt: RuntimeConf,
+        opts: CallOptions,
+        (tx, ack): (
+            tokio::sync::oneshot::Sender<Result<CniResult, Error>>,
+            tokio::sync::oneshot::Receiver<()>,
+        ),
+        _counted: DetachedGuard,
+    ) {
+        let outcome = self.add(owned.net(), &rt, &opts, &|| tx.is_closed()).await;
+        let result = match outcome {
+            Ok(None) => return,
+            Ok(Some(result)) => result,
+            Err(e) => {
+                // A failed ADD was rolled back already.
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        if tx.send(Ok(result)).is_ok() && ack.await.is_ok() {
+            return;
+        }
+        tracing::info!("ADD given up by its caller after it finished; deleting it");
+        let deadline = self.deadline(Command::Del, &CallOptions::default());
+        if let Err(e) = self.del(&owned.net(), &rt, deadline).await {
+            tracing::warn!(error = %Escaped(Chain(&e)), "DEL of a given-up ADD failed");
+        }
     }
 
     async fn add_one(
@@ -1340,6 +1478,7 @@ pub struct AddRequest<'a> {
     net: Result<Net<'a>, Error>,
     rt: &'a RuntimeConf,
     opts: CallOptions,
+    detach: bool,
 }
 
 common_request_methods!(AddRequest);
@@ -1351,6 +1490,36 @@ impl AddRequest<'_> {
         self.opts.rollback = rollback;
         self
     }
+
+    /// Runs the ADD on a task of its own (spawned with `tokio::spawn` when
+    /// the request is first polled), with [`CallOptions::rollback`] on, so
+    /// that dropping this future leaves nothing behind: a caller that gives
+    /// up (a dropped future, a `select!` that lost, a cancelled RPC) gets
+    /// the plugins that ran rolled back, last to first. The plugin running
+    /// at that moment is not killed: it finishes (within the ADD's
+    /// deadline), then no further plugin starts and the rollback runs. An
+    /// ADD that had already finished is deleted (DEL with its cached
+    /// result). What cnid does for every request.
+    ///
+    /// The caller's deadline still applies. The work goes on after the
+    /// drop: [`Cni::wait_detached`] waits for it (before a shutdown, or
+    /// before retrying the same attachment, which is locked until then).
+    ///
+    /// ```no_run
+    /// # async fn demo(cni: cni_async::Cni, list: cni_core::NetworkConfigList, rt: cni_core::RuntimeConf) {
+    /// use std::time::Duration;
+    /// let add = cni.add_network_list(&list, &rt).rollback_on_cancel();
+    /// // Gives up after 5 s: whatever the ADD made is undone on its task.
+    /// if tokio::time::timeout(Duration::from_secs(5), add).await.is_err() {
+    ///     cni.wait_detached().await;
+    /// }
+    /// # }
+    /// ```
+    pub fn rollback_on_cancel(mut self) -> Self {
+        self.opts.rollback = true;
+        self.detach = true;
+        self
+    }
 }
 
 impl<'a> IntoFuture for AddRequest<'a> {
@@ -1358,7 +1527,42 @@ impl<'a> IntoFuture for AddRequest<'a> {
     type IntoFuture = BoxFuture<'a, Self::Output>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move { self.cni.add(self.net?, self.rt, &self.opts).await })
+        Box::pin(async move {
+            let net = self.net?;
+            if !self.detach {
+                let result = self.cni.add(net, self.rt, &self.opts, &|| false).await?;
+                return Ok(result.expect("only a detached ADD is given up"));
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let (ack, ack_rx) = tokio::sync::oneshot::channel();
+            // Counted before the spawn, so that a `wait_detached` right
+            // after this future is dropped sees the task.
+            let counted = DetachedGuard::new(self.cni);
+            let task = self.cni.clone().add_detached(
+                OwnedNet::new(&net),
+                self.rt.clone(),
+                self.opts,
+                (tx, ack_rx),
+                counted,
+            );
+            let handle = tokio::spawn(task);
+            let outcome = rx.await;
+            // Taken: the task leaves the attachment to the caller.
+            let _ = ack.send(());
+            match outcome {
+                Ok(outcome) => outcome,
+                // The task ended without an answer: it panicked (the
+                // caller's panic, as in an ADD run in place), or the
+                // runtime is shutting down.
+                Err(_) => match handle.await {
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    _ => Err(Error::Core(cni_core::Error::InvalidConfig {
+                        origin: format!("network {}", net.name),
+                        reason: "the ADD's task was cancelled (runtime shutting down)".into(),
+                    })),
+                },
+            }
+        })
     }
 }
 

@@ -49,6 +49,7 @@ mod ops_netns_check;
 mod ops_output;
 mod ops_real_chain;
 mod ops_rollback;
+mod ops_rollback_on_cancel;
 mod ops_single;
 mod ops_stdin_env;
 mod ops_validation;

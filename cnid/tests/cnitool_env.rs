@@ -8,8 +8,6 @@ use crate::support::tool::Sandbox;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-const NETNS: &str = "/run/netns/envtest";
-
 fn sandbox() -> Sandbox {
     let sb = Sandbox::new();
     sb.plugins
@@ -30,8 +28,9 @@ fn sandbox() -> Sandbox {
 #[test]
 fn cni_args_reach_every_plugin_unchanged() {
     let sb = sandbox();
+    let netns = sb.netns("envtest");
     sb.run_env(
-        &["add", "envnet", NETNS],
+        &["add", "envnet", &netns],
         &[("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=web")],
     )
     .ok();
@@ -45,7 +44,7 @@ fn cni_args_reach_every_plugin_unchanged() {
     }
     // Without CNI_ARGS the variable is set, empty (as libcni).
     sb.plugins.clear_records();
-    sb.run(&["del", "envnet", NETNS]).ok();
+    sb.run(&["del", "envnet", &netns]).ok();
     for del in sb.plugins.invocations_of("DEL") {
         assert_eq!(del.var("CNI_ARGS"), Some(""));
     }
@@ -54,10 +53,11 @@ fn cni_args_reach_every_plugin_unchanged() {
 #[test]
 fn cap_args_become_runtime_config_of_declaring_plugins_only() {
     let sb = sandbox();
+    let netns = sb.netns("envtest");
     let ports = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
     let cap_args = json!({"portMappings": ports, "mac": "aa:bb:cc:dd:ee:ff"}).to_string();
     sb.run_env(
-        &["add", "envnet", NETNS],
+        &["add", "envnet", &netns],
         &[("CAP_ARGS", cap_args.as_str())],
     )
     .ok();
@@ -85,19 +85,16 @@ fn cap_args_become_runtime_config_of_declaring_plugins_only() {
 #[test]
 fn ifname_defaults_to_eth0_then_env_then_flag() {
     let sb = sandbox();
-    sb.run(&["add", "envnet", "/run/netns/a"]).ok();
-    sb.run_env(
-        &["add", "envnet", "/run/netns/b"],
-        &[("CNI_IFNAME", "net1")],
-    )
-    .ok();
-    sb.run_env(
-        &["add", "-i", "net2", "envnet", "/run/netns/c"],
-        &[("CNI_IFNAME", "net1")],
-    )
-    .ok();
-    sb.run(&["add", "envnet", "/run/netns/d", "--ifname", "net3"])
+    let [a, b, c, d] = ["a", "b", "c", "d"].map(|n| sb.netns(n));
+    sb.run(&["add", "envnet", &a]).ok();
+    sb.run_env(&["add", "envnet", &b], &[("CNI_IFNAME", "net1")])
         .ok();
+    sb.run_env(
+        &["add", "-i", "net2", "envnet", &c],
+        &[("CNI_IFNAME", "net1")],
+    )
+    .ok();
+    sb.run(&["add", "envnet", &d, "--ifname", "net3"]).ok();
     let ifnames: Vec<String> = sb
         .plugins
         .invocations_of("ADD")
@@ -114,25 +111,27 @@ fn ifname_defaults_to_eth0_then_env_then_flag() {
 #[test]
 fn cni_path_is_searched_in_order_and_passed_on() {
     let sb = sandbox();
+    let netns = sb.netns("envtest");
     let empty = sb.root().join("empty-dir");
     std::fs::create_dir(&empty).unwrap();
     let path = format!("{}:{}", empty.display(), sb.plugins.bin().display());
-    sb.run_env(&["add", "envnet", NETNS], &[("CNI_PATH", path.as_str())])
+    sb.run_env(&["add", "envnet", &netns], &[("CNI_PATH", path.as_str())])
         .ok();
     let adds = sb.plugins.invocations_of("ADD");
     assert_eq!(adds.len(), 2);
     for add in &adds {
         assert_eq!(add.var("CNI_PATH"), Some(path.as_str()));
         assert_eq!(add.var("CNI_COMMAND"), Some("ADD"));
-        assert_eq!(add.var("CNI_NETNS"), Some(NETNS));
+        assert_eq!(add.var("CNI_NETNS"), Some(netns.as_str()));
     }
 }
 
 #[test]
 fn unset_cni_path_means_the_default_dirs() {
     let sb = sandbox();
+    let netns = sb.netns("envtest");
     // The fakes are not in the default dirs, so the lookup fails and names them.
-    let mut cmd = sb.cnitool(&["add", "envnet", NETNS]);
+    let mut cmd = sb.cnitool(&["add", "envnet", &netns]);
     cmd.env_remove("CNI_PATH");
     let err = support::tool::Run::of(cmd).fails();
     assert!(
@@ -140,7 +139,7 @@ fn unset_cni_path_means_the_default_dirs() {
         "{err}"
     );
     let err = sb
-        .run_env(&["add", "envnet", NETNS], &[("CNI_PATH", "")])
+        .run_env(&["add", "envnet", &netns], &[("CNI_PATH", "")])
         .fails();
     assert!(err.contains("/opt/cni/bin:/usr/lib/cni"), "{err}");
 }
@@ -148,7 +147,8 @@ fn unset_cni_path_means_the_default_dirs() {
 #[test]
 fn plugins_get_the_six_cni_variables_of_the_spec() {
     let sb = sandbox();
-    sb.run_env(&["add", "envnet", NETNS], &[("CNI_TIMEOUT", "30")])
+    let netns = sb.netns("envtest");
+    sb.run_env(&["add", "envnet", &netns], &[("CNI_TIMEOUT", "30")])
         .ok();
     // The plugins inherit the environment (as with libcni), but cnitool sets
     // exactly the six CNI_* variables of the spec.

@@ -6,8 +6,6 @@ use crate::support::fake::{Fake, Response, result_json};
 use crate::support::tool::Sandbox;
 use serde_json::json;
 
-const NETNS: &str = "/run/netns/errobj";
-
 fn error_object_exit_0(code: u32) -> Response {
     Response {
         stderr: b"diagnostics\n".to_vec(),
@@ -21,19 +19,20 @@ fn error_object_exit_0(code: u32) -> Response {
 #[test]
 fn add_error_object_with_exit_0_fails_and_caches_nothing() {
     let sb = Sandbox::new();
+    let netns = sb.netns("errobj");
     sb.plugins.fake(
         "p",
         &Fake::new(Response::ok("")).on("ADD", error_object_exit_0(107)),
     );
     sb.conflist("errobj", "1.0.0", &[json!({"type": "p"})]);
-    let err = sb.run(&["add", "errobj", NETNS]).fails();
+    let err = sb.run(&["add", "errobj", &netns]).fails();
     assert!(
         err.contains("plugin p ADD failed (exit status 0): no leases; pool full (CNI code 107)"),
         "{err}"
     );
     assert_eq!(sb.cache_entries(), Vec::<String>::new());
     let obj = sb
-        .run(&["add", "--json-errors", "errobj", NETNS])
+        .run(&["add", "--json-errors", "errobj", &netns])
         .fails_json();
     assert_eq!(
         (
@@ -50,6 +49,7 @@ fn add_error_object_with_exit_0_fails_and_caches_nothing() {
 #[test]
 fn del_and_check_error_object_with_exit_0_fail() {
     let sb = Sandbox::new();
+    let netns = sb.netns("errobj");
     sb.plugins.fake(
         "p",
         // The first matching case answers: these before the plugin's own.
@@ -59,13 +59,13 @@ fn del_and_check_error_object_with_exit_0_fail() {
             .on("ADD", Response::ok(&result_json("1.0.0", "10.1.2.3/24"))),
     );
     sb.conflist("errobj", "1.0.0", &[json!({"type": "p"})]);
-    sb.run(&["add", "errobj", NETNS]).ok();
-    let err = sb.run(&["check", "errobj", NETNS]).fails();
+    sb.run(&["add", "errobj", &netns]).ok();
+    let err = sb.run(&["check", "errobj", &netns]).fails();
     assert!(
         err.contains("plugin p CHECK failed (exit status 0): no leases"),
         "{err}"
     );
-    let err = sb.run(&["del", "errobj", NETNS]).fails();
+    let err = sb.run(&["del", "errobj", &netns]).fails();
     assert!(
         err.contains("plugin p DEL failed (exit status 0): no leases"),
         "{err}"

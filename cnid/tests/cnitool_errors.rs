@@ -6,8 +6,6 @@ use crate::support::fake::{Fake, Response};
 use crate::support::tool::Sandbox;
 use serde_json::json;
 
-const NETNS: &str = "/run/netns/errtest";
-
 fn sandbox() -> Sandbox {
     let sb = Sandbox::new();
     sb.plugins.fake("p", &Fake::plugin("1.0.0", "10.1.2.3/24"));
@@ -18,9 +16,10 @@ fn sandbox() -> Sandbox {
 #[test]
 fn bad_cni_args_names_the_pair() {
     let sb = sandbox();
+    let netns = sb.netns("errtest");
     for (value, pair) in [("A=1;broken", "broken"), ("A=1=2", "A=1=2"), ("=v", "=v")] {
         let err = sb
-            .run_env(&["add", "errnet", NETNS], &[("CNI_ARGS", value)])
+            .run_env(&["add", "errnet", &netns], &[("CNI_ARGS", value)])
             .fails();
         assert!(
             err.contains(&format!("invalid CNI_ARGS pair \"{pair}\"")),
@@ -28,7 +27,7 @@ fn bad_cni_args_names_the_pair() {
         );
         let json = sb
             .run_env(
-                &["add", "--json-errors", "errnet", NETNS],
+                &["add", "--json-errors", "errnet", &netns],
                 &[("CNI_ARGS", value)],
             )
             .fails_json();
@@ -40,15 +39,16 @@ fn bad_cni_args_names_the_pair() {
 #[test]
 fn bad_cap_args_names_the_value() {
     let sb = sandbox();
+    let netns = sb.netns("errtest");
     for value in ["{not json", "[1,2]", "\"text\""] {
         let err = sb
-            .run_env(&["add", "errnet", NETNS], &[("CAP_ARGS", value)])
+            .run_env(&["add", "errnet", &netns], &[("CAP_ARGS", value)])
             .fails();
         assert!(err.contains(&format!("CAP_ARGS {value:?}")), "{err}");
         assert!(err.contains("invalid capability arguments"), "{err}");
         let json = sb
             .run_env(
-                &["add", "errnet", NETNS],
+                &["add", "errnet", &netns],
                 &[("CAP_ARGS", value), ("CNITOOL_JSON_ERRORS", "1")],
             )
             .fails_json();
@@ -61,8 +61,9 @@ fn bad_cap_args_names_the_value() {
 #[test]
 fn unknown_network_names_the_network_and_the_dir() {
     let sb = sandbox();
+    let netns = sb.netns("errtest");
     for verb in ["add", "check", "gc", "status"] {
-        let err = sb.run(&[verb, "nosuch", NETNS]).fails();
+        let err = sb.run(&[verb, "nosuch", &netns]).fails();
         assert!(
             err.contains(&format!(
                 "no network configuration with name \"nosuch\" in {}",
@@ -72,7 +73,7 @@ fn unknown_network_names_the_network_and_the_dir() {
         );
     }
     let json = sb
-        .run(&["--json-errors", "add", "nosuch", NETNS])
+        .run(&["--json-errors", "add", "nosuch", &netns])
         .fails_json();
     assert_eq!(json["code"], 7);
     assert_eq!(
@@ -84,17 +85,19 @@ fn unknown_network_names_the_network_and_the_dir() {
 #[test]
 fn unparsable_files_are_named_when_the_network_is_missing() {
     let sb = sandbox();
+    let netns = sb.netns("errtest");
     std::fs::write(sb.net_dir().join("10-broken.conflist"), "{ nope").unwrap();
     // Other networks still load.
-    sb.run(&["add", "errnet", NETNS]).ok();
-    let err = sb.run(&["add", "nosuch", NETNS]).fails();
+    sb.run(&["add", "errnet", &netns]).ok();
+    let err = sb.run(&["add", "nosuch", &netns]).fails();
     assert!(err.contains("10-broken.conflist"), "{err}");
 }
 
 #[test]
 fn empty_conf_dir_names_the_dir() {
     let sb = Sandbox::new();
-    let err = sb.run(&["add", "errnet", NETNS]).fails();
+    let netns = sb.netns("errtest");
+    let err = sb.run(&["add", "errnet", &netns]).fails();
     assert!(
         err.contains(&format!(
             "no network configurations found in {}",
@@ -105,7 +108,7 @@ fn empty_conf_dir_names_the_dir() {
     let missing = sb.root().join("missing");
     let err = sb
         .run_env(
-            &["add", "errnet", NETNS],
+            &["add", "errnet", &netns],
             &[("NETCONFPATH", missing.to_str().unwrap())],
         )
         .fails();
@@ -115,9 +118,10 @@ fn empty_conf_dir_names_the_dir() {
 #[test]
 fn bad_cni_timeout_is_a_clear_error() {
     let sb = sandbox();
+    let netns = sb.netns("errtest");
     for value in ["soon", "-3", "0", "1s"] {
         let err = sb
-            .run_env(&["add", "errnet", NETNS], &[("CNI_TIMEOUT", value)])
+            .run_env(&["add", "errnet", &netns], &[("CNI_TIMEOUT", value)])
             .fails();
         assert!(
             err.contains(&format!("invalid CNI_TIMEOUT {value:?}")),
@@ -130,10 +134,13 @@ fn bad_cni_timeout_is_a_clear_error() {
 #[test]
 fn invalid_interface_names_are_refused_before_any_plugin_runs() {
     let sb = sandbox();
-    let err = sb.run(&["add", "-i", "eth0/../x", "errnet", NETNS]).fails();
+    let netns = sb.netns("errtest");
+    let err = sb
+        .run(&["add", "-i", "eth0/../x", "errnet", &netns])
+        .fails();
     assert!(err.contains("eth0/../x"), "{err}");
     let err = sb
-        .run(&["add", "-i", "a-very-long-interface-name", "errnet", NETNS])
+        .run(&["add", "-i", "a-very-long-interface-name", "errnet", &netns])
         .fails();
     assert!(err.contains("a-very-long-interface-name"), "{err}");
     assert!(sb.plugins.invocations().is_empty());
@@ -142,6 +149,7 @@ fn invalid_interface_names_are_refused_before_any_plugin_runs() {
 #[test]
 fn plugin_errors_keep_their_evidence_and_code() {
     let sb = sandbox();
+    let netns = sb.netns("errtest");
     sb.plugins.fake(
         "p",
         &Fake::new(Response::ok("")).on(
@@ -150,7 +158,7 @@ fn plugin_errors_keep_their_evidence_and_code() {
                 .with_shell("echo 'allocator trace' >&2"),
         ),
     );
-    let err = sb.run(&["add", "errnet", NETNS]).fails();
+    let err = sb.run(&["add", "errnet", &netns]).fails();
     assert!(
         err.starts_with("error: plugin p ADD failed (exit status 1)"),
         "{err}"
@@ -160,7 +168,7 @@ fn plugin_errors_keep_their_evidence_and_code() {
     assert!(err.contains("allocator trace"), "{err}");
     // The plugin's error object is passed on as it wrote it.
     let json = sb
-        .run(&["--json-errors", "add", "errnet", NETNS])
+        .run(&["--json-errors", "add", "errnet", &netns])
         .fails_json();
     assert_eq!(
         json,
@@ -173,15 +181,16 @@ fn plugin_errors_keep_their_evidence_and_code() {
 #[test]
 fn plugin_crash_without_output_reports_stderr_or_status() {
     let sb = sandbox();
+    let netns = sb.netns("errtest");
     sb.plugins
         .fake("p", &Fake::new(Response::fail(3, "", "segfault-ish\n")));
-    let err = sb.run(&["add", "errnet", NETNS]).fails();
+    let err = sb.run(&["add", "errnet", &netns]).fails();
     assert!(
         err.contains("plugin p ADD failed (exit status 3): segfault-ish"),
         "{err}"
     );
     let json = sb
-        .run(&["--json-errors", "add", "errnet", NETNS])
+        .run(&["--json-errors", "add", "errnet", &netns])
         .fails_json();
     assert_eq!(json["details"], "segfault-ish");
 }
@@ -208,13 +217,14 @@ fn usage_errors_exit_1_and_help_exits_0() {
 #[test]
 fn json_errors_env_accepts_only_true_values() {
     let sb = sandbox();
+    let netns = sb.netns("errtest");
     let err = sb
-        .run_env(&["add", "nosuch", NETNS], &[("CNITOOL_JSON_ERRORS", "0")])
+        .run_env(&["add", "nosuch", &netns], &[("CNITOOL_JSON_ERRORS", "0")])
         .fails();
     assert!(err.starts_with("error: "), "{err}");
     let json = sb
         .run_env(
-            &["add", "nosuch", NETNS],
+            &["add", "nosuch", &netns],
             &[("CNITOOL_JSON_ERRORS", "true")],
         )
         .fails_json();

@@ -39,7 +39,7 @@ fn local_gc_with_a_refused_del_fails_and_names_the_attachment() {
     let sb = Sandbox::new();
     plugins(&sb.plugins);
     sb.conf(&format!("{NET}.conflist"), &conf());
-    let netns = "/run/netns/gcfailtest";
+    let netns = &sb.netns("gcfailtest");
     sb.run(&["add", NET, netns]).ok();
     refuse_del(&sb.plugins);
     let err = sb.run(&["--json-errors", "gc", NET, netns]).fails_json();

@@ -20,7 +20,8 @@ fn sandbox() -> Sandbox {
 #[test]
 fn a_mistyped_network_lists_the_networks_and_suggests_the_closest() {
     let sb = sandbox();
-    let err = sb.run(&["add", "cnirs-brige", "/run/netns/hints"]).fails();
+    let netns = sb.netns("hints");
+    let err = sb.run(&["add", "cnirs-brige", &netns]).fails();
     assert!(
         err.contains(&format!(
             "no network configuration with name \"cnirs-brige\" in {}; did you mean \
@@ -36,9 +37,10 @@ fn a_mistyped_network_lists_the_networks_and_suggests_the_closest() {
 fn a_missing_conf_dir_says_the_directory_is_missing() {
     let sb = sandbox();
     let missing = sb.root().join("nonexist");
+    let netns = sb.netns("hints");
     let err = sb
         .run_env(
-            &["add", "cnirs-bridge", "/run/netns/hints"],
+            &["add", "cnirs-bridge", &netns],
             &[("NETCONFPATH", missing.to_str().unwrap())],
         )
         .fails();
@@ -51,47 +53,66 @@ fn a_missing_conf_dir_says_the_directory_is_missing() {
     );
 }
 
+/// ADD and CHECK on a netns path that does not exist are refused before
+/// any plugin runs, naming the path (code 4: `CNI_NETNS` is invalid),
+/// instead of the plugin's `failed to Statfs` (code 999). DEL runs: the
+/// spec has it succeed when the netns is gone.
 #[test]
-fn a_missing_absolute_netns_beside_a_near_name_gets_the_hint_when_the_plugins_fail() {
-    let sb = Sandbox::new();
-    let run_dir = sb.root().join("netns");
-    std::fs::create_dir(&run_dir).unwrap();
-    std::fs::write(run_dir.join("pod-m1"), b"").unwrap();
-    let typo = run_dir.join("pod-m2").display().to_string();
-    sb.plugins.fake(
-        "statfs",
-        &Fake::new(Response::cni_error(
-            999,
-            &format!("failed to Statfs {typo:?}: no such file or directory"),
-            "",
-        )),
-    );
-    sb.conflist("net", "1.0.0", &[json!({"type": "statfs"})]);
-    let err = sb.run(&["add", "net", &typo]).fails();
-    let hint = format!(
-        "error: netns {typo:?} does not exist; did you mean {}/pod-m1?: ",
-        run_dir.display()
-    );
-    assert!(err.starts_with(&hint), "{err}");
-    assert!(err.contains("failed to Statfs"), "{err}");
-    // The plugins ran (the hint never refuses an ADD: a near name is the
-    // host's state), and their code is kept.
-    assert!(!sb.plugins.invocations().is_empty());
-    let json = sb.run(&["--json-errors", "add", "net", &typo]).fails_json();
-    assert_eq!(json["code"], 999, "{json}");
-}
-
-#[test]
-fn a_missing_absolute_netns_leads_the_plugins_error() {
+fn a_missing_absolute_netns_is_refused_before_the_plugins_naming_it() {
     let sb = Sandbox::new();
     let netns = sb.root().join("gone").display().to_string();
+    sb.plugins.fake("p", &Fake::new(Response::ok("")));
+    sb.conflist("net", "1.0.0", &[json!({"type": "p"})]);
+    for verb in ["add", "check"] {
+        let err = sb.run(&[verb, "net", &netns]).fails();
+        assert_eq!(
+            err,
+            format!("error: netns {netns:?} does not exist\n"),
+            "{verb}"
+        );
+        let json = sb.run(&["--json-errors", verb, "net", &netns]).fails_json();
+        assert_eq!(json["code"], 4, "{verb}: {json}");
+    }
+    assert!(sb.plugins.invocations().is_empty());
+    sb.run(&["del", "net", &netns]).ok();
+    assert_eq!(sb.plugins.invocations_of("DEL").len(), 1);
+}
+
+/// A near name in the netns dir only adds a hint: the refusal is the
+/// missing path's, whatever else the host holds.
+#[test]
+fn a_missing_absolute_netns_beside_a_near_name_is_refused_with_a_hint() {
+    let sb = sandbox();
+    let m1 = sb.netns("pod-m1");
+    let typo = m1.replace("pod-m1", "pod-m2");
+    let err = sb.run(&["add", "cnirs-bridge", &typo]).fails();
+    assert_eq!(
+        err,
+        format!("error: netns {typo:?} does not exist; did you mean {m1}?\n")
+    );
+    let json = sb
+        .run(&["--json-errors", "add", "cnirs-bridge", &typo])
+        .fails_json();
+    assert_eq!(json["code"], 4, "{json}");
+    assert!(sb.plugins.invocations().is_empty());
+}
+
+/// A netns that goes while the plugins run (here the plugin removes it):
+/// their error is led by the cause, their code kept.
+#[test]
+fn a_netns_gone_while_the_plugins_ran_leads_their_error() {
+    let sb = Sandbox::new();
+    let netns = sb.netns("going");
     sb.plugins.fake(
         "statfs",
-        &Fake::new(Response::cni_error(
-            999,
-            &format!("failed to Statfs {netns:?}: no such file or directory"),
-            "",
-        )),
+        &Fake::new(
+            Response::cni_error(
+                999,
+                &format!("failed to Statfs {netns:?}: no such file or directory"),
+                "",
+            )
+            .with_shell("rm -f \"$CNI_NETNS\""),
+        ),
     );
     sb.conflist("net", "1.0.0", &[json!({"type": "statfs"})]);
     let err = sb.run(&["add", "net", &netns]).fails();
@@ -100,7 +121,7 @@ fn a_missing_absolute_netns_leads_the_plugins_error() {
         "{err}"
     );
     assert!(err.contains("failed to Statfs"), "{err}");
-    // The plugin's code is kept.
+    let netns = sb.netns("going");
     let json = sb
         .run(&["--json-errors", "add", "net", &netns])
         .fails_json();
@@ -110,7 +131,7 @@ fn a_missing_absolute_netns_leads_the_plugins_error() {
 #[test]
 fn a_second_add_of_an_attached_netns_says_del_it_first() {
     let sb = sandbox();
-    let netns = "/run/netns/hints-twice";
+    let netns = &sb.netns("hints-twice");
     sb.run(&["add", "cnirs-bridge", netns]).ok();
     let err = sb.run(&["add", "cnirs-bridge", netns]).fails();
     let id = crate::support::tool::expected_container_id(netns);

@@ -19,22 +19,23 @@ fn sandbox() -> Sandbox {
 #[test]
 fn container_id_of_an_absolute_path_matches_sha512sum() {
     let sb = sandbox();
-    sb.run(&["add", "idnet", "/var/run/netns/test"]).ok();
+    // A path that exists on every Linux host (cnitool refuses a missing one).
+    sb.run(&["add", "idnet", "/proc/self/ns/net"]).ok();
     let add = &sb.plugins.invocations_of("ADD")[0];
-    // Computed by hand once with `printf '%s' /var/run/netns/test | sha512sum`
+    // Computed by hand once with `printf '%s' /proc/self/ns/net | sha512sum`
     // (first 20 hex digits) and by python3's hashlib: the same value.
     assert_eq!(
         add.var("CNI_CONTAINERID"),
-        Some("cnitool-7b8a61d5d8e94d07cbe4")
+        Some("cnitool-cd2667f4483f699b01b0")
     );
     assert_eq!(
-        expected_container_id("/var/run/netns/test"),
-        "cnitool-7b8a61d5d8e94d07cbe4"
+        expected_container_id("/proc/self/ns/net"),
+        "cnitool-cd2667f4483f699b01b0"
     );
-    assert_eq!(add.var("CNI_NETNS"), Some("/var/run/netns/test"));
+    assert_eq!(add.var("CNI_NETNS"), Some("/proc/self/ns/net"));
     // The cache entry is named after it.
     assert!(
-        sb.cache_record("idnet", "cnitool-7b8a61d5d8e94d07cbe4", "eth0")
+        sb.cache_record("idnet", "cnitool-cd2667f4483f699b01b0", "eth0")
             .is_some(),
         "{:?}",
         sb.cache_entries()
@@ -44,12 +45,15 @@ fn container_id_of_an_absolute_path_matches_sha512sum() {
 #[test]
 fn absolute_paths_are_cleaned_lexically() {
     let sb = sandbox();
-    sb.run(&["add", "idnet", "//run/./netns/../netns/a/"]).ok();
+    let a = sb.netns("a");
+    let root = sb.root().display().to_string();
+    let messy = format!("/{root}/./netns/../netns/a/");
+    sb.run(&["add", "idnet", &messy]).ok();
     let add = &sb.plugins.invocations_of("ADD")[0];
-    assert_eq!(add.var("CNI_NETNS"), Some("/run/netns/a"));
+    assert_eq!(add.var("CNI_NETNS"), Some(a.as_str()));
     assert_eq!(
         add.var("CNI_CONTAINERID"),
-        Some(expected_container_id("/run/netns/a").as_str())
+        Some(expected_container_id(&a).as_str())
     );
 }
 
@@ -57,8 +61,8 @@ fn absolute_paths_are_cleaned_lexically() {
 fn relative_netns_path_is_made_absolute_from_the_working_dir() {
     let sb = sandbox();
     // The sandbox runs cnitool with its temp dir as working directory.
-    sb.run(&["add", "idnet", "ns/../ns/x"]).ok();
-    let want = format!("{}/ns/x", sb.root().display());
+    let want = sb.netns("x");
+    sb.run(&["add", "idnet", "netns/../netns/x"]).ok();
     let add = &sb.plugins.invocations_of("ADD")[0];
     assert_eq!(add.var("CNI_NETNS"), Some(want.as_str()));
     assert_eq!(
@@ -74,6 +78,9 @@ fn a_symlinked_working_dir_is_taken_from_pwd_as_go_does() {
     let link = sb.root().join("link");
     std::fs::create_dir(&real).unwrap();
     symlink(&real, &link).unwrap();
+    for name in ["x", "y", "z"] {
+        std::fs::write(real.join(name), b"").unwrap();
+    }
 
     // PWD names the working dir through the link: Go's os.Getwd keeps it,
     // and so does cnitool (no symlink resolution).
@@ -108,19 +115,19 @@ fn a_symlinked_working_dir_is_taken_from_pwd_as_go_does() {
 #[test]
 fn the_same_netns_gives_the_same_attachment_across_runs() {
     let sb = sandbox();
-    let abs = format!("{}/ns/same", sb.root().display());
+    let abs = sb.netns("same");
     sb.run(&["add", "idnet", &abs]).ok();
     // Relative spelling of the same path: same container ID, so CHECK finds
     // the cached result and DEL removes it.
     let sub = sb.root().join("sub");
     std::fs::create_dir(&sub).unwrap();
-    let mut cmd = sb.cnitool(&["check", "idnet", "../ns/same"]);
+    let mut cmd = sb.cnitool(&["check", "idnet", "../netns/same"]);
     cmd.current_dir(&sub);
     support::tool::Run::of(cmd).ok();
     sb.run(&[
         "del",
         "idnet",
-        &format!("{}/ns/./same", sb.root().display()),
+        &format!("{}/netns/./same", sb.root().display()),
     ])
     .ok();
     assert_eq!(sb.cache_entries(), Vec::<String>::new());

@@ -50,7 +50,8 @@ fn gc_and_status_need_no_netns_and_say_what_they_did() {
     let sb = Sandbox::new();
     sb.plugins.fake("p", &Fake::plugin("1.0.0", "10.1.2.3/24"));
     sb.conflist("oldnet", "1.0.0", &[json!({"type": "p"})]);
-    sb.run(&["add", "oldnet", "/run/netns/gcs1"]).ok();
+    let gcs1 = sb.netns("gcs1");
+    sb.run(&["add", "oldnet", &gcs1]).ok();
     let run = sb.run(&["status", "oldnet"]).ok();
     assert_eq!(
         run.stdout,
@@ -64,10 +65,7 @@ fn gc_and_status_need_no_netns_and_say_what_they_did() {
     // With a netns, the attachment's environment is still checked (as the
     // reference parses it): a malformed CNI_ARGS fails.
     let err = sb
-        .run_env(
-            &["gc", "oldnet", "/run/netns/gcs1"],
-            &[("CNI_ARGS", "novalue")],
-        )
+        .run_env(&["gc", "oldnet", &gcs1], &[("CNI_ARGS", "novalue")])
         .fails();
     assert!(err.contains("novalue"), "{err}");
 }

@@ -6,8 +6,6 @@ use crate::support::tool::{Sandbox, expected_container_id};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
-const NETNS: &str = "/run/netns/opstest";
-
 fn sandbox(version: &str) -> Sandbox {
     let sb = Sandbox::new();
     sb.plugins.fake("a", &Fake::plugin(version, "10.1.2.3/24"));
@@ -31,7 +29,8 @@ fn commands(sb: &Sandbox) -> Vec<String> {
 #[test]
 fn add_prints_the_final_result_indented_and_caches_it() {
     let sb = sandbox("1.1.0");
-    let run = sb.run(&["add", "opsnet", NETNS]).ok();
+    let netns = sb.netns("opstest");
+    let run = sb.run(&["add", "opsnet", &netns]).ok();
     let want: Value = serde_json::from_str(&result_json("1.1.0", "10.1.2.4/24")).unwrap();
     assert_eq!(run.stdout_json(), want);
     // Go's result.Print: four-space indentation.
@@ -48,20 +47,21 @@ fn add_prints_the_final_result_indented_and_caches_it() {
         b.stdin_json()["prevResult"]["ips"][0]["address"],
         "10.1.2.3/24"
     );
-    let id = expected_container_id(NETNS);
+    let id = expected_container_id(&netns);
     let rec = sb.cache_record("opsnet", &id, "eth0").expect("cache entry");
     assert_eq!(rec["kind"], "cniCacheV1");
     assert_eq!(rec["result"], want);
-    assert_eq!(rec["netns"], NETNS);
+    assert_eq!(rec["netns"], netns.as_str());
 }
 
 #[test]
 fn older_results_are_converted_to_the_list_version_before_printing() {
     let sb = Sandbox::new();
+    let netns = sb.netns("opstest");
     sb.plugins
         .fake("old", &Fake::plugin("0.4.0", "10.1.2.3/24"));
     sb.conflist("convnet", "1.0.0", &[json!({"type": "old"})]);
-    let out = sb.run(&["add", "convnet", NETNS]).ok().stdout_json();
+    let out = sb.run(&["add", "convnet", &netns]).ok().stdout_json();
     assert_eq!(out["cniVersion"], "1.0.0");
     assert!(out["ips"][0].get("version").is_none(), "{out}");
 }
@@ -69,8 +69,9 @@ fn older_results_are_converted_to_the_list_version_before_printing() {
 #[test]
 fn check_after_add_passes_and_prints_nothing() {
     let sb = sandbox("1.0.0");
-    sb.run(&["add", "opsnet", NETNS]).ok();
-    let run = sb.run(&["check", "opsnet", NETNS]).ok();
+    let netns = sb.netns("opstest");
+    sb.run(&["add", "opsnet", &netns]).ok();
+    let run = sb.run(&["check", "opsnet", &netns]).ok();
     assert_eq!((run.stdout.as_str(), run.stderr.as_str()), ("", ""));
     let checks = sb.plugins.invocations_of("CHECK");
     assert_eq!(checks.len(), 2);
@@ -83,8 +84,9 @@ fn check_after_add_passes_and_prints_nothing() {
 #[test]
 fn check_without_add_fails_with_unknown_container() {
     let sb = sandbox("1.0.0");
-    let err = sb.run(&["check", "opsnet", NETNS]).fails();
-    let id = expected_container_id(NETNS);
+    let netns = sb.netns("opstest");
+    let err = sb.run(&["check", "opsnet", &netns]).fails();
+    let id = expected_container_id(&netns);
     assert!(
         err.contains(&format!("no cached ADD result for container \"{id}\"")),
         "{err}"
@@ -92,7 +94,7 @@ fn check_without_add_fails_with_unknown_container() {
     assert!(err.contains("\"opsnet\""), "{err}");
     assert!(sb.plugins.invocations().is_empty(), "no plugin runs");
     let json = sb
-        .run(&["check", "--json-errors", "opsnet", NETNS])
+        .run(&["check", "--json-errors", "opsnet", &netns])
         .fails_json();
     assert_eq!(json["code"], 3);
     assert_eq!(json["cniVersion"], "1.0.0", "the network's version");
@@ -101,9 +103,10 @@ fn check_without_add_fails_with_unknown_container() {
 #[test]
 fn del_runs_plugins_in_reverse_and_removes_the_cache_entry() {
     let sb = sandbox("1.0.0");
-    sb.run(&["add", "opsnet", NETNS]).ok();
+    let netns = sb.netns("opstest");
+    sb.run(&["add", "opsnet", &netns]).ok();
     assert_eq!(sb.cache_entries().len(), 1);
-    let run = sb.run(&["del", "opsnet", NETNS]).ok();
+    let run = sb.run(&["del", "opsnet", &netns]).ok();
     assert_eq!((run.stdout.as_str(), run.stderr.as_str()), ("", ""));
     assert_eq!(commands(&sb), ["a ADD", "b ADD", "b DEL", "a DEL"]);
     assert_eq!(
@@ -112,7 +115,7 @@ fn del_runs_plugins_in_reverse_and_removes_the_cache_entry() {
     );
     assert_eq!(sb.cache_entries(), Vec::<String>::new());
     // DEL again: fine, plugins run without prevResult.
-    sb.run(&["del", "opsnet", NETNS]).ok();
+    sb.run(&["del", "opsnet", &netns]).ok();
     let dels = sb.plugins.invocations_of("DEL");
     assert_eq!(dels.len(), 4);
     assert!(dels[2].stdin_json().get("prevResult").is_none());
@@ -121,19 +124,21 @@ fn del_runs_plugins_in_reverse_and_removes_the_cache_entry() {
 #[test]
 fn del_of_an_attachment_never_added_runs_the_plugins_and_succeeds() {
     let sb = sandbox("1.0.0");
-    sb.run(&["del", "opsnet", NETNS]).ok();
+    let netns = sb.netns("opstest");
+    sb.run(&["del", "opsnet", &netns]).ok();
     assert_eq!(commands(&sb), ["b DEL", "a DEL"]);
 }
 
 #[test]
 fn del_failure_keeps_the_cache_entry() {
     let sb = sandbox("1.0.0");
-    sb.run(&["add", "opsnet", NETNS]).ok();
+    let netns = sb.netns("opstest");
+    sb.run(&["add", "opsnet", &netns]).ok();
     sb.plugins.fake(
         "a",
         &Fake::new(Response::cni_error(101, "cannot release", "ip 10.1.2.3")),
     );
-    let err = sb.run(&["del", "opsnet", NETNS]).fails();
+    let err = sb.run(&["del", "opsnet", &netns]).fails();
     assert!(err.contains("plugin a DEL failed"), "{err}");
     assert!(err.contains("cannot release"), "{err}");
     assert_eq!(sb.cache_entries().len(), 1);
@@ -142,12 +147,13 @@ fn del_failure_keeps_the_cache_entry() {
 #[test]
 fn del_after_the_conf_file_was_removed_uses_the_cached_config() {
     let sb = sandbox("1.0.0");
-    sb.run_env(&["add", "opsnet", NETNS], &[("CNI_ARGS", "K=v")])
+    let netns = sb.netns("opstest");
+    sb.run_env(&["add", "opsnet", &netns], &[("CNI_ARGS", "K=v")])
         .ok();
     std::fs::remove_file(sb.net_dir().join("opsnet.conflist")).unwrap();
     sb.plugins.clear_records();
     // CNI_ARGS not given again: the cached ones are used.
-    sb.run(&["del", "opsnet", NETNS]).ok();
+    sb.run(&["del", "opsnet", &netns]).ok();
     let dels = sb.plugins.invocations_of("DEL");
     assert_eq!(
         dels.iter().map(|d| d.plugin.as_str()).collect::<Vec<_>>(),
@@ -163,7 +169,8 @@ fn del_after_the_conf_file_was_removed_uses_the_cached_config() {
 #[test]
 fn del_without_conf_and_without_cache_reports_the_missing_network() {
     let sb = sandbox("1.0.0");
-    let err = sb.run(&["del", "nosuchnet", NETNS]).fails();
+    let netns = sb.netns("opstest");
+    let err = sb.run(&["del", "nosuchnet", &netns]).fails();
     assert!(
         err.contains("no network configuration with name \"nosuchnet\""),
         "{err}"
@@ -171,7 +178,7 @@ fn del_without_conf_and_without_cache_reports_the_missing_network() {
     assert!(err.contains(&sb.net_dir().display().to_string()), "{err}");
     // An empty conf dir: the "no configurations" error, naming the dir.
     std::fs::remove_file(sb.net_dir().join("opsnet.conflist")).unwrap();
-    let err = sb.run(&["del", "opsnet", NETNS]).fails();
+    let err = sb.run(&["del", "opsnet", &netns]).fails();
     assert!(
         err.contains(&format!(
             "no network configurations found in {}",
@@ -186,11 +193,11 @@ fn del_without_conf_and_without_cache_reports_the_missing_network() {
 fn gc_deletes_every_cached_attachment_of_the_network_then_gcs_plugins() {
     let sb = sandbox("1.1.0");
     sb.conflist("othernet", "1.1.0", &[json!({"type": "a"})]);
-    sb.run_env(&["add", "opsnet", "/run/netns/g1"], &[("CNI_ARGS", "N=1")])
+    let (ns1, ns2, ns3) = (sb.netns("g1"), sb.netns("g2"), sb.netns("g3"));
+    sb.run_env(&["add", "opsnet", &ns1], &[("CNI_ARGS", "N=1")])
         .ok();
-    sb.run(&["add", "-i", "eth1", "opsnet", "/run/netns/g2"])
-        .ok();
-    sb.run(&["add", "othernet", "/run/netns/g3"]).ok();
+    sb.run(&["add", "-i", "eth1", "opsnet", &ns2]).ok();
+    sb.run(&["add", "othernet", &ns3]).ok();
     assert_eq!(sb.cache_entries().len(), 3);
     sb.plugins.clear_records();
 
@@ -211,8 +218,8 @@ fn gc_deletes_every_cached_attachment_of_the_network_then_gcs_plugins() {
         .collect();
     deleted.sort();
     let mut want = vec![
-        (expected_container_id("/run/netns/g1"), "eth0".to_owned()),
-        (expected_container_id("/run/netns/g2"), "eth1".to_owned()),
+        (expected_container_id(&ns1), "eth0".to_owned()),
+        (expected_container_id(&ns2), "eth1".to_owned()),
     ];
     want.sort();
     assert_eq!(deleted, want);
@@ -237,8 +244,8 @@ fn gc_deletes_every_cached_attachment_of_the_network_then_gcs_plugins() {
             )
         })
         .collect();
-    let g1 = expected_container_id("/run/netns/g1");
-    let g2 = expected_container_id("/run/netns/g2");
+    let g1 = expected_container_id(&ns1);
+    let g2 = expected_container_id(&ns2);
     // Per attachment: last plugin first, with the cached ifname and args.
     for (id, ifname, args) in [(&g1, "eth0", "N=1"), (&g2, "eth1", "")] {
         let of_this: Vec<_> = dels.iter().filter(|d| d.1 == *id).collect();
@@ -288,9 +295,10 @@ fn gc_deletes_every_cached_attachment_of_the_network_then_gcs_plugins() {
 #[test]
 fn gc_of_an_older_network_deletes_but_sends_no_gc() {
     let sb = sandbox("1.0.0");
-    sb.run(&["add", "opsnet", NETNS]).ok();
+    let netns = sb.netns("opstest");
+    sb.run(&["add", "opsnet", &netns]).ok();
     sb.plugins.clear_records();
-    sb.run(&["gc", "opsnet", NETNS]).ok();
+    sb.run(&["gc", "opsnet", &netns]).ok();
     assert_eq!(commands(&sb), ["b DEL", "a DEL"]);
     assert_eq!(sb.cache_entries(), Vec::<String>::new());
 }
@@ -298,13 +306,14 @@ fn gc_of_an_older_network_deletes_but_sends_no_gc() {
 #[test]
 fn gc_reports_every_failure() {
     let sb = sandbox("1.1.0");
-    sb.run(&["add", "opsnet", NETNS]).ok();
+    let netns = sb.netns("opstest");
+    sb.run(&["add", "opsnet", &netns]).ok();
     sb.plugins.fake(
         "b",
         &Fake::new(Response::fail(1, "", "b is broken"))
             .on("GC", Response::fail(1, "", "gc broken")),
     );
-    let err = sb.run(&["gc", "opsnet", NETNS]).fails();
+    let err = sb.run(&["gc", "opsnet", &netns]).fails();
     assert!(err.contains("b is broken"), "{err}");
     assert!(err.contains("gc broken"), "{err}");
     // The failed DEL keeps the entry for a later GC or DEL.
@@ -314,7 +323,8 @@ fn gc_reports_every_failure() {
 #[test]
 fn status_runs_on_1_1_0_networks_and_reports_not_ready() {
     let sb = sandbox("1.1.0");
-    let run = sb.run(&["status", "opsnet", NETNS]).ok();
+    let netns = sb.netns("opstest");
+    let run = sb.run(&["status", "opsnet", &netns]).ok();
     assert_eq!(
         (run.stdout.as_str(), run.stderr.as_str()),
         ("network opsnet: ready\n", "")
@@ -331,12 +341,12 @@ fn status_runs_on_1_1_0_networks_and_reports_not_ready() {
         "b",
         &Fake::new(Response::ok("")).on("STATUS", Response::cni_error(50, "no IPs left", "")),
     );
-    let err = sb.run(&["status", "opsnet", NETNS]).fails();
+    let err = sb.run(&["status", "opsnet", &netns]).fails();
     assert!(err.contains("not ready"), "{err}");
     assert!(err.contains("no IPs left"), "{err}");
     let json = sb
         .run_env(
-            &["status", "opsnet", NETNS],
+            &["status", "opsnet", &netns],
             &[("CNITOOL_JSON_ERRORS", "1")],
         )
         .fails_json();
@@ -350,6 +360,7 @@ fn status_runs_on_1_1_0_networks_and_reports_not_ready() {
 #[test]
 fn status_of_an_older_network_runs_nothing() {
     let sb = sandbox("1.0.0");
-    sb.run(&["status", "opsnet", NETNS]).ok();
+    let netns = sb.netns("opstest");
+    sb.run(&["status", "opsnet", &netns]).ok();
     assert!(sb.plugins.invocations().is_empty());
 }

@@ -12,7 +12,6 @@ use crate::support::tool::Sandbox;
 use cni_async::RawExec;
 use serde_json::json;
 
-const NETNS: &str = "/run/netns/stderrtest";
 const RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.1.7.3/24"}]}"#;
 
 fn noisy(stdout: &str, stderr: &str) -> Response {
@@ -35,7 +34,8 @@ fn sandbox() -> Sandbox {
 #[test]
 fn a_successful_plugins_stderr_reaches_cnitools_stderr() {
     let sb = sandbox();
-    let run = sb.run(&["add", "stderrnet", NETNS]).ok();
+    let netns = sb.netns("stderrtest");
+    let run = sb.run(&["add", "stderrnet", &netns]).ok();
     assert!(
         run.stderr.contains("warning: x\n"),
         "stderr: {}",
@@ -43,7 +43,7 @@ fn a_successful_plugins_stderr_reaches_cnitools_stderr() {
     );
     // stdout is the result JSON and nothing else.
     assert_eq!(run.stdout_json()["ips"][0]["address"], "10.1.7.3/24");
-    let del = sb.run(&["del", "stderrnet", NETNS]).ok();
+    let del = sb.run(&["del", "stderrnet", &netns]).ok();
     assert_eq!(del.stdout, "");
     assert!(
         del.stderr.contains("warning: on del\n"),
@@ -55,7 +55,8 @@ fn a_successful_plugins_stderr_reaches_cnitools_stderr() {
 #[test]
 fn json_errors_pass_it_on_success_and_keep_stderr_to_the_error_json_on_failure() {
     let sb = sandbox();
-    let run = sb.run(&["--json-errors", "add", "stderrnet", NETNS]).ok();
+    let netns = sb.netns("stderrtest");
+    let run = sb.run(&["--json-errors", "add", "stderrnet", &netns]).ok();
     assert_eq!(run.stderr, "warning: x\n");
     assert_eq!(run.stdout_json()["ips"][0]["address"], "10.1.7.3/24");
 
@@ -71,7 +72,7 @@ fn json_errors_pass_it_on_success_and_keep_stderr_to_the_error_json_on_failure()
         &[json!({"type": "talker"}), json!({"type": "bad"})],
     );
     let err = sb
-        .run(&["--json-errors", "add", "failnet", NETNS])
+        .run(&["--json-errors", "add", "failnet", &netns])
         .fails_json();
     assert_eq!(err["code"], 101, "{err}");
 }
@@ -80,6 +81,7 @@ fn json_errors_pass_it_on_success_and_keep_stderr_to_the_error_json_on_failure()
 fn three_hundred_kb_of_stderr_pass_through_whole_without_deadlock() {
     const BIG: usize = 300 * 1024;
     let sb = Sandbox::new();
+    let netns = sb.netns("stderrtest");
     let blob: String = (0..BIG)
         .map(|i| if i % 64 == 63 { '\n' } else { 'w' })
         .collect();
@@ -95,7 +97,7 @@ fn three_hundred_kb_of_stderr_pass_through_whole_without_deadlock() {
     sb.conflist("bignet", "1.0.0", &[json!({"type": "big"})]);
     let timeout = Duration::from_secs(20);
     let run = sb
-        .run_env(&["add", "bignet", NETNS], &[("CNI_TIMEOUT", "20")])
+        .run_env(&["add", "bignet", &netns], &[("CNI_TIMEOUT", "20")])
         .ok();
     // A deadlock would have ended in the plugin's timeout (a failure), or
     // not at all; the bound is the deadline, the kill and a busy machine.

@@ -10,8 +10,6 @@ use crate::support::tool::Sandbox;
 use cni_async::RawExec;
 use serde_json::json;
 
-const NETNS: &str = "/run/netns/timeouttest";
-
 /// Whether `pid` is a live (not zombie) process.
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -24,6 +22,7 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn a_hanging_plugin_fails_add_soon_after_the_timeout() {
     let sb = Sandbox::new();
+    let netns = sb.netns("timeouttest");
     let pid_file = sb.root().join("hang.pid");
     sb.plugins.fake(
         "hang",
@@ -36,7 +35,7 @@ fn a_hanging_plugin_fails_add_soon_after_the_timeout() {
         ),
     );
     sb.conflist("slownet", "1.0.0", &[json!({"type": "hang"})]);
-    let run = sb.run_env(&["add", "slownet", NETNS], &[("CNI_TIMEOUT", "1")]);
+    let run = sb.run_env(&["add", "slownet", &netns], &[("CNI_TIMEOUT", "1")]);
     let elapsed = run.elapsed;
     let err = run.fails();
     // The timeout, the kill (the plugin obeys SIGTERM), and what a busy
@@ -59,7 +58,7 @@ fn a_hanging_plugin_fails_add_soon_after_the_timeout() {
     // With JSON errors: code 11 (try again later).
     let json = sb
         .run_env(
-            &["--json-errors", "add", "slownet", NETNS],
+            &["--json-errors", "add", "slownet", &netns],
             &[("CNI_TIMEOUT", "0.3")],
         )
         .fails_json();
@@ -77,6 +76,7 @@ fn a_hanging_plugin_fails_add_soon_after_the_timeout() {
 #[test]
 fn the_timeout_covers_the_whole_chain() {
     let sb = Sandbox::new();
+    let netns = sb.netns("timeouttest");
     let gate = Gate::new(sb.root());
     let result = support::fake::result_json("1.0.0", "10.1.2.3/24");
     sb.plugins.fake(
@@ -100,7 +100,7 @@ fn the_timeout_covers_the_whole_chain() {
     let timeout = Duration::from_secs(2);
     let hold = Duration::from_millis(1500);
     let run = std::thread::scope(|scope| {
-        let run = scope.spawn(|| sb.run_env(&["add", "chainnet", NETNS], &[("CNI_TIMEOUT", "2")]));
+        let run = scope.spawn(|| sb.run_env(&["add", "chainnet", &netns], &[("CNI_TIMEOUT", "2")]));
         // The operation (and its deadline) began before s1 started.
         gate.wait_started_blocking(1);
         std::thread::sleep(hold);
@@ -124,6 +124,6 @@ fn the_timeout_covers_the_whole_chain() {
     assert_eq!(started, ["s1", "s2"]);
     assert!(sb.cache_entries().is_empty(), "a failed ADD caches nothing");
     // A generous timeout lets it through.
-    sb.run_env(&["add", "chainnet", NETNS], &[("CNI_TIMEOUT", "30")])
+    sb.run_env(&["add", "chainnet", &netns], &[("CNI_TIMEOUT", "30")])
         .ok();
 }

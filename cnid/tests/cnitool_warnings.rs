@@ -7,8 +7,6 @@ use crate::support::fake::Fake;
 use crate::support::tool::Sandbox;
 use serde_json::json;
 
-const NETNS: &str = "/run/netns/warntest";
-
 fn sandbox() -> Sandbox {
     let sb = Sandbox::new();
     sb.plugins.fake("p", &Fake::plugin("1.0.0", "10.1.2.3/24"));
@@ -20,7 +18,8 @@ fn sandbox() -> Sandbox {
 #[test]
 fn a_skipped_conf_file_is_a_warning_by_default() {
     let sb = sandbox();
-    let run = sb.run(&["add", "warnnet", NETNS]).ok();
+    let netns = sb.netns("warntest");
+    let run = sb.run(&["add", "warnnet", &netns]).ok();
     assert!(
         run.stderr.contains("WARN") && run.stderr.contains("05-broken.conflist"),
         "stderr: {}",
@@ -31,7 +30,7 @@ fn a_skipped_conf_file_is_a_warning_by_default() {
 
     // RUST_LOG replaces the default filter.
     let quiet = sb
-        .run_env(&["del", "warnnet", NETNS], &[("RUST_LOG", "error")])
+        .run_env(&["del", "warnnet", &netns], &[("RUST_LOG", "error")])
         .ok();
     assert!(
         !quiet.stderr.contains("05-broken"),
@@ -43,7 +42,8 @@ fn a_skipped_conf_file_is_a_warning_by_default() {
 #[test]
 fn a_corrupt_cache_entry_moved_aside_is_a_warning_by_default() {
     let sb = sandbox();
-    sb.run(&["add", "warnnet", NETNS]).ok();
+    let netns = sb.netns("warntest");
+    sb.run(&["add", "warnnet", &netns]).ok();
     let results = sb.cache_dir().join("results");
     let entry = std::fs::read_dir(&results)
         .unwrap()
@@ -52,7 +52,7 @@ fn a_corrupt_cache_entry_moved_aside_is_a_warning_by_default() {
         .find(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .expect("a cache entry");
     std::fs::write(&entry, "not json").unwrap();
-    let del = sb.run(&["del", "warnnet", NETNS]).ok();
+    let del = sb.run(&["del", "warnnet", &netns]).ok();
     assert!(
         del.stderr.contains("WARN") && del.stderr.contains("corrupt"),
         "stderr: {}",
@@ -63,8 +63,9 @@ fn a_corrupt_cache_entry_moved_aside_is_a_warning_by_default() {
 #[test]
 fn json_errors_keep_stderr_to_the_error_object() {
     let sb = sandbox();
+    let netns = sb.netns("warntest");
     let err = sb
-        .run(&["--json-errors", "check", "warnnet", NETNS])
+        .run(&["--json-errors", "check", "warnnet", &netns])
         .fails_json();
     assert_eq!(err["code"], 3, "{err}");
 }

@@ -3,8 +3,9 @@
 //! install` without it builds the release binaries first): the exact file
 //! set (no benchmark plugin, no example, no test binary), systemd units
 //! that start the installed cnid, man pages groff reads without a warning,
-//! completion scripts each shell would load, and an uninstall that removes
-//! every file.
+//! completion scripts each shell would load, a warning for dynamically
+//! linked binaries, and an uninstall that removes every file and the dirs
+//! install created.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -65,14 +66,17 @@ fn files(dir: &Path) -> BTreeSet<String> {
     out
 }
 
+/// The man pages and their sections (cnid is a daemon: 8).
+const MAN_PAGES: [(&str, &str); 3] = [("cnid", "8"), ("cnitool", "1"), ("cnid-shim", "1")];
+
 /// What `make install PREFIX=prefix` installs.
 fn expected(prefix: &str) -> BTreeSet<String> {
     let mut want = BTreeSet::new();
     for b in ["cnid", "cnitool", "cnid-shim"] {
         want.insert(format!("{prefix}/bin/{b}"));
     }
-    for m in ["cnid", "cnitool", "cnid-shim"] {
-        want.insert(format!("{prefix}/share/man/man1/{m}.1"));
+    for (m, section) in MAN_PAGES {
+        want.insert(format!("{prefix}/share/man/man{section}/{m}.{section}"));
     }
     for c in ["cnid", "cnitool"] {
         want.insert(format!("{prefix}/share/bash-completion/completions/{c}"));
@@ -82,7 +86,7 @@ fn expected(prefix: &str) -> BTreeSet<String> {
     for u in ["cnid.service", "cnid.socket"] {
         want.insert(format!("{prefix}/lib/systemd/system/{u}"));
     }
-    for d in ["API.md", "LICENSE"] {
+    for d in ["API.md", "LICENSE", "installed-dirs"] {
         want.insert(format!("{prefix}/share/doc/cnid/{d}"));
     }
     want
@@ -92,13 +96,45 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Every dir under `dir`, relative to it.
+fn dirs(dir: &Path) -> BTreeSet<String> {
+    walkdir(dir)
+        .into_iter()
+        .filter(|p| dir.join(p.trim_start_matches('/')).is_dir())
+        .collect()
+}
+
+/// Every path (file or dir) under `dir`, relative to it.
+fn walkdir(dir: &Path) -> BTreeSet<String> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            out.insert(format!("/{}", path.strip_prefix(base).unwrap().display()));
+            if path.is_dir() {
+                walk(base, &path, out);
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
 fn install_and_uninstall(prefix: &str) {
     let dest = tempfile::tempdir().unwrap();
     let dest_arg = format!("DESTDIR={}", dest.path().display());
     let prefix_arg = format!("PREFIX={prefix}");
     let from_arg = format!("INSTALL_FROM={}", built().display());
-    make(&["install", &dest_arg, &prefix_arg, &from_arg]);
+    let out = make(&["install", &dest_arg, &prefix_arg, &from_arg]);
     let at = |p: &str| dest.path().join(p.trim_start_matches('/'));
+
+    // The debug build's cnitool and cnid-shim are dynamically linked,
+    // where the README promises static ones: said.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for b in ["cnitool", "cnid-shim"] {
+        let said = format!("{}/{b} is dynamically linked", built().display());
+        assert!(stderr.contains(&said), "no warning {said:?} in: {stderr}");
+    }
 
     // The file set, exactly: nothing else (cni-noop, the examples' and the
     // tests' binaries are in the same target dir).
@@ -142,17 +178,30 @@ fn install_and_uninstall(prefix: &str) {
         }
     }
 
-    // Man pages: roff with a title, readable by groff without a warning
-    // when groff is there.
+    // Man pages: roff with a title in their section, the sections an
+    // operator looks for, readable by groff without a warning when groff
+    // is there.
     let groff = Command::new("groff").arg("--version").output().is_ok();
-    for m in ["cnid", "cnitool", "cnid-shim"] {
-        let path = at(&format!("{prefix}/share/man/man1/{m}.1"));
+    for (m, section) in MAN_PAGES {
+        let path = at(&format!("{prefix}/share/man/man{section}/{m}.{section}"));
         let page = read(&path);
         assert!(
-            page.lines().any(|l| l.starts_with(&format!(".TH {m} 1"))),
-            "{m}.1 has no .TH: {page}"
+            page.lines()
+                .any(|l| l.starts_with(&format!(".TH {m} {section}"))),
+            "{m}.{section} has no .TH: {page}"
         );
-        assert!(page.contains(".SH NAME"), "{m}.1: {page}");
+        let mut sections = vec![
+            ".SH NAME",
+            ".SH \"EXIT STATUS\"",
+            ".SH FILES",
+            ".SH ENVIRONMENT",
+        ];
+        if m == "cnid" {
+            sections.push(".SH SIGNALS");
+        }
+        for s in sections {
+            assert!(page.contains(s), "{m}.{section} lacks {s}: {page}");
+        }
         if groff {
             let out = Command::new("groff")
                 .args(["-man", "-Tutf8", "-ww", "-z"])
@@ -161,17 +210,26 @@ fn install_and_uninstall(prefix: &str) {
                 .unwrap();
             assert!(
                 out.status.success() && out.stderr.is_empty(),
-                "groff on {m}.1: {}",
+                "groff on {m}.{section}: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
     }
     let cnitool_man = read(&at(&format!("{prefix}/share/man/man1/cnitool.1")));
+    assert!(
+        !cnitool_man.contains("batch \\-\\-help"),
+        "batch is not left to --help"
+    );
+    // batch documented on the page, its commands and their options.
     for part in [
         ".SH COMMANDS",
         "cnitool add",
         ".SH ENVIRONMENT",
         "NETCONFPATH",
+        "cnitool batch up",
+        "cnitool batch down",
+        "\\-\\-count",
+        "Namespaces are /run/netns/PREFIX0",
     ] {
         assert!(cnitool_man.contains(part), "cnitool.1 lacks {part:?}");
     }
@@ -198,11 +256,76 @@ fn install_and_uninstall(prefix: &str) {
         assert!(fish.contains(&format!("-a \"{sub}\"")), "no {sub}: {fish}");
     }
 
-    // Uninstall removes every file (and nothing outside DESTDIR is touched:
-    // all paths are under it).
+    // Bash completes network names (the installed cnitool's `networks` on
+    // NETCONFPATH) where a command takes one, subcommands as before.
+    let bash = at(&format!(
+        "{prefix}/share/bash-completion/completions/cnitool"
+    ));
+    let complete = |words: &str| complete_bash(&bash, &at(&format!("{prefix}/bin")), words);
+    assert_eq!(complete("cnitool add cnirs-b"), ["cnirs-bridge"]);
+    assert_eq!(
+        complete("cnitool -i eth1 del ''"),
+        ["cnirs-bridge", "cnirs-ptp"]
+    );
+    assert_eq!(complete("cnitool batch up cnirs-p"), ["cnirs-ptp"]);
+    assert_eq!(complete("cnitool ba"), ["batch"]);
+
+    // Uninstall removes every file and every dir install created: nothing
+    // is left under DESTDIR.
     make(&["uninstall", &dest_arg, &prefix_arg]);
-    let left = files(dest.path());
+    let left = walkdir(dest.path());
     assert!(left.is_empty(), "left after uninstall: {left:?}");
+}
+
+/// What bash's completion of cnitool offers for the command line `words`
+/// (the last word is the one completed), with `bin` first on PATH and the
+/// bundled networks as NETCONFPATH.
+fn complete_bash(script: &Path, bin: &Path, words: &str) -> Vec<String> {
+    let program = format!(
+        "source \"$1\"\nCOMP_WORDS=({words})\nCOMP_CWORD=$((${{#COMP_WORDS[@]}} - 1))\n\
+         _cnitool_networks cnitool \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    );
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-c", &program, "complete", &script.to_string_lossy()])
+        .env("PATH", path)
+        .env("NETCONFPATH", root().join("examples/net.d"))
+        .env_remove("CNID_SOCKET")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "completing {words:?}: {out:?}");
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    got.sort();
+    got
+}
+
+/// Dirs that were there before install (the system's, another package's)
+/// stay after uninstall, empty or not; the ones install made go, also
+/// after a second install over the first.
+#[test]
+fn uninstall_removes_the_dirs_install_created_and_keeps_the_others() {
+    let dest = tempfile::tempdir().unwrap();
+    let dest_arg = format!("DESTDIR={}", dest.path().display());
+    let from_arg = format!("INSTALL_FROM={}", built().display());
+    let at = |p: &str| dest.path().join(p.trim_start_matches('/'));
+    std::fs::create_dir_all(at("/usr/bin")).unwrap();
+    std::fs::create_dir_all(at("/usr/share/man")).unwrap();
+    std::fs::write(at("/usr/share/man/another-page"), "").unwrap();
+    let before = walkdir(dest.path());
+    make(&["install", &dest_arg, "PREFIX=/usr", &from_arg]);
+    make(&["install", &dest_arg, "PREFIX=/usr", &from_arg]);
+    assert!(dirs(dest.path()).contains("/usr/share/zsh/site-functions"));
+    make(&["uninstall", &dest_arg, "PREFIX=/usr"]);
+    pretty_assertions::assert_eq!(walkdir(dest.path()), before);
 }
 
 #[test]

@@ -320,7 +320,7 @@ fn cnitool_refuses_traversal_in_network_and_ifname_and_passes_cni_args_through()
             &json!({"cniVersion": "1.0.0", "name": name, "plugins": [{"type": "p"}]}),
         );
     }
-    let netns = "/run/netns/sectest";
+    let netns = &sb.netns("sectest");
     let before = tree(sb.root());
     let long = "a".repeat(300);
     // (what, arguments, environment)

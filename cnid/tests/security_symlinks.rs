@@ -148,7 +148,7 @@ async fn conf_files_linking_outside_the_conf_dir_are_skipped_and_named() {
     sb.plugins
         .fake("evil", &Fake::plugin("1.0.0", "10.66.0.6/24"));
     symlink(&target.path, sb.net_dir().join("10-evil.conflist")).unwrap();
-    let err = sb.run(&["add", "evil", "/run/netns/x"]).fails();
+    let err = sb.run(&["add", "evil", &sb.netns("x")]).fails();
     assert!(
         err.contains("10-evil.conflist") && err.contains("points outside"),
         "{err}"
@@ -254,7 +254,7 @@ async fn cache_entries_and_locks_linking_anywhere_are_refused_and_their_targets_
     let sb = Sandbox::new();
     sb.plugins.fake("p", &Fake::plugin("1.0.0", "10.1.2.3/24"));
     sb.conflist("sec", "1.0.0", &[json!({"type": "p"})]);
-    let netns = "/run/netns/linktest";
+    let netns = &sb.netns("linktest");
     let cid = expected_container_id(netns);
     let sb_results = sb.cache_dir().join("results");
     std::fs::create_dir_all(&sb_results).unwrap();

@@ -102,7 +102,7 @@ pub(crate) enum Command {
     /// version; prints the capabilities the network enables, one per line
     Validate(ValidateArgs),
     /// Set up or tear down many network namespaces on one network at once,
-    /// for test harnesses; prints a JSON summary (see `cnitool batch --help`)
+    /// for test harnesses; prints a JSON summary (`batch up`, `batch down`)
     Batch(BatchArgs),
 }
 

@@ -42,6 +42,7 @@ mod del;
 mod dispatch;
 mod gc;
 mod logging;
+mod manual;
 mod networks;
 mod passthrough;
 mod progress;
@@ -64,7 +65,9 @@ use crate::setup::{Env, Settings};
 pub fn main() -> ExitCode {
     let json_env = report::json_errors_from_env();
     // `--generate man|complete-*` (make install): see cnid::generate.
-    if let Some(status) = cnid::generate::intercept(<Cli as clap::CommandFactory>::command) {
+    if let Some(status) =
+        cnid::generate::intercept(<Cli as clap::CommandFactory>::command, &manual::EXTRAS)
+    {
         return status;
     }
     let cli = match Cli::try_parse() {

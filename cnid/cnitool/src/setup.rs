@@ -272,12 +272,12 @@ pub(crate) fn bare_netns_hint(netns: &str, resolved: &str, run_dir: &Path) -> Op
     ))
 }
 
-/// ADD and CHECK that failed on an absolute netns path that does not
-/// exist, beside an entry of a near name (a typo: `/run/netns/m2` for
-/// `/run/netns/m1`): the hint [`missing_netns`] leads the error with.
-/// Given only after the plugins failed, never as a refusal before them:
-/// the plugins may need no namespace (fakes), and whether a near name
-/// exists is the host's state, which must not decide whether an ADD runs.
+/// An absolute netns path that does not exist, beside an entry of a near
+/// name (a typo: `/run/netns/m2` for `/run/netns/m1`): the message
+/// [`runtime_conf_for_add`] refuses it with (and [`missing_netns`] leads a
+/// plugin's error with). Only the words depend on the near name: whether
+/// an ADD runs depends on the path alone, never on what else the host
+/// holds.
 pub(crate) fn typo_netns_hint(netns: &str, resolved: &str) -> Option<String> {
     if !netns.starts_with('/') {
         return None;
@@ -299,7 +299,11 @@ pub(crate) fn typo_netns_hint(netns: &str, resolved: &str) -> Option<String> {
     ))
 }
 
-/// [`runtime_conf`] for ADD and CHECK, with [`bare_netns_hint`] applied.
+/// [`runtime_conf`] for ADD and CHECK: a netns path that does not exist
+/// is refused before any plugin runs (code 4, the path named; with
+/// [`bare_netns_hint`] or [`typo_netns_hint`] when a named namespace is
+/// near), instead of the plugin's `failed to Statfs` (code 999). DEL takes
+/// a gone netns, as the spec says.
 #[allow(dead_code)] // not in cnitool-batch
 pub(crate) fn runtime_conf_for_add(
     env: Env<'_>,
@@ -307,10 +311,13 @@ pub(crate) fn runtime_conf_for_add(
     ifname_flag: Option<&str>,
 ) -> anyhow::Result<RuntimeConf> {
     let rt = runtime_conf(env, netns, ifname_flag)?;
-    if let Some(hint) = bare_netns_hint(netns, &rt.netns, Path::new(NETNS_RUN_DIR)) {
-        return Err(ToolError::new(code::INVALID_ENVIRONMENT_VARIABLES, hint).into());
+    if rt.netns.is_empty() || Path::new(&rt.netns).exists() {
+        return Ok(rt);
     }
-    Ok(rt)
+    let why = bare_netns_hint(netns, &rt.netns, Path::new(NETNS_RUN_DIR))
+        .or_else(|| typo_netns_hint(&rt.netns, &rt.netns))
+        .unwrap_or_else(|| format!("netns {:?} does not exist", rt.netns));
+    Err(ToolError::new(code::INVALID_ENVIRONMENT_VARIABLES, why).into())
 }
 
 /// An ADD or CHECK that failed on its netns path, which does not exist

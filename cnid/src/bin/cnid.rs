@@ -248,10 +248,58 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
     Ok((config, cli.worker_threads.max(1)))
 }
 
+/// What cnid's man page (section 8) says beyond its clap definitions.
+const MANUAL: cnid::generate::Extras = cnid::generate::Extras {
+    section: "8",
+    sections: &[
+        (
+            "ENVIRONMENT",
+            "\
+NETCONFPATH    conf dir when --conf-dir is not given [default: /etc/cni/net.d]
+CNI_PATH       plugin dirs, ':'-separated, when no --plugin-dir is given
+CNI_CACHE_DIR  result cache dir when --cache-dir is not given [default: /var/lib/cni]
+CNID_SOCKET    socket when --socket is not given [default: /run/cnid/cnid.sock]
+RUST_LOG       log filter (tracing) [default: info]; logs go to stderr
+LISTEN_PID, LISTEN_FDS
+               socket activation: the socket systemd passes (cnid.socket)
+NOTIFY_SOCKET  readiness and stopping reported to systemd (Type=notify)",
+        ),
+        (
+            "EXIT STATUS",
+            "\
+0  stopped by SIGTERM or SIGINT after every running operation ended
+1  could not start (a flag's value, the state dir held by another cnid, the
+   socket), or stopped with operations still running when --shutdown-timeout
+   expired or a second signal came (they are rolled back at the next start)
+2  usage error: an unknown option, a missing value",
+        ),
+        (
+            "FILES",
+            "\
+/etc/cni/net.d             network configurations (--conf-dir)
+/opt/cni/bin, /usr/lib/cni plugins (--plugin-dir)
+/var/lib/cni/results       cached ADD results, shared with cnitool and libcni (--cache-dir)
+/var/lib/cni/locks         a lock per attachment while an operation runs on it
+/var/lib/cnid/cnid.lock    held while cnid runs: one cnid per state dir (--state-dir)
+/var/lib/cnid/intents/     the ADD journal, for the rollback after a crash
+/run/cnid/cnid.sock        the API socket (--socket), removed at exit when cnid made it",
+        ),
+        (
+            "SIGNALS",
+            "\
+SIGTERM, SIGINT  stop accepting, let running operations end (at most
+                 --shutdown-timeout), exit; a second signal exits at once
+SIGHUP           reload the conf dir (also done on changes, unless --no-watch)",
+        ),
+    ],
+    bash: "",
+};
+
 fn main() -> ExitCode {
     // SAFETY: first thing in main; no other thread exists yet.
     let systemd = unsafe { SystemdEnv::take_from_env() };
-    if let Some(status) = cnid::generate::intercept(<Cli as clap::CommandFactory>::command) {
+    if let Some(status) = cnid::generate::intercept(<Cli as clap::CommandFactory>::command, &MANUAL)
+    {
         return status;
     }
     let cli = Cli::parse();

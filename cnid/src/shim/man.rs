@@ -27,8 +27,39 @@ pub fn generate(args: &[String], usage: &str) -> i32 {
     }
 }
 
+/// The sections after the usage, as `(TITLE, text)`, set as laid out.
+pub const SECTIONS: [(&str, &str); 3] = [
+    (
+        "ENVIRONMENT",
+        "\
+CNI_COMMAND      set by the runtime: the shim runs as a CNI plugin (ADD, DEL,
+                 CHECK, STATUS, GC, VERSION); unset: a set-up subcommand runs
+CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME, CNI_ARGS
+                 the attachment, handed to cnid with the call
+CNI_PATH         not used: cnid runs the plugins from its own plugin dirs",
+    ),
+    (
+        "EXIT STATUS",
+        "\
+As a plugin: 0 on success, 1 with the CNI error object on stdout (cnid's, or
+the shim's own: code 4 for a missing variable, 11 (STATUS: 50) when cnid
+cannot be reached).
+Subcommands: 0 on success (health: cnid is ready), 1 on failure, 2 for a
+usage error.",
+    ),
+    (
+        "FILES",
+        "\
+/run/cnid/cnid.sock          cnid's socket (the list's \"socket\", --socket)
+/etc/cni/net.d/00-cnid.conflist
+                             the list install writes into --conf-dir (--file)
+/opt/cni/bin/cnid-shim       where install copies the shim (--plugin-dir)",
+    ),
+];
+
 /// The roff source of the page: NAME from the usage's first line (up to
-/// its first comma), the rest verbatim (no filling) under SYNOPSIS.
+/// its first comma), the rest verbatim (no filling) under DESCRIPTION,
+/// then [`SECTIONS`].
 pub fn page(usage: &str, version: &str) -> String {
     let mut lines = usage.lines();
     let first = lines.next().unwrap_or_default();
@@ -50,6 +81,19 @@ pub fn page(usage: &str, version: &str) -> String {
         out.push('\n');
     }
     out.push_str(".fi\n");
+    for (title, body) in SECTIONS {
+        // Quoted only with a space, as the clap pages (roff) do.
+        if title.contains(' ') {
+            out.push_str(&format!(".SH \"{title}\"\n.nf\n"));
+        } else {
+            out.push_str(&format!(".SH {title}\n.nf\n"));
+        }
+        for line in body.lines() {
+            out.push_str(&escape(line));
+            out.push('\n');
+        }
+        out.push_str(".fi\n");
+    }
     out
 }
 

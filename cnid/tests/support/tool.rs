@@ -107,6 +107,17 @@ impl Sandbox {
         self.tmp.path()
     }
 
+    /// A netns path that exists: `<root>/netns/<name>`, an empty file
+    /// (cnitool refuses ADD and CHECK on a path that does not exist; fake
+    /// plugins never enter it).
+    pub fn netns(&self, name: &str) -> String {
+        let dir = self.root().join("netns");
+        fs::create_dir_all(&dir).expect("create netns dir");
+        let path = dir.join(name);
+        fs::write(&path, b"").expect("create netns file");
+        path.to_str().expect("temp paths are UTF-8").to_owned()
+    }
+
     /// `NETCONFPATH`.
     pub fn net_dir(&self) -> PathBuf {
         self.root().join("net.d")
