@@ -102,6 +102,7 @@ pub mod multi;
 pub mod netns;
 pub mod nscheck;
 pub mod ops;
+pub mod stale;
 pub mod sys;
 
 #[cfg(feature = "netns")]

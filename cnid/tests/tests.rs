@@ -46,6 +46,7 @@ mod daemon_plugin_errors;
 mod daemon_plugin_stderr;
 mod daemon_ready;
 mod daemon_real;
+mod daemon_reaper;
 mod daemon_reload;
 mod daemon_reload_last_good;
 mod daemon_restart;
