@@ -13,6 +13,7 @@ mod cnitool_env;
 mod cnitool_error_object;
 mod cnitool_errors;
 mod cnitool_gc_failed;
+mod cnitool_gc_stale;
 mod cnitool_hints;
 mod cnitool_ids;
 mod cnitool_networks;
