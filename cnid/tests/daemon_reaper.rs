@@ -384,3 +384,39 @@ printf '{"cniVersion":"1.0.0","code":999,"msg":"netns gone: cannot find the devi
     );
     assert_eq!(metric(&m, "cnid_stale_attachments "), 1, "{m}");
 }
+
+/// Nothing is reaped while the conf dir cannot be read (say, not mounted
+/// yet at boot): the attachments wait, and go once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_reaped_while_the_conf_dir_is_unreadable() {
+    support::require_root!();
+    let dirs = Dirs::new();
+    let c = chain(&dirs, &[]);
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let ns = Netns::new();
+    client
+        .add(NET, &AttachmentRequest::new("reap-e", ns.path(), "eth0"))
+        .await
+        .expect("ADD");
+    daemon.kill9();
+    drop(ns);
+    simulate_reboot(&dirs);
+    let away = dirs.root().join("net.d.away");
+    std::fs::rename(&dirs.conf, &away).unwrap();
+
+    let daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
+    // The pass at start ran before cnid answered.
+    let log = daemon.log();
+    assert!(log.contains("pass skipped"), "{log}");
+    assert!(!log.contains("stale attachment deleted"), "{log}");
+    assert_eq!(dirs.cached().len(), 1);
+    assert_eq!(host_local_ips(&c.data_dir, NET).len(), 1);
+
+    std::fs::rename(&away, &dirs.conf).unwrap();
+    eventually_async(LIMIT, "reaped once the conf dir is back", || async {
+        dirs.cached().is_empty()
+    })
+    .await;
+    assert!(host_local_ips(&c.data_dir, NET).is_empty(), "IP left");
+}

@@ -24,8 +24,8 @@
 //!   as host-device) are logged with the plugin's error and counted; the
 //!   attachment stays listed as `stale` and is not tried again until its
 //!   record changes or cnid restarts.
-//! - **Safety.** Nothing is reaped while the conf dir or the cache cannot
-//!   be read (a pass is skipped, with a warning). An attachment whose
+//! - **Safety.** Nothing is reaped while the conf dir (also a missing
+//!   one) or the cache cannot be read (a pass is skipped, with a warning). An attachment whose
 //!   namespace exists is never reaped.
 //!
 //! # Caveats
@@ -224,8 +224,17 @@ impl Reaper {
     /// attachment not queued already and not failed with the same record.
     /// Returns how many were queued.
     pub(crate) async fn pass(&mut self) -> usize {
-        if let Some(e) = &self.engine.networks.snapshot().dir_error {
-            self.skip(format!("conf dir unreadable: {e}"));
+        // A missing conf dir counts: the loader takes it as empty, but a
+        // conf dir not there (yet) says the host is not set up.
+        let dir_error = match std::fs::read_dir(self.engine.networks.dir()) {
+            Err(e) => Some(e.to_string()),
+            Ok(_) => self.engine.networks.snapshot().dir_error.clone(),
+        };
+        if let Some(e) = dir_error {
+            self.skip(format!(
+                "conf dir {} unreadable: {e}",
+                self.engine.networks.dir().display()
+            ));
             return 0;
         }
         let found = match self.scanner.scan(self.engine.cni.cache()).await {
