@@ -420,3 +420,52 @@ async fn nothing_is_reaped_while_the_conf_dir_is_unreadable() {
     .await;
     assert!(host_local_ips(&c.data_dir, NET).is_empty(), "IP left");
 }
+
+/// A reap is a DEL: cnid killed while the reap's plugin runs leaves the
+/// record (it goes only after the DEL succeeded), and the next start
+/// reaps it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_a_reap_leaves_the_record_for_the_next_start() {
+    support::require_root!();
+    let dirs = Dirs::new();
+    let gate = Gate::new(dirs.root());
+    let records = dirs.data.join("records");
+    std::fs::create_dir_all(&records).unwrap();
+    dirs.plugin(
+        "gated",
+        &recording_plugin(
+            &records,
+            &format!(
+                "if [ \"$CNI_COMMAND\" = DEL ]; then\n{}\nfi",
+                gate.shell_wait()
+            ),
+        ),
+    );
+    dirs.conf(
+        "10-gated.conflist",
+        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "gated"}]}),
+    );
+    let mut daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
+    let client = daemon.client().await;
+    let ns = Netns::new();
+    client
+        .add(NET, &AttachmentRequest::new("reap-k", ns.path(), "eth0"))
+        .await
+        .expect("ADD");
+    drop(ns);
+    gate.wait_started(1).await;
+    daemon.kill9();
+    assert_eq!(dirs.cached(), vec![format!("{NET}-reap-k-eth0")]);
+    // The orphaned DEL finishes; the restart waits for it, then reaps.
+    gate.release();
+    let _daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
+    eventually_async(LIMIT, "reaped by the next start", || async {
+        dirs.cached().is_empty()
+    })
+    .await;
+    let dels = runs(&records)
+        .into_iter()
+        .filter(|r| r.command == "DEL")
+        .count();
+    assert_eq!(dels, 2, "the killed reap's DEL and the repeat");
+}
