@@ -8,6 +8,20 @@
 //! the recorded netns path (the spec lets a plugin see a missing namespace
 //! on DEL). cnid's reaper and `cnitool gc --stale` are both built on it.
 //!
+//! ```no_run
+//! # async fn demo(cni: &cni_async::Cni) -> Result<(), cni_async::Error> {
+//! use cni_async::stale::StaleScanner;
+//! // Namespaces of this boot count once gone for 5 minutes.
+//! let mut scanner = StaleScanner::new(Some(std::time::Duration::from_secs(300)));
+//! for c in scanner.scan(cni.cache()).await? {
+//!     if let Some(why) = c.verdict.stale() {
+//!         let done = cni.reap_stale(&c, &Default::default()).await?;
+//!         println!("{} {} {why}: {done:?}", c.record.network_name, c.record.container_id);
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # The verdict ([`verdict`])
 //!
 //! | netns recorded | namespace | record written | verdict |
