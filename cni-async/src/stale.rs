@@ -40,8 +40,10 @@
 //! time (`btime` of `/proc/stat`, [`boot_time`]): it holds for records of
 //! every tool writing the cache's format (libcni, cnitool, cnid), none of
 //! which writes a boot id into the record (`docs/decisions.md` D24). A
-//! record rewritten in this boot (cnid restoring a record a power loss
-//! lost) counts as this boot's: it is reaped too, after `stale_after`.
+//! writer that rewrites an earlier boot's record in this boot dates it
+//! back (cnid restoring a record a power loss lost dates it as its
+//! journal); otherwise it counts as this boot's, reaped after
+//! `stale_after`.
 //!
 //! How long a namespace has been gone is what the scanner saw: the first
 //! scan that found it gone starts the clock, a scan that finds it back (or

@@ -96,7 +96,18 @@ fn simulate_reboot(dirs: &Dirs) {
     if let Ok(text) = std::fs::read_to_string(&journal) {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
         std::fs::write(&journal, text.replace(boot.trim(), "an-earlier-boot")).unwrap();
+        let f = std::fs::File::options().write(true).open(&journal).unwrap();
+        f.set_modified(before).unwrap();
     }
+}
+
+/// Waits until cnid logged `n` reaps: the log line is the reap's last
+/// step (after the record, the metrics and the listing changed).
+async fn reaps_logged(daemon: &Daemon, n: usize) {
+    eventually_async(LIMIT, &format!("{n} reap(s) logged"), || async {
+        daemon.log().matches("stale attachment deleted").count() >= n
+    })
+    .await;
 }
 
 fn metric(text: &str, line_start: &str) -> u64 {
@@ -128,10 +139,8 @@ async fn after_a_reboot_the_start_releases_every_address_of_a_gone_namespace() {
 
     let daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    eventually_async(LIMIT, "every stale attachment reaped", || async {
-        dirs.cached().is_empty()
-    })
-    .await;
+    reaps_logged(&daemon, 3).await;
+    assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
     assert!(host_local_ips(&c.data_dir, NET).is_empty(), "IPs left");
     assert_eq!(data_dir_leftovers(&c.data_dir), Vec::<String>::new());
     assert!(bridge_ports(c.bridge.name()).is_empty(), "veths left");
@@ -177,10 +186,7 @@ async fn an_attachment_whose_namespace_exists_is_untouched_after_a_reboot() {
     let client = daemon.client().await;
     // Both were judged by the same pass at start: once the gone one is
     // reaped, that pass is over.
-    eventually_async(LIMIT, "the gone one reaped", || async {
-        dirs.cached().len() == 1
-    })
-    .await;
+    reaps_logged(&daemon, 1).await;
     assert_eq!(dirs.cached(), vec![format!("{NET}-reap-kept-eth0")]);
     let ip = support::shim::ipv4_of(&res);
     assert_eq!(
@@ -212,10 +218,8 @@ async fn a_namespace_deleted_without_del_is_reaped_after_stale_after() {
     assert_eq!(host_local_ips(&c.data_dir, NET).len(), 1);
     drop(ns);
     let gone_at = std::time::Instant::now();
-    eventually_async(LIMIT, "the attachment reaped", || async {
-        dirs.cached().is_empty()
-    })
-    .await;
+    reaps_logged(&daemon, 1).await;
+    assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
     // Not before it was gone for --stale-after.
     assert!(gone_at.elapsed() >= Duration::from_secs(2));
     assert!(host_local_ips(&c.data_dir, NET).is_empty(), "IP left");
@@ -364,10 +368,8 @@ printf '{"cniVersion":"1.0.0","code":999,"msg":"netns gone: cannot find the devi
         .await
         .expect("ADD later");
     drop(ns2);
-    eventually_async(LIMIT, "the later one reaped", || async {
-        dirs.cached() == vec![format!("{NET}-refused-eth0")]
-    })
-    .await;
+    reaps_logged(&daemon, 1).await;
+    assert_eq!(dirs.cached(), vec![format!("{NET}-refused-eth0")]);
     assert_eq!(refused_dels(), 1, "the refused reap was retried");
     let att = client.attachments(Some("refused")).await.unwrap();
     assert_eq!(att[0].state.as_deref(), Some("stale"));
@@ -468,4 +470,34 @@ async fn kill_9_during_a_reap_leaves_the_record_for_the_next_start() {
         .filter(|r| r.command == "DEL")
         .count();
     assert_eq!(dels, 2, "the killed reap's DEL and the repeat");
+}
+
+/// A record a power loss lost, put back at start from cnid's journal
+/// (another boot's commit line), whose namespace is gone: dated as the
+/// earlier boot's, so the same start reaps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_restored_from_the_journal_after_a_reboot_is_reaped_at_start() {
+    support::require_root!();
+    let dirs = Dirs::new();
+    let c = chain(&dirs, &[]);
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let ns = Netns::new();
+    client
+        .add(NET, &AttachmentRequest::new("reap-r", ns.path(), "eth0"))
+        .await
+        .expect("ADD");
+    daemon.kill9();
+    drop(ns);
+    simulate_reboot(&dirs);
+    // The power loss kept the journal's commit line, not the cache file.
+    std::fs::remove_file(dirs.cache.join(format!("results/{NET}-reap-r-eth0"))).unwrap();
+
+    let daemon = Daemon::start(&dirs, &[]);
+    reaps_logged(&daemon, 1).await;
+    assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
+    let log = daemon.log();
+    assert!(log.contains("restored the cached result"), "{log}");
+    assert!(log.contains("stale attachment deleted"), "{log}");
+    assert!(host_local_ips(&c.data_dir, NET).is_empty(), "IP left");
 }
