@@ -52,3 +52,4 @@ mod ops_rollback;
 mod ops_single;
 mod ops_stdin_env;
 mod ops_validation;
+mod stale_scan;
