@@ -16,7 +16,7 @@
 //! for c in scanner.scan(cni.cache()).await? {
 //!     if let Some(why) = c.verdict.stale() {
 //!         let done = cni.reap_stale(&c, &Default::default()).await?;
-//!         println!("{} {} {why}: {done:?}", c.record.network_name, c.record.container_id);
+//!         println!("{} {} {why}: {done:?}", c.network, c.container_id);
 //!     }
 //! }
 //! # Ok(()) }
@@ -57,17 +57,17 @@
 //! - The namespace is checked from the caller's mount namespace: a netns
 //!   path valid only in another mount namespace looks gone.
 //! - [`Cni::reap_stale`] checks again, just before the DEL, that the
-//!   record is the one scanned and that its namespace is still gone; a
-//!   caller racing other tools on the same attachment (cnid) also orders
-//!   the reap with its own operations on it.
+//!   record file is the one scanned (same mtime) and that its namespace is
+//!   still gone; a caller racing other tools on the same attachment (cnid)
+//!   also orders the reap with its own operations on it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use cni_core::cache::{CacheEntry, CacheRecord};
+use cni_core::RuntimeConf;
 
-use crate::cache::ResultCache;
+use crate::cache::{RecordScan, ResultCache, ScannedRecord};
 use crate::error::Error;
 use crate::ops::{CallOptions, Cni};
 
@@ -203,11 +203,18 @@ fn before_boot(written: Option<SystemTime>, boot: Option<SystemTime>) -> bool {
     }
 }
 
-/// A cached attachment and the verdict on it.
-#[derive(Debug, Clone)]
+/// A cached attachment and the verdict on it: what identifies it, not its
+/// record (results can be megabytes; the reap reads the record again).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
-    /// The cache record.
-    pub record: CacheRecord,
+    /// `networkName`.
+    pub network: String,
+    /// `containerId`.
+    pub container_id: String,
+    /// `ifName`.
+    pub ifname: String,
+    /// The recorded netns path (empty when none).
+    pub netns: String,
     /// The record file's mtime.
     pub written: Option<SystemTime>,
     /// The verdict.
@@ -217,30 +224,29 @@ pub struct Candidate {
 impl Candidate {
     /// `(network, container, ifname)`.
     pub fn key(&self) -> (&str, &str, &str) {
-        (
-            &self.record.network_name,
-            &self.record.container_id,
-            &self.record.if_name,
-        )
+        (&self.network, &self.container_id, &self.ifname)
     }
 }
 
 type Key = (String, String, String);
 
-fn key_of(r: &CacheRecord) -> Key {
-    (
-        r.network_name.clone(),
-        r.container_id.clone(),
-        r.if_name.clone(),
-    )
-}
-
 /// Lists a cache's attachments with their verdicts, remembering from scan
-/// to scan since when each namespace has been seen gone.
+/// to scan since when each namespace has been seen gone. The records are
+/// followed with [`ResultCache::scan_blocking`]: a scan reads only the
+/// record files new or replaced since the last one, and only their
+/// identity and netns (not their results), so it costs a directory
+/// listing and a `stat` per attachment, whatever the size of the cache.
 #[derive(Debug)]
 pub struct StaleScanner {
     boot: Option<SystemTime>,
     stale_after: Option<Duration>,
+    state: ScanState,
+}
+
+#[derive(Debug, Default)]
+struct ScanState {
+    scan: RecordScan,
+    records: BTreeMap<Key, ScannedRecord>,
     gone_since: HashMap<Key, Instant>,
 }
 
@@ -257,60 +263,82 @@ impl StaleScanner {
         StaleScanner {
             boot,
             stale_after,
-            gone_since: HashMap::new(),
+            state: ScanState::default(),
         }
     }
 
     /// Every `cniCacheV1` record of `cache` with its verdict, sorted by
-    /// file name. An unreadable cache dir is an error (nothing is stale
-    /// then); unreadable records are skipped ([`ResultCache::list`]).
+    /// network, container and interface. An unreadable cache dir is an
+    /// error (nothing is stale then; a missing one is an empty cache);
+    /// unusable record files are left out.
     pub async fn scan(&mut self, cache: &ResultCache) -> Result<Vec<Candidate>, Error> {
-        // An unreadable results dir is an error here (a missing one is
-        // an empty cache): nothing is stale when the cache cannot be read.
+        let (boot, stale_after, cache) = (self.boot, self.stale_after, cache.clone());
         let dir = cache.results_dir();
-        let joined = |e: tokio::task::JoinError| std::io::Error::other(e);
-        let records = cache.list(None).await?;
-        let boot = self.boot;
-        let stale_after = self.stale_after;
-        let cache = cache.clone();
-        let now = Instant::now();
-        let mut gone_since = std::mem::take(&mut self.gone_since);
-        let (out, kept) = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::with_capacity(records.len());
-            let mut next = HashMap::new();
-            for record in records {
-                let written = cache
-                    .path(&record.network_name, &record.container_id, &record.if_name)
-                    .ok()
-                    .and_then(|p| std::fs::symlink_metadata(p).ok())
-                    .and_then(|m| m.modified().ok());
-                let earlier = before_boot(written, boot);
-                let ns = netns_state(&record.netns, earlier);
-                let key = key_of(&record);
-                let mut gone_for = Duration::ZERO;
-                if ns == Netns::Gone {
-                    let since = gone_since.remove(&key).unwrap_or(now);
-                    gone_for = now.saturating_duration_since(since);
-                    next.insert(key, since);
+        let mut state = std::mem::take(&mut self.state);
+        let (state, res) = tokio::task::spawn_blocking(move || {
+            let res = cache.scan_blocking(&mut state.scan).map(|changes| {
+                for k in changes.removed {
+                    state.records.remove(&k);
                 }
-                let verdict = verdict(ns, earlier, gone_for, stale_after);
-                out.push(Candidate {
-                    record,
-                    written,
-                    verdict,
-                });
-            }
-            (out, next)
+                for r in changes.added {
+                    let k = (
+                        r.network_name.clone(),
+                        r.container_id.clone(),
+                        r.if_name.clone(),
+                    );
+                    state.records.insert(k, r);
+                }
+                judge(&cache, &mut state, boot, stale_after)
+            });
+            (state, res)
         })
         .await
         .map_err(|e| Error::Cache {
             path: dir,
             op: "scan",
-            source: joined(e),
+            source: std::io::Error::other(e),
         })?;
-        self.gone_since = kept;
-        Ok(out)
+        self.state = state;
+        res
     }
+}
+
+/// The verdict on every record of `state`; the gone-clocks of the
+/// attachments not seen gone now start over.
+fn judge(
+    cache: &ResultCache,
+    state: &mut ScanState,
+    boot: Option<SystemTime>,
+    stale_after: Option<Duration>,
+) -> Vec<Candidate> {
+    let now = Instant::now();
+    let mut gone_since = HashMap::new();
+    let mut out = Vec::with_capacity(state.records.len());
+    for (key, r) in &state.records {
+        let written = cache
+            .path(&r.network_name, &r.container_id, &r.if_name)
+            .ok()
+            .and_then(|p| std::fs::symlink_metadata(p).ok())
+            .and_then(|m| m.modified().ok());
+        let earlier = before_boot(written, boot);
+        let ns = netns_state(&r.netns, earlier);
+        let mut gone_for = Duration::ZERO;
+        if ns == Netns::Gone {
+            let since = state.gone_since.get(key).copied().unwrap_or(now);
+            gone_for = now.saturating_duration_since(since);
+            gone_since.insert(key.clone(), since);
+        }
+        out.push(Candidate {
+            verdict: verdict(ns, earlier, gone_for, stale_after),
+            network: r.network_name.clone(),
+            container_id: r.container_id.clone(),
+            ifname: r.if_name.clone(),
+            netns: r.netns.clone(),
+            written,
+        });
+    }
+    state.gone_since = gone_since;
+    out
 }
 
 /// What [`Cni::reap_stale`] did.
@@ -318,8 +346,8 @@ impl StaleScanner {
 pub enum Reaped {
     /// The DEL ran and succeeded; the record is removed.
     Deleted,
-    /// Nothing to do: the record is gone or is another one now (a DEL or
-    /// a new ADD came first).
+    /// Nothing to do: the record is gone or was written again since the
+    /// scan (a DEL or a new ADD came first).
     Changed,
     /// Nothing done: the namespace is there again.
     Alive,
@@ -328,30 +356,35 @@ pub enum Reaped {
 impl Cni {
     /// DELs a stale attachment `c` found by [`StaleScanner::scan`] with
     /// its cached configuration, result (`prevResult`), args and netns
-    /// path, and removes its record, unless the record changed or the
-    /// namespace came back since the scan. A failed DEL leaves the record
-    /// (a later reap or a DEL tries again).
+    /// path, and removes its record, unless the record changed (is gone,
+    /// or its file was written since the scan) or the namespace came back
+    /// since the scan. A failed DEL leaves the record (a later reap or a
+    /// DEL tries again).
     pub async fn reap_stale(&self, c: &Candidate, opts: &CallOptions) -> Result<Reaped, Error> {
-        let r = &c.record;
-        match self
-            .cache()
-            .read(&r.network_name, &r.container_id, &r.if_name)
-            .await
-        {
-            Ok(Some(CacheEntry::Record(now))) if now == *r => {}
-            Ok(_) => return Ok(Reaped::Changed),
-            Err(e) => return Err(e),
-        }
+        let path = self.cache().path(&c.network, &c.container_id, &c.ifname)?;
         let earlier = matches!(c.verdict, Verdict::Stale(StaleReason::Rebooted));
-        let netns = r.netns.clone();
-        let state = tokio::task::spawn_blocking(move || netns_state(&netns, earlier))
-            .await
-            .unwrap_or(Netns::Alive);
-        if state == Netns::Alive {
-            return Ok(Reaped::Alive);
+        let (netns, written) = (c.netns.clone(), c.written);
+        let now = tokio::task::spawn_blocking(move || {
+            let same = std::fs::symlink_metadata(&path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|m| Some(m) == written);
+            if !same {
+                return Reaped::Changed;
+            }
+            match netns_state(&netns, earlier) {
+                Netns::Alive | Netns::Unrecorded => Reaped::Alive,
+                Netns::Gone => Reaped::Deleted,
+            }
+        })
+        .await
+        .unwrap_or(Reaped::Changed);
+        if now != Reaped::Deleted {
+            return Ok(now);
         }
-        let rt = r.runtime_conf();
-        self.del_cached(&r.network_name, &rt).options(opts).await?;
+        // The record's own config, args and capability args (`del_cached`
+        // takes them when `rt` has none).
+        let rt = RuntimeConf::new(&c.container_id, &c.netns, &c.ifname);
+        self.del_cached(&c.network, &rt).options(opts).await?;
         Ok(Reaped::Deleted)
     }
 }

@@ -39,7 +39,7 @@ async fn attach(cni: &Cni, cid: &str, netns: &Path) -> RuntimeConf {
 fn verdict_of(found: &[cni_async::stale::Candidate], cid: &str) -> Verdict {
     found
         .iter()
-        .find(|c| c.record.container_id == cid)
+        .find(|c| c.container_id == cid)
         .unwrap_or_else(|| panic!("{cid} not listed"))
         .verdict
 }
@@ -137,7 +137,7 @@ async fn a_reap_dels_with_the_cached_record_unless_it_changed_or_the_namespace_i
     let candidate = |cid: &str| {
         found
             .iter()
-            .find(|c| c.record.container_id == cid)
+            .find(|c| c.container_id == cid)
             .unwrap()
             .clone()
     };

@@ -101,18 +101,14 @@ async fn stale(backend: &impl Backend, args: &GcArgs) -> anyhow::Result<()> {
         let Some(reason) = c.verdict.stale() else {
             continue;
         };
-        if args
-            .network
-            .as_deref()
-            .is_some_and(|n| n != c.record.network_name)
-        {
+        if args.network.as_deref().is_some_and(|n| n != c.network) {
             continue;
         }
         let mut out = StaleOut {
-            network: c.record.network_name.clone(),
-            container_id: c.record.container_id.clone(),
-            ifname: c.record.if_name.clone(),
-            netns: c.record.netns.clone(),
+            network: c.network.clone(),
+            container_id: c.container_id.clone(),
+            ifname: c.ifname.clone(),
+            netns: c.netns.clone(),
             reason: reason.as_str(),
             deleted: false,
             error: None,

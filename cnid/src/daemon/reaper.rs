@@ -133,11 +133,10 @@ impl Engine {
         let Some(reason) = c.verdict.stale() else {
             return Ok(Done::Nothing);
         };
-        let r = &c.record;
-        let k = key(&r.network_name, &r.container_id, &r.if_name);
+        let k = key(&c.network, &c.container_id, &c.ifname);
         let why = reason_index(reason);
-        let span = tracing::info_span!("reap", network = %r.network_name, container = %r.container_id,
-            ifname = %r.if_name, netns = %r.netns, why = %reason);
+        let span = tracing::info_span!("reap", network = %c.network, container = %c.container_id,
+            ifname = %c.ifname, netns = %c.netns, why = %reason);
         let res =
             tracing::Instrument::instrument(self.cni.reap_stale(c, &opts), span.clone()).await;
         let _enter = span.enter();
@@ -145,7 +144,10 @@ impl Engine {
             Ok(Reaped::Deleted) => {
                 drop(_enter);
                 tracing::Instrument::instrument(
-                    self.deleted(&r.network_name, &r.runtime_conf()),
+                    self.deleted(
+                        &c.network,
+                        &RuntimeConf::new(&c.container_id, &c.netns, &c.ifname),
+                    ),
                     span.clone(),
                 )
                 .await;
@@ -264,9 +266,10 @@ impl Reaper {
                 stale: keys,
                 failed,
                 inflight,
-                ..
+                reaped,
             } = &mut *v;
             failed.retain(|k, _| keys.contains(k));
+            reaped.retain(|_, at| at.elapsed() < REAPED_KEPT);
             stale
                 .into_iter()
                 .filter(|c| {
@@ -292,10 +295,10 @@ impl Reaper {
         );
         let mut n = 0;
         for c in todo {
-            let rt = c.record.runtime_conf();
-            let k = key(&c.record.network_name, &rt.container_id, &rt.ifname);
+            let rt = RuntimeConf::new(&c.container_id, &c.netns, &c.ifname);
+            let k = key(&c.network, &c.container_id, &c.ifname);
             self.queued += 1;
-            let network = c.record.network_name.clone();
+            let network = c.network.clone();
             let waiter = self.engine.submit(NewOp {
                 request_id: format!("reap-{}", self.queued),
                 network,
