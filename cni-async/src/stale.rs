@@ -66,6 +66,7 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use cni_core::RuntimeConf;
+use cni_core::cache::CacheEntry;
 
 use crate::cache::{RecordScan, ResultCache, ScannedRecord};
 use crate::error::Error;
@@ -380,6 +381,16 @@ impl Cni {
         .unwrap_or(Reaped::Changed);
         if now != Reaped::Deleted {
             return Ok(now);
+        }
+        // The scan may have read the record before the file was rewritten
+        // in place: the netns to DEL in is the one the record holds now.
+        match self
+            .cache()
+            .read(&c.network, &c.container_id, &c.ifname)
+            .await?
+        {
+            Some(CacheEntry::Record(r)) if r.netns == c.netns => {}
+            _ => return Ok(Reaped::Changed),
         }
         // The record's own config, args and capability args (`del_cached`
         // takes them when `rt` has none).

@@ -157,6 +157,14 @@ async fn a_reap_dels_with_the_cached_record_unless_it_changed_or_the_namespace_i
         cni.reap_stale(&candidate("back"), &opts).await.unwrap(),
         Reaped::Alive
     );
+    // The record holds another netns than the scan saw (rewritten in
+    // place, its inode reused): not this reap's to DEL.
+    let mut moved = candidate("gone");
+    moved.netns = rig.dir.scratch("elsewhere").to_str().unwrap().to_owned();
+    assert_eq!(
+        cni.reap_stale(&moved, &opts).await.unwrap(),
+        Reaped::Changed
+    );
     assert!(rig.dir.invocations().is_empty());
 
     assert_eq!(
