@@ -14,6 +14,7 @@
 //! | a [`RuntimeConf`](cni_core::RuntimeConf) with a Kubernetes pod's `CNI_ARGS` (`K8S_POD_NAME`, ... as containerd sets them) | [`Sandbox::with_kubernetes_pod`] ([`KubernetesPod`]), then [`Sandbox::runtime_conf`] |
 //! | typed capability args (`portMappings`, `bandwidth`, ...) | [`caps`] (defined in [`cni_core::caps`]) |
 //! | read or list cached attachments, share the cache with libcni | [`cache::ResultCache`] |
+//! | find cached attachments whose namespace is gone (reboot, lost DEL) and DEL them | [`stale::StaleScanner`], then [`Cni::reap_stale`]; see [`stale`] |
 //! | follow a conf dir and know when networks are ready (feature `watch`) | [`confwatch`] |
 //! | many namespaces attached at once, for harnesses and benchmarks (feature `netns`) | [`Batch`], built with [`BatchBuilder`]; see [`batch`] |
 //! | create, enter and delete network namespaces (feature `netns`) | [`netns`] |
@@ -102,6 +103,7 @@ pub mod multi;
 pub mod netns;
 pub mod nscheck;
 pub mod ops;
+pub mod stale;
 pub mod sys;
 
 #[cfg(feature = "netns")]

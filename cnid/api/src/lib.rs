@@ -460,6 +460,10 @@ pub struct AttachmentInfo {
     pub ifname: String,
     /// `CNI_NETNS` at ADD.
     pub netns: String,
+    /// `stale` when cnid's reaper found its namespace gone and will
+    /// delete it (or could not: see the log); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
     /// `CNI_ARGS` at ADD (`K=V;K=V`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cni_args: String,

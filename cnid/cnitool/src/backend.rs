@@ -75,6 +75,11 @@ impl Local {
         &self.settings
     }
 
+    /// The library handle and the per-operation options.
+    pub(crate) fn cni(&self) -> (&Cni, &CallOptions) {
+        (&self.cni, &self.opts)
+    }
+
     /// Loads a network from the conf dir; its version is the one error JSON
     /// is written in from now on.
     pub(crate) fn load(&self, network: &str) -> Result<NetworkConfigList, cni_core::Error> {

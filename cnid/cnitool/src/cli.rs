@@ -88,8 +88,10 @@ pub(crate) enum Command {
     /// configuration when the network's file is gone)
     Del(AttachmentArgs),
     /// Garbage collect: delete every cached attachment of the network, then
-    /// send GC to its plugins (1.1.0 networks); prints what was deleted
-    Gc(NetworkArgs),
+    /// send GC to its plugins (1.1.0 networks); prints what was deleted.
+    /// With --stale: delete only the cached attachments whose network
+    /// namespace is gone (of every network, or of NETWORK)
+    Gc(GcArgs),
     /// Get status of the network's plugins (1.1.0 networks); prints whether
     /// the network is ready
     Status(NetworkArgs),
@@ -152,6 +154,30 @@ pub(crate) struct NetworkArgs {
     /// Ignored (the reference cnitool accepts and ignores extra arguments)
     #[arg(hide = true, value_name = "IGNORED")]
     pub(crate) ignored: Vec<String>,
+}
+
+/// `gc <network> [<netns>]`, or `gc --stale [--dry-run] [<network>]`.
+#[derive(Debug, Args)]
+pub(crate) struct GcArgs {
+    /// Network name (the `name` of a configuration in NETCONFPATH); with
+    /// --stale, only this network's attachments (all networks' without it)
+    #[arg(value_name = "NETWORK", required_unless_present = "stale")]
+    pub(crate) network: Option<String>,
+    /// Network namespace path: accepted for compatibility, not used
+    #[arg(value_name = "NETNS")]
+    pub(crate) netns: Option<String>,
+    /// Ignored (the reference cnitool accepts and ignores extra arguments)
+    #[arg(hide = true, value_name = "IGNORED")]
+    pub(crate) ignored: Vec<String>,
+    /// Delete the cached attachments whose network namespace is gone (its
+    /// runtime never sent DEL, or the node rebooted) with their cached
+    /// configuration, instead of GC; for hosts without cnid (cnid does this
+    /// itself). Prints each one with why and what its DEL returned
+    #[arg(long)]
+    pub(crate) stale: bool,
+    /// With --stale: print what would be deleted, delete nothing
+    #[arg(long, requires = "stale")]
+    pub(crate) dry_run: bool,
 }
 
 /// `version <plugin-type>`.

@@ -105,6 +105,12 @@ struct Cli {
     /// another attached container (turns the default owner check off).
     #[arg(long, overrides_with = "check_netns_owner")]
     no_check_netns_owner: bool,
+    /// Delete a cached attachment whose network namespace has been gone
+    /// this long (its runtime never sent DEL); 0 turns this off. Cached
+    /// attachments of an earlier boot whose namespaces are gone are
+    /// deleted at start regardless.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_stale_after)]
+    stale_after: Duration,
     /// Runtime worker threads.
     #[arg(long, value_name = "N", default_value_t = 2)]
     worker_threads: usize,
@@ -117,6 +123,14 @@ fn parse_mode(s: &str) -> Result<u32, String> {
         return Err("mode must be at most 0777".into());
     }
     Ok(m)
+}
+
+/// A duration, or `0` (off).
+fn parse_stale_after(s: &str) -> Result<Duration, String> {
+    if s.trim_end_matches(|c: char| c.is_ascii_alphabetic()) == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(s)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -243,6 +257,7 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
         watch: !cli.no_watch,
         min_networks: cli.min_networks,
         check_netns_owner: !cli.no_check_netns_owner,
+        stale_after: (!cli.stale_after.is_zero()).then_some(cli.stale_after),
         systemd,
     };
     Ok((config, cli.worker_threads.max(1)))

@@ -71,6 +71,8 @@ pub(crate) struct Engine {
     /// attachment, until an operation on the attachment put them back
     /// ([`Engine::restore_kept`]).
     pub(crate) kept: std::sync::Mutex<Vec<CacheRecord>>,
+    /// What the stale-attachment reaper found and did (`reaper`).
+    pub(crate) stale: super::reaper::StaleView,
 }
 
 /// The wire form of a sandbox's merged result.
@@ -209,6 +211,7 @@ impl Engine {
                         .map(|()| Done::Nothing)
                         .map_err(|e| ApiError::from_cni(&e, list.version())),
                     Work::Gc { list, valid } => self.gc(&list, &valid, opts).await,
+                    Work::Reap { candidate, .. } => self.reap(&candidate, opts).await,
                     Work::Sandbox { verb, networks, .. } => {
                         let deadline = Instant::now() + opts.timeout.unwrap_or_default();
                         self.sandbox(verb, &networks, deadline).await
@@ -481,6 +484,9 @@ impl Engine {
         opts: CallOptions,
     ) -> Outcome {
         let version = list.map_or(Version::CURRENT, |l| l.version());
+        if self.reaped_already(network, rt).await {
+            return Ok(Done::Nothing);
+        }
         let res = match list {
             Some(list) => self.cni.del_network_list(list, rt).options(&opts).await,
             // Not in the conf dir: the configuration stored at ADD.
@@ -508,20 +514,27 @@ impl Engine {
         };
         match res {
             Ok(()) => {
-                match self
-                    .intents
-                    .remove(network, &rt.container_id, &rt.ifname)
-                    .await
-                {
-                    Ok(true) => tracing::info!("DEL resolved an unfinished ADD"),
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "cannot remove an ADD intent after DEL"),
-                }
-                self.owners.remove(network, &rt.container_id, &rt.ifname);
+                self.deleted(network, rt).await;
                 Ok(Done::Nothing)
             }
             Err(e) => Err(ApiError::from_cni(&e, version)),
         }
+    }
+
+    /// After a successful DEL of an attachment (a runtime's or the
+    /// reaper's): its ADD intent and commit line are forgotten, its netns
+    /// and ifname owned by nobody.
+    pub(super) async fn deleted(&self, network: &str, rt: &RuntimeConf) {
+        match self
+            .intents
+            .remove(network, &rt.container_id, &rt.ifname)
+            .await
+        {
+            Ok(true) => tracing::info!("DEL resolved an unfinished ADD"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot remove an ADD intent after DEL"),
+        }
+        self.owners.remove(network, &rt.container_id, &rt.ifname);
     }
 
     /// GC of one network, under its exclusive gate. The request's deadline
@@ -876,6 +889,9 @@ impl Engine {
             attachments: recs
                 .into_iter()
                 .map(|r| crate::api::AttachmentInfo {
+                    state: self
+                        .stale
+                        .state(&r.network_name, &r.container_id, &r.if_name),
                     network: r.network_name,
                     container_id: r.container_id,
                     ifname: r.if_name,

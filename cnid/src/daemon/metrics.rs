@@ -19,6 +19,8 @@
 //! | `cnid_networks` / `cnid_config_errors` | gauge | |
 //! | `cnid_config_reloads_total` | counter | |
 //! | `cnid_recovered_intents_total` | counter | `outcome` |
+//! | `cnid_stale_reaped_total` | counter | `reason` (`rebooted`, `namespace_gone`), `outcome` (`ok`, `error`) |
+//! | `cnid_stale_attachments` | gauge | (cached attachments the last scan found stale) |
 //!
 //! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
 //! the real executor and times every run.
@@ -130,6 +132,9 @@ pub(crate) struct Metrics {
     pub(crate) reloads: AtomicU64,
     pub(crate) recovered_ok: AtomicU64,
     pub(crate) recovered_failed: AtomicU64,
+    /// Stale attachments reaped: `[rebooted, namespace gone] x [ok, error]`.
+    pub(crate) reaped: [[AtomicU64; 2]; 2],
+    pub(crate) stale: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -358,6 +363,32 @@ impl Metrics {
             "cnid_recovered_intents_total{{outcome=\"ok\"}} {}\ncnid_recovered_intents_total{{outcome=\"error\"}} {}",
             counter(&self.recovered_ok),
             counter(&self.recovered_failed)
+        );
+        g(
+            &mut out,
+            "cnid_stale_reaped_total",
+            "Stale cached attachments (namespace gone) deleted by the reaper, by reason and outcome.",
+            "counter",
+        );
+        for (i, reason) in ["rebooted", "namespace_gone"].into_iter().enumerate() {
+            for (j, outcome) in ["ok", "error"].into_iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "cnid_stale_reaped_total{{reason=\"{reason}\",outcome=\"{outcome}\"}} {}",
+                    counter(&self.reaped[i][j])
+                );
+            }
+        }
+        g(
+            &mut out,
+            "cnid_stale_attachments",
+            "Cached attachments the reaper's last scan found stale.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "cnid_stale_attachments {}",
+            self.stale.load(Ordering::Relaxed)
         );
         out
     }

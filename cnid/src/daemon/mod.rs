@@ -70,6 +70,7 @@ mod networks;
 mod orphans;
 mod owners;
 mod queue;
+mod reaper;
 mod server;
 
 pub use auth::PeerPolicy;
@@ -98,6 +99,8 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default cap on open connections (kept below half the open-file
 /// limit).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// The default `--stale-after`.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(300);
 /// The default number of operations running plugins at once.
 pub const DEFAULT_MAX_PARALLEL: usize = 64;
 
@@ -145,6 +148,11 @@ pub struct Config {
     /// another attached container, unless the request sets `force`
     /// (on by default; `--no-check-netns-owner` turns it off).
     pub check_netns_owner: bool,
+    /// How long a cached attachment's namespace must be gone before the
+    /// running reaper deletes it (`None`: the running reaper is off). An
+    /// attachment cached in an earlier boot whose namespace is gone is
+    /// deleted at start regardless (docs/reliability.md).
+    pub stale_after: Option<Duration>,
     /// Socket activation and readiness notification, from
     /// [`SystemdEnv::take_from_env`].
     pub systemd: SystemdEnv,
@@ -175,6 +183,7 @@ impl Default for Config {
             watch: true,
             min_networks: 1,
             check_netns_owner: true,
+            stale_after: Some(DEFAULT_STALE_AFTER),
             systemd: SystemdEnv::default(),
         }
     }
@@ -480,6 +489,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         owners: owners::Owners::new(cni_cache),
         check_netns_owner: config.check_netns_owner,
         kept: std::sync::Mutex::new(kept),
+        stale: reaper::StaleView::default(),
     });
     // Plugins a killed predecessor left running would race the recovery:
     // they finish first (within their deadlines).
@@ -516,6 +526,19 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         Ok(0) => {}
         Ok(n) => tracing::warn!(count = n, "rolling back ADDs that never completed"),
         Err(e) => tracing::error!(error = %e, "cannot scan the ADD intents"),
+    }
+    // Then the attachments an earlier boot left whose namespaces are gone,
+    // also ahead of any request; and the running reaper.
+    let mut stale_reaper = reaper::Reaper::new(engine.clone(), config.stale_after);
+    match stale_reaper.pass().await {
+        0 => {}
+        n => tracing::warn!(
+            count = n,
+            "deleting stale attachments (their namespaces are gone)"
+        ),
+    }
+    if let Some(after) = config.stale_after {
+        tracker.spawn(stale_reaper.run(reaper::interval(after), stop.clone()));
     }
     let watch = networks::Watch::start(networks, config.watch);
     tracker.spawn(watch.run(stop.clone()));

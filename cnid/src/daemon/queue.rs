@@ -88,6 +88,15 @@ pub(crate) enum Work {
         list: Arc<cni_core::NetworkConfigList>,
         valid: Vec<cni_core::stdin::GcAttachment>,
     },
+    /// The reaper's DEL of a stale cached attachment (`reaper`): a DEL in
+    /// its container's queue under the network's shared gate, which
+    /// never coalesces with a runtime's DEL (that one must run unless the
+    /// reap deleted the attachment).
+    Reap {
+        candidate: Box<cni_async::stale::Candidate>,
+        /// The record's runtime parameters (netns, ifname, args).
+        rt: RuntimeConf,
+    },
     /// ADD, DEL or CHECK of a sandbox's networks, in one slot of its
     /// container's queue; each network's step takes that network's gate.
     Sandbox {
@@ -111,7 +120,7 @@ impl Work {
     fn verb(&self) -> Command {
         match self {
             Work::Add { .. } => Command::Add,
-            Work::Del { .. } => Command::Del,
+            Work::Del { .. } | Work::Reap { .. } => Command::Del,
             Work::Check { .. } => Command::Check,
             Work::Status { .. } => Command::Status,
             Work::Gc { .. } => Command::Gc,
@@ -138,7 +147,10 @@ impl Work {
 
     fn runtime_conf(&self) -> Option<&RuntimeConf> {
         match self {
-            Work::Add { rt, .. } | Work::Del { rt, .. } | Work::Check { rt, .. } => Some(rt),
+            Work::Add { rt, .. }
+            | Work::Del { rt, .. }
+            | Work::Check { rt, .. }
+            | Work::Reap { rt, .. } => Some(rt),
             _ => None,
         }
     }
@@ -341,8 +353,9 @@ impl Scheduler {
         let rt = new.work.runtime_conf().cloned();
         let attachment = new.work.attachment();
         let sandbox = matches!(new.work, Work::Sandbox { .. });
+        let coalescable = matches!(new.work, Work::Del { .. });
         // Coalesce a DEL with an identical DEL at the tail of its queue.
-        if let (Command::Del, Some(rt)) = (verb, rt.as_ref())
+        if let (Command::Del, Some(rt), true) = (verb, rt.as_ref(), coalescable)
             && let Some(tail) = st
                 .containers
                 .get(&rt.container_id)
@@ -369,7 +382,7 @@ impl Scheduler {
             version: new.version,
             attachment,
             sandbox,
-            del_key: if verb == Command::Del { rt } else { None },
+            del_key: if coalescable { rt } else { None },
             arrived: Instant::now(),
             work: Mutex::new(Some(new.work)),
             claim: Mutex::new(new.claim),

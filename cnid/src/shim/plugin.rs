@@ -604,6 +604,7 @@ mod tests {
             container_id: "c1".into(),
             ifname: "eth0".into(),
             netns: "/run/netns/c1".into(),
+            state: None,
             cni_args: "B=2;A=1".into(),
             capability_args: req.capability_args.clone(),
             result: None,

@@ -143,8 +143,13 @@ impl Intents {
                 continue;
             }
             match cache.write_durable_blocking(rec) {
-                Ok(()) => tracing::warn!(network = %net, container = %cid, ifname = %ifname,
-                    "restored the cached result of an ADD answered before the machine went down"),
+                Ok(()) => {
+                    if let Some(t) = journal_mtime {
+                        date_restored(&path, t);
+                    }
+                    tracing::warn!(network = %net, container = %cid, ifname = %ifname,
+                        "restored the cached result of an ADD answered before the machine went down")
+                }
                 Err(e) => {
                     unsettled.push(carry(boot, rec, bytes));
                     tracing::error!(network = %net, container = %cid, ifname = %ifname, error = %cni_core::error::Chain(&e),
@@ -195,6 +200,26 @@ impl Intents {
                 tracing::warn!(error = %cni_core::error::Chain(&e), "cannot remove the temp files of killed cache writers")
             }
         }
+    }
+}
+
+/// Dates a record restored from another boot's commit line as written
+/// when the journal last changed (in that boot), not now: the
+/// stale-attachment reaper takes a record older than the boot for an
+/// earlier boot's (`cni_async::stale`), and deletes it at start when its
+/// namespace is gone. Not a durability matter: a crash before it leaves
+/// the record dated now, reaped after `--stale-after` instead; and the
+/// next start's "written after the journal" check still finds it not
+/// newer.
+fn date_restored(path: &Path, when: SystemTime) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let res = std::fs::File::options()
+        .write(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)
+        .and_then(|f| f.set_modified(when));
+    if let Err(e) = res {
+        tracing::debug!(file = %path.display(), error = %e, "cannot date a restored cache record");
     }
 }
 
