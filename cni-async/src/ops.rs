@@ -82,7 +82,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::cache::ResultCache;
+use crate::cache::{AttachmentLock, ResultCache};
 use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, Errors, lossy_capped};
 use crate::exec::{
     ExecRequest, OutputLimits, PluginExec, PluginStderr, RawExec, SinkSlot, StderrSink, Timeouts,
@@ -473,8 +473,8 @@ impl Cni {
     /// Waits until every ADD started with
     /// [`AddRequest::rollback_on_cancel`] has ended on its task: finished
     /// and handed to its caller, or (its caller gone) rolled back. For a
-    /// graceful shutdown, and before retrying an attachment whose ADD was
-    /// given up.
+    /// graceful shutdown. (A retry of an attachment whose ADD was given up
+    /// need not wait: it waits for the attachment's lock.)
     pub async fn wait_detached(&self) {
         let mut rx = self.inner.detached.subscribe();
         // The sender lives in `self`: the wait cannot fail.
@@ -1008,7 +1008,7 @@ impl Cni {
         rt: &RuntimeConf,
         opts: &CallOptions,
         gave_up: &(dyn Fn() -> bool + Sync),
-    ) -> Result<Option<CniResult>, Error> {
+    ) -> Result<Option<Added>, Error> {
         Self::validate_attachment(&net, rt)?;
         if self.inner.check_netns {
             crate::check_netns(&rt.netns, Command::Add)?;
@@ -1094,9 +1094,8 @@ impl Cni {
                 }
                 return Err(e);
             }
-            drop(lock);
             tracing::debug!(elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "ADD done");
-            Ok(Some(result))
+            Ok(Some(Added { result, lock }))
         }
         .instrument(span)
         .await
@@ -1139,9 +1138,13 @@ impl Cni {
         _counted: DetachedGuard,
     ) {
         let outcome = self.add(owned.net(), &rt, &opts, &|| tx.is_closed()).await;
-        let result = match outcome {
+        // The attachment's lock stays held until the caller took the
+        // result, or until the DEL below is done: a caller that gave up and
+        // retries the same attachment at once waits for it, and this DEL
+        // can never delete what the retry made.
+        let Added { result, lock } = match outcome {
             Ok(None) => return,
-            Ok(Some(result)) => result,
+            Ok(Some(added)) => added,
             Err(e) => {
                 // A failed ADD was rolled back already.
                 let _ = tx.send(Err(e));
@@ -1153,7 +1156,7 @@ impl Cni {
         }
         tracing::info!("ADD given up by its caller after it finished; deleting it");
         let deadline = self.deadline(Command::Del, &CallOptions::default());
-        if let Err(e) = self.del(&owned.net(), &rt, deadline).await {
+        if let Err(e) = self.del_holding(&owned.net(), &rt, deadline, lock).await {
             tracing::warn!(error = %Escaped(Chain(&e)), "DEL of a given-up ADD failed");
         }
     }
@@ -1280,6 +1283,19 @@ impl Cni {
     }
 
     async fn del(&self, net: &Net<'_>, rt: &RuntimeConf, deadline: Deadline) -> Result<(), Error> {
+        self.del_holding(net, rt, deadline, None).await
+    }
+
+    /// [`Cni::del`] with the attachment's lock already held (`held`), as a
+    /// detached ADD's task holds it from the ADD to the DEL of a result
+    /// nobody took.
+    async fn del_holding(
+        &self,
+        net: &Net<'_>,
+        rt: &RuntimeConf,
+        deadline: Deadline,
+        held: Option<AttachmentLock>,
+    ) -> Result<(), Error> {
         Self::validate_attachment(net, rt)?;
         let span = tracing::info_span!("cni.del", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
@@ -1292,7 +1308,9 @@ impl Cni {
             let with_prev = net.version.has_prev_result_on_del();
             let cache = &self.inner.cache;
             let (cid, ifname, timeout) = (&rt.container_id, &rt.ifname, deadline.remaining());
-            let locked = if with_prev {
+            let locked = if let Some(lock) = held {
+                Ok((lock, None))
+            } else if with_prev {
                 cache
                     .lock_and_read(net.name, cid, ifname, timeout)
                     .await
@@ -1502,8 +1520,11 @@ impl AddRequest<'_> {
     /// result). What cnid does for every request.
     ///
     /// The caller's deadline still applies. The work goes on after the
-    /// drop: [`Cni::wait_detached`] waits for it (before a shutdown, or
-    /// before retrying the same attachment, which is locked until then).
+    /// drop, holding the attachment's lock until it is done (from the ADD
+    /// to the DEL of a result nobody took): a retry of the same attachment
+    /// waits for it, within the retry's own deadline, and never has what it
+    /// made deleted by it. [`Cni::wait_detached`] waits for all such work
+    /// (before a shutdown).
     ///
     /// ```no_run
     /// # async fn demo(cni: cni_async::Cni, list: cni_core::NetworkConfigList, rt: cni_core::RuntimeConf) {
@@ -1530,8 +1551,8 @@ impl<'a> IntoFuture for AddRequest<'a> {
         Box::pin(async move {
             let net = self.net?;
             if !self.detach {
-                let result = self.cni.add(net, self.rt, &self.opts, &|| false).await?;
-                return Ok(result.expect("only a detached ADD is given up"));
+                let added = self.cni.add(net, self.rt, &self.opts, &|| false).await?;
+                return Ok(added.expect("only a detached ADD is given up").result);
             }
             let (tx, rx) = tokio::sync::oneshot::channel();
             let (ack, ack_rx) = tokio::sync::oneshot::channel();
@@ -1564,6 +1585,14 @@ impl<'a> IntoFuture for AddRequest<'a> {
             }
         })
     }
+}
+
+/// A finished ADD: its result, and the attachment's lock still held (none
+/// when the cache task holding it was lost), for a detached ADD to keep
+/// until its caller took the result.
+struct Added {
+    result: CniResult,
+    lock: Option<AttachmentLock>,
 }
 
 #[derive(Debug)]

@@ -264,3 +264,64 @@ async fn awaited_a_failure_comes_back_rolled_back() {
     cni.wait_detached().await;
     assert!(chain.leftovers().is_empty(), "{:?}", chain.leftovers());
 }
+
+/// A caller that gave up after the ADD finished and retries at once gets
+/// an attachment that stays: the given-up ADD's task holds the attachment's
+/// lock from its ADD to its DEL, so the retry runs after that DEL, never
+/// before it (which would leave the retry's caller with an answer whose
+/// plugins' state that DEL then removed). Repeated: the retry is started
+/// the moment the first future is dropped, racing its task's DEL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_right_after_giving_up_a_finished_add_is_not_deleted_by_its_cleanup() {
+    for round in 0..10 {
+        let chain = Chain::new(false);
+        chain.release_all();
+        let cni = chain.rig.cni();
+        let mut first = {
+            let cni = cni.clone();
+            Box::pin(async move {
+                cni.add_network_list(&list(), &rt())
+                    .rollback_on_cancel()
+                    .await
+            })
+        };
+        assert!(poll_once(&mut first).await.is_pending());
+        // Finished and cached, its result not taken.
+        let record = chain.rig.cache_file("roc", "c1", "eth0");
+        let end = std::time::Instant::now() + GATE_WAIT_LIMIT;
+        while !record.exists() {
+            assert!(
+                std::time::Instant::now() < end,
+                "round {round}: no cache record within {GATE_WAIT_LIMIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(first);
+        let retry = {
+            let cni = cni.clone();
+            tokio::spawn(async move { cni.add_network_list(&list(), &rt()).await })
+        };
+        retry
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: retry: {e}"));
+        tokio::time::timeout(GATE_WAIT_LIMIT, cni.wait_detached())
+            .await
+            .expect("the given-up ADD ends on its task");
+        assert_eq!(
+            dir_names(&chain.state),
+            PLUGINS,
+            "round {round}: the retry's attachment lost its state; runs: {:?}",
+            steps(&chain.rig.dir.invocations())
+        );
+        assert_eq!(chain.rig.result_files().len(), 1, "round {round}");
+        assert_eq!(
+            steps(&chain.rig.dir.invocations()),
+            [
+                "ADD p1", "ADD p2", "ADD p3", "DEL p3", "DEL p2", "DEL p1", "ADD p1", "ADD p2",
+                "ADD p3"
+            ],
+            "round {round}"
+        );
+    }
+}
