@@ -1,8 +1,7 @@
 //! The networks of a [`MultiNetwork`] and how they are built.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cni_core::{NetworkConfigList, confdir, validate};
@@ -245,7 +244,7 @@ impl MultiNetworkBuilder {
                 prefix: self.prefix,
                 mode: self.mode,
                 timeout: self.timeout,
-                gates: Mutex::new(HashMap::new()),
+                gates: NetworkGates::new(),
             }),
         })
     }

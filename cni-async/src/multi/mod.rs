@@ -43,6 +43,11 @@
 //! reads `network "NAME" (ifname IFNAME) VERB`, so the failing network is
 //! always named.
 //!
+//! Setup, removal and CHECK are one orchestration ([`setup_steps`],
+//! [`remove_steps`], [`check_steps`]) that a runtime doing more around
+//! each network's step (cnid: its ADD journal) runs with steps of its own
+//! ([`StepHook`]); the GC gates are [`NetworkGates`].
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), cni_async::Error> {
 //! use cni_async::Cni;
@@ -105,20 +110,21 @@
 //!   every client.
 
 mod builder;
+mod gate;
 mod operations;
 mod request;
 mod result;
+mod steps;
 
 pub use builder::{MultiNetworkBuilder, NetworkAttachment, SetupMode};
+pub use gate::{GateKind, GateTicket, NetworkGates};
 pub use operations::{LiveContainers, NetworkGc};
 pub use request::{KubernetesPod, NetworkRequest, Sandbox};
 pub use result::{InterfaceConfig, IpInfo, MultiResult, NetworkResult};
+pub use steps::{SandboxStep, StepHook, check_steps, remove_steps, setup_steps};
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::sync::RwLock;
 
 use cni_core::NetworkConfigList;
 
@@ -163,7 +169,7 @@ struct Inner {
     timeout: Option<Duration>,
     /// Per network name: ADD, DEL and CHECK share it, GC takes it alone
     /// (tokio's lock is fair, so a waiting GC holds back later operations).
-    gates: Mutex<HashMap<String, Arc<RwLock<()>>>>,
+    gates: NetworkGates,
 }
 
 /// A set of networks to attach sandboxes to (see the [module docs](self)).

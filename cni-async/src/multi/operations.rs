@@ -1,19 +1,15 @@
 //! The operations of a [`MultiNetwork`]: setup, remove, check, status, GC.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
-use tokio::sync::RwLock;
-
-use cni_core::result::CniResult;
 use cni_core::{CapabilityArgs, CniArgs, Command, RuntimeConf, validate};
-use futures::future::join_all;
 
 use super::builder::invalid_set;
 use super::request::set_pair;
+use super::steps::{context, remove_into};
 use super::*;
 use crate::error::Errors;
-use crate::{CallOptions, Cni, Error, ErrorKind, GcSummary};
+use crate::{CallOptions, Cni, Error, GcSummary};
 use cni_core::stdin::GcAttachment;
 
 impl MultiNetwork {
@@ -159,11 +155,6 @@ impl MultiNetwork {
         }
     }
 
-    fn gate(&self, network: &str) -> Arc<RwLock<()>> {
-        let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
-        gates.entry(network.to_owned()).or_default().clone()
-    }
-
     /// Attaches the sandbox to its networks (the default set, or those it
     /// names), in the configured [`SetupMode`].
     pub async fn setup(&self, sandbox: &Sandbox) -> Result<MultiResult, Error> {
@@ -185,102 +176,16 @@ impl MultiNetwork {
     ) -> Result<MultiResult, Error> {
         let planned = self.plan(sandbox)?;
         let networks = Self::known(&planned)?;
-        let add_opts = CallOptions {
-            rollback: true,
-            ..self.opts()
-        };
-        let add = |(n, rt)| self.add_one(n, rt, add_opts);
-        let outcomes: Vec<Result<CniResult, Error>> = match mode {
-            SetupMode::Serial => {
-                let mut outcomes = Vec::with_capacity(networks.len());
-                for &n in &networks {
-                    let outcome = add(n).await;
-                    let failed = outcome.is_err();
-                    outcomes.push(outcome);
-                    if failed {
-                        break;
-                    }
-                }
-                outcomes
-            }
-            SetupMode::Parallel => join_all(networks.iter().copied().map(add)).await,
-        };
-
-        if outcomes.len() == networks.len() && outcomes.iter().all(Result::is_ok) {
-            let results = networks
-                .iter()
-                .zip(outcomes)
-                .filter_map(|((n, rt), r)| {
-                    r.ok().map(|result| NetworkResult {
-                        network: n.name().to_owned(),
-                        ifname: rt.ifname.clone(),
-                        result,
-                    })
-                })
-                .collect();
-            return Ok(MultiResult::from_results(results));
-        }
-
-        // Something failed: undo the networks that were set up, and those
-        // whose own rollback failed, last to first.
-        let mut errors = Errors::new(format!("setup of container {:?}", sandbox.container_id));
-        let mut undo = Vec::new();
-        for (&(n, rt), outcome) in networks.iter().zip(outcomes) {
-            match outcome {
-                Ok(_) => undo.push((n, rt)),
-                Err(e) => {
-                    if matches!(e, Error::RollbackFailed { .. }) {
-                        undo.push((n, rt));
-                    }
-                    tracing::warn!(network = n.name(), ifname = ?rt.ifname, container = ?sandbox.container_id, error = %cni_core::validate::Escaped(cni_core::error::Chain(&e)), "network setup failed");
-                    errors.push(context(n.name(), &rt.ifname, Command::Add, e));
-                }
-            }
-        }
-        let error = match errors.into_result() {
-            Err(e) => e,
-            Ok(()) => unreachable!("a failed setup has an error"),
-        };
-        let mut rollback_errors =
-            Errors::new(format!("rollback of container {:?}", sandbox.container_id));
-        for (n, rt) in undo.into_iter().rev() {
-            // A fresh deadline per DEL: never the expired one of the ADD.
-            if let Err(e) = self.del_one(n, rt).await {
-                rollback_errors.push(context(n.name(), &rt.ifname, Command::Del, e));
-            }
-        }
-        match rollback_errors.into_result_listed() {
-            Ok(()) => Err(error),
-            Err(rollback) => Err(Error::RollbackFailed {
-                error: Box::new(error),
-                rollback: Box::new(rollback),
-            }),
-        }
-    }
-
-    async fn add_one(
-        &self,
-        n: &NetworkAttachment,
-        rt: &RuntimeConf,
-        opts: CallOptions,
-    ) -> Result<CniResult, Error> {
-        let gate = self.gate(n.name());
-        let _shared = gate.read().await;
-        self.inner
-            .cni
-            .add_network_list(n.list(), rt)
-            .options(&opts)
-            .await
-    }
-
-    async fn del_one(&self, n: &NetworkAttachment, rt: &RuntimeConf) -> Result<(), Error> {
-        let gate = self.gate(n.name());
-        let _shared = gate.read().await;
-        self.inner
-            .cni
-            .del_network_list(n.list(), rt)
-            .options(&self.opts())
-            .await
+        let steps: Vec<SandboxStep<'_>> = networks
+            .iter()
+            .map(|(n, rt)| SandboxStep {
+                network: n.name(),
+                list: Some(n.list()),
+                rt,
+            })
+            .collect();
+        let results = setup_steps(&Plain(self), &sandbox.container_id, &steps, mode).await?;
+        Ok(MultiResult::from_results(results))
     }
 
     /// Detaches the sandbox from its networks: DEL, last to first, going on
@@ -299,16 +204,10 @@ impl MultiNetwork {
     ///   the conf dir after setup does not leak its attachment.
     pub async fn remove(&self, sandbox: &Sandbox) -> Result<(), Error> {
         let planned = self.plan(sandbox)?;
+        let hook = Plain(self);
+        let steps: Vec<SandboxStep<'_>> = planned.iter().map(Planned::step).collect();
         let mut errors = Errors::new(format!("remove of container {:?}", sandbox.container_id));
-        for p in planned.iter().rev() {
-            let outcome = match p.net {
-                Some(n) => self.del_one(n, &p.rt).await,
-                None => self.del_cached(&p.name, &p.rt).await,
-            };
-            if let Err(e) = outcome {
-                errors.push(context(&p.name, &p.rt.ifname, Command::Del, e));
-            }
-        }
+        remove_into(&hook, &steps, &mut errors).await;
         // Cached attachments of this container on networks we do not know.
         match self
             .inner
@@ -317,6 +216,7 @@ impl MultiNetwork {
             .await
         {
             Ok(records) => {
+                let mut gone = Vec::new();
                 for rec in records.iter().rev() {
                     let planned_here = planned
                         .iter()
@@ -330,51 +230,32 @@ impl MultiNetwork {
                         capability_args: CapabilityArgs::new(),
                         ..sandbox.runtime_conf(&rec.if_name)
                     };
-                    if let Err(e) = self.del_cached(&rec.network_name, &rt).await {
-                        errors.push(context(&rec.network_name, &rec.if_name, Command::Del, e));
-                    }
+                    gone.push((rec.network_name.as_str(), rt));
                 }
+                // Already last to first: `remove_into` reverses again.
+                let steps: Vec<SandboxStep<'_>> = gone
+                    .iter()
+                    .rev()
+                    .map(|(network, rt)| SandboxStep {
+                        network,
+                        list: None,
+                        rt,
+                    })
+                    .collect();
+                remove_into(&hook, &steps, &mut errors).await;
             }
             Err(e) => errors.push(e),
         }
         errors.into_result_listed()
     }
 
-    async fn del_cached(&self, network: &str, rt: &RuntimeConf) -> Result<(), Error> {
-        let gate = self.gate(network);
-        let _shared = gate.read().await;
-        match self
-            .inner
-            .cni
-            .del_cached(network, rt)
-            .options(&self.opts())
-            .await
-        {
-            // Nothing cached: nothing of ours to delete.
-            Err(e) if e.kind() == ErrorKind::NotAttached => Ok(()),
-            other => other,
-        }
-    }
-
     /// CHECK of the sandbox's networks, in order, going on past errors.
     /// Fails with [`Error::Multiple`] listing every network whose CHECK failed.
     pub async fn check(&self, sandbox: &Sandbox) -> Result<(), Error> {
         let planned = self.plan(sandbox)?;
-        let mut errors = Errors::new(format!("check of container {:?}", sandbox.container_id));
-        for (n, rt) in Self::known(&planned)? {
-            let gate = self.gate(n.name());
-            let _shared = gate.read().await;
-            if let Err(e) = self
-                .inner
-                .cni
-                .check_network_list(n.list(), rt)
-                .options(&self.opts())
-                .await
-            {
-                errors.push(context(n.name(), &rt.ifname, Command::Check, e));
-            }
-        }
-        errors.into_result_listed()
+        Self::known(&planned)?;
+        let steps: Vec<SandboxStep<'_>> = planned.iter().map(Planned::step).collect();
+        check_steps(&Plain(self), &sandbox.container_id, &steps).await
     }
 
     /// STATUS of every network of the default set, in order (a no-op for
@@ -441,8 +322,7 @@ impl MultiNetwork {
             if !seen.insert(n.name()) {
                 continue;
             }
-            let gate = self.gate(n.name());
-            let _exclusive = gate.write().await;
+            let _exclusive = self.inner.gates.exclusive(n.name()).await;
             // Read under the gate: no ADD of this network can run meanwhile.
             let records = match self.inner.cni.cached_attachments(None).await {
                 Ok(records) => records,
@@ -559,9 +439,34 @@ struct Planned<'a> {
     rt: RuntimeConf,
 }
 
-fn context(network: &str, ifname: &str, command: Command, e: Error) -> Error {
-    Error::Context {
-        context: format!("network {network:?} (ifname {ifname}) {command}"),
-        source: Box::new(e),
+impl Planned<'_> {
+    fn step(&self) -> SandboxStep<'_> {
+        SandboxStep {
+            network: &self.name,
+            list: self.net.map(NetworkAttachment::list),
+            rt: &self.rt,
+        }
+    }
+}
+
+/// The plain steps of a [`MultiNetwork`]: its `Cni`, its gates, its
+/// timeout for every step and every undo.
+struct Plain<'m>(&'m MultiNetwork);
+
+impl StepHook for Plain<'_> {
+    fn cni(&self) -> &Cni {
+        &self.0.inner.cni
+    }
+
+    fn gates(&self) -> &NetworkGates {
+        &self.0.inner.gates
+    }
+
+    fn options(&self, _: Command) -> CallOptions {
+        self.0.opts()
+    }
+
+    fn undo_options(&self) -> CallOptions {
+        self.0.opts()
     }
 }
