@@ -75,9 +75,11 @@ impl Gate {
     }
 }
 
-/// The gates of every network, by name (see the [module docs](self)).
-/// Cheap to clone; clones share the gates. A network's gate exists while
-/// someone holds or waits for it.
+/// The GC gates of every network, by name: fair (FIFO) reader/writer
+/// gates; ADD, DEL and CHECK share a network's, GC takes it alone, and
+/// whatever asks after a waiting GC waits for it. Cheap to clone; clones
+/// share the gates. A network's gate exists while someone holds or waits
+/// for it.
 #[derive(Debug, Clone, Default)]
 pub struct NetworkGates {
     gates: Arc<Mutex<HashMap<String, Gate>>>,
