@@ -382,6 +382,11 @@ struct Stage {
 impl Stage {
     /// The operation finished: takes the members out and disarms.
     fn finish(self) -> Vec<BatchMember> {
+        self.take_members()
+    }
+
+    /// Closes the slots and takes the members left in them.
+    fn take_members(&self) -> Vec<BatchMember> {
         let mut slots = lock(&self.slots);
         slots.closed = true;
         std::mem::take(&mut slots.members)
@@ -393,14 +398,7 @@ impl Stage {
 
 impl Drop for Stage {
     fn drop(&mut self) {
-        let members: Vec<BatchMember> = {
-            let mut slots = lock(&self.slots);
-            slots.closed = true;
-            std::mem::take(&mut slots.members)
-                .into_iter()
-                .flatten()
-                .collect()
-        };
+        let members = self.take_members();
         blocking_teardown(&self.ctx, members);
     }
 }

@@ -265,6 +265,14 @@ mod tests {
 
     use pretty_assertions::assert_eq;
 
+    /// (network, ifname) of each network, in setup order.
+    fn names(m: &MultiNetwork) -> Vec<(&str, &str)> {
+        m.networks()
+            .iter()
+            .map(|n| (n.name(), n.ifname()))
+            .collect()
+    }
+
     fn list(name: &str) -> NetworkConfigList {
         NetworkConfigList::from_bytes(
             format!(r#"{{"cniVersion":"1.0.0","name":"{name}","plugins":[{{"type":"x"}}]}}"#)
@@ -283,11 +291,7 @@ mod tests {
             .network(list("c"))
             .build()
             .unwrap();
-        let got: Vec<(&str, &str)> = m
-            .networks()
-            .iter()
-            .map(|n| (n.name(), n.ifname()))
-            .collect();
+        let got = names(&m);
         assert_eq!(
             got,
             vec![
@@ -350,11 +354,7 @@ mod tests {
             .conf_dir(dir.path(), 2)
             .build()
             .unwrap();
-        let got: Vec<(&str, &str)> = m
-            .networks()
-            .iter()
-            .map(|n| (n.name(), n.ifname()))
-            .collect();
+        let got = names(&m);
         assert_eq!(
             got,
             vec![("cni-loopback", "lo"), ("b", "eth0"), ("a", "eth1")]
@@ -368,11 +368,7 @@ mod tests {
             .conf_dir(dir.path(), 0)
             .build()
             .unwrap();
-        let got: Vec<(&str, &str)> = all
-            .networks()
-            .iter()
-            .map(|n| (n.name(), n.ifname()))
-            .collect();
+        let got = names(&all);
         assert_eq!(got, vec![("b", "net0"), ("a", "net1"), ("c", "net2")]);
     }
 
@@ -395,11 +391,7 @@ mod tests {
             .conf_dir(dir.path(), 1)
             .build()
             .unwrap();
-        let got: Vec<(&str, &str)> = m
-            .networks()
-            .iter()
-            .map(|n| (n.name(), n.ifname()))
-            .collect();
+        let got = names(&m);
         assert_eq!(got, vec![("multus-cni-network", "eth0")]);
     }
 }
