@@ -42,7 +42,7 @@ build:
 HOST_TARGET = $(shell rustc -vV | sed -n 's/^host: //p')
 SHIM_STATIC = $(abspath $(or $(CARGO_TARGET_DIR),target))/$(HOST_TARGET)/release/cnid-shim
 shim:
-	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p cnid --bin cnid-shim --target $(HOST_TARGET)
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p cnid-shim --bin cnid-shim --target $(HOST_TARGET)
 	@echo "shim: $(SHIM_STATIC)"
 
 # cnid on a temporary socket with the bundled networks, two namespaces

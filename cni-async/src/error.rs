@@ -15,6 +15,7 @@
 //! | [`Error::Timeout`] | 11 (try again later) |
 //! | [`Error::PluginNotFound`] | 7 (invalid network config: it names a plugin that is not installed) |
 //! | [`Error::Spawn`], [`Error::OutputTooLarge`], [`Error::Io`] | 5 (I/O failure) |
+//! | [`Error::Hook`] | the runtime's own code, in its error object |
 //!
 //! A timeout maps to 11 because a deadline expiring is usually transient
 //! (a loaded host, a slow IPAM server) and the spec's answer to transient
@@ -416,6 +417,20 @@ pub enum Error {
         occupant: String,
     },
 
+    /// A step of a sandbox operation that the runtime's own hook
+    /// ([`crate::multi::StepHook`]) refused or failed around the plugins
+    /// (cnid: "already attached", its journal could not be written), with
+    /// the kind and the error object the runtime answers.
+    #[error("{}", error.msg)]
+    Hook {
+        /// What kind of failure it is.
+        kind: ErrorKind,
+        /// The error object (code, message, details).
+        error: Box<ErrorObject>,
+        /// The plugin whose failure it reports, with the verb it ran.
+        plugin: Option<(String, Command)>,
+    },
+
     /// An ADD failed and so did the rollback that followed it.
     #[error("{}; rollback also failed: {}", Chain(&**error), Chain(&**rollback))]
     RollbackFailed {
@@ -530,30 +545,54 @@ pub(crate) fn lossy_capped(bytes: &[u8], max: usize) -> String {
 }
 
 /// Errors collected by an operation that goes on past them (rollback,
-/// validation, GC, the multi-network calls): the one implementation of
-/// "several errors become one".
+/// validation, GC, the multi-network calls, cnid's merged answers): the
+/// one implementation of "several errors become one".
+///
+/// ```
+/// use cni_async::{Error, Errors};
+/// let mut errors = Errors::new("GC of network n");
+/// assert!(errors.is_empty());
+/// errors.push(Error::NotAttached { network: "n".into(), container_id: "c1".into(), ifname: "eth0".into() });
+/// errors.push(Error::NotAttached { network: "n".into(), container_id: "c2".into(), ifname: "eth0".into() });
+/// let e = errors.into_result().unwrap_err();
+/// assert_eq!(e.to_string(), "GC of network n failed with 2 error(s)");
+/// ```
 #[derive(Debug)]
-pub(crate) struct Errors {
+pub struct Errors {
     operation: String,
     errors: Vec<Error>,
 }
 
 impl Errors {
     /// An empty collection for `operation` (named in [`Error::Multiple`]).
-    pub(crate) fn new(operation: impl Into<String>) -> Self {
+    pub fn new(operation: impl Into<String>) -> Self {
         Errors {
             operation: operation.into(),
             errors: Vec::new(),
         }
     }
 
-    pub(crate) fn push(&mut self, e: Error) {
+    /// Adds one.
+    pub fn push(&mut self, e: Error) {
         self.errors.push(e);
+    }
+
+    /// Adds one; an [`Error::Multiple`] adds its errors one by one.
+    pub fn push_flat(&mut self, e: Error) {
+        match e {
+            Error::Multiple { errors, .. } => self.errors.extend(errors),
+            e => self.errors.push(e),
+        }
+    }
+
+    /// Whether none was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
     }
 
     /// `Ok` without errors; a single error as it is; several as
     /// [`Error::Multiple`].
-    pub(crate) fn into_result(mut self) -> Result<(), Error> {
+    pub fn into_result(mut self) -> Result<(), Error> {
         match self.errors.len() {
             0 => Ok(()),
             1 => Err(self.errors.remove(0)),
@@ -563,7 +602,7 @@ impl Errors {
 
     /// `Ok` without errors; otherwise [`Error::Multiple`], also for one
     /// error, for calls whose documented error is always the list.
-    pub(crate) fn into_result_listed(self) -> Result<(), Error> {
+    pub fn into_result_listed(self) -> Result<(), Error> {
         if self.errors.is_empty() {
             Ok(())
         } else {
@@ -616,6 +655,7 @@ impl Error {
                 ErrorKind::NotReady
             }
             Error::AttachmentCollision { .. } => ErrorKind::Conflict,
+            Error::Hook { kind, .. } => *kind,
             Error::RollbackFailed { error, .. } => error.kind(),
             Error::Multiple { errors, .. } => errors.first().map_or(ErrorKind::Other, Error::kind),
             Error::Context { source, .. } => source.kind(),
@@ -654,6 +694,10 @@ impl Error {
             | Error::NotReadyLimitedConnectivity { plugin_type, .. } => {
                 Some((plugin_type.as_str(), Command::Status))
             }
+            Error::Hook {
+                plugin: Some((plugin_type, command)),
+                ..
+            } => Some((plugin_type.as_str(), *command)),
             Error::Context { source, .. } => source.failed_plugin(),
             Error::RollbackFailed { error, .. } => error.failed_plugin(),
             Error::Multiple { errors, .. } => errors.iter().find_map(Error::failed_plugin),
@@ -683,6 +727,7 @@ impl Error {
             Error::Cache { .. } => code::IO_FAILURE,
             Error::CacheLocked { .. } => code::TRY_AGAIN_LATER,
             Error::AttachmentCollision { .. } => code::INVALID_ENVIRONMENT_VARIABLES,
+            Error::Hook { error, .. } => error.code,
             Error::NotAttached { .. } => code::UNKNOWN_CONTAINER,
             Error::Unsupported { .. } => code::INCOMPATIBLE_VERSION,
             Error::NotReady { .. } => code::PLUGIN_NOT_AVAILABLE,
@@ -699,7 +744,9 @@ impl Error {
     ///
     /// A plugin's own error object is passed on as the plugin wrote it (code,
     /// msg, details), as libcni does; every other error has this error's
-    /// message as `msg`, and the stderr of the plugin (if any) as `details`.
+    /// message as `msg`, and the stderr of the plugin (if any) as `details`;
+    /// a wrapper ([`Error::Context`], [`Error::RollbackFailed`],
+    /// [`Error::Multiple`]) has the details of the error whose code it has.
     pub fn to_error_object(&self, cni_version: &str) -> ErrorObject {
         match self {
             Error::Core(e) => e.to_error_object(cni_version),
@@ -712,11 +759,36 @@ impl Error {
                 Chain(self).to_string(),
                 stderr.trim_end(),
             ),
+            Error::Hook { error, .. } => ErrorObject::new(
+                cni_version,
+                error.code,
+                error.msg.clone(),
+                error.details.clone(),
+            ),
             Error::Timeout { stderr_so_far, .. } => ErrorObject::new(
                 cni_version,
                 self.code(),
                 Chain(self).to_string(),
                 stderr_so_far.trim_end(),
+            ),
+            // A wrapper keeps the evidence of the error it answers for
+            // (the one whose code it has): its details.
+            Error::Context { source: inner, .. } | Error::RollbackFailed { error: inner, .. } => {
+                ErrorObject::new(
+                    cni_version,
+                    self.code(),
+                    Chain(self).to_string(),
+                    inner.to_error_object(cni_version).details,
+                )
+            }
+            Error::Multiple { errors, .. } => ErrorObject::new(
+                cni_version,
+                self.code(),
+                Chain(self).to_string(),
+                errors
+                    .first()
+                    .map(|e| e.to_error_object(cni_version).details)
+                    .unwrap_or_default(),
             ),
             _ => ErrorObject::new(cni_version, self.code(), Chain(self).to_string(), ""),
         }

@@ -113,7 +113,7 @@ pub use cni_core::caps;
 /// An error and its causes on one line (`error: cause: cause`), defined in
 /// [`cni_core::error::Chain`]: what to print for an [`Error`].
 pub use cni_core::error::Chain;
-pub use error::{Error, ErrorKind, ErrorList, PluginExit};
+pub use error::{Error, ErrorKind, ErrorList, Errors, PluginExit};
 pub use exec::{ExecOutput, ExecRequest, OutputLimits, PluginExec, RawExec, Timeouts};
 pub use multi::{
     KubernetesPod, LiveContainers, MultiNetwork, MultiNetworkBuilder, MultiResult, NetworkGc,

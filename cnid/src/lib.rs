@@ -10,13 +10,15 @@
 //! - [`generate`]: man pages and shell completions from the binaries' clap
 //!   definitions (`--generate`, for `make install`).
 //! - [`shim`]: `cnid-shim`, the CNI plugin that hands a runtime's calls to
-//!   the daemon (blocking, no async runtime).
+//!   the daemon (blocking, no async runtime); the package `cnid-shim`
+//!   (`cnid/shim`), re-exported.
 //!
 //! The binaries: `cnid` (the daemon), `cnitool` (package `cnitool`,
 //! `cnid/cnitool`: the command line, locally or through the daemon with
-//! `--socket`) and `cnid-shim`. The library the daemon runs plugins with is
-//! `cni-async` (its `Cni` and `MultiNetwork`); `cnid/API.md` documents the
-//! endpoints and `ARCHITECTURE.md` the path of a request.
+//! `--socket`) and `cnid-shim` (package `cnid-shim`, `cnid/shim`). The
+//! library the daemon runs plugins with is `cni-async` (its `Cni` and
+//! `MultiNetwork`); `cnid/API.md` documents the endpoints and
+//! `ARCHITECTURE.md` the path of a request.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cnid::client::ClientError> {
@@ -39,4 +41,4 @@ pub mod client;
 pub mod daemon;
 pub mod generate;
 pub mod logfmt;
-pub mod shim;
+pub use cnid_shim as shim;

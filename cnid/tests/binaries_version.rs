@@ -37,11 +37,11 @@ fn every_binary_prints_its_version_and_commit() {
     }
     // cnitool is the `cnitool` package's, built with the same build script
     // (cnid/build.rs), in the same target dir.
-    let cnitool = std::path::Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnitool");
+    let cnitool = &*crate::support::tool::CNITOOL;
     for (name, path) in [
         ("cnid", env!("CARGO_BIN_EXE_cnid")),
         ("cnitool", cnitool.to_str().unwrap()),
-        ("cnid-shim", env!("CARGO_BIN_EXE_cnid-shim")),
+        ("cnid-shim", crate::support::shim::SHIM.as_str()),
     ] {
         let out = Command::new(path).arg("--version").output().unwrap();
         assert!(out.status.success(), "{name} --version failed");

@@ -24,7 +24,7 @@ fn self_loop_list(dirs: &Dirs, socket: &str) {
 #[test]
 fn a_network_that_calls_cnid_itself_is_refused_and_named() {
     let dirs = Dirs::new();
-    std::os::unix::fs::symlink(SHIM, dirs.bin.join("cnid-shim")).unwrap();
+    std::os::unix::fs::symlink(&*SHIM, dirs.bin.join("cnid-shim")).unwrap();
     self_loop_list(&dirs, &dirs.socket.display().to_string());
     let daemon = Daemon::start(&dirs, &[]);
 
@@ -93,7 +93,7 @@ fn the_shim_is_not_installed_into_cnids_own_conf_dir() {
         .flatten()
         .map(|e| e.file_name())
         .collect();
-    let out = Command::new(SHIM)
+    let out = Command::new(&*SHIM)
         .args(["install", "--wait", "10s", "--socket"])
         .arg(&dirs.socket)
         .arg("--conf-dir")

@@ -62,7 +62,7 @@ impl Setup {
         );
         let daemon = Daemon::start(&dirs, &["--max-parallel", "16"]);
         let rt = Runtime::new(&dirs);
-        let out = Command::new(SHIM)
+        let out = Command::new(&*SHIM)
             .args(["config", "--socket"])
             .arg(&dirs.socket)
             .args(["--network", NET, "--timeout", "30s"])

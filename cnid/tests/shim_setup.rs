@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use yaml_rust2::{Yaml, YamlLoader};
 
 fn shim(args: &[&str]) -> std::process::Output {
-    Command::new(SHIM)
+    Command::new(&*SHIM)
         .args(args)
         .env_remove("CNI_COMMAND")
         .stdin(Stdio::null())
@@ -62,7 +62,7 @@ fn install_waits_for_cnid_then_writes_the_list_and_uninstall_removes_it() {
     let socket = dirs.socket.display().to_string();
 
     // Before cnid runs: install waits, and writes nothing.
-    let mut install = Command::new(SHIM)
+    let mut install = Command::new(&*SHIM)
         .args([
             "install",
             "--socket",
@@ -116,7 +116,7 @@ fn install_waits_for_cnid_then_writes_the_list_and_uninstall_removes_it() {
         fs::metadata(&copy).unwrap().permissions().mode() & 0o777,
         0o755
     );
-    assert_eq!(fs::read(&copy).unwrap(), fs::read(SHIM).unwrap());
+    assert_eq!(fs::read(&copy).unwrap(), fs::read(&*SHIM).unwrap());
     assert!(shim(&["health", "--socket", &socket]).status.success());
 
     // The installed copy works as the runtime's plugin.
@@ -499,7 +499,7 @@ fn kubernetes_manifests_are_complete_and_consistent_and_run_on_a_node_in_a_temp_
         .filter(|a| a.as_str() != "--stay")
         .map(|a| on_node(install, a))
         .collect();
-    let out = Command::new(SHIM)
+    let out = Command::new(&*SHIM)
         .arg("install")
         .args(&args)
         .env_remove("CNI_COMMAND")

@@ -2,9 +2,8 @@
 //! share: defaults, signal handling, the bridge they create beforehand,
 //! host-local's data dir, ping.
 //!
-//! Included by each binary with `#[path = "../common.rs"] mod common;`; each
-//! uses a part of it.
-#![allow(dead_code)]
+//! Part of the examples' library (`examples/src/lib.rs`); each binary uses
+//! a part of it.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -23,16 +22,16 @@ use tempfile::TempDir;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 /// The bundled networks, `examples/net.d`, wherever `cargo run` is started.
-pub(crate) const DEFAULT_CONF_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/net.d");
+pub const DEFAULT_CONF_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/net.d");
 
 /// The plugin dirs when neither `--plugin-dirs` nor `CNI_PATH` is given.
-pub(crate) const DEFAULT_PLUGIN_PATH: &str = "/opt/cni/bin:/usr/lib/cni";
+pub const DEFAULT_PLUGIN_PATH: &str = "/opt/cni/bin:/usr/lib/cni";
 
 /// host-local's `dataDir` when the configuration sets none.
-pub(crate) const HOST_LOCAL_DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
+pub const HOST_LOCAL_DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
 
 /// Fails with a clear message unless we are root.
-pub(crate) fn require_root(program: &str) -> Result<()> {
+pub fn require_root(program: &str) -> Result<()> {
     if nix::unistd::geteuid().is_root() {
         return Ok(());
     }
@@ -44,7 +43,7 @@ pub(crate) fn require_root(program: &str) -> Result<()> {
 
 /// The plugin dirs: `--plugin-dirs`, else `CNI_PATH`, else
 /// `/opt/cni/bin:/usr/lib/cni`; `:`-separated, empty parts skipped.
-pub(crate) fn plugin_dirs(flag: Option<&str>) -> Vec<PathBuf> {
+pub fn plugin_dirs(flag: Option<&str>) -> Vec<PathBuf> {
     let path = match flag {
         Some(p) => p.to_owned(),
         None => std::env::var("CNI_PATH").unwrap_or_else(|_| DEFAULT_PLUGIN_PATH.to_owned()),
@@ -56,7 +55,7 @@ pub(crate) fn plugin_dirs(flag: Option<&str>) -> Vec<PathBuf> {
 }
 
 /// Shows a list of paths as `a:b:c`.
-pub(crate) fn show_paths(paths: &[PathBuf]) -> String {
+pub fn show_paths(paths: &[PathBuf]) -> String {
     paths
         .iter()
         .map(|p| p.display().to_string())
@@ -67,7 +66,7 @@ pub(crate) fn show_paths(paths: &[PathBuf]) -> String {
 /// The result cache dir: the one given, or a fresh temp dir removed at the
 /// end, so that the examples never write to `/var/lib/cni`.
 #[derive(Debug)]
-pub(crate) enum CacheDir {
+pub enum CacheDir {
     /// `--cache-dir`: kept.
     Given(PathBuf),
     /// A temp dir, removed on drop.
@@ -75,7 +74,7 @@ pub(crate) enum CacheDir {
 }
 
 impl CacheDir {
-    pub(crate) fn new(given: Option<PathBuf>) -> Result<CacheDir> {
+    pub fn new(given: Option<PathBuf>) -> Result<CacheDir> {
         match given {
             Some(dir) => Ok(CacheDir::Given(dir)),
             None => Ok(CacheDir::Temp(
@@ -87,7 +86,7 @@ impl CacheDir {
         }
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         match self {
             CacheDir::Given(p) => p,
             CacheDir::Temp(t) => t.path(),
@@ -97,14 +96,14 @@ impl CacheDir {
 
 /// SIGINT or SIGTERM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Interrupt {
+pub enum Interrupt {
     Int,
     Term,
 }
 
 impl Interrupt {
     /// The shell's convention: 128 + the signal number.
-    pub(crate) fn exit_code(self) -> u8 {
+    pub fn exit_code(self) -> u8 {
         match self {
             Interrupt::Int => 130,
             Interrupt::Term => 143,
@@ -124,13 +123,13 @@ impl fmt::Display for Interrupt {
 /// SIGINT and SIGTERM, caught from the moment this is installed: they no
 /// longer end the process, [`Signals::recv`] reports them instead.
 #[derive(Debug)]
-pub(crate) struct Signals {
+pub struct Signals {
     int: Signal,
     term: Signal,
 }
 
 impl Signals {
-    pub(crate) fn install() -> Result<Signals> {
+    pub fn install() -> Result<Signals> {
         Ok(Signals {
             int: signal(SignalKind::interrupt()).context("install the SIGINT handler")?,
             term: signal(SignalKind::terminate()).context("install the SIGTERM handler")?,
@@ -138,7 +137,7 @@ impl Signals {
     }
 
     /// The next SIGINT or SIGTERM.
-    pub(crate) async fn recv(&mut self) -> Interrupt {
+    pub async fn recv(&mut self) -> Interrupt {
         tokio::select! {
             _ = self.int.recv() => Interrupt::Int,
             _ = self.term.recv() => Interrupt::Term,
@@ -151,7 +150,7 @@ impl Signals {
 /// `ip` runs in a process group of its own, so that a Ctrl-C on the
 /// terminal (SIGINT to the foreground group) reaches only the example, whose
 /// teardown may be running this very command.
-pub(crate) fn ip<I, S>(args: I) -> Result<Output>
+pub fn ip<I, S>(args: I) -> Result<Output>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
@@ -171,7 +170,7 @@ where
 }
 
 /// Whether the host has a link named `name`.
-pub(crate) fn link_exists(name: &str) -> bool {
+pub fn link_exists(name: &str) -> bool {
     Command::new("ip")
         .args(["link", "show", "dev", name])
         .stdin(Stdio::null())
@@ -183,7 +182,7 @@ pub(crate) fn link_exists(name: &str) -> bool {
 }
 
 /// The links enslaved to bridge `name` (`ip -j link show master NAME`).
-pub(crate) fn bridge_ports(name: &str) -> Result<Vec<String>> {
+pub fn bridge_ports(name: &str) -> Result<Vec<String>> {
     let out = ip(["-j", "link", "show", "master", name])?;
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Array(Vec::new()));
     Ok(v.as_array()
@@ -197,7 +196,7 @@ pub(crate) fn bridge_ports(name: &str) -> Result<Vec<String>> {
 
 /// The bridge the network's `bridge` plugin uses (its `bridge` field,
 /// `cni0` by default), if it has one.
-pub(crate) fn bridge_of(list: &NetworkConfigList) -> Option<String> {
+pub fn bridge_of(list: &NetworkConfigList) -> Option<String> {
     let plugin = list
         .plugins()
         .iter()
@@ -214,7 +213,7 @@ pub(crate) fn bridge_of(list: &NetworkConfigList) -> Option<String> {
 
 /// A fixed, locally administered unicast MAC for the bridge `name`
 /// (`02:` + 5 bytes of a hash of the name).
-pub(crate) fn bridge_mac(name: &str) -> String {
+pub fn bridge_mac(name: &str) -> String {
     // FNV-1a, 64 bit: stable across runs and Rust versions.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in name.bytes() {
@@ -238,14 +237,14 @@ pub(crate) fn bridge_mac(name: &str) -> String {
 /// at the end (the plugin never deletes a bridge). One that already exists
 /// is left as it is.
 #[derive(Debug)]
-pub(crate) struct Bridge {
+pub struct Bridge {
     name: String,
     created: bool,
     released: bool,
 }
 
 impl Bridge {
-    pub(crate) fn ensure(name: &str) -> Result<Bridge> {
+    pub fn ensure(name: &str) -> Result<Bridge> {
         if link_exists(name) {
             return Ok(Bridge {
                 name: name.to_owned(),
@@ -267,24 +266,24 @@ impl Bridge {
         Ok(bridge)
     }
 
-    pub(crate) fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         &self.name
     }
 
-    pub(crate) fn created(&self) -> bool {
+    pub fn created(&self) -> bool {
         self.created
     }
 
     /// Whether the MAC of an existing bridge was set (rather than taken
     /// from a port): `addr_assign_type` 3.
-    pub(crate) fn has_fixed_mac(&self) -> bool {
+    pub fn has_fixed_mac(&self) -> bool {
         fs::read_to_string(format!("/sys/class/net/{}/addr_assign_type", self.name))
             .is_ok_and(|t| t.trim() == "3")
     }
 
     /// Deletes the bridge if we created it and no port is left on it;
     /// returns what was done.
-    pub(crate) fn release(mut self) -> Result<String> {
+    pub fn release(mut self) -> Result<String> {
         self.released = true;
         if !self.created {
             return Ok(format!("bridge {}: kept (it existed before)", self.name));
@@ -314,7 +313,7 @@ impl Drop for Bridge {
 /// directories that did not exist before the example ran, so that they can
 /// be removed again once no address is reserved in them.
 #[derive(Debug)]
-pub(crate) struct HostLocalDirs {
+pub struct HostLocalDirs {
     dirs: Vec<HostLocalDir>,
 }
 
@@ -327,7 +326,7 @@ struct HostLocalDir {
 
 impl HostLocalDirs {
     /// The dirs of every host-local IPAM in the list.
-    pub(crate) fn of(list: &NetworkConfigList) -> HostLocalDirs {
+    pub fn of(list: &NetworkConfigList) -> HostLocalDirs {
         let mut dirs: Vec<HostLocalDir> = Vec::new();
         for plugin in list.plugins() {
             let Some(ipam) = plugin.raw().get("ipam") else {
@@ -354,12 +353,12 @@ impl HostLocalDirs {
         HostLocalDirs { dirs }
     }
 
-    pub(crate) fn paths(&self) -> impl Iterator<Item = &Path> {
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
         self.dirs.iter().map(|d| d.path.as_path())
     }
 
     /// The addresses host-local holds reserved (a file named after each).
-    pub(crate) fn reserved(&self) -> Result<Vec<IpAddr>> {
+    pub fn reserved(&self) -> Result<Vec<IpAddr>> {
         let mut out = Vec::new();
         for d in &self.dirs {
             out.extend(reserved_ips(&d.path)?);
@@ -371,7 +370,7 @@ impl HostLocalDirs {
     /// reserved in them any more: host-local's `lock` and
     /// `last_reserved_ip.N` files, then the empty dirs. Returns the removed
     /// dirs. Not safe while another process uses the same network.
-    pub(crate) fn tidy(&self) -> Result<Vec<PathBuf>> {
+    pub fn tidy(&self) -> Result<Vec<PathBuf>> {
         let mut removed = Vec::new();
         for d in &self.dirs {
             if d.missing.is_empty() || !d.path.exists() || !reserved_ips(&d.path)?.is_empty() {
@@ -401,7 +400,7 @@ impl HostLocalDirs {
 }
 
 /// The addresses reserved in host-local's dir `dir` (none when it is missing).
-pub(crate) fn reserved_ips(dir: &Path) -> Result<Vec<IpAddr>> {
+pub fn reserved_ips(dir: &Path) -> Result<Vec<IpAddr>> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -416,18 +415,18 @@ pub(crate) fn reserved_ips(dir: &Path) -> Result<Vec<IpAddr>> {
 
 /// The outcome of a ping.
 #[derive(Debug, Clone)]
-pub(crate) struct Ping {
+pub struct Ping {
     /// An echo was answered.
-    pub(crate) ok: bool,
+    pub ok: bool,
     /// `time=... ms` of the answer.
-    pub(crate) rtt: Option<String>,
+    pub rtt: Option<String>,
     /// Echo requests sent (one per attempt).
-    pub(crate) attempts: u32,
+    pub attempts: u32,
 }
 
 /// Pings `ip` from inside `ns`: one echo with a one-second wait, up to
 /// `attempts` times.
-pub(crate) async fn ping(ns: &Netns, ip: IpAddr, attempts: u32) -> Result<Ping> {
+pub async fn ping(ns: &Netns, ip: IpAddr, attempts: u32) -> Result<Ping> {
     let mut sent = 0;
     while sent < attempts.max(1) {
         sent += 1;
@@ -459,7 +458,7 @@ pub(crate) async fn ping(ns: &Netns, ip: IpAddr, attempts: u32) -> Result<Ping> 
 
 /// An error and its sources, `: `-separated (what anyhow's `{:#}` shows),
 /// for errors we only borrow.
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

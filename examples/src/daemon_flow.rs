@@ -16,8 +16,7 @@
 //! run created it, host-local's dir if this run created it; then the daemon
 //! must list none of the attachments and host-local must hold no address.
 //!
-//! Included by each binary with `#[path = "../daemon_flow.rs"] mod daemon_flow;`,
-//! next to `common`.
+//! Part of the examples' library (`examples/src/lib.rs`), next to `common`.
 //!
 //! # Caveats
 //! The flow runs inside a `select!` with the signals: a signal drops it at
@@ -26,7 +25,6 @@
 //! if its plugins already run. Either way the teardown's DEL is queued
 //! behind it (one operation per container at a time, in arrival order), so
 //! it never races the ADD it undoes.
-#![allow(dead_code)]
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -45,10 +43,10 @@ use ipnet::IpNet;
 use crate::common::{self, Bridge, HostLocalDirs};
 
 /// cnid's socket when neither `--socket` nor `CNID_SOCKET` is given.
-pub(crate) const DEFAULT_SOCKET: &str = "/run/cnid/cnid.sock";
+pub const DEFAULT_SOCKET: &str = "/run/cnid/cnid.sock";
 
 /// The interface of both sandboxes.
-pub(crate) const IFNAME: &str = "eth0";
+pub const IFNAME: &str = "eth0";
 
 /// Each request's deadline, queueing included.
 const TIMEOUT_MS: u64 = 30_000;
@@ -59,12 +57,12 @@ static HEADINGS: AtomicBool = AtomicBool::new(false);
 static STEP: AtomicU32 = AtomicU32::new(0);
 
 /// Numbered headings before each step from now on (`== 3. ADD ...`).
-pub(crate) fn enable_headings() {
+pub fn enable_headings() {
     HEADINGS.store(true, Ordering::Relaxed);
 }
 
 /// Prints the next numbered heading, when [`enable_headings`] was called.
-pub(crate) fn heading(text: &str) {
+pub fn heading(text: &str) {
     if HEADINGS.load(Ordering::Relaxed) {
         let n = STEP.fetch_add(1, Ordering::Relaxed) + 1;
         println!("\n== {n}. {text}");
@@ -72,7 +70,7 @@ pub(crate) fn heading(text: &str) {
 }
 
 /// The socket: `--socket`, else `CNID_SOCKET`, else `/run/cnid/cnid.sock`.
-pub(crate) fn socket_path(flag: Option<PathBuf>) -> PathBuf {
+pub fn socket_path(flag: Option<PathBuf>) -> PathBuf {
     flag.or_else(|| {
         std::env::var_os("CNID_SOCKET")
             .filter(|v| !v.is_empty())
@@ -82,7 +80,7 @@ pub(crate) fn socket_path(flag: Option<PathBuf>) -> PathBuf {
 }
 
 /// Connects to cnid and asks for its health; prints one line about it.
-pub(crate) async fn connect(socket: &std::path::Path) -> Result<Client> {
+pub async fn connect(socket: &std::path::Path) -> Result<Client> {
     let client = Client::connect(socket).await.with_context(|| {
         format!(
             "is cnid running? (as root: `cnid --socket {} --conf-dir examples/net.d`)",
@@ -115,7 +113,7 @@ struct Member {
 
 /// What the flow created, for the teardown.
 #[derive(Debug)]
-pub(crate) struct Flow {
+pub struct Flow {
     client: Client,
     network: String,
     prefix: String,
@@ -126,7 +124,7 @@ pub(crate) struct Flow {
 
 impl Flow {
     /// A flow on `network` with namespaces `PREFIXa` and `PREFIXb`.
-    pub(crate) fn new(client: Client, network: &str, prefix: &str) -> Flow {
+    pub fn new(client: Client, network: &str, prefix: &str) -> Flow {
         Flow {
             client,
             network: network.to_owned(),
@@ -138,7 +136,7 @@ impl Flow {
     }
 
     /// The bridge this run created, if any.
-    pub(crate) fn created_bridge(&self) -> Option<String> {
+    pub fn created_bridge(&self) -> Option<String> {
         self.bridge
             .as_ref()
             .filter(|b| b.created())
@@ -148,7 +146,7 @@ impl Flow {
     /// Steps 1 to 7 (see the module docs). Everything it makes is recorded
     /// before the next `.await`, so that [`Flow::teardown`] finds it however
     /// this ends (error, or dropped on a signal).
-    pub(crate) async fn run(&mut self) -> Result<()> {
+    pub async fn run(&mut self) -> Result<()> {
         heading("the network, as cnid loaded it");
         let list = self.load_network().await?;
         heading("the bridge and two network namespaces");
@@ -385,7 +383,7 @@ impl Flow {
     /// created it and it is empty again); then checks that cnid lists none
     /// of our attachments and host-local holds no address. Goes on past
     /// errors and reports them all.
-    pub(crate) async fn teardown(self) -> Result<()> {
+    pub async fn teardown(self) -> Result<()> {
         let mut errors: Vec<String> = Vec::new();
         for m in self.members.iter().rev().filter(|m| m.attempted) {
             match self.client.del(&self.network, &m.req).await {

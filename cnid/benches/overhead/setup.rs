@@ -46,18 +46,19 @@ impl Bins {
                 shim: d.join("cnid-shim"),
             },
             None => Bins {
-                // Another package's binary: cargo builds it with the
-                // workspace (`make bench`), next to cnid's.
+                // Other packages' binaries (cnitool, cnid-shim): cargo
+                // builds them with the workspace (`make bench`), next to
+                // cnid's.
                 cnitool: Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnitool"),
                 cnid: env!("CARGO_BIN_EXE_cnid").into(),
                 noop: crate::noop::build_noop().map_err(anyhow::Error::msg)?,
-                shim: env!("CARGO_BIN_EXE_cnid-shim").into(),
+                shim: Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnid-shim"),
             },
         };
         for b in [&bins.cnitool, &bins.cnid, &bins.noop, &bins.shim] {
             if !b.is_file() {
                 bail!(
-                    "{} not found (build with `cargo build --release -p cnid -p cnitool --bins -p cni-noop`)",
+                    "{} not found (build with `cargo build --release -p cnid -p cnitool -p cnid-shim --bins -p cni-noop`)",
                     b.display()
                 );
             }

@@ -554,6 +554,8 @@ struct DownMember {
     has_name: bool,
 }
 
+/// `batch down`: adopt the batch, plan each member's DELs, tear it down
+/// (until a signal), then summarize.
 async fn down(
     runner: &Runner<'_>,
     env: Env<'_>,
@@ -565,60 +567,8 @@ async fn down(
     let network = args.network.as_str();
     let template = setup::runtime_conf(env, &member_path(&member_name(prefix, 0)), ifname)?;
     template.validate()?;
-    let (list, not_found) = match runner.load(network) {
-        Ok(list) => (Some(list), None),
-        Err(e @ (cni_core::Error::NetworkNotFound { .. } | cni_core::Error::NoConfigs { .. })) => {
-            (None, Some(e))
-        }
-        Err(e) => return Err(e.into()),
-    };
-
-    // The library adopts the batch: the namespaces PREFIX<number> and the
-    // cached attachments of the network in them (any interface, with their
-    // cached arguments; the cached configuration when the network's file is
-    // gone). A namespace not in the cache gets a DEL as `cnitool del` would
-    // run it: -i/CNI_IFNAME, CNI_ARGS and CAP_ARGS.
-    let known = list.is_some();
-    let mut multi = MultiNetwork::builder(runner.cni.clone());
-    multi = match list {
-        Some(list) => multi.network_with_ifname(list, template.ifname.clone()),
-        None => multi.allow_empty(),
-    };
-    if let Some(timeout) = runner.call_options().timeout {
-        multi = multi.timeout(timeout);
-    }
-    let mut sandbox = Sandbox::new("", "")
-        .with_ignore_unknown(false)
-        .with_network(NetworkRequest::new(network).with_ifname(template.ifname.clone()));
-    sandbox.labels = template.args.clone();
-    sandbox.capability_args = template.capability_args.clone();
     let progress = Arc::new(Mutex::new(None::<DownProgress>));
-    let events = progress.clone();
-    let adopted = BatchBuilder::new(multi.build()?)
-        .prefix(prefix)
-        .concurrency(
-            args.common
-                .concurrency
-                .map_or_else(default_concurrency, |c| c as usize),
-        )
-        .sandbox_template(sandbox)
-        .container_ids(setup::container_id)
-        .on_event(move |e| {
-            if let Some(p) = lock(&events).as_mut() {
-                p.on_event(e);
-            }
-        })
-        .adopt()
-        .await;
-    let batch = match (adopted, not_found) {
-        (Ok(batch), _) => batch,
-        // Nothing ties these namespaces to this network (a typo?): leave
-        // them alone, and say that the network is not found.
-        (Err(e), Some(not_found)) => {
-            return Err(anyhow::Error::new(not_found).context(e.to_string()));
-        }
-        (Err(e), None) => return Err(e.into()),
-    };
+    let (batch, known) = adopt(runner, args, &template, progress.clone()).await?;
     if batch.members().is_empty() {
         // A typo in --prefix would otherwise leak the real batch silently.
         report::write_stderr(&format!(
@@ -627,39 +577,7 @@ async fn down(
              in one\n"
         ));
     }
-    // Per member: its name, the DELs it gets, whether its name exists. A
-    // member's teardown DELs NETWORK (from the cache, or as `cnitool del`
-    // runs it when the cache has none) and every other cached attachment
-    // of its container (`MultiNetwork::remove`): the summary names each
-    // with its network (`batch down cnirs-ptp` on a `cnirs-bridge` batch
-    // detaches it from cnirs-bridge).
-    let mut members: Vec<DownMember> = Vec::new();
-    for m in batch.members() {
-        let mut records = runner
-            .cni
-            .cached_attachments(Some(m.container_id()))
-            .await
-            .unwrap_or_default();
-        records.extend(m.cached_attachments().iter().cloned());
-        let mut seen = BTreeSet::new();
-        records.retain(|r| seen.insert((r.network_name.clone(), r.if_name.clone())));
-        let mut dels: Vec<Value> = Vec::new();
-        if known && !records.iter().any(|r| r.network_name == network) {
-            dels.push(json!({"network": network, "ifname": template.ifname, "cached": false}));
-        }
-        // This network's first, then the others by name.
-        records.sort_by_key(|r| (r.network_name != network, r.network_name.clone()));
-        dels.extend(
-            records
-                .iter()
-                .map(|r| json!({"network": r.network_name, "ifname": r.if_name, "cached": true})),
-        );
-        members.push(DownMember {
-            name: m.name().to_owned(),
-            dels,
-            has_name: m.has_name(),
-        });
-    }
+    let members = plan_dels(runner, &batch, network, known.then_some(&template.ifname)).await;
     *lock(&progress) = Some(DownProgress {
         progress: Progress::new(
             "batch down",
@@ -698,7 +616,122 @@ async fn down(
         )
         .into());
     }
+    report_down(network, prefix, members, &outcomes, outcome, started)
+}
 
+/// The library adopts the batch: the namespaces PREFIX<number> and the
+/// cached attachments of the network in them (any interface, with their
+/// cached arguments; the cached configuration when the network's file is
+/// gone). A namespace not in the cache gets a DEL as `cnitool del` would
+/// run it: -i/CNI_IFNAME, CNI_ARGS and CAP_ARGS (`template`). Also says
+/// whether the network is known (its file loads).
+async fn adopt(
+    runner: &Runner<'_>,
+    args: &BatchDownArgs,
+    template: &cni_core::RuntimeConf,
+    progress: Arc<Mutex<Option<DownProgress>>>,
+) -> anyhow::Result<(Batch, bool)> {
+    let network = args.network.as_str();
+    let (list, not_found) = match runner.load(network) {
+        Ok(list) => (Some(list), None),
+        Err(e @ (cni_core::Error::NetworkNotFound { .. } | cni_core::Error::NoConfigs { .. })) => {
+            (None, Some(e))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let known = list.is_some();
+    let mut multi = MultiNetwork::builder(runner.cni.clone());
+    multi = match list {
+        Some(list) => multi.network_with_ifname(list, template.ifname.clone()),
+        None => multi.allow_empty(),
+    };
+    if let Some(timeout) = runner.call_options().timeout {
+        multi = multi.timeout(timeout);
+    }
+    let mut sandbox = Sandbox::new("", "")
+        .with_ignore_unknown(false)
+        .with_network(NetworkRequest::new(network).with_ifname(template.ifname.clone()));
+    sandbox.labels = template.args.clone();
+    sandbox.capability_args = template.capability_args.clone();
+    let adopted = BatchBuilder::new(multi.build()?)
+        .prefix(args.common.prefix.as_str())
+        .concurrency(
+            args.common
+                .concurrency
+                .map_or_else(default_concurrency, |c| c as usize),
+        )
+        .sandbox_template(sandbox)
+        .container_ids(setup::container_id)
+        .on_event(move |e| {
+            if let Some(p) = lock(&progress).as_mut() {
+                p.on_event(e);
+            }
+        })
+        .adopt()
+        .await;
+    match (adopted, not_found) {
+        (Ok(batch), _) => Ok((batch, known)),
+        // Nothing ties these namespaces to this network (a typo?): leave
+        // them alone, and say that the network is not found.
+        (Err(e), Some(not_found)) => Err(anyhow::Error::new(not_found).context(e.to_string())),
+        (Err(e), None) => Err(e.into()),
+    }
+}
+
+/// Per member: its name, the DELs it gets, whether its name exists. A
+/// member's teardown DELs NETWORK (from the cache, or as `cnitool del` runs
+/// it, on `ifname`, when the cache has none and the network is known) and
+/// every other cached attachment of its container (`MultiNetwork::remove`):
+/// the summary names each with its network (`batch down cnirs-ptp` on a
+/// `cnirs-bridge` batch detaches it from cnirs-bridge).
+async fn plan_dels(
+    runner: &Runner<'_>,
+    batch: &Batch,
+    network: &str,
+    ifname: Option<&String>,
+) -> Vec<DownMember> {
+    let mut members: Vec<DownMember> = Vec::new();
+    for m in batch.members() {
+        let mut records = runner
+            .cni
+            .cached_attachments(Some(m.container_id()))
+            .await
+            .unwrap_or_default();
+        records.extend(m.cached_attachments().iter().cloned());
+        let mut seen = BTreeSet::new();
+        records.retain(|r| seen.insert((r.network_name.clone(), r.if_name.clone())));
+        let mut dels: Vec<Value> = Vec::new();
+        if let Some(ifname) = ifname
+            && !records.iter().any(|r| r.network_name == network)
+        {
+            dels.push(json!({"network": network, "ifname": ifname, "cached": false}));
+        }
+        // This network's first, then the others by name.
+        records.sort_by_key(|r| (r.network_name != network, r.network_name.clone()));
+        dels.extend(
+            records
+                .iter()
+                .map(|r| json!({"network": r.network_name, "ifname": r.if_name, "cached": true})),
+        );
+        members.push(DownMember {
+            name: m.name().to_owned(),
+            dels,
+            has_name: m.has_name(),
+        });
+    }
+    members
+}
+
+/// Prints the summary of a teardown that ran to its end; the error names
+/// the first failure.
+fn report_down(
+    network: &str,
+    prefix: &str,
+    members: Vec<DownMember>,
+    outcomes: &BTreeMap<usize, Option<(String, u32)>>,
+    outcome: Result<TeardownEnd, cni_async::Error>,
+    started: Instant,
+) -> anyhow::Result<()> {
     let (mut detached, mut deleted) = (0, 0);
     let mut errors = Vec::new();
     let mut namespaces = Vec::new();

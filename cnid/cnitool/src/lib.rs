@@ -104,7 +104,7 @@ pub fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let hint = report::cache_permission_hint(&e, &cache_dir);
+            let hint = setup::cache_permission_hint(&e, &cache_dir);
             report::failure_with_hint(&e, version, json, hint.as_deref())
         }
     }

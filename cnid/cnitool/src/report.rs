@@ -16,7 +16,6 @@
 
 use std::fmt;
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 
 use cni_core::error::code;
@@ -146,24 +145,6 @@ pub(crate) fn failure_with_hint(
         }
     }
     status
-}
-
-/// A hint for a failure to use the result cache for lack of permission
-/// (a non-root cnitool on `/var/lib/cni`, say): the error says only
-/// "Permission denied" on some file under the cache dir.
-pub(crate) fn cache_permission_hint(err: &anyhow::Error, cache_dir: &Path) -> Option<String> {
-    let denied = err.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
-    });
-    let dir = cache_dir.display().to_string();
-    (denied && format!("{err:#}").contains(&dir)).then(|| {
-        format!(
-            "cnitool needs root, or read and write access to the result cache dir {dir} \
-             (set {} to use another dir)",
-            crate::setup::ENV_CACHE_DIR
-        )
-    })
 }
 
 /// Writes `text` to stderr; a closed stderr (`2>&1 | head`) is ignored,

@@ -254,6 +254,24 @@ pub(crate) fn absolute_path(env: Env<'_>, path: &str) -> Result<String, ToolErro
 #[allow(dead_code)] // not in cnitool-batch
 pub(crate) const NETNS_RUN_DIR: &str = "/run/netns";
 
+/// A hint for a failure to use the result cache for lack of permission
+/// (a non-root cnitool on `/var/lib/cni`, say): the error says only
+/// "Permission denied" on some file under the cache dir.
+pub(crate) fn cache_permission_hint(err: &anyhow::Error, cache_dir: &Path) -> Option<String> {
+    let denied = err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    });
+    let dir = cache_dir.display().to_string();
+    (denied && format!("{err:#}").contains(&dir)).then(|| {
+        format!(
+            "cnitool needs root, or read and write access to the result cache dir {dir} \
+             (set {} to use another dir)",
+            ENV_CACHE_DIR
+        )
+    })
+}
+
 /// ADD and CHECK: a bare NAME that is not a file in the working directory
 /// but is a named namespace in `run_dir` is refused with a hint, instead of
 /// resolving it against the working directory (as the reference does) and

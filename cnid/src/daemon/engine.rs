@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cni_async::multi::{MultiResult, NetworkResult};
+use cni_async::multi::{MultiResult, NetworkGates, SandboxStep, SetupMode, StepHook};
 use cni_async::{CallOptions, Cni, GcFailure};
 use cni_core::cache::CacheRecord;
 use cni_core::error::code as cni_code;
@@ -125,15 +125,6 @@ fn sandbox_result(m: &MultiResult) -> SandboxResult {
     }
 }
 
-/// Names the network of a sandbox step in its error.
-fn in_sandbox(mut e: ApiError, n: &SandboxNet, verb: Command) -> ApiError {
-    e.error.msg = format!(
-        "network {:?} (ifname {}) {verb}: {}",
-        n.name, n.rt.ifname, e.error.msg
-    );
-    e
-}
-
 impl Engine {
     /// Queues an operation and starts what must run it.
     pub(crate) fn submit(self: &Arc<Self>, new: NewOp) -> Result<Waiter, ApiError> {
@@ -193,9 +184,11 @@ impl Engine {
                 }
                 match work {
                     Work::Add { list, rt } => self.add(&list, &rt, opts).await,
-                    Work::Del { list, rt } => {
-                        self.del(&op.network, list.as_deref(), &rt, opts).await
-                    }
+                    Work::Del { list, rt } => self
+                        .del(&op.network, list.as_deref(), &rt, opts)
+                        .await
+                        .map(|()| Done::Nothing)
+                        .map_err(|e| ApiError::from_cni(&e, op.version)),
                     Work::Check { list, rt } => self
                         .cni
                         .check_network_list(&list, &rt)
@@ -212,9 +205,14 @@ impl Engine {
                         .map_err(|e| ApiError::from_cni(&e, list.version())),
                     Work::Gc { list, valid } => self.gc(&list, &valid, opts).await,
                     Work::Reap { candidate, .. } => self.reap(&candidate, opts).await,
-                    Work::Sandbox { verb, networks, .. } => {
+                    Work::Sandbox {
+                        verb,
+                        container_id,
+                        networks,
+                    } => {
                         let deadline = Instant::now() + opts.timeout.unwrap_or_default();
-                        self.sandbox(verb, &networks, deadline).await
+                        self.sandbox(verb, &container_id, &networks, deadline, op.version)
+                            .await
                     }
                 }
             },
@@ -233,6 +231,7 @@ impl Engine {
         self.add_result(list, rt, opts)
             .await
             .map(|result| Done::Result(result.to_value()))
+            .map_err(|e| ApiError::from_cni(&e, list.version()))
     }
 
     /// ADD with its intent: recorded before the first plugin runs, removed
@@ -242,7 +241,7 @@ impl Engine {
         list: &NetworkConfigList,
         rt: &RuntimeConf,
         opts: CallOptions,
-    ) -> Result<CniResult, ApiError> {
+    ) -> Result<CniResult, cni_async::Error> {
         let (net, version) = (list.name(), list.version());
         let (cid, ifname) = (rt.container_id.as_str(), rt.ifname.as_str());
         let intent = Intent::new(net, rt, list.cache_bytes());
@@ -255,7 +254,7 @@ impl Engine {
                     ifname,
                     "a cached ADD result exists",
                 )
-                .in_version(version));
+                .into_cni(version));
             }
             Ok(Begun::Open) => {
                 return Err(ApiError::already_attached(
@@ -264,16 +263,16 @@ impl Engine {
                     ifname,
                     "an earlier ADD failed and could not be rolled back",
                 )
-                .in_version(version));
+                .into_cni(version));
             }
-            Err(BeginError::Cache(e)) => return Err(ApiError::from_cni(&e, version)),
+            Err(BeginError::Cache(e)) => return Err(e),
             Err(BeginError::Journal(e)) => {
                 return Err(ApiError::new(
                     ErrorKind::Io,
                     cni_code::IO_FAILURE,
                     format!("cannot record the ADD before running plugins: {e}"),
                 )
-                .in_version(version));
+                .into_cni(version));
             }
         };
         match self.cni.add_network_list(list, rt).options(&opts).await {
@@ -313,7 +312,7 @@ impl Engine {
                         cni_code::IO_FAILURE,
                         format!("ADD succeeded but could not be committed to the journal ({e}); the attachment was deleted again"),
                     )
-                    .in_version(version))
+                    .into_cni(version))
                 }
             },
             Err(e) => {
@@ -333,147 +332,84 @@ impl Engine {
                         tracing::error!(error = %e, "cannot keep the intent of an ADD not undone; the next start deletes it");
                     }
                 }
-                Err(ApiError::from_cni(&e, version))
+                Err(e)
             }
         }
     }
 
-    /// A sandbox's ADD, DEL or CHECK: its networks one after the other
+    /// A sandbox's ADD, DEL or CHECK: the library's one orchestration
+    /// (`cni_async::multi::{setup_steps, remove_steps, check_steps}`) with
+    /// cnid's steps ([`SandboxSteps`]): its networks one after the other
     /// (DEL last to first), each step under its network's shared gate, all
     /// within the request's one deadline.
     ///
     /// - ADD: each network's ADD as the per-network endpoint does it
     ///   (intent, rollback of a partial chain); when one fails, the networks
-    ///   already set up are deleted again, last to first, each with a fresh
-    ///   DEL deadline, and the error names the network. Success answers the
-    ///   merged result.
+    ///   already set up, and one whose own rollback failed, are deleted
+    ///   again, last to first, each with a fresh DEL deadline, and the error
+    ///   names the network. Success answers the merged result.
     /// - DEL: goes on past failures; every failure is named in the error.
     /// - CHECK: goes on past failures; every failure is named.
-    async fn sandbox(&self, verb: Command, nets: &[SandboxNet], deadline: Instant) -> Outcome {
-        let left = |rollback| CallOptions {
-            timeout: Some(
-                deadline
-                    .saturating_duration_since(Instant::now())
-                    .max(Duration::from_millis(1)),
-            ),
-            rollback,
+    async fn sandbox(
+        &self,
+        verb: Command,
+        container_id: &str,
+        nets: &[SandboxNet],
+        deadline: Instant,
+        version: Version,
+    ) -> Outcome {
+        let steps: Vec<SandboxStep<'_>> = nets
+            .iter()
+            .map(|n| SandboxStep {
+                network: &n.name,
+                list: n.list.as_deref(),
+                rt: &n.rt,
+            })
+            .collect();
+        let hook = SandboxSteps {
+            engine: self,
+            deadline,
+            set_up: std::sync::Mutex::new(Vec::new()),
         };
-        match verb {
+        let outcome = match verb {
             Command::Add => {
-                let mut done: Vec<(&SandboxNet, CniResult)> = Vec::with_capacity(nets.len());
-                for n in nets {
-                    let outcome = match &n.list {
-                        Some(list) => {
-                            let _gate = self.sched.shared_gate(&n.name).await;
-                            self.add_result(list, &n.rt, left(true)).await
-                        }
-                        None => Err(ApiError::unknown_network(&n.name)),
-                    };
-                    match outcome {
-                        Ok(result) => done.push((n, result)),
-                        Err(e) => {
-                            let e = in_sandbox(e, n, Command::Add);
-                            return Err(self.undo_sandbox(e, &done).await);
-                        }
+                match cni_async::multi::setup_steps(&hook, container_id, &steps, SetupMode::Serial)
+                    .await
+                {
+                    Ok(results) => {
+                        return Ok(Done::Sandbox(sandbox_result(&MultiResult::from_results(
+                            results,
+                        ))));
                     }
-                }
-                let results = done
-                    .into_iter()
-                    .map(|(n, result)| NetworkResult {
-                        network: n.name.clone(),
-                        ifname: n.rt.ifname.clone(),
-                        result,
-                    })
-                    .collect();
-                Ok(Done::Sandbox(sandbox_result(&MultiResult::from_results(
-                    results,
-                ))))
-            }
-            Command::Del | Command::Check => {
-                let mut errors: Vec<ApiError> = Vec::new();
-                let order: Vec<&SandboxNet> = if verb == Command::Del {
-                    nets.iter().rev().collect()
-                } else {
-                    nets.iter().collect()
-                };
-                for n in order {
-                    let _gate = self.sched.shared_gate(&n.name).await;
-                    let outcome = if verb == Command::Del {
-                        self.del(&n.name, n.list.as_deref(), &n.rt, left(false))
-                            .await
-                    } else {
-                        match &n.list {
-                            Some(list) => self
-                                .cni
-                                .check_network_list(list, &n.rt)
-                                .options(&left(false))
-                                .await
-                                .map(|()| Done::Nothing)
-                                .map_err(|e| ApiError::from_cni(&e, list.version())),
-                            None => Err(ApiError::unknown_network(&n.name)),
-                        }
-                    };
-                    if let Err(e) = outcome {
-                        errors.push(in_sandbox(e, n, verb));
-                    }
-                }
-                match errors.len() {
-                    0 => Ok(Done::Nothing),
-                    1 => Err(errors.remove(0)),
-                    _ => {
-                        let first = errors.remove(0);
-                        let rest: Vec<String> =
-                            errors.iter().map(|e| e.error.msg.clone()).collect();
-                        Err(ApiError {
-                            error: cni_core::ErrorObject {
-                                msg: format!("{}; and {}", first.error.msg, rest.join("; ")),
-                                ..first.error
-                            },
-                            ..first
-                        })
-                    }
+                    Err(e) => Err(e),
                 }
             }
-            other => Err(ApiError::internal(format!("no sandbox operation {other}"))),
-        }
-    }
-
-    /// Deletes the networks of a sandbox ADD that were set up before `error`,
-    /// last to first, each with a fresh DEL deadline; the error says whether
-    /// that worked.
-    async fn undo_sandbox(&self, error: ApiError, done: &[(&SandboxNet, CniResult)]) -> ApiError {
-        let mut failed = Vec::new();
-        for (n, _) in done.iter().rev() {
-            let _gate = self.sched.shared_gate(&n.name).await;
-            let opts = CallOptions {
-                timeout: Some(self.deadlines.defaults.for_command(Command::Del)),
-                rollback: false,
-            };
-            if let Err(e) = self.del(&n.name, n.list.as_deref(), &n.rt, opts).await {
-                failed.push(format!("{} ({}): {}", n.name, n.rt.ifname, e.error.msg));
-            }
-        }
-        if done.is_empty() {
-            return error;
-        }
-        let undone: Vec<String> = done.iter().map(|(n, _)| n.name.clone()).collect();
-        let note = if failed.is_empty() {
-            format!(
-                "the networks set up before it were deleted again: {}",
-                undone.join(", ")
-            )
-        } else {
-            format!(
-                "deleting the networks set up before it failed too: {}; DEL the sandbox again",
-                failed.join("; ")
-            )
+            Command::Del => cni_async::multi::remove_steps(&hook, container_id, &steps).await,
+            Command::Check => cni_async::multi::check_steps(&hook, container_id, &steps).await,
+            other => return Err(ApiError::internal(format!("no sandbox operation {other}"))),
         };
+        let e = match outcome {
+            Ok(()) => return Ok(Done::Nothing),
+            Err(e) => e,
+        };
+        let error = ApiError::from_cni(&e, version);
+        let set_up = hook.set_up.into_inner().unwrap_or_else(|p| p.into_inner());
+        if verb != Command::Add
+            || set_up.is_empty()
+            || matches!(e, cni_async::Error::RollbackFailed { .. })
+        {
+            return Err(error);
+        }
+        let note = format!(
+            "the networks set up before it were deleted again: {}",
+            set_up.join(", ")
+        );
         let details = if error.error.details.is_empty() {
             note
         } else {
             format!("{}; {note}", error.error.details)
         };
-        error.with_details(details)
+        Err(error.with_details(details))
     }
 
     async fn del(
@@ -482,10 +418,9 @@ impl Engine {
         list: Option<&NetworkConfigList>,
         rt: &RuntimeConf,
         opts: CallOptions,
-    ) -> Outcome {
-        let version = list.map_or(Version::CURRENT, |l| l.version());
+    ) -> Result<(), cni_async::Error> {
         if self.reaped_already(network, rt).await {
-            return Ok(Done::Nothing);
+            return Ok(());
         }
         let res = match list {
             Some(list) => self.cni.del_network_list(list, rt).options(&opts).await,
@@ -515,9 +450,9 @@ impl Engine {
         match res {
             Ok(()) => {
                 self.deleted(network, rt).await;
-                Ok(Done::Nothing)
+                Ok(())
             }
-            Err(e) => Err(ApiError::from_cni(&e, version)),
+            Err(e) => Err(e),
         }
     }
 
@@ -657,21 +592,12 @@ impl Engine {
                 }))
             }
             Err(e) => {
-                let mut errors: Vec<cni_async::Error> = failed
-                    .into_iter()
-                    .map(|f| f.into_error(list.name()))
-                    .collect();
-                match e {
-                    cni_async::Error::Multiple { errors: more, .. } => errors.extend(more),
-                    other => errors.push(other),
+                let mut errors = cni_async::Errors::new(format!("GC of network {}", list.name()));
+                for f in failed {
+                    errors.push(f.into_error(list.name()));
                 }
-                let e = match errors.len() {
-                    1 => errors.remove(0),
-                    _ => cni_async::Error::Multiple {
-                        operation: format!("GC of network {}", list.name()),
-                        errors: errors.into(),
-                    },
-                };
+                errors.push_flat(e);
+                let e = errors.into_result().expect_err("a failed GC has an error");
                 Err(ApiError::from_cni(&e, version))
             }
         }
@@ -902,5 +828,65 @@ impl Engine {
                 })
                 .collect(),
         })
+    }
+}
+
+/// cnid's steps of a sandbox operation: each ADD and DEL as the
+/// per-network endpoints do it (the ADD journal's records, the owners
+/// table), all within the operation's one deadline; the networks whose ADD
+/// succeeded are remembered for the error of a failed setup.
+struct SandboxSteps<'e> {
+    engine: &'e Engine,
+    deadline: Instant,
+    set_up: std::sync::Mutex<Vec<String>>,
+}
+
+impl StepHook for SandboxSteps<'_> {
+    fn cni(&self) -> &Cni {
+        &self.engine.cni
+    }
+
+    fn gates(&self) -> &NetworkGates {
+        self.engine.sched.gates()
+    }
+
+    fn options(&self, _: Command) -> CallOptions {
+        CallOptions {
+            timeout: Some(
+                self.deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            ),
+            rollback: false,
+        }
+    }
+
+    fn undo_options(&self) -> CallOptions {
+        CallOptions {
+            timeout: Some(self.engine.deadlines.defaults.for_command(Command::Del)),
+            rollback: false,
+        }
+    }
+
+    async fn add(
+        &self,
+        step: SandboxStep<'_>,
+        opts: CallOptions,
+    ) -> Result<CniResult, cni_async::Error> {
+        let Some(list) = step.list else {
+            return Err(ApiError::unknown_network(step.network).into_cni(Version::CURRENT));
+        };
+        let result = self.engine.add_result(list, step.rt, opts).await?;
+        self.set_up
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(step.network.to_owned());
+        Ok(result)
+    }
+
+    async fn del(&self, step: SandboxStep<'_>, opts: CallOptions) -> Result<(), cni_async::Error> {
+        self.engine
+            .del(step.network, step.list, step.rt, opts)
+            .await
     }
 }

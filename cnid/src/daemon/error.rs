@@ -228,6 +228,22 @@ impl ApiError {
         }
     }
 
+    /// This refusal as the library's error of a step hook
+    /// ([`cni_async::Error::Hook`]), in `version`: how cnid's own
+    /// refusals of an ADD go through the library's sandbox orchestration;
+    /// [`ApiError::from_cni`] turns it back into this.
+    pub(crate) fn into_cni(self, version: Version) -> cni_async::Error {
+        let kind = HOOK_KINDS
+            .iter()
+            .find(|(k, _)| *k == self.kind)
+            .map_or(cni_async::ErrorKind::Other, |(_, lib)| *lib);
+        cni_async::Error::Hook {
+            kind,
+            plugin: self.plugin.clone(),
+            error: Box::new(self.in_version(version).error),
+        }
+    }
+
     /// `plugin bridge CHECK` for a plugin's error, for logs.
     pub(crate) fn plugin_label(&self) -> Option<String> {
         self.plugin.as_ref().map(|(p, c)| format!("{p} {c}"))
@@ -245,9 +261,32 @@ impl From<RequestError> for ApiError {
     }
 }
 
+/// The kinds of cnid's refusals carried through the library as
+/// [`cni_async::Error::Hook`], both ways ([`ApiError::into_cni`],
+/// [`kind_of`]).
+/// (Shutting down is answered as busy is: 503, code 11.)
+const HOOK_KINDS: [(ErrorKind, cni_async::ErrorKind); 9] = [
+    (ErrorKind::Conflict, cni_async::ErrorKind::Conflict),
+    (ErrorKind::Io, cni_async::ErrorKind::Io),
+    (ErrorKind::NotFound, cni_async::ErrorKind::NetworkNotFound),
+    (
+        ErrorKind::InvalidRequest,
+        cni_async::ErrorKind::InvalidInput,
+    ),
+    (ErrorKind::Busy, cni_async::ErrorKind::Busy),
+    (ErrorKind::ShuttingDown, cni_async::ErrorKind::Busy),
+    (ErrorKind::NotReady, cni_async::ErrorKind::NotReady),
+    (ErrorKind::DeadlineExpired, cni_async::ErrorKind::Timeout),
+    (ErrorKind::PluginFailed, cni_async::ErrorKind::Plugin),
+];
+
 fn kind_of(e: &cni_async::Error) -> ErrorKind {
     use cni_async::Error as E;
     match e {
+        E::Hook { kind, .. } => HOOK_KINDS
+            .iter()
+            .find(|(_, lib)| lib == kind)
+            .map_or(ErrorKind::Internal, |(k, _)| *k),
         E::Core(c) => kind_of_status(decode::core_status(c)),
         E::Plugin { .. }
         | E::PluginOutput { .. }

@@ -40,8 +40,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use cni_async::multi::{GateKind, GateTicket, NetworkGates};
 use cni_core::{Command, RuntimeConf, Version};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
@@ -225,70 +226,12 @@ impl Op {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GateKind {
-    Shared,
-    Exclusive,
-}
-
-#[derive(Debug, Default)]
-struct Gate {
-    shared: usize,
-    exclusive: bool,
-    waiting: VecDeque<(GateKind, oneshot::Sender<()>)>,
-}
-
-impl Gate {
-    fn compatible(&self, kind: GateKind) -> bool {
-        match kind {
-            GateKind::Shared => !self.exclusive,
-            GateKind::Exclusive => !self.exclusive && self.shared == 0,
-        }
-    }
-
-    fn take(&mut self, kind: GateKind) {
-        match kind {
-            GateKind::Shared => self.shared += 1,
-            GateKind::Exclusive => self.exclusive = true,
-        }
-    }
-
-    fn give_back(&mut self, kind: GateKind) {
-        match kind {
-            GateKind::Shared => self.shared = self.shared.saturating_sub(1),
-            GateKind::Exclusive => self.exclusive = false,
-        }
-    }
-
-    /// Grants the waiters at the front that fit, in order.
-    fn grant_waiting(&mut self) {
-        while let Some((kind, _)) = self.waiting.front() {
-            let kind = *kind;
-            if !self.compatible(kind) {
-                break;
-            }
-            let Some((_, tx)) = self.waiting.pop_front() else {
-                break;
-            };
-            // A waiter that is gone (its operation was cancelled) is skipped.
-            if tx.send(()).is_ok() {
-                self.take(kind);
-            }
-        }
-    }
-
-    fn idle(&self) -> bool {
-        self.shared == 0 && !self.exclusive && self.waiting.is_empty()
-    }
-}
-
 #[derive(Debug, Default)]
 struct SchedState {
     accepting: bool,
     /// Queued attachment operations per container; an entry exists while
     /// the container's driver runs.
     containers: HashMap<String, VecDeque<Arc<Op>>>,
-    gates: HashMap<String, Gate>,
     /// Queued and running operations, by id (arrival order).
     ops: BTreeMap<u64, Arc<Op>>,
 }
@@ -297,6 +240,8 @@ struct SchedState {
 #[derive(Debug)]
 pub(crate) struct Scheduler {
     st: Mutex<SchedState>,
+    /// The networks' GC gates (requested under `st`, so in arrival order).
+    gates: NetworkGates,
     permits: Arc<Semaphore>,
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
@@ -332,10 +277,16 @@ impl Scheduler {
                 accepting: true,
                 ..Default::default()
             }),
+            gates: NetworkGates::new(),
             permits: Arc::new(Semaphore::new(max_parallel.max(1))),
             metrics,
             next_id: AtomicU64::new(1),
         }
+    }
+
+    /// The networks' GC gates (a sandbox operation's steps take theirs).
+    pub(crate) fn gates(&self) -> &NetworkGates {
+        &self.gates
     }
 
     fn state(&self) -> MutexGuard<'_, SchedState> {
@@ -412,7 +363,7 @@ impl Scheduler {
             None if verb == Command::Gc => {
                 // The gate is requested now, on arrival: operations that
                 // start after this point wait for GC.
-                let ticket = self.gate_request_locked(&mut st, &op.network, GateKind::Exclusive);
+                let ticket = self.gates.request(&op.network, GateKind::Exclusive);
                 Start::Network(op.clone(), Some(ticket))
             }
             None => Start::Network(op.clone(), None),
@@ -440,53 +391,8 @@ impl Scheduler {
             if op.sandbox {
                 return Some((op, None));
             }
-            let network = op.network.clone();
-            let ticket = self.gate_request_locked(&mut st, &network, GateKind::Shared);
+            let ticket = self.gates.request(&op.network, GateKind::Shared);
             return Some((op, Some(ticket)));
-        }
-    }
-
-    /// Waits for `network`'s gate, shared (a sandbox operation's step): after
-    /// a GC that arrived earlier, alongside other attachment operations.
-    pub(crate) async fn shared_gate(self: &Arc<Self>, network: &str) -> GateTicket {
-        let mut ticket = {
-            let mut st = self.state();
-            self.gate_request_locked(&mut st, network, GateKind::Shared)
-        };
-        ticket.granted().await;
-        ticket
-    }
-
-    fn gate_request_locked(
-        self: &Arc<Self>,
-        st: &mut SchedState,
-        network: &str,
-        kind: GateKind,
-    ) -> GateTicket {
-        let gate = st.gates.entry(network.to_owned()).or_default();
-        let state = if gate.waiting.is_empty() && gate.compatible(kind) {
-            gate.take(kind);
-            TicketState::Granted
-        } else {
-            let (tx, rx) = oneshot::channel();
-            gate.waiting.push_back((kind, tx));
-            TicketState::Waiting(rx)
-        };
-        GateTicket {
-            sched: self.clone(),
-            network: network.to_owned(),
-            kind,
-            state,
-        }
-    }
-
-    fn gate_release_locked(st: &mut SchedState, network: &str, kind: GateKind) {
-        if let Some(gate) = st.gates.get_mut(network) {
-            gate.give_back(kind);
-            gate.grant_waiting();
-            if gate.idle() {
-                st.gates.remove(network);
-            }
         }
     }
 
@@ -669,47 +575,6 @@ pub(crate) struct Claim {
     started: Instant,
 }
 
-#[derive(Debug)]
-enum TicketState {
-    Granted,
-    Waiting(oneshot::Receiver<()>),
-}
-
-/// A place in a network's gate; gives it back when dropped.
-#[derive(Debug)]
-pub(crate) struct GateTicket {
-    sched: Arc<Scheduler>,
-    network: String,
-    kind: GateKind,
-    state: TicketState,
-}
-
-impl GateTicket {
-    async fn granted(&mut self) {
-        if let TicketState::Waiting(rx) = &mut self.state {
-            // The sender is only dropped unsent when the gate is dropped,
-            // which never happens while we wait.
-            let _ = rx.await;
-            self.state = TicketState::Granted;
-        }
-    }
-}
-
-impl Drop for GateTicket {
-    fn drop(&mut self) {
-        let mut st = self.sched.state();
-        let granted = match &mut self.state {
-            TicketState::Granted => true,
-            // Granted between our last poll and now? Then give it back.
-            // Checked under the scheduler's lock, which grants are made under.
-            TicketState::Waiting(rx) => rx.try_recv().is_ok(),
-        };
-        if granted {
-            Scheduler::gate_release_locked(&mut st, &self.network, self.kind);
-        }
-    }
-}
-
 /// A request waiting for an operation's outcome. Dropping it (the client
 /// went away) leaves the operation, which is cancelled if nobody else waits
 /// and it has not started.
@@ -837,39 +702,6 @@ mod tests {
         drop(w3);
         assert!(s.next_for("c1").is_none());
         assert!(s.list(None).is_empty());
-    }
-
-    #[tokio::test]
-    async fn gc_gate_is_exclusive_and_fifo() {
-        let s = sched(4);
-        // A shared holder (an ADD running on n).
-        let shared = s.gate_request_locked(&mut s.state(), "n", GateKind::Shared);
-        assert!(matches!(shared.state, TicketState::Granted));
-        // GC arrives: waits.
-        let (mut gc, mut later) = {
-            let mut st = s.state();
-            let gc = s.gate_request_locked(&mut st, "n", GateKind::Exclusive);
-            // A later shared request waits behind GC even though only readers hold it.
-            let later = s.gate_request_locked(&mut st, "n", GateKind::Shared);
-            (gc, later)
-        };
-        assert!(matches!(gc.state, TicketState::Waiting(_)));
-        assert!(matches!(later.state, TicketState::Waiting(_)));
-        drop(shared);
-        tokio::time::timeout(Duration::from_secs(1), gc.granted())
-            .await
-            .unwrap();
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), later.granted())
-                .await
-                .is_err()
-        );
-        drop(gc);
-        tokio::time::timeout(Duration::from_secs(1), later.granted())
-            .await
-            .unwrap();
-        drop(later);
-        assert!(s.state().gates.is_empty());
     }
 
     #[tokio::test]

@@ -896,36 +896,36 @@ async fn sandbox_status(
     nets: Vec<SandboxNet>,
     deadline: Instant,
 ) -> Result<Resp, ApiError> {
-    let mut failures: Vec<ApiError> = Vec::new();
+    let mut errors = cni_async::Errors::new("status of the sandbox's networks");
+    // The error object is written in the version of the first network
+    // that failed, whose code it has.
+    let mut failed_version = None;
     for n in nets {
         let Some(list) = n.list else { continue };
+        let version = list.version();
         let waiter = engine.submit(NewOp {
             request_id: rid.to_owned(),
             network: n.name.clone(),
-            version: list.version(),
+            version,
             work: Work::Status { list },
             deadline,
             claim: None,
         })?;
         if let Err(e) = waiter.wait().await.as_ref() {
-            let mut e = e.clone();
-            e.error.msg = format!("network {:?}: {}", n.name, e.error.msg);
-            failures.push(e);
+            failed_version.get_or_insert(version);
+            errors.push(cni_async::Error::Context {
+                context: format!("network {:?}", n.name),
+                source: Box::new(e.clone().into_cni(version)),
+            });
         }
     }
-    if failures.is_empty() {
-        return Ok(empty(StatusCode::NO_CONTENT));
-    }
-    let first = failures.remove(0);
-    let mut msg = first.error.msg.clone();
-    for e in &failures {
-        msg.push_str("; ");
-        msg.push_str(&e.error.msg);
-    }
-    Ok(error_response(&ApiError {
-        error: cni_core::ErrorObject { msg, ..first.error },
-        ..first
-    }))
+    Ok(match errors.into_result() {
+        Ok(()) => empty(StatusCode::NO_CONTENT),
+        Err(e) => error_response(&ApiError::from_cni(
+            &e,
+            failed_version.unwrap_or(Version::CURRENT),
+        )),
+    })
 }
 
 #[cfg(test)]

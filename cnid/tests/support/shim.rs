@@ -12,14 +12,21 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{LazyLock, Mutex, OnceLock};
 
 use serde_json::{Value, json};
 
 use super::daemon::Dirs;
 
-/// The built shim.
-pub const SHIM: &str = env!("CARGO_BIN_EXE_cnid-shim");
+/// The built shim (package `cnid-shim`, `cnid/shim`): found next to
+/// cnid's binaries, as cnitool is (`cargo build -p cnid-shim` first when
+/// running one test target of cnid).
+pub static SHIM: LazyLock<String> = LazyLock::new(|| {
+    super::tool::built_binary("shim", "cnid-shim")
+        .to_str()
+        .expect("target dir path is UTF-8")
+        .to_owned()
+});
 /// The built noop plugin.
 pub use super::noop::NOOP;
 
@@ -49,7 +56,7 @@ impl Runtime {
         for d in [&rt.conf, &rt.bin, &rt.cache] {
             fs::create_dir_all(d).expect("create runtime dir");
         }
-        std::os::unix::fs::symlink(SHIM, rt.bin.join("cnid-shim")).expect("link the shim");
+        std::os::unix::fs::symlink(&*SHIM, rt.bin.join("cnid-shim")).expect("link the shim");
         rt
     }
 
@@ -123,7 +130,7 @@ impl Call {
     /// The shim's command with a runtime's environment (the test's own CNI
     /// variables removed).
     pub fn command(&self) -> Command {
-        self.command_of(Path::new(SHIM))
+        self.command_of(Path::new(&*SHIM))
     }
 
     /// [`Call::command`] for another copy of the shim.
@@ -153,7 +160,7 @@ impl Call {
 
     /// Starts the shim and writes its stdin.
     pub fn spawn(&self) -> Child {
-        self.spawn_of(Path::new(SHIM))
+        self.spawn_of(Path::new(&*SHIM))
     }
 
     /// [`Call::spawn`] for another copy of the shim.
@@ -169,7 +176,7 @@ impl Call {
 
     /// Runs the shim to the end.
     pub fn run(&self) -> ShimOutput {
-        self.run_of(Path::new(SHIM))
+        self.run_of(Path::new(&*SHIM))
     }
 
     /// [`Call::run`] for another copy of the shim.

@@ -20,29 +20,31 @@ use super::fake::PluginDir;
 /// target dir next to cnid's binaries: `cargo test --workspace` builds it
 /// before any test runs; for one test target of cnid, `cargo build -p
 /// cnitool` first. Cargo only passes a package's own binaries to its tests,
-/// hence the lookup; [`cnitool_bin`] refuses a missing or stale one.
-pub static CNITOOL: LazyLock<PathBuf> = LazyLock::new(cnitool_bin);
+/// hence the lookup; [`built_binary`] refuses a missing or stale one.
+pub static CNITOOL: LazyLock<PathBuf> = LazyLock::new(|| built_binary("cnitool", "cnitool"));
 
-/// Finds `cnitool` next to `cnid`, and checks it is newer than its sources.
-fn cnitool_bin() -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnitool");
+/// The binary `name` of the package in `cnid/<dir>` (cnitool, cnid-shim),
+/// found next to `cnid`, and checked to be newer than its sources.
+pub fn built_binary(dir: &str, name: &str) -> PathBuf {
+    let package = format!("{dir}/Cargo.toml");
+    let bin = Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name(name);
     let built = fs::metadata(&bin)
         .and_then(|m| m.modified())
         .unwrap_or_else(|e| {
             panic!(
-                "{}: {e}: build it with `cargo build -p cnitool`",
+                "{}: {e}: build it with `cargo build --manifest-path cnid/{package}`",
                 bin.display()
             )
         });
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("cnitool");
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut dirs = vec![sources.join("src")];
     let mut newest = fs::metadata(sources.join("Cargo.toml"))
         .and_then(|m| m.modified())
-        .expect("cnid/cnitool/Cargo.toml");
+        .unwrap_or_else(|e| panic!("cnid/{package}: {e}"));
     while let Some(dir) = dirs.pop() {
-        for entry in fs::read_dir(&dir).expect("cnid/cnitool/src") {
-            let entry = entry.expect("cnid/cnitool/src entry");
-            let meta = entry.metadata().expect("cnid/cnitool/src entry");
+        for entry in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let entry = entry.expect("source dir entry");
+            let meta = entry.metadata().expect("source dir entry");
             if meta.is_dir() {
                 dirs.push(entry.path());
             } else {
@@ -52,7 +54,7 @@ fn cnitool_bin() -> PathBuf {
     }
     assert!(
         built >= newest,
-        "{} is older than its sources: rebuild it with `cargo build -p cnitool`",
+        "{} is older than its sources: rebuild it with `cargo build --manifest-path cnid/{package}`",
         bin.display()
     );
     bin

@@ -27,10 +27,8 @@
 //! sandboxes have no port mappings (portmap 1.1.1's CHECK fails for those).
 //! Traffic stays on the bridge: no gateway, no masquerading, no default route.
 
-#[path = "../common.rs"]
-mod common;
-#[path = "../daemon_flow.rs"]
-mod daemon_flow;
+use cni_examples::common;
+use cni_examples::daemon_flow;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -27,10 +27,8 @@
 //!
 //! Traffic stays on the bridge: no gateway, no masquerading, no default route.
 
-#[path = "../common.rs"]
-mod common;
-#[path = "../daemon_flow.rs"]
-mod daemon_flow;
+use cni_examples::common;
+use cni_examples::daemon_flow;
 
 use std::fs;
 use std::os::unix::process::ExitStatusExt as _;

@@ -26,8 +26,7 @@
 //!
 //! Traffic stays on the bridge: no gateway, no masquerading, no default route.
 
-#[path = "../common.rs"]
-mod common;
+use cni_examples::common;
 
 use std::io::{IsTerminal as _, Write as _};
 use std::net::IpAddr;

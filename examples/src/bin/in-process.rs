@@ -29,8 +29,7 @@
 //! Traffic stays on the bridge: the network has no gateway, no masquerading,
 //! no default route.
 
-#[path = "../common.rs"]
-mod common;
+use cni_examples::common;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -30,7 +30,7 @@ use serde_json::{Map, Value, json};
 
 use super::conf::{DEFAULT_SOCKET, parse_duration, parse_timeout};
 use super::http;
-use crate::api::{self, HealthResponse, NetworkInfo, NetworksResponse};
+use cnid_api::{self as api, HealthResponse, NetworkInfo, NetworksResponse};
 
 /// The plugin type (and binary name) of the shim.
 pub const SHIM_TYPE: &str = "cnid-shim";

@@ -53,8 +53,8 @@ use serde::Serialize;
 
 use super::conf::ShimConf;
 use super::http::{self, Answer, HttpError, preview};
-use crate::api::{
-    self, AttachmentInfo, AttachmentRequest, AttachmentsResponse, GcRequest, StatusRequest,
+use cnid_api::{
+    self as api, AttachmentInfo, AttachmentRequest, AttachmentsResponse, GcRequest, StatusRequest,
 };
 
 /// The `CNI_*` environment of one call.

@@ -12,9 +12,9 @@
 //! - [`setup`]: `cnid-shim config|install|uninstall|health`, which write
 //!   the runtime's list from a cnid network and probe cnid.
 //!
-//! This module needs no async runtime: it builds without the `runtime`
-//! feature, on `std`, `serde_json`, `cni-core` and `cni_async::durable`
-//! (blocking file writes) only.
+//! The package (`cnid/shim`, re-exported as `cnid::shim`) needs no async
+//! runtime: it runs on `std`, `serde_json`, `cni-core`, `cnid-api` (the
+//! wire types) and `cni_async::durable` (blocking file writes) only.
 //!
 //! # The two conf dirs
 //! cnid must not read the runtime's conf dir: the runtime would run the

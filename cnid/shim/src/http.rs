@@ -2,7 +2,7 @@
 //! per connection (`Connection: close`), a `Content-Length` body out, and a
 //! `Content-Length`, chunked or close-delimited body in.
 //!
-//! This is what `cnid-shim` uses instead of [`crate::client::Client`]: a
+//! This is what `cnid-shim` uses instead of `cnid::client::Client`: a
 //! plugin process makes one or two requests and exits, so an async runtime,
 //! a connection pool and hyper would only add start-up time and memory (see
 //! `BENCHMARKS.md`, "cnid-shim").

@@ -1,0 +1,306 @@
+//! Setting a batch up: [`BatchBuilder`] and the work of each member.
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use cni_core::error::Chain;
+use cni_core::validate;
+use futures::stream::{self, StreamExt};
+
+use super::*;
+use crate::Error;
+use crate::multi::{MultiNetwork, Sandbox};
+use crate::netns::{NETNS_NAME_MAX, NETNS_RUN_DIR, Netns, NetnsGuard};
+
+/// Builder of a batch; [`BatchBuilder::setup`] runs it.
+#[must_use]
+pub struct BatchBuilder {
+    pub(super) multi: MultiNetwork,
+    pub(super) prefix: String,
+    pub(super) count: usize,
+    pub(super) concurrency: usize,
+    pub(super) template: Sandbox,
+    pub(super) callback: Option<Arc<EventCallback>>,
+    pub(super) container_ids: Option<Arc<ContainerIdFn>>,
+    pub(super) release_failed: bool,
+}
+
+impl fmt::Debug for BatchBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchBuilder")
+            .field("multi", &self.multi)
+            .field("prefix", &self.prefix)
+            .field("count", &self.count)
+            .field("concurrency", &self.concurrency)
+            .field("template", &self.template)
+            .field("callback", &self.callback.is_some())
+            .field("container_ids", &self.container_ids.is_some())
+            .field("release_failed", &self.release_failed)
+            .finish()
+    }
+}
+
+impl BatchBuilder {
+    /// A batch of one namespace named `cni-batch-0` on `multi`'s networks,
+    /// with as many in flight as the machine has CPUs.
+    pub fn new(multi: MultiNetwork) -> Self {
+        BatchBuilder {
+            multi,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            count: 1,
+            concurrency: std::thread::available_parallelism().map_or(4, usize::from),
+            template: Sandbox::new("", ""),
+            callback: None,
+            container_ids: None,
+            release_failed: false,
+        }
+    }
+
+    /// The namespace name prefix: names are the prefix plus the index. It
+    /// must make valid container IDs (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`) unless
+    /// [`Self::container_ids`] derives them otherwise.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How many namespaces.
+    pub fn count(mut self, count: usize) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// How many namespaces are set up (or torn down) at once, at least 1.
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Labels, capability arguments and `ignore_unknown` for every
+    /// namespace; its container ID and netns path are replaced by each
+    /// member's.
+    pub fn sandbox_template(mut self, template: Sandbox) -> Self {
+        self.template = template;
+        self
+    }
+
+    /// Derives each member's container ID from its namespace path
+    /// (`/run/netns/NAME`) instead of using its name: e.g. as the reference
+    /// cnitool derives it, so that `cnitool check|del NETWORK PATH` work on
+    /// a member. The IDs must be valid and distinct.
+    pub fn container_ids(
+        mut self,
+        derive: impl Fn(&str) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.container_ids = Some(Arc::new(derive));
+        self
+    }
+
+    /// Whether a member whose setup failed is undone at once: after the
+    /// rollback of its networks ([`MultiNetwork::setup`]), its namespace is
+    /// deleted, so that only the attached members remain (default: kept
+    /// until teardown). When the rollback failed (the error is
+    /// [`Error::RollbackFailed`]; [`MultiNetwork::setup`] has DELed once
+    /// more already), the member keeps its namespace and teardown DELs it
+    /// again. A namespace that cannot be deleted is logged and left.
+    pub fn release_failed(mut self, on: bool) -> Self {
+        self.release_failed = on;
+        self
+    }
+
+    /// Calls `callback` for every [`BatchEvent`], from the task (or, for a
+    /// teardown on drop, the thread) doing the work. Keep it short.
+    pub fn on_event(mut self, callback: impl Fn(&BatchEvent<'_>) + Send + Sync + 'static) -> Self {
+        self.callback = Some(Arc::new(callback));
+        self
+    }
+
+    /// Creates and attaches the namespaces. Fails only when the settings are
+    /// invalid (a prefix that makes bad names, bad labels); the failures of
+    /// single namespaces are in the [`Batch`].
+    pub async fn setup(self) -> Result<Batch, Error> {
+        self.setup_until(std::future::pending()).await
+    }
+
+    /// [`Self::setup`], stopped when `stop` completes first (a signal, the
+    /// caller's deadline): the plugins in flight are killed (their members'
+    /// networks are owed a DEL, which teardown runs), no namespace is
+    /// started after that, and the [`Batch`] holds what was set up so far
+    /// ([`Batch::stopped`] says so). Tear it down, keep it or drop it as
+    /// any other.
+    pub async fn setup_until(self, stop: impl Future<Output = ()>) -> Result<Batch, Error> {
+        let derive = self.container_ids.clone();
+        let id_of = move |name: &str| match &derive {
+            Some(f) => f(&member_path(name)),
+            None => name.to_owned(),
+        };
+        if self.count > 0 {
+            let first = format!("{}0", self.prefix);
+            let last = format!("{}{}", self.prefix, self.count - 1);
+            validate::container_id(&id_of(&first))?;
+            validate::container_id(&id_of(&last))?;
+            if last.len() > NETNS_NAME_MAX {
+                return Err(Error::NetnsName {
+                    name: last,
+                    reason: "longer than 255 bytes",
+                });
+            }
+            self.template
+                .clone()
+                .with_container(member_path(&first), id_of(&first))
+                .validate()?;
+        }
+        let members = (0..self.count)
+            .map(|i| {
+                let name = format!("{}{i}", self.prefix);
+                let id = id_of(&name);
+                Some(BatchMember::new(i, name, id))
+            })
+            .collect();
+        let ctx = Arc::new(Ctx {
+            multi: self.multi,
+            template: self.template,
+            concurrency: self.concurrency,
+            progress: Progress::new(self.count, self.callback),
+            release_failed: self.release_failed,
+        });
+        let slots = Arc::new(Mutex::new(Slots {
+            members,
+            closed: false,
+        }));
+        ctx.progress.restart_clock();
+        let started = Instant::now();
+        let work = {
+            let (c, s) = (ctx.clone(), slots.clone());
+            Box::pin(
+                stream::iter(0..self.count)
+                    .map(move |i| setup_one(c.clone(), s.clone(), i))
+                    .buffer_unordered(ctx.concurrency),
+            )
+        };
+        let mut running = Running {
+            work,
+            stage: Stage {
+                ctx: ctx.clone(),
+                slots,
+            },
+        };
+        let stopped = {
+            let drive = async { while running.work.next().await.is_some() {} };
+            tokio::select! {
+                () = drive => false,
+                () = stop => true,
+            }
+        };
+        let Running { work, stage } = running;
+        // Kills the plugins still running; then the members are taken out.
+        drop(work);
+        let members = stage.finish();
+        Ok(Batch {
+            ctx,
+            members,
+            setup_elapsed: started.elapsed(),
+            stopped,
+        })
+    }
+}
+
+async fn setup_one(ctx: Arc<Ctx>, slots: Shared, index: usize) {
+    let Some((name, container_id)) = lock(&slots).members[index]
+        .as_ref()
+        .map(|m| (m.name.clone(), m.container_id.clone()))
+    else {
+        return;
+    };
+    let created = {
+        let (slots, name) = (slots.clone(), name.clone());
+        tokio::task::spawn_blocking(move || -> Result<bool, Error> {
+            let ns = Netns::create(&name)?;
+            let mut s = lock(&slots);
+            if !s.closed
+                && let Some(member) = s.members[index].as_mut()
+            {
+                member.netns = Some(NetnsGuard::new(ns));
+                return Ok(true);
+            }
+            // The batch was abandoned while this ran.
+            drop(s);
+            ns.delete()?;
+            Ok(false)
+        })
+        .await
+    };
+    match created {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) => return,
+        Ok(Err(e)) => return record_failure(&ctx, &slots, index, &name, e),
+        Err(join) => {
+            let e = Error::Netns {
+                path: Path::new(NETNS_RUN_DIR).join(&name),
+                op: "create".into(),
+                source: io::Error::other(join.to_string()),
+            };
+            return record_failure(&ctx, &slots, index, &name, e);
+        }
+    }
+    ctx.progress
+        .emit(BatchEventKind::Created, index, &name, None, false);
+
+    match lock(&slots).members[index].as_mut() {
+        Some(m) => m.attempted = true,
+        None => return,
+    }
+    let outcome = ctx.multi.setup(&ctx.sandbox(&name, &container_id)).await;
+    match outcome {
+        Ok(result) => {
+            ctx.progress
+                .emit(BatchEventKind::Attached, index, &name, None, false);
+            if let Some(m) = lock(&slots).members[index].as_mut() {
+                m.outcome = Outcome::Attached(result);
+            }
+        }
+        Err(e) => {
+            let rolled_back = !matches!(e, Error::RollbackFailed { .. });
+            record_failure(&ctx, &slots, index, &name, e);
+            if ctx.release_failed && rolled_back {
+                release(&slots, index, &name).await;
+            }
+        }
+    }
+}
+
+/// A failed member whose networks were rolled back: deletes its namespace
+/// now; nothing is owed to it any more. A namespace that cannot be deleted
+/// is logged and stays in `/run/netns` ([`Netns::delete_named`]).
+async fn release(slots: &Shared, index: usize, name: &str) {
+    let guard = match lock(slots).members[index].as_mut() {
+        Some(m) => {
+            m.attempted = false;
+            m.netns.take()
+        }
+        None => None,
+    };
+    let Some(guard) = guard else { return };
+    let error = match tokio::task::spawn_blocking(move || guard.delete()).await {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => Chain(&e).to_string(),
+        Err(join) => join.to_string(),
+    };
+    tracing::warn!(
+        netns = name,
+        error,
+        "batch: cannot delete the namespace of a failed member"
+    );
+}
+
+fn record_failure(ctx: &Ctx, slots: &Mutex<Slots>, index: usize, name: &str, error: Error) {
+    tracing::warn!(netns = name, error = %Chain(&error), "batch: namespace setup failed");
+    ctx.progress
+        .emit(BatchEventKind::Failed, index, name, Some(&error), false);
+    if let Some(m) = lock(slots).members[index].as_mut() {
+        m.outcome = Outcome::Failed(error);
+    }
+}

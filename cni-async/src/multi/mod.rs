@@ -1,0 +1,180 @@
+//! Several networks per sandbox: the high-level API a container runtime
+//! uses, after containerd's go-cni.
+//!
+//! A [`MultiNetwork`] is a fixed, ordered set of networks, each with the
+//! interface name it gets in the sandbox:
+//!
+//! - the loopback network ([`MultiNetworkBuilder::loopback`], network
+//!   `cni-loopback`, interface `lo`), as go-cni's `WithLoNetwork`;
+//! - the first N networks of a conf dir ([`MultiNetworkBuilder::conf_dir`]),
+//!   in go-cni's order (`.conflist`, `.conf` and `.json` files sorted
+//!   together by file name, so the first is the default network; a network
+//!   name is taken once, from the file libcni's lookup by name picks);
+//! - explicit lists ([`MultiNetworkBuilder::network`],
+//!   [`MultiNetworkBuilder::network_with_ifname`]).
+//!
+//! Networks without an explicit interface name get `eth0`, `eth1`, ... in
+//! order (the prefix is [`MultiNetworkBuilder::interface_prefix`]). These
+//! are the **default set**. The conf dir's further networks (beyond the
+//! first N) are kept too, to be named by a sandbox.
+//!
+//! A [`Sandbox`] is one container: its ID, netns path, labels (`CNI_ARGS`;
+//! [`Sandbox::with_kubernetes_pod`] sets those containerd sets) and
+//! capability arguments. It is attached to the default set, or, when it
+//! names networks ([`Sandbox::with_network`], a [`NetworkRequest`] each, as
+//! ocicni's `PodNetwork` and Podman's per-network options), to the loopback
+//! network (when configured) plus those, in that order, each with its own
+//! interface name, extra `CNI_ARGS` and capability arguments (static `ips`,
+//! `mac`, `aliases`, ...).
+//!
+//! | call | what runs | on failure |
+//! |---|---|---|
+//! | [`MultiNetwork::setup`] | ADD of each of the sandbox's networks, in order or all at once ([`SetupMode`]), each with [`CallOptions::rollback`] | the networks already set up are deleted again (DEL, fresh deadline, last to first); the error names the network that failed |
+//! | [`MultiNetwork::remove`] | DEL of each network, last to first; a network no longer known is deleted with its cached config; works without the netns | goes on; every error is reported ([`Error::Multiple`]) |
+//! | [`MultiNetwork::check`] | CHECK of each network, in order | goes on; every error is reported |
+//! | [`MultiNetwork::status`], [`MultiNetwork::status_of`] | STATUS of the default set, or of a sandbox's networks (ready iff all are) | goes on; every error is reported (codes 50/51 kept) |
+//! | [`MultiNetwork::gc`] | GC of every network for a node, from the set of live container IDs, each network's GC alone (no ADD, DEL or CHECK of it meanwhile) | goes on; every error is reported |
+//!
+//! [`MultiResult`] aggregates the results: interfaces keyed by name with
+//! their addresses, MAC and sandbox, the routes and DNS settings, and the
+//! raw result of each network.
+//!
+//! Errors about one network are [`Error::Context`] values whose context
+//! reads `network "NAME" (ifname IFNAME) VERB`, so the failing network is
+//! always named.
+//!
+//! Setup, removal and CHECK are one orchestration ([`setup_steps`],
+//! [`remove_steps`], [`check_steps`]) that a runtime doing more around
+//! each network's step (cnid: its ADD journal) runs with steps of its own
+//! ([`StepHook`]); the GC gates are [`NetworkGates`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), cni_async::Error> {
+//! use cni_async::Cni;
+//! use cni_async::caps::{Capabilities, PortMapping};
+//! use cni_async::multi::{MultiNetwork, Sandbox, SetupMode};
+//!
+//! let cni = Cni::builder()
+//!     .plugin_dirs(["/opt/cni/bin", "/usr/lib/cni"])
+//!     .build();
+//! // lo, then the first two networks of the conf dir as eth0 and eth1.
+//! let networks = MultiNetwork::builder(cni)
+//!     .loopback()
+//!     .conf_dir("/etc/cni/net.d", 2)
+//!     .mode(SetupMode::Parallel)
+//!     .build()?;
+//!
+//! let sandbox = Sandbox::new("pod-1234", "/run/netns/pod-1234")
+//!     .with_label("K8S_POD_NAME", "web")
+//!     .with_capabilities(Capabilities::new().port_mappings([PortMapping::tcp(8080, 80)]));
+//! let result = networks.setup(&sandbox).await?;
+//! for (ifname, iface) in &result.interfaces {
+//!     for ip in &iface.ip_configs {
+//!         println!("{ifname}: {}", ip.address);
+//!     }
+//! }
+//! networks.check(&sandbox).await?;
+//! networks.remove(&sandbox).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Caveats
+//!
+//! - **One operation per container at a time.** The spec asks runtimes not
+//!   to run two operations for the same container at once. [`SetupMode::Serial`]
+//!   (the default) follows that; [`SetupMode::Parallel`] runs the ADDs of the
+//!   different networks of one sandbox concurrently, as go-cni's `Setup`
+//!   does: faster with slow IPAM, and safe with the reference plugins (each
+//!   attachment has its own lock), but outside the letter of the spec. Do
+//!   not run two of these calls for the same sandbox at once yourself.
+//! - **Cancellation.** Dropping the future of [`MultiNetwork::setup`] kills
+//!   the plugins that are running but undoes nothing: neither the networks
+//!   already set up nor the partial chain of the one being set up. Call
+//!   [`MultiNetwork::remove`] afterwards (the spec requires a DEL after every
+//!   ADD, also a cancelled one), or run `setup` on its own task so that it
+//!   finishes and rolls back by itself.
+//! - **Rollback can fail.** When a network fails and deleting the others
+//!   fails too, the error is [`Error::RollbackFailed`] holding both; call
+//!   [`MultiNetwork::remove`] again later.
+//! - **Labels need `IgnoreUnknown`.** Plugins built on libcni's `LoadArgs`
+//!   (host-local, static, ...) reject unknown `CNI_ARGS` keys unless
+//!   `IgnoreUnknown=1` is among them. [`Sandbox`] adds it in front when
+//!   there are labels (as containerd does) unless told not to.
+//! - **The conf dir is read once**, by [`MultiNetworkBuilder::build`].
+//!   Rebuild to pick up changes. [`MultiNetwork::remove`] still deletes the
+//!   attachments of networks the rebuilt set no longer has, from the cache.
+//! - **GC exclusion covers this `MultiNetwork` and its clones** (they share
+//!   the per-network gates). Operations run through another `Cni` or
+//!   another process on the same network are not held back by it; keep one
+//!   `MultiNetwork` per node, or use cnid, whose queue does the same for
+//!   every client.
+
+mod builder;
+mod gate;
+mod operations;
+mod request;
+mod result;
+mod steps;
+
+pub use builder::{MultiNetworkBuilder, NetworkAttachment, SetupMode};
+pub use gate::{GateKind, GateTicket, NetworkGates};
+pub use operations::{LiveContainers, NetworkGc};
+pub use request::{KubernetesPod, NetworkRequest, Sandbox};
+pub use result::{InterfaceConfig, IpInfo, MultiResult, NetworkResult};
+pub use steps::{SandboxStep, StepHook, check_steps, remove_steps, setup_steps};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cni_core::NetworkConfigList;
+
+use crate::Cni;
+#[cfg(doc)]
+use crate::{CallOptions, Error};
+
+/// The name of the loopback network ([`MultiNetworkBuilder::loopback`]).
+pub const LOOPBACK_NETWORK: &str = "cni-loopback";
+
+/// The interface name of the loopback network.
+pub const LOOPBACK_IFNAME: &str = "lo";
+
+/// The default prefix of generated interface names (`eth0`, `eth1`, ...).
+pub const DEFAULT_INTERFACE_PREFIX: &str = "eth";
+
+/// The `CNI_ARGS` key that makes libcni-based plugins accept unknown keys.
+pub const IGNORE_UNKNOWN: &str = "IgnoreUnknown";
+
+/// The loopback network: the `loopback` plugin at 1.0.0 (the newest version
+/// the reference plugins speak).
+const LOOPBACK_CONFIG: &str =
+    r#"{"cniVersion":"1.0.0","name":"cni-loopback","plugins":[{"type":"loopback"}]}"#;
+
+/// The loopback network ([`MultiNetworkBuilder::loopback`]): network
+/// `cni-loopback`, one `loopback` plugin at CNI 1.0.0.
+pub fn loopback_network() -> NetworkConfigList {
+    // A constant that parses: covered by the tests.
+    NetworkConfigList::from_bytes(LOOPBACK_CONFIG.as_bytes(), None)
+        .unwrap_or_else(|e| unreachable!("the loopback network's config is valid: {e}"))
+}
+
+#[derive(Debug)]
+struct Inner {
+    cni: Cni,
+    /// The default set: what a sandbox that names no network is attached to.
+    networks: Vec<NetworkAttachment>,
+    /// Further conf-dir networks a sandbox may name (their `ifname` unused).
+    available: Vec<NetworkAttachment>,
+    prefix: String,
+    mode: SetupMode,
+    timeout: Option<Duration>,
+    /// Per network name: ADD, DEL and CHECK share it, GC takes it alone
+    /// (tokio's lock is fair, so a waiting GC holds back later operations).
+    gates: NetworkGates,
+}
+
+/// A set of networks to attach sandboxes to (see the [module docs](self)).
+/// Cheap to clone and safe to share between tasks.
+#[derive(Debug, Clone)]
+pub struct MultiNetwork {
+    inner: Arc<Inner>,
+}
