@@ -199,8 +199,9 @@ pub fn sync_file(path: &Path) -> Result<bool, Failure> {
 /// With `fsync`, the file is `fdatasync`ed before the rename (its data and
 /// size; not its times) and its dir `fsync`ed after it: the order that
 /// makes the new content, not an empty file, what a power loss leaves.
-/// The dir itself must be durable already (see [`ensure_private_dir_durable`]). Without it the write is still atomic for any crash
-/// of the process, just not across a power loss. On failure the temp file
+/// The dir itself must be durable already (see
+/// [`ensure_private_dir_durable`]). Without `fsync` the write is still
+/// atomic for any crash of the process, just not across a power loss. On failure the temp file
 /// is removed and `path` is as it was.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, fsync: bool) -> Result<(), Failure> {
     let dir = match path.parent() {
