@@ -6,9 +6,10 @@
 //! host can be deleted by us and the other way round. On top of that:
 //!
 //! - **Atomic writes** ([`crate::durable::write_atomic`]): a temp file in the
-//!   same dir, `fsync`, `rename` over the target, `fsync` of the dir (the
-//!   `fsync`s unless [`ResultCache::with_durable`] turned them off for a
-//!   caller that makes records durable itself). A crash leaves the old record or the new one,
+//!   same dir, `fdatasync`, `rename` over the target, `fsync` of the dir (the
+//!   flushes unless [`ResultCache::with_durable`] turned them off for a
+//!   caller that makes records durable itself; a `results/` dir created for
+//!   the write is flushed into its parent too). A crash leaves the old record or the new one,
 //!   never half of one. Removals are not fsynced: a record that a power loss
 //!   brings back only earns its attachment a repeat DEL, which must succeed.
 //! - **Per-attachment locks**: `<dir>/locks/<network>-<containerID>-<ifname>.lock`
@@ -605,7 +606,16 @@ fn open_lock_file(path: &Path) -> std::io::Result<File> {
 }
 
 fn create_private_dir(dir: &Path) -> Result<(), Error> {
-    match ensure_private_dir(dir).map_err(|e| io_err(dir, "create directory", e))? {
+    report_private_dir(
+        dir,
+        ensure_private_dir(dir).map_err(|e| io_err(dir, "create directory", e))?,
+    );
+    Ok(())
+}
+
+/// Warns about what [`ensure_private_dir`] found wrong with `dir`.
+fn report_private_dir(dir: &Path, found: PrivateDir) {
+    match found {
         PrivateDir::Private => {}
         PrivateDir::Tightened { was } => tracing::warn!(
             dir = %dir.display(),
@@ -619,7 +629,6 @@ fn create_private_dir(dir: &Path) -> Result<(), Error> {
             "cache directory belongs to another user, who can plant records; left as it is"
         ),
     }
-    Ok(())
 }
 
 fn durable_err(f: durable::Failure) -> Error {
@@ -631,7 +640,13 @@ fn durable_err(f: durable::Failure) -> Error {
 }
 
 fn write_atomic(results: &Path, path: &Path, bytes: &[u8], fsync: bool) -> Result<(), Error> {
-    create_private_dir(results)?;
+    // A `results/` (or cache dir) made here is flushed into its parent
+    // when the write is to be durable; one that was there is not.
+    report_private_dir(
+        results,
+        durable::ensure_private_dir_durable(results, fsync)
+            .map_err(|e| io_err(results, "create directory", e))?,
+    );
     durable::write_atomic(path, bytes, 0o600, fsync).map_err(durable_err)
 }
 
@@ -1071,6 +1086,49 @@ mod tests {
         drop(c);
         let b = lock_at(&cache, &path).expect("B after C");
         assert!(b.path().exists());
+    }
+
+    /// Issue 25: the flushes of a durable record write. The first one, which
+    /// creates `results/`, also flushes the cache dir (else a power loss can
+    /// take `results/` and the record with it); the next ones flush the
+    /// record's data and `results/` after the rename, nothing more.
+    #[test]
+    fn record_writes_flush_what_changed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(tmp.path()).with_inline_io(true);
+        let rt = cni_core::RuntimeConf::new("c1", "/proc/self/ns/net", "eth0");
+        let rec = CacheRecord::new("n", &rt, b"{}".to_vec(), None);
+        let results = cache.results_dir();
+        let steps = |trace: Vec<String>| -> Vec<String> {
+            trace
+                .into_iter()
+                .filter(|s| s.starts_with("fsync") || s.starts_with("fdatasync"))
+                .map(|s| s.replace(&tmp.path().display().to_string(), "CACHE"))
+                .map(|s| match s.split_once(".tmp-") {
+                    Some((head, _)) => format!("{head}.tmp"),
+                    None => s,
+                })
+                .collect()
+        };
+        durable::take_trace();
+        cache.write_durable_blocking(&rec).unwrap();
+        assert_eq!(
+            steps(durable::take_trace()),
+            [
+                "fsync-dir CACHE",
+                "fdatasync CACHE/results/.n-c1-eth0.tmp",
+                "fsync-dir CACHE/results",
+            ]
+        );
+        assert!(results.join("n-c1-eth0").is_file());
+        cache.write_durable_blocking(&rec).unwrap();
+        assert_eq!(
+            steps(durable::take_trace()),
+            [
+                "fdatasync CACHE/results/.n-c1-eth0.tmp",
+                "fsync-dir CACHE/results",
+            ]
+        );
     }
 
     /// While a record exists, releasing keeps the file: a waiter that

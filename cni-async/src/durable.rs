@@ -16,7 +16,8 @@
 //!   interrupted ([`is_temp_name`]).
 //! - [`remove_abandoned`]: the same in a dir shared with other writers,
 //!   for the temp files whose writer is dead.
-//! - [`ensure_private_dir`]: the 0700 rule for every private dir.
+//! - [`ensure_private_dir`]: the 0700 rule for every private dir;
+//!   [`ensure_private_dir_durable`] also flushes the dirs it had to create.
 //! - [`sync_file`]: a later `fsync` of a file written without one (for
 //!   writers that defer their flushes).
 //!
@@ -152,6 +153,12 @@ thread_local! {
     static TRACE: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// The steps traced on this thread since the last call (tests only).
+#[cfg(test)]
+pub(crate) fn take_trace() -> Vec<String> {
+    TRACE.with(|t| std::mem::take(&mut *t.borrow_mut()))
+}
+
 fn trace(_step: &str, _path: &Path) {
     #[cfg(test)]
     TRACE.with(|t| t.borrow_mut().push(format!("{_step} {}", _path.display())));
@@ -189,10 +196,12 @@ pub fn sync_file(path: &Path) -> Result<bool, Failure> {
 ///
 /// The bytes go to [`temp_path`] (created new with `mode`, subject to the
 /// umask, never through a symbolic link), which is renamed over `path`.
-/// With `fsync`, the file is `fsync`ed before the rename and its dir after
-/// it: the order that makes the new content, not an empty file, what a
-/// power loss leaves. Without it the write is still atomic for any crash
-/// of the process, just not across a power loss. On failure the temp file
+/// With `fsync`, the file is `fdatasync`ed before the rename (its data and
+/// size; not its times) and its dir `fsync`ed after it: the order that
+/// makes the new content, not an empty file, what a power loss leaves.
+/// The dir itself must be durable already (see
+/// [`ensure_private_dir_durable`]). Without `fsync` the write is still
+/// atomic for any crash of the process, just not across a power loss. On failure the temp file
 /// is removed and `path` is as it was.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, fsync: bool) -> Result<(), Failure> {
     let dir = match path.parent() {
@@ -207,8 +216,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, fsync: bool) -> Result
         f.write_all(bytes)
             .map_err(|e| Failure::new("write", &tmp, e))?;
         if fsync {
-            trace("fsync", &tmp);
-            f.sync_all().map_err(|e| Failure::new("fsync", &tmp, e))?;
+            // fdatasync, not fsync: it flushes the data and what reading
+            // it back needs (the size, the blocks); a new file's times
+            // are all it leaves out, and nothing reads those (issue 25).
+            trace("fdatasync", &tmp);
+            f.sync_data()
+                .map_err(|e| Failure::new("fdatasync", &tmp, e))?;
         }
         drop(f);
         trace("rename", path);
@@ -418,6 +431,53 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<PrivateDir> {
     Ok(PrivateDir::Tightened { was: mode })
 }
 
+/// [`ensure_private_dir`] for the dir a durable write is about to put a
+/// file in: with `fsync`, each dir it had to create (`dir` and missing
+/// parents) is made durable by an `fsync` of its parent, so that a power
+/// loss cannot take the new dir, and the file written into it, away once
+/// the write returned. A dir that was there already is not flushed: its
+/// entry did not change. Costs one `stat` more than [`ensure_private_dir`].
+pub fn ensure_private_dir_durable(dir: &Path, fsync: bool) -> io::Result<PrivateDir> {
+    if !fsync {
+        return ensure_private_dir(dir);
+    }
+    // The outermost missing dir, if any (a link to a dir counts as one).
+    let mut first_missing = None;
+    let mut d = dir;
+    while !d.as_os_str().is_empty() {
+        match std::fs::metadata(d) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => first_missing = Some(d),
+            _ => break,
+        }
+        match d.parent() {
+            Some(p) => d = p,
+            None => break,
+        }
+    }
+    let found = ensure_private_dir(dir)?;
+    if let Some(first) = first_missing {
+        // The parents of the created dirs, outermost first.
+        let mut parents: Vec<&Path> = dir
+            .ancestors()
+            .take_while(|a| *a != first)
+            .chain(std::iter::once(first))
+            .filter_map(Path::parent)
+            .map(|p| {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            })
+            .collect();
+        parents.reverse();
+        for p in parents {
+            sync_dir(p)?;
+        }
+    }
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,10 +490,6 @@ mod tests {
             .collect();
         v.sort();
         v
-    }
-
-    fn take_trace() -> Vec<String> {
-        TRACE.with(|t| std::mem::take(&mut *t.borrow_mut()))
     }
 
     #[test]
@@ -502,7 +558,11 @@ mod tests {
         write_atomic(&p, b"x", 0o600, true).unwrap();
         let steps = take_trace();
         let ops: Vec<&str> = steps.iter().map(|s| s.split_once(' ').unwrap().0).collect();
-        assert_eq!(ops, ["create", "fsync", "rename", "fsync-dir"], "{steps:?}");
+        assert_eq!(
+            ops,
+            ["create", "fdatasync", "rename", "fsync-dir"],
+            "{steps:?}"
+        );
         assert!(steps[1].contains(".rec.tmp-"), "{steps:?}");
         assert_eq!(steps[3], format!("fsync-dir {}", tmp.path().display()));
 
@@ -512,6 +572,35 @@ mod tests {
             .map(|s| s.split_once(' ').unwrap().0.to_owned())
             .collect();
         assert_eq!(ops, ["create", "rename"]);
+    }
+
+    /// Issue 25: a durable write into a dir that had to be created flushes
+    /// the parents of the dirs created (else a power loss can take the dir
+    /// and the record away after the write returned); into a dir that was
+    /// there, only the dir the file went into.
+    #[test]
+    fn created_dirs_are_flushed_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let results = tmp.path().join("cache/results");
+        take_trace();
+        ensure_private_dir_durable(&results, true).unwrap();
+        assert_eq!(
+            take_trace(),
+            [
+                format!("fsync-dir {}", tmp.path().display()),
+                format!("fsync-dir {}", tmp.path().join("cache").display()),
+            ]
+        );
+        assert!(results.is_dir());
+        // There already: nothing to flush.
+        assert_eq!(
+            ensure_private_dir_durable(&results, true).unwrap(),
+            PrivateDir::Private
+        );
+        assert_eq!(take_trace(), Vec::<String>::new());
+        // Without fsync, never.
+        ensure_private_dir_durable(&tmp.path().join("other"), false).unwrap();
+        assert_eq!(take_trace(), Vec::<String>::new());
     }
 
     #[test]

@@ -135,7 +135,12 @@ pub(crate) fn section(f: &Findings) -> String {
         "startup/go-over-cnitool/ratio",
     );
     for s in ["disk", "tmpfs"] {
-        for (tag, what) in [("noop1", "noop ×1"), ("noop8", "noop ×8")] {
+        for (tag, what) in [
+            ("noop1", "noop ×1"),
+            ("noop8", "noop ×8"),
+            ("cnoop1", "C noop ×1"),
+            ("cnoop8", "C noop ×8"),
+        ] {
             for verb in ["ADD", "CHECK", "DEL"] {
                 row(
                     format!("{verb}, {what}, cache on {s}"),

@@ -49,7 +49,7 @@ use cnid::client::Client;
 
 use crate::chains::{NOOP_NETNS, Runner};
 use crate::report::{Findings, Table, Target};
-use crate::setup::{Bins, Daemon, NOOP1, NOOP8, REAL, RealNet, Storage, Tree};
+use crate::setup::{Bins, C_NOOP, Daemon, NOOP1, NOOP8, REAL, RealNet, Storage, Tree};
 use crate::spawn::Prepared;
 use crate::stats::Summary;
 
@@ -278,7 +278,7 @@ fn run(opts: Opts) -> anyhow::Result<()> {
     };
 
     if opts.wants("floor") {
-        sections.push(own_run(&tree, &sizes, &mut findings)?);
+        sections.push(own_run(&tree, &bins, &sizes, &mut findings)?);
     }
 
     // Go's cnitool joins the noop loops and the start-up run when it built.
@@ -341,6 +341,41 @@ fn run(opts: Opts) -> anyhow::Result<()> {
                 );
                 let key = format!("real/{}", storage.short());
                 real_tables.push(chains::tabulate(&s, &title, &key, &mut findings));
+            }
+        }
+        // Issue 25: the same comparison with the static C noop as the
+        // plugin (the cheapest plugin process there is), floor, cnitool and
+        // Go's cnitool only, cache on disk.
+        let c_noop = bins.noop_variants.iter().find(|(l, _)| *l == C_NOOP);
+        if let (true, Some(go), Some((_, c))) = (opts.wants("noop"), &go, c_noop) {
+            let cbins = Bins {
+                noop: c.clone(),
+                ..bins.clone()
+            };
+            let ctree = Tree::new(&cbins)?;
+            for (network, iterations, tag) in [
+                (NOOP1, sizes.noop1, "cnoop1"),
+                (NOOP8, sizes.noop8, "cnoop8"),
+            ] {
+                let list = ctree.load(network)?;
+                let mut runners = vec![
+                    Runner::floor(&list, NOOP_NETNS, &ctree)?,
+                    Runner::cnitool(&bins, network, NOOP_NETNS, &ctree, Storage::Disk)?,
+                    Runner::go_cnitool(go, network, NOOP_NETNS, &ctree, Storage::Disk)?,
+                ];
+                let label = format!("{tag}, C noop, {}", Storage::Disk.label());
+                let s = chains::run_loop(&mut runners, &tokio, sizes.warmup, iterations, &label)?;
+                let title = format!(
+                    "C noop (static) ×{}, {}",
+                    list.plugins().len(),
+                    Storage::Disk.label()
+                );
+                noop_tables.push(chains::tabulate(
+                    &s,
+                    &title,
+                    &format!("{tag}/disk"),
+                    &mut findings,
+                ));
             }
         }
         if !noop_tables.is_empty() {
@@ -458,72 +493,98 @@ The reference plugins (`/usr/lib/cni`): loopback, bridge with host-local IPAM (n
 no masquerade), tuning (one sysctl). One namespace; each runner ADDs, CHECKs and DELs its \
 own container in turn.\n\n";
 
-/// The noop plugin's own run, against `/bin/true` spawned the same way.
-fn own_run(tree: &Tree, sizes: &Sizes, findings: &mut Findings) -> anyhow::Result<String> {
+/// The noop plugin's own run, against `/bin/true` spawned the same way,
+/// and beside it the other noop builds in the bin dir (issue 25: the C
+/// one, the dynamic one), all in one rotating loop.
+fn own_run(
+    tree: &Tree,
+    bins: &Bins,
+    sizes: &Sizes,
+    findings: &mut Findings,
+) -> anyhow::Result<String> {
     let env = spawn::env_with(&[
         ("CNI_COMMAND", Some(OsStr::new("ADD"))),
         ("CNI_IFNAME", Some(OsStr::new("eth0"))),
         ("CNI_NETNS", Some(OsStr::new("/proc/self/ns/net"))),
         ("CNI_CONTAINERID", Some(OsStr::new("bench"))),
     ]);
-    let noop = Prepared::new(&tree.bin.join("noop"), &[], &env, "noop ADD")?;
-    let truth = Prepared::new(Path::new("/bin/true"), &[], &env, "/bin/true")?;
+    // (label, findings key, program); the benchmark's plugin first,
+    // /bin/true last.
+    let mut progs = vec![(
+        "cni-noop ADD (the plugin of the loops below)",
+        "noop".to_owned(),
+        Prepared::new(&tree.bin.join("noop"), &[], &env, "noop ADD")?,
+    )];
+    for (label, path) in &bins.noop_variants {
+        progs.push((
+            label,
+            format!("noop-variant/{label}"),
+            Prepared::new(path, &[], &env, *label)?,
+        ));
+    }
+    progs.push((
+        "/bin/true",
+        "true".to_owned(),
+        Prepared::new(Path::new("/bin/true"), &[], &env, "/bin/true")?,
+    ));
+    let k = progs.len();
     let stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"bench-noop1","type":"noop"}"#;
-    let (mut wn, mut wt, mut cn, mut ct) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut wall: Vec<Vec<f64>> = vec![Vec::new(); k];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); k];
     let mut out = Vec::new();
     for i in 0..sizes.own_run + 20 {
-        for j in 0..2 {
-            let (p, w, c) = if (i + j) % 2 == 0 {
-                (&noop, &mut wn, &mut cn)
-            } else {
-                (&truth, &mut wt, &mut ct)
-            };
+        for j in 0..k {
+            let r = (i + j) % k;
+            let p = &progs[r].2;
             out.clear();
             let s = Instant::now();
             let exit = p.run(&[stdin], &mut out)?;
-            let wall = s.elapsed().as_secs_f64();
+            let w = s.elapsed().as_secs_f64();
             if !exit.success() {
                 bail!("{} failed ({})", p.label(), exit.describe());
             }
             if i >= 20 {
-                w.push(wall);
-                c.push(exit.cpu.as_secs_f64());
+                wall[r].push(w);
+                cpu[r].push(exit.cpu.as_secs_f64());
             }
         }
     }
-    let (noop_wall, true_wall) = (Summary::of(&wn), Summary::of(&wt));
-    let own = Summary::diffs(&wn, &wt);
-    findings.put("own/noop/wall".into(), noop_wall);
-    findings.put("own/true/wall".into(), true_wall);
-    findings.put("own/noop-true/wall".into(), own);
+    let truth = k - 1;
+    findings.put(
+        "own/noop-true/wall".into(),
+        Summary::diffs(&wall[0], &wall[truth]),
+    );
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let mut t = Table::new(
-        "cni-noop ADD against /bin/true, both spawned as the floor spawns plugins",
+        "the noop plugin ADD against /bin/true, all spawned as the floor spawns plugins",
         &[
             "program",
             "spawn to reap, ms median (p10–p90)",
             "child CPU, ms mean",
+            "− /bin/true, ms median (p10–p90)",
         ],
     );
-    t.row(vec![
-        "cni-noop ADD".into(),
-        noop_wall.ms(),
-        format!("{:.3}", mean(&cn) * 1e3),
-    ]);
-    t.row(vec![
-        "/bin/true".into(),
-        true_wall.ms(),
-        format!("{:.3}", mean(&ct) * 1e3),
-    ]);
-    t.row(vec![
-        "cni-noop − /bin/true".into(),
-        own.ms(),
-        format!("{:.3}", (mean(&cn) - mean(&ct)) * 1e3),
-    ]);
+    for (r, (label, key, _)) in progs.iter().enumerate() {
+        let w = Summary::of(&wall[r]);
+        findings.put(format!("own/{key}/wall"), w);
+        let over = if r == truth {
+            "–".to_owned()
+        } else {
+            Summary::diffs(&wall[r], &wall[truth]).ms()
+        };
+        t.row(vec![
+            (*label).to_owned(),
+            w.ms(),
+            format!("{:.3}", mean(&cpu[r]) * 1e3),
+            over,
+        ]);
+    }
     t.note(format!(
-        "{} alternating runs each. `/bin/true` is the cost of any process start on this machine \
-         (posix_spawn, exec, dynamic loading of libc); cni-noop's own run is what it adds.",
-        wn.len()
+        "{} rotating runs each. `/bin/true` is the cost of any process start on this machine \
+         (posix_spawn, exec, dynamic loading of libc); a plugin's own run is what it adds. \
+         `make bench` builds cni-noop statically linked (glibc, crt-static, `no_main`), \
+         as the plugin of every noop loop.",
+        wall[0].len()
     ));
     Ok(format!(
         "### The floor's unit: one plugin process\n\n{}",
@@ -904,39 +965,48 @@ fn targets(f: &Findings) -> Vec<Target> {
         met: core.map(|s| s.median < 20e-6),
         comment: "criterion `per_plugin_add_work`".into(),
     });
-    v.push(ratio_target(
-        "cnitool noop ×1 ADD",
-        "noop1/{s}/cnitool/ADD",
-        2.0,
+    // Issue 25's goals 1 and 2, with the static cni-noop (the C noop's
+    // figure in the notes).
+    let with_c = |mut t: Target, key: &str| {
+        if let Some(c) = f.get(key) {
+            let c = format!("C noop: {}", c.ratio());
+            t.comment = if t.comment.is_empty() {
+                c
+            } else {
+                format!("{}; {c}", t.comment)
+            };
+        }
+        t
+    };
+    v.push(with_c(
+        ratio_target("cnitool noop ×1 ADD", "noop1/{s}/cnitool/ADD", 2.5),
+        "cnoop1/disk/cnitool/ADD/ratio",
     ));
-    v.push(ratio_target(
-        "cnitool noop ×8 ADD",
-        "noop8/{s}/cnitool/ADD",
-        1.3,
+    v.push(with_c(
+        ratio_target("cnitool noop ×8 ADD", "noop8/{s}/cnitool/ADD", 1.8),
+        "cnoop8/disk/cnitool/ADD/ratio",
     ));
-    // Issue 15: Go's cnitool over ours, per iteration of the same loop.
-    for (what, key, limit) in [
-        (
-            "Go's cnitool / ours, noop ×1 ADD",
-            "noop1/{s}/go-over-cnitool/ADD/ratio",
-            2.0,
-        ),
-        (
-            "Go's cnitool / ours, noop ×8 ADD",
-            "noop8/{s}/go-over-cnitool/ADD/ratio",
-            2.5,
-        ),
+    // Go's cnitool over ours, per iteration of the same loop.
+    for (what, tag, verb, limit) in [
+        ("Go's cnitool / ours, noop ×1 ADD", "noop1", "ADD", 2.0),
+        ("Go's cnitool / ours, noop ×8 ADD", "noop8", "ADD", 2.0),
     ] {
-        let disk = f.get(&key.replacen("{s}", "disk", 1));
-        let tmpfs = f.get(&key.replacen("{s}", "tmpfs", 1));
+        let disk = f.get(&format!("{tag}/disk/go-over-cnitool/{verb}/ratio"));
+        let tmpfs = f.get(&format!("{tag}/tmpfs/go-over-cnitool/{verb}/ratio"));
+        let c = f.get(&format!("c{tag}/disk/go-over-cnitool/{verb}/ratio"));
+        let mut comment = Vec::new();
+        if let Some(t) = tmpfs {
+            comment.push(format!("fsync free (tmpfs): {}", t.ratio()));
+        }
+        if let Some(c) = c {
+            comment.push(format!("C noop: {}", c.ratio()));
+        }
         v.push(Target {
             what,
             limit: format!("≥ {limit:.1}x"),
             measured: disk.map(|s| s.ratio()),
             met: disk.map(|s| s.median >= limit),
-            comment: tmpfs
-                .map(|t| format!("fsync free (tmpfs): {}", t.ratio()))
-                .unwrap_or_default(),
+            comment: comment.join("; "),
         });
     }
     v.push(ratio_target(

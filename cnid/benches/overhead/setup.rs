@@ -24,6 +24,15 @@ pub(crate) const REAL: &str = "bench-real";
 /// How long the `bench-slow` network's ADD sleeps.
 pub(crate) const SLOW_ADD_MS: u64 = 1000;
 
+/// The other noop builds `make bench` puts in the bin dir: label, file.
+pub(crate) const NOOP_VARIANTS: [(&str, &str); 2] = [
+    ("C noop (static)", "cni-noop-c"),
+    ("cni-noop (dynamic)", "cni-noop-dynamic"),
+];
+
+/// The label of the C noop among [`Bins::noop_variants`].
+pub(crate) const C_NOOP: &str = NOOP_VARIANTS[0].0;
+
 /// The binaries under test.
 #[derive(Debug, Clone)]
 pub(crate) struct Bins {
@@ -32,6 +41,10 @@ pub(crate) struct Bins {
     pub(crate) noop: PathBuf,
     /// As shipped, statically linked (`make shim`) when from a bin dir.
     pub(crate) shim: PathBuf,
+    /// Other builds of the noop plugin found in the bin dir, measured
+    /// beside `noop` (issue 25): `cni-noop-c` (C, static, `make bench`
+    /// builds it when a C compiler is there) and `cni-noop-dynamic`.
+    pub(crate) noop_variants: Vec<(&'static str, PathBuf)>,
 }
 
 impl Bins {
@@ -44,6 +57,11 @@ impl Bins {
                 cnid: d.join("cnid"),
                 noop: d.join("cni-noop"),
                 shim: d.join("cnid-shim"),
+                noop_variants: NOOP_VARIANTS
+                    .iter()
+                    .map(|(label, file)| (*label, d.join(file)))
+                    .filter(|(_, p)| p.is_file())
+                    .collect(),
             },
             None => Bins {
                 // Other packages' binaries (cnitool, cnid-shim): cargo
@@ -53,6 +71,7 @@ impl Bins {
                 cnid: env!("CARGO_BIN_EXE_cnid").into(),
                 noop: crate::noop::build_noop().map_err(anyhow::Error::msg)?,
                 shim: Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnid-shim"),
+                noop_variants: Vec::new(),
             },
         };
         for b in [&bins.cnitool, &bins.cnid, &bins.noop, &bins.shim] {
