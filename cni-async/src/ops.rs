@@ -470,6 +470,20 @@ impl Cni {
         rt: &RuntimeConf,
         opts: &CallOptions,
     ) -> Result<(), Error> {
+        self.del_cached_expecting(network, rt, opts, None).await
+    }
+
+    /// [`Cni::del_cached`]; with `expect`, only while the cache holds a
+    /// record `expect` accepts once the attachment's lock is taken (otherwise
+    /// [`Error::NotAttached`], nothing run): what a reap of a record
+    /// scanned earlier needs ([`crate::stale`]).
+    pub(crate) async fn del_cached_expecting(
+        &self,
+        network: &str,
+        rt: &RuntimeConf,
+        opts: &CallOptions,
+        expect: Option<&Expect<'_>>,
+    ) -> Result<(), Error> {
         validate::network_name(network)?;
         rt.validate()?;
         let Some(CacheEntry::Record(rec)) = self
@@ -500,7 +514,8 @@ impl Cni {
             rt.netns = rec.netns.clone();
         }
         let deadline = self.deadline(Command::Del, opts);
-        self.del(&Net::list(&list), &rt, deadline).await
+        self.del_expecting(&Net::list(&list), &rt, deadline, expect)
+            .await
     }
 
     /// CHECK: refused below 0.4.0; a no-op with `disableCheck`; refused with
@@ -1142,6 +1157,18 @@ impl Cni {
     }
 
     async fn del(&self, net: &Net<'_>, rt: &RuntimeConf, deadline: Deadline) -> Result<(), Error> {
+        self.del_expecting(net, rt, deadline, None).await
+    }
+
+    /// DEL; with `expect`, only while the cache holds a record it accepts once the
+    /// lock is taken ([`Cni::del_cached_expecting`]).
+    async fn del_expecting(
+        &self,
+        net: &Net<'_>,
+        rt: &RuntimeConf,
+        deadline: Deadline,
+        expect: Option<&Expect<'_>>,
+    ) -> Result<(), Error> {
         Self::validate_attachment(net, rt)?;
         let span = tracing::info_span!("cni.del", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
@@ -1154,7 +1181,7 @@ impl Cni {
             let with_prev = net.version.has_prev_result_on_del();
             let cache = &self.inner.cache;
             let (cid, ifname, timeout) = (&rt.container_id, &rt.ifname, deadline.remaining());
-            let locked = if with_prev {
+            let locked = if with_prev || expect.is_some() {
                 cache
                     .lock_and_read(net.name, cid, ifname, timeout)
                     .await
@@ -1170,6 +1197,16 @@ impl Cni {
                 }
                 Err(e) => return Err(e),
             };
+            if let Some(expect) = expect {
+                let same = matches!(&read, Some(Ok(Some(CacheEntry::Record(now)))) if expect(now));
+                if lock.is_none() || !same {
+                    return Err(Error::NotAttached {
+                        network: net.name.to_owned(),
+                        container_id: cid.clone(),
+                        ifname: ifname.clone(),
+                    });
+                }
+            }
             let prev = if with_prev {
                 let read = match read {
                     Some(read) => read,
@@ -1361,6 +1398,10 @@ impl<'a> IntoFuture for AddRequest<'a> {
         Box::pin(async move { self.cni.add(self.net?, self.rt, &self.opts).await })
     }
 }
+
+/// What a DEL expects of the record it finds under the lock
+/// ([`Cni::del_cached_expecting`]).
+pub(crate) type Expect<'a> = dyn Fn(&CacheRecord) -> bool + Send + Sync + 'a;
 
 #[derive(Debug)]
 enum DelTarget<'a> {

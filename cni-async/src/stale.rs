@@ -57,16 +57,18 @@
 //! - The namespace is checked from the caller's mount namespace: a netns
 //!   path valid only in another mount namespace looks gone.
 //! - [`Cni::reap_stale`] checks again, just before the DEL, that the
-//!   record file is the one scanned (same mtime) and that its namespace is
-//!   still gone; a caller racing other tools on the same attachment (cnid)
-//!   also orders the reap with its own operations on it.
+//!   record file is the one scanned (same mtime; once more under the
+//!   attachment's lock, so another tool's DEL and re-ADD in between is
+//!   never DELed) and that its namespace is still gone; a caller racing
+//!   other tools on the same attachment (cnid) also orders the reap with
+//!   its own operations on it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use cni_core::RuntimeConf;
-use cni_core::cache::CacheEntry;
+use cni_core::cache::{CacheEntry, CacheRecord};
 
 use crate::cache::{RecordScan, ResultCache, ScannedRecord};
 use crate::error::Error;
@@ -393,10 +395,26 @@ impl Cni {
             _ => return Ok(Reaped::Changed),
         }
         // The record's own config, args and capability args (`del_cached`
-        // takes them when `rt` has none).
+        // takes them when `rt` has none). The DEL checks again, under the
+        // attachment's lock, that the record is still the scanned one:
+        // another tool's DEL and re-ADD may have come between the checks
+        // above and the lock.
         let rt = RuntimeConf::new(&c.container_id, &c.netns, &c.ifname);
-        self.del_cached(&c.network, &rt).options(opts).await?;
-        Ok(Reaped::Deleted)
+        let path = self.cache().path(&c.network, &c.container_id, &c.ifname)?;
+        let scanned = |r: &CacheRecord| {
+            r.netns == c.netns
+                && std::fs::symlink_metadata(&path)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|m| Some(m) == c.written)
+        };
+        match self
+            .del_cached_expecting(&c.network, &rt, opts, Some(&scanned))
+            .await
+        {
+            Ok(()) => Ok(Reaped::Deleted),
+            Err(e) if e.kind() == crate::ErrorKind::NotAttached => Ok(Reaped::Changed),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -52,4 +52,5 @@ mod ops_rollback;
 mod ops_single;
 mod ops_stdin_env;
 mod ops_validation;
+mod stale_attack;
 mod stale_scan;

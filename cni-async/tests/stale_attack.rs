@@ -1,0 +1,118 @@
+//! Attacks on `cni_async::stale`'s reap: another tool's ADD of the same
+//! container and ifname landing between the reap's checks and its DEL.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::fake::{Fake, Response, Rig, conflist};
+use cni_async::stale::{Reaped, StaleScanner};
+use cni_async::{CallOptions, Cni};
+use cni_core::RuntimeConf;
+use serde_json::json;
+
+const NET: &str = "staleatk";
+
+async fn attach(cni: &Cni, cid: &str, netns: &Path) {
+    let list = conflist(json!({"cniVersion":"1.0.0","name": NET,"plugins":[{"type":"a"}]}));
+    let rt = RuntimeConf::new(cid, netns.to_str().unwrap(), "eth0");
+    cni.add_network_list(&list, &rt).await.expect("ADD");
+}
+
+/// Blocks until someone opens `path` (inotify `IN_OPEN`, watched from now).
+struct OpenWatch(std::os::fd::OwnedFd);
+
+impl OpenWatch {
+    fn new(path: &Path) -> OpenWatch {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain syscalls; the fd is owned from here on.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+        assert!(fd >= 0, "inotify_init1");
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let p = CString::new(path.as_os_str().as_bytes()).unwrap();
+        use std::os::fd::AsRawFd;
+        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), p.as_ptr(), libc::IN_OPEN) };
+        assert!(wd >= 0, "inotify_add_watch {}", path.display());
+        OpenWatch(fd)
+    }
+
+    fn wait(self) {
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 4096];
+        // SAFETY: reads into a buffer of its size.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        assert!(n > 0, "inotify read");
+    }
+}
+
+/// A runtime (cnitool, another libcni user) re-ADDs the container on the
+/// same ifname in a new namespace while the reap is between its checks
+/// (record unchanged, namespace gone) and its DEL: the DEL must not take
+/// the new attachment (its record, its `prevResult`'s addresses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_add_after_the_reaps_checks_is_not_deleted() {
+    let rig = Rig::new();
+    rig.fake(
+        "a",
+        &Fake::new(Response::ok("")).on(
+            "ADD",
+            Response::ok(r#"{"cniVersion":"1.0.0","ips":[{"address":"10.78.0.5/24"}]}"#),
+        ),
+    );
+    let cni = rig.cni();
+    let gone = rig.dir.scratch("gone");
+    attach(&cni, "c1", &gone).await;
+    let found = StaleScanner::with_boot_time(None, Some(Duration::ZERO))
+        .scan(cni.cache())
+        .await
+        .unwrap();
+    let candidate = found[0].clone();
+    assert!(candidate.verdict.stale().is_some());
+    rig.dir.clear_records();
+
+    // The other tool's ADD holds the attachment's lock.
+    let lock = cni
+        .cache()
+        .lock(NET, "c1", "eth0", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let lock_file = rig.cache_dir.join(format!("locks/{NET}-c1-eth0.lock"));
+    let watch = OpenWatch::new(&lock_file);
+    let reap = {
+        let cni = cni.clone();
+        tokio::spawn(async move { cni.reap_stale(&candidate, &CallOptions::default()).await })
+    };
+    // The reap checked the record and the namespace, and now tries the lock.
+    tokio::task::spawn_blocking(move || watch.wait())
+        .await
+        .unwrap();
+    // The other tool's ADD ends: a new namespace, a new address.
+    let alive = rig.dir.scratch("alive");
+    std::os::unix::fs::symlink("/proc/self/ns/net", &alive).unwrap();
+    let mut new = cni
+        .cache()
+        .read(NET, "c1", "eth0")
+        .await
+        .unwrap()
+        .and_then(|e| match e {
+            cni_core::cache::CacheEntry::Record(r) => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    new.netns = alive.to_str().unwrap().to_owned();
+    new.result = Some(json!({"cniVersion":"1.0.0","ips":[{"address":"10.78.0.9/24"}]}));
+    cni.cache().write(&new).await.unwrap();
+    drop(lock);
+
+    let reaped = reap.await.unwrap().unwrap();
+    assert_eq!(reaped, Reaped::Changed);
+    assert!(
+        rig.dir.invocations_of("DEL").is_empty(),
+        "the new attachment was DELed: {:?}",
+        rig.dir.invocations_of("DEL")
+    );
+    let left = cni.cache().list(None).await.unwrap();
+    assert_eq!(left.len(), 1, "the new attachment's record is gone");
+    assert_eq!(left[0].netns, alive.to_str().unwrap());
+}
