@@ -23,7 +23,8 @@
 //! - **Failures** (a plugin that refuses a DEL without its namespace, such
 //!   as host-device) are logged with the plugin's error and counted; the
 //!   attachment stays listed as `stale` and is not tried again until its
-//!   record changes or cnid restarts.
+//!   record changes or cnid restarts. A DEL out of time or an attachment
+//!   locked by another tool is no refusal: the next pass tries again.
 //! - **Safety.** Nothing is reaped while the conf dir (also a missing
 //!   one) or the cache cannot be read (a pass is skipped, with a warning). An attachment whose
 //!   namespace exists is never reaped.
@@ -176,10 +177,22 @@ impl Engine {
                 Ok(Done::Nothing)
             }
             Err(e) => {
-                self.stale.lock().failed.insert(k, c.written);
                 self.metrics.reaped[why][1].fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %cni_core::error::Chain(&e),
-                    "cannot delete a stale attachment; it stays cached and listed as stale, not retried until its record changes or cnid restarts");
+                // Out of time (a plugin slow or stuck once) or the
+                // attachment locked by another tool is no refusal: the
+                // next pass tries again (one reap at a time per
+                // attachment, each bounded by the DEL deadline).
+                if matches!(
+                    e.kind(),
+                    cni_async::ErrorKind::Timeout | cni_async::ErrorKind::Busy
+                ) {
+                    tracing::error!(error = %cni_core::error::Chain(&e),
+                        "cannot delete a stale attachment in time; the next pass tries again");
+                } else {
+                    self.stale.lock().failed.insert(k, c.written);
+                    tracing::error!(error = %cni_core::error::Chain(&e),
+                        "cannot delete a stale attachment; it stays cached and listed as stale, not retried until its record changes or cnid restarts");
+                }
                 Err(ApiError::from_cni(&e, Version::CURRENT))
             }
         }
