@@ -68,3 +68,67 @@ async fn a_reap_that_timed_out_is_tried_again() {
         .count();
     assert_eq!(dels, 1);
 }
+
+/// After a reap, the runtime ADDs the container again; that ADD fails and
+/// its rollback fails too (the ADD's intent stays). The runtime's DEL
+/// that follows (the spec's cleanup after a failed ADD) must run the
+/// plugins: the reap deleted the earlier attachment, not this one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_del_after_a_failed_re_add_runs_though_the_container_was_reaped() {
+    crate::support::require_root!();
+    let dirs = Dirs::new();
+    let records = dirs.data.join("records");
+    std::fs::create_dir_all(&records).unwrap();
+    let (fail_add, fail_del) = (dirs.data.join("fail-add"), dirs.data.join("fail-del"));
+    let calls = dirs.data.join("calls");
+    dirs.plugin(
+        "flaky",
+        &recording_plugin(
+            &records,
+            &format!(
+                r#"echo "$CNI_COMMAND" >> {calls}
+if [ "$CNI_COMMAND" = ADD ] && [ -e {fail_add} ]; then
+printf '{{"cniVersion":"1.0.0","code":11,"msg":"add refused"}}'; exit 1; fi
+if [ "$CNI_COMMAND" = DEL ] && [ -e {fail_del} ]; then rm -f {fail_del}
+printf '{{"cniVersion":"1.0.0","code":11,"msg":"del refused once"}}'; exit 1; fi"#,
+                calls = calls.display(),
+                fail_add = fail_add.display(),
+                fail_del = fail_del.display(),
+            ),
+        ),
+    );
+    dirs.conf(
+        "10-flaky.conflist",
+        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "flaky"}]}),
+    );
+    let daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
+    let client = daemon.client().await;
+    let dels = || {
+        std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| *l == "DEL")
+            .count()
+    };
+    let ns1 = Netns::new();
+    client
+        .add(NET, &AttachmentRequest::new("reap-f", ns1.path(), "eth0"))
+        .await
+        .expect("ADD");
+    drop(ns1);
+    eventually_async(LIMIT, "reaped", || async {
+        daemon.log().contains("stale attachment deleted")
+    })
+    .await;
+    assert_eq!(dels(), 1);
+    std::fs::write(&fail_add, "").unwrap();
+    std::fs::write(&fail_del, "").unwrap();
+    let ns2 = Netns::new();
+    let req = AttachmentRequest::new("reap-f", ns2.path(), "eth0");
+    client.add(NET, &req).await.expect_err("ADD refused");
+    // Its rollback ran and failed.
+    assert_eq!(dels(), 2);
+    assert!(!fail_del.exists());
+    client.del(NET, &req).await.expect("DEL");
+    assert_eq!(dels(), 3, "the runtime's DEL ran no plugin");
+}

@@ -107,8 +107,9 @@ impl StaleView {
 
 impl Engine {
     /// Whether a DEL of `network`/`rt` finds its attachment deleted by the
-    /// reaper (and not attached again since): then it answers success
-    /// without running the plugins again.
+    /// reaper (and not attached again since, not even by an ADD that
+    /// failed and left its intent): then it answers success without
+    /// running the plugins again.
     pub(super) async fn reaped_already(&self, network: &str, rt: &RuntimeConf) -> bool {
         let k = key(network, &rt.container_id, &rt.ifname);
         if !self.stale.was_reaped(&k) {
@@ -119,7 +120,15 @@ impl Engine {
             .cache()
             .path(network, &rt.container_id, &rt.ifname)
             .is_ok_and(|p| std::fs::symlink_metadata(p).is_ok());
-        if cached {
+        // An ADD since the reap that failed and could not be rolled back
+        // left its intent: that attachment's DEL must run.
+        if cached
+            || self
+                .intents
+                .read(network, &rt.container_id, &rt.ifname)
+                .await
+                .is_some()
+        {
             return false;
         }
         self.stale.lock().reaped.remove(&k);
