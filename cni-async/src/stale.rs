@@ -28,6 +28,7 @@
 //! |---|---|---|---|
 //! | none | | | kept ([`Kept::NoNetns`]): nothing to look at |
 //! | a path | a network namespace | | kept ([`Kept::NamespaceExists`]) |
+//! | a path | cannot be looked at (no permission, out of descriptors) | | kept ([`Kept::Unknown`]) |
 //! | a path | gone | in an earlier boot | stale ([`StaleReason::Rebooted`]) |
 //! | a path | gone | in this boot | stale ([`StaleReason::NamespaceGone`]) once seen gone for `stale_after`, [`Verdict::Waiting`] until then |
 //!
@@ -106,6 +107,9 @@ pub enum Kept {
     NamespaceExists,
     /// No netns path was recorded: nothing tells whether it is gone.
     NoNetns,
+    /// The netns path cannot be looked at (no permission, out of file
+    /// descriptors): nothing tells whether it is gone.
+    Unknown,
 }
 
 /// What to do with a cached attachment.
@@ -141,6 +145,8 @@ pub enum Netns {
     Alive,
     /// The path is not a network namespace (missing, or not one any more).
     Gone,
+    /// The path cannot be looked at: neither alive nor gone.
+    Unknown,
 }
 
 /// The verdict on one attachment (see the [module docs](self)):
@@ -156,6 +162,7 @@ pub fn verdict(
     match netns {
         Netns::Unrecorded => Verdict::Kept(Kept::NoNetns),
         Netns::Alive => Verdict::Kept(Kept::NamespaceExists),
+        Netns::Unknown => Verdict::Kept(Kept::Unknown),
         Netns::Gone if earlier_boot => Verdict::Stale(StaleReason::Rebooted),
         Netns::Gone => match stale_after {
             Some(after) if gone_for >= after => Verdict::Stale(StaleReason::NamespaceGone),
@@ -171,10 +178,12 @@ pub fn netns_state(netns: &str, earlier_boot: bool) -> Netns {
         Netns::Unrecorded
     } else if earlier_boot && netns.starts_with("/proc/") {
         Netns::Gone
-    } else if crate::sys::nsfs::is_network_namespace(Path::new(netns)) {
-        Netns::Alive
     } else {
-        Netns::Gone
+        match crate::sys::nsfs::network_namespace(Path::new(netns)) {
+            Ok(true) => Netns::Alive,
+            Ok(false) => Netns::Gone,
+            Err(_) => Netns::Unknown,
+        }
     }
 }
 
@@ -352,7 +361,7 @@ pub enum Reaped {
     /// Nothing to do: the record is gone or was written again since the
     /// scan (a DEL or a new ADD came first).
     Changed,
-    /// Nothing done: the namespace is there again.
+    /// Nothing done: the namespace is there again (or cannot be looked at).
     Alive,
 }
 
@@ -375,8 +384,8 @@ impl Cni {
                 return Reaped::Changed;
             }
             match netns_state(&netns, earlier) {
-                Netns::Alive | Netns::Unrecorded => Reaped::Alive,
                 Netns::Gone => Reaped::Deleted,
+                Netns::Alive | Netns::Unrecorded | Netns::Unknown => Reaped::Alive,
             }
         })
         .await

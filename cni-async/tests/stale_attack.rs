@@ -116,3 +116,39 @@ async fn a_re_add_after_the_reaps_checks_is_not_deleted() {
     assert_eq!(left.len(), 1, "the new attachment's record is gone");
     assert_eq!(left[0].netns, alive.to_str().unwrap());
 }
+
+/// A namespace the checker cannot look at (permission denied, as an LSM
+/// policy or a mount another user owns gives even root; out of file
+/// descriptors) is not a namespace gone: its attachment is never reaped
+/// for it. Here a thread whose filesystem uid is `nobody` (which drops
+/// root's override of file permissions) checks a namespace behind a 0700
+/// dir.
+#[test]
+fn a_namespace_that_cannot_be_looked_at_is_not_gone() {
+    use cni_async::stale::{Netns, netns_state};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let private = dir.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    let ns = private.join("ns");
+    std::os::unix::fs::symlink("/proc/self/ns/net", &ns).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(netns_state(ns.to_str().unwrap(), false), Netns::Alive);
+    let path = ns.to_str().unwrap().to_owned();
+    let seen = std::thread::spawn(move || {
+        // SAFETY: setfsuid changes this thread's filesystem uid only.
+        unsafe { libc::setfsuid(65534) };
+        let denied = std::fs::symlink_metadata(&path)
+            .err()
+            .map(|e| e.kind() == std::io::ErrorKind::PermissionDenied);
+        (denied, netns_state(&path, false))
+    })
+    .join()
+    .unwrap();
+    assert_eq!(seen.0, Some(true), "the thread can still look");
+    assert_ne!(
+        seen.1,
+        Netns::Gone,
+        "an unreadable namespace counts as gone"
+    );
+}
