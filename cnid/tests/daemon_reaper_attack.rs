@@ -132,3 +132,90 @@ printf '{{"cniVersion":"1.0.0","code":11,"msg":"del refused once"}}'; exit 1; fi
     client.del(NET, &req).await.expect("DEL");
     assert_eq!(dels(), 3, "the runtime's DEL ran no plugin");
 }
+
+/// With `--stale-after 0` (the running reaper off) the reaps of an
+/// earlier boot's attachments that the start-up pass queued but that did
+/// not get done (a DEL out of time; the others out of time while queued
+/// behind it) are tried again, not left until the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_reaps_left_undone_are_retried_with_stale_after_0() {
+    crate::support::require_root!();
+    let dirs = Dirs::new();
+    let gate = Gate::new(dirs.root());
+    let records = dirs.data.join("records");
+    std::fs::create_dir_all(&records).unwrap();
+    dirs.plugin(
+        "slow",
+        &recording_plugin(
+            &records,
+            &format!(
+                "if [ \"$CNI_COMMAND\" = DEL ]; then\n{}\nfi",
+                gate.shell_wait()
+            ),
+        ),
+    );
+    dirs.conf(
+        "10-slow.conflist",
+        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "slow"}]}),
+    );
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let nss: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
+    for (i, ns) in nss.iter().enumerate() {
+        client
+            .add(
+                NET,
+                &AttachmentRequest::new(format!("reap-s{i}"), ns.path(), "eth0"),
+            )
+            .await
+            .expect("ADD");
+    }
+    daemon.kill9();
+    drop(nss);
+    simulate_reboot(&dirs);
+
+    let daemon = Daemon::start(
+        &dirs,
+        &[
+            "--stale-after",
+            "0",
+            "--max-parallel",
+            "1",
+            "--timeout-del",
+            "2s",
+        ],
+    );
+    // One reap at a time: the first one's DEL hangs until killed at its
+    // deadline, which the two queued behind it share.
+    gate.wait_started(1).await;
+    eventually_async(LIMIT, "the first reap out of time", || async {
+        daemon.log().contains("cannot delete a stale attachment")
+    })
+    .await;
+    gate.release();
+    eventually_async(LIMIT, "every reap done", || async {
+        dirs.cached().is_empty()
+    })
+    .await;
+}
+
+/// The daemon "rebooted" (as `daemon_reaper.rs` simulates it): every cache
+/// record dated before this boot.
+fn simulate_reboot(dirs: &Dirs) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let btime: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let before = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(btime - 3600);
+    for name in dirs.cached() {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(dirs.cache.join("results").join(&name))
+            .unwrap();
+        f.set_modified(before).unwrap();
+    }
+}

@@ -10,7 +10,9 @@
 //!   in an earlier boot whose namespace is gone.
 //! - **While running** (unless `--stale-after 0`), a pass every
 //!   [`interval`] queues a reap of every attachment whose namespace has
-//!   been gone for `--stale-after`.
+//!   been gone for `--stale-after`. With `--stale-after 0` the passes
+//!   (every 30 s) judge only an earlier boot's attachments, so what the
+//!   start's pass could not get done (out of time) is tried again.
 //! - **Ordering.** A reap is an operation in its attachment's container
 //!   queue under its network's shared gate (`Work::Reap`), like a DEL: it
 //!   never runs alongside a runtime's DEL, ADD or CHECK of that container,
