@@ -475,8 +475,9 @@ impl Cni {
 
     /// [`Cni::del_cached`]; with `expect`, only while the cache holds a
     /// record `expect` accepts once the attachment's lock is taken (otherwise
-    /// [`Error::NotAttached`], nothing run): what a reap of a record
-    /// scanned earlier needs ([`crate::stale`]).
+    /// [`Error::NotAttached`], nothing run), and with `rt.netns` as given
+    /// (empty: none): what a reap of a record scanned earlier needs
+    /// ([`crate::stale`]).
     pub(crate) async fn del_cached_expecting(
         &self,
         network: &str,
@@ -510,7 +511,8 @@ impl Cni {
         if rt.capability_args.is_empty() {
             rt.capability_args = rec.capability_args.clone();
         }
-        if rt.netns.is_empty() {
+        // A reap (`expect`) chose its netns: empty means none.
+        if rt.netns.is_empty() && expect.is_none() {
             rt.netns = rec.netns.clone();
         }
         let deadline = self.deadline(Command::Del, opts);

@@ -6,7 +6,9 @@
 //! them ([`Cni::reap_stale`]) with what libcni would pass: the cached
 //! configuration, the cached result as `prevResult`, the cached args and
 //! the recorded netns path (the spec lets a plugin see a missing namespace
-//! on DEL). cnid's reaper and `cnitool gc --stale` are both built on it.
+//! on DEL; a path that is there but is not the namespace any more, an
+//! earlier boot's `/proc/PID/ns/net` or a file left by a bind mount, is
+//! not passed: CNI_NETNS is empty then). cnid's reaper and `cnitool gc --stale` are both built on it.
 //!
 //! ```no_run
 //! # async fn demo(cni: &cni_async::Cni) -> Result<(), cni_async::Error> {
@@ -368,7 +370,8 @@ pub enum Reaped {
 impl Cni {
     /// DELs a stale attachment `c` found by [`StaleScanner::scan`] with
     /// its cached configuration, result (`prevResult`), args and netns
-    /// path, and removes its record, unless the record changed (is gone,
+    /// path (none when the path is there but is not its namespace any
+    /// more), and removes its record, unless the record changed (is gone,
     /// or its file was written since the scan) or the namespace came back
     /// since the scan. A failed DEL leaves the record (a later reap or a
     /// DEL tries again).
@@ -376,20 +379,21 @@ impl Cni {
         let path = self.cache().path(&c.network, &c.container_id, &c.ifname)?;
         let earlier = matches!(c.verdict, Verdict::Stale(StaleReason::Rebooted));
         let (netns, written) = (c.netns.clone(), c.written);
-        let now = tokio::task::spawn_blocking(move || {
+        let (now, there) = tokio::task::spawn_blocking(move || {
             let same = std::fs::symlink_metadata(&path)
                 .and_then(|m| m.modified())
                 .is_ok_and(|m| Some(m) == written);
             if !same {
-                return Reaped::Changed;
+                return (Reaped::Changed, true);
             }
+            let there = std::fs::metadata(&netns).is_ok();
             match netns_state(&netns, earlier) {
-                Netns::Gone => Reaped::Deleted,
-                Netns::Alive | Netns::Unrecorded | Netns::Unknown => Reaped::Alive,
+                Netns::Gone => (Reaped::Deleted, there),
+                Netns::Alive | Netns::Unrecorded | Netns::Unknown => (Reaped::Alive, there),
             }
         })
         .await
-        .unwrap_or(Reaped::Changed);
+        .unwrap_or((Reaped::Changed, true));
         if now != Reaped::Deleted {
             return Ok(now);
         }
@@ -408,7 +412,16 @@ impl Cni {
         // attachment's lock, that the record is still the scanned one:
         // another tool's DEL and re-ADD may have come between the checks
         // above and the lock.
-        let rt = RuntimeConf::new(&c.container_id, &c.netns, &c.ifname);
+        // A path that is there but is not the record's namespace (an
+        // earlier boot's /proc/PID/ns/net, another process's now; a file
+        // left where a namespace was bind-mounted) is not handed to the
+        // plugins: they would enter another namespace, or refuse the
+        // file. The spec lets CNI_NETNS be empty when the namespace is
+        // gone. A missing path is passed on, as libcni would.
+        let mut rt = RuntimeConf::new(&c.container_id, &c.netns, &c.ifname);
+        if there {
+            rt.netns.clear();
+        }
         let path = self.cache().path(&c.network, &c.container_id, &c.ifname)?;
         let scanned = |r: &CacheRecord| {
             r.netns == c.netns

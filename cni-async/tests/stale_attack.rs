@@ -152,3 +152,64 @@ fn a_namespace_that_cannot_be_looked_at_is_not_gone() {
         "an unreadable namespace counts as gone"
     );
 }
+
+/// An earlier boot's `/proc/PID/ns/net` is gone (that PID is another
+/// process now), and so is a file left where a namespace was bind-mounted:
+/// the reap's DEL runs without them (the spec lets CNI_NETNS be empty when
+/// the namespace is gone), so no plugin enters another process's namespace
+/// (here this test's own) or refuses a file that is no namespace. A path
+/// that is not there at all is passed on, as libcni would.
+#[tokio::test]
+async fn a_reap_never_hands_plugins_a_path_that_is_not_its_namespace() {
+    let rig = Rig::new();
+    rig.fake(
+        "a",
+        &Fake::new(Response::ok("")).on(
+            "ADD",
+            Response::ok(r#"{"cniVersion":"1.0.0","ips":[{"address":"10.78.0.5/24"}]}"#),
+        ),
+    );
+    let cni = rig.cni();
+    let (file, missing) = (rig.dir.scratch("file"), rig.dir.scratch("missing"));
+    attach(&cni, "proc", Path::new("/proc/self/ns/net")).await;
+    attach(&cni, "file", &file).await;
+    attach(&cni, "missing", &missing).await;
+    std::fs::write(&file, "").unwrap();
+    // All three written in an earlier boot.
+    let boot = std::time::SystemTime::now() - Duration::from_secs(60);
+    for cid in ["proc", "file", "missing"] {
+        std::fs::File::options()
+            .write(true)
+            .open(rig.cache_dir.join(format!("results/{NET}-{cid}-eth0")))
+            .unwrap()
+            .set_modified(boot - Duration::from_secs(3600))
+            .unwrap();
+    }
+    let found = StaleScanner::with_boot_time(Some(boot), None)
+        .scan(cni.cache())
+        .await
+        .unwrap();
+    assert!(
+        found.iter().all(|c| c.verdict.stale().is_some()),
+        "{found:?}"
+    );
+    rig.dir.clear_records();
+    for c in &found {
+        assert_eq!(
+            cni.reap_stale(c, &CallOptions::default()).await.unwrap(),
+            Reaped::Deleted
+        );
+    }
+    let netns_of = |cid: &str| {
+        rig.dir
+            .invocations_of("DEL")
+            .iter()
+            .find(|i| i.var("CNI_CONTAINERID") == Some(cid))
+            .map(|i| i.var("CNI_NETNS").unwrap_or("").to_owned())
+            .unwrap()
+    };
+    assert_eq!(netns_of("proc"), "");
+    assert_eq!(netns_of("file"), "");
+    assert_eq!(netns_of("missing"), missing.to_str().unwrap());
+    assert!(cni.cache().list(None).await.unwrap().is_empty());
+}

@@ -199,6 +199,66 @@ async fn start_up_reaps_left_undone_are_retried_with_stale_after_0() {
     .await;
 }
 
+/// A file left where the namespace was bind-mounted (a runtime that
+/// unmounted it and died before removing the file; a netns dir on a
+/// persistent filesystem across a reboot) is no namespace: the real bridge
+/// plugin refuses to enter it ("unknown FS magic"), so the reap's DEL runs
+/// without it and host-local releases the address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_left_at_the_netns_path_does_not_stop_the_reap() {
+    crate::support::require_root!();
+    use crate::support::netns::{
+        LinkGuard, SubnetLease, bridge_ports, host_local_ips, ip_ok, unique_netns_name,
+    };
+    /// Removes the file the test leaves at the path.
+    struct Leftover(String);
+    impl Drop for Leftover {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    crate::support::require_plugins(&["bridge", "host-local"]);
+    let dirs = Dirs::new();
+    let bridge = LinkGuard::new();
+    let subnet = SubnetLease::new();
+    let br = bridge.name();
+    ip_ok(&["link", "add", "name", br, "type", "bridge"]);
+    ip_ok(&["link", "set", br, "up"]);
+    let data_dir = dirs.data.join("host-local");
+    dirs.conf(
+        "10-reap.conflist",
+        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [
+            {"type": "bridge", "bridge": br, "isGateway": false, "ipMasq": false,
+             "ipam": {"type": "host-local", "dataDir": data_dir,
+                      "ranges": [[{"subnet": subnet.cidr(), "gateway": subnet.host(1).to_string()}]]}}]}),
+    );
+    let name = unique_netns_name();
+    ip_ok(&["netns", "add", &name]);
+    let path = format!("/run/netns/{name}");
+    let _leftover = Leftover(path.clone());
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    client
+        .add(NET, &AttachmentRequest::new("file-c", &path, "eth0"))
+        .await
+        .expect("ADD");
+    assert_eq!(host_local_ips(&data_dir, NET).len(), 1);
+    daemon.kill9();
+    ip_ok(&["netns", "del", &name]);
+    std::fs::write(&path, "").unwrap();
+    simulate_reboot(&dirs);
+
+    let daemon = Daemon::start(&dirs, &[]);
+    eventually_async(LIMIT, "the reap done", || async {
+        daemon.log().contains("stale attachment deleted")
+            || daemon.log().contains("cannot delete a stale attachment")
+    })
+    .await;
+    assert!(dirs.cached().is_empty(), "{}", daemon.log());
+    assert!(host_local_ips(&data_dir, NET).is_empty(), "IP left");
+    assert!(bridge_ports(br).is_empty());
+}
+
 /// The daemon "rebooted" (as `daemon_reaper.rs` simulates it): every cache
 /// record dated before this boot.
 fn simulate_reboot(dirs: &Dirs) {
