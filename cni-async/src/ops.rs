@@ -539,6 +539,21 @@ impl Cni {
         rt: &RuntimeConf,
         opts: &CallOptions,
     ) -> Result<(), Error> {
+        self.del_cached_expecting(network, rt, opts, None).await
+    }
+
+    /// [`Cni::del_cached`]; with `expect`, only while the cache holds a
+    /// record `expect` accepts once the attachment's lock is taken (otherwise
+    /// [`Error::NotAttached`], nothing run), and with `rt.netns` as given
+    /// (empty: none): what a reap of a record scanned earlier needs
+    /// ([`crate::stale`]).
+    pub(crate) async fn del_cached_expecting(
+        &self,
+        network: &str,
+        rt: &RuntimeConf,
+        opts: &CallOptions,
+        expect: Option<&Expect<'_>>,
+    ) -> Result<(), Error> {
         validate::network_name(network)?;
         rt.validate()?;
         let Some(CacheEntry::Record(rec)) = self
@@ -565,11 +580,13 @@ impl Cni {
         if rt.capability_args.is_empty() {
             rt.capability_args = rec.capability_args.clone();
         }
-        if rt.netns.is_empty() {
+        // A reap (`expect`) chose its netns: empty means none.
+        if rt.netns.is_empty() && expect.is_none() {
             rt.netns = rec.netns.clone();
         }
         let deadline = self.deadline(Command::Del, opts);
-        self.del(&Net::list(&list), &rt, deadline).await
+        self.del_expecting(&Net::list(&list), &rt, deadline, None, expect)
+            .await
     }
 
     /// CHECK: refused below 0.4.0; a no-op with `disableCheck`; refused with
@@ -1156,7 +1173,7 @@ impl Cni {
         }
         tracing::info!("ADD given up by its caller after it finished; deleting it");
         let deadline = self.deadline(Command::Del, &CallOptions::default());
-        if let Err(e) = self.del_holding(&owned.net(), &rt, deadline, lock).await {
+        if let Err(e) = self.del_expecting(&owned.net(), &rt, deadline, lock, None).await {
             tracing::warn!(error = %Escaped(Chain(&e)), "DEL of a given-up ADD failed");
         }
     }
@@ -1283,18 +1300,20 @@ impl Cni {
     }
 
     async fn del(&self, net: &Net<'_>, rt: &RuntimeConf, deadline: Deadline) -> Result<(), Error> {
-        self.del_holding(net, rt, deadline, None).await
+        self.del_expecting(net, rt, deadline, None, None).await
     }
 
-    /// [`Cni::del`] with the attachment's lock already held (`held`), as a
-    /// detached ADD's task holds it from the ADD to the DEL of a result
-    /// nobody took.
-    async fn del_holding(
+    /// DEL; with `held`, the attachment's lock already held (as a detached
+    /// ADD's task holds it from the ADD to the DEL of a result nobody
+    /// took); with `expect`, only while the cache holds a record it accepts
+    /// once the lock is taken ([`Cni::del_cached_expecting`]).
+    async fn del_expecting(
         &self,
         net: &Net<'_>,
         rt: &RuntimeConf,
         deadline: Deadline,
         held: Option<AttachmentLock>,
+        expect: Option<&Expect<'_>>,
     ) -> Result<(), Error> {
         Self::validate_attachment(net, rt)?;
         let span = tracing::info_span!("cni.del", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
@@ -1310,7 +1329,7 @@ impl Cni {
             let (cid, ifname, timeout) = (&rt.container_id, &rt.ifname, deadline.remaining());
             let locked = if let Some(lock) = held {
                 Ok((lock, None))
-            } else if with_prev {
+            } else if with_prev || expect.is_some() {
                 cache
                     .lock_and_read(net.name, cid, ifname, timeout)
                     .await
@@ -1326,6 +1345,16 @@ impl Cni {
                 }
                 Err(e) => return Err(e),
             };
+            if let Some(expect) = expect {
+                let same = matches!(&read, Some(Ok(Some(CacheEntry::Record(now)))) if expect(now));
+                if lock.is_none() || !same {
+                    return Err(Error::NotAttached {
+                        network: net.name.to_owned(),
+                        container_id: cid.clone(),
+                        ifname: ifname.clone(),
+                    });
+                }
+            }
             let prev = if with_prev {
                 let read = match read {
                     Some(read) => read,
@@ -1594,6 +1623,10 @@ struct Added {
     result: CniResult,
     lock: Option<AttachmentLock>,
 }
+
+/// What a DEL expects of the record it finds under the lock
+/// ([`Cni::del_cached_expecting`]).
+pub(crate) type Expect<'a> = dyn Fn(&CacheRecord) -> bool + Send + Sync + 'a;
 
 #[derive(Debug)]
 enum DelTarget<'a> {

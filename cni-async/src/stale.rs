@@ -6,7 +6,9 @@
 //! them ([`Cni::reap_stale`]) with what libcni would pass: the cached
 //! configuration, the cached result as `prevResult`, the cached args and
 //! the recorded netns path (the spec lets a plugin see a missing namespace
-//! on DEL). cnid's reaper and `cnitool gc --stale` are both built on it.
+//! on DEL; a path that is there but is not the namespace any more, an
+//! earlier boot's `/proc/PID/ns/net` or a file left by a bind mount, is
+//! not passed: CNI_NETNS is empty then). cnid's reaper and `cnitool gc --stale` are both built on it.
 //!
 //! ```no_run
 //! # async fn demo(cni: &cni_async::Cni) -> Result<(), cni_async::Error> {
@@ -28,6 +30,7 @@
 //! |---|---|---|---|
 //! | none | | | kept ([`Kept::NoNetns`]): nothing to look at |
 //! | a path | a network namespace | | kept ([`Kept::NamespaceExists`]) |
+//! | a path | cannot be looked at (no permission, out of descriptors) | | kept ([`Kept::Unknown`]) |
 //! | a path | gone | in an earlier boot | stale ([`StaleReason::Rebooted`]) |
 //! | a path | gone | in this boot | stale ([`StaleReason::NamespaceGone`]) once seen gone for `stale_after`, [`Verdict::Waiting`] until then |
 //!
@@ -57,16 +60,18 @@
 //! - The namespace is checked from the caller's mount namespace: a netns
 //!   path valid only in another mount namespace looks gone.
 //! - [`Cni::reap_stale`] checks again, just before the DEL, that the
-//!   record file is the one scanned (same mtime) and that its namespace is
-//!   still gone; a caller racing other tools on the same attachment (cnid)
-//!   also orders the reap with its own operations on it.
+//!   record file is the one scanned (same mtime; once more under the
+//!   attachment's lock, so another tool's DEL and re-ADD in between is
+//!   never DELed) and that its namespace is still gone; a caller racing
+//!   other tools on the same attachment (cnid) also orders the reap with
+//!   its own operations on it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use cni_core::RuntimeConf;
-use cni_core::cache::CacheEntry;
+use cni_core::cache::{CacheEntry, CacheRecord};
 
 use crate::cache::{RecordScan, ResultCache, ScannedRecord};
 use crate::error::Error;
@@ -104,6 +109,9 @@ pub enum Kept {
     NamespaceExists,
     /// No netns path was recorded: nothing tells whether it is gone.
     NoNetns,
+    /// The netns path cannot be looked at (no permission, out of file
+    /// descriptors): nothing tells whether it is gone.
+    Unknown,
 }
 
 /// What to do with a cached attachment.
@@ -139,6 +147,8 @@ pub enum Netns {
     Alive,
     /// The path is not a network namespace (missing, or not one any more).
     Gone,
+    /// The path cannot be looked at: neither alive nor gone.
+    Unknown,
 }
 
 /// The verdict on one attachment (see the [module docs](self)):
@@ -154,6 +164,7 @@ pub fn verdict(
     match netns {
         Netns::Unrecorded => Verdict::Kept(Kept::NoNetns),
         Netns::Alive => Verdict::Kept(Kept::NamespaceExists),
+        Netns::Unknown => Verdict::Kept(Kept::Unknown),
         Netns::Gone if earlier_boot => Verdict::Stale(StaleReason::Rebooted),
         Netns::Gone => match stale_after {
             Some(after) if gone_for >= after => Verdict::Stale(StaleReason::NamespaceGone),
@@ -169,10 +180,12 @@ pub fn netns_state(netns: &str, earlier_boot: bool) -> Netns {
         Netns::Unrecorded
     } else if earlier_boot && netns.starts_with("/proc/") {
         Netns::Gone
-    } else if crate::sys::nsfs::is_network_namespace(Path::new(netns)) {
-        Netns::Alive
     } else {
-        Netns::Gone
+        match crate::sys::nsfs::network_namespace(Path::new(netns)) {
+            Ok(true) => Netns::Alive,
+            Ok(false) => Netns::Gone,
+            Err(_) => Netns::Unknown,
+        }
     }
 }
 
@@ -350,14 +363,15 @@ pub enum Reaped {
     /// Nothing to do: the record is gone or was written again since the
     /// scan (a DEL or a new ADD came first).
     Changed,
-    /// Nothing done: the namespace is there again.
+    /// Nothing done: the namespace is there again (or cannot be looked at).
     Alive,
 }
 
 impl Cni {
     /// DELs a stale attachment `c` found by [`StaleScanner::scan`] with
     /// its cached configuration, result (`prevResult`), args and netns
-    /// path, and removes its record, unless the record changed (is gone,
+    /// path (none when the path is there but is not its namespace any
+    /// more), and removes its record, unless the record changed (is gone,
     /// or its file was written since the scan) or the namespace came back
     /// since the scan. A failed DEL leaves the record (a later reap or a
     /// DEL tries again).
@@ -365,20 +379,21 @@ impl Cni {
         let path = self.cache().path(&c.network, &c.container_id, &c.ifname)?;
         let earlier = matches!(c.verdict, Verdict::Stale(StaleReason::Rebooted));
         let (netns, written) = (c.netns.clone(), c.written);
-        let now = tokio::task::spawn_blocking(move || {
+        let (now, there) = tokio::task::spawn_blocking(move || {
             let same = std::fs::symlink_metadata(&path)
                 .and_then(|m| m.modified())
                 .is_ok_and(|m| Some(m) == written);
             if !same {
-                return Reaped::Changed;
+                return (Reaped::Changed, true);
             }
+            let there = std::fs::metadata(&netns).is_ok();
             match netns_state(&netns, earlier) {
-                Netns::Alive | Netns::Unrecorded => Reaped::Alive,
-                Netns::Gone => Reaped::Deleted,
+                Netns::Gone => (Reaped::Deleted, there),
+                Netns::Alive | Netns::Unrecorded | Netns::Unknown => (Reaped::Alive, there),
             }
         })
         .await
-        .unwrap_or(Reaped::Changed);
+        .unwrap_or((Reaped::Changed, true));
         if now != Reaped::Deleted {
             return Ok(now);
         }
@@ -393,10 +408,35 @@ impl Cni {
             _ => return Ok(Reaped::Changed),
         }
         // The record's own config, args and capability args (`del_cached`
-        // takes them when `rt` has none).
-        let rt = RuntimeConf::new(&c.container_id, &c.netns, &c.ifname);
-        self.del_cached(&c.network, &rt).options(opts).await?;
-        Ok(Reaped::Deleted)
+        // takes them when `rt` has none). The DEL checks again, under the
+        // attachment's lock, that the record is still the scanned one:
+        // another tool's DEL and re-ADD may have come between the checks
+        // above and the lock.
+        // A path that is there but is not the record's namespace (an
+        // earlier boot's /proc/PID/ns/net, another process's now; a file
+        // left where a namespace was bind-mounted) is not handed to the
+        // plugins: they would enter another namespace, or refuse the
+        // file. The spec lets CNI_NETNS be empty when the namespace is
+        // gone. A missing path is passed on, as libcni would.
+        let mut rt = RuntimeConf::new(&c.container_id, &c.netns, &c.ifname);
+        if there {
+            rt.netns.clear();
+        }
+        let path = self.cache().path(&c.network, &c.container_id, &c.ifname)?;
+        let scanned = |r: &CacheRecord| {
+            r.netns == c.netns
+                && std::fs::symlink_metadata(&path)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|m| Some(m) == c.written)
+        };
+        match self
+            .del_cached_expecting(&c.network, &rt, opts, Some(&scanned))
+            .await
+        {
+            Ok(()) => Ok(Reaped::Deleted),
+            Err(e) if e.kind() == crate::ErrorKind::NotAttached => Ok(Reaped::Changed),
+            Err(e) => Err(e),
+        }
     }
 }
 

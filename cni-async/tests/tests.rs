@@ -53,4 +53,5 @@ mod ops_rollback_on_cancel;
 mod ops_single;
 mod ops_stdin_env;
 mod ops_validation;
+mod stale_attack;
 mod stale_scan;

@@ -11,16 +11,18 @@ use crate::support::tool::{Sandbox, expected_container_id};
 const NET: &str = "gcstale";
 
 /// Two attachments: `alive` on a link to a live network namespace, `gone`
-/// on a path that does not exist. Returns (alive netns, gone netns).
+/// on a path that no longer exists. Returns (alive netns, gone netns).
 fn two_attachments(sb: &Sandbox) -> (String, String) {
     sb.plugins.fake("a", &Fake::plugin("1.0.0", "10.1.2.3/24"));
     sb.conflist(NET, "1.0.0", &[serde_json::json!({"type": "a"})]);
     let alive = sb.root().join("alive-ns");
     std::os::unix::fs::symlink("/proc/self/ns/net", &alive).unwrap();
     let alive = alive.to_str().unwrap().to_owned();
-    let gone = sb.root().join("gone-ns").to_str().unwrap().to_owned();
+    // Exists at ADD (cnitool refuses a missing netns), removed after it.
+    let gone = sb.netns("gone-ns");
     sb.run(&["add", NET, &alive]).ok();
     sb.run(&["add", NET, &gone]).ok();
+    std::fs::remove_file(&gone).unwrap();
     assert_eq!(sb.cache_entries().len(), 2);
     sb.plugins.clear_records();
     (alive, gone)

@@ -21,22 +21,30 @@ use nix::sys::statfs::{NSFS_MAGIC, fstatfs};
 /// directory, another namespace type, no permission) is `false`: callers
 /// answer them all alike.
 pub(crate) fn is_network_namespace(path: &Path) -> bool {
-    let Ok(fd) = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) else {
-        return false;
+    network_namespace(path).unwrap_or(false)
+}
+
+/// [`is_network_namespace`], telling "not one" (`Ok(false)`: missing, a
+/// path through a non-directory, a file that is no network namespace)
+/// from "cannot tell" (`Err`: no permission, out of descriptors, ...):
+/// what deciding that a namespace is gone needs.
+pub(crate) fn network_namespace(path: &Path) -> io::Result<bool> {
+    let fd = match open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(false),
+        Err(e) => return Err(e.into()),
     };
-    if !fstatfs(&fd).is_ok_and(|st| st.filesystem_type() == NSFS_MAGIC) {
-        return false;
+    if fstatfs(&fd)?.filesystem_type() != NSFS_MAGIC {
+        return Ok(false);
     }
     // An O_PATH descriptor takes no ioctl: reopen the very same file.
     let reopen = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    match open(
+    let ns = open(
         reopen.as_str(),
         OFlag::O_RDONLY | OFlag::O_CLOEXEC,
         Mode::empty(),
-    ) {
-        Ok(ns) => is_net_ns(ns.as_fd()).unwrap_or(false),
-        Err(_) => false,
-    }
+    )?;
+    is_net_ns(ns.as_fd())
 }
 
 /// Whether `fd` refers to a network namespace (`ioctl(NS_GET_NSTYPE)`,

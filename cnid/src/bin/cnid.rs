@@ -108,7 +108,7 @@ struct Cli {
     /// Delete a cached attachment whose network namespace has been gone
     /// this long (its runtime never sent DEL); 0 turns this off. Cached
     /// attachments of an earlier boot whose namespaces are gone are
-    /// deleted at start regardless.
+    /// deleted regardless (at start, then checked every 30 s).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_stale_after)]
     stale_after: Duration,
     /// Runtime worker threads.

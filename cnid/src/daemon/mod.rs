@@ -537,9 +537,11 @@ pub async fn run(config: Config) -> Result<bool, Error> {
             "deleting stale attachments (their namespaces are gone)"
         ),
     }
-    if let Some(after) = config.stale_after {
-        tracker.spawn(stale_reaper.run(reaper::interval(after), stop.clone()));
-    }
+    // With `--stale-after 0` the passes go on too, judging only an
+    // earlier boot's attachments: what the start's pass could not get done
+    // (a DEL out of time, a reap out of time while queued) is tried again.
+    let every = reaper::interval(config.stale_after.unwrap_or(DEFAULT_STALE_AFTER));
+    tracker.spawn(stale_reaper.run(every, stop.clone()));
     let watch = networks::Watch::start(networks, config.watch);
     tracker.spawn(watch.run(stop.clone()));
     let max_connections = conns::effective_cap(config.max_connections, nofile);

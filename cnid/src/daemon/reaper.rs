@@ -10,7 +10,9 @@
 //!   in an earlier boot whose namespace is gone.
 //! - **While running** (unless `--stale-after 0`), a pass every
 //!   [`interval`] queues a reap of every attachment whose namespace has
-//!   been gone for `--stale-after`.
+//!   been gone for `--stale-after`. With `--stale-after 0` the passes
+//!   (every 30 s) judge only an earlier boot's attachments, so what the
+//!   start's pass could not get done (out of time) is tried again.
 //! - **Ordering.** A reap is an operation in its attachment's container
 //!   queue under its network's shared gate (`Work::Reap`), like a DEL: it
 //!   never runs alongside a runtime's DEL, ADD or CHECK of that container,
@@ -23,7 +25,8 @@
 //! - **Failures** (a plugin that refuses a DEL without its namespace, such
 //!   as host-device) are logged with the plugin's error and counted; the
 //!   attachment stays listed as `stale` and is not tried again until its
-//!   record changes or cnid restarts.
+//!   record changes or cnid restarts. A DEL out of time or an attachment
+//!   locked by another tool is no refusal: the next pass tries again.
 //! - **Safety.** Nothing is reaped while the conf dir (also a missing
 //!   one) or the cache cannot be read (a pass is skipped, with a warning). An attachment whose
 //!   namespace exists is never reaped.
@@ -106,8 +109,9 @@ impl StaleView {
 
 impl Engine {
     /// Whether a DEL of `network`/`rt` finds its attachment deleted by the
-    /// reaper (and not attached again since): then it answers success
-    /// without running the plugins again.
+    /// reaper (and not attached again since, not even by an ADD that
+    /// failed and left its intent): then it answers success without
+    /// running the plugins again.
     pub(super) async fn reaped_already(&self, network: &str, rt: &RuntimeConf) -> bool {
         let k = key(network, &rt.container_id, &rt.ifname);
         if !self.stale.was_reaped(&k) {
@@ -118,7 +122,15 @@ impl Engine {
             .cache()
             .path(network, &rt.container_id, &rt.ifname)
             .is_ok_and(|p| std::fs::symlink_metadata(p).is_ok());
-        if cached {
+        // An ADD since the reap that failed and could not be rolled back
+        // left its intent: that attachment's DEL must run.
+        if cached
+            || self
+                .intents
+                .read(network, &rt.container_id, &rt.ifname)
+                .await
+                .is_some()
+        {
             return false;
         }
         self.stale.lock().reaped.remove(&k);
@@ -176,10 +188,22 @@ impl Engine {
                 Ok(Done::Nothing)
             }
             Err(e) => {
-                self.stale.lock().failed.insert(k, c.written);
                 self.metrics.reaped[why][1].fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %cni_core::error::Chain(&e),
-                    "cannot delete a stale attachment; it stays cached and listed as stale, not retried until its record changes or cnid restarts");
+                // Out of time (a plugin slow or stuck once) or the
+                // attachment locked by another tool is no refusal: the
+                // next pass tries again (one reap at a time per
+                // attachment, each bounded by the DEL deadline).
+                if matches!(
+                    e.kind(),
+                    cni_async::ErrorKind::Timeout | cni_async::ErrorKind::Busy
+                ) {
+                    tracing::error!(error = %cni_core::error::Chain(&e),
+                        "cannot delete a stale attachment in time; the next pass tries again");
+                } else {
+                    self.stale.lock().failed.insert(k, c.written);
+                    tracing::error!(error = %cni_core::error::Chain(&e),
+                        "cannot delete a stale attachment; it stays cached and listed as stale, not retried until its record changes or cnid restarts");
+                }
                 Err(ApiError::from_cni(&e, Version::CURRENT))
             }
         }
