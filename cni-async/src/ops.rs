@@ -1173,7 +1173,10 @@ impl Cni {
         }
         tracing::info!("ADD given up by its caller after it finished; deleting it");
         let deadline = self.deadline(Command::Del, &CallOptions::default());
-        if let Err(e) = self.del_expecting(&owned.net(), &rt, deadline, lock, None).await {
+        if let Err(e) = self
+            .del_expecting(&owned.net(), &rt, deadline, lock, None)
+            .await
+        {
             tracing::warn!(error = %Escaped(Chain(&e)), "DEL of a given-up ADD failed");
         }
     }
