@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::support;
-use crate::support::daemon::{Daemon, Dirs, eventually_async, recording_plugin, runs};
+use crate::support::daemon::{
+    Daemon, Dirs, del_gated_plugin, eventually_async, recording_plugin, runs,
+};
 use crate::support::gate::Gate;
 use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
 use cnid::api::AttachmentRequest;
@@ -263,18 +265,7 @@ async fn a_runtime_del_racing_the_reaper_runs_no_second_del() {
     support::require_root!();
     let dirs = Dirs::new();
     let gate = Gate::new(dirs.root());
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin(
-        "gated",
-        &recording_plugin(
-            &records,
-            &format!(
-                "if [ \"$CNI_COMMAND\" = DEL ]; then\n{}\nfi",
-                gate.shell_wait()
-            ),
-        ),
-    );
+    let records = del_gated_plugin(&dirs, "gated", &gate);
     let c = chain(&dirs, &[json!({"type": "gated"})]);
     let daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
     let client = daemon.client().await;
@@ -433,18 +424,7 @@ async fn kill_9_during_a_reap_leaves_the_record_for_the_next_start() {
     support::require_root!();
     let dirs = Dirs::new();
     let gate = Gate::new(dirs.root());
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin(
-        "gated",
-        &recording_plugin(
-            &records,
-            &format!(
-                "if [ \"$CNI_COMMAND\" = DEL ]; then\n{}\nfi",
-                gate.shell_wait()
-            ),
-        ),
-    );
+    let records = del_gated_plugin(&dirs, "gated", &gate);
     dirs.conf(
         "10-gated.conflist",
         &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "gated"}]}),

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::support::daemon::{Daemon, Dirs, eventually_async, recording_plugin, runs};
+use crate::support::daemon::{
+    Daemon, Dirs, del_gated_plugin, eventually_async, recording_plugin, runs,
+};
 use crate::support::gate::Gate;
 use crate::support::netns::Netns;
 use cnid::api::AttachmentRequest;
@@ -21,18 +23,7 @@ async fn a_reap_that_timed_out_is_tried_again() {
     crate::support::require_root!();
     let dirs = Dirs::new();
     let gate = Gate::new(dirs.root());
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin(
-        "stuck",
-        &recording_plugin(
-            &records,
-            &format!(
-                "if [ \"$CNI_COMMAND\" = DEL ]; then\n{}\nfi",
-                gate.shell_wait()
-            ),
-        ),
-    );
+    let records = del_gated_plugin(&dirs, "stuck", &gate);
     dirs.conf(
         "10-stuck.conflist",
         &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "stuck"}]}),
@@ -52,15 +43,12 @@ async fn a_reap_that_timed_out_is_tried_again() {
     })
     .await;
     gate.release();
+    // The log line is the reap's last step, after the record's removal.
     eventually_async(LIMIT, "reaped by a later pass", || async {
-        dirs.cached().is_empty()
+        daemon.log().contains("stale attachment deleted")
     })
     .await;
-    assert!(
-        daemon.log().contains("stale attachment deleted"),
-        "{}",
-        daemon.log()
-    );
+    assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
     // The killed DEL never wrote its run record; the retry did.
     let dels = runs(&records)
         .into_iter()
@@ -142,18 +130,7 @@ async fn start_up_reaps_left_undone_are_retried_with_stale_after_0() {
     crate::support::require_root!();
     let dirs = Dirs::new();
     let gate = Gate::new(dirs.root());
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
-    dirs.plugin(
-        "slow",
-        &recording_plugin(
-            &records,
-            &format!(
-                "if [ \"$CNI_COMMAND\" = DEL ]; then\n{}\nfi",
-                gate.shell_wait()
-            ),
-        ),
-    );
+    del_gated_plugin(&dirs, "slow", &gate);
     dirs.conf(
         "10-slow.conflist",
         &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "slow"}]}),

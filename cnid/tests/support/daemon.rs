@@ -556,6 +556,25 @@ pub fn kill_group(pgid: i32) {
     }
 }
 
+/// Installs `name`, a recording plugin ([`recording_plugin`]) whose DEL
+/// waits at `gate` (a DEL the test holds, or lets run out of time);
+/// returns its records dir (`<data>/records`, for [`runs`]).
+pub fn del_gated_plugin(dirs: &Dirs, name: &str, gate: &crate::support::gate::Gate) -> PathBuf {
+    let records = dirs.data.join("records");
+    fs::create_dir_all(&records).expect("create records dir");
+    dirs.plugin(
+        name,
+        &recording_plugin(
+            &records,
+            &format!(
+                "if [ \"$CNI_COMMAND\" = DEL ]; then\n{}\nfi",
+                gate.shell_wait()
+            ),
+        ),
+    );
+    records
+}
+
 /// A recording fake plugin's script: every invocation writes one line
 /// `COMMAND CONTAINER IFNAME SEQ START_NS END_NS` into its own file under
 /// `records` (no locks, no shared file), `SEQ` from `CNI_ARGS`
