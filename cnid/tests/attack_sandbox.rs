@@ -293,3 +293,82 @@ async fn a_sandbox_del_racing_the_reaper_deletes_each_network_once() {
     assert_eq!(dels(&dirs), ["allocga", "allocgb"]);
     assert!(dirs.intents().is_empty(), "{:?}", dirs.intents());
 }
+
+/// A GC of a sandbox's second network arriving while the sandbox's ADD
+/// runs its first, with one operation at a time (`--max-parallel 1`): the
+/// GC takes its network's gate at once and waits for the permit; the
+/// sandbox's step on that network waits for the gate. Neither may wait
+/// for the other: both finish well within their deadlines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gc_and_a_sandbox_add_over_its_networks_do_not_deadlock() {
+    let dirs = Dirs::new();
+    let hang = Gate::new(dirs.root());
+    let alloc = allocating_network(
+        &dirs,
+        "10-a.conflist",
+        "atksda",
+        "allocda",
+        &hang.shell_wait(),
+        "",
+    );
+    allocating_network(&dirs, "20-b.conflist", "atksdb", "allocdb", "", "");
+    let daemon = Daemon::start(&dirs, &["--max-parallel", "1"]);
+    let client = daemon.client().await;
+    let request = SandboxRequest {
+        container_id: "sb-gc".into(),
+        netns: dirs.netns("sb-gc"),
+        networks: vec![SandboxNetwork::new("atksda"), SandboxNetwork::new("atksdb")],
+        ..Default::default()
+    };
+    let add = {
+        let socket = dirs.socket.clone();
+        let request = request.clone();
+        tokio::spawn(async move {
+            let client = cnid::client::Client::connect(&socket).await.unwrap();
+            client.sandbox_add(&request).await
+        })
+    };
+    hang.wait_started(1).await;
+    let gc = {
+        let socket = dirs.socket.clone();
+        tokio::spawn(async move {
+            let client = cnid::client::Client::connect(&socket).await.unwrap();
+            client
+                .gc(
+                    "atksdb",
+                    &cnid::api::GcRequest {
+                        valid_attachments: vec![cni_core::stdin::GcAttachment {
+                            container_id: "sb-gc".into(),
+                            ifname: "eth1".into(),
+                        }],
+                        timeout_ms: None,
+                    },
+                )
+                .await
+        })
+    };
+    crate::support::daemon::eventually_async(Duration::from_secs(60), "the GC queued", || async {
+        client
+            .operations(None)
+            .await
+            .unwrap()
+            .iter()
+            .any(|o| o.verb == "GC")
+    })
+    .await;
+    hang.release();
+    let limit = Duration::from_secs(20);
+    tokio::time::timeout(limit, add)
+        .await
+        .expect("the sandbox's ADD is not stuck")
+        .unwrap()
+        .expect("sandbox ADD");
+    tokio::time::timeout(limit, gc)
+        .await
+        .expect("the GC is not stuck")
+        .unwrap()
+        .expect("GC");
+    assert_eq!(allocated(&alloc).len(), 2, "{:?}", allocated(&alloc));
+    client.sandbox_del(&request).await.unwrap();
+    assert!(allocated(&alloc).is_empty(), "{:?}", allocated(&alloc));
+}
