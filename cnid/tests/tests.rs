@@ -6,6 +6,7 @@
 
 mod support;
 
+mod attack_sandbox;
 mod binaries_version;
 mod cnitool_batch;
 mod cnitool_commands;

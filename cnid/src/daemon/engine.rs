@@ -834,7 +834,9 @@ impl Engine {
 /// cnid's steps of a sandbox operation: each ADD and DEL as the
 /// per-network endpoints do it (the ADD journal's records, the owners
 /// table), all within the operation's one deadline; the networks whose ADD
-/// succeeded are remembered for the error of a failed setup.
+/// succeeded are remembered for the error of a failed setup. Each step
+/// takes a permit of the parallelism limit once its gate is granted
+/// (`Scheduler::permit`).
 struct SandboxSteps<'e> {
     engine: &'e Engine,
     deadline: Instant,
@@ -876,6 +878,7 @@ impl StepHook for SandboxSteps<'_> {
         let Some(list) = step.list else {
             return Err(ApiError::unknown_network(step.network).into_cni(Version::CURRENT));
         };
+        let _permit = self.engine.sched.permit().await;
         let result = self.engine.add_result(list, step.rt, opts).await?;
         self.set_up
             .lock()
@@ -885,8 +888,25 @@ impl StepHook for SandboxSteps<'_> {
     }
 
     async fn del(&self, step: SandboxStep<'_>, opts: CallOptions) -> Result<(), cni_async::Error> {
+        let _permit = self.engine.sched.permit().await;
         self.engine
             .del(step.network, step.list, step.rt, opts)
+            .await
+    }
+
+    async fn check(
+        &self,
+        step: SandboxStep<'_>,
+        opts: CallOptions,
+    ) -> Result<(), cni_async::Error> {
+        let Some(list) = step.list else {
+            return Err(ApiError::unknown_network(step.network).into_cni(Version::CURRENT));
+        };
+        let _permit = self.engine.sched.permit().await;
+        self.engine
+            .cni
+            .check_network_list(list, step.rt)
+            .options(&opts)
             .await
     }
 }

@@ -14,7 +14,10 @@
 //!   network, and every operation that starts after GC arrived waits until
 //!   GC ends. CHECK is included because GC may delete what it would check.
 //! - **A global limit**: at most `max_parallel` operations run plugins at
-//!   once (a semaphore, taken after the gate).
+//!   once (a semaphore, taken after the gate; a sandbox operation takes it
+//!   for each network's step, after that step's gate, so that it never
+//!   holds a permit while it waits for a gate a GC holds, nor a GC's
+//!   gate while it waits for a permit).
 //! - **Coalescing**: a DEL identical to the last queued operation of its
 //!   container (also a DEL, same network, interface, netns and arguments,
 //!   not started yet) does not queue again; it waits for that one and gets
@@ -289,6 +292,13 @@ impl Scheduler {
         &self.gates
     }
 
+    /// A permit to run plugins, for a step of a sandbox operation, taken
+    /// after the step's gate (as every other operation takes its permit
+    /// after its gate). `None` only once the scheduler is closed.
+    pub(crate) async fn permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.permits.clone().acquire_owned().await.ok()
+    }
+
     fn state(&self) -> MutexGuard<'_, SchedState> {
         lock(&self.st)
     }
@@ -408,7 +418,14 @@ impl Scheduler {
                 }
                 None => None,
             };
-            let permit = self.permits.clone().acquire_owned().await.ok()?;
+            // A sandbox operation takes a permit per step, after that
+            // step's gate (`Scheduler::permit`): holding one while a step
+            // waits for a gate would wait for a GC that waits for it.
+            let permit = if op.sandbox {
+                None
+            } else {
+                Some(self.permits.clone().acquire_owned().await.ok()?)
+            };
             Some((ticket, permit))
         };
         let (ticket, permit) = tokio::select! {
@@ -567,11 +584,12 @@ impl Scheduler {
     }
 }
 
-/// A claimed operation: holds its gate and permit until completed.
+/// A claimed operation: holds its gate and permit until completed (a
+/// sandbox operation neither: its steps take theirs).
 #[derive(Debug)]
 pub(crate) struct Claim {
     _ticket: Option<GateTicket>,
-    _permit: OwnedSemaphorePermit,
+    _permit: Option<OwnedSemaphorePermit>,
     started: Instant,
 }
 
