@@ -69,6 +69,20 @@ impl Chain {
         }
     }
 
+    /// Waits (within [`GATE_WAIT_LIMIT`]) until the ADD cached its result:
+    /// finished, its result not yet taken.
+    async fn record_written(&self) {
+        let record = self.rig.cache_file("roc", "c1", "eth0");
+        let end = std::time::Instant::now() + GATE_WAIT_LIMIT;
+        while !record.exists() {
+            assert!(
+                std::time::Instant::now() < end,
+                "no cache record within {GATE_WAIT_LIMIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// What is left of the attachment: state files, cache record, lock
     /// file, live plugin processes.
     fn leftovers(&self) -> Vec<String> {
@@ -146,15 +160,7 @@ async fn dropped_at(at: DropAt, fail_last: bool) -> (Vec<String>, Chain) {
         DropAt::Finished => {
             chain.release_all();
             assert!(poll_once(&mut add).await.is_pending());
-            let record = chain.rig.cache_file("roc", "c1", "eth0");
-            let end = std::time::Instant::now() + GATE_WAIT_LIMIT;
-            while !record.exists() {
-                assert!(
-                    std::time::Instant::now() < end,
-                    "no cache record within {GATE_WAIT_LIMIT:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            chain.record_written().await;
         }
     }
     drop(add);
@@ -287,15 +293,7 @@ async fn a_retry_right_after_giving_up_a_finished_add_is_not_deleted_by_its_clea
         };
         assert!(poll_once(&mut first).await.is_pending());
         // Finished and cached, its result not taken.
-        let record = chain.rig.cache_file("roc", "c1", "eth0");
-        let end = std::time::Instant::now() + GATE_WAIT_LIMIT;
-        while !record.exists() {
-            assert!(
-                std::time::Instant::now() < end,
-                "round {round}: no cache record within {GATE_WAIT_LIMIT:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        chain.record_written().await;
         drop(first);
         let retry = {
             let cni = cni.clone();
