@@ -12,11 +12,12 @@
 //! journal's commit lines another boot id.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::support;
 use crate::support::daemon::{
-    Daemon, Dirs, del_gated_plugin, eventually_async, recording_plugin, runs,
+    Daemon, Dirs, date_records_before_boot, del_gated_plugin, eventually_async, recording_plugin,
+    runs,
 };
 use crate::support::gate::Gate;
 use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
@@ -78,22 +79,7 @@ fn data_dir_leftovers(data_dir: &Path) -> Vec<String> {
 /// After `kill -9`: the machine "rebooted". Every cache record is dated
 /// before this boot and the journal's commit lines are another boot's.
 fn simulate_reboot(dirs: &Dirs) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let btime: u64 = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let before = SystemTime::UNIX_EPOCH + Duration::from_secs(btime - 3600);
-    for name in dirs.cached() {
-        let f = std::fs::File::options()
-            .write(true)
-            .open(dirs.cache.join("results").join(&name))
-            .unwrap();
-        f.set_modified(before).unwrap();
-    }
+    let before = date_records_before_boot(dirs);
     let journal = dirs.state.join("intents/journal");
     if let Ok(text) = std::fs::read_to_string(&journal) {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();

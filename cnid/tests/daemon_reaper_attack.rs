@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::support::daemon::{
-    Daemon, Dirs, del_gated_plugin, eventually_async, recording_plugin, runs,
+    Daemon, Dirs, date_records_before_boot, del_gated_plugin, eventually_async, recording_plugin,
+    runs,
 };
 use crate::support::gate::Gate;
 use crate::support::netns::Netns;
@@ -239,20 +240,5 @@ async fn a_file_left_at_the_netns_path_does_not_stop_the_reap() {
 /// The daemon "rebooted" (as `daemon_reaper.rs` simulates it): every cache
 /// record dated before this boot.
 fn simulate_reboot(dirs: &Dirs) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let btime: u64 = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let before = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(btime - 3600);
-    for name in dirs.cached() {
-        let f = std::fs::File::options()
-            .write(true)
-            .open(dirs.cache.join("results").join(&name))
-            .unwrap();
-        f.set_modified(before).unwrap();
-    }
+    date_records_before_boot(dirs);
 }

@@ -556,6 +556,34 @@ pub fn kill_group(pgid: i32) {
     }
 }
 
+/// A second before this boot, less an hour: what a record written in an
+/// earlier boot is dated (`btime` of `/proc/stat`).
+pub fn before_this_boot() -> std::time::SystemTime {
+    let stat = fs::read_to_string("/proc/stat").expect("read /proc/stat");
+    let btime: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .expect("btime in /proc/stat")
+        .trim()
+        .parse()
+        .expect("btime is a number");
+    std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(btime - 3600)
+}
+
+/// Dates every cache record of `dirs` before this boot (a simulated
+/// reboot, as far as the cache shows it); returns that time.
+pub fn date_records_before_boot(dirs: &Dirs) -> std::time::SystemTime {
+    let before = before_this_boot();
+    for name in dirs.cached() {
+        let f = fs::File::options()
+            .write(true)
+            .open(dirs.cache.join("results").join(&name))
+            .expect("open cache record");
+        f.set_modified(before).expect("date cache record");
+    }
+    before
+}
+
 /// Installs `name`, a recording plugin ([`recording_plugin`]) whose DEL
 /// waits at `gate` (a DEL the test holds, or lets run out of time);
 /// returns its records dir (`<data>/records`, for [`runs`]).
