@@ -7,7 +7,7 @@
 CARGO ?= cargo
 PLUGIN_DIR ?= /usr/lib/cni
 
-.PHONY: all setup demo test fmt-check lint unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench deploy-check
+.PHONY: all setup demo test fmt-check lint lint-deploy unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench deploy-check
 
 all: test
 
@@ -69,14 +69,29 @@ lint:
 # integration binary ran in 96 s with 4 threads against 127 s with 2 (2
 # CPUs, a busy machine, one paired run); the suite must pass at any count
 # (make stress runs two suites at once).
+# A plain `cargo test`, not --all-targets: the libraries, the integration
+# binaries, the binaries that have tests of their own, the benchmarks (run
+# once each, `test = true`) and the doc tests, in one command. The binaries
+# marked `test = false` have no tests in their own files; --all-targets
+# would compile and link an empty test harness for each.
 RUST_TEST_THREADS ?= $(shell echo $$(( $$(nproc) * 2 )))
 unit:
 	$(CARGO) build --workspace --bins --all-features
-	CNIRS_TEST_REQUIRE_ROOT=1 RUST_TEST_THREADS=$(RUST_TEST_THREADS) $(CARGO) test --workspace --all-targets --all-features
-	$(CARGO) test --workspace --doc --all-features
+	CNIRS_TEST_REQUIRE_ROOT=1 RUST_TEST_THREADS=$(RUST_TEST_THREADS) $(CARGO) test --workspace --all-features
 
 # fuzz-smoke last: 10 s per parser target (cargo-fuzz is installed if missing).
-test: setup fmt-check lint deploy-check unit fuzz-smoke
+# lint and deploy-check run at the same time (lint-deploy): deploy-check
+# mostly waits on PyPI for its venv (26 s on a fresh clone), lint on the CPU.
+# CARGO_INCREMENTAL=0 (unless set): incremental compilation keeps state for
+# the next edit, which costs a one-off build: a fresh `cargo test --no-run`
+# of the workspace crates took 153 s of CPU without it against 201 s with
+# it (BENCHMARKS.md, "The suite's cost"). `cargo test` after `make test`
+# rebuilds the workspace crates once, incrementally; the reverse does not.
+test: export CARGO_INCREMENTAL ?= 0
+test: setup fmt-check lint-deploy unit fuzz-smoke
+
+lint-deploy:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint deploy-check
 
 # The DaemonSet (cnid/contrib/kubernetes/cnid.yaml) against Kubernetes' own
 # schema, strictly (unknown fields refused), for the oldest supported minor
@@ -151,14 +166,26 @@ CARGO_FUZZ_VERSION ?= 0.13.2
 # dependencies they share (cni-core, serde_json, libfuzzer-sys) build once.
 FUZZ_TARGET_DIR ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/fuzz
 FUZZ_FLAGS = -O -a -s $(FUZZ_SANITIZER) --target-dir $(FUZZ_TARGET_DIR)
-FUZZ_RUN = CARGO="$(CARGO)" FUZZ_FLAGS="$(FUZZ_FLAGS)" FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_DIRS="$(FUZZ_DIRS)" cni-core/fuzz/run.sh
+# libFuzzer itself (C++) prebuilt: libfuzzer-sys compiles it from source
+# otherwise, about 65 s of CPU, the largest single part of a fresh
+# fuzz-build. Debian's libfuzzer-N-dev of the LLVM major rustc is built on
+# (fuzz-install installs it when apt has it; else libfuzzer-sys builds its
+# own, as before). The same variable must reach `cargo fuzz run`, or it
+# would rebuild.
+RUSTC_LLVM_MAJOR = $(shell rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
+LIBFUZZER_A = /usr/lib/llvm-$(RUSTC_LLVM_MAJOR)/lib/libFuzzer.a
+FUZZ_ENV = RUSTC_BOOTSTRAP=1 $(if $(wildcard $(LIBFUZZER_A)),CUSTOM_LIBFUZZER_PATH=$(LIBFUZZER_A))
+FUZZ_RUN = $(FUZZ_ENV) CARGO="$(CARGO)" FUZZ_FLAGS="$(FUZZ_FLAGS)" FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_DIRS="$(FUZZ_DIRS)" cni-core/fuzz/run.sh
 
 fuzz-install:
 	@$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION)
+	@[ -f $(LIBFUZZER_A) ] || [ "$$(id -u)" != 0 ] \
+		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfuzzer-$(RUSTC_LLVM_MAJOR)-dev >/dev/null 2>&1 \
+		|| echo "fuzz-install: no libfuzzer-$(RUSTC_LLVM_MAJOR)-dev from apt; libfuzzer-sys builds libFuzzer itself"
 
 fuzz-build: fuzz-install
-	cd cni-core && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build $(FUZZ_FLAGS)
-	cd cnid/api && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build $(FUZZ_FLAGS)
+	cd cni-core && $(FUZZ_ENV) $(CARGO) fuzz build $(FUZZ_FLAGS)
+	cd cnid/api && $(FUZZ_ENV) $(CARGO) fuzz build $(FUZZ_FLAGS)
 
 fuzz-smoke: fuzz-build
 	$(FUZZ_RUN) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)

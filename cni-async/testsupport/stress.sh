@@ -38,11 +38,11 @@ say "second copy: $second at $(git -C "$second" rev-parse --short HEAD)"
 
 unit() { # DIR: the suite as `make unit` runs it, in DIR with its own target dir
 	(cd "$1" && CARGO_TARGET_DIR="$1/target" CNIRS_TEST_REQUIRE_ROOT=1 \
-		"$CARGO" test --workspace --all-targets --all-features --no-fail-fast)
+		"$CARGO" test --workspace --all-features --no-fail-fast)
 }
 build() {
 	(cd "$1" && CARGO_TARGET_DIR="$1/target" "$CARGO" build -q --workspace --bins --all-features &&
-		CARGO_TARGET_DIR="$1/target" "$CARGO" test -q --workspace --all-targets --all-features --no-run)
+		CARGO_TARGET_DIR="$1/target" "$CARGO" test -q --workspace --all-features --no-run)
 }
 
 say "building both copies"
