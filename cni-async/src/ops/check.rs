@@ -1,0 +1,123 @@
+//! CHECK: [`Cni::check_network_list`], [`Cni::check_network`], [`CheckRequest`].
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use cni_core::stdin::{StdinInput, plugin_stdin};
+use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf};
+use futures::future::BoxFuture;
+use tracing::Instrument;
+
+use crate::error::Error;
+
+use super::cached::result_of_entry;
+use super::{CallOptions, Cni, Net};
+
+impl Cni {
+    /// CHECK: refused below 0.4.0; a no-op with `disableCheck`; refused with
+    /// code 3 when no ADD result is cached (spec: never CHECK before ADD,
+    /// `docs/decisions.md` D12); otherwise runs the plugins first to last
+    /// with the cached result as `prevResult`.
+    pub fn check_network_list<'a>(
+        &'a self,
+        list: &'a NetworkConfigList,
+        rt: &'a RuntimeConf,
+    ) -> CheckRequest<'a> {
+        CheckRequest {
+            cni: self,
+            net: Ok(Net::list(list)),
+            rt,
+            opts: CallOptions::default(),
+        }
+    }
+
+    /// CHECK of a single plugin configuration, libcni's `CheckNetwork`.
+    pub fn check_network<'a>(
+        &'a self,
+        plugin: &'a PluginConfig,
+        rt: &'a RuntimeConf,
+    ) -> CheckRequest<'a> {
+        CheckRequest {
+            cni: self,
+            net: Net::single(plugin),
+            rt,
+            opts: CallOptions::default(),
+        }
+    }
+
+    async fn check(&self, net: Net<'_>, rt: &RuntimeConf, opts: &CallOptions) -> Result<(), Error> {
+        Self::validate_attachment(&net, rt)?;
+        if self.inner.check_netns {
+            crate::check_netns(&rt.netns, Command::Check)?;
+        } else {
+            crate::nscheck::check_netns_path(&rt.netns, Command::Check)?;
+        }
+        if !net.version.has_check() {
+            return Err(Error::Unsupported {
+                network: net.name.to_owned(),
+                command: Command::Check,
+                version: net.version,
+            });
+        }
+        if net.disable_check {
+            tracing::debug!(network = net.name, "disableCheck is set; CHECK is a no-op");
+            return Ok(());
+        }
+        let deadline = self.deadline(Command::Check, opts);
+        let span = tracing::info_span!("cni.check", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
+        async {
+            // The lock and the read take one trip to the blocking pool.
+            let (_lock, read) = self
+                .inner
+                .cache
+                .lock_and_read(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
+                .await?;
+            let Some(cached) = result_of_entry(read?, net.version)? else {
+                return Err(Error::NotAttached {
+                    network: net.name.to_owned(),
+                    container_id: rt.container_id.clone(),
+                    ifname: rt.ifname.clone(),
+                });
+            };
+            let prev = cached.to_value();
+            for plugin in net.plugins {
+                let stdin = plugin_stdin(
+                    net.name,
+                    net.version,
+                    plugin,
+                    StdinInput::Attachment {
+                        rt,
+                        prev_result: Some(&prev),
+                    },
+                )?;
+                self.run_plugin(net.name, plugin, Command::Check, Some(rt), &stdin, deadline)
+                    .await?;
+            }
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// A CHECK ready to run ([`Cni::check_network_list`],
+/// [`Cni::check_network`]): `.await` it, after setting options if needed.
+#[must_use = "an operation does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct CheckRequest<'a> {
+    cni: &'a Cni,
+    net: Result<Net<'a>, Error>,
+    rt: &'a RuntimeConf,
+    opts: CallOptions,
+}
+
+common_request_methods!(CheckRequest);
+
+impl<'a> IntoFuture for CheckRequest<'a> {
+    type Output = Result<(), Error>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.cni.check(self.net?, self.rt, &self.opts).await })
+    }
+}
