@@ -2,8 +2,7 @@
 //! the rollback of a partial chain and the ADD on a task of its own.
 
 use std::borrow::Cow;
-use std::future::IntoFuture;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cni_core::cache::CacheRecord;
 use cni_core::error::Chain;
@@ -11,13 +10,13 @@ use cni_core::result::CniResult;
 use cni_core::stdin::{StdinInput, plugin_stdin};
 use cni_core::validate::Escaped;
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, Version};
-use futures::future::BoxFuture;
 use serde_json::Value;
 use tracing::Instrument;
 
 use crate::cache::AttachmentLock;
 use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, Errors, lossy_capped};
 
+use super::request::{Operation, Request, sealed};
 use super::{CallOptions, Cni, Deadline, Net};
 
 /// A [`Net`] that owns its parts, for an ADD on a task of its own.
@@ -81,13 +80,14 @@ impl Cni {
         list: &'a NetworkConfigList,
         rt: &'a RuntimeConf,
     ) -> AddRequest<'a> {
-        AddRequest {
-            cni: self,
-            net: Ok(Net::list(list)),
-            rt,
-            opts: CallOptions::default(),
-            detach: false,
-        }
+        Request::new(
+            self,
+            AddOp {
+                net: Ok(Net::list(list)),
+                rt,
+                detach: false,
+            },
+        )
     }
 
     /// ADD of a single plugin configuration (its own `name` and
@@ -98,13 +98,14 @@ impl Cni {
         plugin: &'a PluginConfig,
         rt: &'a RuntimeConf,
     ) -> AddRequest<'a> {
-        AddRequest {
-            cni: self,
-            net: Net::single(plugin),
-            rt,
-            opts: CallOptions::default(),
-            detach: false,
-        }
+        Request::new(
+            self,
+            AddOp {
+                net: Net::single(plugin),
+                rt,
+                detach: false,
+            },
+        )
     }
 
     /// The ADD. `gave_up` is asked before each plugin and before the cache
@@ -374,17 +375,15 @@ impl Cni {
 
 /// An ADD ready to run ([`Cni::add_network_list`], [`Cni::add_network`]):
 /// `.await` it, after setting options if needed.
-#[must_use = "an operation does nothing until it is awaited"]
+pub type AddRequest<'a> = Request<'a, AddOp<'a>>;
+
+/// What an [`AddRequest`] runs.
 #[derive(Debug)]
-pub struct AddRequest<'a> {
-    cni: &'a Cni,
+pub struct AddOp<'a> {
     net: Result<Net<'a>, Error>,
     rt: &'a RuntimeConf,
-    opts: CallOptions,
     detach: bool,
 }
-
-common_request_methods!(AddRequest);
 
 impl AddRequest<'_> {
     /// When the chain fails part way, DEL the plugins that ran (see
@@ -423,52 +422,51 @@ impl AddRequest<'_> {
     /// ```
     pub fn rollback_on_cancel(mut self) -> Self {
         self.opts.rollback = true;
-        self.detach = true;
+        self.op.detach = true;
         self
     }
 }
 
-impl<'a> IntoFuture for AddRequest<'a> {
-    type Output = Result<CniResult, Error>;
-    type IntoFuture = BoxFuture<'a, Self::Output>;
+impl sealed::Sealed for AddOp<'_> {}
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let net = self.net?;
-            if !self.detach {
-                let added = self.cni.add(net, self.rt, &self.opts, &|| false).await?;
-                return Ok(added.expect("only a detached ADD is given up").result);
-            }
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let (ack, ack_rx) = tokio::sync::oneshot::channel();
-            // Counted before the spawn, so that a `wait_detached` right
-            // after this future is dropped sees the task.
-            let counted = DetachedGuard::new(self.cni);
-            let task = self.cni.clone().add_detached(
-                OwnedNet::new(&net),
-                self.rt.clone(),
-                self.opts,
-                (tx, ack_rx),
-                counted,
-            );
-            let handle = tokio::spawn(task);
-            let outcome = rx.await;
-            // Taken: the task leaves the attachment to the caller.
-            let _ = ack.send(());
-            match outcome {
-                Ok(outcome) => outcome,
-                // The task ended without an answer: it panicked (the
-                // caller's panic, as in an ADD run in place), or the
-                // runtime is shutting down.
-                Err(_) => match handle.await {
-                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                    _ => Err(Error::Core(cni_core::Error::InvalidConfig {
-                        origin: format!("network {}", net.name),
-                        reason: "the ADD's task was cancelled (runtime shutting down)".into(),
-                    })),
-                },
-            }
-        })
+impl<'a> Operation<'a> for AddOp<'a> {
+    type Output = CniResult;
+
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<CniResult, Error> {
+        let net = self.net?;
+        if !self.detach {
+            let added = cni.add(net, self.rt, &opts, &|| false).await?;
+            return Ok(added.expect("only a detached ADD is given up").result);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (ack, ack_rx) = tokio::sync::oneshot::channel();
+        // Counted before the spawn, so that a `wait_detached` right
+        // after this future is dropped sees the task.
+        let counted = DetachedGuard::new(cni);
+        let task = cni.clone().add_detached(
+            OwnedNet::new(&net),
+            self.rt.clone(),
+            opts,
+            (tx, ack_rx),
+            counted,
+        );
+        let handle = tokio::spawn(task);
+        let outcome = rx.await;
+        // Taken: the task leaves the attachment to the caller.
+        let _ = ack.send(());
+        match outcome {
+            Ok(outcome) => outcome,
+            // The task ended without an answer: it panicked (the
+            // caller's panic, as in an ADD run in place), or the
+            // runtime is shutting down.
+            Err(_) => match handle.await {
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                _ => Err(Error::Core(cni_core::Error::InvalidConfig {
+                    origin: format!("network {}", net.name),
+                    reason: "the ADD's task was cancelled (runtime shutting down)".into(),
+                })),
+            },
+        }
     }
 }
 

@@ -1,16 +1,13 @@
 //! CHECK: [`Cni::check_network_list`], [`Cni::check_network`], [`CheckRequest`].
 
-use std::future::IntoFuture;
-use std::time::Duration;
-
 use cni_core::stdin::{StdinInput, plugin_stdin};
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf};
-use futures::future::BoxFuture;
 use tracing::Instrument;
 
 use crate::error::Error;
 
 use super::cached::result_of_entry;
+use super::request::{Operation, Request, sealed};
 use super::{CallOptions, Cni, Net};
 
 impl Cni {
@@ -23,12 +20,13 @@ impl Cni {
         list: &'a NetworkConfigList,
         rt: &'a RuntimeConf,
     ) -> CheckRequest<'a> {
-        CheckRequest {
-            cni: self,
-            net: Ok(Net::list(list)),
-            rt,
-            opts: CallOptions::default(),
-        }
+        Request::new(
+            self,
+            CheckOp {
+                net: Ok(Net::list(list)),
+                rt,
+            },
+        )
     }
 
     /// CHECK of a single plugin configuration, libcni's `CheckNetwork`.
@@ -37,12 +35,13 @@ impl Cni {
         plugin: &'a PluginConfig,
         rt: &'a RuntimeConf,
     ) -> CheckRequest<'a> {
-        CheckRequest {
-            cni: self,
-            net: Net::single(plugin),
-            rt,
-            opts: CallOptions::default(),
-        }
+        Request::new(
+            self,
+            CheckOp {
+                net: Net::single(plugin),
+                rt,
+            },
+        )
     }
 
     async fn check(&self, net: Net<'_>, rt: &RuntimeConf, opts: &CallOptions) -> Result<(), Error> {
@@ -102,22 +101,21 @@ impl Cni {
 
 /// A CHECK ready to run ([`Cni::check_network_list`],
 /// [`Cni::check_network`]): `.await` it, after setting options if needed.
-#[must_use = "an operation does nothing until it is awaited"]
+pub type CheckRequest<'a> = Request<'a, CheckOp<'a>>;
+
+/// What a [`CheckRequest`] runs.
 #[derive(Debug)]
-pub struct CheckRequest<'a> {
-    cni: &'a Cni,
+pub struct CheckOp<'a> {
     net: Result<Net<'a>, Error>,
     rt: &'a RuntimeConf,
-    opts: CallOptions,
 }
 
-common_request_methods!(CheckRequest);
+impl sealed::Sealed for CheckOp<'_> {}
 
-impl<'a> IntoFuture for CheckRequest<'a> {
-    type Output = Result<(), Error>;
-    type IntoFuture = BoxFuture<'a, Self::Output>;
+impl<'a> Operation<'a> for CheckOp<'a> {
+    type Output = ();
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move { self.cni.check(self.net?, self.rt, &self.opts).await })
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
+        cni.check(self.net?, self.rt, &opts).await
     }
 }

@@ -1,15 +1,11 @@
 //! DEL: [`Cni::del_network_list`], [`Cni::del_network`], [`Cni::del_cached`],
 //! [`DelRequest`].
 
-use std::future::IntoFuture;
-use std::time::Duration;
-
 use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::error::Chain;
 use cni_core::stdin::{StdinInput, plugin_stdin};
 use cni_core::validate::Escaped;
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, validate};
-use futures::future::BoxFuture;
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -17,6 +13,7 @@ use crate::cache::AttachmentLock;
 use crate::error::Error;
 
 use super::cached::result_of_entry;
+use super::request::{Operation, Request, sealed};
 use super::{CallOptions, Cni, Deadline, Net};
 
 impl Cni {
@@ -29,12 +26,13 @@ impl Cni {
         list: &'a NetworkConfigList,
         rt: &'a RuntimeConf,
     ) -> DelRequest<'a> {
-        DelRequest {
-            cni: self,
-            target: DelTarget::Net(Ok(Net::list(list))),
-            rt,
-            opts: CallOptions::default(),
-        }
+        Request::new(
+            self,
+            DelOp {
+                target: DelTarget::Net(Ok(Net::list(list))),
+                rt,
+            },
+        )
     }
 
     /// DEL using the configuration stored in the cache entry of the
@@ -43,12 +41,13 @@ impl Cni {
     /// capability args are used when `rt` has none. Errors with code 3 when
     /// there is no entry.
     pub fn del_cached<'a>(&'a self, network: &'a str, rt: &'a RuntimeConf) -> DelRequest<'a> {
-        DelRequest {
-            cni: self,
-            target: DelTarget::Cached(network),
-            rt,
-            opts: CallOptions::default(),
-        }
+        Request::new(
+            self,
+            DelOp {
+                target: DelTarget::Cached(network),
+                rt,
+            },
+        )
     }
 
     async fn run_del_cached(
@@ -113,12 +112,13 @@ impl Cni {
         plugin: &'a PluginConfig,
         rt: &'a RuntimeConf,
     ) -> DelRequest<'a> {
-        DelRequest {
-            cni: self,
-            target: DelTarget::Net(Net::single(plugin)),
-            rt,
-            opts: CallOptions::default(),
-        }
+        Request::new(
+            self,
+            DelOp {
+                target: DelTarget::Net(Net::single(plugin)),
+                rt,
+            },
+        )
     }
 
     pub(super) async fn del_one(
@@ -255,32 +255,27 @@ enum DelTarget<'a> {
 
 /// A DEL ready to run ([`Cni::del_network_list`], [`Cni::del_network`],
 /// [`Cni::del_cached`]): `.await` it, after setting options if needed.
-#[must_use = "an operation does nothing until it is awaited"]
+pub type DelRequest<'a> = Request<'a, DelOp<'a>>;
+
+/// What a [`DelRequest`] runs.
 #[derive(Debug)]
-pub struct DelRequest<'a> {
-    cni: &'a Cni,
+pub struct DelOp<'a> {
     target: DelTarget<'a>,
     rt: &'a RuntimeConf,
-    opts: CallOptions,
 }
 
-common_request_methods!(DelRequest);
+impl sealed::Sealed for DelOp<'_> {}
 
-impl<'a> IntoFuture for DelRequest<'a> {
-    type Output = Result<(), Error>;
-    type IntoFuture = BoxFuture<'a, Self::Output>;
+impl<'a> Operation<'a> for DelOp<'a> {
+    type Output = ();
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            match self.target {
-                DelTarget::Net(net) => {
-                    let deadline = self.cni.deadline(Command::Del, &self.opts);
-                    self.cni.del(&net?, self.rt, deadline).await
-                }
-                DelTarget::Cached(network) => {
-                    self.cni.run_del_cached(network, self.rt, &self.opts).await
-                }
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
+        match self.target {
+            DelTarget::Net(net) => {
+                let deadline = cni.deadline(Command::Del, &opts);
+                cni.del(&net?, self.rt, deadline).await
             }
-        })
+            DelTarget::Cached(network) => cni.run_del_cached(network, self.rt, &opts).await,
+        }
     }
 }

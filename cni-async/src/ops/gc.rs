@@ -1,16 +1,13 @@
 //! GC: [`Cni::gc_network_list`], [`GcRequest`], [`GcSummary`].
 
-use std::future::IntoFuture;
-use std::time::Duration;
-
 use cni_core::error::Chain;
 use cni_core::stdin::{GcAttachment, StdinInput, plugin_stdin};
 use cni_core::{Command, NetworkConfigList, validate};
-use futures::future::BoxFuture;
 use tracing::Instrument;
 
 use crate::error::{Error, Errors};
 
+use super::request::{Operation, Request, sealed};
 use super::{CallOptions, Cni, Net, not_started};
 
 /// What GC did.
@@ -91,12 +88,13 @@ impl Cni {
         list: &'a NetworkConfigList,
         valid_attachments: &'a [GcAttachment],
     ) -> GcRequest<'a> {
-        GcRequest {
-            cni: self,
-            list,
-            valid_attachments,
-            opts: CallOptions::default(),
-        }
+        Request::new(
+            self,
+            GcOp {
+                list,
+                valid_attachments,
+            },
+        )
     }
 
     async fn run_gc(
@@ -183,26 +181,21 @@ impl Cni {
 
 /// A GC ready to run ([`Cni::gc_network_list`]): `.await` it, after
 /// setting options if needed.
-#[must_use = "an operation does nothing until it is awaited"]
+pub type GcRequest<'a> = Request<'a, GcOp<'a>>;
+
+/// What a [`GcRequest`] runs.
 #[derive(Debug)]
-pub struct GcRequest<'a> {
-    cni: &'a Cni,
+pub struct GcOp<'a> {
     list: &'a NetworkConfigList,
     valid_attachments: &'a [GcAttachment],
-    opts: CallOptions,
 }
 
-common_request_methods!(GcRequest);
+impl sealed::Sealed for GcOp<'_> {}
 
-impl<'a> IntoFuture for GcRequest<'a> {
-    type Output = Result<GcSummary, Error>;
-    type IntoFuture = BoxFuture<'a, Self::Output>;
+impl<'a> Operation<'a> for GcOp<'a> {
+    type Output = GcSummary;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            self.cni
-                .run_gc(self.list, self.valid_attachments, &self.opts)
-                .await
-        })
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<GcSummary, Error> {
+        cni.run_gc(self.list, self.valid_attachments, &opts).await
     }
 }

@@ -64,15 +64,13 @@
 //! # Ok(()) }
 //! ```
 
-#[macro_use]
-mod request;
-
 mod add;
 mod builder;
 mod cached;
 mod check;
 mod del;
 mod gc;
+mod request;
 mod status;
 mod version;
 
@@ -81,6 +79,7 @@ pub use builder::CniBuilder;
 pub use check::CheckRequest;
 pub use del::DelRequest;
 pub use gc::{GcFailure, GcRequest, GcSummary};
+pub use request::Request;
 pub use status::StatusRequest;
 
 use std::borrow::Cow;

@@ -1,16 +1,13 @@
 //! STATUS: [`Cni::status_network_list`], [`StatusRequest`].
 
-use std::future::IntoFuture;
-use std::time::Duration;
-
 use cni_core::error::code;
 use cni_core::stdin::{StdinInput, plugin_stdin};
 use cni_core::{Command, NetworkConfigList, validate};
-use futures::future::BoxFuture;
 use tracing::Instrument;
 
 use crate::error::Error;
 
+use super::request::{Operation, Request, sealed};
 use super::{CallOptions, Cni};
 
 impl Cni {
@@ -19,11 +16,7 @@ impl Cni {
     /// anything (as libcni). Codes 50 and 51 come back as
     /// [`Error::NotReady`] and [`Error::NotReadyLimitedConnectivity`].
     pub fn status_network_list<'a>(&'a self, list: &'a NetworkConfigList) -> StatusRequest<'a> {
-        StatusRequest {
-            cni: self,
-            list,
-            opts: CallOptions::default(),
-        }
+        Request::new(self, StatusOp { list })
     }
 
     async fn run_status(&self, list: &NetworkConfigList, opts: &CallOptions) -> Result<(), Error> {
@@ -79,21 +72,20 @@ impl Cni {
 
 /// A STATUS ready to run ([`Cni::status_network_list`]): `.await` it,
 /// after setting options if needed.
-#[must_use = "an operation does nothing until it is awaited"]
+pub type StatusRequest<'a> = Request<'a, StatusOp<'a>>;
+
+/// What a [`StatusRequest`] runs.
 #[derive(Debug)]
-pub struct StatusRequest<'a> {
-    cni: &'a Cni,
+pub struct StatusOp<'a> {
     list: &'a NetworkConfigList,
-    opts: CallOptions,
 }
 
-common_request_methods!(StatusRequest);
+impl sealed::Sealed for StatusOp<'_> {}
 
-impl<'a> IntoFuture for StatusRequest<'a> {
-    type Output = Result<(), Error>;
-    type IntoFuture = BoxFuture<'a, Self::Output>;
+impl<'a> Operation<'a> for StatusOp<'a> {
+    type Output = ();
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move { self.cni.run_status(self.list, &self.opts).await })
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
+        cni.run_status(self.list, &opts).await
     }
 }
