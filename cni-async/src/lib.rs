@@ -121,6 +121,6 @@ pub use multi::{
 };
 pub use nscheck::check_netns;
 pub use ops::{
-    AddRequest, CallOptions, CheckRequest, Cni, CniBuilder, DelRequest, GcFailure, GcRequest,
-    GcSummary, StatusRequest,
+    AddRequest, Attached, CallOptions, CheckRequest, Cni, CniBuilder, DelRequest, GcFailure,
+    GcRequest, GcSummary, StatusRequest,
 };

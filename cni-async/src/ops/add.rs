@@ -2,6 +2,7 @@
 //! the rollback of a partial chain and the ADD on a task of its own.
 
 use std::borrow::Cow;
+use std::marker::PhantomData;
 use std::time::Instant;
 
 use cni_core::cache::CacheRecord;
@@ -86,6 +87,7 @@ impl Cni {
                 net: Ok(Net::list(list)),
                 rt,
                 detach: false,
+                out: PhantomData,
             },
         )
     }
@@ -104,6 +106,7 @@ impl Cni {
                 net: Net::single(plugin),
                 rt,
                 detach: false,
+                out: PhantomData,
             },
         )
     }
@@ -204,7 +207,11 @@ impl Cni {
                 return Err(e);
             }
             tracing::debug!(elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "ADD done");
-            Ok(Some(Added { result, lock }))
+            Ok(Some(Added {
+                result,
+                record: rec,
+                lock,
+            }))
         }
         .instrument(span)
         .await
@@ -241,7 +248,7 @@ impl Cni {
         rt: RuntimeConf,
         opts: CallOptions,
         (tx, ack): (
-            tokio::sync::oneshot::Sender<Result<CniResult, Error>>,
+            tokio::sync::oneshot::Sender<Result<Attached, Error>>,
             tokio::sync::oneshot::Receiver<()>,
         ),
         _counted: DetachedGuard,
@@ -251,7 +258,11 @@ impl Cni {
         // result, or until the DEL below is done: a caller that gave up and
         // retries the same attachment at once waits for it, and this DEL
         // can never delete what the retry made.
-        let Added { result, lock } = match outcome {
+        let Added {
+            result,
+            record,
+            lock,
+        } = match outcome {
             Ok(None) => return,
             Ok(Some(added)) => added,
             Err(e) => {
@@ -260,7 +271,7 @@ impl Cni {
                 return;
             }
         };
-        if tx.send(Ok(result)).is_ok() && ack.await.is_ok() {
+        if tx.send(Ok(Attached { result, record })).is_ok() && ack.await.is_ok() {
             return;
         }
         tracing::info!("ADD given up by its caller after it finished; deleting it");
@@ -377,15 +388,48 @@ impl Cni {
 /// `.await` it, after setting options if needed.
 pub type AddRequest<'a> = Request<'a, AddOp<'a>>;
 
-/// What an [`AddRequest`] runs.
+/// What an [`AddRequest`] runs; `Out` is what it answers: the result, or
+/// with [`AddRequest::with_record`] the result and the record cached
+/// ([`Attached`]).
 #[derive(Debug)]
-pub struct AddOp<'a> {
+pub struct AddOp<'a, Out = CniResult> {
     net: Result<Net<'a>, Error>,
     rt: &'a RuntimeConf,
     detach: bool,
+    out: PhantomData<fn() -> Out>,
 }
 
-impl AddRequest<'_> {
+/// A successful ADD: its result and the record it wrote into the cache
+/// ([`AddRequest::with_record`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Attached {
+    /// The final result, in the network's version.
+    pub result: CniResult,
+    /// The cache record, as written (the result in it is `result`).
+    pub record: CacheRecord,
+}
+
+impl<'a> AddRequest<'a> {
+    /// Answers the record the ADD wrote into the cache with the result
+    /// ([`Attached`]), for a caller that keeps its own copy of it (cnid's
+    /// journal): the very record, not one rebuilt from the same inputs.
+    pub fn with_record(self) -> Request<'a, AddOp<'a, Attached>> {
+        let Request { cni, op, opts } = self;
+        Request {
+            cni,
+            op: AddOp {
+                net: op.net,
+                rt: op.rt,
+                detach: op.detach,
+                out: PhantomData,
+            },
+            opts,
+        }
+    }
+}
+
+impl<Out> Request<'_, AddOp<'_, Out>> {
     /// When the chain fails part way, DEL the plugins that ran (see
     /// [`CallOptions::rollback`]).
     pub fn rollback(mut self, rollback: bool) -> Self {
@@ -427,16 +471,35 @@ impl AddRequest<'_> {
     }
 }
 
-impl sealed::Sealed for AddOp<'_> {}
+impl<Out> sealed::Sealed for AddOp<'_, Out> {}
 
 impl<'a> Operation<'a> for AddOp<'a> {
     type Output = CniResult;
 
     async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<CniResult, Error> {
+        self.attach(cni, opts).await.map(|a| a.result)
+    }
+}
+
+impl<'a> Operation<'a> for AddOp<'a, Attached> {
+    type Output = Attached;
+
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<Attached, Error> {
+        self.attach(cni, opts).await
+    }
+}
+
+impl<'a, Out> AddOp<'a, Out> {
+    /// The ADD, in place or on a task of its own.
+    async fn attach(self, cni: &'a Cni, opts: CallOptions) -> Result<Attached, Error> {
         let net = self.net?;
         if !self.detach {
             let added = cni.add(net, self.rt, &opts, &|| false).await?;
-            return Ok(added.expect("only a detached ADD is given up").result);
+            let added = added.expect("only a detached ADD is given up");
+            return Ok(Attached {
+                result: added.result,
+                record: added.record,
+            });
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (ack, ack_rx) = tokio::sync::oneshot::channel();
@@ -470,10 +533,11 @@ impl<'a> Operation<'a> for AddOp<'a> {
     }
 }
 
-/// A finished ADD: its result, and the attachment's lock still held (none
-/// when the cache task holding it was lost), for a detached ADD to keep
-/// until its caller took the result.
+/// A finished ADD: its result, the record cached, and the attachment's
+/// lock still held (none when the cache task holding it was lost), for a
+/// detached ADD to keep until its caller took the result.
 struct Added {
     result: CniResult,
+    record: CacheRecord,
     lock: Option<AttachmentLock>,
 }

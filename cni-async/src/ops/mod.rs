@@ -74,7 +74,7 @@ mod request;
 mod status;
 mod version;
 
-pub use add::AddRequest;
+pub use add::{AddRequest, Attached};
 pub use builder::CniBuilder;
 pub use check::CheckRequest;
 pub use del::DelRequest;
