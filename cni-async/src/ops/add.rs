@@ -8,7 +8,6 @@ use std::time::Instant;
 use cni_core::cache::CacheRecord;
 use cni_core::error::Chain;
 use cni_core::result::CniResult;
-use cni_core::stdin::{StdinInput, plugin_stdin};
 use cni_core::validate::Escaped;
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, Version};
 use serde_json::Value;
@@ -17,7 +16,7 @@ use tracing::Instrument;
 use crate::cache::AttachmentLock;
 use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, Errors, lossy_capped};
 
-use super::request::{Operation, Request, sealed};
+use super::request::{Operation, Request};
 use super::{CallOptions, Cni, Deadline, Net};
 
 /// A [`Net`] that owns its parts, for an ADD on a task of its own.
@@ -292,17 +291,8 @@ impl Cni {
         prev: Option<&Value>,
         deadline: Deadline,
     ) -> Result<CniResult, Error> {
-        let stdin = plugin_stdin(
-            net.name,
-            net.version,
-            plugin,
-            StdinInput::Attachment {
-                rt,
-                prev_result: prev,
-            },
-        )?;
         let out = self
-            .run_plugin(net.name, plugin, Command::Add, Some(rt), &stdin, deadline)
+            .run_on_attachment(net, plugin, Command::Add, rt, prev, deadline)
             .await?;
         let bad = |reason: String| Error::PluginOutput {
             plugin_type: plugin.plugin_type().to_owned(),
@@ -343,7 +333,8 @@ impl Cni {
         // cleanup, and every plugin undone is a leak avoided.
         let mut errors = Errors::new(format!("rollback of network {}", net.name));
         for plugin in ran.iter().rev() {
-            if let Err(e) = self.del_one(net, plugin, rt, prev, deadline).await {
+            let undone = self.run_on_attachment(net, plugin, Command::Del, rt, prev, deadline);
+            if let Err(e) = undone.await {
                 tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)), "rollback DEL failed; continuing with the others");
                 errors.push(e);
             }
@@ -470,8 +461,6 @@ impl<Out> Request<'_, AddOp<'_, Out>> {
         self
     }
 }
-
-impl<Out> sealed::Sealed for AddOp<'_, Out> {}
 
 impl<'a> Operation<'a> for AddOp<'a> {
     type Output = CniResult;

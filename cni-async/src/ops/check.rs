@@ -1,13 +1,12 @@
 //! CHECK: [`Cni::check_network_list`], [`Cni::check_network`], [`CheckRequest`].
 
-use cni_core::stdin::{StdinInput, plugin_stdin};
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf};
 use tracing::Instrument;
 
 use crate::error::Error;
 
 use super::cached::result_of_entry;
-use super::request::{Operation, Request, sealed};
+use super::request::{Operation, Request};
 use super::{CallOptions, Cni, Net};
 
 impl Cni {
@@ -80,16 +79,7 @@ impl Cni {
             };
             let prev = cached.to_value();
             for plugin in net.plugins {
-                let stdin = plugin_stdin(
-                    net.name,
-                    net.version,
-                    plugin,
-                    StdinInput::Attachment {
-                        rt,
-                        prev_result: Some(&prev),
-                    },
-                )?;
-                self.run_plugin(net.name, plugin, Command::Check, Some(rt), &stdin, deadline)
+                self.run_on_attachment(&net, plugin, Command::Check, rt, Some(&prev), deadline)
                     .await?;
             }
             Ok(())
@@ -109,8 +99,6 @@ pub struct CheckOp<'a> {
     net: Result<Net<'a>, Error>,
     rt: &'a RuntimeConf,
 }
-
-impl sealed::Sealed for CheckOp<'_> {}
 
 impl<'a> Operation<'a> for CheckOp<'a> {
     type Output = ();

@@ -3,17 +3,15 @@
 
 use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::error::Chain;
-use cni_core::stdin::{StdinInput, plugin_stdin};
 use cni_core::validate::Escaped;
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, validate};
-use serde_json::Value;
 use tracing::Instrument;
 
 use crate::cache::AttachmentLock;
 use crate::error::Error;
 
 use super::cached::result_of_entry;
-use super::request::{Operation, Request, sealed};
+use super::request::{Operation, Request};
 use super::{CallOptions, Cni, Deadline, Net};
 
 impl Cni {
@@ -121,28 +119,6 @@ impl Cni {
         )
     }
 
-    pub(super) async fn del_one(
-        &self,
-        net: &Net<'_>,
-        plugin: &PluginConfig,
-        rt: &RuntimeConf,
-        prev: Option<&Value>,
-        deadline: Deadline,
-    ) -> Result<(), Error> {
-        let stdin = plugin_stdin(
-            net.name,
-            net.version,
-            plugin,
-            StdinInput::Attachment {
-                rt,
-                prev_result: prev,
-            },
-        )?;
-        self.run_plugin(net.name, plugin, Command::Del, Some(rt), &stdin, deadline)
-            .await?;
-        Ok(())
-    }
-
     pub(super) async fn del(
         &self,
         net: &Net<'_>,
@@ -219,7 +195,8 @@ impl Cni {
                 None
             };
             for plugin in net.plugins.iter().rev() {
-                self.del_one(net, plugin, rt, prev.as_ref(), deadline).await?;
+                self.run_on_attachment(net, plugin, Command::Del, rt, prev.as_ref(), deadline)
+                    .await?;
             }
             // The plugins are done: the attachment is gone. A cache entry we
             // cannot remove is stale, not an error of the DEL (a later DEL or
@@ -263,8 +240,6 @@ pub struct DelOp<'a> {
     target: DelTarget<'a>,
     rt: &'a RuntimeConf,
 }
-
-impl sealed::Sealed for DelOp<'_> {}
 
 impl<'a> Operation<'a> for DelOp<'a> {
     type Output = ();

@@ -7,7 +7,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Errors};
 
-use super::request::{Operation, Request, sealed};
+use super::request::{Operation, Request};
 use super::{CallOptions, Cni, Net, not_started};
 
 /// What GC did.
@@ -189,8 +189,6 @@ pub struct GcOp<'a> {
     list: &'a NetworkConfigList,
     valid_attachments: &'a [GcAttachment],
 }
-
-impl sealed::Sealed for GcOp<'_> {}
 
 impl<'a> Operation<'a> for GcOp<'a> {
     type Output = GcSummary;

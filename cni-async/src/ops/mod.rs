@@ -87,7 +87,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cni_core::stdin::{StdinInput, plugin_stdin};
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, Version, env, validate};
+use serde_json::Value;
 
 use crate::cache::ResultCache;
 use crate::error::Error;
@@ -266,6 +268,30 @@ impl Cni {
             }));
         }
         Ok(())
+    }
+
+    /// Runs `plugin` for `command` (ADD, DEL, CHECK) on the attachment
+    /// `rt`, with `prev` as its `prevResult`.
+    async fn run_on_attachment(
+        &self,
+        net: &Net<'_>,
+        plugin: &PluginConfig,
+        command: Command,
+        rt: &RuntimeConf,
+        prev: Option<&Value>,
+        deadline: Deadline,
+    ) -> Result<crate::exec::ExecOutput, Error> {
+        let stdin = plugin_stdin(
+            net.name,
+            net.version,
+            plugin,
+            StdinInput::Attachment {
+                rt,
+                prev_result: prev,
+            },
+        )?;
+        self.run_plugin(net.name, plugin, command, Some(rt), &stdin, deadline)
+            .await
     }
 
     async fn run_plugin(

@@ -49,9 +49,9 @@ impl<'a, Op> Request<'a, Op> {
     }
 }
 
-/// What a verb runs when its [`Request`] is awaited (sealed: only this
-/// module's verbs have one).
-pub trait Operation<'a>: sealed::Sealed {
+/// What a verb runs when its [`Request`] is awaited (sealed: outside this
+/// crate it cannot be named, so only the verbs here have one).
+pub trait Operation<'a> {
     /// What the verb answers on success.
     type Output;
 
@@ -61,11 +61,6 @@ pub trait Operation<'a>: sealed::Sealed {
         cni: &'a Cni,
         opts: CallOptions,
     ) -> impl Future<Output = Result<Self::Output, Error>> + Send + 'a;
-}
-
-pub(super) mod sealed {
-    /// Keeps [`Operation`](super::Operation) to this crate's verbs.
-    pub trait Sealed {}
 }
 
 impl<'a, Op: Operation<'a>> IntoFuture for Request<'a, Op> {

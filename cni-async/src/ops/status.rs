@@ -7,7 +7,7 @@ use tracing::Instrument;
 
 use crate::error::Error;
 
-use super::request::{Operation, Request, sealed};
+use super::request::{Operation, Request};
 use super::{CallOptions, Cni};
 
 impl Cni {
@@ -79,8 +79,6 @@ pub type StatusRequest<'a> = Request<'a, StatusOp<'a>>;
 pub struct StatusOp<'a> {
     list: &'a NetworkConfigList,
 }
-
-impl sealed::Sealed for StatusOp<'_> {}
 
 impl<'a> Operation<'a> for StatusOp<'a> {
     type Output = ();
