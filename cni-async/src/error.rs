@@ -306,7 +306,7 @@ pub enum Error {
         stderr: String,
     },
 
-    // ----- the operations layer (ops.rs) and the cache (cache.rs) -----
+    // ----- the operations layer (ops/) and the cache (cache.rs) -----
     /// The plugin exited 0 but its output is not what the command needs
     /// (no result, not a valid result, a bad VERSION reply).
     #[error(

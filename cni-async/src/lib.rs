@@ -19,7 +19,7 @@
 //! | many namespaces attached at once, for harnesses and benchmarks (feature `netns`) | [`Batch`], built with [`BatchBuilder`]; see [`batch`] |
 //! | create, enter and delete network namespaces (feature `netns`) | [`netns`] |
 //! | crash-safe file writes (temp file, fdatasync, rename, dir fsync) | [`durable`] |
-//! | the few raw system calls (process-group signals, umask, limits) | [`sys`] |
+//! | the few raw system calls (process-group signals, file system types) | [`sys`] |
 //! | run plugins another way (a test double, a timing wrapper) | the [`PluginExec`] trait; [`RawExec`] is the real one |
 //! | branch on what kind of failure an [`Error`] is | [`Error::kind`] and [`ErrorKind`] |
 //!
@@ -121,6 +121,6 @@ pub use multi::{
 };
 pub use nscheck::check_netns;
 pub use ops::{
-    AddRequest, CallOptions, CheckRequest, Cni, CniBuilder, DelRequest, GcFailure, GcRequest,
-    GcSummary, StatusRequest,
+    AddRequest, Attached, CallOptions, CheckRequest, Cni, CniBuilder, DelRequest, GcFailure,
+    GcRequest, GcSummary, StatusRequest,
 };

@@ -53,5 +53,6 @@ mod ops_rollback_on_cancel;
 mod ops_single;
 mod ops_stdin_env;
 mod ops_validation;
+mod ops_with_record;
 mod stale_attack;
 mod stale_scan;

@@ -187,3 +187,42 @@ async fn gc_deletions_write_gone_lines() {
     client.add(NET, &req).await.expect("ADD again");
     client.del(NET, &req).await.expect("DEL again");
 }
+
+/// Issue 23, item 3: the commit line carries the record the library's ADD
+/// wrote (handed over by `with_record`), not one cnid rebuilds from the
+/// same inputs; every field counts, `CNI_ARGS` and capability args too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commit_line_is_the_record_the_add_cached_args_and_capabilities_included() {
+    support::require_root!();
+    let dirs = Dirs::new();
+    network(&dirs);
+    let daemon = Daemon::start(&dirs, &[]);
+    let mut req = AttachmentRequest::new("c-5", dirs.netns("c-5"), "eth0");
+    req.cni_args = "IgnoreUnknown=1;K8S_POD_NAME=p5".into();
+    req.capability_args = cni_core::CapabilityArgs::from_json(r#"{"mac":"0a:00:00:00:00:05"}"#)
+        .expect("capability args");
+    daemon.client().await.add(NET, &req).await.expect("ADD");
+
+    let written =
+        std::fs::read(dirs.cache.join(format!("results/{NET}-c-5-eth0"))).expect("cache record");
+    let lines = commit_lines(&dirs);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let committed = record_bytes(&lines[0]);
+    assert_eq!(
+        String::from_utf8_lossy(&committed),
+        String::from_utf8_lossy(&written),
+        "the journal's record and the cache file differ"
+    );
+    let record: Value = serde_json::from_slice(&committed).expect("record JSON");
+    assert_eq!(
+        record["cniArgs"],
+        json!([["IgnoreUnknown", "1"], ["K8S_POD_NAME", "p5"]]),
+        "{record}"
+    );
+    assert_eq!(
+        record["capabilityArgs"],
+        json!({"mac": "0a:00:00:00:00:05"}),
+        "{record}"
+    );
+    assert_eq!(record["result"]["ips"][0]["address"], "10.98.0.7/24");
+}

@@ -1,20 +1,22 @@
 //! The few raw system calls of this workspace, each behind a small safe
 //! wrapper (nix). Everything that signals processes or switches namespaces
 //! lives here and nowhere else; cnid calls the public part (process-group
-//! signals for its orphaned plugins, the umask of its socket, its open-file
-//! limit, allocator tuning) rather than making system calls of its own.
+//! signals for its orphaned plugins, whether its state dir is in memory)
+//! rather than making such system calls of its own. What a program tunes
+//! of its own process (umask, open-file limit, allocator) is its own
+//! business, not this library's: cnid's is in `cnid::daemon`.
 //!
 //! - `process`: signalling process groups ([`signal_group`],
 //!   [`group_alive`], [`own_process_group`]), whether a pid is taken
 //!   ([`pid_alive`]), the executable check of
 //!   plugin lookup.
-//! - `daemon`: what a long-running process tunes of itself: [`with_umask`],
-//!   [`raise_nofile_limit`], [`release_free_heap`], [`set_mmap_threshold`].
+//! - `fs`: whether a path is on a file system held in memory
+//!   ([`on_memory_fs`]).
 //! - `netns` (feature `netns`): setns, unshare, mount for network namespaces.
 //! - `inotify` (feature `watch`): the conf-dir watcher's inotify instance.
 //! - `nsfs`: whether a path is a network namespace (statfs, `NS_GET_NSTYPE`).
 
-mod daemon;
+mod fs;
 #[cfg(feature = "watch")]
 pub(crate) mod inotify;
 #[cfg(feature = "netns")]
@@ -22,8 +24,6 @@ pub(crate) mod netns;
 pub(crate) mod nsfs;
 pub(crate) mod process;
 
-pub use daemon::{
-    on_memory_fs, raise_nofile_limit, release_free_heap, set_mmap_threshold, with_umask,
-};
+pub use fs::on_memory_fs;
 pub use nix::sys::signal::Signal;
 pub use process::{group_alive, own_process_group, pid_alive, signal_group};

@@ -377,7 +377,7 @@ pub(crate) async fn trim_heap(trim: Arc<HeapTrim>, conns: Arc<Conns>, stop: Canc
         }
         trim.wanted.store(false, Ordering::Release);
         trim.high.store(open, Ordering::Release);
-        let _ = tokio::task::spawn_blocking(cni_async::sys::release_free_heap).await;
+        let _ = tokio::task::spawn_blocking(super::tuning::release_free_heap).await;
     }
 }
 
@@ -390,7 +390,7 @@ pub(crate) const MMAP_THRESHOLD: i32 = 256 * 1024;
 /// which request bodies and answers of that size come from the heap and
 /// stay in the RSS once freed.
 pub(crate) fn tune_allocator() {
-    cni_async::sys::set_mmap_threshold(MMAP_THRESHOLD);
+    super::tuning::set_mmap_threshold(MMAP_THRESHOLD);
 }
 
 /// The connection cap actually used: the configured one, but at most half

@@ -275,18 +275,12 @@ impl Engine {
                 .into_cni(version));
             }
         };
-        match self.cni.add_network_list(list, rt).options(&opts).await {
+        let add = self.cni.add_network_list(list, rt).options(&opts);
+        match add.with_record().await {
             // The cache wrote the record without fsync (see `run`): the
-            // commit line carries the same record (the same fields as
-            // `cni_async`'s ADD puts in it) and is what makes it durable.
-            Ok(result) => match self
-                .intents
-                .commit(
-                    pending,
-                    &CacheRecord::new(net, rt, intent.config.clone(), Some(result.to_value())),
-                )
-                .await
-            {
+            // commit line carries the record the ADD wrote (the library
+            // hands it over), and is what makes it durable.
+            Ok(added) => match self.intents.commit(pending, &added.record).await {
                 Ok(()) => {
                     // Before the claim goes: the owners table learns of the
                     // attachment from the cache, as of any other (so it also
@@ -297,7 +291,7 @@ impl Engine {
                         tracing::warn!(error = %cni_core::error::Chain(&e), "cannot read the cache for netns owners");
                         self.owners.insert(net, rt);
                     }
-                    Ok(result)
+                    Ok(added.result)
                 }
                 Err(e) => {
                     // Not durable, and a restart would DEL an attachment the

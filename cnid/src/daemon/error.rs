@@ -233,12 +233,8 @@ impl ApiError {
     /// refusals of an ADD go through the library's sandbox orchestration;
     /// [`ApiError::from_cni`] turns it back into this.
     pub(crate) fn into_cni(self, version: Version) -> cni_async::Error {
-        let kind = HOOK_KINDS
-            .iter()
-            .find(|(k, _)| *k == self.kind)
-            .map_or(cni_async::ErrorKind::Other, |(_, lib)| *lib);
         cni_async::Error::Hook {
-            kind,
+            kind: hook_kind(self.kind),
             plugin: self.plugin.clone(),
             error: Box::new(self.in_version(version).error),
         }
@@ -261,32 +257,62 @@ impl From<RequestError> for ApiError {
     }
 }
 
-/// The kinds of cnid's refusals carried through the library as
-/// [`cni_async::Error::Hook`], both ways ([`ApiError::into_cni`],
-/// [`kind_of`]).
-/// (Shutting down is answered as busy is: 503, code 11.)
-const HOOK_KINDS: [(ErrorKind, cni_async::ErrorKind); 9] = [
-    (ErrorKind::Conflict, cni_async::ErrorKind::Conflict),
-    (ErrorKind::Io, cni_async::ErrorKind::Io),
-    (ErrorKind::NotFound, cni_async::ErrorKind::NetworkNotFound),
-    (
-        ErrorKind::InvalidRequest,
-        cni_async::ErrorKind::InvalidInput,
-    ),
-    (ErrorKind::Busy, cni_async::ErrorKind::Busy),
-    (ErrorKind::ShuttingDown, cni_async::ErrorKind::Busy),
-    (ErrorKind::NotReady, cni_async::ErrorKind::NotReady),
-    (ErrorKind::DeadlineExpired, cni_async::ErrorKind::Timeout),
-    (ErrorKind::PluginFailed, cni_async::ErrorKind::Plugin),
-];
+/// The library's kind that carries cnid's `kind` through
+/// [`cni_async::Error::Hook`] ([`ApiError::into_cni`]); [`hook_kind_back`]
+/// is the way back. One to one, so a kind comes back as it went
+/// (`tests::hook_kinds_come_back_as_they_went`), with two losses on
+/// purpose:
+/// - `ShuttingDown` goes as `Busy` and comes back `Busy`: the library has
+///   no shutdown of its own to name, and the answer is the same (503 with
+///   `Retry-After`, code 11; the error object, "cnid is shutting down",
+///   goes and comes back whole); only the kind in cnid's log line differs.
+///   It crosses only in a sandbox's STATUS, whose networks' failures merge
+///   in one [`cni_async::Errors`].
+/// - `Forbidden`, `MethodNotAllowed` and `TooLarge` refuse a request before
+///   any operation exists, so they never cross; they would go as `Other`
+///   and come back as `Internal`, as `Internal` does.
+///
+/// An exhaustive match: a new kind must say how it crosses.
+fn hook_kind(kind: ErrorKind) -> cni_async::ErrorKind {
+    use cni_async::ErrorKind as Lib;
+    match kind {
+        ErrorKind::InvalidRequest => Lib::InvalidInput,
+        ErrorKind::NotFound => Lib::NetworkNotFound,
+        ErrorKind::Conflict => Lib::Conflict,
+        ErrorKind::Io => Lib::Io,
+        ErrorKind::PluginFailed => Lib::Plugin,
+        ErrorKind::NotReady => Lib::NotReady,
+        ErrorKind::Busy | ErrorKind::ShuttingDown => Lib::Busy,
+        ErrorKind::DeadlineExpired => Lib::Timeout,
+        ErrorKind::Internal
+        | ErrorKind::Forbidden
+        | ErrorKind::MethodNotAllowed
+        | ErrorKind::TooLarge => Lib::Other,
+    }
+}
+
+/// cnid's kind of a [`cni_async::Error::Hook`] of `kind`: the inverse of
+/// [`hook_kind`] (hooks are cnid's own errors; any other kind is
+/// `Internal`).
+fn hook_kind_back(kind: cni_async::ErrorKind) -> ErrorKind {
+    use cni_async::ErrorKind as Lib;
+    match kind {
+        Lib::InvalidInput => ErrorKind::InvalidRequest,
+        Lib::NetworkNotFound => ErrorKind::NotFound,
+        Lib::Conflict => ErrorKind::Conflict,
+        Lib::Io => ErrorKind::Io,
+        Lib::Plugin => ErrorKind::PluginFailed,
+        Lib::NotReady => ErrorKind::NotReady,
+        Lib::Busy => ErrorKind::Busy,
+        Lib::Timeout => ErrorKind::DeadlineExpired,
+        _ => ErrorKind::Internal,
+    }
+}
 
 fn kind_of(e: &cni_async::Error) -> ErrorKind {
     use cni_async::Error as E;
     match e {
-        E::Hook { kind, .. } => HOOK_KINDS
-            .iter()
-            .find(|(_, lib)| lib == kind)
-            .map_or(ErrorKind::Internal, |(k, _)| *k),
+        E::Hook { kind, .. } => hook_kind_back(*kind),
         E::Core(c) => kind_of_status(decode::core_status(c)),
         E::Plugin { .. }
         | E::PluginOutput { .. }
@@ -363,5 +389,55 @@ mod tests {
         };
         let api = ApiError::from_cni(&na, v);
         assert_eq!((api.kind, api.error.code), (ErrorKind::NotFound, 3));
+    }
+
+    /// Every kind cnid's refusals carry through the library comes back as
+    /// it went, error object and plugin whole; the losses [`hook_kind`]
+    /// explains are the only ones.
+    #[test]
+    fn hook_kinds_come_back_as_they_went() {
+        use ErrorKind as K;
+        let all = [
+            K::InvalidRequest,
+            K::Forbidden,
+            K::NotFound,
+            K::MethodNotAllowed,
+            K::Conflict,
+            K::TooLarge,
+            K::Internal,
+            K::Io,
+            K::PluginFailed,
+            K::NotReady,
+            K::Busy,
+            K::ShuttingDown,
+            K::DeadlineExpired,
+        ];
+        for kind in all {
+            let mut sent = ApiError::new(kind, 11, format!("refused as {kind:?}"));
+            sent.plugin = Some(("bridge".into(), Command::Add));
+            let back = ApiError::from_cni(&sent.clone().into_cni(Version::V1_0_0), Version::V1_0_0);
+            let expected = match kind {
+                K::ShuttingDown => K::Busy,
+                K::Forbidden | K::MethodNotAllowed | K::TooLarge => K::Internal,
+                other => other,
+            };
+            assert_eq!(back.kind, expected, "{kind:?}");
+            assert_eq!(
+                back.error,
+                sent.in_version(Version::V1_0_0).error,
+                "{kind:?}"
+            );
+            assert_eq!(
+                back.plugin,
+                Some(("bridge".into(), Command::Add)),
+                "{kind:?}"
+            );
+            // Merged with others, as a sandbox's STATUS merges its networks'.
+            let mut merged = cni_async::Errors::new("status");
+            merged.push(ApiError::new(K::NotFound, 7, "other").into_cni(Version::V1_0_0));
+            merged.push(ApiError::new(kind, 11, "this").into_cni(Version::V1_0_0));
+            let merged = ApiError::from_cni(&merged.into_result().unwrap_err(), Version::V1_0_0);
+            assert_eq!(merged.kind, expected.max(K::NotFound), "{kind:?} merged");
+        }
     }
 }

@@ -165,7 +165,7 @@ pub(crate) fn bind(path: &Path, mode: u32, group: Option<u32>) -> io::Result<Uni
     }
     // No window where the socket is more open than asked: it is created
     // with no permission for others.
-    let bound = cni_async::sys::with_umask(0o177, || std::os::unix::net::UnixListener::bind(path));
+    let bound = super::tuning::with_umask(0o177, || std::os::unix::net::UnixListener::bind(path));
     let listener = bound.map_err(|e| ctx("bind", e))?;
     if let Some(gid) = group {
         std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| ctx("chown", e))?;

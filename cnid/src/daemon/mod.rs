@@ -72,6 +72,7 @@ mod owners;
 mod queue;
 mod reaper;
 mod server;
+mod tuning;
 
 pub use auth::PeerPolicy;
 pub use listen::SystemdEnv;
@@ -420,7 +421,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         reason: e.to_string(),
     })?;
     // Every connection and every running plugin's pipes take descriptors.
-    let nofile = cni_async::sys::raise_nofile_limit();
+    let nofile = tuning::raise_nofile_limit();
     conns::tune_allocator();
     let mut term = signal(SignalKind::terminate()).map_err(Error::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(Error::Signals)?;

@@ -1,5 +1,7 @@
-//! What a long-running process (cnid) tunes of itself: the file mode
-//! creation mask around one call, the open-file limit, glibc's allocator.
+//! What cnid tunes of its own process: the file mode creation mask around
+//! one call, the open-file limit, glibc's allocator. cnid's, not the
+//! library's: a program that links `cni-async` keeps its own process
+//! settings.
 //!
 //! Process-wide settings: call them from the start-up path, before other
 //! threads create files ([`with_umask`] changes the mask of every thread
@@ -11,26 +13,17 @@ use nix::sys::stat::{Mode, umask};
 /// Runs `f` with the file mode creation mask `mask` (e.g. `0o177`, so that
 /// a socket is created without any permission for others), then restores
 /// the previous mask.
-pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
+pub(crate) fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
     let old = umask(Mode::from_bits_truncate(mask));
     let out = f();
     umask(old);
     out
 }
 
-/// Whether `path` is on a file system held in memory (tmpfs, ramfs), whose
-/// content a reboot loses whatever was flushed.
-pub fn on_memory_fs(path: &std::path::Path) -> std::io::Result<bool> {
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    let st = nix::sys::statfs::statfs(path).map_err(std::io::Error::from)?;
-    let t = st.filesystem_type();
-    Ok(t == nix::sys::statfs::TMPFS_MAGIC || t.0 as i64 == RAMFS_MAGIC)
-}
-
 /// Raises the soft open-file limit (`RLIMIT_NOFILE`) to the hard one and
 /// returns the limit in force afterwards; `None` when it cannot be read.
 /// A refused raise is logged (debug) and leaves the soft limit.
-pub fn raise_nofile_limit() -> Option<u64> {
+pub(crate) fn raise_nofile_limit() -> Option<u64> {
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
     if soft < hard {
         if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
@@ -44,7 +37,7 @@ pub fn raise_nofile_limit() -> Option<u64> {
 
 /// Returns the free pages of every glibc arena to the system
 /// (`malloc_trim(0)`); a no-op elsewhere. Costs a few ms of CPU.
-pub fn release_free_heap() {
+pub(crate) fn release_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim has no preconditions; it only returns free pages.
     unsafe {
@@ -58,7 +51,7 @@ pub fn release_free_heap() {
 /// (up to 32 MiB), after which blocks of that size come from the heap and
 /// stay resident once freed. A no-op elsewhere; a refused value changes
 /// nothing.
-pub fn set_mmap_threshold(bytes: i32) {
+pub(crate) fn set_mmap_threshold(bytes: i32) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt has no preconditions; a refused value changes nothing.
     unsafe {
@@ -73,15 +66,6 @@ pub fn set_mmap_threshold(bytes: i32) {
 // tests pin the socket's mode).
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn memory_file_systems_are_told_apart() {
-        // tmpfs on every Linux we run on; procfs lives in memory too but is
-        // neither tmpfs nor ramfs.
-        assert!(super::on_memory_fs(std::path::Path::new("/dev/shm")).unwrap());
-        assert!(!super::on_memory_fs(std::path::Path::new("/proc")).unwrap());
-        assert!(super::on_memory_fs(std::path::Path::new("/nonexistent-dir")).is_err());
-    }
-
     use super::*;
 
     #[test]

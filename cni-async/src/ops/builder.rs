@@ -1,0 +1,138 @@
+//! [`CniBuilder`]: how a [`Cni`] is made.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cni_core::env;
+
+use crate::cache::ResultCache;
+use crate::exec::{OutputLimits, PluginExec, RawExec, SinkSlot, StderrSink, Timeouts};
+
+use super::{Cni, DEFAULT_PLUGIN_DIRS, Inner};
+
+/// Builder for [`Cni`].
+#[derive(Debug, Clone)]
+pub struct CniBuilder {
+    plugin_dirs: Vec<PathBuf>,
+    cache: ResultCache,
+    exec: Option<Arc<dyn PluginExec>>,
+    timeouts: Timeouts,
+    limits: OutputLimits,
+    check_netns: bool,
+    stderr_sink: SinkSlot,
+}
+
+impl CniBuilder {
+    /// Where plugin binaries are looked up, in order (`CNI_PATH`).
+    pub fn plugin_dirs<I, P>(mut self, dirs: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.plugin_dirs = dirs.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The cache dir (default `/var/lib/cni`).
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache = ResultCache::new(dir);
+        self
+    }
+
+    /// A cache with non-default settings.
+    pub fn cache(mut self, cache: ResultCache) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// The executor (default [`RawExec`]).
+    pub fn exec(mut self, exec: Arc<dyn PluginExec>) -> Self {
+        self.exec = Some(exec);
+        self
+    }
+
+    /// Per-verb deadlines.
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// Caps on plugin output.
+    pub fn output_limits(mut self, limits: OutputLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Whether ADD and CHECK also refuse a netns that is not a network
+    /// namespace ([`check_netns`](crate::check_netns); default off, as
+    /// libcni, which leaves it to the plugins). An empty or relative netns
+    /// is refused for ADD and CHECK either way
+    /// ([`check_netns_path`](crate::nscheck::check_netns_path)). cnid turns
+    /// it on: its callers must not learn anything else about the host's
+    /// files.
+    pub fn check_netns(mut self, check: bool) -> Self {
+        self.check_netns = check;
+        self
+    }
+
+    /// Where the stderr of plugins that succeed goes (libcni writes it to
+    /// the caller's stderr). Called once per plugin run of ADD, DEL, CHECK,
+    /// STATUS or GC that succeeded with non-empty stderr, with the plugin
+    /// type, verb, network and the bytes ([`PluginStderr`](crate::exec::PluginStderr)). Default: none.
+    /// Such stderr is also logged as an `info` tracing event, with or
+    /// without a sink (escaped, first [`LOG_STDERR_MAX`](crate::exec::LOG_STDERR_MAX)
+    /// bytes). A failing plugin's stderr is part of its error instead.
+    ///
+    /// ```no_run
+    /// use std::io::Write;
+    /// use std::sync::Arc;
+    /// use cni_async::Cni;
+    /// use cni_async::exec::PluginStderr;
+    ///
+    /// // Pass it through, as libcni does.
+    /// let cni = Cni::builder()
+    ///     .plugin_stderr(Arc::new(|s: &PluginStderr<'_>| {
+    ///         let _ = std::io::stderr().lock().write_all(s.bytes);
+    ///     }))
+    ///     .build();
+    /// ```
+    pub fn plugin_stderr(mut self, sink: StderrSink) -> Self {
+        self.stderr_sink = SinkSlot(Some(sink));
+        self
+    }
+
+    /// Builds the [`Cni`].
+    pub fn build(self) -> Cni {
+        let cni_path = env::join_path(&self.plugin_dirs);
+        Cni {
+            inner: Arc::new(Inner {
+                plugin_dirs: self.plugin_dirs,
+                cni_path,
+                cache: self.cache,
+                exec: self.exec.unwrap_or_else(|| Arc::new(RawExec::new())),
+                timeouts: self.timeouts,
+                limits: self.limits,
+                check_netns: self.check_netns,
+                stderr_sink: self.stderr_sink,
+                detached: tokio::sync::watch::Sender::new(0),
+            }),
+        }
+    }
+}
+
+impl Cni {
+    /// A builder with the default plugin dirs (or `CNI_PATH` is NOT read:
+    /// pass it explicitly), cache dir `/var/lib/cni`, [`RawExec`] and the
+    /// default deadlines.
+    pub fn builder() -> CniBuilder {
+        CniBuilder {
+            plugin_dirs: DEFAULT_PLUGIN_DIRS.iter().map(PathBuf::from).collect(),
+            cache: ResultCache::default(),
+            exec: None,
+            timeouts: Timeouts::default(),
+            limits: OutputLimits::default(),
+            check_netns: false,
+            stderr_sink: SinkSlot::default(),
+        }
+    }
+}

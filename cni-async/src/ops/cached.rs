@@ -1,0 +1,113 @@
+//! What the cache holds for an attachment, through [`Cni`].
+
+use cni_core::cache::{CacheEntry, CacheRecord};
+use cni_core::result::CniResult;
+use cni_core::{NetworkConfigList, PluginConfig, RuntimeConf, Version, validate};
+
+use crate::error::Error;
+
+use super::{Cni, Net};
+
+impl Cni {
+    /// The cached final ADD result of an attachment, converted to the list's version.
+    pub async fn cached_result(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<Option<CniResult>, Error> {
+        self.cached_result_of(list.name(), list.version(), rt).await
+    }
+
+    /// The configuration bytes and runtime parameters stored for an
+    /// attachment (libcni's `GetNetworkListCachedConfig`).
+    pub async fn cached_config(
+        &self,
+        network: &str,
+        rt: &RuntimeConf,
+    ) -> Result<Option<(Vec<u8>, RuntimeConf)>, Error> {
+        validate::network_name(network)?;
+        rt.validate()?;
+        match self
+            .inner
+            .cache
+            .read(network, &rt.container_id, &rt.ifname)
+            .await?
+        {
+            Some(CacheEntry::Record(rec)) => {
+                let mut out = rt.clone();
+                if !rec.cni_args.is_empty() {
+                    out.args = rec.cni_args.clone();
+                }
+                out.capability_args = rec.capability_args.clone();
+                Ok(Some((rec.config, out)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The cached attachments, all or those of one container.
+    pub async fn cached_attachments(
+        &self,
+        container_id: Option<&str>,
+    ) -> Result<Vec<CacheRecord>, Error> {
+        if let Some(c) = container_id {
+            validate::container_id(c)?;
+        }
+        self.inner.cache.list(container_id).await
+    }
+
+    /// One page of [`Cni::cached_attachments`] (see
+    /// [`ResultCache::list_page`](crate::cache::ResultCache::list_page)):
+    /// the records and the file name to continue after, if any is left.
+    pub async fn cached_attachments_page(
+        &self,
+        container_id: Option<&str>,
+        page: crate::cache::ListPage,
+    ) -> Result<(Vec<CacheRecord>, Option<String>), Error> {
+        if let Some(c) = container_id {
+            validate::container_id(c)?;
+        }
+        self.inner.cache.list_page(container_id, page).await
+    }
+
+    /// The cached result of a single plugin configuration's attachment.
+    pub async fn cached_network_result(
+        &self,
+        plugin: &PluginConfig,
+        rt: &RuntimeConf,
+    ) -> Result<Option<CniResult>, Error> {
+        let net = Net::single(plugin)?;
+        self.cached_result_of(net.name, net.version, rt).await
+    }
+
+    async fn cached_result_of(
+        &self,
+        network: &str,
+        version: Version,
+        rt: &RuntimeConf,
+    ) -> Result<Option<CniResult>, Error> {
+        validate::network_name(network)?;
+        rt.validate()?;
+        let entry = self
+            .inner
+            .cache
+            .read(network, &rt.container_id, &rt.ifname)
+            .await?;
+        result_of_entry(entry, version)
+    }
+}
+
+/// The result in a cache entry, in `version`: `None` without an entry or
+/// without a result in it. The cached result should be in the config's
+/// version unless the config changed while the container ran; it is
+/// converted either way.
+pub(super) fn result_of_entry(
+    entry: Option<CacheEntry>,
+    version: Version,
+) -> Result<Option<CniResult>, Error> {
+    let Some(value) = entry.as_ref().and_then(CacheEntry::result) else {
+        return Ok(None);
+    };
+    let result = CniResult::from_value(value, version)?;
+    Ok(Some(result.convert(version)?))
+}

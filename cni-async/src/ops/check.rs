@@ -1,0 +1,109 @@
+//! CHECK: [`Cni::check_network_list`], [`Cni::check_network`], [`CheckRequest`].
+
+use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf};
+use tracing::Instrument;
+
+use crate::error::Error;
+
+use super::cached::result_of_entry;
+use super::request::{Operation, Request};
+use super::{CallOptions, Cni, Net};
+
+impl Cni {
+    /// CHECK: refused below 0.4.0; a no-op with `disableCheck`; refused with
+    /// code 3 when no ADD result is cached (spec: never CHECK before ADD,
+    /// `docs/decisions.md` D12); otherwise runs the plugins first to last
+    /// with the cached result as `prevResult`.
+    pub fn check_network_list<'a>(
+        &'a self,
+        list: &'a NetworkConfigList,
+        rt: &'a RuntimeConf,
+    ) -> CheckRequest<'a> {
+        Request::new(
+            self,
+            CheckOp {
+                net: Ok(Net::list(list)),
+                rt,
+            },
+        )
+    }
+
+    /// CHECK of a single plugin configuration, libcni's `CheckNetwork`.
+    pub fn check_network<'a>(
+        &'a self,
+        plugin: &'a PluginConfig,
+        rt: &'a RuntimeConf,
+    ) -> CheckRequest<'a> {
+        Request::new(
+            self,
+            CheckOp {
+                net: Net::single(plugin),
+                rt,
+            },
+        )
+    }
+
+    async fn check(&self, net: Net<'_>, rt: &RuntimeConf, opts: &CallOptions) -> Result<(), Error> {
+        Self::validate_attachment(&net, rt)?;
+        if self.inner.check_netns {
+            crate::check_netns(&rt.netns, Command::Check)?;
+        } else {
+            crate::nscheck::check_netns_path(&rt.netns, Command::Check)?;
+        }
+        if !net.version.has_check() {
+            return Err(Error::Unsupported {
+                network: net.name.to_owned(),
+                command: Command::Check,
+                version: net.version,
+            });
+        }
+        if net.disable_check {
+            tracing::debug!(network = net.name, "disableCheck is set; CHECK is a no-op");
+            return Ok(());
+        }
+        let deadline = self.deadline(Command::Check, opts);
+        let span = tracing::info_span!("cni.check", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
+        async {
+            // The lock and the read take one trip to the blocking pool.
+            let (_lock, read) = self
+                .inner
+                .cache
+                .lock_and_read(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
+                .await?;
+            let Some(cached) = result_of_entry(read?, net.version)? else {
+                return Err(Error::NotAttached {
+                    network: net.name.to_owned(),
+                    container_id: rt.container_id.clone(),
+                    ifname: rt.ifname.clone(),
+                });
+            };
+            let prev = cached.to_value();
+            for plugin in net.plugins {
+                self.run_on_attachment(&net, plugin, Command::Check, rt, Some(&prev), deadline)
+                    .await?;
+            }
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// A CHECK ready to run ([`Cni::check_network_list`],
+/// [`Cni::check_network`]): `.await` it, after setting options if needed.
+pub type CheckRequest<'a> = Request<'a, CheckOp<'a>>;
+
+/// What a [`CheckRequest`] runs.
+#[derive(Debug)]
+pub struct CheckOp<'a> {
+    net: Result<Net<'a>, Error>,
+    rt: &'a RuntimeConf,
+}
+
+impl<'a> Operation<'a> for CheckOp<'a> {
+    type Output = ();
+
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
+        cni.check(self.net?, self.rt, &opts).await
+    }
+}

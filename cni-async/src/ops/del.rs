@@ -1,0 +1,256 @@
+//! DEL: [`Cni::del_network_list`], [`Cni::del_network`], [`Cni::del_cached`],
+//! [`DelRequest`].
+
+use cni_core::cache::{CacheEntry, CacheRecord};
+use cni_core::error::Chain;
+use cni_core::validate::Escaped;
+use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, validate};
+use tracing::Instrument;
+
+use crate::cache::AttachmentLock;
+use crate::error::Error;
+
+use super::cached::result_of_entry;
+use super::request::{Operation, Request};
+use super::{CallOptions, Cni, Deadline, Net};
+
+impl Cni {
+    /// DEL: runs the plugins last to first with the cached result as
+    /// `prevResult` (0.4.0 and later), then removes the cache entry. A
+    /// missing or corrupt cache entry is not an error: DEL runs without
+    /// `prevResult`. Repeating a DEL is fine.
+    pub fn del_network_list<'a>(
+        &'a self,
+        list: &'a NetworkConfigList,
+        rt: &'a RuntimeConf,
+    ) -> DelRequest<'a> {
+        Request::new(
+            self,
+            DelOp {
+                target: DelTarget::Net(Ok(Net::list(list))),
+                rt,
+            },
+        )
+    }
+
+    /// DEL using the configuration stored in the cache entry of the
+    /// attachment, for when the network's config has since been removed or
+    /// changed (`docs/decisions.md` D10). The cached `CNI_ARGS` and
+    /// capability args are used when `rt` has none. Errors with code 3 when
+    /// there is no entry.
+    pub fn del_cached<'a>(&'a self, network: &'a str, rt: &'a RuntimeConf) -> DelRequest<'a> {
+        Request::new(
+            self,
+            DelOp {
+                target: DelTarget::Cached(network),
+                rt,
+            },
+        )
+    }
+
+    async fn run_del_cached(
+        &self,
+        network: &str,
+        rt: &RuntimeConf,
+        opts: &CallOptions,
+    ) -> Result<(), Error> {
+        self.del_cached_expecting(network, rt, opts, None).await
+    }
+
+    /// [`Cni::del_cached`]; with `expect`, only while the cache holds a
+    /// record `expect` accepts once the attachment's lock is taken (otherwise
+    /// [`Error::NotAttached`], nothing run), and with `rt.netns` as given
+    /// (empty: none): what a reap of a record scanned earlier needs
+    /// ([`crate::stale`]).
+    pub(crate) async fn del_cached_expecting(
+        &self,
+        network: &str,
+        rt: &RuntimeConf,
+        opts: &CallOptions,
+        expect: Option<&Expect<'_>>,
+    ) -> Result<(), Error> {
+        validate::network_name(network)?;
+        rt.validate()?;
+        let Some(CacheEntry::Record(rec)) = self
+            .inner
+            .cache
+            .read(network, &rt.container_id, &rt.ifname)
+            .await?
+        else {
+            return Err(Error::NotAttached {
+                network: network.to_owned(),
+                container_id: rt.container_id.clone(),
+                ifname: rt.ifname.clone(),
+            });
+        };
+        // The entry of a single-network ADD holds a plugin config, not a list.
+        let mut list = NetworkConfigList::from_bytes(&rec.config, None)?;
+        if list.plugins().is_empty() && !list.raw().contains_key("plugins") {
+            list = NetworkConfigList::from_plugin(PluginConfig::from_bytes(&rec.config, None)?)?;
+        }
+        let mut rt = rt.clone();
+        if rt.args.is_empty() {
+            rt.args = rec.cni_args.clone();
+        }
+        if rt.capability_args.is_empty() {
+            rt.capability_args = rec.capability_args.clone();
+        }
+        // A reap (`expect`) chose its netns: empty means none.
+        if rt.netns.is_empty() && expect.is_none() {
+            rt.netns = rec.netns.clone();
+        }
+        let deadline = self.deadline(Command::Del, opts);
+        self.del_expecting(&Net::list(&list), &rt, deadline, None, expect)
+            .await
+    }
+
+    /// DEL of a single plugin configuration, libcni's `DelNetwork`.
+    pub fn del_network<'a>(
+        &'a self,
+        plugin: &'a PluginConfig,
+        rt: &'a RuntimeConf,
+    ) -> DelRequest<'a> {
+        Request::new(
+            self,
+            DelOp {
+                target: DelTarget::Net(Net::single(plugin)),
+                rt,
+            },
+        )
+    }
+
+    pub(super) async fn del(
+        &self,
+        net: &Net<'_>,
+        rt: &RuntimeConf,
+        deadline: Deadline,
+    ) -> Result<(), Error> {
+        self.del_expecting(net, rt, deadline, None, None).await
+    }
+
+    /// DEL; with `held`, the attachment's lock already held (as a detached
+    /// ADD's task holds it from the ADD to the DEL of a result nobody
+    /// took); with `expect`, only while the cache holds a record it accepts
+    /// once the lock is taken ([`Cni::del_cached_expecting`]).
+    pub(super) async fn del_expecting(
+        &self,
+        net: &Net<'_>,
+        rt: &RuntimeConf,
+        deadline: Deadline,
+        held: Option<AttachmentLock>,
+        expect: Option<&Expect<'_>>,
+    ) -> Result<(), Error> {
+        Self::validate_attachment(net, rt)?;
+        let span = tracing::info_span!("cni.del", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
+        async {
+            // DEL must work when things are already gone (spec), also when
+            // the cache dir is unusable (read-only, full, removed): then it
+            // runs unlocked and without prevResult rather than not at all.
+            // Only a lock held by someone else stops it. With prevResult,
+            // the record is read in the same trip to the blocking pool as
+            // the lock is taken.
+            let with_prev = net.version.has_prev_result_on_del();
+            let cache = &self.inner.cache;
+            let (cid, ifname, timeout) = (&rt.container_id, &rt.ifname, deadline.remaining());
+            let locked = if let Some(lock) = held {
+                Ok((lock, None))
+            } else if with_prev || expect.is_some() {
+                cache
+                    .lock_and_read(net.name, cid, ifname, timeout)
+                    .await
+                    .map(|(lock, read)| (lock, Some(read)))
+            } else {
+                cache.lock(net.name, cid, ifname, timeout).await.map(|lock| (lock, None))
+            };
+            let (lock, read) = match locked {
+                Ok((lock, read)) => (Some(lock), read),
+                Err(Error::Cache { path, op, source }) => {
+                    tracing::warn!(file = %path.display(), op, error = %source, "cannot take the attachment lock; DEL runs unlocked");
+                    (None, None)
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(expect) = expect {
+                let same = matches!(&read, Some(Ok(Some(CacheEntry::Record(now)))) if expect(now));
+                if lock.is_none() || !same {
+                    return Err(Error::NotAttached {
+                        network: net.name.to_owned(),
+                        container_id: cid.clone(),
+                        ifname: ifname.clone(),
+                    });
+                }
+            }
+            let prev = if with_prev {
+                let read = match read {
+                    Some(read) => read,
+                    None => cache.read(net.name, cid, ifname).await,
+                };
+                read.and_then(|entry| result_of_entry(entry, net.version))
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(error = %Escaped(Chain(&e)), "cached result unusable; DEL runs without prevResult");
+                        None
+                    })
+                    .map(|r| r.to_value())
+            } else {
+                None
+            };
+            for plugin in net.plugins.iter().rev() {
+                self.run_on_attachment(net, plugin, Command::Del, rt, prev.as_ref(), deadline)
+                    .await?;
+            }
+            // The plugins are done: the attachment is gone. A cache entry we
+            // cannot remove is stale, not an error of the DEL (a later DEL or
+            // GC finds it again and repeats the harmless DEL).
+            if let Err(e) = self
+                .inner
+                .cache
+                .remove(net.name, &rt.container_id, &rt.ifname)
+                .await
+            {
+                tracing::warn!(error = %Chain(&e), "DEL succeeded but its cache entry could not be removed");
+                return Ok(());
+            }
+            if let Some(lock) = lock {
+                lock.release_and_remove();
+            }
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// What a DEL expects of the record it finds under the lock
+/// ([`Cni::del_cached_expecting`]).
+pub(crate) type Expect<'a> = dyn Fn(&CacheRecord) -> bool + Send + Sync + 'a;
+
+#[derive(Debug)]
+enum DelTarget<'a> {
+    Net(Result<Net<'a>, Error>),
+    Cached(&'a str),
+}
+
+/// A DEL ready to run ([`Cni::del_network_list`], [`Cni::del_network`],
+/// [`Cni::del_cached`]): `.await` it, after setting options if needed.
+pub type DelRequest<'a> = Request<'a, DelOp<'a>>;
+
+/// What a [`DelRequest`] runs.
+#[derive(Debug)]
+pub struct DelOp<'a> {
+    target: DelTarget<'a>,
+    rt: &'a RuntimeConf,
+}
+
+impl<'a> Operation<'a> for DelOp<'a> {
+    type Output = ();
+
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
+        match self.target {
+            DelTarget::Net(net) => {
+                let deadline = cni.deadline(Command::Del, &opts);
+                cni.del(&net?, self.rt, deadline).await
+            }
+            DelTarget::Cached(network) => cni.run_del_cached(network, self.rt, &opts).await,
+        }
+    }
+}
