@@ -115,15 +115,8 @@ fn subnet_leases_are_exclusive_across_threads_and_processes() {
             "{net} is not locked against other processes"
         );
     }
-    let path = leases[0].lock_path();
-    drop(leases);
-    let status = Command::new("flock")
-        .args(["--nonblock", "--conflict-exit-code", "42"])
-        .arg(&path)
-        .arg("true")
-        .status()
-        .unwrap();
-    assert!(status.success(), "released on drop");
+    // Released on drop: checked in cni-test-support's own tests, in a lock
+    // dir of their own. Here another test may take a freed subnet at once.
 }
 
 #[test]

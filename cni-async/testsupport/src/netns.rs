@@ -448,6 +448,9 @@ impl Drop for LinkGuard {
 #[derive(Debug)]
 pub struct SubnetLease {
     net: Ipv4Net,
+    /// The lock file, in [`SUBNET_LOCK_DIR`] (a private dir in this
+    /// module's own tests).
+    lock_path: PathBuf,
     /// Holds the `flock` (released when the file is closed, or the process
     /// dies).
     _lock: File,
@@ -469,7 +472,7 @@ impl SubnetLease {
             .wrapping_mul(2_654_435_761)
             .wrapping_add(COUNTER.fetch_add(1, Ordering::Relaxed))
             % SUBNET_COUNT;
-        SubnetLease::probe_from(start)
+        SubnetLease::probe_in(Path::new(SUBNET_LOCK_DIR), start)
     }
 
     /// Leases the first free subnet from `first` on (wrapping around);
@@ -481,18 +484,21 @@ impl SubnetLease {
             a == 10 && (SUBNET_FIRST_OCTET..SUBNET_FIRST_OCTET + SUBNET_COUNT / 256).contains(&b),
             "{first} is not in the test range"
         );
-        SubnetLease::probe_from((b - SUBNET_FIRST_OCTET) * 256 + u32::from(c))
+        SubnetLease::probe_in(
+            Path::new(SUBNET_LOCK_DIR),
+            (b - SUBNET_FIRST_OCTET) * 256 + u32::from(c),
+        )
     }
 
-    fn probe_from(start: u32) -> SubnetLease {
-        fs::create_dir_all(SUBNET_LOCK_DIR)
-            .unwrap_or_else(|e| panic!("cannot create {SUBNET_LOCK_DIR}: {e}"));
+    /// Probes from the `start`-th subnet on, with the lock files in `dir`.
+    fn probe_in(dir: &Path, start: u32) -> SubnetLease {
+        fs::create_dir_all(dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
         for k in 0..SUBNET_COUNT {
             let i = (start + k) % SUBNET_COUNT;
             let octet2 = u8::try_from(SUBNET_FIRST_OCTET + i / 256).expect("in range");
             let octet3 = u8::try_from(i % 256).expect("in range");
             let net = Ipv4Net::new(Ipv4Addr::new(10, octet2, octet3, 0), 24).expect("valid /24");
-            let path = lock_path(net);
+            let path = dir.join(net.addr().to_string());
             let file = File::options()
                 .create(true)
                 .truncate(false)
@@ -507,7 +513,11 @@ impl SubnetLease {
             if host_uses(net) {
                 continue;
             }
-            return SubnetLease { net, _lock: file };
+            return SubnetLease {
+                net,
+                lock_path: path,
+                _lock: file,
+            };
         }
         panic!("no free test subnet in 10.200.0.0 - 10.254.255.0");
     }
@@ -530,12 +540,8 @@ impl SubnetLease {
 
     /// The lock file of this lease (for tests of the lease itself).
     pub fn lock_path(&self) -> PathBuf {
-        lock_path(self.net)
+        self.lock_path.clone()
     }
-}
-
-fn lock_path(net: Ipv4Net) -> PathBuf {
-    Path::new(SUBNET_LOCK_DIR).join(net.addr().to_string())
 }
 
 /// Whether the host has an address in `net` or a route into it, in any
@@ -593,6 +599,34 @@ mod tests {
         assert!(
             parse_ip_addr_json(br#"[{"addr_info":[{"local":"nope","prefixlen":3}]}]"#).is_err()
         );
+    }
+
+    /// Whether another open file description of `path` can take its lock
+    /// now (flock(1), another process).
+    fn lockable(path: &Path) -> bool {
+        let status = std::process::Command::new("flock")
+            .args(["--nonblock", "--conflict-exit-code", "42"])
+            .arg(path)
+            .arg("true")
+            .status()
+            .expect("run flock(1)");
+        assert!(matches!(status.code(), Some(0 | 42)), "flock: {status}");
+        status.success()
+    }
+
+    /// Dropping a lease releases its lock at once. In a lock dir of its
+    /// own: in the shared one, another test may take the freed subnet
+    /// between the drop and the check (a lease is free to take then).
+    #[test]
+    fn a_lease_is_locked_while_it_lives_and_released_on_drop() {
+        crate::require_root!("runs ip to see whether the host uses the subnet");
+        let dir = tempfile::tempdir().unwrap();
+        let lease = SubnetLease::probe_in(dir.path(), 0);
+        let path = lease.lock_path();
+        assert!(path.starts_with(dir.path()), "{}", path.display());
+        assert!(!lockable(&path), "held while the lease lives");
+        drop(lease);
+        assert!(lockable(&path), "released on drop");
     }
 
     #[test]
