@@ -60,9 +60,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 mod auth;
-mod conns;
 mod engine;
 mod error;
+mod http;
 mod intents;
 mod listen;
 mod metrics;
@@ -71,7 +71,6 @@ mod orphans;
 mod owners;
 mod queue;
 mod reaper;
-mod server;
 
 pub use auth::PeerPolicy;
 pub use listen::SystemdEnv;
@@ -421,7 +420,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     })?;
     // Every connection and every running plugin's pipes take descriptors.
     let nofile = cni_async::sys::raise_nofile_limit();
-    conns::tune_allocator();
+    http::conns::tune_allocator();
     let mut term = signal(SignalKind::terminate()).map_err(Error::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(Error::Signals)?;
 
@@ -544,7 +543,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     tracker.spawn(stale_reaper.run(every, stop.clone()));
     let watch = networks::Watch::start(networks, config.watch);
     tracker.spawn(watch.run(stop.clone()));
-    let max_connections = conns::effective_cap(config.max_connections, nofile);
+    let max_connections = http::conns::effective_cap(config.max_connections, nofile);
     if max_connections < config.max_connections {
         tracing::info!(
             max_connections,
@@ -554,25 +553,25 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         );
     }
     let body_limit = config.body_limit.clamp(1, MAX_BODY_LIMIT);
-    let settings = Arc::new(server::HttpSettings {
+    let settings = Arc::new(http::routes::HttpSettings {
         peers: config.peers.clone(),
         body_limit,
         body_budget: Arc::new(tokio::sync::Semaphore::new(BODY_BUDGET.max(2 * body_limit))),
-        limits: conns::Limits {
+        limits: http::conns::Limits {
             request_timeout: config.request_timeout,
             idle_timeout: config.idle_timeout,
         },
-        conns: Arc::new(conns::Conns::new(max_connections)),
-        gates: conns::Gates::new(),
-        trim: Arc::new(conns::HeapTrim::default()),
+        conns: Arc::new(http::conns::Conns::new(max_connections)),
+        gates: http::conns::Gates::new(),
+        trim: Arc::new(http::conns::HeapTrim::default()),
     });
     tracker.spawn(engine.intents.clone().flush_loop(stop.clone()));
-    tracker.spawn(conns::trim_heap(
+    tracker.spawn(http::conns::trim_heap(
         settings.trim.clone(),
         settings.conns.clone(),
         stop.clone(),
     ));
-    let server = tracker.spawn(server::serve(
+    let server = tracker.spawn(http::routes::serve(
         listener,
         engine.clone(),
         settings,

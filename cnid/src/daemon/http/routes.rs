@@ -25,15 +25,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::auth::PeerPolicy;
 use super::conns::{
     Admit, Conns, Gates, HeapTrim, Limits, MMAP_THRESHOLD, Phase, Slot, raw_answer,
 };
-use super::engine::Engine;
-use super::error::{ApiError, ErrorKind};
-use super::networks;
-use super::queue::{Done, NewOp, Outcome, SandboxNet, Work};
 use crate::api::{self, HealthResponse, OperationsResponse};
+use crate::daemon::auth::PeerPolicy;
+use crate::daemon::engine::Engine;
+use crate::daemon::error::{ApiError, ErrorKind};
+use crate::daemon::networks;
+use crate::daemon::queue::{Done, NewOp, Outcome, SandboxNet, Work};
 use crate::decode::{
     DecodedRequest, decode_attachments_query, decode_container_filter, decode_network_name,
     decode_request, decode_sandbox_request,
@@ -979,7 +979,7 @@ mod tests {
         }
         // The statuses cnid-api's decoding answers read back as themselves.
         for s in [400, 404, 500, 502] {
-            let kind = super::super::error::kind_of_status(s);
+            let kind = crate::daemon::error::kind_of_status(s);
             assert_eq!(status_of(kind).as_u16(), s, "{kind:?}");
         }
     }
