@@ -19,7 +19,8 @@ use super::error::{ApiError, ErrorKind};
 use super::intents::{BeginError, Begun, Found, Intent, Intents};
 use super::metrics::Metrics;
 use super::networks::Networks;
-use super::queue::{Done, NewOp, Op, Outcome, SandboxNet, Scheduler, Start, Waiter, Work};
+use super::operation::{Done, NewOp, Outcome, SandboxNet, Work};
+use super::queue::{Op, Scheduler, Start, Waiter};
 use crate::api::{
     GcFailed, GcResponse, SandboxInterface, SandboxIp, SandboxNetworkResult, SandboxResult,
 };

@@ -65,8 +65,10 @@ mod error;
 mod http;
 mod intents;
 mod listen;
+mod memory;
 mod metrics;
 mod networks;
+mod operation;
 mod orphans;
 mod owners;
 mod queue;
@@ -420,7 +422,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     })?;
     // Every connection and every running plugin's pipes take descriptors.
     let nofile = cni_async::sys::raise_nofile_limit();
-    http::conns::tune_allocator();
+    memory::tune_allocator();
     let mut term = signal(SignalKind::terminate()).map_err(Error::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(Error::Signals)?;
 
@@ -553,7 +555,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         );
     }
     let body_limit = config.body_limit.clamp(1, MAX_BODY_LIMIT);
-    let settings = Arc::new(http::routes::HttpSettings {
+    let settings = Arc::new(http::HttpSettings {
         peers: config.peers.clone(),
         body_limit,
         body_budget: Arc::new(tokio::sync::Semaphore::new(BODY_BUDGET.max(2 * body_limit))),
@@ -563,15 +565,15 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         },
         conns: Arc::new(http::conns::Conns::new(max_connections)),
         gates: http::conns::Gates::new(),
-        trim: Arc::new(http::conns::HeapTrim::default()),
+        trim: Arc::new(memory::HeapTrim::default()),
     });
     tracker.spawn(engine.intents.clone().flush_loop(stop.clone()));
-    tracker.spawn(http::conns::trim_heap(
+    tracker.spawn(memory::trim_heap(
         settings.trim.clone(),
         settings.conns.clone(),
         stop.clone(),
     ));
-    let server = tracker.spawn(http::routes::serve(
+    let server = tracker.spawn(http::serve(
         listener,
         engine.clone(),
         settings,

@@ -177,6 +177,11 @@ impl Conns {
         self.cap
     }
 
+    /// How many connections are open.
+    pub(crate) fn open(&self) -> usize {
+        self.table().len()
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -330,69 +335,6 @@ impl Gates {
     }
 }
 
-/// Asks for the heap to be given back to the system soon (a burst of
-/// connections ended, a large answer was sent); see [`trim_heap`].
-#[derive(Debug, Default)]
-pub(crate) struct HeapTrim {
-    wanted: std::sync::atomic::AtomicBool,
-    /// The most connections open at once since the last trim.
-    high: AtomicUsize,
-}
-
-/// Connections open at once from which their end asks for a trim.
-const TRIM_BURST: usize = 64;
-
-impl HeapTrim {
-    pub(crate) fn want(&self) {
-        self.wanted.store(true, Ordering::Release);
-    }
-
-    /// Notes that `open` connections are open now.
-    pub(crate) fn connections(&self, open: usize) {
-        if self.high.fetch_max(open, Ordering::AcqRel).max(open) >= TRIM_BURST {
-            self.want();
-        }
-    }
-}
-
-/// Every second: once a trim was asked for and the connections are back
-/// to a quarter of their peak, returns the free heap to the system.
-///
-/// glibc keeps freed memory in its arenas for reuse, so without this the
-/// buffers of a thousand stalled connections, or of one large answer, stay
-/// in the daemon's RSS after they are freed. `malloc_trim` releases the
-/// free pages of every arena (a few ms of CPU, at most once a second, only
-/// after such a burst). Large buffers do not need it: [`tune_allocator`]
-/// has them mapped on their own and unmapped when freed.
-pub(crate) async fn trim_heap(trim: Arc<HeapTrim>, conns: Arc<Conns>, stop: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-        let open = conns.table().len();
-        let high = trim.high.load(Ordering::Acquire);
-        if !trim.wanted.load(Ordering::Acquire) || open > high / 4 {
-            continue;
-        }
-        trim.wanted.store(false, Ordering::Release);
-        trim.high.store(open, Ordering::Release);
-        let _ = tokio::task::spawn_blocking(cni_async::sys::release_free_heap).await;
-    }
-}
-
-/// Allocations from this size on get a mapping of their own, unmapped when
-/// freed.
-pub(crate) const MMAP_THRESHOLD: i32 = 256 * 1024;
-
-/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`]. By default it grows
-/// to the size of the largest mapped block freed (up to 32 MiB), after
-/// which request bodies and answers of that size come from the heap and
-/// stay in the RSS once freed.
-pub(crate) fn tune_allocator() {
-    cni_async::sys::set_mmap_threshold(MMAP_THRESHOLD);
-}
-
 /// The connection cap actually used: the configured one, but at most half
 /// the open-file limit, so that accepting never runs out of descriptors
 /// (plugins' pipes, cache and state files need the rest).
@@ -403,27 +345,6 @@ pub(crate) fn effective_cap(configured: usize, nofile: Option<u64>) -> usize {
             .max(1),
         None => configured.max(1),
     }
-}
-
-/// An HTTP/1.1 answer written by hand, for connections that are not served:
-/// status, JSON body, `Connection: close`.
-pub(crate) fn raw_answer(
-    status: hyper::StatusCode,
-    request_id: &str,
-    body: &[u8],
-    retry_after: bool,
-) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{}: {request_id}\r\n{}\r\n",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or(""),
-        body.len(),
-        crate::api::REQUEST_ID_HEADER,
-        if retry_after { "retry-after: 1\r\n" } else { "" },
-    )
-    .into_bytes();
-    out.extend_from_slice(body);
-    out
 }
 
 #[cfg(test)]
@@ -502,18 +423,5 @@ mod tests {
         assert_eq!(effective_cap(512, Some(1 << 20)), 512);
         assert_eq!(effective_cap(512, None), 512);
         assert_eq!(effective_cap(512, Some(1)), 1);
-    }
-
-    #[test]
-    fn raw_answers_are_complete_http() {
-        let a = raw_answer(hyper::StatusCode::FORBIDDEN, "cnid-1", b"{}", false);
-        let s = String::from_utf8(a).unwrap();
-        assert!(s.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{s}");
-        assert!(
-            s.contains("content-length: 2\r\n") && s.ends_with("\r\n\r\n{}"),
-            "{s}"
-        );
-        let a = raw_answer(hyper::StatusCode::SERVICE_UNAVAILABLE, "x", b"", true);
-        assert!(String::from_utf8(a).unwrap().contains("retry-after: 1\r\n"));
     }
 }

@@ -1,352 +1,42 @@
-//! HTTP/1.1 on the Unix socket: connections, peer checks, routing, reading
-//! requests, responses. Decoding and validation of what a request carries is
+//! Requests: reading each one (request ID, body within its cap and the
+//! shared body budget), routing it by path, and answering what the engine
+//! says. Decoding and validation of what a request carries is
 //! [`crate::decode`] (pure); this module adds the netns existence check.
 //!
 //! Routing is by hand (a dozen fixed paths): no framework, small buffers,
 //! nothing allocated per request beyond the body and the answer.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use cni_core::error::code as cni_code;
 use cni_core::{Command, RuntimeConf, Version};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use serde::Serialize;
-use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use super::conns::{
-    Admit, Conns, Gates, HeapTrim, Limits, MMAP_THRESHOLD, Phase, Slot, raw_answer,
-};
+use super::HttpSettings;
+use super::conns::{Phase, Slot};
+use super::responses::{Resp, empty, error_response, fresh_request_id, outcome_response, to_json};
 use crate::api::{self, HealthResponse, OperationsResponse};
-use crate::daemon::auth::PeerPolicy;
 use crate::daemon::engine::Engine;
 use crate::daemon::error::{ApiError, ErrorKind};
+use crate::daemon::memory::MMAP_THRESHOLD;
 use crate::daemon::networks;
-use crate::daemon::queue::{Done, NewOp, Outcome, SandboxNet, Work};
+use crate::daemon::operation::{NewOp, SandboxNet, Work};
 use crate::decode::{
     DecodedRequest, decode_attachments_query, decode_container_filter, decode_network_name,
     decode_request, decode_sandbox_request,
 };
 
-/// hyper's read buffer cap: the largest request head (bodies stream
-/// through it).
-const MAX_BUF: usize = 16 * 1024;
 /// The first bytes of each request body are not charged to the shared
 /// body budget (small requests never wait for it).
 const BODY_FREE: usize = 8 * 1024;
 /// The first allocation for a body (it doubles from there).
 const BODY_FIRST: usize = 1024;
-/// Accept errors (EMFILE, ENFILE, ENOBUFS) back off from this, doubling...
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-/// ...up to this.
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// HTTP settings.
-#[derive(Debug)]
-pub(crate) struct HttpSettings {
-    pub(crate) peers: PeerPolicy,
-    /// The request body cap (413 beyond).
-    pub(crate) body_limit: usize,
-    /// Bytes of request bodies buffered at once, over all connections
-    /// (beyond [`BODY_FREE`] each); a body that does not fit waits, within
-    /// its request deadline.
-    pub(crate) body_budget: Arc<Semaphore>,
-    pub(crate) limits: Limits,
-    pub(crate) conns: Arc<Conns>,
-    pub(crate) gates: Gates,
-    pub(crate) trim: Arc<HeapTrim>,
-}
-
-type Resp = Response<Full<Bytes>>;
-
-/// Accepts connections until `stop` is cancelled.
-pub(crate) async fn serve(
-    listener: UnixListener,
-    engine: Arc<Engine>,
-    settings: Arc<HttpSettings>,
-    stop: CancellationToken,
-    tracker: TaskTracker,
-) {
-    let mut backoff = ACCEPT_BACKOFF_MIN;
-    loop {
-        let accepted = tokio::select! {
-            () = stop.cancelled() => break,
-            r = listener.accept() => r,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                backoff = ACCEPT_BACKOFF_MIN;
-                if let Some(victim) = accept(stream, &engine, &settings, &stop, &tracker) {
-                    // Accept no more until the connection replaced has let
-                    // its descriptor go: at the cap, a flood must not run
-                    // the process out of descriptors.
-                    tokio::select! {
-                        () = victim.closed() => {}
-                        () = stop.cancelled() => break,
-                        () = tokio::time::sleep(ACCEPT_BACKOFF_MAX) => {}
-                    }
-                }
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                tracing::debug!(error = %e, "accept failed");
-            }
-            Err(e) => {
-                // EMFILE and friends: the pending connection stays in the
-                // backlog; do not spin on it.
-                if let Some(suppressed) = settings.gates.accept.pass() {
-                    tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, suppressed,
-                        "accept failed; backing off (suppressed: like failures not logged in the last 10 s)");
-                }
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-            }
-        }
-    }
-}
-
-/// Sorts a new connection: a refused peer is answered 403 and closed, one
-/// over the cap with every connection busy 503; the others are served.
-/// Returns the connection told to close to make room, if one was.
-fn accept(
-    stream: UnixStream,
-    engine: &Arc<Engine>,
-    settings: &Arc<HttpSettings>,
-    stop: &CancellationToken,
-    tracker: &TaskTracker,
-) -> Option<Arc<Slot>> {
-    let (uid, gid) = match stream.peer_cred() {
-        Ok(c) => (c.uid(), c.gid()),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read peer credentials; refusing");
-            (u32::MAX, u32::MAX)
-        }
-    };
-    let conns = &settings.conns;
-    if !settings.peers.allows(uid, gid) {
-        engine.metrics.refused.fetch_add(1, Ordering::Relaxed);
-        engine.metrics.http_response(403);
-        if let Some(suppressed) = settings.gates.refused.pass() {
-            tracing::warn!(
-                uid,
-                gid,
-                suppressed,
-                "connection from a peer that is not allowed: answered 403 and closed \
-                 (suppressed: refused connections not logged in the last 10 s)"
-            );
-        }
-        let e = ApiError::forbidden(uid, gid);
-        let answer = raw_answer(
-            status_of(e.kind),
-            &fresh_request_id(),
-            e.error.to_json().as_bytes(),
-            false,
-        );
-        tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
-        return None;
-    }
-    let (slot, victim) = match conns.admit() {
-        Admit::Admitted(slot) => (slot, None),
-        Admit::Replaced {
-            slot,
-            victim,
-            phase,
-            waited,
-        } => {
-            engine.metrics.conn_replaced.fetch_add(1, Ordering::Relaxed);
-            if let Some(suppressed) = settings.gates.replaced.pass() {
-                tracing::warn!(
-                    cap = conns.cap(),
-                    closed_phase = ?phase,
-                    closed_waited_ms = waited.as_millis() as u64,
-                    suppressed,
-                    "connection cap reached: closed the connection that waited longest \
-                     without a request in progress to make room (suppressed: like closings not \
-                     logged in the last 10 s)"
-                );
-            }
-            (slot, Some(victim))
-        }
-        Admit::Full => {
-            engine.metrics.conn_rejected.fetch_add(1, Ordering::Relaxed);
-            engine.metrics.http_response(503);
-            if let Some(suppressed) = settings.gates.full.pass() {
-                tracing::warn!(
-                    cap = conns.cap(),
-                    suppressed,
-                    "connection cap reached and every connection has an operation in progress: \
-                     answered 503 (suppressed: like refusals not logged in the last 10 s)"
-                );
-            }
-            let e = ApiError::too_many_connections(conns.cap());
-            let answer = raw_answer(
-                status_of(e.kind),
-                &fresh_request_id(),
-                e.error.to_json().as_bytes(),
-                true,
-            );
-            tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
-            return None;
-        }
-    };
-    tracker.spawn(connection(
-        stream,
-        slot,
-        engine.clone(),
-        settings.clone(),
-        stop.clone(),
-    ));
-    victim
-}
-
-struct ConnGuard {
-    engine: Arc<Engine>,
-    conns: Arc<Conns>,
-    slot: Arc<Slot>,
-}
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        self.conns.remove(&self.slot);
-        self.engine
-            .metrics
-            .connections
-            .fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Why a connection ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    /// hyper finished it (the peer closed, or a graceful shutdown).
-    Done,
-    /// A newer connection took its place at the cap.
-    Replaced,
-    /// Shutdown, with no request in progress (or one not fully received).
-    Shutdown,
-    /// Its request did not arrive within the request deadline.
-    TimedOut,
-    /// Idle past the keep-alive timeout.
-    Idle,
-}
-
-/// Serves one allowed connection, under its watchdog: the phase deadlines
-/// of [`super::conns`], eviction at the cap, and shutdown (at once unless a
-/// request is being answered).
-async fn connection(
-    stream: UnixStream,
-    slot: Arc<Slot>,
-    engine: Arc<Engine>,
-    settings: Arc<HttpSettings>,
-    stop: CancellationToken,
-) {
-    let open = engine.metrics.connections.fetch_add(1, Ordering::Relaxed) + 1;
-    settings
-        .trim
-        .connections(usize::try_from(open).unwrap_or(0));
-    let _guard = ConnGuard {
-        engine: engine.clone(),
-        conns: settings.conns.clone(),
-        slot: slot.clone(),
-    };
-    let svc = {
-        let (engine, settings, slot) = (engine.clone(), settings.clone(), slot.clone());
-        service_fn(move |req| {
-            let (engine, settings, slot) = (engine.clone(), settings.clone(), slot.clone());
-            async move { Ok::<_, Infallible>(handle(engine, &settings, &slot, req).await) }
-        })
-    };
-    let mut builder = http1::Builder::new();
-    // Time bounds are the watchdog's below, not hyper's.
-    builder
-        .header_read_timeout(None)
-        .keep_alive(true)
-        .max_buf_size(MAX_BUF);
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
-    tokio::pin!(conn);
-    let mut limits = settings.limits;
-    let mut stopping = false;
-    let end = loop {
-        let deadline = slot.deadline(&limits);
-        let expiry = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d.into()).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            r = conn.as_mut() => {
-                if let Err(e) = r {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                }
-                break End::Done;
-            }
-            () = slot.evicted() => break End::Replaced,
-            () = stop.cancelled(), if !stopping => {
-                stopping = true;
-                match slot.phase() {
-                    Phase::Head | Phase::Body => break End::Shutdown,
-                    // Finish the answer in progress, then close; an idle
-                    // connection closes at once. Writing an answer to a
-                    // peer that does not read is bounded like a request.
-                    Phase::Busy | Phase::Idle => {
-                        limits.idle_timeout = limits.idle_timeout.min(limits.request_timeout);
-                        conn.as_mut().graceful_shutdown();
-                    }
-                }
-            }
-            () = slot.changed() => {}
-            () = expiry => {
-                if slot.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
-                    break if slot.phase() == Phase::Idle { End::Idle } else { End::TimedOut };
-                }
-            }
-        }
-    };
-    match end {
-        End::TimedOut => {
-            engine
-                .metrics
-                .conn_timed_out
-                .fetch_add(1, Ordering::Relaxed);
-            if let Some(suppressed) = settings.gates.timed_out.pass() {
-                tracing::warn!(
-                    timeout_ms = settings.limits.request_timeout.as_millis() as u64,
-                    suppressed,
-                    "closed a connection whose request was not complete within the request \
-                     timeout (suppressed: like closings not logged in the last 10 s)"
-                );
-            }
-        }
-        End::Replaced | End::Shutdown | End::Idle | End::Done => {
-            tracing::trace!(?end, "connection closed");
-        }
-    }
-}
-
-/// A request ID for an answer to a request that was not read.
-fn fresh_request_id() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("cnid-{}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
 
 fn request_id(req: &Request<Incoming>) -> String {
     req.headers()
@@ -361,7 +51,7 @@ fn request_id(req: &Request<Incoming>) -> String {
         .unwrap_or_else(fresh_request_id)
 }
 
-async fn handle(
+pub(super) async fn handle(
     engine: Arc<Engine>,
     settings: &HttpSettings,
     slot: &Slot,
@@ -389,84 +79,6 @@ async fn handle(
         elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX), "request");
     slot.enter(Phase::Idle);
     resp
-}
-
-fn json_response(status: StatusCode, body: Bytes) -> Resp {
-    let mut r = Response::new(Full::new(body));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
-fn to_json<T: Serialize>(status: StatusCode, v: &T) -> Resp {
-    match serde_json::to_vec(v) {
-        Ok(b) => json_response(status, Bytes::from(b)),
-        Err(e) => error_response(&ApiError::internal(format!(
-            "cannot encode the answer: {e}"
-        ))),
-    }
-}
-
-/// The HTTP status of each kind of failure: the one place where kinds
-/// become statuses. A more severe kind never has a lower status (the
-/// engine takes the maximum kind of several failures).
-///
-/// | kind | HTTP |
-/// |---|---|
-/// | `InvalidRequest` | 400 |
-/// | `Forbidden` | 403 |
-/// | `NotFound` | 404 |
-/// | `MethodNotAllowed` | 405 |
-/// | `Conflict` | 409 |
-/// | `TooLarge` | 413 |
-/// | `Internal`, `Io` | 500 |
-/// | `PluginFailed` | 502 |
-/// | `NotReady`, `Busy`, `ShuttingDown` | 503 (with `Retry-After: 1`) |
-/// | `DeadlineExpired` | 504 |
-pub(crate) fn status_of(kind: ErrorKind) -> StatusCode {
-    match kind {
-        ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
-        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
-        ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-        ErrorKind::Conflict => StatusCode::CONFLICT,
-        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorKind::Internal | ErrorKind::Io => StatusCode::INTERNAL_SERVER_ERROR,
-        ErrorKind::PluginFailed => StatusCode::BAD_GATEWAY,
-        ErrorKind::NotReady | ErrorKind::Busy | ErrorKind::ShuttingDown => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
-        ErrorKind::DeadlineExpired => StatusCode::GATEWAY_TIMEOUT,
-    }
-}
-
-/// The answer to a failure: its status, the CNI error object, the
-/// plugin's headers, `Retry-After` on 503.
-fn error_response(e: &ApiError) -> Resp {
-    let status = status_of(e.kind);
-    let mut r = json_response(status, Bytes::from(e.error.to_json().into_bytes()));
-    if let Some((plugin, command)) = &e.plugin
-        && let Ok(v) = HeaderValue::from_str(plugin)
-    {
-        r.headers_mut().insert(api::PLUGIN_HEADER, v);
-        if let Ok(c) = HeaderValue::from_str(command.as_str()) {
-            r.headers_mut().insert(api::PLUGIN_COMMAND_HEADER, c);
-        }
-    }
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
-}
-
-fn empty(status: StatusCode) -> Resp {
-    let mut r = Response::new(Full::new(Bytes::new()));
-    *r.status_mut() = status;
-    r
 }
 
 /// A request body, and its share of the body budget (released with it).
@@ -875,18 +487,6 @@ async fn sandbox(
     Ok(outcome_response(&outcome))
 }
 
-/// The answer to an operation's outcome: 200 with the JSON of what it
-/// produced, 204 when it has nothing to say, or the failure's answer.
-fn outcome_response(outcome: &Outcome) -> Resp {
-    match outcome {
-        Ok(Done::Result(v)) => to_json(StatusCode::OK, v),
-        Ok(Done::Gc(gc)) => to_json(StatusCode::OK, gc),
-        Ok(Done::Sandbox(merged)) => to_json(StatusCode::OK, merged),
-        Ok(Done::Nothing) => empty(StatusCode::NO_CONTENT),
-        Err(e) => error_response(e),
-    }
-}
-
 /// STATUS of a sandbox's networks: each as its own network operation;
 /// ready (204) iff all are, else the first failure, naming every network
 /// that is not ready.
@@ -947,66 +547,5 @@ mod tests {
         }
         assert!(netns_exists(&rt("/nonexistent/netns"), Command::Del).is_ok());
         assert!(netns_exists(&rt(""), Command::Del).is_ok());
-    }
-
-    /// Every kind and its status, in declaration (severity) order.
-    const STATUSES: [(ErrorKind, u16); 13] = [
-        (ErrorKind::InvalidRequest, 400),
-        (ErrorKind::Forbidden, 403),
-        (ErrorKind::NotFound, 404),
-        (ErrorKind::MethodNotAllowed, 405),
-        (ErrorKind::Conflict, 409),
-        (ErrorKind::TooLarge, 413),
-        (ErrorKind::Internal, 500),
-        (ErrorKind::Io, 500),
-        (ErrorKind::PluginFailed, 502),
-        (ErrorKind::NotReady, 503),
-        (ErrorKind::Busy, 503),
-        (ErrorKind::ShuttingDown, 503),
-        (ErrorKind::DeadlineExpired, 504),
-    ];
-
-    #[test]
-    fn each_kind_maps_to_its_status() {
-        for (kind, status) in STATUSES {
-            assert_eq!(status_of(kind).as_u16(), status, "{kind:?}");
-        }
-        // Severity order is status order: the maximum kind of several
-        // failures answers the highest status, as before kinds existed.
-        for w in STATUSES.windows(2) {
-            assert!(w[0].0 < w[1].0, "{:?} declared before {:?}", w[0].0, w[1].0);
-            assert!(w[0].1 <= w[1].1);
-        }
-        // The statuses cnid-api's decoding answers read back as themselves.
-        for s in [400, 404, 500, 502] {
-            let kind = crate::daemon::error::kind_of_status(s);
-            assert_eq!(status_of(kind).as_u16(), s, "{kind:?}");
-        }
-    }
-
-    #[test]
-    fn failures_answer_their_status_and_headers() {
-        let plugin = ApiError {
-            plugin: Some(("bridge".to_owned(), Command::Check)),
-            ..ApiError::new(ErrorKind::PluginFailed, 7, "bad")
-        };
-        let r = error_response(&plugin);
-        assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
-        assert_eq!(r.headers()[api::PLUGIN_HEADER], "bridge");
-        assert_eq!(r.headers()[api::PLUGIN_COMMAND_HEADER], "CHECK");
-        assert!(r.headers().get(header::RETRY_AFTER).is_none());
-        let r = error_response(&ApiError::shutting_down());
-        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
-        assert!(r.headers().get(api::PLUGIN_HEADER).is_none());
-        assert_eq!(
-            outcome_response(&Ok(Done::Nothing)).status(),
-            StatusCode::NO_CONTENT
-        );
-        let r = outcome_response(&Ok(Done::Result(
-            serde_json::json!({"cniVersion": "1.0.0"}),
-        )));
-        assert_eq!(r.status(), StatusCode::OK);
-        assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
     }
 }
