@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use cni_core::error::code as cni_code;
-use cni_core::{Command, RuntimeConf, Version};
+use cni_core::{Command, Version};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
@@ -20,16 +19,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::HttpSettings;
 use super::conns::{Phase, Slot};
-use super::responses::{Resp, empty, error_response, fresh_request_id, outcome_response, to_json};
+use super::responses::{Resp, error_response, fresh_request_id, outcome_response, to_json};
 use crate::api::{self, HealthResponse, OperationsResponse};
-use crate::daemon::engine::Engine;
-use crate::daemon::error::{ApiError, ErrorKind};
+use crate::daemon::engine::{Engine, SandboxOps};
+use crate::daemon::error::ApiError;
 use crate::daemon::memory::MMAP_THRESHOLD;
 use crate::daemon::networks;
-use crate::daemon::operation::{NewOp, SandboxNet, Work};
 use crate::decode::{
-    DecodedRequest, decode_attachments_query, decode_container_filter, decode_network_name,
-    decode_request, decode_sandbox_request,
+    decode_attachments_query, decode_container_filter, decode_network_name, decode_request,
+    decode_sandbox_request,
 };
 
 /// The first bytes of each request body are not charged to the shared
@@ -307,15 +305,9 @@ async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
     }
 }
 
-/// ADD and CHECK need a netns that is a network namespace, checked by the
-/// library's rule ([`cni_async::check_netns`]: one answer for a missing
-/// path, a file, a dir, no permission), before anything is queued. The
-/// engine's `Cni` checks it again when the operation runs. [`decode_request`]
-/// checked the rest of the attachment; DEL may name a netns that is gone.
-fn netns_exists(rt: &RuntimeConf, verb: Command) -> Result<(), ApiError> {
-    cni_async::check_netns(&rt.netns, verb).map_err(|e| ApiError::from_cni(&e, Version::CURRENT))
-}
-
+/// `POST /v1/networks/{network}/{verb}`: admitted by the engine
+/// ([`Engine::admit`]), queued, answered when it ends (`Cnid-Coalesced`
+/// when it joined an identical DEL).
 async fn operation(
     engine: &Arc<Engine>,
     rid: &str,
@@ -323,70 +315,13 @@ async fn operation(
     network: String,
     body: Body,
 ) -> Result<Resp, ApiError> {
-    let loaded = engine.networks.get(&network);
-    let version = loaded
-        .as_ref()
-        .map_or(Version::CURRENT, |n| n.list.version());
-    let need = || {
-        loaded
-            .as_ref()
-            .map(|n| n.list.clone())
-            .ok_or_else(|| engine.networks.not_found(&network))
-    };
     let decoded = decode_request(verb, &network, &body.bytes)
-        .map_err(|e| ApiError::from(e).in_version(version))?;
+        .map_err(|e| ApiError::from(e).in_version(engine.version_of(&network)))?;
     // The body (and its share of the budget) is not kept while the
     // operation waits and runs.
     drop(body);
-    let mut claim = None;
-    let (work, timeout_ms) = match decoded {
-        DecodedRequest::Attachment {
-            rt,
-            timeout_ms,
-            force,
-        } => {
-            netns_exists(&rt, verb).map_err(|e| e.in_version(version))?;
-            if verb == Command::Add || verb == Command::Check {
-                need()?;
-            }
-            claim = engine
-                .admit(verb, &[(&network, &rt)], force)
-                .await
-                .map_err(|e| e.in_version(version))?;
-            let work = match verb {
-                Command::Add => Work::Add { list: need()?, rt },
-                Command::Check => Work::Check { list: need()?, rt },
-                _ => Work::Del {
-                    list: loaded.as_ref().map(|n| n.list.clone()),
-                    rt,
-                },
-            };
-            (work, timeout_ms)
-        }
-        DecodedRequest::Status { timeout_ms } => (Work::Status { list: need()? }, timeout_ms),
-        DecodedRequest::Gc {
-            valid_attachments,
-            timeout_ms,
-        } => (
-            Work::Gc {
-                list: need()?,
-                valid: valid_attachments,
-            },
-            timeout_ms,
-        ),
-    };
-    let timeout = engine
-        .deadlines
-        .for_request(verb, timeout_ms)
-        .map_err(|e| e.in_version(version))?;
-    let waiter = engine.submit(NewOp {
-        request_id: rid.to_owned(),
-        network,
-        version,
-        work,
-        deadline: Instant::now() + timeout,
-        claim,
-    })?;
+    let op = engine.admit(rid, verb, network, decoded).await?;
+    let waiter = engine.submit(op)?;
     let coalesced = waiter.coalesced();
     let outcome = waiter.wait().await;
     let mut resp = outcome_response(&outcome);
@@ -398,9 +333,9 @@ async fn operation(
 }
 
 /// `POST /v1/sandboxes/{verb}`: a container on several networks in one
-/// call. ADD, DEL and CHECK are one operation in the container's queue
-/// (see `Engine::sandbox`); STATUS asks each network as
-/// `/v1/networks/{name}/status` does, ready iff all are.
+/// call ([`Engine::admit_sandbox`]). ADD, DEL and CHECK are one operation
+/// in the container's queue (see `Engine::sandbox`); STATUS asks each
+/// network as `/v1/networks/{name}/status` does, ready iff all are.
 async fn sandbox(
     engine: &Arc<Engine>,
     rid: &str,
@@ -409,143 +344,9 @@ async fn sandbox(
 ) -> Result<Resp, ApiError> {
     let decoded = decode_sandbox_request(verb, &body.bytes).map_err(ApiError::from)?;
     drop(body);
-    if verb != Command::Del && verb != Command::Status {
-        let rt = decoded.default_rt("eth0");
-        netns_exists(&rt, verb)?;
-    }
-    let snap = engine.networks.snapshot();
-    let mut nets: Vec<SandboxNet> = Vec::new();
-    if decoded.loopback {
-        nets.push(SandboxNet {
-            name: cni_async::multi::LOOPBACK_NETWORK.to_owned(),
-            list: Some(Arc::new(cni_async::multi::loopback_network())),
-            rt: decoded.default_rt(cni_async::multi::LOOPBACK_IFNAME),
-        });
-    }
-    if decoded.networks.is_empty() {
-        let Some(default) = snap.default_network() else {
-            return Err(ApiError::new(
-                ErrorKind::NotFound,
-                cni_code::INVALID_NETWORK_CONFIG,
-                format!(
-                    "no default network: no usable network configuration in {}",
-                    engine.networks.dir().display()
-                ),
-            ));
-        };
-        nets.push(SandboxNet {
-            name: default.list.name().to_owned(),
-            list: Some(default.list.clone()),
-            rt: decoded.default_rt(api::DEFAULT_IFNAME),
-        });
-    }
-    for (name, rt) in &decoded.networks {
-        let list = snap.get(name).map(|n| n.list.clone());
-        // DEL of a network gone from the conf dir uses the cached config.
-        if list.is_none() && verb != Command::Del {
-            return Err(engine.networks.not_found(name));
-        }
-        nets.push(SandboxNet {
-            name: name.clone(),
-            list,
-            rt: rt.clone(),
-        });
-    }
-    drop(snap);
-    let timeout = engine.deadlines.for_request(verb, decoded.timeout_ms)?;
-    let deadline = Instant::now() + timeout;
-    if verb == Command::Status {
-        return sandbox_status(engine, rid, nets, deadline).await;
-    }
-    let version = nets
-        .iter()
-        .find_map(|n| n.list.as_ref().map(|l| l.version()))
-        .unwrap_or(Version::CURRENT);
-    let slots: Vec<(&str, &RuntimeConf)> = nets.iter().map(|n| (n.name.as_str(), &n.rt)).collect();
-    let claim = engine
-        .admit(verb, &slots, decoded.force)
-        .await
-        .map_err(|e| e.in_version(version))?;
-    drop(slots);
-    let waiter = engine.submit(NewOp {
-        request_id: rid.to_owned(),
-        network: nets
-            .iter()
-            .map(|n| n.name.as_str())
-            .collect::<Vec<_>>()
-            .join(","),
-        version,
-        work: Work::Sandbox {
-            verb,
-            container_id: decoded.container_id,
-            networks: nets,
-        },
-        deadline,
-        claim,
-    })?;
-    let outcome = waiter.wait().await;
+    let outcome = match engine.admit_sandbox(rid, verb, decoded).await? {
+        SandboxOps::One(op) => engine.submit(*op)?.wait().await,
+        SandboxOps::Each(ops) => Arc::new(engine.status_each(ops).await),
+    };
     Ok(outcome_response(&outcome))
-}
-
-/// STATUS of a sandbox's networks: each as its own network operation;
-/// ready (204) iff all are, else the first failure, naming every network
-/// that is not ready.
-async fn sandbox_status(
-    engine: &Arc<Engine>,
-    rid: &str,
-    nets: Vec<SandboxNet>,
-    deadline: Instant,
-) -> Result<Resp, ApiError> {
-    let mut errors = cni_async::Errors::new("status of the sandbox's networks");
-    // The error object is written in the version of the first network
-    // that failed, whose code it has.
-    let mut failed_version = None;
-    for n in nets {
-        let Some(list) = n.list else { continue };
-        let version = list.version();
-        let waiter = engine.submit(NewOp {
-            request_id: rid.to_owned(),
-            network: n.name.clone(),
-            version,
-            work: Work::Status { list },
-            deadline,
-            claim: None,
-        })?;
-        if let Err(e) = waiter.wait().await.as_ref() {
-            failed_version.get_or_insert(version);
-            errors.push(cni_async::Error::Context {
-                context: format!("network {:?}", n.name),
-                source: Box::new(e.clone().into_cni(version)),
-            });
-        }
-    }
-    Ok(match errors.into_result() {
-        Ok(()) => empty(StatusCode::NO_CONTENT),
-        Err(e) => error_response(&ApiError::from_cni(
-            &e,
-            failed_version.unwrap_or(Version::CURRENT),
-        )),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn netns_must_exist_for_add_and_check() {
-        let rt = |netns: &str| RuntimeConf::new("c1", netns, "eth0");
-        assert!(netns_exists(&rt("/proc/self/ns/net"), Command::Add).is_ok());
-        for verb in [Command::Add, Command::Check] {
-            let e = netns_exists(&rt("/nonexistent/netns"), verb).unwrap_err();
-            assert_eq!((e.kind, e.error.code), (ErrorKind::InvalidRequest, 4));
-            assert!(
-                e.error.msg.contains("not a network namespace"),
-                "{}",
-                e.error.msg
-            );
-        }
-        assert!(netns_exists(&rt("/nonexistent/netns"), Command::Del).is_ok());
-        assert!(netns_exists(&rt(""), Command::Del).is_ok());
-    }
 }
