@@ -564,7 +564,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
             idle_timeout: config.idle_timeout,
         },
         conns: Arc::new(http::conns::Conns::new(max_connections)),
-        gates: http::conns::Gates::new(),
+        warnings: http::conns::Warnings::new(),
         trim: Arc::new(memory::HeapTrim::default()),
     });
     tracker.spawn(engine.intents.clone().flush_loop(stop.clone()));

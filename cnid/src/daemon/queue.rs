@@ -54,16 +54,16 @@ use super::operation::{NewOp, Outcome, Work};
 use crate::api::OperationInfo;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+enum OpPhase {
     Queued,
     Running,
-    Done,
+    Finished,
     Cancelled,
 }
 
 #[derive(Debug)]
 struct OpState {
-    phase: Phase,
+    phase: OpPhase,
     waiters: u32,
     /// The latest deadline of the requests waiting for it.
     deadline: Instant,
@@ -206,7 +206,7 @@ impl Scheduler {
                 .filter(|t| t.del_key.as_ref() == Some(rt))
         {
             let mut ts = lock(&tail.state);
-            if ts.phase == Phase::Queued {
+            if ts.phase == OpPhase::Queued {
                 ts.waiters += 1;
                 ts.deadline = ts.deadline.max(new.deadline);
                 drop(ts);
@@ -229,7 +229,7 @@ impl Scheduler {
             work: Mutex::new(Some(new.work)),
             claim: Mutex::new(new.claim),
             state: Mutex::new(OpState {
-                phase: Phase::Queued,
+                phase: OpPhase::Queued,
                 waiters: 1,
                 deadline: new.deadline,
             }),
@@ -276,7 +276,7 @@ impl Scheduler {
                 st.containers.remove(container_id);
                 return None;
             };
-            if lock(&op.state).phase != Phase::Queued {
+            if lock(&op.state).phase != OpPhase::Queued {
                 continue;
             }
             if op.sandbox {
@@ -288,9 +288,9 @@ impl Scheduler {
     }
 
     /// Waits for the gate and a permit while the operation is queued, then
-    /// claims it. `None` when it was cancelled meanwhile or its deadline
+    /// takes its turn. `None` when it was cancelled meanwhile or its deadline
     /// passed (then its outcome has been published).
-    pub(crate) async fn acquire(&self, op: &Arc<Op>, ticket: Option<GateTicket>) -> Option<Claim> {
+    pub(crate) async fn acquire(&self, op: &Arc<Op>, ticket: Option<GateTicket>) -> Option<Turn> {
         let waited = async {
             let ticket = match ticket {
                 Some(mut t) => {
@@ -313,14 +313,14 @@ impl Scheduler {
             r = waited => r?,
             () = op.cancel.cancelled() => return None,
         };
-        // Claim it: Queued -> Running, unless cancelled or out of time.
+        // Take its turn: Queued -> Running, unless cancelled or out of time.
         let mut s = lock(&op.state);
-        if s.phase != Phase::Queued {
+        if s.phase != OpPhase::Queued {
             return None;
         }
         let now = Instant::now();
         if now >= s.deadline {
-            s.phase = Phase::Done;
+            s.phase = OpPhase::Finished;
             drop(s);
             self.finish_queued(op);
             op.publish(Err(ApiError::queued_too_long(
@@ -329,25 +329,25 @@ impl Scheduler {
             .in_version(op.version)));
             return None;
         }
-        s.phase = Phase::Running;
+        s.phase = OpPhase::Running;
         drop(s);
         self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
         self.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
-        Some(Claim {
+        Some(Turn {
             _ticket: ticket,
             _permit: permit,
             started: now,
         })
     }
 
-    /// Publishes the outcome of a claimed operation.
-    pub(crate) fn complete(&self, op: &Arc<Op>, claim: Claim, outcome: Outcome) {
+    /// Publishes the outcome of an operation that had its turn.
+    pub(crate) fn complete(&self, op: &Arc<Op>, turn: Turn, outcome: Outcome) {
         let code = outcome.as_ref().err().map(|e| e.error.code);
-        let ran = claim.started.elapsed();
-        let queued = claim.started.duration_since(op.arrived);
+        let ran = turn.started.elapsed();
+        let queued = turn.started.duration_since(op.arrived);
         let nobody_waits = {
             let mut st = lock(&op.state);
-            st.phase = Phase::Done;
+            st.phase = OpPhase::Finished;
             st.waiters == 0
         };
         if nobody_waits {
@@ -361,8 +361,8 @@ impl Scheduler {
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.metrics.operation_done(op.verb, queued, ran, code);
         op.publish(outcome);
-        // The gate and the permit go with the claim.
-        drop(claim);
+        // The gate and the permit go with the turn.
+        drop(turn);
     }
 
     /// A queued operation that will not run (cancelled, out of time, shut
@@ -385,13 +385,13 @@ impl Scheduler {
     /// left (decided under the same lock as the leaving).
     fn leave_when(&self, op: &Arc<Op>, only_queued: bool) -> bool {
         let mut s = lock(&op.state);
-        let queued = s.phase == Phase::Queued;
+        let queued = s.phase == OpPhase::Queued;
         if only_queued && !queued {
             return false;
         }
         s.waiters = s.waiters.saturating_sub(1);
         if queued && s.waiters == 0 {
-            s.phase = Phase::Cancelled;
+            s.phase = OpPhase::Cancelled;
             drop(s);
             op.cancel.cancel();
             self.finish_queued(op);
@@ -418,8 +418,8 @@ impl Scheduler {
         let mut n = 0;
         for op in queued {
             let mut s = lock(&op.state);
-            if s.phase == Phase::Queued {
-                s.phase = Phase::Cancelled;
+            if s.phase == OpPhase::Queued {
+                s.phase = OpPhase::Cancelled;
                 drop(s);
                 op.cancel.cancel();
                 self.finish_queued(&op);
@@ -445,8 +445,8 @@ impl Scheduler {
             .filter_map(|op| {
                 let s = lock(&op.state);
                 let state = match s.phase {
-                    Phase::Queued => "queued",
-                    Phase::Running => "running",
+                    OpPhase::Queued => "queued",
+                    OpPhase::Running => "running",
                     _ => return None,
                 };
                 Some(OperationInfo {
@@ -465,10 +465,10 @@ impl Scheduler {
     }
 }
 
-/// A claimed operation: holds its gate and permit until completed (a
+/// An operation's turn to run: holds its gate and permit until completed (a
 /// sandbox operation neither: its steps take theirs).
 #[derive(Debug)]
-pub(crate) struct Claim {
+pub(crate) struct Turn {
     _ticket: Option<GateTicket>,
     _permit: Option<OwnedSemaphorePermit>,
     started: Instant,
@@ -595,8 +595,8 @@ mod tests {
 
         let (op1, t1) = s.next_for("c1").unwrap();
         assert_eq!(op1.network, "n");
-        let claim = s.acquire(&op1, t1).await.unwrap();
-        s.complete(&op1, claim, Ok(Done::Nothing));
+        let turn = s.acquire(&op1, t1).await.unwrap();
+        s.complete(&op1, turn, Ok(Done::Nothing));
         assert!(w2.wait().await.is_ok());
         // The client of the third one went away: it is skipped.
         drop(w3);

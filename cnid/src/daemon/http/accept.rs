@@ -71,7 +71,7 @@ pub(crate) async fn serve(
             Err(e) => {
                 // EMFILE and friends: the pending connection stays in the
                 // backlog; do not spin on it.
-                if let Some(suppressed) = settings.gates.accept.pass() {
+                if let Some(suppressed) = settings.warnings.accept.pass() {
                     tracing::warn!(error = %e, retry_ms = backoff.as_millis() as u64, suppressed,
                         "accept failed; backing off (suppressed: like failures not logged in the last 10 s)");
                 }
@@ -106,7 +106,7 @@ fn accept(
     if !settings.peers.allows(uid, gid) {
         engine.metrics.refused.fetch_add(1, Ordering::Relaxed);
         engine.metrics.http_response(403);
-        if let Some(suppressed) = settings.gates.refused.pass() {
+        if let Some(suppressed) = settings.warnings.refused.pass() {
             tracing::warn!(
                 uid,
                 gid,
@@ -134,7 +134,7 @@ fn accept(
             waited,
         } => {
             engine.metrics.conn_replaced.fetch_add(1, Ordering::Relaxed);
-            if let Some(suppressed) = settings.gates.replaced.pass() {
+            if let Some(suppressed) = settings.warnings.replaced.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
                     closed_phase = ?phase,
@@ -150,7 +150,7 @@ fn accept(
         Admit::Full => {
             engine.metrics.conn_rejected.fetch_add(1, Ordering::Relaxed);
             engine.metrics.http_response(503);
-            if let Some(suppressed) = settings.gates.full.pass() {
+            if let Some(suppressed) = settings.warnings.full.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
                     suppressed,
@@ -197,7 +197,7 @@ impl Drop for ConnGuard {
 
 /// Why a connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
+enum ConnEnd {
     /// hyper finished it (the peer closed, or a graceful shutdown).
     Done,
     /// A newer connection took its place at the cap.
@@ -259,13 +259,13 @@ async fn connection(
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
-                break End::Done;
+                break ConnEnd::Done;
             }
-            () = slot.evicted() => break End::Replaced,
+            () = slot.evicted() => break ConnEnd::Replaced,
             () = stop.cancelled(), if !stopping => {
                 stopping = true;
                 match slot.phase() {
-                    Phase::Head | Phase::Body => break End::Shutdown,
+                    Phase::Head | Phase::Body => break ConnEnd::Shutdown,
                     // Finish the answer in progress, then close; an idle
                     // connection closes at once. Writing an answer to a
                     // peer that does not read is bounded like a request.
@@ -278,18 +278,18 @@ async fn connection(
             () = slot.changed() => {}
             () = expiry => {
                 if slot.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
-                    break if slot.phase() == Phase::Idle { End::Idle } else { End::TimedOut };
+                    break if slot.phase() == Phase::Idle { ConnEnd::Idle } else { ConnEnd::TimedOut };
                 }
             }
         }
     };
     match end {
-        End::TimedOut => {
+        ConnEnd::TimedOut => {
             engine
                 .metrics
                 .conn_timed_out
                 .fetch_add(1, Ordering::Relaxed);
-            if let Some(suppressed) = settings.gates.timed_out.pass() {
+            if let Some(suppressed) = settings.warnings.timed_out.pass() {
                 tracing::warn!(
                     timeout_ms = settings.limits.request_timeout.as_millis() as u64,
                     suppressed,
@@ -298,7 +298,7 @@ async fn connection(
                 );
             }
         }
-        End::Replaced | End::Shutdown | End::Idle | End::Done => {
+        ConnEnd::Replaced | ConnEnd::Shutdown | ConnEnd::Idle | ConnEnd::Done => {
             tracing::trace!(?end, "connection closed");
         }
     }

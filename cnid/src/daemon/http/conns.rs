@@ -284,13 +284,13 @@ impl Conns {
 /// A warning logged at most once per [`LOG_INTERVAL`], with the number of
 /// occurrences it stood for.
 #[derive(Debug)]
-pub(crate) struct LogGate {
+pub(crate) struct Throttle {
     state: Mutex<(Option<Instant>, u64)>,
 }
 
-impl LogGate {
-    pub(crate) const fn new() -> LogGate {
-        LogGate {
+impl Throttle {
+    pub(crate) const fn new() -> Throttle {
+        Throttle {
             state: Mutex::new((None, 0)),
         }
     }
@@ -315,22 +315,22 @@ impl LogGate {
 
 /// The warnings of the HTTP layer, each rate limited on its own.
 #[derive(Debug)]
-pub(crate) struct Gates {
-    pub(crate) refused: LogGate,
-    pub(crate) accept: LogGate,
-    pub(crate) replaced: LogGate,
-    pub(crate) full: LogGate,
-    pub(crate) timed_out: LogGate,
+pub(crate) struct Warnings {
+    pub(crate) refused: Throttle,
+    pub(crate) accept: Throttle,
+    pub(crate) replaced: Throttle,
+    pub(crate) full: Throttle,
+    pub(crate) timed_out: Throttle,
 }
 
-impl Gates {
-    pub(crate) const fn new() -> Gates {
-        Gates {
-            refused: LogGate::new(),
-            accept: LogGate::new(),
-            replaced: LogGate::new(),
-            full: LogGate::new(),
-            timed_out: LogGate::new(),
+impl Warnings {
+    pub(crate) const fn new() -> Warnings {
+        Warnings {
+            refused: Throttle::new(),
+            accept: Throttle::new(),
+            replaced: Throttle::new(),
+            full: Throttle::new(),
+            timed_out: Throttle::new(),
         }
     }
 }
@@ -408,8 +408,8 @@ mod tests {
     }
 
     #[test]
-    fn log_gate_passes_once_per_interval_and_counts() {
-        let g = LogGate::new();
+    fn throttle_passes_once_per_interval_and_counts() {
+        let g = Throttle::new();
         assert_eq!(g.pass(), Some(0));
         assert_eq!(g.pass(), None);
         assert_eq!(g.pass(), None);

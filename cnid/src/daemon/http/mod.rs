@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use conns::{Conns, Gates, Limits};
+use conns::{Conns, Limits, Warnings};
 
 use crate::daemon::auth::PeerPolicy;
 use crate::daemon::memory::HeapTrim;
@@ -33,6 +33,6 @@ pub(crate) struct HttpSettings {
     pub(crate) body_budget: Arc<Semaphore>,
     pub(crate) limits: Limits,
     pub(crate) conns: Arc<Conns>,
-    pub(crate) gates: Gates,
+    pub(crate) warnings: Warnings,
     pub(crate) trim: Arc<HeapTrim>,
 }
