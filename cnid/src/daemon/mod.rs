@@ -5,11 +5,18 @@
 //! unfinished ADDs, the conf dir watcher, `sd_notify`, signals and the
 //! graceful drain. The parts:
 //!
-//! - `server`: connections, peer credential checks, routing, validation;
-//!   `conns`: the connection cap, request and idle deadlines, the body
-//!   budget, rate-limited warnings;
-//! - `queue`: per-container FIFO, GC gates, parallelism limit, coalescing;
-//! - `engine`: what each verb does around `cni-async`;
+//! - `http`: the only part that speaks HTTP: `accept` (accept loop, peer
+//!   credential checks, each connection's watchdog), `conns` (the
+//!   connection cap, request and idle deadlines, rate-limited warnings),
+//!   `routes` (request bodies within the shared budget, routing),
+//!   `responses` (statuses, bodies, headers);
+//! - `operation`: what an operation is (`Work`, `NewOp`) and ends with
+//!   (`Outcome`, `Done`);
+//! - `queue`: the scheduler: per-container FIFO, GC gates, parallelism
+//!   limit, coalescing;
+//! - `engine`: what each verb does around `cni-async`; `engine/admit.rs`
+//!   the checks before queueing (network, netns, owner, deadline);
+//! - `memory`: glibc's allocator tuned, free heap trimmed after a burst;
 //! - `intents`: durable ADD intents (crash safety); `orphans`: plugins a
 //!   killed daemon left running, waited for (until their deadlines) at the
 //!   next start;
