@@ -400,13 +400,13 @@ fn warn_missing_plugin_dirs(dirs: &[std::path::PathBuf]) {
 /// shutdown bound expired (or a second signal came).
 ///
 /// The steps, in order: the state dir's lock, the journal and the cache
-/// ([`open_journal`]), process tuning and signals, the networks, the
-/// plugin executor and `Cni` ([`build_cni`]), the socket
-/// ([`take_listener`]), the engine, what must happen before any request
-/// ([`before_requests`]), the stale-attachment reaper ([`start_reaper`]),
+/// (`open_journal`), process tuning and signals, the networks, the
+/// plugin executor and `Cni` (`build_cni`), the socket
+/// (`take_listener`), the engine, what must happen before any request
+/// (`before_requests`), the stale-attachment reaper (`start_reaper`),
 /// the conf dir watcher, the background tasks and the HTTP server
-/// ([`start_serving`]), readiness ([`announce_ready`]), then the shutdown
-/// ([`shut_down`]).
+/// (`start_serving`), readiness (`announce_ready`), then the shutdown
+/// (`shut_down`).
 pub async fn run(config: Config) -> Result<bool, Error> {
     let _state_lock = lock_state_dir(&config.state_dir).await?;
     let (intents, cache) = open_journal(&config)?;
