@@ -175,7 +175,7 @@ impl BatchBuilder {
             member.adopted = Some(Adopted { cached, stale_name });
             members.push(member);
         }
-        let ctx = Arc::new(Ctx {
+        let job = Arc::new(Job {
             multi: self.multi,
             template: self.template,
             concurrency: self.concurrency,
@@ -183,7 +183,7 @@ impl BatchBuilder {
             release_failed: false,
         });
         Ok(Batch {
-            ctx,
+            job,
             members,
             setup_elapsed: Duration::ZERO,
             stopped: false,

@@ -125,7 +125,7 @@ pub struct BatchMember {
     netns: Option<NetnsGuard>,
     /// An ADD was started for it: teardown owes it a DEL.
     attempted: bool,
-    outcome: Outcome,
+    setup: Setup,
     /// Adopted ([`BatchBuilder::adopt`]): its cached attachments, and
     /// whether its name exists without being a namespace one can open.
     adopted: Option<Adopted>,
@@ -141,8 +141,9 @@ struct Adopted {
     stale_name: bool,
 }
 
+/// What a member's setup came to.
 #[derive(Debug)]
-enum Outcome {
+enum Setup {
     Pending,
     Attached(MultiResult),
     Failed(Error),
@@ -156,7 +157,7 @@ impl BatchMember {
             container_id,
             netns: None,
             attempted: false,
-            outcome: Outcome::Pending,
+            setup: Setup::Pending,
             adopted: None,
         }
     }
@@ -190,13 +191,13 @@ impl BatchMember {
 
     /// Whether it is attached to every network.
     pub fn is_attached(&self) -> bool {
-        matches!(self.outcome, Outcome::Attached(_))
+        matches!(self.setup, Setup::Attached(_))
     }
 
     /// The aggregated result of its networks, when attached.
     pub fn result(&self) -> Option<&MultiResult> {
-        match &self.outcome {
-            Outcome::Attached(r) => Some(r),
+        match &self.setup {
+            Setup::Attached(r) => Some(r),
             _ => None,
         }
     }
@@ -204,8 +205,8 @@ impl BatchMember {
     /// Why its setup failed (creating the namespace, or a network: see
     /// [`MultiNetwork::setup`]).
     pub fn error(&self) -> Option<&Error> {
-        match &self.outcome {
-            Outcome::Failed(e) => Some(e),
+        match &self.setup {
+            Setup::Failed(e) => Some(e),
             _ => None,
         }
     }
@@ -231,8 +232,8 @@ impl BatchMember {
     }
 
     /// The sandbox its teardown removes.
-    fn sandbox(&self, ctx: &Ctx) -> Sandbox {
-        let mut sandbox = ctx.sandbox(&self.name, &self.container_id);
+    fn sandbox(&self, job: &Job) -> Sandbox {
+        let mut sandbox = job.sandbox(&self.name, &self.container_id);
         if let Some(adopted) = &self.adopted
             && !adopted.cached.is_empty()
         {
@@ -270,7 +271,7 @@ impl Sandbox {
 /// Namespaces created and attached by [`BatchBuilder::setup`]; see the
 /// [module docs](self). Dropping it tears it down (blocking).
 pub struct Batch {
-    ctx: Arc<Ctx>,
+    job: Arc<Job>,
     members: Vec<BatchMember>,
     setup_elapsed: Duration,
     stopped: bool,
@@ -310,7 +311,7 @@ impl Batch {
 
     /// The totals so far.
     pub fn counts(&self) -> BatchCounts {
-        self.ctx.progress.counts()
+        self.job.progress.counts()
     }
 
     /// How long [`BatchBuilder::setup`] took.
@@ -335,13 +336,16 @@ impl Batch {
 
     /// The networks.
     pub fn networks(&self) -> &MultiNetwork {
-        &self.ctx.multi
+        &self.job.multi
     }
 }
 
 // ----- the work -----
 
-struct Ctx {
+/// What every task of a batch operation works with: the networks, the
+/// sandbox each member's is made from, the concurrency bound, the
+/// progress sink.
+struct Job {
     multi: MultiNetwork,
     template: Sandbox,
     concurrency: usize,
@@ -349,7 +353,7 @@ struct Ctx {
     release_failed: bool,
 }
 
-impl Ctx {
+impl Job {
     fn sandbox(&self, name: &str, container_id: &str) -> Sandbox {
         self.template
             .clone()
@@ -375,7 +379,7 @@ fn lock(slots: &Mutex<Slots>) -> MutexGuard<'_, Slots> {
 /// Owns the members during an operation: if the operation's future is
 /// dropped, tears down what is left (blocking, as on drop of a [`Batch`]).
 struct Stage {
-    ctx: Arc<Ctx>,
+    job: Arc<Job>,
     slots: Shared,
 }
 
@@ -399,7 +403,7 @@ impl Stage {
 impl Drop for Stage {
     fn drop(&mut self) {
         let members = self.take_members();
-        blocking_teardown(&self.ctx, members);
+        blocking_teardown(&self.job, members);
     }
 }
 
@@ -441,7 +445,7 @@ mod tests {
         assert_send(&multi.status());
         assert_send(&BatchBuilder::new(multi.clone()).setup());
         let empty = Batch {
-            ctx: Arc::new(Ctx {
+            job: Arc::new(Job {
                 multi,
                 template: Sandbox::new("", ""),
                 concurrency: 1,

@@ -160,7 +160,7 @@ impl BatchBuilder {
                 Some(BatchMember::new(i, name, id))
             })
             .collect();
-        let ctx = Arc::new(Ctx {
+        let job = Arc::new(Job {
             multi: self.multi,
             template: self.template,
             concurrency: self.concurrency,
@@ -171,20 +171,20 @@ impl BatchBuilder {
             members,
             closed: false,
         }));
-        ctx.progress.restart_clock();
+        job.progress.restart_clock();
         let started = Instant::now();
         let work = {
-            let (c, s) = (ctx.clone(), slots.clone());
+            let (c, s) = (job.clone(), slots.clone());
             Box::pin(
                 stream::iter(0..self.count)
                     .map(move |i| setup_one(c.clone(), s.clone(), i))
-                    .buffer_unordered(ctx.concurrency),
+                    .buffer_unordered(job.concurrency),
             )
         };
         let mut running = Running {
             work,
             stage: Stage {
-                ctx: ctx.clone(),
+                job: job.clone(),
                 slots,
             },
         };
@@ -200,7 +200,7 @@ impl BatchBuilder {
         drop(work);
         let members = stage.finish();
         Ok(Batch {
-            ctx,
+            job,
             members,
             setup_elapsed: started.elapsed(),
             stopped,
@@ -208,7 +208,7 @@ impl BatchBuilder {
     }
 }
 
-async fn setup_one(ctx: Arc<Ctx>, slots: Shared, index: usize) {
+async fn setup_one(job: Arc<Job>, slots: Shared, index: usize) {
     let Some((name, container_id)) = lock(&slots).members[index]
         .as_ref()
         .map(|m| (m.name.clone(), m.container_id.clone()))
@@ -236,36 +236,36 @@ async fn setup_one(ctx: Arc<Ctx>, slots: Shared, index: usize) {
     match created {
         Ok(Ok(true)) => {}
         Ok(Ok(false)) => return,
-        Ok(Err(e)) => return record_failure(&ctx, &slots, index, &name, e),
+        Ok(Err(e)) => return record_failure(&job, &slots, index, &name, e),
         Err(join) => {
             let e = Error::Netns {
                 path: Path::new(NETNS_RUN_DIR).join(&name),
                 op: "create".into(),
                 source: io::Error::other(join.to_string()),
             };
-            return record_failure(&ctx, &slots, index, &name, e);
+            return record_failure(&job, &slots, index, &name, e);
         }
     }
-    ctx.progress
+    job.progress
         .emit(BatchEventKind::Created, index, &name, None, false);
 
     match lock(&slots).members[index].as_mut() {
         Some(m) => m.attempted = true,
         None => return,
     }
-    let outcome = ctx.multi.setup(&ctx.sandbox(&name, &container_id)).await;
+    let outcome = job.multi.setup(&job.sandbox(&name, &container_id)).await;
     match outcome {
         Ok(result) => {
-            ctx.progress
+            job.progress
                 .emit(BatchEventKind::Attached, index, &name, None, false);
             if let Some(m) = lock(&slots).members[index].as_mut() {
-                m.outcome = Outcome::Attached(result);
+                m.setup = Setup::Attached(result);
             }
         }
         Err(e) => {
             let rolled_back = !matches!(e, Error::RollbackFailed { .. });
-            record_failure(&ctx, &slots, index, &name, e);
-            if ctx.release_failed && rolled_back {
+            record_failure(&job, &slots, index, &name, e);
+            if job.release_failed && rolled_back {
                 release(&slots, index, &name).await;
             }
         }
@@ -296,11 +296,11 @@ async fn release(slots: &Shared, index: usize, name: &str) {
     );
 }
 
-fn record_failure(ctx: &Ctx, slots: &Mutex<Slots>, index: usize, name: &str, error: Error) {
+fn record_failure(job: &Job, slots: &Mutex<Slots>, index: usize, name: &str, error: Error) {
     tracing::warn!(netns = name, error = %Chain(&error), "batch: namespace setup failed");
-    ctx.progress
+    job.progress
         .emit(BatchEventKind::Failed, index, name, Some(&error), false);
     if let Some(m) = lock(slots).members[index].as_mut() {
-        m.outcome = Outcome::Failed(error);
+        m.setup = Setup::Failed(error);
     }
 }

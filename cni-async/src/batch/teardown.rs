@@ -51,11 +51,11 @@ impl Batch {
             members: members.into_iter().map(Some).collect(),
             closed: true,
         }));
-        self.ctx.progress.restart_clock();
+        self.job.progress.restart_clock();
         let mut running = Running {
-            work: Box::pin(teardown_all(self.ctx.clone(), slots.clone())),
+            work: Box::pin(teardown_all(self.job.clone(), slots.clone())),
             stage: Stage {
-                ctx: self.ctx.clone(),
+                job: self.job.clone(),
                 slots: slots.clone(),
             },
         };
@@ -103,11 +103,11 @@ fn keep_members(members: Vec<BatchMember>) -> Vec<String> {
 impl Drop for Batch {
     fn drop(&mut self) {
         let members = std::mem::take(&mut self.members);
-        blocking_teardown(&self.ctx, members);
+        blocking_teardown(&self.job, members);
     }
 }
 
-async fn teardown_all(ctx: Arc<Ctx>, slots: Shared) -> Vec<Error> {
+async fn teardown_all(job: Arc<Job>, slots: Shared) -> Vec<Error> {
     let indices: Vec<usize> = lock(&slots)
         .members
         .iter()
@@ -115,22 +115,22 @@ async fn teardown_all(ctx: Arc<Ctx>, slots: Shared) -> Vec<Error> {
         .filter_map(|(i, m)| m.as_ref().map(|_| i))
         .collect();
     let per_member: Vec<Vec<Error>> = stream::iter(indices)
-        .map(|i| teardown_one(&ctx, &slots, i))
-        .buffer_unordered(ctx.concurrency)
+        .map(|i| teardown_one(&job, &slots, i))
+        .buffer_unordered(job.concurrency)
         .collect()
         .await;
     per_member.into_iter().flatten().collect()
 }
 
-async fn teardown_one(ctx: &Ctx, slots: &Mutex<Slots>, index: usize) -> Vec<Error> {
+async fn teardown_one(job: &Job, slots: &Mutex<Slots>, index: usize) -> Vec<Error> {
     let Some((name, attempted, sandbox)) = lock(slots).members[index]
         .as_ref()
-        .map(|m| (m.name.clone(), m.attempted, m.sandbox(ctx)))
+        .map(|m| (m.name.clone(), m.attempted, m.sandbox(job)))
     else {
         return Vec::new();
     };
     let mut errors = Vec::new();
-    if attempted && let Err(e) = ctx.multi.remove(&sandbox).await {
+    if attempted && let Err(e) = job.multi.remove(&sandbox).await {
         errors.push(e);
     }
     // Only now is the member taken out: if this future is dropped before,
@@ -165,7 +165,7 @@ async fn teardown_one(ctx: &Ctx, slots: &Mutex<Slots>, index: usize) -> Vec<Erro
     if errors.is_empty() {
         // Deleted, or (adopted) detached from a namespace already gone.
         if deleted || adopted {
-            ctx.progress
+            job.progress
                 .emit(BatchEventKind::Deleted, index, &name, None, deleted);
         }
         return errors;
@@ -182,7 +182,7 @@ async fn teardown_one(ctx: &Ctx, slots: &Mutex<Slots>, index: usize) -> Vec<Erro
         }),
     };
     tracing::warn!(netns = %name, error = %Chain(&error), "batch: teardown failed");
-    ctx.progress.emit(
+    job.progress.emit(
         BatchEventKind::TeardownFailed,
         index,
         &name,
@@ -210,7 +210,7 @@ pub fn current_thread_runtime() -> io::Result<tokio::runtime::Runtime> {
 /// Teardown from a synchronous context (`Drop`): on a new thread with its
 /// own runtime, waited for. Whatever that cannot handle is dropped here,
 /// which deletes the namespaces ([`NetnsGuard`]).
-pub(super) fn blocking_teardown(ctx: &Arc<Ctx>, members: Vec<BatchMember>) {
+pub(super) fn blocking_teardown(job: &Arc<Job>, members: Vec<BatchMember>) {
     if members.iter().all(|m| m.netns.is_none() && !m.attempted) {
         return;
     }
@@ -218,7 +218,7 @@ pub(super) fn blocking_teardown(ctx: &Arc<Ctx>, members: Vec<BatchMember>) {
         members: members.into_iter().map(Some).collect(),
         closed: true,
     }));
-    let (ctx2, slots2) = (ctx.clone(), slots.clone());
+    let (ctx2, slots2) = (job.clone(), slots.clone());
     let spawned = std::thread::Builder::new()
         .name("cni-batch-teardown".into())
         .spawn(move || {

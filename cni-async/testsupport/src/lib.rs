@@ -16,6 +16,7 @@
 //!   subnets unique to each test, removed by guards on drop; what tests ask
 //!   about a namespace (its links, addresses, whether it can ping).
 //! - [`require_root!`] / [`root_or_skip`]: the root check of root-only tests.
+//! - [`noop`]: the benchmark plugin `cni-noop` (cnid's), built on demand.
 //!
 //! The package depends on no crate of the workspace: `cni-async`'s own
 //! integration tests use it, and `cni-async` types reached through here
@@ -52,6 +53,7 @@ pub mod isolated;
 pub mod json;
 pub mod log;
 pub mod netns;
+pub mod noop;
 pub mod process;
 
 /// Environment variable that turns a root-only test's skip into a failure.

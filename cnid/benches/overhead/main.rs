@@ -28,10 +28,6 @@ mod core_benches;
 mod floor;
 mod go;
 mod memory;
-/// The benchmark plugin, a package of its own: built on demand.
-#[path = "../noop/locate.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod noop;
 mod report;
 mod setup;
 mod shim;

@@ -69,7 +69,7 @@ impl Bins {
                 // cnid's.
                 cnitool: Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnitool"),
                 cnid: env!("CARGO_BIN_EXE_cnid").into(),
-                noop: crate::noop::build_noop().map_err(anyhow::Error::msg)?,
+                noop: cni_test_support::noop::build_noop().map_err(anyhow::Error::msg)?,
                 shim: Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnid-shim"),
                 noop_variants: Vec::new(),
             },

@@ -50,9 +50,9 @@ pub fn main() -> i32 {
     }
     let env = plugin::PluginEnv::from_process();
     let mut input = Vec::with_capacity(4096);
-    let outcome = match std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut input) {
+    let output = match std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut input) {
         Ok(_) => plugin::run(&env, &input),
-        Err(e) => plugin::Outcome {
+        Err(e) => plugin::Output {
             stdout: cni_core::ErrorObject::new(
                 cni_core::Version::CURRENT.to_string(),
                 cni_core::error::code::IO_FAILURE,
@@ -66,12 +66,12 @@ pub fn main() -> i32 {
         },
     };
     let mut err = std::io::stderr().lock();
-    for line in &outcome.stderr {
+    for line in &output.stderr {
         let _ = writeln!(err, "{line}");
     }
     let mut out = std::io::stdout().lock();
-    match out.write_all(&outcome.stdout).and_then(|()| out.flush()) {
-        Ok(()) => outcome.status,
+    match out.write_all(&output.stdout).and_then(|()| out.flush()) {
+        Ok(()) => output.status,
         Err(_) => 1,
     }
 }

@@ -89,7 +89,7 @@ impl PluginEnv {
 
 /// What one call prints and its exit status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Output {
     /// Stdout: a result, the VERSION reply, an error object, or nothing.
     pub stdout: Vec<u8>,
     /// Lines for stderr (notes for the runtime's log).
@@ -98,24 +98,24 @@ pub struct Outcome {
     pub status: i32,
 }
 
-impl Outcome {
-    fn ok(stdout: Vec<u8>) -> Outcome {
-        Outcome {
+impl Output {
+    fn ok(stdout: Vec<u8>) -> Output {
+        Output {
             stdout,
             stderr: Vec::new(),
             status: 0,
         }
     }
 
-    fn error(e: &ErrorObject) -> Outcome {
-        Outcome {
+    fn error(e: &ErrorObject) -> Output {
+        Output {
             stdout: e.to_json().into_bytes(),
             stderr: Vec::new(),
             status: 1,
         }
     }
 
-    fn note(mut self, line: String) -> Outcome {
+    fn note(mut self, line: String) -> Output {
         self.stderr.push(line);
         self
     }
@@ -123,11 +123,11 @@ impl Outcome {
 
 /// Runs one plugin call: `env` from the process, `stdin` the plugin's
 /// configuration. Never panics on any input.
-pub fn run(env: &PluginEnv, stdin: &[u8]) -> Outcome {
+pub fn run(env: &PluginEnv, stdin: &[u8]) -> Output {
     let current = Version::CURRENT.to_string();
     let command = match env.command.as_deref() {
         None | Some("") => {
-            return Outcome::error(&ErrorObject::new(
+            return Output::error(&ErrorObject::new(
                 &current,
                 code::INVALID_ENVIRONMENT_VARIABLES,
                 "cnid-shim: CNI_COMMAND is not set",
@@ -136,16 +136,16 @@ pub fn run(env: &PluginEnv, stdin: &[u8]) -> Outcome {
         }
         Some(c) => match c.parse::<Command>() {
             Ok(c) => c,
-            Err(e) => return Outcome::error(&e.to_error_object(&current)),
+            Err(e) => return Output::error(&e.to_error_object(&current)),
         },
     };
     if command == Command::Version {
         let reply = serde_json::to_vec(&PluginInfo::ours()).unwrap_or_default();
-        return Outcome::ok(reply);
+        return Output::ok(reply);
     }
     let conf = match ShimConf::parse(stdin) {
         Ok(c) => c,
-        Err(e) => return Outcome::error(&e),
+        Err(e) => return Output::error(&e),
     };
     let shim = Shim {
         conf: &conf,
@@ -153,7 +153,7 @@ pub fn run(env: &PluginEnv, stdin: &[u8]) -> Outcome {
     };
     match shim.call(env) {
         Ok(o) => o,
-        Err(e) => Outcome::error(&e),
+        Err(e) => Output::error(&e),
     }
 }
 
@@ -171,7 +171,7 @@ impl Shim<'_> {
         ErrorObject::new(self.version(), code, msg, details)
     }
 
-    fn call(&self, env: &PluginEnv) -> Result<Outcome, ErrorObject> {
+    fn call(&self, env: &PluginEnv) -> Result<Output, ErrorObject> {
         let timeout_ms = u64::try_from(self.conf.timeout.as_millis()).unwrap_or(u64::MAX);
         match self.command {
             Command::Add | Command::Check | Command::Del => {
@@ -179,14 +179,14 @@ impl Shim<'_> {
                 let ans = self.post(&req)?;
                 match self.command {
                     Command::Add => self.add_answer(&req, ans),
-                    _ => self.expect_success(ans).map(|_| Outcome::ok(Vec::new())),
+                    _ => self.expect_success(ans).map(|_| Output::ok(Vec::new())),
                 }
             }
             Command::Status => {
                 let ans = self.post(&StatusRequest {
                     timeout_ms: Some(timeout_ms),
                 })?;
-                self.expect_success(ans).map(|_| Outcome::ok(Vec::new()))
+                self.expect_success(ans).map(|_| Output::ok(Vec::new()))
             }
             Command::Gc => {
                 let Some(valid) = self.conf.valid_attachments.clone() else {
@@ -204,9 +204,9 @@ impl Shim<'_> {
                     valid_attachments: valid,
                     timeout_ms: Some(timeout_ms),
                 })?;
-                self.expect_success(ans).map(|_| Outcome::ok(Vec::new()))
+                self.expect_success(ans).map(|_| Output::ok(Vec::new()))
             }
-            Command::Version => Ok(Outcome::ok(Vec::new())),
+            Command::Version => Ok(Output::ok(Vec::new())),
         }
     }
 
@@ -386,12 +386,12 @@ impl Shim<'_> {
         }
     }
 
-    fn add_answer(&self, req: &AttachmentRequest, ans: Answer) -> Result<Outcome, ErrorObject> {
+    fn add_answer(&self, req: &AttachmentRequest, ans: Answer) -> Result<Output, ErrorObject> {
         if ans.status == 409 {
             let refusal = self.answer_error(&ans);
             if refusal.code == api::code::ALREADY_ATTACHED {
                 return match self.same_attachment(req)? {
-                    Some(result) => Ok(Outcome::ok(self.convert(&result)?).note(format!(
+                    Some(result) => Ok(Output::ok(self.convert(&result)?).note(format!(
                         "cnid-shim: container {:?} interface {:?} was already attached to network {:?} with the same parameters (a retried ADD): returning that attachment's result",
                         req.container_id, req.ifname, self.conf.network
                     ))),
@@ -422,7 +422,7 @@ impl Shim<'_> {
                 preview(&ans.body)
             )));
         }
-        Ok(Outcome::ok(self.convert(&result)?))
+        Ok(Output::ok(self.convert(&result)?))
     }
 
     fn malformed(&self, what: String) -> ErrorObject {
@@ -530,7 +530,7 @@ mod tests {
         serde_json::to_vec(&v).unwrap()
     }
 
-    fn error_of(o: &Outcome) -> ErrorObject {
+    fn error_of(o: &Output) -> ErrorObject {
         assert_eq!(o.status, 1, "{o:?}");
         ErrorObject::decode(&o.stdout).unwrap_or_else(|| panic!("not an error object: {o:?}"))
     }

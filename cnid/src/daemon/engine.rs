@@ -19,10 +19,15 @@ use super::error::{ApiError, ErrorKind};
 use super::intents::{BeginError, Begun, Found, Intent, Intents};
 use super::metrics::Metrics;
 use super::networks::Networks;
-use super::queue::{Done, NewOp, Op, Outcome, SandboxNet, Scheduler, Start, Waiter, Work};
+use super::operation::{Done, NewOp, Outcome, SandboxNet, Work};
+use super::queue::{Op, Scheduler, Start, Waiter};
 use crate::api::{
     GcFailed, GcResponse, SandboxInterface, SandboxIp, SandboxNetworkResult, SandboxResult,
 };
+
+mod admit;
+
+pub(crate) use admit::SandboxOps;
 
 /// Per-verb default deadlines and the cap on what a request may ask for.
 #[derive(Debug, Clone, Copy)]
@@ -752,45 +757,6 @@ impl Engine {
                     && r.container_id == container_id
                     && r.if_name == ifname)
             });
-    }
-
-    /// Admission of an ADD, CHECK or DEL on `slots` (network,
-    /// attachment; several for a sandbox). Unless cnid runs with
-    /// `--no-check-netns-owner`: brings the owners up to date with the
-    /// cache (records any tool wrote), refuses (409) when a netns and
-    /// ifname is another container's attachment or in use by another
-    /// container's operation in progress (unless `force`), and claims the
-    /// slots until the operation ends (see `owners`).
-    pub(crate) async fn admit(
-        &self,
-        verb: Command,
-        slots: &[(&str, &RuntimeConf)],
-        force: bool,
-    ) -> Result<Option<super::owners::Claim>, ApiError> {
-        if !self.check_netns_owner {
-            return Ok(None);
-        }
-        if let Err(e) = self.owners.refresh().await {
-            tracing::warn!(error = %cni_core::error::Chain(&e), "cannot read the cache for netns owners; checking against what was read before");
-        }
-        match self.owners.admit(slots.iter().copied(), force) {
-            Ok(claim) => {
-                if force {
-                    for (network, rt) in slots {
-                        for owner in self.owners.others(rt) {
-                            tracing::warn!(network, container = %rt.container_id, ifname = %rt.ifname,
-                                owner = %owner.container_id, owner_network = %owner.network,
-                                "{verb} forced on the netns and interface of another container");
-                        }
-                    }
-                }
-                Ok(Some(claim))
-            }
-            Err((i, others)) => {
-                let (network, rt) = slots[i];
-                Err(ApiError::owned_by_other(verb, network, rt, &others[0]))
-            }
-        }
     }
 
     /// `GET /v1/attachments`: one page.

@@ -1,7 +1,7 @@
 //! Errors of the daemon's operations: what kind of failure it was, the CNI
 //! error object and, for a plugin's failure, which plugin ran which verb.
-//! Nothing here is HTTP: `server.rs` maps each [`ErrorKind`] to a status
-//! (`server::status_of`, the one table of that mapping).
+//! Nothing here is HTTP: `http/responses.rs` maps each [`ErrorKind`] to a
+//! status (`responses::status_of`, the one table of that mapping).
 //!
 //! | condition | kind | CNI code |
 //! |---|---|---|
@@ -31,7 +31,7 @@ use crate::decode::{self, RequestError};
 
 /// What kind of failure an operation or a request ended with: what a
 /// caller branches on. Declared in the order of their severity (the
-/// answer's status: `server::status_of` keeps that order), so the most
+/// answer's status: `responses::status_of` keeps that order), so the most
 /// severe of several failures is their maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum ErrorKind {

@@ -182,11 +182,18 @@ impl Metrics {
     /// The text exposition.
     pub(crate) fn render(&self) -> String {
         let mut out = String::with_capacity(8 * 1024);
-        let g = |out: &mut String, name: &str, help: &str, kind: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        g(
-            &mut out,
+        self.render_operations(&mut out);
+        self.render_plugins(&mut out);
+        self.render_http(&mut out);
+        self.render_gauges(&mut out);
+        self.render_recovery(&mut out);
+        out
+    }
+
+    /// Operations by verb: counts, errors by code, run and queue times.
+    fn render_operations(&self, out: &mut String) {
+        header(
+            out,
             "cnid_operations_total",
             "Operations finished, by verb and outcome.",
             "counter",
@@ -205,8 +212,8 @@ impl Metrics {
                 );
             }
         }
-        g(
-            &mut out,
+        header(
+            out,
             "cnid_operation_errors_total",
             "Failed operations, by verb and CNI error code.",
             "counter",
@@ -218,38 +225,42 @@ impl Metrics {
                 VERBS[*verb]
             );
         }
-        g(
-            &mut out,
+        header(
+            out,
             "cnid_operation_duration_seconds",
             "Time operations ran (after leaving the queue).",
             "histogram",
         );
         for (i, verb) in VERBS.iter().enumerate() {
             self.verbs[i].duration.write(
-                &mut out,
+                out,
                 "cnid_operation_duration_seconds",
                 &format!("verb=\"{verb}\""),
             );
         }
-        g(
-            &mut out,
+        header(
+            out,
             "cnid_operation_queue_seconds",
             "Time operations waited for their turn.",
             "histogram",
         );
         for (i, verb) in VERBS.iter().enumerate() {
             self.verbs[i].queue.write(
-                &mut out,
+                out,
                 "cnid_operation_queue_seconds",
                 &format!("verb=\"{verb}\""),
             );
         }
+    }
+
+    /// Plugin executions by plugin and command: times and failures.
+    fn render_plugins(&self, out: &mut String) {
         let plugins: Vec<_> = lock(&self.plugins)
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        g(
-            &mut out,
+        header(
+            out,
             "cnid_plugin_exec_duration_seconds",
             "Wall time of each plugin execution.",
             "histogram",
@@ -261,10 +272,10 @@ impl Metrics {
                 Command::ALL[*cmd]
             );
             m.duration
-                .write(&mut out, "cnid_plugin_exec_duration_seconds", &labels);
+                .write(out, "cnid_plugin_exec_duration_seconds", &labels);
         }
-        g(
-            &mut out,
+        header(
+            out,
             "cnid_plugin_exec_errors_total",
             "Plugin executions that failed or timed out.",
             "counter",
@@ -278,8 +289,12 @@ impl Metrics {
                 m.errors.load(Ordering::Relaxed)
             );
         }
-        g(
-            &mut out,
+    }
+
+    /// HTTP responses by status.
+    fn render_http(&self, out: &mut String) {
+        header(
+            out,
             "cnid_http_responses_total",
             "HTTP responses, by status.",
             "counter",
@@ -287,6 +302,10 @@ impl Metrics {
         for (status, n) in lock(&self.http).iter() {
             let _ = writeln!(out, "cnid_http_responses_total{{status=\"{status}\"}} {n}");
         }
+    }
+
+    /// The single-value gauges and counters: operations, connections, networks.
+    fn render_gauges(&self, out: &mut String) {
         for (name, help, kind, value) in [
             (
                 "cnid_operations_in_flight",
@@ -349,11 +368,15 @@ impl Metrics {
                 counter(&self.reloads),
             ),
         ] {
-            g(&mut out, name, help, kind);
+            header(out, name, help, kind);
             let _ = writeln!(out, "{name} {value}");
         }
-        g(
-            &mut out,
+    }
+
+    /// What the start's recovery and the stale-attachment reaper did.
+    fn render_recovery(&self, out: &mut String) {
+        header(
+            out,
             "cnid_recovered_intents_total",
             "Unfinished ADDs found at start and deleted, by outcome.",
             "counter",
@@ -364,8 +387,8 @@ impl Metrics {
             counter(&self.recovered_ok),
             counter(&self.recovered_failed)
         );
-        g(
-            &mut out,
+        header(
+            out,
             "cnid_stale_reaped_total",
             "Stale cached attachments (namespace gone) deleted by the reaper, by reason and outcome.",
             "counter",
@@ -379,8 +402,8 @@ impl Metrics {
                 );
             }
         }
-        g(
-            &mut out,
+        header(
+            out,
             "cnid_stale_attachments",
             "Cached attachments the reaper's last scan found stale.",
             "gauge",
@@ -390,8 +413,12 @@ impl Metrics {
             "cnid_stale_attachments {}",
             self.stale.load(Ordering::Relaxed)
         );
-        out
     }
+}
+
+/// The `# HELP` and `# TYPE` lines of metric `name`.
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 fn counter(c: &AtomicU64) -> i64 {

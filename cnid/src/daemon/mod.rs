@@ -5,11 +5,18 @@
 //! unfinished ADDs, the conf dir watcher, `sd_notify`, signals and the
 //! graceful drain. The parts:
 //!
-//! - `server`: connections, peer credential checks, routing, validation;
-//!   `conns`: the connection cap, request and idle deadlines, the body
-//!   budget, rate-limited warnings;
-//! - `queue`: per-container FIFO, GC gates, parallelism limit, coalescing;
-//! - `engine`: what each verb does around `cni-async`;
+//! - `http`: the only part that speaks HTTP: `accept` (accept loop, peer
+//!   credential checks, each connection's watchdog), `conns` (the
+//!   connection cap, request and idle deadlines, rate-limited warnings),
+//!   `routes` (request bodies within the shared budget, routing),
+//!   `responses` (statuses, bodies, headers);
+//! - `operation`: what an operation is (`Work`, `NewOp`) and ends with
+//!   (`Outcome`, `Done`);
+//! - `queue`: the scheduler: per-container FIFO, GC gates, parallelism
+//!   limit, coalescing;
+//! - `engine`: what each verb does around `cni-async`; `engine/admit.rs`
+//!   the checks before queueing (network, netns, owner, deadline);
+//! - `memory`: glibc's allocator tuned, free heap trimmed after a burst;
 //! - `intents`: durable ADD intents (crash safety); `orphans`: plugins a
 //!   killed daemon left running, waited for (until their deadlines) at the
 //!   next start;
@@ -55,23 +62,25 @@ use std::time::{Duration, Instant};
 use cni_async::cache::{PrivateDir, ResultCache, ensure_private_dir};
 use cni_async::exec::{PluginExec, RawExec};
 use cni_async::{Cni, Timeouts};
+use tokio::net::UnixListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 mod auth;
-mod conns;
 mod engine;
 mod error;
+mod http;
 mod intents;
 mod listen;
+mod memory;
 mod metrics;
 mod networks;
+mod operation;
 mod orphans;
 mod owners;
 mod queue;
 mod reaper;
-mod server;
 mod tuning;
 
 pub use auth::PeerPolicy;
@@ -390,39 +399,21 @@ fn warn_missing_plugin_dirs(dirs: &[std::path::PathBuf]) {
 /// Runs the daemon until SIGTERM or SIGINT. Returns `Ok(true)` after a
 /// clean drain, `Ok(false)` when operations were still running when the
 /// shutdown bound expired (or a second signal came).
+///
+/// The steps, in order: the state dir's lock, the journal and the cache
+/// (`open_journal`), process tuning and signals, the networks, the
+/// plugin executor and `Cni` (`build_cni`), the socket
+/// (`take_listener`), the engine, what must happen before any request
+/// (`before_requests`), the stale-attachment reaper (`start_reaper`),
+/// the conf dir watcher, the background tasks and the HTTP server
+/// (`start_serving`), readiness (`announce_ready`), then the shutdown
+/// (`shut_down`).
 pub async fn run(config: Config) -> Result<bool, Error> {
     let _state_lock = lock_state_dir(&config.state_dir).await?;
-    // The result cache, written without fsync and on the calling worker:
-    // each ADD's record is made durable by the one flushed commit line of
-    // the journal ([`intents`]), not by the cache's own two flushes; the
-    // per-attachment calls without a flush are a few short system calls,
-    // cheaper than a hand-off to the blocking pool (listings still go
-    // there). Unless the journal cannot stand for the cache: on a file
-    // system a reboot empties while the cache's is not, or when a restart
-    // could not tell a reboot from a crash (no boot id).
-    let intents = intents::Intents::new(&config.state_dir);
-    let deferred = match journal_outlives_cache(&config) {
-        Ok(()) if intents.knows_boot() => true,
-        Ok(()) => {
-            tracing::info!("boot id unreadable: the result cache flushes its own records");
-            false
-        }
-        Err(why) => {
-            tracing::info!("{why}: the result cache flushes its own records");
-            false
-        }
-    };
-    let cache = ResultCache::new(config.cache_dir.clone())
-        .with_durable(!deferred)
-        .with_inline_io(true);
-    let intents = intents.with_cache(cache.clone(), deferred);
-    intents.prepare().map_err(|e| Error::StateDir {
-        path: config.state_dir.clone(),
-        reason: e.to_string(),
-    })?;
+    let (intents, cache) = open_journal(&config)?;
     // Every connection and every running plugin's pipes take descriptors.
     let nofile = tuning::raise_nofile_limit();
-    conns::tune_allocator();
+    memory::tune_allocator();
     let mut term = signal(SignalKind::terminate()).map_err(Error::Signals)?;
     let mut int = signal(SignalKind::interrupt()).map_err(Error::Signals)?;
 
@@ -436,39 +427,8 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     // Plugins carry the state dir's mark, so that a restart after a crash
     // finds the ones still running and stops them before the recovery.
     let mark = orphans::mark_value(&config.state_dir);
-    let exec: Arc<dyn PluginExec> = Arc::new(orphans::MarkedExec::new(
-        Arc::new(metrics::TimedExec::new(
-            Arc::new(RawExec::new()),
-            metrics.clone(),
-        )),
-        mark.clone(),
-    ));
-    warn_missing_plugin_dirs(&config.plugin_dirs);
-    let cni = Cni::builder()
-        .plugin_dirs(config.plugin_dirs.clone())
-        .cache(cache)
-        .exec(exec)
-        .timeouts(config.timeouts)
-        .check_netns(true)
-        .build();
-    cni.cache().tighten_dirs();
-
-    // The listener: from systemd, or bound by us (and then removed at exit).
-    let socket_err = |source| Error::Socket {
-        path: config.socket.clone(),
-        source,
-    };
-    let (listener, created) = match config.systemd.activated_listener().map_err(socket_err)? {
-        Some(l) => {
-            tracing::info!("using the socket passed by systemd");
-            (l, None)
-        }
-        None => {
-            let l = listen::bind(&config.socket, config.socket_mode, config.socket_group)
-                .map_err(socket_err)?;
-            (l, Some(config.socket.clone()))
-        }
-    };
+    let cni = build_cni(&config, cache, &metrics, &mark);
+    let (listener, created) = take_listener(&config)?;
 
     let tracker = TaskTracker::new();
     let stop = CancellationToken::new();
@@ -492,9 +452,124 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         kept: std::sync::Mutex::new(kept),
         stale: reaper::StaleView::default(),
     });
+    before_requests(&engine, &config, &mark).await;
+    start_reaper(&engine, &config, &tracker, &stop).await;
+    let watch = networks::Watch::start(networks, config.watch);
+    tracker.spawn(watch.run(stop.clone()));
+    let server = start_serving(&config, nofile, listener, &engine, &tracker, &stop);
+    announce_ready(&engine, &config).await;
+
+    let which = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!(
+        signal = which,
+        "shutting down: no new requests; finishing running operations"
+    );
+    let drained = shut_down(
+        &engine,
+        &config,
+        (server, created.as_deref()),
+        &tracker,
+        &stop,
+        (&mut term, &mut int),
+    )
+    .await;
+    Ok(drained)
+}
+
+/// The ADD journal and the result cache.
+///
+/// The result cache is written without fsync and on the calling worker:
+/// each ADD's record is made durable by the one flushed commit line of
+/// the journal ([`intents`]), not by the cache's own two flushes; the
+/// per-attachment calls without a flush are a few short system calls,
+/// cheaper than a hand-off to the blocking pool (listings still go
+/// there). Unless the journal cannot stand for the cache: on a file
+/// system a reboot empties while the cache's is not, or when a restart
+/// could not tell a reboot from a crash (no boot id).
+fn open_journal(config: &Config) -> Result<(intents::Intents, ResultCache), Error> {
+    let intents = intents::Intents::new(&config.state_dir);
+    let deferred = match journal_outlives_cache(config) {
+        Ok(()) if intents.knows_boot() => true,
+        Ok(()) => {
+            tracing::info!("boot id unreadable: the result cache flushes its own records");
+            false
+        }
+        Err(why) => {
+            tracing::info!("{why}: the result cache flushes its own records");
+            false
+        }
+    };
+    let cache = ResultCache::new(config.cache_dir.clone())
+        .with_durable(!deferred)
+        .with_inline_io(true);
+    let intents = intents.with_cache(cache.clone(), deferred);
+    intents.prepare().map_err(|e| Error::StateDir {
+        path: config.state_dir.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok((intents, cache))
+}
+
+/// The `Cni` of the daemon: plugins run by [`RawExec`], timed for the
+/// metrics and carrying the state dir's `mark` (`orphans`), looked up in
+/// the plugin dirs (those missing are warned about), with the netns check.
+fn build_cni(
+    config: &Config,
+    cache: ResultCache,
+    metrics: &Arc<metrics::Metrics>,
+    mark: &str,
+) -> Cni {
+    let exec: Arc<dyn PluginExec> = Arc::new(orphans::MarkedExec::new(
+        Arc::new(metrics::TimedExec::new(
+            Arc::new(RawExec::new()),
+            metrics.clone(),
+        )),
+        mark.to_owned(),
+    ));
+    warn_missing_plugin_dirs(&config.plugin_dirs);
+    let cni = Cni::builder()
+        .plugin_dirs(config.plugin_dirs.clone())
+        .cache(cache)
+        .exec(exec)
+        .timeouts(config.timeouts)
+        .check_netns(true)
+        .build();
+    cni.cache().tighten_dirs();
+    cni
+}
+
+/// The listener: from systemd, or bound by us (then its path is returned,
+/// to be removed at exit).
+fn take_listener(config: &Config) -> Result<(UnixListener, Option<PathBuf>), Error> {
+    let socket_err = |source| Error::Socket {
+        path: config.socket.clone(),
+        source,
+    };
+    Ok(
+        match config.systemd.activated_listener().map_err(socket_err)? {
+            Some(l) => {
+                tracing::info!("using the socket passed by systemd");
+                (l, None)
+            }
+            None => {
+                let l = listen::bind(&config.socket, config.socket_mode, config.socket_group)
+                    .map_err(socket_err)?;
+                (l, Some(config.socket.clone()))
+            }
+        },
+    )
+}
+
+/// What must be done before any request is served: the plugins a killed
+/// predecessor left running finish (or are killed), the owners table is
+/// read, and the ADDs that never completed are queued for their rollback.
+async fn before_requests(engine: &Arc<engine::Engine>, config: &Config, mark: &str) {
     // Plugins a killed predecessor left running would race the recovery:
     // they finish first (within their deadlines).
-    let settled = orphans::settle_orphans(&mark, RawExec::DEFAULT_KILL_GRACE).await;
+    let settled = orphans::settle_orphans(mark, RawExec::DEFAULT_KILL_GRACE).await;
     if !settled.finished.is_empty() || !settled.killed.is_empty() {
         tracing::warn!(
             finished = settled.finished.len(),
@@ -528,8 +603,17 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         Ok(n) => tracing::warn!(count = n, "rolling back ADDs that never completed"),
         Err(e) => tracing::error!(error = %e, "cannot scan the ADD intents"),
     }
-    // Then the attachments an earlier boot left whose namespaces are gone,
-    // also ahead of any request; and the running reaper.
+}
+
+/// The stale-attachment reaper: its pass at start over the attachments an
+/// earlier boot left whose namespaces are gone (ahead of any request),
+/// then its passes while cnid runs.
+async fn start_reaper(
+    engine: &Arc<engine::Engine>,
+    config: &Config,
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+) {
     let mut stale_reaper = reaper::Reaper::new(engine.clone(), config.stale_after);
     match stale_reaper.pass().await {
         0 => {}
@@ -543,9 +627,19 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     // (a DEL out of time, a reap out of time while queued) is tried again.
     let every = reaper::interval(config.stale_after.unwrap_or(DEFAULT_STALE_AFTER));
     tracker.spawn(stale_reaper.run(every, stop.clone()));
-    let watch = networks::Watch::start(networks, config.watch);
-    tracker.spawn(watch.run(stop.clone()));
-    let max_connections = conns::effective_cap(config.max_connections, nofile);
+}
+
+/// Starts the journal's flush task, the heap trimmer and the HTTP server
+/// (its connection cap at most half the open-file limit `nofile`).
+fn start_serving(
+    config: &Config,
+    nofile: Option<u64>,
+    listener: UnixListener,
+    engine: &Arc<engine::Engine>,
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let max_connections = http::conns::effective_cap(config.max_connections, nofile);
     if max_connections < config.max_connections {
         tracing::info!(
             max_connections,
@@ -555,32 +649,36 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         );
     }
     let body_limit = config.body_limit.clamp(1, MAX_BODY_LIMIT);
-    let settings = Arc::new(server::HttpSettings {
+    let settings = Arc::new(http::HttpSettings {
         peers: config.peers.clone(),
         body_limit,
         body_budget: Arc::new(tokio::sync::Semaphore::new(BODY_BUDGET.max(2 * body_limit))),
-        limits: conns::Limits {
+        limits: http::conns::Limits {
             request_timeout: config.request_timeout,
             idle_timeout: config.idle_timeout,
         },
-        conns: Arc::new(conns::Conns::new(max_connections)),
-        gates: conns::Gates::new(),
-        trim: Arc::new(conns::HeapTrim::default()),
+        conns: Arc::new(http::conns::Conns::new(max_connections)),
+        warnings: http::conns::Warnings::new(),
+        trim: Arc::new(memory::HeapTrim::default()),
     });
     tracker.spawn(engine.intents.clone().flush_loop(stop.clone()));
-    tracker.spawn(conns::trim_heap(
+    tracker.spawn(memory::trim_heap(
         settings.trim.clone(),
         settings.conns.clone(),
         stop.clone(),
     ));
-    let server = tracker.spawn(server::serve(
+    tracker.spawn(http::serve(
         listener,
         engine.clone(),
         settings,
         stop.clone(),
         tracker.clone(),
-    ));
-    // Without running plugins (VERSION): probes do that.
+    ))
+}
+
+/// Says whether cnid is ready (without running plugins: probes do that),
+/// in the log and to systemd.
+async fn announce_ready(engine: &engine::Engine, config: &Config) {
     match engine
         .networks
         .readiness_at_start(&engine.cni, engine.min_networks)
@@ -601,27 +699,34 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     {
         tracing::warn!(error = %e, "sd_notify READY=1 failed");
     }
+}
 
-    let which = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    };
-    tracing::info!(
-        signal = which,
-        "shutting down: no new requests; finishing running operations"
-    );
+/// The shutdown after the first signal: stop accepting (the listener is
+/// dropped with the accept loop), answer queued operations with 503, let
+/// idle connections go, remove the socket we `created`, then wait for the
+/// running operations up to the shutdown bound or a second signal.
+/// Returns whether they all finished.
+async fn shut_down(
+    engine: &engine::Engine,
+    config: &Config,
+    (server, created): (tokio::task::JoinHandle<()>, Option<&std::path::Path>),
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+    (term, int): (
+        &mut tokio::signal::unix::Signal,
+        &mut tokio::signal::unix::Signal,
+    ),
+) -> bool {
     if let Some(ns) = &config.systemd.notify_socket {
         let _ = listen::notify(ns, "STOPPING=1");
     }
-    // Stop accepting (the listener is dropped with the accept loop), answer
-    // queued operations with 503, let idle connections go.
     stop.cancel();
     let cancelled = engine.sched.stop_accepting();
     if cancelled > 0 {
         tracing::info!(count = cancelled, "queued operations refused");
     }
     let _ = server.await;
-    if let Some(path) = &created
+    if let Some(path) = created
         && let Err(e) = std::fs::remove_file(path)
     {
         tracing::warn!(socket = %path.display(), error = %e, "cannot remove the socket");
@@ -640,5 +745,5 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         engine.intents.close();
         tracing::info!("all operations finished; bye");
     }
-    Ok(drained)
+    drained
 }

@@ -50,127 +50,20 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::api::{GcResponse, OperationInfo, SandboxResult};
-
-/// What a successful operation produced.
-#[derive(Debug, Clone)]
-pub(crate) enum Done {
-    /// ADD: the chain's result, in the network's version.
-    Result(serde_json::Value),
-    /// GC: what was deleted, what could not be, which plugins were called.
-    Gc(GcResponse),
-    /// A sandbox's ADD: the merged result of its networks.
-    Sandbox(SandboxResult),
-    /// DEL, CHECK, STATUS: nothing to report.
-    Nothing,
-}
-
-/// What an operation ended with.
-pub(crate) type Outcome = Result<Done, ApiError>;
-
-/// The work of an operation (owned by the operation until it runs).
-#[derive(Debug)]
-pub(crate) enum Work {
-    Add {
-        list: Arc<cni_core::NetworkConfigList>,
-        rt: RuntimeConf,
-    },
-    Del {
-        /// The network's current configuration; `None` when it is not in the
-        /// conf dir (then the cached one, or the ADD intent's, is used).
-        list: Option<Arc<cni_core::NetworkConfigList>>,
-        rt: RuntimeConf,
-    },
-    Check {
-        list: Arc<cni_core::NetworkConfigList>,
-        rt: RuntimeConf,
-    },
-    Status {
-        list: Arc<cni_core::NetworkConfigList>,
-    },
-    Gc {
-        list: Arc<cni_core::NetworkConfigList>,
-        valid: Vec<cni_core::stdin::GcAttachment>,
-    },
-    /// The reaper's DEL of a stale cached attachment (`reaper`): a DEL in
-    /// its container's queue under the network's shared gate, which
-    /// never coalesces with a runtime's DEL (that one must run unless the
-    /// reap deleted the attachment).
-    Reap {
-        candidate: Box<cni_async::stale::Candidate>,
-        /// The record's runtime parameters (netns, ifname, args).
-        rt: RuntimeConf,
-    },
-    /// ADD, DEL or CHECK of a sandbox's networks, in one slot of its
-    /// container's queue; each network's step takes that network's gate.
-    Sandbox {
-        verb: Command,
-        container_id: String,
-        networks: Vec<SandboxNet>,
-    },
-}
-
-/// One network of a sandbox operation.
-#[derive(Debug, Clone)]
-pub(crate) struct SandboxNet {
-    pub(crate) name: String,
-    /// The configuration; `None` when the network is not loaded (DEL then
-    /// uses the cached one, or the ADD intent's).
-    pub(crate) list: Option<Arc<cni_core::NetworkConfigList>>,
-    pub(crate) rt: RuntimeConf,
-}
-
-impl Work {
-    fn verb(&self) -> Command {
-        match self {
-            Work::Add { .. } => Command::Add,
-            Work::Del { .. } | Work::Reap { .. } => Command::Del,
-            Work::Check { .. } => Command::Check,
-            Work::Status { .. } => Command::Status,
-            Work::Gc { .. } => Command::Gc,
-            Work::Sandbox { verb, .. } => *verb,
-        }
-    }
-
-    /// The container's queue and the interface(s) an operation is about.
-    fn attachment(&self) -> Option<(String, String)> {
-        match self {
-            Work::Sandbox {
-                container_id,
-                networks,
-                ..
-            } => {
-                let ifnames: Vec<&str> = networks.iter().map(|n| n.rt.ifname.as_str()).collect();
-                Some((container_id.clone(), ifnames.join(",")))
-            }
-            other => other
-                .runtime_conf()
-                .map(|rt| (rt.container_id.clone(), rt.ifname.clone())),
-        }
-    }
-
-    fn runtime_conf(&self) -> Option<&RuntimeConf> {
-        match self {
-            Work::Add { rt, .. }
-            | Work::Del { rt, .. }
-            | Work::Check { rt, .. }
-            | Work::Reap { rt, .. } => Some(rt),
-            _ => None,
-        }
-    }
-}
+use super::operation::{NewOp, Outcome, Work};
+use crate::api::OperationInfo;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+enum OpPhase {
     Queued,
     Running,
-    Done,
+    Finished,
     Cancelled,
 }
 
 #[derive(Debug)]
 struct OpState {
-    phase: Phase,
+    phase: OpPhase,
     waiters: u32,
     /// The latest deadline of the requests waiting for it.
     deadline: Instant,
@@ -261,18 +154,6 @@ pub(crate) enum Start {
     Network(Arc<Op>, Option<GateTicket>),
 }
 
-/// A new operation's description.
-#[derive(Debug)]
-pub(crate) struct NewOp {
-    pub(crate) request_id: String,
-    pub(crate) network: String,
-    pub(crate) version: Version,
-    pub(crate) work: Work,
-    pub(crate) deadline: Instant,
-    /// The netns+ifname claims of its admission (see `owners`).
-    pub(crate) claim: Option<super::owners::Claim>,
-}
-
 impl Scheduler {
     pub(crate) fn new(max_parallel: usize, metrics: Arc<Metrics>) -> Self {
         Scheduler {
@@ -325,7 +206,7 @@ impl Scheduler {
                 .filter(|t| t.del_key.as_ref() == Some(rt))
         {
             let mut ts = lock(&tail.state);
-            if ts.phase == Phase::Queued {
+            if ts.phase == OpPhase::Queued {
                 ts.waiters += 1;
                 ts.deadline = ts.deadline.max(new.deadline);
                 drop(ts);
@@ -348,7 +229,7 @@ impl Scheduler {
             work: Mutex::new(Some(new.work)),
             claim: Mutex::new(new.claim),
             state: Mutex::new(OpState {
-                phase: Phase::Queued,
+                phase: OpPhase::Queued,
                 waiters: 1,
                 deadline: new.deadline,
             }),
@@ -395,7 +276,7 @@ impl Scheduler {
                 st.containers.remove(container_id);
                 return None;
             };
-            if lock(&op.state).phase != Phase::Queued {
+            if lock(&op.state).phase != OpPhase::Queued {
                 continue;
             }
             if op.sandbox {
@@ -407,9 +288,9 @@ impl Scheduler {
     }
 
     /// Waits for the gate and a permit while the operation is queued, then
-    /// claims it. `None` when it was cancelled meanwhile or its deadline
+    /// takes its turn. `None` when it was cancelled meanwhile or its deadline
     /// passed (then its outcome has been published).
-    pub(crate) async fn acquire(&self, op: &Arc<Op>, ticket: Option<GateTicket>) -> Option<Claim> {
+    pub(crate) async fn acquire(&self, op: &Arc<Op>, ticket: Option<GateTicket>) -> Option<Turn> {
         let waited = async {
             let ticket = match ticket {
                 Some(mut t) => {
@@ -432,14 +313,14 @@ impl Scheduler {
             r = waited => r?,
             () = op.cancel.cancelled() => return None,
         };
-        // Claim it: Queued -> Running, unless cancelled or out of time.
+        // Take its turn: Queued -> Running, unless cancelled or out of time.
         let mut s = lock(&op.state);
-        if s.phase != Phase::Queued {
+        if s.phase != OpPhase::Queued {
             return None;
         }
         let now = Instant::now();
         if now >= s.deadline {
-            s.phase = Phase::Done;
+            s.phase = OpPhase::Finished;
             drop(s);
             self.finish_queued(op);
             op.publish(Err(ApiError::queued_too_long(
@@ -448,25 +329,25 @@ impl Scheduler {
             .in_version(op.version)));
             return None;
         }
-        s.phase = Phase::Running;
+        s.phase = OpPhase::Running;
         drop(s);
         self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
         self.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
-        Some(Claim {
+        Some(Turn {
             _ticket: ticket,
             _permit: permit,
             started: now,
         })
     }
 
-    /// Publishes the outcome of a claimed operation.
-    pub(crate) fn complete(&self, op: &Arc<Op>, claim: Claim, outcome: Outcome) {
+    /// Publishes the outcome of an operation that had its turn.
+    pub(crate) fn complete(&self, op: &Arc<Op>, turn: Turn, outcome: Outcome) {
         let code = outcome.as_ref().err().map(|e| e.error.code);
-        let ran = claim.started.elapsed();
-        let queued = claim.started.duration_since(op.arrived);
+        let ran = turn.started.elapsed();
+        let queued = turn.started.duration_since(op.arrived);
         let nobody_waits = {
             let mut st = lock(&op.state);
-            st.phase = Phase::Done;
+            st.phase = OpPhase::Finished;
             st.waiters == 0
         };
         if nobody_waits {
@@ -480,8 +361,8 @@ impl Scheduler {
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.metrics.operation_done(op.verb, queued, ran, code);
         op.publish(outcome);
-        // The gate and the permit go with the claim.
-        drop(claim);
+        // The gate and the permit go with the turn.
+        drop(turn);
     }
 
     /// A queued operation that will not run (cancelled, out of time, shut
@@ -504,13 +385,13 @@ impl Scheduler {
     /// left (decided under the same lock as the leaving).
     fn leave_when(&self, op: &Arc<Op>, only_queued: bool) -> bool {
         let mut s = lock(&op.state);
-        let queued = s.phase == Phase::Queued;
+        let queued = s.phase == OpPhase::Queued;
         if only_queued && !queued {
             return false;
         }
         s.waiters = s.waiters.saturating_sub(1);
         if queued && s.waiters == 0 {
-            s.phase = Phase::Cancelled;
+            s.phase = OpPhase::Cancelled;
             drop(s);
             op.cancel.cancel();
             self.finish_queued(op);
@@ -537,8 +418,8 @@ impl Scheduler {
         let mut n = 0;
         for op in queued {
             let mut s = lock(&op.state);
-            if s.phase == Phase::Queued {
-                s.phase = Phase::Cancelled;
+            if s.phase == OpPhase::Queued {
+                s.phase = OpPhase::Cancelled;
                 drop(s);
                 op.cancel.cancel();
                 self.finish_queued(&op);
@@ -564,8 +445,8 @@ impl Scheduler {
             .filter_map(|op| {
                 let s = lock(&op.state);
                 let state = match s.phase {
-                    Phase::Queued => "queued",
-                    Phase::Running => "running",
+                    OpPhase::Queued => "queued",
+                    OpPhase::Running => "running",
                     _ => return None,
                 };
                 Some(OperationInfo {
@@ -584,10 +465,10 @@ impl Scheduler {
     }
 }
 
-/// A claimed operation: holds its gate and permit until completed (a
+/// An operation's turn to run: holds its gate and permit until completed (a
 /// sandbox operation neither: its steps take theirs).
 #[derive(Debug)]
-pub(crate) struct Claim {
+pub(crate) struct Turn {
     _ticket: Option<GateTicket>,
     _permit: Option<OwnedSemaphorePermit>,
     started: Instant,
@@ -677,6 +558,7 @@ impl Drop for Waiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::operation::Done;
 
     fn sched(n: usize) -> Arc<Scheduler> {
         Arc::new(Scheduler::new(n, Arc::new(Metrics::default())))
@@ -713,8 +595,8 @@ mod tests {
 
         let (op1, t1) = s.next_for("c1").unwrap();
         assert_eq!(op1.network, "n");
-        let claim = s.acquire(&op1, t1).await.unwrap();
-        s.complete(&op1, claim, Ok(Done::Nothing));
+        let turn = s.acquire(&op1, t1).await.unwrap();
+        s.complete(&op1, turn, Ok(Done::Nothing));
         assert!(w2.wait().await.is_ok());
         // The client of the third one went away: it is skipped.
         drop(w3);

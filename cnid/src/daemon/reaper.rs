@@ -48,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::engine::Engine;
 use super::error::ApiError;
-use super::queue::{Done, NewOp, Outcome, Work};
+use super::operation::{Done, NewOp, Outcome, Work};
 
 type Key = (String, String, String);
 

@@ -7,13 +7,10 @@
 //! what the crash soaks share ([`soak`]), cnitool as `nobody` ([`nobody`]).
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
-pub use cni_test_support::{executable, fake, gate, netns, require_root};
+pub use cni_test_support::{executable, fake, gate, netns, noop, require_root};
 
 pub mod daemon;
 pub mod nobody;
-/// The benchmark plugin `cni-noop`, built on demand (it is not a binary of cnid).
-#[path = "../../benches/noop/locate.rs"]
-pub mod noop;
 pub mod shim;
 pub mod soak;
 pub mod tmpfs;

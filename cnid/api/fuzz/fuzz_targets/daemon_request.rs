@@ -34,8 +34,8 @@
 //!   that round-trips through its JSON.
 //!
 //! The functions are the daemon's own (`cnid_api::decode`, which cnid's
-//! `server.rs` calls before it checks that the netns exists, the one check
-//! with I/O). The crate `cnid-api` is pure: no tokio, hyper or clap.
+//! `http/routes.rs` calls before the engine checks that the netns exists,
+//! the one check with I/O). The crate `cnid-api` is pure: no tokio, hyper or clap.
 #![no_main]
 
 use cni_core::{Command, RuntimeConf, cache};

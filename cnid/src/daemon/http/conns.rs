@@ -177,6 +177,11 @@ impl Conns {
         self.cap
     }
 
+    /// How many connections are open.
+    pub(crate) fn open(&self) -> usize {
+        self.table().len()
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -279,13 +284,13 @@ impl Conns {
 /// A warning logged at most once per [`LOG_INTERVAL`], with the number of
 /// occurrences it stood for.
 #[derive(Debug)]
-pub(crate) struct LogGate {
+pub(crate) struct Throttle {
     state: Mutex<(Option<Instant>, u64)>,
 }
 
-impl LogGate {
-    pub(crate) const fn new() -> LogGate {
-        LogGate {
+impl Throttle {
+    pub(crate) const fn new() -> Throttle {
+        Throttle {
             state: Mutex::new((None, 0)),
         }
     }
@@ -310,87 +315,24 @@ impl LogGate {
 
 /// The warnings of the HTTP layer, each rate limited on its own.
 #[derive(Debug)]
-pub(crate) struct Gates {
-    pub(crate) refused: LogGate,
-    pub(crate) accept: LogGate,
-    pub(crate) replaced: LogGate,
-    pub(crate) full: LogGate,
-    pub(crate) timed_out: LogGate,
+pub(crate) struct Warnings {
+    pub(crate) refused: Throttle,
+    pub(crate) accept: Throttle,
+    pub(crate) replaced: Throttle,
+    pub(crate) full: Throttle,
+    pub(crate) timed_out: Throttle,
 }
 
-impl Gates {
-    pub(crate) const fn new() -> Gates {
-        Gates {
-            refused: LogGate::new(),
-            accept: LogGate::new(),
-            replaced: LogGate::new(),
-            full: LogGate::new(),
-            timed_out: LogGate::new(),
+impl Warnings {
+    pub(crate) const fn new() -> Warnings {
+        Warnings {
+            refused: Throttle::new(),
+            accept: Throttle::new(),
+            replaced: Throttle::new(),
+            full: Throttle::new(),
+            timed_out: Throttle::new(),
         }
     }
-}
-
-/// Asks for the heap to be given back to the system soon (a burst of
-/// connections ended, a large answer was sent); see [`trim_heap`].
-#[derive(Debug, Default)]
-pub(crate) struct HeapTrim {
-    wanted: std::sync::atomic::AtomicBool,
-    /// The most connections open at once since the last trim.
-    high: AtomicUsize,
-}
-
-/// Connections open at once from which their end asks for a trim.
-const TRIM_BURST: usize = 64;
-
-impl HeapTrim {
-    pub(crate) fn want(&self) {
-        self.wanted.store(true, Ordering::Release);
-    }
-
-    /// Notes that `open` connections are open now.
-    pub(crate) fn connections(&self, open: usize) {
-        if self.high.fetch_max(open, Ordering::AcqRel).max(open) >= TRIM_BURST {
-            self.want();
-        }
-    }
-}
-
-/// Every second: once a trim was asked for and the connections are back
-/// to a quarter of their peak, returns the free heap to the system.
-///
-/// glibc keeps freed memory in its arenas for reuse, so without this the
-/// buffers of a thousand stalled connections, or of one large answer, stay
-/// in the daemon's RSS after they are freed. `malloc_trim` releases the
-/// free pages of every arena (a few ms of CPU, at most once a second, only
-/// after such a burst). Large buffers do not need it: [`tune_allocator`]
-/// has them mapped on their own and unmapped when freed.
-pub(crate) async fn trim_heap(trim: Arc<HeapTrim>, conns: Arc<Conns>, stop: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-        let open = conns.table().len();
-        let high = trim.high.load(Ordering::Acquire);
-        if !trim.wanted.load(Ordering::Acquire) || open > high / 4 {
-            continue;
-        }
-        trim.wanted.store(false, Ordering::Release);
-        trim.high.store(open, Ordering::Release);
-        let _ = tokio::task::spawn_blocking(super::tuning::release_free_heap).await;
-    }
-}
-
-/// Allocations from this size on get a mapping of their own, unmapped when
-/// freed.
-pub(crate) const MMAP_THRESHOLD: i32 = 256 * 1024;
-
-/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`]. By default it grows
-/// to the size of the largest mapped block freed (up to 32 MiB), after
-/// which request bodies and answers of that size come from the heap and
-/// stay in the RSS once freed.
-pub(crate) fn tune_allocator() {
-    super::tuning::set_mmap_threshold(MMAP_THRESHOLD);
 }
 
 /// The connection cap actually used: the configured one, but at most half
@@ -403,27 +345,6 @@ pub(crate) fn effective_cap(configured: usize, nofile: Option<u64>) -> usize {
             .max(1),
         None => configured.max(1),
     }
-}
-
-/// An HTTP/1.1 answer written by hand, for connections that are not served:
-/// status, JSON body, `Connection: close`.
-pub(crate) fn raw_answer(
-    status: hyper::StatusCode,
-    request_id: &str,
-    body: &[u8],
-    retry_after: bool,
-) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{}: {request_id}\r\n{}\r\n",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or(""),
-        body.len(),
-        crate::api::REQUEST_ID_HEADER,
-        if retry_after { "retry-after: 1\r\n" } else { "" },
-    )
-    .into_bytes();
-    out.extend_from_slice(body);
-    out
 }
 
 #[cfg(test)]
@@ -487,8 +408,8 @@ mod tests {
     }
 
     #[test]
-    fn log_gate_passes_once_per_interval_and_counts() {
-        let g = LogGate::new();
+    fn throttle_passes_once_per_interval_and_counts() {
+        let g = Throttle::new();
         assert_eq!(g.pass(), Some(0));
         assert_eq!(g.pass(), None);
         assert_eq!(g.pass(), None);
@@ -502,18 +423,5 @@ mod tests {
         assert_eq!(effective_cap(512, Some(1 << 20)), 512);
         assert_eq!(effective_cap(512, None), 512);
         assert_eq!(effective_cap(512, Some(1)), 1);
-    }
-
-    #[test]
-    fn raw_answers_are_complete_http() {
-        let a = raw_answer(hyper::StatusCode::FORBIDDEN, "cnid-1", b"{}", false);
-        let s = String::from_utf8(a).unwrap();
-        assert!(s.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{s}");
-        assert!(
-            s.contains("content-length: 2\r\n") && s.ends_with("\r\n\r\n{}"),
-            "{s}"
-        );
-        let a = raw_answer(hyper::StatusCode::SERVICE_UNAVAILABLE, "x", b"", true);
-        assert!(String::from_utf8(a).unwrap().contains("retry-after: 1\r\n"));
     }
 }

@@ -1,5 +1,5 @@
 //! Where the benchmark plugin `cni-noop` is, for cnid's tests and its
-//! overhead benchmark (included by both with `#[path]`).
+//! overhead benchmark.
 //!
 //! `cni-noop` is a package of its own (`cnid/benches/noop`), so that
 //! `cargo install --path cnid` does not install it; cargo therefore gives
@@ -39,7 +39,8 @@ pub fn build_noop() -> Result<PathBuf, String> {
         None => return Err(format!("bad profile dir {}", profile_dir.display())),
     };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/noop/Cargo.toml");
+    // This package is `cni-async/testsupport`; the plugin is cnid's.
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cnid/benches/noop/Cargo.toml");
     let mut cmd = Command::new(&cargo);
     cmd.args([
         "build",
