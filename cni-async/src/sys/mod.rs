@@ -12,6 +12,8 @@
 //!   [`raise_nofile_limit`], [`release_free_heap`], [`set_mmap_threshold`].
 //! - `netns` (feature `netns`): setns, unshare, mount for network namespaces.
 //! - `inotify` (feature `watch`): the conf-dir watcher's inotify instance.
+//! - `spawn`: starting a plugin (`clone3`, vfork style, with a pidfd) and
+//!   reaping it by its pidfd.
 //! - `nsfs`: whether a path is a network namespace (statfs, `NS_GET_NSTYPE`).
 
 mod daemon;
@@ -21,6 +23,7 @@ pub(crate) mod inotify;
 pub(crate) mod netns;
 pub(crate) mod nsfs;
 pub(crate) mod process;
+pub(crate) mod spawn;
 
 pub use daemon::{
     on_memory_fs, raise_nofile_limit, release_free_heap, set_mmap_threshold, with_umask,
