@@ -31,6 +31,7 @@ mod exec_error_object;
 mod exec_lookup;
 mod exec_output;
 mod exec_pipes;
+mod exec_spawn;
 mod multi_bridge;
 mod multi_fake;
 mod multi_runtime_real;

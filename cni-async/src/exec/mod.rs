@@ -57,10 +57,19 @@
 //!   grace, and the plugin is reaped, by a task spawned on the current tokio
 //!   runtime (a short-lived thread when there is none). The drop itself never
 //!   blocks. If the runtime shuts down before the grace is over, the group
-//!   gets SIGKILL at once and tokio's orphan queue reaps the plugin.
+//!   gets SIGKILL at once and a thread of its own reaps the plugin (tokio's
+//!   orphan queue, for a plugin started by `tokio::process`).
 //! - **Zombies.** The plugin (the direct child) is always reaped. Processes
 //!   it forked are re-parented to init (or the nearest subreaper) when they
 //!   die; reaping those is not ours to do.
+//! - **Spawn.** [`RawExec`] starts plugins with a `clone3` of its own
+//!   (vfork style, `CLONE_CLEAR_SIGHAND`, a pidfd to wait on: no glibc
+//!   `posix_spawn`, whose child resets every signal handler by hand), and
+//!   falls back to `tokio::process` where `clone3` is refused or the target
+//!   is not x86_64; [`RawExec::with_posix_spawn`] asks for the fallback.
+//!   Either way the plugin gets our environment with the request's
+//!   variables over it, SIGPIPE at its default, no blocked signal, and its
+//!   own process group.
 //! - **Runtime.** [`RawExec`] needs a tokio runtime with the I/O and time
 //!   drivers enabled (`enable_all`), as `tokio::process` does.
 //! - **Output.** stdout beyond [`OutputLimits::stdout`] is an error
@@ -83,6 +92,7 @@ use futures::future::BoxFuture;
 
 use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, PluginExit, lossy_capped};
 
+mod child;
 mod raw;
 mod stderr;
 

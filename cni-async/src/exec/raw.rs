@@ -1,18 +1,19 @@
-//! [`RawExec`]: plugins as child processes on `tokio::process`.
+//! [`RawExec`]: plugins as child processes of our own spawn (`clone3`, see
+//! `sys::spawn`), or of `tokio::process` where that is refused.
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use cni_core::error::Chain;
 use cni_core::validate::Escaped;
 use futures::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::process::Child;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::child::{self, Child, Reader, Started, Writer};
 use super::{ExecOutput, ExecRequest, PluginExec, plugin_failure};
 use crate::error::{ERROR_STDERR_MAX, Error, PluginExit, lossy_capped};
 use crate::sys::process::{SIGKILL, SIGTERM, group_alive, signal_group};
@@ -20,7 +21,7 @@ use crate::sys::process::{SIGKILL, SIGTERM, group_alive, signal_group};
 /// How often the group is checked for survivors while waiting out the grace.
 const GROUP_POLL: Duration = Duration::from_millis(10);
 /// How long we wait for a SIGKILLed plugin to be reaped before handing it to
-/// tokio's orphan queue (only a process stuck in uninterruptible sleep takes long).
+/// a reaping thread (tokio's orphan queue for `tokio::process`; only a process stuck in uninterruptible sleep takes long).
 const REAP_LIMIT: Duration = Duration::from_secs(2);
 /// First and longest pause between spawns that failed with "text file busy".
 const ETXTBSY_BACKOFF_FIRST: Duration = Duration::from_millis(5);
@@ -59,6 +60,7 @@ const STDERR_CHUNK: usize = 4 * 1024;
 pub struct RawExec {
     kill_grace: Duration,
     drain_window: Duration,
+    posix_spawn: bool,
 }
 
 impl RawExec {
@@ -72,6 +74,7 @@ impl RawExec {
         RawExec {
             kill_grace: Self::DEFAULT_KILL_GRACE,
             drain_window: Self::DEFAULT_DRAIN_WINDOW,
+            posix_spawn: false,
         }
     }
 
@@ -88,6 +91,17 @@ impl RawExec {
     /// output read so far is the plugin's output.
     pub fn with_drain_window(mut self, window: Duration) -> Self {
         self.drain_window = window;
+        self
+    }
+
+    /// Starts plugins through `tokio::process` (std's `posix_spawn`)
+    /// instead of our own `clone3` spawn. Off by default; the fallback
+    /// anyway where `clone3` is refused (ENOSYS, EPERM: a seccomp filter; an
+    /// older kernel) or the target is not x86_64. Turn it on where a
+    /// seccomp filter kills a process that calls `clone3` instead of
+    /// refusing the call.
+    pub fn with_posix_spawn(mut self, on: bool) -> Self {
+        self.posix_spawn = on;
         self
     }
 
@@ -134,7 +148,26 @@ enum End {
     Io(&'static str, io::Error),
 }
 
+/// What the I/O loop collected.
+struct Pumped {
+    end: End,
+    out: Vec<u8>,
+    err: Vec<u8>,
+    /// The exit status, when the plugin exited within the deadline.
+    status: Option<ExitStatus>,
+    /// From the start to the plugin's exit.
+    elapsed: Duration,
+}
+
+/// The plugin's pipes; `None` once closed.
+struct Pipes {
+    stdin: Option<Writer>,
+    stdout: Option<Reader>,
+    stderr: Option<Reader>,
+}
+
 impl RawExec {
+    /// Spawn, I/O until exit or deadline, end the group if needed, decode.
     async fn run(&self, req: ExecRequest<'_>) -> Result<ExecOutput, Error> {
         let start = Instant::now();
         // A timeout too large for the clock is no deadline at all.
@@ -142,25 +175,49 @@ impl RawExec {
             .checked_add(req.timeout)
             .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400));
 
-        let mut child = spawn(&req, deadline).await?;
-        let Some(pgid) = child.id() else {
+        let started = self.spawn(&req, deadline).await?;
+        let Some(pgid) = started.child.id() else {
             // Only after a completed wait; never right after spawn.
             return Err(io_error(&req, "starting", io::Error::other("no pid")));
         };
         tracing::debug!(pid = pgid, "plugin started");
-        let mut stdin = child.stdin.take();
-        let mut stdout = child.stdout.take();
-        let mut stderr = child.stderr.take();
+        let pipes = Pipes {
+            // Nothing to write: closed at once, the plugin sees EOF.
+            stdin: (!req.stdin.is_empty()).then_some(started.stdin),
+            stdout: Some(started.stdout),
+            stderr: Some(started.stderr),
+        };
         let mut guard = RunGuard(Some(Reaper {
-            child: Some(child),
+            child: Some(started.child),
             pgid,
             grace: self.kill_grace,
             done: false,
         }));
+        let pumped = self.pump(&req, &mut guard, pipes, start, deadline).await;
+        end_run(&req, &mut guard, pgid, pumped.end, &pumped.err, start).await?;
+        // Done and Drained both have the exit status.
+        let Some(status) = pumped.status else {
+            return Err(io_error(
+                &req,
+                "waiting for its exit",
+                io::Error::other("no exit status"),
+            ));
+        };
+        decode(&req, status, pumped.out, pumped.err, pumped.elapsed)
+    }
 
-        if req.stdin.is_empty() {
-            stdin = None;
-        }
+    /// Writes stdin and reads stdout and stderr (with their caps) until the
+    /// plugin exited and both pipes are at EOF, or the drain window after
+    /// its exit, the deadline, stdout's cap or an I/O error ends it. Our
+    /// pipe ends are closed on return: a writer left behind gets EPIPE.
+    async fn pump(
+        &self,
+        req: &ExecRequest<'_>,
+        guard: &mut RunGuard,
+        mut pipes: Pipes,
+        start: Instant,
+        deadline: Instant,
+    ) -> Pumped {
         let mut written = 0usize;
         let mut out: Vec<u8> = Vec::new();
         let mut err: Vec<u8> = Vec::new();
@@ -177,7 +234,7 @@ impl RawExec {
         tokio::pin!(drain_sleep);
 
         let end = loop {
-            if status.is_some() && stdout.is_none() && stderr.is_none() {
+            if status.is_some() && pipes.stdout.is_none() && pipes.stderr.is_none() {
                 break End::Done;
             }
             let child = guard.child();
@@ -192,13 +249,13 @@ impl RawExec {
                         elapsed = start.elapsed();
                         status = Some(s);
                         // Nobody will read the rest of stdin.
-                        stdin = None;
+                        pipes.stdin = None;
                         drain_sleep.as_mut().reset(Instant::now() + self.drain_window);
                     }
                     Err(e) => break End::Io("waiting for its exit", e),
                 },
-                r = read_some(&mut stdout, &mut out_chunk) => match r {
-                    Ok(0) => stdout = None,
+                r = read_some(&mut pipes.stdout, &mut out_chunk) => match r {
+                    Ok(0) => pipes.stdout = None,
                     Ok(n) => {
                         if out.len() + n > req.limits.stdout {
                             break End::TooLarge;
@@ -207,8 +264,8 @@ impl RawExec {
                     }
                     Err(e) => break End::Io("reading its stdout", e),
                 },
-                r = read_some(&mut stderr, &mut err_chunk) => match r {
-                    Ok(0) => stderr = None,
+                r = read_some(&mut pipes.stderr, &mut err_chunk) => match r {
+                    Ok(0) => pipes.stderr = None,
                     Ok(n) => {
                         let keep = n.min(req.limits.stderr.saturating_sub(err.len()));
                         err.extend_from_slice(&err_chunk[..keep]);
@@ -217,29 +274,27 @@ impl RawExec {
                     Err(e) => {
                         // stderr is informational: stop reading it, carry on.
                         tracing::debug!(error = %e, "cannot read plugin stderr");
-                        stderr = None;
+                        pipes.stderr = None;
                     }
                 },
-                r = write_some(&mut stdin, &req.stdin[written..]) => match r {
+                r = write_some(&mut pipes.stdin, &req.stdin[written..]) => match r {
                     Ok(n) => {
                         written += n;
                         if written >= req.stdin.len() {
                             // Dropping the pipe closes it: the plugin sees EOF.
-                            stdin = None;
+                            pipes.stdin = None;
                         }
                     }
                     Err(e) => {
                         // EPIPE: the plugin closed stdin or exited without
                         // reading it all. Its exit status decides.
                         tracing::debug!(error = %e, written, "plugin did not take all of stdin");
-                        stdin = None;
+                        pipes.stdin = None;
                     }
                 },
             }
         };
-        // Close our ends: a writer left behind gets EPIPE instead of blocking.
-        drop((stdin, stdout, stderr));
-
+        drop(pipes);
         if err_dropped > 0 {
             tracing::debug!(
                 kept = err.len(),
@@ -247,83 +302,135 @@ impl RawExec {
                 "plugin stderr over its cap"
             );
         }
-        let status = match end {
-            End::Done => {
-                guard.settle();
-                status
-            }
-            End::Drained => {
-                tracing::warn!(
-                    pgid,
-                    "plugin exited but a process it left behind holds its stdout or stderr open; \
-                     killing its process group"
-                );
-                guard.terminate().await;
-                status
-            }
-            End::Timeout => {
-                let elapsed = start.elapsed();
-                tracing::warn!(
-                    elapsed_ms = elapsed.as_millis() as u64,
-                    "plugin timed out; killing its process group"
-                );
-                guard.terminate().await;
-                return Err(Error::Timeout {
-                    plugin_type: req.plugin_type.to_owned(),
-                    command: req.command,
-                    elapsed,
-                    timeout: req.timeout,
-                    stderr_so_far: lossy_capped(&err, ERROR_STDERR_MAX),
-                });
-            }
-            End::TooLarge => {
-                tracing::warn!(
-                    limit = req.limits.stdout,
-                    "plugin stdout over its cap; killing its process group"
-                );
-                guard.terminate().await;
-                return Err(Error::OutputTooLarge {
-                    plugin_type: req.plugin_type.to_owned(),
-                    command: req.command,
-                    limit: req.limits.stdout,
-                });
-            }
-            End::Io(during, e) => {
-                guard.terminate().await;
-                return Err(io_error(&req, during, e));
-            }
-        };
-        // Done and Drained both have the exit status.
-        let Some(status) = status else {
-            return Err(io_error(
-                &req,
-                "waiting for its exit",
-                io::Error::other("no exit status"),
-            ));
-        };
+        Pumped {
+            end,
+            out,
+            err,
+            status,
+            elapsed,
+        }
+    }
 
-        match PluginExit::from_status(status) {
-            None => {
-                if err.is_empty() {
-                    tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, "plugin succeeded");
-                } else {
-                    tracing::debug!(
-                        elapsed_ms = elapsed.as_millis() as u64,
-                        stderr = %Escaped(String::from_utf8_lossy(&err).trim_end()),
-                        "plugin succeeded"
-                    );
-                }
-                Ok(ExecOutput {
-                    stdout: out,
-                    stderr: err,
-                    elapsed,
-                })
-            }
-            Some(exit) => {
-                let e = plugin_failure(req.plugin_type, req.command, exit, &out, &err);
-                tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, error = %Escaped(Chain(&e)), "plugin failed");
+    /// Spawns the plugin in its own process group, retrying "text file busy"
+    /// with a fresh spawn each time until the deadline (`docs/decisions.md` D3).
+    async fn spawn(&self, req: &ExecRequest<'_>, deadline: Instant) -> Result<Started, Error> {
+        let path = spawnable_path(req.plugin_path);
+        let mut attempts = 0u32;
+        let mut backoff = ETXTBSY_BACKOFF_FIRST;
+        loop {
+            attempts += 1;
+            match child::start(&path, req.env, self.posix_spawn) {
+                Ok(started) => return Ok(started),
                 Err(e)
+                    if e.raw_os_error() == Some(libc::ETXTBSY)
+                        && Instant::now() + backoff < deadline =>
+                {
+                    tracing::debug!(attempts, "plugin binary busy (text file busy); retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(ETXTBSY_BACKOFF_MAX);
+                }
+                Err(source) => {
+                    return Err(Error::Spawn {
+                        plugin_type: req.plugin_type.to_owned(),
+                        command: req.command,
+                        path: req.plugin_path.to_owned(),
+                        attempts,
+                        source,
+                    });
+                }
             }
+        }
+    }
+}
+
+/// Ends the run the way the I/O loop ended: `Ok` when the plugin exited
+/// (its group is killed first if a process it left behind held a pipe),
+/// the error otherwise, after killing the group (TERM, grace, KILL, reap).
+async fn end_run(
+    req: &ExecRequest<'_>,
+    guard: &mut RunGuard,
+    pgid: u32,
+    end: End,
+    stderr: &[u8],
+    start: Instant,
+) -> Result<(), Error> {
+    match end {
+        End::Done => {
+            guard.settle();
+            Ok(())
+        }
+        End::Drained => {
+            tracing::warn!(
+                pgid,
+                "plugin exited but a process it left behind holds its stdout or stderr open; \
+                 killing its process group"
+            );
+            guard.terminate().await;
+            Ok(())
+        }
+        End::Timeout => {
+            let elapsed = start.elapsed();
+            tracing::warn!(
+                elapsed_ms = elapsed.as_millis() as u64,
+                "plugin timed out; killing its process group"
+            );
+            guard.terminate().await;
+            Err(Error::Timeout {
+                plugin_type: req.plugin_type.to_owned(),
+                command: req.command,
+                elapsed,
+                timeout: req.timeout,
+                stderr_so_far: lossy_capped(stderr, ERROR_STDERR_MAX),
+            })
+        }
+        End::TooLarge => {
+            tracing::warn!(
+                limit = req.limits.stdout,
+                "plugin stdout over its cap; killing its process group"
+            );
+            guard.terminate().await;
+            Err(Error::OutputTooLarge {
+                plugin_type: req.plugin_type.to_owned(),
+                command: req.command,
+                limit: req.limits.stdout,
+            })
+        }
+        End::Io(during, e) => {
+            guard.terminate().await;
+            Err(io_error(req, during, e))
+        }
+    }
+}
+
+/// The result of a plugin that exited: its output, or its failure decoded.
+fn decode(
+    req: &ExecRequest<'_>,
+    status: ExitStatus,
+    out: Vec<u8>,
+    err: Vec<u8>,
+    elapsed: Duration,
+) -> Result<ExecOutput, Error> {
+    match PluginExit::from_status(status) {
+        None => {
+            if err.is_empty() {
+                tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, "plugin succeeded");
+            } else {
+                tracing::debug!(
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    stderr = %Escaped(String::from_utf8_lossy(&err).trim_end()),
+                    "plugin succeeded"
+                );
+            }
+            Ok(ExecOutput {
+                stdout: out,
+                stderr: err,
+                elapsed,
+            })
+        }
+        Some(exit) => {
+            let e = plugin_failure(req.plugin_type, req.command, exit, &out, &err);
+            tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, error = %Escaped(Chain(&e)), "plugin failed");
+            Err(e)
         }
     }
 }
@@ -334,47 +441,6 @@ fn io_error(req: &ExecRequest<'_>, during: &'static str, source: io::Error) -> E
         command: req.command,
         during,
         source,
-    }
-}
-
-/// Spawns the plugin in its own process group, retrying "text file busy"
-/// with a fresh spawn each time until the deadline (`docs/decisions.md` D3).
-async fn spawn(req: &ExecRequest<'_>, deadline: Instant) -> Result<Child, Error> {
-    let path = spawnable_path(req.plugin_path);
-    let mut attempts = 0u32;
-    let mut backoff = ETXTBSY_BACKOFF_FIRST;
-    loop {
-        attempts += 1;
-        let mut cmd = tokio::process::Command::new(&path);
-        cmd.envs(req.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group, so one killpg reaches everything it forks.
-            // No pre_exec: std keeps using posix_spawn.
-            .process_group(0)
-            // Our guard kills the whole group; kill_on_drop would kill the child only.
-            .kill_on_drop(false);
-        match cmd.spawn() {
-            Ok(child) => return Ok(child),
-            Err(e)
-                if e.raw_os_error() == Some(libc::ETXTBSY)
-                    && Instant::now() + backoff < deadline =>
-            {
-                tracing::debug!(attempts, "plugin binary busy (text file busy); retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(ETXTBSY_BACKOFF_MAX);
-            }
-            Err(source) => {
-                return Err(Error::Spawn {
-                    plugin_type: req.plugin_type.to_owned(),
-                    command: req.command,
-                    path: req.plugin_path.to_owned(),
-                    attempts,
-                    source,
-                });
-            }
-        }
     }
 }
 
@@ -499,7 +565,7 @@ impl Reaper {
         {
             tracing::warn!(
                 pgid = self.pgid,
-                "plugin not reaped after SIGKILL; leaving it to tokio's orphan reaper"
+                "plugin not reaped after SIGKILL; leaving it to a reaper"
             );
         }
         self.done = true;
@@ -537,7 +603,8 @@ impl Drop for Reaper {
             let _ = signal_group(self.pgid, SIGKILL);
         }
         if let Some(child) = self.child.as_mut() {
-            // Reaps it if it is gone already; otherwise tokio's orphan queue will.
+            // Reaps it if it is gone already; otherwise a thread of its own
+            // (or tokio's orphan queue) will, when the child is dropped.
             let _ = child.try_wait();
         }
     }

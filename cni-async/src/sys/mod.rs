@@ -14,6 +14,8 @@
 //!   ([`on_memory_fs`]).
 //! - `netns` (feature `netns`): setns, unshare, mount for network namespaces.
 //! - `inotify` (feature `watch`): the conf-dir watcher's inotify instance.
+//! - `spawn`: starting a plugin (`clone3`, vfork style, with a pidfd) and
+//!   reaping it by its pidfd.
 //! - `nsfs`: whether a path is a network namespace (statfs, `NS_GET_NSTYPE`).
 
 mod fs;
@@ -23,6 +25,7 @@ pub(crate) mod inotify;
 pub(crate) mod netns;
 pub(crate) mod nsfs;
 pub(crate) mod process;
+pub(crate) mod spawn;
 
 pub use fs::on_memory_fs;
 pub use nix::sys::signal::Signal;

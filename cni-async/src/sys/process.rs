@@ -82,7 +82,7 @@ pub(crate) fn live_group_members(pgid: u32) -> io::Result<Vec<u32>> {
 
 /// State and process group from the text of `/proc/PID/stat`
 /// (`pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses).
-fn parse_stat(stat: &str) -> Option<(char, u32)> {
+pub(crate) fn parse_stat(stat: &str) -> Option<(char, u32)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();
     let state = fields.next()?.chars().next()?;

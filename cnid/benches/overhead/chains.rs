@@ -44,6 +44,8 @@ pub(crate) enum Runner {
         rt: RuntimeConf,
         /// Cache I/O on the calling thread (`ResultCache::with_inline_io`).
         inline: bool,
+        /// Plugins started by `tokio::process` (`RawExec::with_posix_spawn`).
+        posix: bool,
     },
     /// `cnitool add|check|del` as a process (spawned like a plugin): ours,
     /// or Go's on libcni (`name` says which).
@@ -81,20 +83,35 @@ impl Runner {
         storage: Storage,
         inline: bool,
     ) -> Runner {
+        Runner::in_process_spawn(list, netns, tree, storage, inline, false)
+    }
+
+    /// [`Runner::in_process`], plugins started by `tokio::process` when `posix`.
+    pub(crate) fn in_process_spawn(
+        list: &NetworkConfigList,
+        netns: &str,
+        tree: &Tree,
+        storage: Storage,
+        inline: bool,
+        posix: bool,
+    ) -> Runner {
+        let exec = cni_async::exec::RawExec::new().with_posix_spawn(posix);
         let cni = Cni::builder()
+            .exec(std::sync::Arc::new(exec))
             .plugin_dirs(tree.plugin_dirs.iter().cloned())
             .cache(ResultCache::new(tree.cache(storage)).with_inline_io(inline))
             .build();
-        let id = if inline {
-            "bench-inproc-inline"
-        } else {
-            "bench-inproc"
+        let id = match (inline, posix) {
+            (true, _) => "bench-inproc-inline",
+            (false, true) => "bench-inproc-posix",
+            (false, false) => "bench-inproc",
         };
         Runner::InProcess {
             cni,
             list: list.clone(),
             rt: RuntimeConf::new(id, netns, "eth0"),
             inline,
+            posix,
         }
     }
 
@@ -163,7 +180,16 @@ impl Runner {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Runner::Floor { .. } => "floor",
-            Runner::InProcess { inline: false, .. } => "in-process",
+            Runner::InProcess {
+                inline: false,
+                posix: false,
+                ..
+            } => "in-process",
+            Runner::InProcess {
+                inline: false,
+                posix: true,
+                ..
+            } => "in-process, tokio::process",
             Runner::InProcess { inline: true, .. } => "in-process, inline I/O",
             Runner::Cnitool { name, .. } => name,
             Runner::Cnid { .. } => "cnid",

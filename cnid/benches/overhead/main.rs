@@ -297,6 +297,7 @@ fn run(opts: Opts) -> anyhow::Result<()> {
                         Runner::floor(&list, NOOP_NETNS, &tree)?,
                         Runner::in_process(&list, NOOP_NETNS, &tree, storage, false),
                         Runner::in_process(&list, NOOP_NETNS, &tree, storage, true),
+                        Runner::in_process_spawn(&list, NOOP_NETNS, &tree, storage, false, true),
                         Runner::cnitool(&bins, network, NOOP_NETNS, &tree, storage)?,
                         Runner::cnid(client.clone(), network, NOOP_NETNS),
                     ];
@@ -473,7 +474,8 @@ fn run(opts: Opts) -> anyhow::Result<()> {
 const NOOP_INTRO: &str = "### Scenarios 1–3: noop chains (in-process, cnitool, cnid)\n\n\
 Each iteration: ADD, CHECK, DEL of one attachment by the floor, by `cni_async::Cni` in this \
 process (current-thread runtime; cache I/O on tokio's blocking pool, the default, and \
-inline on the calling thread, `ResultCache::with_inline_io`, as cnitool runs it), by \
+inline on the calling thread, `ResultCache::with_inline_io`, as cnitool runs it; and with the \
+plugins started by `tokio::process` instead of our own spawn, `RawExec::with_posix_spawn`), by \
 `cnitool` as a process, and through `cnid` (typed client, one kept-alive connection), in \
 shuffled order. `× floor` and `added ms` are per \
 iteration against the floor of the same iteration. The floor has no CHECK-specific work; \

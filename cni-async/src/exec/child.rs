@@ -1,0 +1,191 @@
+//! A running plugin process and its pipes: started by our own spawn
+//! (`sys::spawn`: `clone3` vfork style, a pidfd for the wait) or, where that
+//! is refused or [`RawExec::with_posix_spawn`](super::RawExec::with_posix_spawn)
+//! asks for it, by `tokio::process` (std's `posix_spawn`).
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::unix::pipe;
+
+use crate::sys::process::{SIGKILL, signal_group};
+use crate::sys::spawn::{self, Spawn};
+
+pub(super) type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+pub(super) type Reader = Box<dyn AsyncRead + Send + Unpin>;
+
+/// A started plugin: the leader of a process group of its own.
+pub(super) struct Started {
+    pub(super) child: Child,
+    pub(super) stdin: Writer,
+    pub(super) stdout: Reader,
+    pub(super) stderr: Reader,
+}
+
+pub(super) enum Child {
+    Own(Own),
+    Tokio(tokio::process::Child),
+}
+
+/// A child of our own spawn, waited for through its pidfd.
+pub(super) struct Own {
+    pid: u32,
+    pidfd: AsyncFd<OwnedFd>,
+    status: Option<ExitStatus>,
+}
+
+/// Starts `path` with our environment overridden by `env`, stdin, stdout
+/// and stderr piped, in a process group of its own. `portable`: through
+/// `tokio::process` even where our own spawn works.
+pub(super) fn start(path: &Path, env: &[(String, String)], portable: bool) -> io::Result<Started> {
+    if !portable && spawn::available() {
+        let (in_r, in_w) = spawn::pipe()?;
+        let (out_r, out_w) = spawn::pipe()?;
+        let (err_r, err_w) = spawn::pipe()?;
+        let stdio = spawn::Stdio {
+            stdin: in_r.as_fd(),
+            stdout: out_w.as_fd(),
+            stderr: err_w.as_fd(),
+        };
+        match spawn::spawn(path, env, stdio)? {
+            Spawn::Started(s) => {
+                drop((in_r, out_w, err_w));
+                let child = Own {
+                    pid: s.pid,
+                    pidfd: spawn::watch(s.pidfd)?,
+                    status: None,
+                };
+                return match own_pipes(in_w, out_r, err_r) {
+                    Ok((stdin, stdout, stderr)) => Ok(Started {
+                        child: Child::Own(child),
+                        stdin,
+                        stdout,
+                        stderr,
+                    }),
+                    Err(e) => {
+                        // The child is dropped with the error: reaped by a thread.
+                        let _ = signal_group(child.pid, SIGKILL);
+                        Err(e)
+                    }
+                };
+            }
+            Spawn::Unsupported => {}
+        }
+    }
+    start_tokio(path, env)
+}
+
+fn own_pipes(
+    in_w: OwnedFd,
+    out_r: OwnedFd,
+    err_r: OwnedFd,
+) -> io::Result<(Writer, Reader, Reader)> {
+    for fd in [&in_w, &out_r, &err_r] {
+        spawn::set_nonblocking(fd.as_fd())?;
+    }
+    Ok((
+        Box::new(pipe::Sender::from_owned_fd_unchecked(in_w)?),
+        Box::new(pipe::Receiver::from_owned_fd_unchecked(out_r)?),
+        Box::new(pipe::Receiver::from_owned_fd_unchecked(err_r)?),
+    ))
+}
+
+fn start_tokio(path: &Path, env: &[(String, String)]) -> io::Result<Started> {
+    let mut cmd = tokio::process::Command::new(path);
+    cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group, so one killpg reaches everything it forks.
+        // No pre_exec: std keeps using posix_spawn.
+        .process_group(0)
+        // Our guard kills the whole group; kill_on_drop would kill the child only.
+        .kill_on_drop(false);
+    let mut child = cmd.spawn()?;
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(io::Error::other("no pipes"));
+    };
+    Ok(Started {
+        child: Child::Tokio(child),
+        stdin: Box::new(stdin),
+        stdout: Box::new(stdout),
+        stderr: Box::new(stderr),
+    })
+}
+
+impl Child {
+    /// Its pid (its process group's id), `None` only after a wait of
+    /// `tokio::process`.
+    pub(super) fn id(&self) -> Option<u32> {
+        match self {
+            Child::Own(c) => Some(c.pid),
+            Child::Tokio(c) => c.id(),
+        }
+    }
+
+    /// Waits for its exit and reaps it. Cancel safe.
+    pub(super) async fn wait(&mut self) -> io::Result<ExitStatus> {
+        match self {
+            Child::Tokio(c) => c.wait().await,
+            Child::Own(c) => loop {
+                if let Some(s) = c.status {
+                    return Ok(s);
+                }
+                let mut ready = c.pidfd.readable().await?;
+                match spawn::reap(c.pidfd.get_ref().as_fd(), false)? {
+                    Some(s) => c.status = Some(s),
+                    None => ready.clear_ready(),
+                }
+            },
+        }
+    }
+
+    /// Reaps it if it exited.
+    pub(super) fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        match self {
+            Child::Tokio(c) => c.try_wait(),
+            Child::Own(c) => {
+                if c.status.is_none() {
+                    c.status = spawn::reap(c.pidfd.get_ref().as_fd(), false)?;
+                }
+                Ok(c.status)
+            }
+        }
+    }
+}
+
+impl Drop for Own {
+    /// Never leaves a zombie: one still running (it was SIGKILLed, or
+    /// is in uninterruptible sleep) is reaped by a thread of its own, as
+    /// tokio's orphan queue does for its children.
+    fn drop(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        if let Ok(Some(_)) = spawn::reap(self.pidfd.get_ref().as_fd(), false) {
+            return;
+        }
+        let Ok(pidfd) = self.pidfd.get_ref().try_clone() else {
+            tracing::warn!(
+                pid = self.pid,
+                "cannot keep the plugin's pidfd; it stays a zombie"
+            );
+            return;
+        };
+        let pid = self.pid;
+        let spawned = std::thread::Builder::new()
+            .name("cni-plugin-reaper".into())
+            .spawn(move || {
+                let _ = spawn::reap(pidfd.as_fd(), true);
+            });
+        if spawned.is_err() {
+            tracing::warn!(pid, "no thread to reap the plugin; it stays a zombie");
+        }
+    }
+}
