@@ -295,7 +295,8 @@ pub(crate) fn section(
         for (b, (label, bins)) in builds.iter().enumerate() {
             let tag = format!("s{n}-{b}");
             eprintln!("overhead: scale, {label}, {n} attachments");
-            let r = run_one(bins, tree, tokio, n, probes, n >= 1000, &tag)?;
+            let gc = n == *sizes.last().unwrap_or(&0);
+            let r = run_one(bins, tree, tokio, n, probes, gc, &tag)?;
             if n == 0 {
                 cpu_at_zero[b] = r.cpu_per_op;
             }
@@ -362,5 +363,5 @@ each in cnid's ADD journal (as a `kill -9` would leave them within 30 s of the A
 flushes their records, then empties the journal), each on its own netns path, which does not \
 exist (`--stale-after 0`: the reaper leaves them). cnid is spawned and `GET /v1/health/ready` \
 polled every 1 ms; then ADD+DEL of fresh containers, a full paging of `GET /v1/attachments`, \
-a restart (SIGTERM, then a start from the cache alone), and at N ≥ 1,000 a GC of the network \
+a restart (SIGTERM, then a start from the cache alone), and at the largest N a GC of the network \
 with no valid attachments (every cached one is deleted, noop plugin).\n\n";
