@@ -54,15 +54,18 @@ fn fd_of(pid: i32, target: impl Fn(&str) -> bool) -> Option<i32> {
 }
 
 /// The inode of the listening socket bound at `path` (`/proc/net/unix`).
+/// Only the line flagged listening (`__SO_ACCEPTCON`, flags `00010000`):
+/// a connection the daemon accepted on it (the readiness probe's, say)
+/// shows the same path, and may be closed by the time its fd is looked for.
 fn socket_inode(path: &Path) -> String {
     let table = std::fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
     let want = path.display().to_string();
     table
         .lines()
-        .find(|l| l.split_whitespace().nth(7) == Some(want.as_str()))
-        .and_then(|l| l.split_whitespace().nth(6))
-        .unwrap_or_else(|| panic!("no socket bound at {want}"))
-        .to_owned()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(7) == Some(&want.as_str()) && f.get(3) == Some(&"00010000"))
+        .and_then(|f| f.get(6).map(|inode| (*inode).to_owned()))
+        .unwrap_or_else(|| panic!("no listening socket bound at {want}"))
 }
 
 #[test]
