@@ -162,6 +162,11 @@ async fn many_requests_fifo_per_container_parallel_across_containers() {
                 let cl = client.with_request_id(&rid);
                 let mut req = AttachmentRequest::new(&cid, &netns, "eth0");
                 req.cni_args = format!("SEQ={k}");
+                // The daemon's longest deadline: queueing counts against a request's
+                // deadline, and on a loaded machine the last of a container's
+                // queued requests can wait past the default 60 s. This test is
+                // about order and loss; deadlines have tests of their own.
+                req.timeout_ms = Some(300_000);
                 let h = tokio::spawn(async move { send(&cl, verb, &req).await });
                 // Submit the next one only once the daemon holds this one
                 // (queued or running) or answered it: submission order is

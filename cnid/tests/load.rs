@@ -272,6 +272,11 @@ async fn thousands_of_concurrent_requests_keep_order_and_lose_nothing() {
                 let cl = client.with_request_id(&rid);
                 let mut req = AttachmentRequest::new(&cid, &netns, &ifname);
                 req.cni_args = format!("SEQ={seq}");
+                // The daemon's longest deadline: queueing counts against a request's
+                // deadline, and on a loaded machine the last of a container's
+                // queued requests can wait past the default 60 s. This test is
+                // about order and loss; deadlines have tests of their own.
+                req.timeout_ms = Some(300_000);
                 if verb == Verb::AddFailing {
                     req.cni_args.push_str(";FAIL=1");
                 }
