@@ -156,13 +156,19 @@ pub(super) fn gone_line(key: &str) -> Vec<u8> {
 /// attachment and not followed by a `gone` line of it, with the boot each
 /// was committed in. Unreadable ones are skipped with an error logged.
 pub(super) fn committed_records(bytes: &[u8]) -> Vec<(String, CacheRecord, Vec<u8>)> {
-    let mut out: Vec<(String, CacheRecord, Vec<u8>)> = Vec::new();
+    // In the order of each attachment's last commit line. A line replaces
+    // or drops its attachment's earlier entry through `latest` (its slot),
+    // not a pass over every entry: a start reads journals of 10,000 lines.
+    let mut slots: Vec<Option<(String, CacheRecord, Vec<u8>)>> = Vec::new();
+    let mut latest: HashMap<String, usize> = HashMap::new();
     for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let Ok(v) = serde_json::from_slice::<Value>(line) else {
             continue;
         };
         if let Some(gone) = v.get("gone").and_then(Value::as_str) {
-            out.retain(|(_, r, _)| key(&r.network_name, &r.container_id, &r.if_name) != gone);
+            if let Some(i) = latest.remove(gone) {
+                slots[i] = None;
+            }
             continue;
         }
         let Some(b64) = v.get("record").and_then(Value::as_str) else {
@@ -182,20 +188,18 @@ pub(super) fn committed_records(bytes: &[u8]) -> Vec<(String, CacheRecord, Vec<u
         });
         match rec {
             Ok((rec, bytes)) => {
-                let same = |(_, r, _): &(String, CacheRecord, Vec<u8>)| {
-                    r.network_name == rec.network_name
-                        && r.container_id == rec.container_id
-                        && r.if_name == rec.if_name
-                };
-                out.retain(|e| !same(e));
-                out.push((boot, rec, bytes));
+                let k = key(&rec.network_name, &rec.container_id, &rec.if_name);
+                if let Some(i) = latest.insert(k, slots.len()) {
+                    slots[i] = None;
+                }
+                slots.push(Some((boot, rec, bytes)));
             }
             Err(reason) => {
                 tracing::error!(%reason, "unreadable cache record in the ADD journal; skipped")
             }
         }
     }
-    out
+    slots.into_iter().flatten().collect()
 }
 
 /// The journal's records: the intents begun and not ended, oldest first.
@@ -280,6 +284,49 @@ mod tests {
         assert_eq!(open, [(3, "c-1".to_owned()), (4, "c-3".to_owned())]);
         assert_eq!(max_seq(&j), 7);
         assert_eq!(max_seq(b""), 0);
+    }
+
+    /// The commit lines that count: the last per attachment, in the order
+    /// of those last lines, minus the attachments a later `gone` line
+    /// names (and a `gone` of an attachment never committed changes
+    /// nothing).
+    #[test]
+    fn committed_records_keep_each_attachments_last_commit_in_order() {
+        let commit = |boot: &str, cid: &str, ip: &str| {
+            let rt = RuntimeConf::new(cid, "/run/netns/x", "eth0");
+            let rec = CacheRecord::new(
+                "n",
+                &rt,
+                b"{}".to_vec(),
+                Some(serde_json::json!({"cniVersion": "1.1.0", "ips": [{"address": ip}]})),
+            );
+            commit_line(0, boot, &rec.encode())
+        };
+        let mut j = Vec::new();
+        j.extend(commit("boot-a", "c-1", "10.0.0.1/24"));
+        j.extend(commit("boot-a", "c-2", "10.0.0.2/24"));
+        j.extend(commit("boot-b", "c-1", "10.0.0.11/24"));
+        j.extend(gone_line(&key("n", "c-2", "eth0")));
+        j.extend(gone_line(&key("n", "c-9", "eth0")));
+        j.extend(commit("boot-b", "c-3", "10.0.0.3/24"));
+        j.extend(commit("boot-b", "c-2", "10.0.0.12/24"));
+        let got: Vec<(String, String, String)> = committed_records(&j)
+            .into_iter()
+            .map(|(boot, r, _)| {
+                let ip = r.result.unwrap()["ips"][0]["address"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                (boot, r.container_id, ip)
+            })
+            .collect();
+        let want = [
+            ("boot-b", "c-1", "10.0.0.11/24"),
+            ("boot-b", "c-3", "10.0.0.3/24"),
+            ("boot-b", "c-2", "10.0.0.12/24"),
+        ]
+        .map(|(b, c, i)| (b.to_owned(), c.to_owned(), i.to_owned()));
+        assert_eq!(got, want);
     }
 
     /// A crash during an append leaves a torn last line: skipped, and
