@@ -213,13 +213,61 @@ impl ResultCache {
         Ok(n)
     }
 
-    /// Removes the temp files a writer killed mid-write left in
-    /// `results/` (between a record's temp file and its rename): only
-    /// those named as this crate names them whose writer's pid is gone and
-    /// that are at least `min_age` old ([`durable::remove_abandoned`]), for
-    /// the dir is shared with other tools. Blocking. Returns how many.
-    pub fn remove_abandoned_temps(&self, min_age: Duration) -> Result<usize, Error> {
-        durable::remove_abandoned(&*self.storage, &self.results_dir(), min_age).map_err(durable_err)
+    /// Removes what processes killed mid-operation left: the temp files
+    /// of record writes in `results/` (between a record's temp file and
+    /// its rename), only those named as this crate names them whose
+    /// writer's pid is gone and that are at least `min_age` old
+    /// ([`durable::remove_abandoned`]), for the dir is shared with other
+    /// tools; and the lock files of attachments that have no record (a
+    /// CHECK or a failed ADD killed before it removed its lock file),
+    /// each taken first and removed while held, as a holder removes it
+    /// ([`AttachmentLock`]): one held by anyone is left. Blocking. Returns
+    /// how many files went.
+    pub fn remove_abandoned(&self, min_age: Duration) -> Result<usize, Error> {
+        let temps = durable::remove_abandoned(&*self.storage, &self.results_dir(), min_age)
+            .map_err(durable_err)?;
+        Ok(temps + self.remove_unused_locks()?)
+    }
+
+    /// The lock files of [`ResultCache::remove_abandoned`].
+    fn remove_unused_locks(&self) -> Result<usize, Error> {
+        let locks = self.dir.join(LOCKS_DIR);
+        let entries = match std::fs::read_dir(&locks) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io_err(&locks, "read directory", e)),
+        };
+        let results = self.results_dir();
+        let mut n = 0;
+        for entry in entries.flatten() {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let Some(record) = name.strip_suffix(".lock") else {
+                continue;
+            };
+            let record = results.join(record);
+            if name.starts_with('.')
+                || !entry.file_type().is_ok_and(|t| t.is_file())
+                || std::fs::symlink_metadata(&record).is_ok()
+            {
+                continue;
+            }
+            let path = locks.join(&name);
+            if let Some(file) = try_lock_once(&*self.storage, &locks, &path)? {
+                // Dropped: removed while held, as the record is missing.
+                drop(AttachmentLock {
+                    path: path.clone(),
+                    record,
+                    file: Some(file),
+                    storage: self.storage.clone(),
+                });
+                if std::fs::symlink_metadata(&path).is_err() {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// The cache dir.
@@ -280,9 +328,12 @@ impl ResultCache {
         Ok(lock)
     }
 
-    /// [`ResultCache::lock`], then [`ResultCache::ensure_not_taken`] once
-    /// the lock is held, in one trip to the blocking pool instead of two:
-    /// what an ADD does before running its plugins. On
+    /// [`ResultCache::lock`], then, once the lock is held and in the same
+    /// trip to the blocking pool, a check that the attachment's file does
+    /// not hold the record of *another* attachment (`a-b`+`c` and
+    /// `a`+`b-c` share a file name; a missing file, a record of this
+    /// attachment, a legacy bare result or a corrupt file, moved aside,
+    /// are all fine): what an ADD does before running its plugins. On
     /// [`Error::AttachmentCollision`] (or a failed read) the lock is
     /// released as dropping an [`AttachmentLock`] releases it (the lock
     /// file stays, since the record's path holds a file).
@@ -434,7 +485,7 @@ impl ResultCache {
     /// released only when the write has finished, so no other operation on
     /// the attachment can start before the record is in place. Returns the
     /// lock (unless the blocking task itself was lost) and the outcome.
-    pub async fn write_holding(
+    pub(crate) async fn write_holding(
         &self,
         rec: &CacheRecord,
         lock: AttachmentLock,
@@ -466,29 +517,6 @@ impl ResultCache {
                 }),
             ),
         }
-    }
-
-    /// Fails with [`Error::AttachmentCollision`] when the attachment's file
-    /// holds the record of *another* attachment (`a-b`+`c` and `a`+`b-c`
-    /// share a file name). A missing file, a record of this attachment, a
-    /// legacy bare result or a corrupt file (moved aside) are all fine.
-    pub async fn ensure_not_taken(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-    ) -> Result<(), Error> {
-        let path = self.path(network, container_id, ifname)?;
-        let (net, cid, ifn) = (
-            network.to_owned(),
-            container_id.to_owned(),
-            ifname.to_owned(),
-        );
-        let this = self.clone();
-        blocking(self.inline, move || {
-            check_not_taken(&this, &path, &net, &cid, &ifn)
-        })
-        .await
     }
 
     /// Removes an attachment's record, if the file holds that attachment's
@@ -737,7 +765,7 @@ fn read_slot(
     }
 }
 
-/// [`ResultCache::ensure_not_taken`] on the calling thread.
+/// The check of [`ResultCache::lock_unused`], on the calling thread.
 fn check_not_taken(
     cache: &ResultCache,
     path: &Path,
@@ -980,7 +1008,7 @@ impl ResultCache {
     /// The cached attachments of containers other than `container_id` on
     /// `netns` with interface `ifname` (any network): reads every record
     /// whose file name ends in `-<ifname>`.
-    pub async fn others_on(
+    pub(crate) async fn others_on(
         &self,
         netns: &str,
         ifname: &str,
@@ -995,7 +1023,7 @@ impl ResultCache {
     }
 
     /// [`ResultCache::others_on`], on the calling thread.
-    pub fn others_on_blocking(
+    fn others_on_blocking(
         &self,
         netns: &str,
         ifname: &str,
@@ -1160,6 +1188,34 @@ mod tests {
                 "fsync-dir CACHE/results",
             ]
         );
+    }
+
+    /// Found by cnid's crash-point enumeration: a CHECK of an attachment
+    /// with no record killed between creating its lock file and removing
+    /// it left the file for good (nothing DELs an attachment never
+    /// added). The sweep removes such a file; one held, or one whose
+    /// attachment has a record, stays.
+    #[test]
+    fn unused_lock_files_are_swept_held_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(tmp.path()).with_inline_io(true);
+        let locks = tmp.path().join(LOCKS_DIR);
+        create_private_dir(&locks).unwrap();
+        let orphan = locks.join("n-gone-eth0.lock");
+        drop(Disk.open_lock(&orphan).unwrap());
+        let held_path = locks.join("n-c1-eth0.lock");
+        let held = lock_at(&cache, &held_path).expect("locked");
+        let rt = cni_core::RuntimeConf::new("c2", "/proc/self/ns/net", "eth0");
+        cache
+            .write_durable_blocking(&CacheRecord::new("n", &rt, b"{}".to_vec(), None))
+            .unwrap();
+        let recorded = locks.join("n-c2-eth0.lock");
+        drop(Disk.open_lock(&recorded).unwrap());
+        assert_eq!(cache.remove_abandoned(Duration::from_secs(300)).unwrap(), 1);
+        assert!(!orphan.exists());
+        assert!(held_path.exists() && recorded.exists());
+        drop(held);
+        assert_eq!(cache.remove_abandoned(Duration::from_secs(300)).unwrap(), 0);
     }
 
     /// While a record exists, releasing keeps the file: a waiter that

@@ -1,20 +1,30 @@
 //! Crash-point enumeration (issue 21, item 3) at the level of the storage
-//! seam: each operation of the journal runs on the simulated disk
-//! ([`SimDisk`]), is crashed at each of its I/O points in turn, and the
-//! daemon's start is run from what that leaves, twice: as after a `kill -9`
-//! (the same boot, every write kept) and as after a power loss (another
-//! boot, only what was flushed, unflushed appends lost, cut short or kept).
-//! Then the runtime's DELs follow, and a new ADD of each attachment.
+//! seam: each operation of the journal and of the result cache runs on the
+//! simulated disk ([`SimDisk`], behind both), is crashed at each of its
+//! I/O points in turn, and the daemon's start is run from what that
+//! leaves, twice: as after a `kill -9` (the same boot, every write kept)
+//! and as after a power loss (another boot, only what was flushed:
+//! unflushed appends lost, cut short or kept, unflushed names and dirs
+//! lost, the cache's records included). Then the runtime's DELs follow,
+//! and a new ADD of each attachment.
 //!
-//! The operations: an ADD answered, one rolled back (not answered), one
-//! whose rollback failed (its intent kept), a DEL, a GC's deletion, the
-//! flush task, a compaction, a graceful stop, start-up recovery itself
-//! (settling, and keeping a record it cannot restore), and an ADD and a
-//! graceful stop of a daemon whose start kept such a record (issue 21's
-//! defects 1 and 2), each also with an
-//! `ENOSPC` at each point followed by a crash at each later one. The
-//! plugins are modelled as the chain `[alloc, gate]`: `alloc`'s
-//! allocations outlive every crash (the worst case for leaks).
+//! The operations: an ADD answered (the first start on a fresh state dir
+//! and the first ADD), one rolled back (not answered), one whose rollback
+//! failed (its intent kept), a DEL, a CHECK, a GC's deletion, the flush task, a
+//! compaction, a graceful stop, start-up itself (recovery restoring the
+//! records a power loss took, removing earlier crashes' temp files,
+//! moving a corrupt intent aside, and keeping a record it cannot
+//! restore), and an ADD and a graceful stop of a daemon whose start kept
+//! such a record (issue 21's defects 1 and 2), each also with an `ENOSPC`
+//! at each point followed by a crash at each of the next three (at each
+//! later one in `make soak`). The daemon's part is modelled as the engine
+//! makes it, the library's as `cni_async` makes it: an ADD takes the
+//! attachment's lock (a lock file), runs the plugins, writes the record
+//! (not flushed) and releases the lock (removing its file when no record
+//! was written); a DEL takes the lock and reads the record, runs the
+//! plugins, removes the record and the lock file. The plugins are the
+//! chain `[alloc, gate]`: `alloc`'s allocations outlive every crash (the
+//! worst case for leaks).
 //!
 //! Checked after each start:
 //! - an answered ADD keeps its cached result, byte for byte, and the
@@ -25,23 +35,27 @@
 //!   same-boot start; after a power loss it may be (the window of
 //!   `docs/reliability.md`), but after the runtime's DEL a new ADD of the
 //!   attachment is accepted (as is every other);
-//! - nothing grows: after the DELs and a graceful stop the intents dir and
-//!   the cache's `results/` hold no file (no journal, intent or temp file
-//!   left), and a recovery crashed at the same point again and again
-//!   leaves the same files each time.
+//! - nothing grows: after the DELs, a graceful stop and the sweep of dead
+//!   writers' temp files, the intents dir and the cache's `results/` and
+//!   `locks/` hold no file (no journal, intent, record, temp or lock
+//!   file), a corrupt file is moved aside once, and a start crashed at the
+//!   same point again and again leaves no more files than the first
+//!   starts did.
 //!
-//! And every call site of [`Storage`] in the journal's code is crashed at
-//! by some operation: a new one cannot slip in untested.
+//! And every call site of [`Storage`] in the journal's code and in the
+//! cache's (`cni-async/src/cache.rs`), of its methods and of
+//! `cni_async::durable`'s functions over it, is crashed at by some
+//! operation: a new one cannot slip in untested.
 //!
-//! The result cache is not behind the seam (yet): its writes are made as
-//! the daemon makes them (no `fsync`), and a power loss loses them unless
-//! the code under test `fsync`ed them ([`SimDisk::sync_tree`] where the
-//! flush task, a graceful stop or a restore does, all of which happens
-//! before their first journal I/O point). A CHECK makes no I/O of the
-//! journal. `CNID_CRASH_EXHAUSTIVE=1` (`make soak`) runs the operations
-//! with more attachments and open ADDs, and kills the first start after
-//! each crash at each of its own points in turn before the start that is
-//! checked (crash points times start points: minutes, not seconds).
+//! A killed daemon's temp files carry its pid, which the test shares:
+//! [`abandon_cache_temps`] gives them a dead writer's pid and an old date
+//! where the model lets time pass (the sweep 5 minutes after a start;
+//! starts that far apart).
+//! `CNID_CRASH_EXHAUSTIVE=1` (`make soak`) runs the operations with more
+//! attachments and open ADDs, every crash after an `ENOSPC` with the four
+//! kinds of restart, and kills the first start after each crash at each of
+//! its own points in turn before the start that is checked (crash points
+//! times start points: minutes, not seconds).
 
 use super::simdisk::{Cut, SimDisk};
 use super::testing::*;
@@ -56,6 +70,7 @@ enum Op {
     AddRolledBack,
     AddNotUndone,
     Del,
+    Check,
     Gc,
     Flush,
     Compaction,
@@ -67,11 +82,12 @@ enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 12] = [
+    const ALL: [Op; 13] = [
         Op::AddAnswered,
         Op::AddRolledBack,
         Op::AddNotUndone,
         Op::Del,
+        Op::Check,
         Op::Gc,
         Op::Flush,
         Op::Compaction,
@@ -158,7 +174,7 @@ async fn add(i: &Intents, sim: &SimDisk, w: &mut World, cid: &str, gate: Gate) {
                 intent.config.clone(),
                 Some(json!({"cniVersion": "1.1.0", "ips": [{"address": "10.0.0.2/24"}]})),
             );
-            let (lock, written) = cache.write_holding(&rec, lock).await;
+            let written = cache.write(&rec).await;
             if written.is_err() && !sim.dead() {
                 // The library rolls the chain back (the plugins' DEL).
                 w.alloc.remove(cid);
@@ -346,15 +362,24 @@ async fn run(
             };
             add(&i, &sim, &mut w, "new", gate).await;
         }
-        Op::Del | Op::Gc => {
+        Op::Del | Op::Gc | Op::Check => {
             for c in names(size) {
                 add(&i, &sim, &mut w, &c, Gate::Ok).await;
             }
             arm(&sim);
-            if op == Op::Del {
-                del(&i, &sim, &mut w, "c-1").await;
-            } else {
-                gc(&i, &sim, &mut w, "c-1").await;
+            match op {
+                Op::Del => del(&i, &sim, &mut w, "c-1").await,
+                Op::Gc => gc(&i, &sim, &mut w, "c-1").await,
+                _ => {
+                    // The library's CHECK: the lock taken and the record
+                    // read, the plugins, the lock released; of an
+                    // attachment that has no record too (its lock file
+                    // made, then removed).
+                    let cache = i.cache.clone().unwrap();
+                    for cid in ["c-1", "unknown"] {
+                        drop(cache.lock_and_read("n", cid, "eth0", WAIT).await);
+                    }
+                }
             }
         }
         Op::Flush | Op::Close => {

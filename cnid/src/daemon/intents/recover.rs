@@ -197,17 +197,17 @@ impl Intents {
     /// Removes the temp files of cache writers killed mid-write (a
     /// `kill -9` between a record's temp file and its rename) from the
     /// shared cache's `results/`: ours only, of dead writers, at least
-    /// [`ABANDONED_AFTER`] old ([`ResultCache::remove_abandoned_temps`]).
+    /// [`ABANDONED_AFTER`] old ([`ResultCache::remove_abandoned`]).
     /// At start ([`Intents::prepare`]), and once more that long after it
     /// ([`Intents::flush_loop`]) for those the killed predecessor left just
     /// before. Blocking.
     pub(crate) fn remove_abandoned_cache_temps(&self) {
         let Some(cache) = &self.cache else { return };
-        match cache.remove_abandoned_temps(ABANDONED_AFTER) {
+        match cache.remove_abandoned(ABANDONED_AFTER) {
             Ok(0) => {}
             Ok(n) => tracing::info!(
                 count = n,
-                "removed temp files of cache writers killed mid-write"
+                "removed temp and lock files of cache writers killed mid-write"
             ),
             Err(e) => {
                 tracing::warn!(error = %cni_core::error::Chain(&e), "cannot remove the temp files of killed cache writers")
