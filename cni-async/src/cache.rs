@@ -5,7 +5,7 @@
 //! [`cni_core::cache`]), so an attachment made by a Go runtime on the same
 //! host can be deleted by us and the other way round. On top of that:
 //!
-//! - **Atomic writes** ([`crate::durable::write_atomic`]): a temp file in the
+//! - **Atomic writes** ([`crate::durable::write_atomic_on`]): a temp file in the
 //!   same dir, `fdatasync`, `rename` over the target, `fsync` of the dir (the
 //!   flushes unless [`ResultCache::with_durable`] turned them off for a
 //!   caller that makes records durable itself; a `results/` dir created for
@@ -29,6 +29,12 @@
 //!   (`docs/decisions.md` D22).
 //!   The cache dir itself is created 0700 but an existing one keeps its
 //!   mode: other tools keep their data in it.
+//! - **One storage seam**: every write, flush, rename and removal (records,
+//!   their temp files, lock files, moves aside, the flushes of created
+//!   dirs) goes through the cache's [`Storage`](crate::storage::Storage),
+//!   the real [`Disk`](crate::storage::Disk) unless
+//!   [`ResultCache::with_storage`] put a simulated one there (cnid's
+//!   crash-point enumeration does).
 //! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to
 //!   `<dir>/corrupt/` with a warning and treated as absent; they are never
 //!   silently trusted and never silently lost.

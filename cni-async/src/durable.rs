@@ -6,7 +6,8 @@
 //! uses the real [`Disk`]), and every function here that makes one is
 //! `#[track_caller]`, so a simulated disk names the caller's line.
 //!
-//! - [`write_atomic_on`]: a temp file in the target's dir (see [`temp_path`]),
+//! - [`write_atomic`] ([`write_atomic_on`] through a given storage): a temp
+//!   file in the target's dir (see [`temp_path`]),
 //!   written, `fsync`ed, renamed over the target, then the dir `fsync`ed.
 //!   A crash at any point leaves the old file or the new one, never half of
 //!   one; with `fsync` on, the new one also survives a power loss once the
