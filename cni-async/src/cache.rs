@@ -31,8 +31,8 @@
 //!   mode: other tools keep their data in it.
 //! - **One storage seam**: every write, flush, rename and removal (records,
 //!   their temp files, lock files, moves aside, the flushes of created
-//!   dirs) goes through the cache's [`Storage`](crate::storage::Storage),
-//!   the real [`Disk`](crate::storage::Disk) unless
+//!   dirs) goes through the cache's [`Storage`],
+//!   the real [`Disk`] unless
 //!   [`ResultCache::with_storage`] put a simulated one there (cnid's
 //!   crash-point enumeration does).
 //! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to

@@ -2,7 +2,7 @@
 //! ADD intents and the shim's installed conf list.
 //!
 //! Every write, flush, rename and removal goes through a
-//! [`Storage`](crate::storage::Storage) (the caller's; [`write_atomic`]
+//! [`Storage`] (the caller's; [`write_atomic`]
 //! uses the real [`Disk`]), and every function here that makes one is
 //! `#[track_caller]`, so a simulated disk names the caller's line.
 //!
