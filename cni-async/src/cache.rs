@@ -58,8 +58,8 @@
 //! # Ok(()) }
 //! ```
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,8 @@ use cni_core::error::Chain;
 use crate::durable::{self, is_symlink_refusal, read_nofollow};
 pub use crate::durable::{PrivateDir, ensure_private_dir};
 use crate::error::Error;
+use crate::storage::{Disk, Storage};
+use std::sync::Arc;
 
 /// Subdirectory of the cache dir holding lock files.
 pub const LOCKS_DIR: &str = "locks";
@@ -81,6 +83,8 @@ pub struct ResultCache {
     dir: PathBuf,
     durable: bool,
     inline: bool,
+    /// Every write, flush, rename and removal ([`Disk`] but in tests).
+    storage: Arc<dyn Storage>,
 }
 
 impl Default for ResultCache {
@@ -121,7 +125,17 @@ impl ResultCache {
             dir: dir.into(),
             durable: true,
             inline: false,
+            storage: Arc::new(Disk),
         }
+    }
+
+    /// Makes every write, flush, rename and removal of the cache (records,
+    /// temp files, lock files, moves aside) through `storage` instead of
+    /// the real [`Disk`]: for tests that fail or crash each I/O point in
+    /// turn (cnid's crash-point enumeration).
+    pub fn with_storage(mut self, storage: Arc<dyn Storage>) -> Self {
+        self.storage = storage;
+        self
     }
 
     /// Whether writes are `fsync`ed (default true). Turning it off keeps
@@ -159,7 +173,7 @@ impl ResultCache {
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
         let path = self.path(network, container_id, ifname)?;
-        read_entry(&self.dir, &path, network, container_id, ifname)
+        read_entry(self, &path, network, container_id, ifname)
     }
 
     /// Writes `rec` atomically and durably (temp file, `fsync`, `rename`,
@@ -167,7 +181,13 @@ impl ResultCache {
     /// [`ResultCache::with_durable`] says: for restoring a record.
     pub fn write_durable_blocking(&self, rec: &CacheRecord) -> Result<(), Error> {
         let path = self.path(&rec.network_name, &rec.container_id, &rec.if_name)?;
-        write_atomic(&self.results_dir(), &path, &rec.encode(), true)
+        write_atomic(
+            &*self.storage,
+            &self.results_dir(),
+            &path,
+            &rec.encode(),
+            true,
+        )
     }
 
     /// Makes the records of these attachments durable: an `fsync` of each
@@ -183,23 +203,71 @@ impl ResultCache {
         let mut n = 0;
         for (network, container_id, ifname) in attachments {
             let path = self.path(network, container_id, ifname)?;
-            if durable::sync_file(&path).map_err(durable_err)? {
+            if durable::sync_file(&*self.storage, &path).map_err(durable_err)? {
                 n += 1;
             }
         }
         if n > 0 {
-            durable::sync_dir(&self.results_dir()).map_err(durable_err)?;
+            durable::sync_dir(&*self.storage, &self.results_dir()).map_err(durable_err)?;
         }
         Ok(n)
     }
 
-    /// Removes the temp files a writer killed mid-write left in
-    /// `results/` (between a record's temp file and its rename): only
-    /// those named as this crate names them whose writer's pid is gone and
-    /// that are at least `min_age` old ([`durable::remove_abandoned`]), for
-    /// the dir is shared with other tools. Blocking. Returns how many.
-    pub fn remove_abandoned_temps(&self, min_age: Duration) -> Result<usize, Error> {
-        durable::remove_abandoned(&self.results_dir(), min_age).map_err(durable_err)
+    /// Removes what processes killed mid-operation left: the temp files
+    /// of record writes in `results/` (between a record's temp file and
+    /// its rename), only those named as this crate names them whose
+    /// writer's pid is gone and that are at least `min_age` old
+    /// ([`durable::remove_abandoned`]), for the dir is shared with other
+    /// tools; and the lock files of attachments that have no record (a
+    /// CHECK or a failed ADD killed before it removed its lock file),
+    /// each taken first and removed while held, as a holder removes it
+    /// ([`AttachmentLock`]): one held by anyone is left. Blocking. Returns
+    /// how many files went.
+    pub fn remove_abandoned(&self, min_age: Duration) -> Result<usize, Error> {
+        let temps = durable::remove_abandoned(&*self.storage, &self.results_dir(), min_age)
+            .map_err(durable_err)?;
+        Ok(temps + self.remove_unused_locks()?)
+    }
+
+    /// The lock files of [`ResultCache::remove_abandoned`].
+    fn remove_unused_locks(&self) -> Result<usize, Error> {
+        let locks = self.dir.join(LOCKS_DIR);
+        let entries = match std::fs::read_dir(&locks) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io_err(&locks, "read directory", e)),
+        };
+        let results = self.results_dir();
+        let mut n = 0;
+        for entry in entries.flatten() {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let Some(record) = name.strip_suffix(".lock") else {
+                continue;
+            };
+            let record = results.join(record);
+            if name.starts_with('.')
+                || !entry.file_type().is_ok_and(|t| t.is_file())
+                || std::fs::symlink_metadata(&record).is_ok()
+            {
+                continue;
+            }
+            let path = locks.join(&name);
+            if let Some(file) = try_lock_once(&*self.storage, &locks, &path)? {
+                // Dropped: removed while held, as the record is missing.
+                drop(AttachmentLock {
+                    path: path.clone(),
+                    record,
+                    file: Some(file),
+                    storage: self.storage.clone(),
+                });
+                if std::fs::symlink_metadata(&path).is_err() {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// The cache dir.
@@ -260,9 +328,12 @@ impl ResultCache {
         Ok(lock)
     }
 
-    /// [`ResultCache::lock`], then [`ResultCache::ensure_not_taken`] once
-    /// the lock is held, in one trip to the blocking pool instead of two:
-    /// what an ADD does before running its plugins. On
+    /// [`ResultCache::lock`], then, once the lock is held and in the same
+    /// trip to the blocking pool, a check that the attachment's file does
+    /// not hold the record of *another* attachment (`a-b`+`c` and
+    /// `a`+`b-c` share a file name; a missing file, a record of this
+    /// attachment, a legacy bare result or a corrupt file, moved aside,
+    /// are all fine): what an ADD does before running its plugins. On
     /// [`Error::AttachmentCollision`] (or a failed read) the lock is
     /// released as dropping an [`AttachmentLock`] releases it (the lock
     /// file stays, since the record's path holds a file).
@@ -279,9 +350,13 @@ impl ResultCache {
             ifname.to_owned(),
         );
         let (lock, ()) = self
-            .lock_then(network, container_id, ifname, timeout, move |dir, path| {
-                check_not_taken(dir, path, &net, &cid, &ifn)
-            })
+            .lock_then(
+                network,
+                container_id,
+                ifname,
+                timeout,
+                move |cache, path| check_not_taken(cache, path, &net, &cid, &ifn),
+            )
             .await?;
         Ok(lock)
     }
@@ -303,14 +378,18 @@ impl ResultCache {
             container_id.to_owned(),
             ifname.to_owned(),
         );
-        self.lock_then(network, container_id, ifname, timeout, move |dir, path| {
-            Ok(read_entry(dir, path, &net, &cid, &ifn))
-        })
+        self.lock_then(
+            network,
+            container_id,
+            ifname,
+            timeout,
+            move |cache, path| Ok(read_entry(cache, path, &net, &cid, &ifn)),
+        )
         .await
     }
 
     /// The lock loop: each try takes the lock and, when it got it, runs
-    /// `then(cache dir, record path)` in the same blocking call (on the
+    /// `then(cache, record path)` in the same blocking call (on the
     /// pool, or on the calling thread with
     /// [`with_inline_io`](ResultCache::with_inline_io)). Between tries it
     /// sleeps with a doubling backoff (1 ms up to 50 ms); past `timeout`
@@ -323,7 +402,7 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
         timeout: Duration,
-        then: impl Fn(&Path, &Path) -> Result<T, Error> + Clone + Send + 'static,
+        then: impl Fn(&ResultCache, &Path) -> Result<T, Error> + Clone + Send + 'static,
     ) -> Result<(AttachmentLock, T), Error> {
         let name = record::file_name(network, container_id, ifname)?;
         let locks = self.dir.join(LOCKS_DIR);
@@ -332,24 +411,25 @@ impl ResultCache {
         let start = Instant::now();
         let mut backoff = Duration::from_millis(1);
         loop {
-            let (p, l, r, dir, then) = (
+            let (p, l, r, this, then) = (
                 path.clone(),
                 locks.clone(),
                 record.clone(),
-                self.dir.clone(),
+                self.clone(),
                 then.clone(),
             );
             let held = blocking(self.inline, move || {
-                let Some(file) = try_lock_once(&l, &p)? else {
+                let Some(file) = try_lock_once(&*this.storage, &l, &p)? else {
                     return Ok(None);
                 };
                 let lock = AttachmentLock {
                     path: p,
                     record: r,
                     file: Some(file),
+                    storage: this.storage.clone(),
                 };
                 // On an error, `lock` is dropped (and so released) here.
-                let value = then(&dir, &lock.record)?;
+                let value = then(&this, &lock.record)?;
                 Ok(Some((lock, value)))
             })
             .await?;
@@ -393,8 +473,9 @@ impl ResultCache {
         let bytes = rec.encode();
         let results = self.results_dir();
         let durable = self.durable;
+        let storage = self.storage.clone();
         blocking(self.inline, move || {
-            write_atomic(&results, &path, &bytes, durable)
+            write_atomic(&*storage, &results, &path, &bytes, durable)
         })
         .await
     }
@@ -404,7 +485,7 @@ impl ResultCache {
     /// released only when the write has finished, so no other operation on
     /// the attachment can start before the record is in place. Returns the
     /// lock (unless the blocking task itself was lost) and the outcome.
-    pub async fn write_holding(
+    pub(crate) async fn write_holding(
         &self,
         rec: &CacheRecord,
         lock: AttachmentLock,
@@ -417,11 +498,12 @@ impl ResultCache {
         let results = self.results_dir();
         let durable = self.durable;
         if self.inline {
-            let r = write_atomic(&results, &path, &bytes, durable);
+            let r = write_atomic(&*self.storage, &results, &path, &bytes, durable);
             return (Some(lock), r);
         }
+        let storage = self.storage.clone();
         let task = tokio::task::spawn_blocking(move || {
-            let r = write_atomic(&results, &path, &bytes, durable);
+            let r = write_atomic(&*storage, &results, &path, &bytes, durable);
             (lock, r)
         });
         match task.await {
@@ -435,29 +517,6 @@ impl ResultCache {
                 }),
             ),
         }
-    }
-
-    /// Fails with [`Error::AttachmentCollision`] when the attachment's file
-    /// holds the record of *another* attachment (`a-b`+`c` and `a`+`b-c`
-    /// share a file name). A missing file, a record of this attachment, a
-    /// legacy bare result or a corrupt file (moved aside) are all fine.
-    pub async fn ensure_not_taken(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-    ) -> Result<(), Error> {
-        let path = self.path(network, container_id, ifname)?;
-        let (net, cid, ifn) = (
-            network.to_owned(),
-            container_id.to_owned(),
-            ifname.to_owned(),
-        );
-        let dir = self.dir.clone();
-        blocking(self.inline, move || {
-            check_not_taken(&dir, &path, &net, &cid, &ifn)
-        })
-        .await
     }
 
     /// Removes an attachment's record, if the file holds that attachment's
@@ -474,13 +533,13 @@ impl ResultCache {
             container_id.to_owned(),
             ifname.to_owned(),
         );
-        let dir = self.dir.clone();
+        let this = self.clone();
         blocking(self.inline, move || {
             // Check ownership first: never delete another attachment's record.
-            if read_entry(&dir, &path, &net, &cid, &ifn)?.is_none() {
+            if read_entry(&this, &path, &net, &cid, &ifn)?.is_none() {
                 return Ok(());
             }
-            match std::fs::remove_file(&path) {
+            match this.storage.remove(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
                 Err(e) => return Err(io_err(&path, "remove", e)),
@@ -547,13 +606,15 @@ impl ListPage {
 }
 
 /// One try at an attachment's lock: `None` when someone holds it.
-fn try_lock_once(locks: &Path, path: &Path) -> Result<Option<File>, Error> {
+fn try_lock_once(storage: &dyn Storage, locks: &Path, path: &Path) -> Result<Option<File>, Error> {
     loop {
-        let file = match open_lock_file(path) {
+        let file = match storage.open_lock(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 create_private_dir(locks)?;
-                open_lock_file(path).map_err(|e| io_err(path, "open lock file", e))?
+                storage
+                    .open_lock(path)
+                    .map_err(|e| io_err(path, "open lock file", e))?
             }
             Err(e) => return Err(io_err(path, "open lock file", e)),
         };
@@ -594,17 +655,6 @@ fn lock_opened(file: File, path: &Path) -> Result<Attempt, Error> {
     }
 }
 
-fn open_lock_file(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
 fn create_private_dir(dir: &Path) -> Result<(), Error> {
     report_private_dir(
         dir,
@@ -639,19 +689,25 @@ fn durable_err(f: durable::Failure) -> Error {
     }
 }
 
-fn write_atomic(results: &Path, path: &Path, bytes: &[u8], fsync: bool) -> Result<(), Error> {
+fn write_atomic(
+    storage: &dyn Storage,
+    results: &Path,
+    path: &Path,
+    bytes: &[u8],
+    fsync: bool,
+) -> Result<(), Error> {
     // A `results/` (or cache dir) made here is flushed into its parent
     // when the write is to be durable; one that was there is not.
     report_private_dir(
         results,
-        durable::ensure_private_dir_durable(results, fsync)
+        durable::ensure_private_dir_durable(storage, results, fsync)
             .map_err(|e| io_err(results, "create directory", e))?,
     );
-    durable::write_atomic(path, bytes, 0o600, fsync).map_err(durable_err)
+    durable::write_atomic_on(storage, path, bytes, 0o600, fsync).map_err(durable_err)
 }
 
-fn move_aside(cache_dir: &Path, path: &Path, reason: &str) {
-    match durable::move_aside(path, &cache_dir.join(CORRUPT_DIR)) {
+fn move_aside(cache: &ResultCache, path: &Path, reason: &str) {
+    match durable::move_aside(&*cache.storage, path, &cache.dir.join(CORRUPT_DIR)) {
         Ok(target) => tracing::warn!(
             file = %path.display(),
             moved_to = %target.display(),
@@ -678,7 +734,7 @@ enum Slot {
 }
 
 fn read_slot(
-    cache_dir: &Path,
+    cache: &ResultCache,
     path: &Path,
     network: &str,
     container_id: &str,
@@ -688,7 +744,7 @@ fn read_slot(
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Slot::Empty),
         Err(e) if is_symlink_refusal(&e) => {
-            move_aside(cache_dir, path, "is a symbolic link");
+            move_aside(cache, path, "is a symbolic link");
             return Ok(Slot::Empty);
         }
         Err(e) => return Err(io_err(path, "read", e)),
@@ -703,21 +759,21 @@ fn read_slot(
         },
         Ok(legacy) => Ok(Slot::Ours(legacy)),
         Err(e) => {
-            move_aside(cache_dir, path, &e.to_string());
+            move_aside(cache, path, &e.to_string());
             Ok(Slot::Empty)
         }
     }
 }
 
-/// [`ResultCache::ensure_not_taken`] on the calling thread.
+/// The check of [`ResultCache::lock_unused`], on the calling thread.
 fn check_not_taken(
-    cache_dir: &Path,
+    cache: &ResultCache,
     path: &Path,
     network: &str,
     container_id: &str,
     ifname: &str,
 ) -> Result<(), Error> {
-    match read_slot(cache_dir, path, network, container_id, ifname)? {
+    match read_slot(cache, path, network, container_id, ifname)? {
         Slot::Theirs(rec) => Err(Error::AttachmentCollision {
             path: path.to_owned(),
             occupant: format!(
@@ -730,14 +786,14 @@ fn check_not_taken(
 }
 
 fn read_entry(
-    cache_dir: &Path,
+    cache: &ResultCache,
     path: &Path,
     network: &str,
     container_id: &str,
     ifname: &str,
 ) -> Result<Option<CacheEntry>, Error> {
     Ok(
-        match read_slot(cache_dir, path, network, container_id, ifname)? {
+        match read_slot(cache, path, network, container_id, ifname)? {
             Slot::Ours(entry) => Some(entry),
             Slot::Empty | Slot::Theirs(_) => None,
         },
@@ -952,7 +1008,7 @@ impl ResultCache {
     /// The cached attachments of containers other than `container_id` on
     /// `netns` with interface `ifname` (any network): reads every record
     /// whose file name ends in `-<ifname>`.
-    pub async fn others_on(
+    pub(crate) async fn others_on(
         &self,
         netns: &str,
         ifname: &str,
@@ -967,7 +1023,7 @@ impl ResultCache {
     }
 
     /// [`ResultCache::others_on`], on the calling thread.
-    pub fn others_on_blocking(
+    fn others_on_blocking(
         &self,
         netns: &str,
         ifname: &str,
@@ -1003,6 +1059,8 @@ pub struct AttachmentLock {
     /// The attachment's record file: the lock file stays while it exists.
     record: PathBuf,
     file: Option<File>,
+    /// The cache's: the lock file is removed through it.
+    storage: Arc<dyn Storage>,
 }
 
 impl AttachmentLock {
@@ -1017,7 +1075,7 @@ impl AttachmentLock {
     /// fresh one.
     pub fn release_and_remove(mut self) {
         if let Some(file) = self.file.take() {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = self.storage.remove(&self.path);
             drop(file);
         }
     }
@@ -1035,7 +1093,7 @@ impl Drop for AttachmentLock {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound
         );
         if unused
-            && let Err(e) = std::fs::remove_file(&self.path)
+            && let Err(e) = self.storage.remove(&self.path)
             && e.kind() != std::io::ErrorKind::NotFound
         {
             tracing::debug!(file = %self.path.display(), error = %e, "cannot remove an unused lock file");
@@ -1050,12 +1108,13 @@ mod tests {
     use super::*;
 
     fn lock_at(cache: &ResultCache, path: &Path) -> Option<AttachmentLock> {
-        try_lock_once(&cache.dir.join(LOCKS_DIR), path)
+        try_lock_once(&Disk, &cache.dir.join(LOCKS_DIR), path)
             .unwrap()
             .map(|file| AttachmentLock {
                 path: path.to_owned(),
                 record: cache.path("n", "c1", "eth0").unwrap(),
                 file: Some(file),
+                storage: cache.storage.clone(),
             })
     }
 
@@ -1071,7 +1130,7 @@ mod tests {
         let path = tmp.path().join(LOCKS_DIR).join("n-c1-eth0.lock");
 
         let a = lock_at(&cache, &path).expect("A locks");
-        let b_file = open_lock_file(&path).expect("B opens the same file");
+        let b_file = Disk.open_lock(&path).expect("B opens the same file");
         let old = b_file.metadata().unwrap().ino();
         drop(a);
         assert!(!path.exists(), "A left its unused lock file");
@@ -1131,6 +1190,34 @@ mod tests {
         );
     }
 
+    /// Found by cnid's crash-point enumeration: a CHECK of an attachment
+    /// with no record killed between creating its lock file and removing
+    /// it left the file for good (nothing DELs an attachment never
+    /// added). The sweep removes such a file; one held, or one whose
+    /// attachment has a record, stays.
+    #[test]
+    fn unused_lock_files_are_swept_held_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(tmp.path()).with_inline_io(true);
+        let locks = tmp.path().join(LOCKS_DIR);
+        create_private_dir(&locks).unwrap();
+        let orphan = locks.join("n-gone-eth0.lock");
+        drop(Disk.open_lock(&orphan).unwrap());
+        let held_path = locks.join("n-c1-eth0.lock");
+        let held = lock_at(&cache, &held_path).expect("locked");
+        let rt = cni_core::RuntimeConf::new("c2", "/proc/self/ns/net", "eth0");
+        cache
+            .write_durable_blocking(&CacheRecord::new("n", &rt, b"{}".to_vec(), None))
+            .unwrap();
+        let recorded = locks.join("n-c2-eth0.lock");
+        drop(Disk.open_lock(&recorded).unwrap());
+        assert_eq!(cache.remove_abandoned(Duration::from_secs(300)).unwrap(), 1);
+        assert!(!orphan.exists());
+        assert!(held_path.exists() && recorded.exists());
+        drop(held);
+        assert_eq!(cache.remove_abandoned(Duration::from_secs(300)).unwrap(), 0);
+    }
+
     /// While a record exists, releasing keeps the file: a waiter that
     /// opened it gets the lock on it without starting over.
     #[test]
@@ -1143,9 +1230,9 @@ mod tests {
         std::fs::write(&record, b"{}").unwrap();
 
         let a = lock_at(&cache, &path).expect("A locks");
-        let b_file = open_lock_file(&path).unwrap();
+        let b_file = Disk.open_lock(&path).unwrap();
         assert!(matches!(lock_opened(b_file, &path).unwrap(), Attempt::Busy));
-        let b_file = open_lock_file(&path).unwrap();
+        let b_file = Disk.open_lock(&path).unwrap();
         drop(a);
         assert!(path.exists());
         assert!(matches!(

@@ -1,7 +1,12 @@
 //! Crash-safe files: the one implementation behind the result cache, cnid's
 //! ADD intents and the shim's installed conf list.
 //!
-//! - [`write_atomic`]: a temp file in the target's dir (see [`temp_path`]),
+//! Every write, flush, rename and removal goes through a
+//! [`Storage`](crate::storage::Storage) (the caller's; [`write_atomic`]
+//! uses the real [`Disk`]), and every function here that makes one is
+//! `#[track_caller]`, so a simulated disk names the caller's line.
+//!
+//! - [`write_atomic_on`]: a temp file in the target's dir (see [`temp_path`]),
 //!   written, `fsync`ed, renamed over the target, then the dir `fsync`ed.
 //!   A crash at any point leaves the old file or the new one, never half of
 //!   one; with `fsync` on, the new one also survives a power loss once the
@@ -19,7 +24,7 @@
 //! - [`ensure_private_dir`]: the 0700 rule for every private dir;
 //!   [`ensure_private_dir_durable`] also flushes the dirs it had to create.
 //! - [`sync_file`]: a later `fsync` of a file written without one (for
-//!   writers that defer their flushes).
+//!   writers that defer their flushes); [`sync_dir`].
 //!
 //! Removals are not `fsync`ed here: every user of this module makes a file
 //! that reappears after a power loss harmless (a repeated DEL).
@@ -40,10 +45,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::OpenOptions;
+use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use crate::storage::{Disk, Storage};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -164,11 +171,13 @@ fn trace(_step: &str, _path: &Path) {
     TRACE.with(|t| t.borrow_mut().push(format!("{_step} {}", _path.display())));
 }
 
-/// `fsync`s a dir, making the renames and creations in it durable.
-pub fn sync_dir(dir: &Path) -> Result<(), Failure> {
+/// `fsync`s a dir through `storage`, making the renames and creations in
+/// it durable.
+#[track_caller]
+pub fn sync_dir(storage: &(impl Storage + ?Sized), dir: &Path) -> Result<(), Failure> {
     trace("fsync-dir", dir);
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+    storage
+        .sync_dir(dir)
         .map_err(|e| Failure::new("fsync directory", dir, e))
 }
 
@@ -176,23 +185,21 @@ pub fn sync_dir(dir: &Path) -> Result<(), Failure> {
 /// there is none), never through a symbolic link: for records written
 /// without `fsync` whose writer now wants them durable (then
 /// [`sync_dir`] for the renames that put them there).
-pub fn sync_file(path: &Path) -> Result<bool, Failure> {
+#[track_caller]
+pub fn sync_file(storage: &(impl Storage + ?Sized), path: &Path) -> Result<bool, Failure> {
     trace("fsync-file", path);
-    let f = match OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC | nix::libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(Failure::new("open for fsync", path, e)),
-    };
-    f.sync_all()
-        .map(|()| true)
+    storage
+        .sync_file(path)
         .map_err(|e| Failure::new("fsync", path, e))
 }
 
-/// Writes `path` whole or not at all.
+/// Writes `path` whole or not at all, on the real disk: [`write_atomic_on`]
+/// with [`Disk`].
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, fsync: bool) -> Result<(), Failure> {
+    write_atomic_on(&Disk, path, bytes, mode, fsync)
+}
+
+/// Writes `path` whole or not at all, through `storage`.
 ///
 /// The bytes go to [`temp_path`] (created new with `mode`, subject to the
 /// umask, never through a symbolic link), which is renamed over `path`.
@@ -201,52 +208,66 @@ pub fn sync_file(path: &Path) -> Result<bool, Failure> {
 /// makes the new content, not an empty file, what a power loss leaves.
 /// The dir itself must be durable already (see
 /// [`ensure_private_dir_durable`]). Without `fsync` the write is still
-/// atomic for any crash of the process, just not across a power loss. On failure the temp file
-/// is removed and `path` is as it was.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, fsync: bool) -> Result<(), Failure> {
+/// atomic for any crash of the process, just not across a power loss. On
+/// failure the temp file is removed (through `storage`: a process that
+/// died there leaves it, as a `kill -9` does) and `path` is as it was.
+#[track_caller]
+pub fn write_atomic_on(
+    storage: &(impl Storage + ?Sized),
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    fsync: bool,
+) -> Result<(), Failure> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     let tmp = temp_path(path);
-    let result = (|| {
-        trace("create", &tmp);
-        let mut f =
-            create_new(&tmp, mode).map_err(|e| Failure::new("create temp file", &tmp, e))?;
-        f.write_all(bytes)
-            .map_err(|e| Failure::new("write", &tmp, e))?;
-        if fsync {
-            // fdatasync, not fsync: it flushes the data and what reading
-            // it back needs (the size, the blocks); a new file's times
-            // are all it leaves out, and nothing reads those (issue 25).
-            trace("fdatasync", &tmp);
-            f.sync_data()
-                .map_err(|e| Failure::new("fdatasync", &tmp, e))?;
-        }
-        drop(f);
-        trace("rename", path);
-        std::fs::rename(&tmp, path)
-            .map_err(|e| Failure::new("rename temp file into place", path, e))?;
-        if fsync {
-            sync_dir(dir)?;
-        }
-        Ok(())
-    })();
+    let result = write_steps(storage, dir, &tmp, path, bytes, mode, fsync);
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = storage.remove(&tmp);
     }
     result
 }
 
-/// Creates a new file, never through whatever is at `path` (a planted
-/// symbolic link fails with `EEXIST`).
-fn create_new(path: &Path, mode: u32) -> io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+/// The steps of [`write_atomic_on`] (a function, not a closure: the call
+/// site is tracked through it).
+#[track_caller]
+fn write_steps(
+    storage: &(impl Storage + ?Sized),
+    dir: &Path,
+    tmp: &Path,
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    fsync: bool,
+) -> Result<(), Failure> {
+    trace("create", tmp);
+    let f = storage
+        .create_new(tmp, mode)
+        .map_err(|e| Failure::new("create temp file", tmp, e))?;
+    storage
+        .write(&f, bytes)
+        .map_err(|e| Failure::new("write", tmp, e))?;
+    if fsync {
+        // fdatasync, not fsync: it flushes the data and what reading
+        // it back needs (the size, the blocks); a new file's times
+        // are all it leaves out, and nothing reads those (issue 25).
+        trace("fdatasync", tmp);
+        storage
+            .sync_data(&f)
+            .map_err(|e| Failure::new("fdatasync", tmp, e))?;
+    }
+    drop(f);
+    trace("rename", path);
+    storage
+        .rename(tmp, path)
+        .map_err(|e| Failure::new("rename temp file into place", path, e))?;
+    if fsync {
+        sync_dir(storage, dir)?;
+    }
+    Ok(())
 }
 
 /// Reads a regular file without following a symbolic link at its last
@@ -277,7 +298,12 @@ pub fn is_symlink_refusal(e: &io::Error) -> bool {
 /// Moves `path` into `corrupt_dir` (made private, [`ensure_private_dir`])
 /// as `<name>.<pid>-<n>` (`<name>` cut short to fit), so that two moves of files of the same name keep
 /// both. Returns where it went. A symbolic link is moved as the link.
-pub fn move_aside(path: &Path, corrupt_dir: &Path) -> Result<PathBuf, Failure> {
+#[track_caller]
+pub fn move_aside(
+    storage: &(impl Storage + ?Sized),
+    path: &Path,
+    corrupt_dir: &Path,
+) -> Result<PathBuf, Failure> {
     let suffix = unique_suffix();
     let name = name_with_room(path, 1 + suffix.len());
     let target = corrupt_dir.join(format!("{name}.{suffix}"));
@@ -296,15 +322,18 @@ pub fn move_aside(path: &Path, corrupt_dir: &Path) -> Result<PathBuf, Failure> {
         ),
         Err(e) => return Err(Failure::new("create directory", corrupt_dir, e)),
     }
-    std::fs::rename(path, &target).map_err(|e| Failure::new("move aside", path, e))?;
+    storage
+        .rename(path, &target)
+        .map_err(|e| Failure::new("move aside", path, e))?;
     Ok(target)
 }
 
 /// Removes the temp files ([`is_temp_name`]) a crash left in `dir`, and
 /// returns how many. Only when no writer is active in `dir` (see the
 /// module's caveats). A missing dir has none.
-pub fn remove_leftovers(dir: &Path) -> Result<usize, Failure> {
-    remove_picked(dir, |name, entry| {
+#[track_caller]
+pub fn remove_leftovers(storage: &(impl Storage + ?Sized), dir: &Path) -> Result<usize, Failure> {
+    remove_picked(storage, dir, |name, entry| {
         is_temp_name(name) && entry.file_type().is_ok_and(|t| t.is_file())
     })
 }
@@ -317,8 +346,13 @@ pub fn remove_leftovers(dir: &Path) -> Result<usize, Failure> {
 /// writer in another pid namespace shows a pid that may name no process
 /// here, but no write takes `min_age`. Every other file is left alone,
 /// other tools' temp files too. A missing dir has none.
-pub fn remove_abandoned(dir: &Path, min_age: std::time::Duration) -> Result<usize, Failure> {
-    remove_picked(dir, |name, entry| {
+#[track_caller]
+pub fn remove_abandoned(
+    storage: &(impl Storage + ?Sized),
+    dir: &Path,
+    min_age: std::time::Duration,
+) -> Result<usize, Failure> {
+    remove_picked(storage, dir, |name, entry| {
         let Some(pid) = temp_writer(name) else {
             return false;
         };
@@ -337,7 +371,9 @@ pub fn remove_abandoned(dir: &Path, min_age: std::time::Duration) -> Result<usiz
 
 /// Removes the files of `dir` that `pick` picks (by name and entry), and
 /// returns how many. A missing dir has none.
+#[track_caller]
 fn remove_picked(
+    storage: &(impl Storage + ?Sized),
     dir: &Path,
     pick: impl Fn(&str, &std::fs::DirEntry) -> bool,
 ) -> Result<usize, Failure> {
@@ -356,7 +392,7 @@ fn remove_picked(
             continue;
         }
         let path = dir.join(&name);
-        match std::fs::remove_file(&path) {
+        match storage.remove(&path) {
             Ok(()) => n += 1,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(Failure::new("remove", &path, e)),
@@ -436,8 +472,15 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<PrivateDir> {
 /// parents) is made durable by an `fsync` of its parent, so that a power
 /// loss cannot take the new dir, and the file written into it, away once
 /// the write returned. A dir that was there already is not flushed: its
-/// entry did not change. Costs one `stat` more than [`ensure_private_dir`].
-pub fn ensure_private_dir_durable(dir: &Path, fsync: bool) -> io::Result<PrivateDir> {
+/// entry did not change; so when a flush fails, the dirs made are removed
+/// again (when empty) before the error returns, for the next write to
+/// make and flush them. Costs one `stat` more than [`ensure_private_dir`].
+#[track_caller]
+pub fn ensure_private_dir_durable(
+    storage: &(impl Storage + ?Sized),
+    dir: &Path,
+    fsync: bool,
+) -> io::Result<PrivateDir> {
     if !fsync {
         return ensure_private_dir(dir);
     }
@@ -456,11 +499,15 @@ pub fn ensure_private_dir_durable(dir: &Path, fsync: bool) -> io::Result<Private
     }
     let found = ensure_private_dir(dir)?;
     if let Some(first) = first_missing {
-        // The parents of the created dirs, outermost first.
-        let mut parents: Vec<&Path> = dir
+        let created: Vec<&Path> = dir
             .ancestors()
             .take_while(|a| *a != first)
             .chain(std::iter::once(first))
+            .collect();
+        // The parents of the created dirs, outermost first.
+        let mut parents: Vec<&Path> = created
+            .iter()
+            .copied()
             .filter_map(Path::parent)
             .map(|p| {
                 if p.as_os_str().is_empty() {
@@ -472,7 +519,18 @@ pub fn ensure_private_dir_durable(dir: &Path, fsync: bool) -> io::Result<Private
             .collect();
         parents.reverse();
         for p in parents {
-            sync_dir(p)?;
+            if let Err(e) = sync_dir(storage, p) {
+                // Not durable: the dirs made are removed again (innermost
+                // first; one another writer put a file in meanwhile
+                // stays), so that the next write makes them and flushes
+                // them, instead of finding them there and trusting them
+                // (found by cnid's crash-point enumeration: a record
+                // restored next was lost with its dir at a power loss).
+                for d in &created {
+                    let _ = std::fs::remove_dir(d);
+                }
+                return Err(e.into());
+            }
         }
     }
     Ok(found)
@@ -481,6 +539,7 @@ pub fn ensure_private_dir_durable(dir: &Path, fsync: bool) -> io::Result<Private
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
     use std::os::unix::fs::PermissionsExt;
 
     fn names(dir: &Path) -> Vec<String> {
@@ -528,7 +587,7 @@ mod tests {
         assert!(name.len() <= NAME_MAX && name.len() > 240, "{}", name.len());
         assert!(is_temp_name(name) && name.starts_with(".nnn"), "{name}");
         write_atomic(&p, b"x", 0o600, true).unwrap();
-        let moved = move_aside(&p, &tmp.path().join("corrupt")).unwrap();
+        let moved = move_aside(&Disk, &p, &tmp.path().join("corrupt")).unwrap();
         assert!(moved.file_name().unwrap().len() <= NAME_MAX);
         assert_eq!(std::fs::read(&moved).unwrap(), b"x");
     }
@@ -583,7 +642,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let results = tmp.path().join("cache/results");
         take_trace();
-        ensure_private_dir_durable(&results, true).unwrap();
+        ensure_private_dir_durable(&Disk, &results, true).unwrap();
         assert_eq!(
             take_trace(),
             [
@@ -594,12 +653,12 @@ mod tests {
         assert!(results.is_dir());
         // There already: nothing to flush.
         assert_eq!(
-            ensure_private_dir_durable(&results, true).unwrap(),
+            ensure_private_dir_durable(&Disk, &results, true).unwrap(),
             PrivateDir::Private
         );
         assert_eq!(take_trace(), Vec::<String>::new());
         // Without fsync, never.
-        ensure_private_dir_durable(&tmp.path().join("other"), false).unwrap();
+        ensure_private_dir_durable(&Disk, &tmp.path().join("other"), false).unwrap();
         assert_eq!(take_trace(), Vec::<String>::new());
     }
 
@@ -649,11 +708,11 @@ mod tests {
         std::fs::write(&victim, b"keep").unwrap();
         let planted = tmp.path().join(".f.tmp-planted");
         std::os::unix::fs::symlink(&victim, &planted).unwrap();
-        let e = create_new(&planted, 0o600).unwrap_err();
+        let e = Disk.create_new(&planted, 0o600).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
         let dangling = tmp.path().join(".g.tmp-planted");
         std::os::unix::fs::symlink(tmp.path().join("new-victim"), &dangling).unwrap();
-        assert!(create_new(&dangling, 0o600).is_err());
+        assert!(Disk.create_new(&dangling, 0o600).is_err());
         assert!(!tmp.path().join("new-victim").exists());
 
         let p = tmp.path().join("f");
@@ -670,9 +729,9 @@ mod tests {
         let corrupt = tmp.path().join("corrupt");
         let p = tmp.path().join("n-c-eth0");
         std::fs::write(&p, b"{bad").unwrap();
-        let first = move_aside(&p, &corrupt).unwrap();
+        let first = move_aside(&Disk, &p, &corrupt).unwrap();
         std::fs::write(&p, b"{bad again").unwrap();
-        let second = move_aside(&p, &corrupt).unwrap();
+        let second = move_aside(&Disk, &p, &corrupt).unwrap();
         assert_ne!(first, second);
         assert!(!p.exists());
         assert_eq!(std::fs::read(&first).unwrap(), b"{bad");
@@ -693,11 +752,11 @@ mod tests {
         let target = tmp.path().join("elsewhere");
         std::fs::write(&target, b"t").unwrap();
         std::os::unix::fs::symlink(&target, &p).unwrap();
-        let moved = move_aside(&p, &corrupt).unwrap();
+        let moved = move_aside(&Disk, &p, &corrupt).unwrap();
         assert!(std::fs::symlink_metadata(&moved).unwrap().is_symlink());
         assert_eq!(std::fs::read(&target).unwrap(), b"t");
         // Nothing to move: the error names the file.
-        let e = move_aside(&p, &corrupt).unwrap_err();
+        let e = move_aside(&Disk, &p, &corrupt).unwrap_err();
         assert_eq!(e.source.kind(), io::ErrorKind::NotFound);
         assert_eq!(e.path, p);
     }
@@ -711,9 +770,9 @@ mod tests {
         std::fs::write(d.join("a"), b"whole").unwrap();
         std::fs::write(d.join(".hidden"), b"not ours").unwrap();
         std::fs::create_dir(d.join(".dir.tmp-3")).unwrap();
-        assert_eq!(remove_leftovers(d).unwrap(), 2);
+        assert_eq!(remove_leftovers(&Disk, d).unwrap(), 2);
         assert_eq!(names(d), [".dir.tmp-3", ".hidden", "a"]);
-        assert_eq!(remove_leftovers(&d.join("missing")).unwrap(), 0);
+        assert_eq!(remove_leftovers(&Disk, &d.join("missing")).unwrap(), 0);
     }
 
     /// Issue 21's fourth defect: a killed cache writer's temp file stayed
@@ -757,13 +816,16 @@ mod tests {
         std::fs::create_dir(d.join(format!(".d.tmp-{dead}-5"))).unwrap();
         let before = names(d);
         let min_age = std::time::Duration::from_secs(600);
-        assert_eq!(remove_abandoned(d, min_age).unwrap(), 1);
+        assert_eq!(remove_abandoned(&Disk, d, min_age).unwrap(), 1);
         let mut want = before.clone();
         want.retain(|n| *n != abandoned);
         assert_eq!(names(d), want);
         // Again: nothing more (restartable).
-        assert_eq!(remove_abandoned(d, min_age).unwrap(), 0);
-        assert_eq!(remove_abandoned(&d.join("missing"), min_age).unwrap(), 0);
+        assert_eq!(remove_abandoned(&Disk, d, min_age).unwrap(), 0);
+        assert_eq!(
+            remove_abandoned(&Disk, &d.join("missing"), min_age).unwrap(),
+            0
+        );
         assert_eq!(temp_writer(".a.tmp-12-34"), Some(12));
         assert_eq!(temp_writer(".a.tmp-0-34"), None);
         assert_eq!(temp_writer(".a.tmp--34"), None);

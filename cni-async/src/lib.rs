@@ -104,6 +104,7 @@ pub mod netns;
 pub mod nscheck;
 pub mod ops;
 pub mod stale;
+pub mod storage;
 pub mod sys;
 
 #[cfg(feature = "netns")]

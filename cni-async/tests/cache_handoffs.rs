@@ -261,7 +261,7 @@ const SECOND: Duration = Duration::from_secs(1);
 /// `a-b` + `c` and `a` + `b-c` share a file name: `lock_unused` for the
 /// second refuses, naming the occupant, and releases the lock; the lock
 /// file stays (a record is at its path), as after `lock` then
-/// `ensure_not_taken`.
+/// its collision check.
 #[test]
 fn lock_unused_refuses_a_colliding_record_and_releases_the_lock() {
     both_modes(async |cache, dir| {

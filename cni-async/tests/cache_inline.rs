@@ -35,11 +35,9 @@ fn inline_io_never_waits_for_the_blocking_pool() {
         );
         let work = async {
             let lock = cache
-                .lock("net1", "c1", "eth0", Duration::from_secs(1))
+                .lock_unused("net1", "c1", "eth0", Duration::from_secs(1))
                 .await?;
-            cache.ensure_not_taken("net1", "c1", "eth0").await?;
-            let (lock, written) = cache.write_holding(&rec, lock).await;
-            written?;
+            cache.write(&rec).await?;
             let entry = cache.read("net1", "c1", "eth0").await?;
             assert_eq!(entry.and_then(|e| e.result().cloned()), Some(result));
             cache.remove("net1", "c1", "eth0").await?;

@@ -621,7 +621,6 @@ impl Engine {
             ),
             Err(e) => tracing::warn!(error = %e, "cannot remove leftover ADD intent temp files"),
         }
-        self.intents.remove_abandoned_cache_temps();
         let found = self.intents.scan()?;
         let mut n = 0;
         for f in found {

@@ -37,7 +37,12 @@ impl Intents {
         let path = self.path(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
         let bytes = intent.encode();
         let storage = self.storage.clone();
-        blocking(move || storage.write_atomic(&path, &bytes)).await
+        blocking(move || {
+            Ok(durable::write_atomic_on(
+                &*storage, &path, &bytes, 0o600, true,
+            )?)
+        })
+        .await
     }
 
     /// An attachment's intent, if there is a readable one.
@@ -116,7 +121,7 @@ impl Intents {
     /// [`durable::remove_leftovers`]). At any other time this would remove
     /// the temp file of an ADD being recorded. Returns how many were removed.
     pub(crate) fn remove_leftovers(&self) -> io::Result<usize> {
-        Ok(durable::remove_leftovers(&self.dir)?)
+        Ok(durable::remove_leftovers(&*self.storage, &self.dir)?)
     }
 
     /// Every intent file, oldest name first; unreadable ones are moved to
@@ -169,7 +174,7 @@ impl Intents {
     }
 
     pub(super) fn move_aside(&self, path: &Path) {
-        if let Err(e) = durable::move_aside(path, &self.dir.join(CORRUPT_DIR)) {
+        if let Err(e) = durable::move_aside(&*self.storage, path, &self.dir.join(CORRUPT_DIR)) {
             tracing::warn!(file = %path.display(), error = %e, "cannot move unreadable intent aside");
         }
     }

@@ -95,7 +95,7 @@ impl Intents {
     /// concurrent ADDs never interleave). A failed append is cut off again,
     /// so that no torn line swallows the records after it.
     pub(super) fn append(&self, j: &mut Journal, file: &File, line: &[u8]) -> io::Result<()> {
-        if let Err(e) = self.storage.append(file, line) {
+        if let Err(e) = self.storage.write(file, line) {
             let _ = self.storage.truncate(file, j.len);
             return Err(ctx(&self.dir.join(JOURNAL), "append to", e));
         }
@@ -282,7 +282,7 @@ impl Intents {
         for c in j.committed.values() {
             bytes.extend_from_slice(&c.line);
         }
-        self.storage.write_atomic(&path, &bytes)?;
+        durable::write_atomic_on(&*self.storage, &path, &bytes, 0o600, true)?;
         j.file = None;
         j.len = bytes.len() as u64;
         j.kept = j.len;

@@ -89,8 +89,10 @@
 //! `record` (the line format), `log` (appends, compaction, the flush
 //! task), `files` (the intent files) and `recover` (start-up recovery).
 //! Their writes, flushes, truncations, renames and removals go through
-//! one seam, `storage` ([`Storage`]), whose tests fail each I/O point of
-//! an ADD in turn.
+//! one seam, [`Storage`] (`cni_async::storage`, the result cache's too);
+//! `storage`'s tests fail each I/O point of an ADD and of recovery in
+//! turn, `crashes.rs` crashes every operation at each of them, the
+//! cache's included, on the simulated disk (`simdisk.rs`).
 
 #[cfg(test)]
 mod crashes;
@@ -100,6 +102,7 @@ mod record;
 mod recover;
 #[cfg(test)]
 mod simdisk;
+#[cfg(test)]
 mod storage;
 
 pub(crate) use files::Found;
@@ -107,12 +110,10 @@ use log::*;
 pub(crate) use record::Intent;
 use record::*;
 use recover::*;
-use storage::*;
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -121,6 +122,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use cni_async::cache::ResultCache;
 use cni_async::durable;
+use cni_async::storage::{Disk, Storage};
 use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::{CapabilityArgs, CniArgs, RuntimeConf, validate};
 use serde_json::{Map, Value, json};
@@ -590,6 +592,7 @@ impl Intents {
 /// The tests' shared set-ups: journals, caches and ADDs as the engine makes them.
 #[cfg(test)]
 pub(super) mod testing {
+    use super::simdisk::SimDisk;
     use super::*;
 
     pub(crate) fn open_names(dir: &Path) -> Vec<String> {
@@ -666,6 +669,41 @@ pub(super) mod testing {
     pub(crate) fn as_if_committed_in(journal: &Path, from: &str, boot: &str) {
         let text = std::fs::read_to_string(journal).unwrap();
         std::fs::write(journal, text.replace(from, boot)).unwrap();
+    }
+
+    /// The daemon's journal and cache over `dir`, both on the simulated disk.
+    pub(crate) fn on_sim(dir: &Path, boot: &str, sim: &Arc<SimDisk>) -> Intents {
+        Intents::new(dir)
+            .with_cache(cache_in(dir).with_storage(sim.clone()), true)
+            .with_boot_id(boot)
+            .with_storage(sim.clone())
+    }
+
+    /// The pid of a dead writer: past any `pid_max`.
+    pub(crate) const DEAD_PID: u32 = i32::MAX as u32 - 1;
+
+    /// The process that crashed is gone, and [`ABANDONED_AFTER`] passes: its
+    /// temp files in the cache's `results/` become those of a dead writer,
+    /// dated long ago (all the next sweep looks at: the writer's pid in the
+    /// name, the file's age). The test's own pid stands for the dead
+    /// daemon's.
+    pub(crate) fn abandon_cache_temps(dir: &Path) {
+        let results = cache_in(dir).results_dir();
+        let ours = format!(".tmp-{}-", std::process::id());
+        for e in std::fs::read_dir(&results).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some((head, n)) = name.split_once(&ours) else {
+                continue;
+            };
+            let to = results.join(format!("{head}.tmp-{DEAD_PID}-{n}"));
+            std::fs::rename(e.path(), &to).unwrap();
+            File::options()
+                .write(true)
+                .open(&to)
+                .unwrap()
+                .set_modified(SystemTime::UNIX_EPOCH)
+                .unwrap();
+        }
     }
 
     /// Waits (real time, up to 30 s) until `cond` holds, letting the
@@ -835,7 +873,7 @@ mod tests {
         let sim = Arc::new(super::simdisk::SimDisk::new(dir.path()).fail_at(0));
         let full = intents.clone().with_storage(sim.clone());
         assert!(full.remove("n", "c-1", "eth0").await.is_err(), "ENOSPC");
-        assert_eq!(sim.calls()[0].kind, "append");
+        assert_eq!(sim.calls()[0].kind, "write");
         tokio::time::advance(log::FLUSH_EVERY).await;
         full.flush_old_commits().unwrap();
         assert!(

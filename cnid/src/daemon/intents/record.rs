@@ -253,6 +253,8 @@ pub(super) fn max_seq(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use crate::daemon::intents::testing::*;
+    use std::fs::OpenOptions;
+    use std::io::Write;
 
     /// The parsers on a literal journal: an `end` closes its own `begin`
     /// only, `end` 0 (a carried commit line) closes none, a later `begin`

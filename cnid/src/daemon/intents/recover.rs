@@ -26,14 +26,26 @@ impl Intents {
     /// files are durable before the journal is emptied, so a crash in
     /// between only does it again.
     pub(crate) fn prepare(&self) -> io::Result<()> {
+        // A dir made here is flushed into its parent, and so is the state
+        // dir when this is its first start (a power loss must not take the
+        // journal away with its dir; found by the crash-point enumeration).
+        let new = std::fs::symlink_metadata(&self.dir).is_err();
+        durable::ensure_private_dir_durable(&*self.storage, &self.dir, true)
+            .map_err(|e| ctx(&self.dir, "create", e))?;
+        if new && let Some(above) = self.dir.parent().and_then(Path::parent) {
+            durable::sync_dir(&*self.storage, above)?;
+        }
         super::super::private_state_dir(&self.dir)
             .map_err(|e| io::Error::other(format!("{}: {e}", self.dir.display())))?;
         // Before it writes any: the temp files of a start killed while it
-        // wrote intent files would otherwise pile up, one per crash, for
-        // as long as the starts keep being killed.
+        // wrote intent files or restored cache records would otherwise
+        // pile up, one per crash, for as long as the starts keep being
+        // killed (the cache's once its writer is dead and they are
+        // [`ABANDONED_AFTER`] old).
         if let Err(e) = self.remove_leftovers() {
             tracing::warn!(error = %e, "cannot remove leftover ADD intent temp files");
         }
+        self.remove_abandoned_cache_temps();
         let path = self.dir.join(JOURNAL);
         let bytes = match durable::read_nofollow(&path) {
             Ok(b) => b,
@@ -48,7 +60,7 @@ impl Intents {
             match intent {
                 Ok(i) => {
                     let file = self.path(&i.network, &i.rt.container_id, &i.rt.ifname);
-                    self.storage.write_atomic(&file, &i.encode())?;
+                    durable::write_atomic_on(&*self.storage, &file, &i.encode(), 0o600, true)?;
                 }
                 Err(reason) => tracing::error!(file = %path.display(), seq, %reason,
                     "unreadable ADD journal record; its attachment (if any) is not cleaned up"),
@@ -74,7 +86,7 @@ impl Intents {
             }
         } else {
             let kept: Vec<u8> = unsettled.iter().flat_map(|c| c.line.clone()).collect();
-            self.storage.write_atomic(&path, &kept)?;
+            durable::write_atomic_on(&*self.storage, &path, &kept, 0o600, true)?;
             j.kept = kept.len() as u64;
         }
         j.carried = unsettled;
@@ -185,16 +197,17 @@ impl Intents {
     /// Removes the temp files of cache writers killed mid-write (a
     /// `kill -9` between a record's temp file and its rename) from the
     /// shared cache's `results/`: ours only, of dead writers, at least
-    /// [`ABANDONED_AFTER`] old ([`ResultCache::remove_abandoned_temps`]).
-    /// At start, and once more that long after it ([`Intents::flush_loop`])
-    /// for those the killed predecessor left just before. Blocking.
+    /// [`ABANDONED_AFTER`] old ([`ResultCache::remove_abandoned`]).
+    /// At start ([`Intents::prepare`]), and once more that long after it
+    /// ([`Intents::flush_loop`]) for those the killed predecessor left just
+    /// before. Blocking.
     pub(crate) fn remove_abandoned_cache_temps(&self) {
         let Some(cache) = &self.cache else { return };
-        match cache.remove_abandoned_temps(ABANDONED_AFTER) {
+        match cache.remove_abandoned(ABANDONED_AFTER) {
             Ok(0) => {}
             Ok(n) => tracing::info!(
                 count = n,
-                "removed temp files of cache writers killed mid-write"
+                "removed temp and lock files of cache writers killed mid-write"
             ),
             Err(e) => {
                 tracing::warn!(error = %cni_core::error::Chain(&e), "cannot remove the temp files of killed cache writers")
@@ -226,6 +239,7 @@ fn date_restored(path: &Path, when: SystemTime) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::intents::simdisk::{Cut, SimDisk};
     use crate::daemon::intents::testing::*;
 
     /// An ADD begun and not finished survives the daemon (a new `Intents`
@@ -478,17 +492,134 @@ mod tests {
                 .count()
         };
         for _ in 0..3 {
-            // Killed at the temp file's fsync: written, not renamed.
-            let sim = Arc::new(super::super::simdisk::SimDisk::new(dir.path()).crash_at(1));
+            // Killed at the temp file's fdatasync: written, not renamed
+            // (after the removal of the last start's temp file, if any:
+            // an I/O point too).
+            let at = if temps() == 0 { 2 } else { 3 };
+            let sim = Arc::new(super::super::simdisk::SimDisk::new(dir.path()).crash_at(at));
             let killed = Intents::new(dir.path()).with_storage(sim.clone());
             assert!(killed.prepare().is_err());
-            assert_eq!(sim.crashed_at().unwrap().kind, "write-atomic: fsync");
+            assert_eq!(sim.crashed_at().unwrap().kind, "fdatasync");
             assert_eq!(temps(), 1, "temp files of killed starts pile up");
         }
         let after = Intents::new(dir.path());
         after.prepare().unwrap();
         assert_eq!(temps(), 0);
         assert_eq!(after.scan().unwrap().len(), 1);
+    }
+
+    /// Two ADDs answered in boot `boot-a`, then the machine went down
+    /// and took the cache dir with it (written without a flush; with
+    /// `results`, its empty `results/` came back): what a start in
+    /// another boot restores. The simulated disk over `dir` from then on,
+    /// all of it durable.
+    async fn rebooted_with_two_records(
+        dir: &Path,
+        results: bool,
+    ) -> (Vec<CacheRecord>, Arc<SimDisk>) {
+        let (cache, _, intents) = deferred(dir, "boot-a");
+        let recs = vec![
+            committed_add(&intents, &cache, "c-1").await,
+            committed_add(&intents, &cache, "c-2").await,
+        ];
+        drop(intents);
+        std::fs::remove_dir_all(cache.dir()).unwrap();
+        if results {
+            std::fs::create_dir_all(cache.results_dir()).unwrap();
+        }
+        (recs, Arc::new(SimDisk::new(dir)))
+    }
+
+    /// The index of the first call of a start on `rebooted_with_two_records`
+    /// of `kind` made by the cache (`cache.rs`), found by a start on a
+    /// copy of that state.
+    async fn first_cache_call(kind: &str, results: bool) -> usize {
+        let dry = tempfile::tempdir().unwrap();
+        let (_, sim) = rebooted_with_two_records(dry.path(), results).await;
+        on_sim(dry.path(), "boot-b", &sim).prepare().unwrap();
+        sim.calls()
+            .iter()
+            .position(|c| c.kind == kind && c.site.starts_with("cache.rs"))
+            .unwrap_or_else(|| panic!("no {kind}: {:?}", sim.calls()))
+    }
+
+    /// Found by the crash-point enumeration (`crashes.rs`): a start that
+    /// restores records into a cache dir a power loss took away makes the
+    /// dir again and flushes it into its parent; when that flush failed
+    /// (a full disk), its record was kept for the next start, but the next
+    /// record restored found the dir there, did not flush it, and was
+    /// taken as durable: its commit line dropped, a second power loss lost
+    /// it for good. Now a dir whose flush failed is removed again
+    /// (`durable::ensure_private_dir_durable`), and the next write makes
+    /// and flushes it.
+    #[tokio::test]
+    async fn a_restore_after_a_failed_dir_flush_does_not_trust_the_dir() {
+        let at = first_cache_call("fsync-dir", false).await;
+        let dir = tempfile::tempdir().unwrap();
+        let (recs, _) = rebooted_with_two_records(dir.path(), false).await;
+        let sim = Arc::new(SimDisk::new(dir.path()).fail_at(at));
+        on_sim(dir.path(), "boot-b", &sim).prepare().unwrap();
+        sim.power_loss(Cut::None);
+        let (cache, _, _) = deferred(dir.path(), "boot-c");
+        for r in &recs {
+            let path = cache.path("n", &r.container_id, "eth0").unwrap();
+            assert_eq!(
+                std::fs::read(&path).ok(),
+                Some(r.encode()),
+                "{}: lost",
+                r.container_id
+            );
+        }
+    }
+
+    /// Found by the crash-point enumeration: the first start on a fresh
+    /// state dir made `intents/` and never flushed it into the state dir;
+    /// a power loss then took it away with the journal, and with it the
+    /// commit line of an ADD answered since: its cached result was lost.
+    #[tokio::test]
+    async fn the_first_start_flushes_the_intents_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Arc::new(SimDisk::new(dir.path()));
+        let intents = on_sim(dir.path(), "boot-a", &sim);
+        intents.prepare().unwrap();
+        let cache = intents.cache.clone().unwrap();
+        let r = committed_add(&intents, &cache, "c-1").await;
+        drop(intents);
+        sim.power_loss(Cut::None);
+        deferred(dir.path(), "boot-b");
+        assert_eq!(
+            std::fs::read(cache.path("n", "c-1", "eth0").unwrap()).ok(),
+            Some(r.encode()),
+            "the answered ADD's result, restored from its commit line"
+        );
+    }
+
+    /// Found by the crash-point enumeration: starts killed while they
+    /// restored a record each left a temp file in the cache's `results/`,
+    /// and the temp files of dead writers were removed only after the
+    /// start's recovery, which those starts never reached. Now the start
+    /// removes them first (those of dead writers, old enough).
+    #[tokio::test]
+    async fn cache_temps_of_starts_killed_mid_restore_do_not_pile_up() {
+        let at = first_cache_call("fdatasync", true).await;
+        let dir = tempfile::tempdir().unwrap();
+        rebooted_with_two_records(dir.path(), true).await;
+        let temps = || {
+            std::fs::read_dir(cache_in(dir.path()).results_dir())
+                .map(|d| d.count())
+                .unwrap_or(0)
+        };
+        for _ in 0..3 {
+            // Killed at the restored record's fdatasync (after the
+            // removal of the last start's temp file, if any).
+            let at = at + temps();
+            let sim = Arc::new(SimDisk::new(dir.path()).crash_at(at));
+            assert!(on_sim(dir.path(), "boot-b", &sim).prepare().is_err());
+            assert_eq!(sim.crashed_at().unwrap().kind, "fdatasync");
+            assert_eq!(temps(), 1, "temp files of killed starts pile up");
+            // The killed start's pid gone, and the next start that late.
+            abandon_cache_temps(dir.path());
+        }
     }
 
     async fn intents_after_del(dir: &Path) -> bool {
