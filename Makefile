@@ -218,8 +218,12 @@ fuzz: fuzz-build
 # $(CC) -static when there is one) and the dynamic cni-noop are measured
 # in the plugin's own-run table, and Go's cnitool against ours also runs
 # with the C noop as the plugin (issue 25).
+# The scale section (issue 25 item 4: cnid with 0, 1,000 and 10,000
+# attachments in its cache and journal; about a minute) runs another cnid
+# build alongside when BENCH_SCALE_BASELINE names its binary (before/after).
 BENCH_TARGET ?= $(abspath $(or $(CARGO_TARGET_DIR),target))
 BENCH_FLAGS ?=
+BENCH_SCALE_BASELINE ?=
 BENCH_CNITOOL_STATIC ?= 1
 STATIC_RUSTFLAGS = -C target-feature=+crt-static
 
@@ -238,7 +242,7 @@ bench: setup shim
 	else echo "bench: no static C noop ($(CC) -static failed): its rows are skipped" >&2; fi
 	cp $(SHIM_STATIC) $(BENCH_TARGET)/bench/bin/cnid-shim
 	$(CARGO) bench -p cni-core --bench core -- --warm-up-time 1 --measurement-time 3 --noplot
-	$(CARGO) bench -p cnid --bench overhead -- --bin-dir $(BENCH_TARGET)/bench/bin --update $(CURDIR)/BENCHMARKS.md $(BENCH_FLAGS)
+	$(CARGO) bench -p cnid --bench overhead -- --bin-dir $(BENCH_TARGET)/bench/bin --update $(CURDIR)/BENCHMARKS.md $(if $(BENCH_SCALE_BASELINE),--scale-baseline $(BENCH_SCALE_BASELINE)) $(BENCH_FLAGS)
 
 # ---- install / uninstall ---------------------------------------------------
 # `make install` builds the shipped binaries (release profile; cnid-shim

@@ -72,6 +72,9 @@ use crate::error::Error;
 use crate::storage::{Disk, Storage};
 use std::sync::Arc;
 
+#[cfg(feature = "watch")]
+mod watch;
+
 /// Subdirectory of the cache dir holding lock files.
 pub const LOCKS_DIR: &str = "locks";
 /// Subdirectory of the cache dir where corrupt entries are moved.
@@ -815,35 +818,61 @@ fn list_records(
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| !n.starts_with('.'))
         .filter(|n| page.after.as_deref().is_none_or(|a| n.as_str() > a))
-        .filter(|n| {
-            // Cheap pre-filter, as libcni does; the record's field decides.
-            container_id.is_none_or(|cid| n.contains(&format!("-{cid}-")))
-        })
+        .filter(|n| container_id.is_none_or(|cid| names_container(n, cid)))
         .collect();
     names.sort();
+    let mut names = names.into_iter();
+    Ok(page_of(results, container_id, page, |_, n| {
+        names.by_ref().take(n).collect()
+    }))
+}
+
+/// Cheap pre-filter of file names by container, as libcni does; the
+/// record's field decides.
+fn names_container(name: &str, container_id: &str) -> bool {
+    name.contains(&format!("-{container_id}-"))
+}
+
+/// A page (see [`ResultCache::list_page`]) of the records named by
+/// `names(after, n)`: up to `n` file names sorting after `after` (or from
+/// the first), in byte order, already pre-filtered by container; called
+/// again after the last name it gave while the page has room, so only
+/// about a page's names are ever taken.
+fn page_of(
+    results: &Path,
+    container_id: Option<&str>,
+    page: &ListPage,
+    mut names: impl FnMut(Option<&str>, usize) -> Vec<String>,
+) -> (Vec<CacheRecord>, Option<String>) {
+    let chunk = page.limit.clamp(1, 1024).saturating_add(1);
     let mut out = Vec::new();
     let mut page_bytes = 0u64;
-    let mut last: Option<&str> = None;
-    for name in &names {
-        if out.len() >= page.limit {
-            return Ok((out, last.map(str::to_owned)));
+    let mut last: Option<String> = None;
+    loop {
+        let taken = names(last.as_deref().or(page.after.as_deref()), chunk);
+        if taken.is_empty() {
+            return (out, None);
         }
-        let path = results.join(name);
-        if page.max_bytes < u64::MAX {
-            let size = std::fs::symlink_metadata(&path).map_or(0, |m| m.len());
-            if !out.is_empty() && page_bytes.saturating_add(size) > page.max_bytes {
-                return Ok((out, last.map(str::to_owned)));
+        for name in taken {
+            if out.len() >= page.limit {
+                return (out, last);
             }
-            page_bytes = page_bytes.saturating_add(size);
-        }
-        last = Some(name);
-        if let Some(rec) = read_listed(results, name)
-            && container_id.is_none_or(|c| c == rec.container_id)
-        {
-            out.push(rec);
+            let path = results.join(&name);
+            if page.max_bytes < u64::MAX {
+                let size = std::fs::symlink_metadata(&path).map_or(0, |m| m.len());
+                if !out.is_empty() && page_bytes.saturating_add(size) > page.max_bytes {
+                    return (out, last);
+                }
+                page_bytes = page_bytes.saturating_add(size);
+            }
+            if let Some(rec) = read_listed(results, &name)
+                && container_id.is_none_or(|c| c == rec.container_id)
+            {
+                out.push(rec);
+            }
+            last = Some(name);
         }
     }
-    Ok((out, None))
 }
 
 /// The record in `results/<name>` when it is a usable `cniCacheV1` record
@@ -890,17 +919,104 @@ pub type AttachmentKey = (String, String, String);
 /// Follows the records in `results/` from one call of
 /// [`ResultCache::scan_blocking`] to the next, whoever writes them (this
 /// process, cnitool, a libcni runtime): each call reads only the files
-/// that are new or were replaced since the last one (by file name and
-/// inode, from the directory listing alone, no `stat` per file), and
-/// reports the attachments whose files went away.
+/// that are new or were replaced since the last one, and reports the
+/// attachments whose files went away. It also keeps the file names in
+/// byte order, for paging ([`RecordScan::names_after`],
+/// [`ResultCache::list_page_from_blocking`]).
+///
+/// How it finds what changed:
+/// - [`RecordScan::default`]: a listing of `results/` at every scan (by
+///   file name and inode, from the listing alone, no `stat` per file), so
+///   a scan costs a listing of every record.
+/// - [`RecordScan::watched`] (feature `watch`): an inotify watch on
+///   `results/` names the entries changed since the last scan, and a scan
+///   looks at those only (a `stat` and a read each), so it costs the
+///   number of changes, whatever the number of records; and
+///   [`ResultCache::scan_is_current`] tells without leaving the calling
+///   thread that there is nothing to read. The dir is listed whole at the
+///   first scan and again whenever events may have been lost (queue
+///   overflow, `results/` deleted, moved or replaced) or no watch can be
+///   set up (`results/` missing, inotify limits): never fewer records seen
+///   than with a listing. Not for a cache on a network file system, where
+///   inotify misses other hosts' changes.
 ///
 /// # Caveats
-/// A record rewritten in place (libcni writes with `O_TRUNC`, keeping
-/// the inode) is not read again; libcni rewrites a record only when the
-/// same attachment (network, container, ifname) is added again.
+/// Without a watch (or between a lost watch and the next), a record
+/// rewritten in place (libcni writes with `O_TRUNC`, keeping the inode)
+/// is not read again; libcni rewrites a record only when the same
+/// attachment (network, container, ifname) is added again. A watch sees
+/// such a rewrite when the writer closes the file.
 #[derive(Debug, Default)]
 pub struct RecordScan {
-    seen: std::collections::HashMap<std::ffi::OsString, (u64, Option<AttachmentKey>)>,
+    seen: std::collections::BTreeMap<std::ffi::OsString, (u64, Option<AttachmentKey>)>,
+    /// Full listings of `results/` so far.
+    listings: u64,
+    #[cfg(feature = "watch")]
+    watch: Option<watch::ResultsWatch>,
+}
+
+impl RecordScan {
+    /// A scan that follows `results/` with inotify (see the type's docs).
+    #[cfg(feature = "watch")]
+    pub fn watched() -> Self {
+        RecordScan {
+            watch: Some(watch::ResultsWatch::new()),
+            ..RecordScan::default()
+        }
+    }
+
+    /// How many times a scan listed `results/` whole.
+    pub fn listings(&self) -> u64 {
+        self.listings
+    }
+
+    /// Up to `n` file names (in byte order) of the last scan sorting after
+    /// `after`, optionally only those that may be `container_id`'s (a
+    /// pre-filter on the name; the record's field decides): for
+    /// [`ResultCache::list_page_from_blocking`].
+    pub fn names_after(
+        &self,
+        after: Option<&str>,
+        container_id: Option<&str>,
+        n: usize,
+    ) -> Vec<String> {
+        use std::ffi::OsStr;
+        use std::ops::Bound;
+        let from = after.map_or(Bound::Unbounded, |a| Bound::Excluded(OsStr::new(a)));
+        self.seen
+            .range::<OsStr, _>((from, Bound::Unbounded))
+            .filter_map(|(name, _)| name.to_str())
+            .filter(|name| container_id.is_none_or(|cid| names_container(name, cid)))
+            .take(n)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Looks at `names` in `results` again (a watch reported them).
+    #[cfg(feature = "watch")]
+    fn reread(
+        &mut self,
+        results: &Path,
+        names: impl IntoIterator<Item = std::ffi::OsString>,
+    ) -> ScanChanges {
+        let mut changes = ScanChanges::default();
+        for name in names {
+            if let Some((_, Some(key))) = self.seen.remove(&name) {
+                changes.removed.push(key);
+            }
+            let ino = match std::fs::symlink_metadata(results.join(&name)) {
+                Ok(m) => m.ino(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // There, but not for us to read: as a listing would have it.
+                Err(_) => 0,
+            };
+            let rec = name.to_str().and_then(|n| scan_listed(results, n));
+            let key = rec.as_ref().map(ScannedRecord::key);
+            changes.added.extend(rec);
+            self.seen.insert(name, (ino, key));
+        }
+        changes
+    }
 }
 
 /// The identity and netns of a record, read without keeping its result
@@ -919,6 +1035,16 @@ pub struct ScannedRecord {
     /// `netns` (empty when absent).
     #[serde(default)]
     pub netns: String,
+}
+
+impl ScannedRecord {
+    fn key(&self) -> AttachmentKey {
+        (
+            self.network_name.clone(),
+            self.container_id.clone(),
+            self.if_name.clone(),
+        )
+    }
 }
 
 /// A `cniCacheV1` record in `results/<name>` whose fields name that file,
@@ -953,15 +1079,24 @@ pub struct ScanChanges {
 }
 
 impl ResultCache {
-    /// See [`RecordScan`]. Blocking (a directory listing plus a read of
-    /// each new record).
+    /// See [`RecordScan`]. Blocking (a directory listing, or with a live
+    /// watch only the entries it reported, plus a read of each new
+    /// record).
     pub fn scan_blocking(&self, scan: &mut RecordScan) -> Result<ScanChanges, Error> {
         use std::os::unix::fs::DirEntryExt;
         let results = self.results_dir();
+        #[cfg(feature = "watch")]
+        if let Some(names) = scan.watch.as_mut().and_then(|w| w.take(&results)) {
+            return Ok(scan.reread(&results, names));
+        }
+        scan.listings += 1;
         let entries = match std::fs::read_dir(&results) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let removed = scan.seen.drain().filter_map(|(_, (_, k))| k).collect();
+                let removed = std::mem::take(&mut scan.seen)
+                    .into_values()
+                    .filter_map(|(_, k)| k)
+                    .collect();
                 return Ok(ScanChanges {
                     added: Vec::new(),
                     removed,
@@ -970,7 +1105,7 @@ impl ResultCache {
             Err(e) => return Err(io_err(&results, "read directory", e)),
         };
         let mut changes = ScanChanges::default();
-        let mut now = std::collections::HashMap::with_capacity(scan.seen.len());
+        let mut now = std::collections::BTreeMap::new();
         for entry in entries.filter_map(Result::ok) {
             let name = entry.file_name();
             let ino = entry.ino();
@@ -986,23 +1121,50 @@ impl ResultCache {
                         changes.removed.push(key);
                     }
                     let rec = name.to_str().and_then(|n| scan_listed(&results, n));
-                    let key = rec.as_ref().map(|r| {
-                        (
-                            r.network_name.clone(),
-                            r.container_id.clone(),
-                            r.if_name.clone(),
-                        )
-                    });
+                    let key = rec.as_ref().map(ScannedRecord::key);
                     changes.added.extend(rec);
                     now.insert(name, (ino, key));
                 }
             }
         }
-        changes
-            .removed
-            .extend(scan.seen.drain().filter_map(|(_, (_, k))| k));
+        changes.removed.extend(
+            std::mem::take(&mut scan.seen)
+                .into_values()
+                .filter_map(|(_, k)| k),
+        );
         scan.seen = now;
         Ok(changes)
+    }
+
+    /// Whether [`ResultCache::scan_blocking`] would find nothing to read:
+    /// `scan` has a live watch ([`RecordScan::watched`]) that reported no
+    /// change since the last scan. Cheap enough for an async thread (a
+    /// `stat` of `results/` and a non-blocking `read`); `false` without a
+    /// watch.
+    pub fn scan_is_current(&self, scan: &mut RecordScan) -> bool {
+        #[cfg(feature = "watch")]
+        if let Some(w) = scan.watch.as_mut() {
+            return w.is_current(&self.results_dir());
+        }
+        let _ = scan;
+        false
+    }
+
+    /// One page, as [`ResultCache::list_page`] gives it, of the records
+    /// named by `names(after, n)`: up to `n` file names sorting after
+    /// `after` (from the first when `None`), in byte order, pre-filtered
+    /// by container (for example [`RecordScan::names_after`] of a current
+    /// scan). `names` is called again after the last name it gave while
+    /// the page has room, so a page takes about a page's names, not the
+    /// whole cache's: a full paging is linear in the cache's size.
+    /// Blocking (the page's records are read).
+    pub fn list_page_from_blocking(
+        &self,
+        container_id: Option<&str>,
+        page: &ListPage,
+        names: impl FnMut(Option<&str>, usize) -> Vec<String>,
+    ) -> (Vec<CacheRecord>, Option<String>) {
+        page_of(&self.results_dir(), container_id, page, names)
     }
 
     /// The cached attachments of containers other than `container_id` on

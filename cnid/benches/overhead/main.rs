@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! make bench        # criterion for cni-core, then this; updates BENCHMARKS.md
-//! cargo bench -p cnid --bench overhead -- [--quick] [--no-rt] [--no-go] [--only floor,noop,real,batch,memory,core,shim]
+//! cargo bench -p cnid --bench overhead -- [--quick] [--no-rt] [--no-go] [--only floor,noop,real,batch,memory,scale,core,shim]
 //!     [--bin-dir DIR] [--out FILE] [--update BENCHMARKS.md] [--criterion-dir DIR]
 //! ```
 //!
@@ -16,7 +16,7 @@
 //! tuning in a real namespace (4); batches of namespaces on the real chain
 //! at concurrency 1, 4 and 16 (5); cni-core's criterion benchmarks, read
 //! back (6); cnitool's peak RSS and cnid's RSS idle and with 1,000 ADDs in
-//! flight; `cnid-shim`'s added time over a direct cnid request, and its
+//! flight; cnid with 10,000 attachments cached (scale); `cnid-shim`'s added time over a direct cnid request, and its
 //! peak RSS (7). Scenarios 4 and 5 need root.
 //!
 //! `cargo test` runs this binary without `--bench`: it then only checks its
@@ -33,6 +33,7 @@ mod memory;
 #[allow(dead_code, unreachable_pub)]
 mod noop;
 mod report;
+mod scale;
 mod setup;
 mod shim;
 mod spawn;
@@ -54,16 +55,19 @@ use crate::spawn::Prepared;
 use crate::stats::Summary;
 
 const USAGE: &str = "usage: overhead --bench [--quick] [--no-rt] [--no-go] \
-[--only floor,noop,real,batch,memory,core,shim] [--bin-dir DIR] [--out FILE] \
-[--update BENCHMARKS.md] [--criterion-dir DIR]
+[--only floor,noop,real,batch,memory,scale,core,shim] [--bin-dir DIR] [--out FILE] \
+[--update BENCHMARKS.md] [--criterion-dir DIR] [--scale-baseline CNID]
   --quick       a smoke run (small iteration counts)
   --no-rt       no SCHED_FIFO for the latency loops
   --no-go       skip the comparison with Go's cnitool (built from cnid/tests/go/cnitool)
   --only LIST   run these sections only
   --bin-dir DIR the shipped binaries (cnitool, cnid, cni-noop, cnid-shim); default: build them
+  --scale-baseline CNID  another cnid build, run alongside in the scale section (before/after)
 Without --bench (as `cargo test` runs it) it only checks its own arithmetic.";
 
-const SECTIONS: [&str; 7] = ["floor", "noop", "real", "batch", "memory", "core", "shim"];
+const SECTIONS: [&str; 8] = [
+    "floor", "noop", "real", "batch", "memory", "scale", "core", "shim",
+];
 
 struct Opts {
     quick: bool,
@@ -76,6 +80,8 @@ struct Opts {
     out: PathBuf,
     update: Option<PathBuf>,
     criterion_dir: PathBuf,
+    /// A cnid binary the scale section runs alongside (before a change).
+    scale_baseline: Option<PathBuf>,
 }
 
 impl Opts {
@@ -98,6 +104,7 @@ impl Opts {
             out: target_dir.join("bench").join("overhead.md"),
             update: None,
             criterion_dir: target_dir.join("criterion"),
+            scale_baseline: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -125,6 +132,7 @@ impl Opts {
                 "--out" => o.out = value()?.into(),
                 "--update" => o.update = Some(value()?.into()),
                 "--criterion-dir" => o.criterion_dir = value()?.into(),
+                "--scale-baseline" => o.scale_baseline = Some(value()?.into()),
                 other => bail!("unknown argument {other:?}"),
             }
         }
@@ -412,6 +420,17 @@ fn run(opts: Opts) -> anyhow::Result<()> {
 
     if opts.wants("memory") {
         sections.push(memory_section(&bins, &tree, &tokio, &sizes, &mut findings)?);
+    }
+
+    if opts.wants("scale") {
+        sections.push(scale::section(
+            &bins,
+            &tree,
+            &tokio,
+            opts.quick,
+            opts.scale_baseline.as_ref(),
+            &mut findings,
+        )?);
     }
 
     let core = if opts.wants("core") {
@@ -1161,6 +1180,36 @@ fn targets(f: &Findings) -> Vec<Target> {
         }),
         met: b.map(|s| s.median <= 1.10),
         comment: note,
+    });
+    let at = |what: &str| f.get(&format!("scale/{what}/{}", scale::LARGEST));
+    let ready = at("ready");
+    v.push(Target {
+        what: "cnid with 10,000 attachments (cache and journal): start to ready",
+        limit: format!("≤ {} s", scale::READY_GOAL_S),
+        measured: ready.map(|s| format!("{:.0} ms", s.median * 1e3)),
+        met: ready.map(|s| s.median <= scale::READY_GOAL_S),
+        comment: at("ready_cache")
+            .map(|s| format!("from the cache alone: {:.0} ms", s.median * 1e3))
+            .unwrap_or_default(),
+    });
+    let rss = at("rss");
+    v.push(Target {
+        what: "cnid with 10,000 attachments: RSS idle",
+        limit: format!("≤ {} MiB", scale::RSS_GOAL_MIB),
+        measured: rss.map(|s| format!("{:.1} MiB", s.median)),
+        met: rss.map(|s| s.median <= scale::RSS_GOAL_MIB),
+        comment: String::new(),
+    });
+    let adm = at("admission");
+    v.push(Target {
+        what: "cnid with 10,000 attachments: admission of an ADD+DEL (CPU over the empty cache)",
+        limit: format!("≤ {} ms", scale::ADMISSION_GOAL_MS),
+        measured: adm.map(|s| format!("{:+.3} ms", s.median * 1e3)),
+        met: adm.map(|s| s.median <= scale::ADMISSION_GOAL_MS * 1e-3),
+        comment: f
+            .get("scale/admission/1000")
+            .map(|s| format!("at 1,000: {:+.3} ms", s.median * 1e3))
+            .unwrap_or_default(),
     });
     v
 }

@@ -338,30 +338,8 @@ impl Daemon {
         tag: &str,
         extra: &[&str],
     ) -> anyhow::Result<Daemon> {
-        let socket = tree.root().join(format!("cnid-{tag}.sock"));
-        let log = tree.root().join(format!("cnid-{tag}.log"));
-        let log_file = fs::File::create(&log)?;
-        let mut cmd = Command::new(&bins.cnid);
-        cmd.arg("--socket")
-            .arg(&socket)
-            .arg("--conf-dir")
-            .arg(&tree.conf)
-            .arg("--cache-dir")
-            .arg(tree.cache(storage))
-            .arg("--state-dir")
-            .arg(tree.state(storage).join(tag));
-        for d in &tree.plugin_dirs {
-            cmd.arg("--plugin-dir").arg(d);
-        }
-        cmd.args(extra)
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env_remove("LISTEN_PID")
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file);
-        let child = cmd.spawn().context("starting cnid")?;
-        let mut d = Daemon { child, socket, log };
+        let state = tree.state(storage).join(tag);
+        let mut d = Daemon::spawn_on(bins, tree, &tree.cache(storage), &state, tag, extra)?;
         let start = Instant::now();
         while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
             if let Some(st) = d.child.try_wait()? {
@@ -373,6 +351,41 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(10));
         }
         Ok(d)
+    }
+
+    /// A cnid on `cache` and `state`, not waited for.
+    pub(crate) fn spawn_on(
+        bins: &Bins,
+        tree: &Tree,
+        cache: &Path,
+        state: &Path,
+        tag: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Daemon> {
+        let socket = tree.root().join(format!("cnid-{tag}.sock"));
+        let log = tree.root().join(format!("cnid-{tag}.log"));
+        let log_file = fs::File::create(&log)?;
+        let mut cmd = Command::new(&bins.cnid);
+        cmd.arg("--socket")
+            .arg(&socket)
+            .arg("--conf-dir")
+            .arg(&tree.conf)
+            .arg("--cache-dir")
+            .arg(cache)
+            .arg("--state-dir")
+            .arg(state);
+        for d in &tree.plugin_dirs {
+            cmd.arg("--plugin-dir").arg(d);
+        }
+        cmd.args(extra)
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file);
+        let child = cmd.spawn().context("starting cnid")?;
+        Ok(Daemon { child, socket, log })
     }
 
     pub(crate) fn pid(&self) -> i32 {

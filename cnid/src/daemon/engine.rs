@@ -798,15 +798,17 @@ impl Engine {
         }
     }
 
-    /// `GET /v1/attachments`: one page.
+    /// `GET /v1/attachments`: one page, from the owners' scan of the
+    /// cache (its file names kept in order: a page reads its own records,
+    /// it does not list and sort the cache).
     pub(crate) async fn attachments(
         &self,
         container_id: Option<&str>,
         page: cni_async::cache::ListPage,
     ) -> Result<crate::api::AttachmentsResponse, ApiError> {
         let (recs, next) = self
-            .cni
-            .cached_attachments_page(container_id, page)
+            .owners
+            .page(container_id, page)
             .await
             .map_err(|e| ApiError::from_cni(&e, Version::CURRENT))?;
         Ok(crate::api::AttachmentsResponse {

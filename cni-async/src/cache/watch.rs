@@ -1,0 +1,169 @@
+//! An inotify watch on `results/` for [`super::RecordScan::watched`]
+//! (feature `watch`): which record files changed since the last scan, so
+//! that a scan reads those instead of listing the whole dir.
+//!
+//! # Why inotify, not the dir's mtime
+//! Every create, rename and unlink in `results/` changes the dir's mtime,
+//! and cnid's own ADDs and DELs do that on every request: a scan gated on
+//! "mtime unchanged" would list the dir after each of them, so a busy
+//! daemon would still pay a listing per admission. The timestamps also
+//! come from a coarse clock (a change in the same tick as a listing leaves
+//! the mtime as it was) and, on a network file system, from another
+//! host's clock. inotify names the entries that changed, so a scan costs
+//! the number of changes, not the number of records; and an event is
+//! queued by the writer's own syscall, before that syscall returns, so a
+//! record another tool finished writing before a scan began is in the
+//! queue when the scan drains it.
+//!
+//! # Invariants
+//! - The watch is added before the listing that starts from it, so a
+//!   change after the listing's start is either in the listing or queued
+//!   (or both: reading a name twice is harmless, a name is read as it is
+//!   now, whatever the event said).
+//! - Events are not trusted for what they say happened: each named file is
+//!   looked at again (gone, replaced, rewritten in place all come out the
+//!   same way), so their order and coalescing do not matter.
+//! - Whenever events may have been lost (queue overflow, a read error, the
+//!   watched dir deleted or moved, `results/` now another dir than the one
+//!   watched), the next scan lists the dir again from a new watch.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+/// The live watch, and what it reported since the last scan.
+pub(super) struct ResultsWatch {
+    /// `None`: no live watch (not set up yet, the dir missing, inotify
+    /// failing, or events lost); the next scan lists the dir.
+    live: Option<(Inotify, (u64, u64))>,
+    /// Names of entries changed since the last scan.
+    pending: BTreeSet<OsString>,
+    /// A failure to set up a watch was reported (once is enough: it
+    /// repeats at every scan).
+    warned: bool,
+}
+
+impl std::fmt::Debug for ResultsWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResultsWatch")
+            .field("live", &self.live.as_ref().map(|(_, id)| id))
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+/// What the dir's entries do that a scan must see; the dir itself going
+/// away ends the watch.
+fn flags() -> AddWatchFlags {
+    AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_MOVED_FROM
+        | AddWatchFlags::IN_MOVED_TO
+        // A record rewritten in place (libcni truncates and writes).
+        | AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_DELETE_SELF
+        | AddWatchFlags::IN_MOVE_SELF
+        | AddWatchFlags::IN_ONLYDIR
+}
+
+fn dir_id(dir: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
+impl ResultsWatch {
+    pub(super) fn new() -> Self {
+        ResultsWatch {
+            live: None,
+            pending: BTreeSet::new(),
+            warned: false,
+        }
+    }
+
+    /// Consumes the queued events (without waiting). Returns whether the
+    /// watch is live and nothing changed: a scan now would find nothing.
+    /// One `stat` of `dir` (is it still the watched dir?) and one `read`.
+    pub(super) fn is_current(&mut self, dir: &Path) -> bool {
+        self.drain(dir);
+        self.live.is_some() && self.pending.is_empty()
+    }
+
+    /// Drains the queue; the watch ends when events may have been lost.
+    fn drain(&mut self, dir: &Path) {
+        let Some((ino, id)) = &self.live else {
+            return;
+        };
+        // `results/` replaced by another dir (or the cache dir moved): the
+        // watch is on an inode the path no longer leads to.
+        let mut lost = dir_id(dir) != Some(*id);
+        while !lost {
+            match ino.read_events() {
+                Ok(events) if events.is_empty() => break,
+                Ok(events) => {
+                    for ev in events {
+                        if ev.mask.intersects(
+                            AddWatchFlags::IN_Q_OVERFLOW
+                                | AddWatchFlags::IN_IGNORED
+                                | AddWatchFlags::IN_DELETE_SELF
+                                | AddWatchFlags::IN_MOVE_SELF,
+                        ) {
+                            lost = true;
+                        } else if let Some(name) = ev.name
+                            && name.as_encoded_bytes().first() != Some(&b'.')
+                        {
+                            self.pending.insert(name);
+                        }
+                    }
+                }
+                Err(Errno::EAGAIN) => break,
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot read the cache's inotify events; listing the dir again");
+                    lost = true;
+                }
+            }
+        }
+        if lost {
+            self.live = None;
+            self.pending.clear();
+        }
+    }
+
+    /// Before a scan: the names to look at again, or `None` when the dir
+    /// must be listed whole (a new watch is then set up first, when it
+    /// can be: `dir` missing or inotify refusing leaves none, and the
+    /// scan after lists again).
+    pub(super) fn take(&mut self, dir: &Path) -> Option<BTreeSet<OsString>> {
+        self.drain(dir);
+        if self.live.is_some() {
+            return Some(std::mem::take(&mut self.pending));
+        }
+        let ino = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
+            Ok(i) => i,
+            Err(e) => {
+                if !std::mem::replace(&mut self.warned, true) {
+                    tracing::warn!(error = %e, "no inotify instance for the cache; listing it at every scan");
+                }
+                return None;
+            }
+        };
+        match ino.add_watch(dir, flags()) {
+            Ok(_) => {
+                // The identity of what was watched: a stat after the
+                // watch, so a swap in between shows as a mismatch later.
+                if let Some(id) = dir_id(dir) {
+                    self.live = Some((ino, id));
+                }
+            }
+            Err(Errno::ENOENT) => {}
+            Err(e) => {
+                if !std::mem::replace(&mut self.warned, true) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the cache dir; listing it at every scan");
+                }
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,366 @@
+//! Issue 25 item 4, node scale: cnid with 0, 1,000 and 10,000 attachments
+//! in its cache and ADD journal (as after a `kill -9` of a cnid that made
+//! them within the last 30 s: one `commit` line per record, this boot's).
+//!
+//! Per size, on the disk (`/var/tmp`): cold start to `GET
+//! /v1/health/ready` 200 (polled every 1 ms) with the journal, RSS idle
+//! after it, cnid's CPU per ADD+DEL of a fresh container (the sum of its
+//! threads' `schedstat` run time; the admission is the part that grows
+//! with the cache, so its cost is the difference to the empty cache), a
+//! full paging of `GET /v1/attachments` (pages of 100, the default, and of
+//! 1,000), a restart without the journal (SIGTERM, which empties it), and
+//! a GC of the network with every cached attachment stale (no valid
+//! attachments: a DEL of each, noop plugin). The records' netns paths do
+//! not exist (`--stale-after 0` keeps the reaper off them).
+//!
+//! With `--scale-baseline CNID` the same runs alternate, per size, with
+//! that cnid binary (a build before a change): one paired run.
+
+use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use base64::Engine as _;
+use cni_core::RuntimeConf;
+use cni_core::cache::CacheRecord;
+use cnid::api::{AttachmentRequest, GcRequest};
+use cnid::client::Client;
+use tokio::runtime::Runtime;
+
+use crate::chains::NOOP_NETNS;
+use crate::report::{Findings, Table};
+use crate::setup::{Bins, Daemon, NOOP1, Tree};
+use crate::stats::Summary;
+
+/// The goals of issue 25 item 4.
+pub(crate) const READY_GOAL_S: f64 = 1.0;
+pub(crate) const RSS_GOAL_MIB: f64 = 64.0;
+pub(crate) const ADMISSION_GOAL_MS: f64 = 0.1;
+
+/// The largest size: the goals are judged there.
+pub(crate) const LARGEST: usize = 10_000;
+
+/// One cnid's figures at one size.
+struct Run {
+    ready_journal: Duration,
+    ready_cache: Duration,
+    rss_kib: u64,
+    hwm_kib: u64,
+    /// cnid CPU per ADD+DEL, seconds.
+    cpu_per_op: f64,
+    /// ADD wall times, seconds.
+    add: Vec<f64>,
+    page100: Duration,
+    page1000: Duration,
+    gc: Option<(Duration, usize)>,
+}
+
+/// Writes `n` records of [`NOOP1`] into `cache` and a commit line for each
+/// into `state`'s journal.
+fn populate(tree: &Tree, cache: &Path, state: &Path, n: usize) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let results = cache.join("results");
+    let intents = state.join("intents");
+    for d in [&results, &intents] {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)?;
+    }
+    let config = std::fs::read(tree.conf.join("10-noop1.conflist"))?;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        .trim()
+        .to_owned();
+    let mut journal = Vec::new();
+    for i in 0..n {
+        let cid = format!("scale{i:05}");
+        let rt = RuntimeConf::new(&cid, format!("/run/netns/cnb-scale-{i}"), "eth0");
+        let rec = CacheRecord::new(
+            NOOP1,
+            &rt,
+            config.clone(),
+            Some(serde_json::json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}]})),
+        );
+        let bytes = rec.encode();
+        let name = cni_core::cache::file_name(NOOP1, &cid, "eth0")?;
+        std::fs::write(results.join(name), &bytes)?;
+        let mut line = serde_json::to_vec(&serde_json::json!({
+            "end": i + 1,
+            "boot": boot,
+            "record": base64::engine::general_purpose::STANDARD.encode(&bytes),
+        }))?;
+        line.push(b'\n');
+        journal.extend(line);
+    }
+    std::fs::write(intents.join("journal"), journal)?;
+    // As after the writes reached the disk: start-up's flushes are its own.
+    nix_sync();
+    Ok(())
+}
+
+fn nix_sync() {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+}
+
+/// `GET /v1/health/ready`'s status, or `None` when cnid does not answer.
+fn ready_status(socket: &Path) -> Option<u16> {
+    let mut s = std::os::unix::net::UnixStream::connect(socket).ok()?;
+    s.write_all(b"GET /v1/health/ready HTTP/1.1\r\nHost: cnid\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+/// Starts cnid and waits for readiness: the time from spawn to 200.
+fn start_ready(
+    bins: &Bins,
+    tree: &Tree,
+    cache: &Path,
+    state: &Path,
+    tag: &str,
+) -> anyhow::Result<(Daemon, Duration)> {
+    let t = Instant::now();
+    let d = Daemon::spawn_on(
+        bins,
+        tree,
+        cache,
+        state,
+        tag,
+        &["--stale-after", "0", "--max-timeout", "10m"],
+    )?;
+    loop {
+        if ready_status(&d.socket) == Some(200) {
+            return Ok((d, t.elapsed()));
+        }
+        if t.elapsed() > Duration::from_secs(120) {
+            bail!("cnid not ready after 120 s: {}", d.log_tail());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The run time of all of `pid`'s threads so far (ns, `schedstat`).
+fn cpu_ns(pid: i32) -> anyhow::Result<u64> {
+    let mut sum = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let path = t?.path().join("schedstat");
+        if let Ok(s) = std::fs::read_to_string(&path) {
+            sum += s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(sum)
+}
+
+async fn page_all(client: &Client, limit: Option<usize>) -> anyhow::Result<usize> {
+    let mut n = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let p = client
+            .attachments_page(None, after.as_deref(), limit)
+            .await?;
+        n += p.attachments.len();
+        match p.next {
+            Some(next) => after = Some(next),
+            None => return Ok(n),
+        }
+    }
+}
+
+fn run_one(
+    bins: &Bins,
+    tree: &Tree,
+    tokio: &Runtime,
+    n: usize,
+    probes: usize,
+    gc: bool,
+    tag: &str,
+) -> anyhow::Result<Run> {
+    let dir = tree.root().join(format!("scale-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (cache, state) = (dir.join("cache"), dir.join("state"));
+    populate(tree, &cache, &state, n)?;
+    let (daemon, ready_journal) = start_ready(bins, tree, &cache, &state, tag)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let (rss_kib, hwm_kib) = daemon.rss_kib()?;
+    let client = tokio.block_on(Client::connect(&daemon.socket))?;
+    let probe = |j: usize| AttachmentRequest::new(format!("probe{j}"), NOOP_NETNS, "eth0");
+    // Warm-up (the first requests start pool threads).
+    for j in 0..5 {
+        tokio.block_on(client.add(NOOP1, &probe(j)))?;
+        tokio.block_on(client.del(NOOP1, &probe(j)))?;
+    }
+    let cpu0 = cpu_ns(daemon.pid())?;
+    let mut add = Vec::with_capacity(probes);
+    for j in 0..probes {
+        let req = probe(j + 5);
+        let t = Instant::now();
+        tokio
+            .block_on(client.add(NOOP1, &req))
+            .with_context(|| daemon.log_tail())?;
+        add.push(t.elapsed().as_secs_f64());
+        tokio.block_on(client.del(NOOP1, &req))?;
+    }
+    let cpu_per_op = (cpu_ns(daemon.pid())? - cpu0) as f64 / 1e9 / probes as f64;
+    let t = Instant::now();
+    let listed = tokio.block_on(page_all(&client, None))?;
+    let page100 = t.elapsed();
+    let t = Instant::now();
+    let listed1000 = tokio.block_on(page_all(&client, Some(1000)))?;
+    let page1000 = t.elapsed();
+    if listed != n || listed1000 != n {
+        bail!("paging listed {listed} and {listed1000} attachments of {n}");
+    }
+    drop(client);
+    drop(daemon);
+    let (daemon, ready_cache) = start_ready(bins, tree, &cache, &state, tag)?;
+    let gc = if gc {
+        let client = tokio.block_on(Client::connect(&daemon.socket))?;
+        let req = GcRequest {
+            valid_attachments: Vec::new(),
+            timeout_ms: Some(600_000),
+        };
+        let t = Instant::now();
+        let r = tokio
+            .block_on(client.gc(NOOP1, &req))
+            .with_context(|| daemon.log_tail())?;
+        Some((t.elapsed(), r.deleted.len()))
+    } else {
+        None
+    };
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Run {
+        ready_journal,
+        ready_cache,
+        rss_kib,
+        hwm_kib,
+        cpu_per_op,
+        add,
+        page100,
+        page1000,
+        gc,
+    })
+}
+
+/// The section; `baseline`: another cnid binary run alongside.
+pub(crate) fn section(
+    bins: &Bins,
+    tree: &Tree,
+    tokio: &Runtime,
+    quick: bool,
+    baseline: Option<&PathBuf>,
+    findings: &mut Findings,
+) -> anyhow::Result<String> {
+    let sizes: &[usize] = if quick {
+        &[0, 1000]
+    } else {
+        &[0, 1000, LARGEST]
+    };
+    let probes = if quick { 30 } else { 200 };
+    let mut builds: Vec<(&str, Bins)> = Vec::new();
+    if let Some(b) = baseline {
+        builds.push((
+            "baseline",
+            Bins {
+                cnid: b.clone(),
+                ..bins.clone()
+            },
+        ));
+    }
+    builds.push(("this build", bins.clone()));
+    let mut t = Table::new(
+        "cnid with N attachments in its cache and ADD journal (cache and state on disk)",
+        &[
+            "cnid",
+            "N",
+            "start to ready, with journal / cache only",
+            "RSS idle (VmRSS / VmHWM)",
+            "cnid CPU per ADD+DEL",
+            "admission: CPU over N = 0",
+            "ADD, median (p10–p90)",
+            "full paging, pages of 100 / 1,000",
+            "GC, all N stale",
+        ],
+    );
+    let mut cpu_at_zero: Vec<f64> = vec![f64::NAN; builds.len()];
+    for &n in sizes {
+        for (b, (label, bins)) in builds.iter().enumerate() {
+            let tag = format!("s{n}-{b}");
+            eprintln!("overhead: scale, {label}, {n} attachments");
+            let r = run_one(bins, tree, tokio, n, probes, n >= 1000, &tag)?;
+            if n == 0 {
+                cpu_at_zero[b] = r.cpu_per_op;
+            }
+            let admission = r.cpu_per_op - cpu_at_zero[b];
+            let add = Summary::of(&r.add);
+            let mib = |k: u64| k as f64 / 1024.0;
+            if b == builds.len() - 1 {
+                let key = |what: &str| format!("scale/{what}/{n}");
+                findings.put(key("ready"), Summary::of(&[r.ready_journal.as_secs_f64()]));
+                findings.put(
+                    key("ready_cache"),
+                    Summary::of(&[r.ready_cache.as_secs_f64()]),
+                );
+                findings.put(key("rss"), Summary::of(&[mib(r.rss_kib)]));
+                findings.put(key("admission"), Summary::of(&[admission]));
+            }
+            t.row(vec![
+                (*label).into(),
+                format!("{n}"),
+                format!(
+                    "{:.0} / {:.0} ms",
+                    r.ready_journal.as_secs_f64() * 1e3,
+                    r.ready_cache.as_secs_f64() * 1e3
+                ),
+                format!("{:.1} / {:.1} MiB", mib(r.rss_kib), mib(r.hwm_kib)),
+                format!("{:.2} ms", r.cpu_per_op * 1e3),
+                if n == 0 {
+                    "–".into()
+                } else {
+                    format!("{:+.2} ms", admission * 1e3)
+                },
+                format!(
+                    "{:.2} ({:.2}–{:.2}) ms",
+                    add.median * 1e3,
+                    add.p10 * 1e3,
+                    add.p90 * 1e3
+                ),
+                format!(
+                    "{:.0} / {:.0} ms",
+                    r.page100.as_secs_f64() * 1e3,
+                    r.page1000.as_secs_f64() * 1e3
+                ),
+                match r.gc {
+                    Some((d, deleted)) => format!("{:.1} s ({deleted} deleted)", d.as_secs_f64()),
+                    None => "–".into(),
+                },
+            ]);
+        }
+    }
+    t.note(format!(
+        "{probes} ADD+DEL pairs of fresh containers per size (noop ×1, `{NOOP_NETNS}`), after 5 \
+         for warm-up; CPU is the sum of cnid's threads' run time (`/proc/PID/task/*/schedstat`) \
+         over them. Goals (issue 25 item 4, at {LARGEST}): ready ≤ {READY_GOAL_S} s, RSS ≤ \
+         {RSS_GOAL_MIB} MiB, admission ≤ {ADMISSION_GOAL_MS} ms at any size."
+    ));
+    let mut s = String::from(INTRO);
+    let _ = write!(s, "{}", t.markdown());
+    Ok(s)
+}
+
+const INTRO: &str = "### Node scale: cnid with 10,000 attachments (issue 25)\n\n\
+Per size N: N `cniCacheV1` records of `bench-noop1` in a fresh cache dir and a commit line for \
+each in cnid's ADD journal (as a `kill -9` would leave them within 30 s of the ADDs; start-up \
+flushes their records, then empties the journal), each on its own netns path, which does not \
+exist (`--stale-after 0`: the reaper leaves them). cnid is spawned and `GET /v1/health/ready` \
+polled every 1 ms; then ADD+DEL of fresh containers, a full paging of `GET /v1/attachments`, \
+a restart (SIGTERM, then a start from the cache alone), and at N ≥ 1,000 a GC of the network \
+with no valid attachments (every cached one is deleted, noop plugin).\n\n";
