@@ -935,7 +935,8 @@ pub type AttachmentKey = (String, String, String);
 ///   [`ResultCache::scan_is_current`] tells without leaving the calling
 ///   thread that there is nothing to read. The dir is listed whole at the
 ///   first scan and again whenever events may have been lost (queue
-///   overflow, `results/` deleted, moved or replaced) or no watch can be
+///   overflow, `results/` deleted, moved or replaced; every record is
+///   then read again) or no watch can be
 ///   set up (`results/` missing, inotify limits): never fewer records seen
 ///   than with a listing. Not for a cache on a network file system, where
 ///   inotify misses other hosts' changes.
@@ -1085,10 +1086,16 @@ impl ResultCache {
     pub fn scan_blocking(&self, scan: &mut RecordScan) -> Result<ScanChanges, Error> {
         use std::os::unix::fs::DirEntryExt;
         let results = self.results_dir();
+        // After a lost watch every entry is read again: one rewritten in
+        // place (or read half written) keeps its inode.
         #[cfg(feature = "watch")]
-        if let Some(names) = scan.watch.as_mut().and_then(|w| w.take(&results)) {
-            return Ok(scan.reread(&results, names));
-        }
+        let reread_all = match scan.watch.as_mut().map(|w| w.take(&results)) {
+            Some(watch::Since::Changed(names)) => return Ok(scan.reread(&results, names)),
+            Some(watch::Since::List { reread }) => reread,
+            None => false,
+        };
+        #[cfg(not(feature = "watch"))]
+        let reread_all = false;
         scan.listings += 1;
         let entries = match std::fs::read_dir(&results) {
             Ok(e) => e,
@@ -1113,7 +1120,7 @@ impl ResultCache {
                 continue;
             }
             match scan.seen.remove(&name) {
-                Some((old, key)) if old == ino => {
+                Some((old, key)) if old == ino && !reread_all => {
                     now.insert(name, (ino, key));
                 }
                 before => {
