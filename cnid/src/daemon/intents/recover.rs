@@ -29,10 +29,17 @@ impl Intents {
         // A dir made here is flushed into its parent, and so is the state
         // dir when this is its first start (a power loss must not take the
         // journal away with its dir; found by the crash-point enumeration).
+        // A dir found here is flushed too: a start killed between making
+        // it and flushing it left it so, and the kernel keeps it until a
+        // power loss (found by the attack on issue 21). Two `fsync`s of
+        // dirs per start.
         let new = std::fs::symlink_metadata(&self.dir).is_err();
         durable::ensure_private_dir_durable(&*self.storage, &self.dir, true)
             .map_err(|e| ctx(&self.dir, "create", e))?;
-        if new && let Some(above) = self.dir.parent().and_then(Path::parent) {
+        if !new && let Some(state) = self.dir.parent() {
+            durable::sync_dir(&*self.storage, state)?;
+        }
+        if let Some(above) = self.dir.parent().and_then(Path::parent) {
             durable::sync_dir(&*self.storage, above)?;
         }
         super::super::private_state_dir(&self.dir)
@@ -494,8 +501,9 @@ mod tests {
         for _ in 0..3 {
             // Killed at the temp file's fdatasync: written, not renamed
             // (after the removal of the last start's temp file, if any:
-            // an I/O point too).
-            let at = if temps() == 0 { 2 } else { 3 };
+            // an I/O point too; after the start's flushes of the state
+            // dir and of its parent, two more).
+            let at = if temps() == 0 { 4 } else { 5 };
             let sim = Arc::new(super::super::simdisk::SimDisk::new(dir.path()).crash_at(at));
             let killed = Intents::new(dir.path()).with_storage(sim.clone());
             assert!(killed.prepare().is_err());
@@ -580,6 +588,40 @@ mod tests {
     async fn the_first_start_flushes_the_intents_dir() {
         let dir = tempfile::tempdir().unwrap();
         let sim = Arc::new(SimDisk::new(dir.path()));
+        let intents = on_sim(dir.path(), "boot-a", &sim);
+        intents.prepare().unwrap();
+        let cache = intents.cache.clone().unwrap();
+        let r = committed_add(&intents, &cache, "c-1").await;
+        drop(intents);
+        sim.power_loss(Cut::None);
+        deferred(dir.path(), "boot-b");
+        assert_eq!(
+            std::fs::read(cache.path("n", "c-1", "eth0").unwrap()).ok(),
+            Some(r.encode()),
+            "the answered ADD's result, restored from its commit line"
+        );
+    }
+
+    /// Found by the attack on issue 21 (a `kill -9` in a start, then a
+    /// restart in the same boot, then a power loss, which the enumeration
+    /// does not combine: its restarts after a kill take everything on disk
+    /// as durable): the first start, killed after it made `intents/` and
+    /// before it flushed it into the state dir, left the dir; the next
+    /// start found it there and did not flush it, so a power loss took it
+    /// away with the journal, and with it the commit line of an ADD that
+    /// start had answered: its cached result was lost.
+    #[tokio::test]
+    async fn a_start_flushes_the_intents_dir_a_killed_start_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Arc::new(SimDisk::new(dir.path()).crash_at(0));
+        assert!(on_sim(dir.path(), "boot-a", &sim).prepare().is_err());
+        assert_eq!(sim.crashed_at().unwrap().kind, "fsync-dir");
+        // What the kill leaves: the dir made. (The simulated crash fails
+        // the flush, and `ensure_private_dir_durable` then removes the dir
+        // it made with `remove_dir`, which is not behind the seam: a dead
+        // process would not.)
+        let _ = std::fs::create_dir(dir.path().join(INTENTS_DIR));
+        sim.revive();
         let intents = on_sim(dir.path(), "boot-a", &sim);
         intents.prepare().unwrap();
         let cache = intents.cache.clone().unwrap();
