@@ -195,7 +195,9 @@ impl ResultCache {
 
     /// Makes the records of these attachments durable: an `fsync` of each
     /// record file there is (a missing one is skipped: a DEL removed it),
-    /// then one of `results/` for the renames. What a cache
+    /// then one of `results/` for the renames, and of the cache dir and its
+    /// parent for the dirs' own entries (a write without a flush makes
+    /// `results/` without flushing it either). What a cache
     /// [`with_durable(false)`](ResultCache::with_durable) owes before its
     /// caller forgets which records are not flushed yet. Blocking. Returns
     /// how many files were flushed.
@@ -211,7 +213,19 @@ impl ResultCache {
             }
         }
         if n > 0 {
-            durable::sync_dir(&*self.storage, &self.results_dir()).map_err(durable_err)?;
+            // Not only `results/`: the records' dir itself must be durable
+            // before the caller forgets them (found by the attack on issue
+            // 21: cnid dropped the commit lines of records whose
+            // `results/` was never flushed into the cache dir, and a power
+            // loss took the dir away with them).
+            let results = self.results_dir();
+            let above = self.dir.parent().filter(|p| !p.as_os_str().is_empty());
+            for d in [results.as_path(), self.dir.as_path()]
+                .into_iter()
+                .chain(above)
+            {
+                durable::sync_dir(&*self.storage, d).map_err(durable_err)?;
+            }
         }
         Ok(n)
     }

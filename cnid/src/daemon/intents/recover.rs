@@ -602,6 +602,42 @@ mod tests {
         );
     }
 
+    /// Found by the attack on issue 21: cnid writes records without a
+    /// flush (the journal's commit lines stand for them) and, before the
+    /// lines go (a graceful stop, the periodic flush), flushes the record
+    /// files and `results/`, but never `results/` into the cache dir nor
+    /// the cache dir into its parent. The first stop's removal of the
+    /// journal is unflushed, so a power loss right then brings the lines
+    /// back; but a restart in the same boot flushes the new journal's dir,
+    /// and with it that removal: a power loss then took `results/` away
+    /// with the first run's answered ADD, whose line was gone for good.
+    #[tokio::test]
+    async fn records_flushed_at_a_stop_survive_a_later_power_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Arc::new(SimDisk::new(dir.path()));
+        let first = on_sim(dir.path(), "boot-a", &sim);
+        first.prepare().unwrap();
+        let cache = first.cache.clone().unwrap();
+        let r1 = committed_add(&first, &cache, "c-1").await;
+        first.close();
+        drop(first);
+        let second = on_sim(dir.path(), "boot-a", &sim);
+        second.prepare().unwrap();
+        let r2 = committed_add(&second, &cache, "c-2").await;
+        drop(second);
+        sim.power_loss(Cut::None);
+        deferred(dir.path(), "boot-b");
+        for r in [r1, r2] {
+            let path = cache.path("n", &r.container_id, "eth0").unwrap();
+            assert_eq!(
+                std::fs::read(&path).ok(),
+                Some(r.encode()),
+                "{}: the answered ADD's result lost",
+                r.container_id
+            );
+        }
+    }
+
     /// Found by the attack on issue 21 (a `kill -9` in a start, then a
     /// restart in the same boot, then a power loss, which the enumeration
     /// does not combine: its restarts after a kill take everything on disk
