@@ -134,11 +134,16 @@ impl Intents {
             ],
             line: commit_line(0, boot, bytes),
         };
+        // The records to flush (by index): this boot's, and the restored
+        // ones, whose write flushed them but trusted a dir it found there,
+        // which a start killed before its flush may have left unflushed
+        // (found by the attack on issue 21): the flush makes the dirs
+        // durable too.
         let mut flush = Vec::new();
-        for (boot, rec, bytes) in &records {
+        for (i, (boot, rec, bytes)) in records.iter().enumerate() {
             let (net, cid, ifname) = (&rec.network_name, &rec.container_id, &rec.if_name);
             if self.boot.is_empty() || **boot == *self.boot {
-                flush.push((net.as_str(), cid.as_str(), ifname.as_str()));
+                flush.push(i);
                 continue;
             }
             let path = match cache.path(net, cid, ifname) {
@@ -149,6 +154,8 @@ impl Intents {
                 }
             };
             if durable::read_nofollow(&path).is_ok_and(|b| b == *bytes) {
+                // Restored by a start that may not have flushed it.
+                flush.push(i);
                 continue;
             }
             let newer = std::fs::symlink_metadata(&path)
@@ -163,6 +170,7 @@ impl Intents {
             }
             match cache.write_durable_blocking(rec) {
                 Ok(()) => {
+                    flush.push(i);
                     if let Some(t) = journal_mtime {
                         date_restored(&path, t);
                     }
@@ -176,13 +184,19 @@ impl Intents {
                 }
             }
         }
-        if let Err(e) = cache.sync_records_blocking(flush) {
-            unsettled.extend(
-                records
-                    .iter()
-                    .filter(|(boot, _, _)| self.boot.is_empty() || **boot == *self.boot)
-                    .map(|(boot, rec, bytes)| carry(boot, rec, bytes)),
-            );
+        let names = flush.iter().map(|&i| {
+            let rec = &records[i].1;
+            (
+                rec.network_name.as_str(),
+                rec.container_id.as_str(),
+                rec.if_name.as_str(),
+            )
+        });
+        if let Err(e) = cache.sync_records_blocking(names) {
+            unsettled.extend(flush.iter().map(|&i| {
+                let (boot, rec, bytes) = &records[i];
+                carry(boot, rec, bytes)
+            }));
             tracing::error!(error = %cni_core::error::Chain(&e), "cannot flush the cached ADD results; the ADD journal is kept for the next start");
         }
         unsettled
@@ -600,6 +614,39 @@ mod tests {
             Some(r.encode()),
             "the answered ADD's result, restored from its commit line"
         );
+    }
+
+    /// Found by the attack on issue 21: the kill -9 case of
+    /// `a_restore_after_a_failed_dir_flush_does_not_trust_the_dir`. A
+    /// start after a reboot, killed after it made the cache dir (to restore
+    /// a record into) and before it flushed it, left the dir; the next
+    /// start, same boot, found it there, restored the records into it
+    /// without flushing it, and dropped their commit lines: a power loss
+    /// then lost the records for good.
+    #[tokio::test]
+    async fn a_restore_after_a_killed_dir_flush_does_not_trust_the_dir() {
+        let at = first_cache_call("fsync-dir", false).await;
+        let dir = tempfile::tempdir().unwrap();
+        let (recs, _) = rebooted_with_two_records(dir.path(), false).await;
+        let sim = Arc::new(SimDisk::new(dir.path()).crash_at(at));
+        assert!(on_sim(dir.path(), "boot-b", &sim).prepare().is_err());
+        assert_eq!(sim.crashed_at().unwrap().kind, "fsync-dir");
+        // What the kill leaves: the dirs made (see
+        // `a_start_flushes_the_intents_dir_a_killed_start_made`).
+        std::fs::create_dir_all(cache_in(dir.path()).results_dir()).unwrap();
+        sim.revive();
+        on_sim(dir.path(), "boot-b", &sim).prepare().unwrap();
+        sim.power_loss(Cut::None);
+        let (cache, _, _) = deferred(dir.path(), "boot-c");
+        for r in &recs {
+            let path = cache.path("n", &r.container_id, "eth0").unwrap();
+            assert_eq!(
+                std::fs::read(&path).ok(),
+                Some(r.encode()),
+                "{}: lost",
+                r.container_id
+            );
+        }
     }
 
     /// Found by the attack on issue 21: cnid writes records without a
