@@ -631,9 +631,7 @@ mod tests {
         let sim = Arc::new(SimDisk::new(dir.path()).crash_at(at));
         assert!(on_sim(dir.path(), "boot-b", &sim).prepare().is_err());
         assert_eq!(sim.crashed_at().unwrap().kind, "fsync-dir");
-        // What the kill leaves: the dirs made (see
-        // `a_start_flushes_the_intents_dir_a_killed_start_made`).
-        std::fs::create_dir_all(cache_in(dir.path()).results_dir()).unwrap();
+        assert!(cache_in(dir.path()).results_dir().is_dir(), "made");
         sim.revive();
         on_sim(dir.path(), "boot-b", &sim).prepare().unwrap();
         sim.power_loss(Cut::None);
@@ -699,11 +697,7 @@ mod tests {
         let sim = Arc::new(SimDisk::new(dir.path()).crash_at(0));
         assert!(on_sim(dir.path(), "boot-a", &sim).prepare().is_err());
         assert_eq!(sim.crashed_at().unwrap().kind, "fsync-dir");
-        // What the kill leaves: the dir made. (The simulated crash fails
-        // the flush, and `ensure_private_dir_durable` then removes the dir
-        // it made with `remove_dir`, which is not behind the seam: a dead
-        // process would not.)
-        let _ = std::fs::create_dir(dir.path().join(INTENTS_DIR));
+        assert!(dir.path().join(INTENTS_DIR).is_dir(), "made, not flushed");
         sim.revive();
         let intents = on_sim(dir.path(), "boot-a", &sim);
         intents.prepare().unwrap();

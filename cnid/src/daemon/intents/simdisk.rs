@@ -426,6 +426,12 @@ impl Storage for SimDisk {
         self.call("remove", path, Location::caller())?;
         Disk.remove(path)
     }
+
+    #[track_caller]
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        self.call("remove-dir", path, Location::caller())?;
+        Disk.remove_dir(path)
+    }
 }
 
 #[cfg(test)]
