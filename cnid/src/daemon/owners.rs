@@ -570,6 +570,53 @@ mod tests {
         assert_eq!(listings(&o), 2);
     }
 
+    /// Attack on issue 25 item 4 (found nothing): `results/` replaced by
+    /// a symbolic link to another dir, the link pointed elsewhere,
+    /// `results/` deleted, then made again: each refresh has the records
+    /// of the dir the path leads to now, and no other.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn results_swapped_for_a_link_deleted_and_remade_are_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b, c) = (
+            tmp.path().join("a"),
+            tmp.path().join("b"),
+            tmp.path().join("c"),
+        );
+        for (dir, cid) in [(&a, "in-a"), (&b, "in-b"), (&c, "in-c")] {
+            write_record(dir, "net", cid, &format!("/run/netns/{cid}"), false);
+        }
+        let o = Owners::new(ResultCache::new(&a));
+        o.refresh().await.unwrap();
+        let owners = |o: &Owners| {
+            ["in-a", "in-b", "in-c"]
+                .into_iter()
+                .filter(|cid| !owner_of(o, &format!("/run/netns/{cid}")).is_empty())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(owners(&o), ["in-a"]);
+        let results = a.join("results");
+        std::fs::rename(&results, a.join("old")).unwrap();
+        std::os::unix::fs::symlink(b.join("results"), &results).unwrap();
+        o.refresh().await.unwrap();
+        assert_eq!(owners(&o), ["in-b"], "a link to b's");
+        let next = a.join("next");
+        std::os::unix::fs::symlink(c.join("results"), &next).unwrap();
+        std::fs::rename(&next, &results).unwrap();
+        o.refresh().await.unwrap();
+        assert_eq!(owners(&o), ["in-c"], "the link pointed at c's");
+        std::fs::remove_file(&results).unwrap();
+        o.refresh().await.unwrap();
+        assert!(owners(&o).is_empty(), "no results/");
+        write_record(&a, "net", "in-a", "/run/netns/in-a", false);
+        o.refresh().await.unwrap();
+        assert_eq!(owners(&o), ["in-a"], "made again");
+        let listed = listings(&o);
+        write_record(&a, "net", "in-b", "/run/netns/in-b", true);
+        o.refresh().await.unwrap();
+        assert_eq!(owners(&o), ["in-a", "in-b"], "and watched");
+        assert_eq!(listings(&o), listed, "from a new watch, not a listing");
+    }
+
     fn page_names(page: &[CacheRecord]) -> Vec<String> {
         page.iter()
             .map(|r| {
