@@ -201,7 +201,9 @@ impl ResultCache {
 
     /// Makes the records of these attachments durable: an `fsync` of each
     /// record file there is (a missing one is skipped: a DEL removed it),
-    /// then one of `results/` for the renames. What a cache
+    /// then one of `results/` for the renames, and of the cache dir and its
+    /// parent for the dirs' own entries (a write without a flush makes
+    /// `results/` without flushing it either). What a cache
     /// [`with_durable(false)`](ResultCache::with_durable) owes before its
     /// caller forgets which records are not flushed yet. Blocking. Returns
     /// how many files were flushed.
@@ -217,7 +219,19 @@ impl ResultCache {
             }
         }
         if n > 0 {
-            durable::sync_dir(&*self.storage, &self.results_dir()).map_err(durable_err)?;
+            // Not only `results/`: the records' dir itself must be durable
+            // before the caller forgets them (found by the attack on issue
+            // 21: cnid dropped the commit lines of records whose
+            // `results/` was never flushed into the cache dir, and a power
+            // loss took the dir away with them).
+            let results = self.results_dir();
+            let above = self.dir.parent().filter(|p| !p.as_os_str().is_empty());
+            for d in [results.as_path(), self.dir.as_path()]
+                .into_iter()
+                .chain(above)
+            {
+                durable::sync_dir(&*self.storage, d).map_err(durable_err)?;
+            }
         }
         Ok(n)
     }
@@ -941,7 +955,8 @@ pub type AttachmentKey = (String, String, String);
 ///   [`ResultCache::scan_is_current`] tells without leaving the calling
 ///   thread that there is nothing to read. The dir is listed whole at the
 ///   first scan and again whenever events may have been lost (queue
-///   overflow, `results/` deleted, moved or replaced) or no watch can be
+///   overflow, `results/` deleted, moved or replaced; every record is
+///   then read again) or no watch can be
 ///   set up (`results/` missing, inotify limits): never fewer records seen
 ///   than with a listing. Not for a cache on a network file system, where
 ///   inotify misses other hosts' changes.
@@ -1091,10 +1106,16 @@ impl ResultCache {
     pub fn scan_blocking(&self, scan: &mut RecordScan) -> Result<ScanChanges, Error> {
         use std::os::unix::fs::DirEntryExt;
         let results = self.results_dir();
+        // After a lost watch every entry is read again: one rewritten in
+        // place (or read half written) keeps its inode.
         #[cfg(feature = "watch")]
-        if let Some(names) = scan.watch.as_mut().and_then(|w| w.take(&results)) {
-            return Ok(scan.reread(&results, names));
-        }
+        let reread_all = match scan.watch.as_mut().map(|w| w.take(&results)) {
+            Some(watch::Since::Changed(names)) => return Ok(scan.reread(&results, names)),
+            Some(watch::Since::List { reread }) => reread,
+            None => false,
+        };
+        #[cfg(not(feature = "watch"))]
+        let reread_all = false;
         scan.listings += 1;
         let entries = match std::fs::read_dir(&results) {
             Ok(e) => e,
@@ -1119,7 +1140,7 @@ impl ResultCache {
                 continue;
             }
             match scan.seen.remove(&name) {
-                Some((old, key)) if old == ino => {
+                Some((old, key)) if old == ino && !reread_all => {
                     now.insert(name, (ino, key));
                 }
                 before => {

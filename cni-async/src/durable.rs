@@ -527,8 +527,10 @@ pub fn ensure_private_dir_durable(
                 // them, instead of finding them there and trusting them
                 // (found by cnid's crash-point enumeration: a record
                 // restored next was lost with its dir at a power loss).
+                // Through the seam: a process killed at the flush leaves
+                // them (a simulated crash too).
                 for d in &created {
-                    let _ = std::fs::remove_dir(d);
+                    let _ = storage.remove_dir(d);
                 }
                 return Err(e.into());
             }

@@ -16,7 +16,8 @@
 //! it creates get the mode asked for (0600 where none is), subject to the
 //! umask. Not behind the seam: reads (they change nothing on disk), the
 //! creation and `chmod` of dirs ([`crate::durable::ensure_private_dir`];
-//! the flush of a created dir is behind it) and `flock`.
+//! the flush of a created dir, and its removal when that flush fails, are
+//! behind it) and `flock`.
 //!
 //! Each method is `#[track_caller]` (a hidden argument, no I/O), and so is
 //! every function of [`crate::durable`] that calls them: a simulated disk
@@ -77,6 +78,9 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
     /// Removes a file (`unlink`, not flushed).
     #[track_caller]
     fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Removes an empty dir (`rmdir`, not flushed).
+    #[track_caller]
+    fn remove_dir(&self, path: &Path) -> io::Result<()>;
 }
 
 /// The real file system.
@@ -156,5 +160,9 @@ impl Storage for Disk {
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
+    }
+
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir(path)
     }
 }

@@ -25,7 +25,9 @@
 //!   same way), so their order and coalescing do not matter.
 //! - Whenever events may have been lost (queue overflow, a read error, the
 //!   watched dir deleted or moved, `results/` now another dir than the one
-//!   watched), the next scan lists the dir again from a new watch.
+//!   watched), the next scan lists the dir again from a new watch and
+//!   reads every entry again: one rewritten in place, or read half
+//!   written, keeps its inode, and its event may be among those lost.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -45,6 +47,21 @@ pub(super) struct ResultsWatch {
     /// A failure to set up a watch was reported (once is enough: it
     /// repeats at every scan).
     warned: bool,
+    /// A live watch ended since the last listing: events were lost, so
+    /// the next listing reads every entry again (an entry kept with its
+    /// inode may have been rewritten in place meanwhile).
+    lost: bool,
+}
+
+/// What [`ResultsWatch::take`] says a scan must look at.
+#[derive(Debug)]
+pub(super) enum Since {
+    /// The live watch's reports: the names changed since the last scan.
+    Changed(BTreeSet<OsString>),
+    /// List the dir whole; with `reread`, read every entry again, not only
+    /// those whose inode changed (events were lost: an entry rewritten in
+    /// place, or read half written, looks unchanged).
+    List { reread: bool },
 }
 
 impl std::fmt::Debug for ResultsWatch {
@@ -80,6 +97,7 @@ impl ResultsWatch {
             live: None,
             pending: BTreeSet::new(),
             warned: false,
+            lost: false,
         }
     }
 
@@ -126,27 +144,33 @@ impl ResultsWatch {
             }
         }
         if lost {
+            // The names reported so far go too: the listing after reads
+            // every entry again (`Since::List { reread }`), theirs with them.
             self.live = None;
             self.pending.clear();
+            self.lost = true;
         }
     }
 
-    /// Before a scan: the names to look at again, or `None` when the dir
-    /// must be listed whole (a new watch is then set up first, when it
-    /// can be: `dir` missing or inotify refusing leaves none, and the
-    /// scan after lists again).
-    pub(super) fn take(&mut self, dir: &Path) -> Option<BTreeSet<OsString>> {
+    /// Before a scan: the names to look at again, or a listing of the
+    /// whole dir (a new watch is then set up first, when it can be: `dir`
+    /// missing or inotify refusing leaves none, and the scan after lists
+    /// again), which reads every entry again after a lost watch.
+    pub(super) fn take(&mut self, dir: &Path) -> Since {
         self.drain(dir);
         if self.live.is_some() {
-            return Some(std::mem::take(&mut self.pending));
+            return Since::Changed(std::mem::take(&mut self.pending));
         }
+        let list = Since::List {
+            reread: std::mem::take(&mut self.lost),
+        };
         let ino = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(i) => i,
             Err(e) => {
                 if !std::mem::replace(&mut self.warned, true) {
                     tracing::warn!(error = %e, "no inotify instance for the cache; listing it at every scan");
                 }
-                return None;
+                return list;
             }
         };
         match ino.add_watch(dir, flags()) {
@@ -164,6 +188,6 @@ impl ResultsWatch {
                 }
             }
         }
-        None
+        list
     }
 }

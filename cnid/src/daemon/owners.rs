@@ -480,6 +480,143 @@ mod tests {
         assert_eq!(listings(&o), 2);
     }
 
+    /// Another tool (libcni writes records in place, `O_TRUNC`) has
+    /// created `network`'s record of `cid` but not written it yet: the
+    /// file is there, empty, and stays open for the rest of the write.
+    fn start_in_place(cache: &std::path::Path, network: &str, cid: &str) -> std::fs::File {
+        let name = cni_core::cache::file_name(network, cid, "eth0").unwrap();
+        std::fs::File::create(cache.join("results").join(name)).unwrap()
+    }
+
+    /// The rest of [`start_in_place`]'s write: the record, then the close.
+    fn finish_in_place(mut f: std::fs::File, network: &str, cid: &str, netns: &str) {
+        use std::io::Write;
+        let rec = CacheRecord::new(
+            network,
+            &rt(cid, netns, "eth0"),
+            br#"{"cniVersion":"1.0.0","name":"n","type":"noop"}"#.to_vec(),
+            Some(serde_json::json!({"cniVersion": "1.0.0"})),
+        );
+        f.write_all(&rec.encode()).unwrap();
+    }
+
+    /// Regression test (attack on issue 25 item 4): a record a scan read
+    /// half written (created, still empty) was never read again once the
+    /// watch was lost before the next scan (here `results/` moved away and
+    /// back; a queue overflow alike): the loss dropped the names already
+    /// reported, and the listing after it kept every entry whose inode was
+    /// unchanged, as read before, so the finished record, of another
+    /// container on that netns, was never in the owner table.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_read_half_written_is_read_again_after_the_watch_is_lost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        write_record(dir, "net", "c0", "/run/netns/c0", false);
+        let o = Owners::new(ResultCache::new(dir));
+        o.refresh().await.unwrap();
+        let f = start_in_place(dir, "net", "late");
+        o.refresh().await.unwrap();
+        assert!(
+            owner_of(&o, "/run/netns/late").is_empty(),
+            "not written yet"
+        );
+        finish_in_place(f, "net", "late", "/run/netns/late");
+        let (results, away) = (dir.join("results"), dir.join("results.away"));
+        std::fs::rename(&results, &away).unwrap();
+        std::fs::rename(&away, &results).unwrap();
+        o.refresh().await.unwrap();
+        assert_eq!(listings(&o), 2, "the lost watch made a listing");
+        assert_eq!(owner_of(&o, "/run/netns/late"), ["net/late"]);
+        assert_eq!(owner_of(&o, "/run/netns/c0"), ["net/c0"]);
+    }
+
+    /// The same through the inotify queue's overflow: more changes between
+    /// two scans than the queue holds (`fs.inotify.max_queued_events`, read
+    /// at the start: two events per rename, so about that many / 2
+    /// renames, ~8,200 at the default).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_inotify_overflow_loses_no_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        write_record(dir, "net", "c0", "/run/netns/c0", false);
+        let o = Owners::new(ResultCache::new(dir));
+        o.refresh().await.unwrap();
+        let f = start_in_place(dir, "net", "late");
+        o.refresh().await.unwrap();
+        finish_in_place(f, "net", "late", "/run/netns/late");
+        let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Another tool's file (a dot name: never a record) renamed back
+        // and forth, an IN_MOVED_FROM and an IN_MOVED_TO each (their
+        // cookies differ: no two merge); then one record removed.
+        let (a, b) = (dir.join("results/.flood-a"), dir.join("results/.flood-b"));
+        std::fs::write(&a, b"").unwrap();
+        for _ in 0..max / 4 + 8 {
+            std::fs::rename(&a, &b).unwrap();
+            std::fs::rename(&b, &a).unwrap();
+        }
+        remove_record(dir, "net", "c0");
+        o.refresh().await.unwrap();
+        assert_eq!(listings(&o), 2, "the overflow made a listing");
+        assert_eq!(owner_of(&o, "/run/netns/late"), ["net/late"]);
+        assert!(owner_of(&o, "/run/netns/c0").is_empty(), "removed");
+        // And the new watch follows what comes next.
+        write_record(dir, "net", "next", "/run/netns/next", false);
+        o.refresh().await.unwrap();
+        assert_eq!(owner_of(&o, "/run/netns/next"), ["net/next"]);
+        assert_eq!(listings(&o), 2);
+    }
+
+    /// Attack on issue 25 item 4 (found nothing): `results/` replaced by
+    /// a symbolic link to another dir, the link pointed elsewhere,
+    /// `results/` deleted, then made again: each refresh has the records
+    /// of the dir the path leads to now, and no other.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn results_swapped_for_a_link_deleted_and_remade_are_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b, c) = (
+            tmp.path().join("a"),
+            tmp.path().join("b"),
+            tmp.path().join("c"),
+        );
+        for (dir, cid) in [(&a, "in-a"), (&b, "in-b"), (&c, "in-c")] {
+            write_record(dir, "net", cid, &format!("/run/netns/{cid}"), false);
+        }
+        let o = Owners::new(ResultCache::new(&a));
+        o.refresh().await.unwrap();
+        let owners = |o: &Owners| {
+            ["in-a", "in-b", "in-c"]
+                .into_iter()
+                .filter(|cid| !owner_of(o, &format!("/run/netns/{cid}")).is_empty())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(owners(&o), ["in-a"]);
+        let results = a.join("results");
+        std::fs::rename(&results, a.join("old")).unwrap();
+        std::os::unix::fs::symlink(b.join("results"), &results).unwrap();
+        o.refresh().await.unwrap();
+        assert_eq!(owners(&o), ["in-b"], "a link to b's");
+        let next = a.join("next");
+        std::os::unix::fs::symlink(c.join("results"), &next).unwrap();
+        std::fs::rename(&next, &results).unwrap();
+        o.refresh().await.unwrap();
+        assert_eq!(owners(&o), ["in-c"], "the link pointed at c's");
+        std::fs::remove_file(&results).unwrap();
+        o.refresh().await.unwrap();
+        assert!(owners(&o).is_empty(), "no results/");
+        write_record(&a, "net", "in-a", "/run/netns/in-a", false);
+        o.refresh().await.unwrap();
+        assert_eq!(owners(&o), ["in-a"], "made again");
+        let listed = listings(&o);
+        write_record(&a, "net", "in-b", "/run/netns/in-b", true);
+        o.refresh().await.unwrap();
+        assert_eq!(owners(&o), ["in-a", "in-b"], "and watched");
+        assert_eq!(listings(&o), listed, "from a new watch, not a listing");
+    }
+
     fn page_names(page: &[CacheRecord]) -> Vec<String> {
         page.iter()
             .map(|r| {

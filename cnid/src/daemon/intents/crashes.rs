@@ -720,7 +720,7 @@ async fn enumerate(op: Op, fail: Option<usize>, size: usize, nested: bool, v: &m
 /// `cni_async::durable`'s functions that go through one (they are
 /// `#[track_caller]`: the simulated disk names their caller's line).
 fn storage_call_sites() -> BTreeSet<String> {
-    const METHODS: [&str; 12] = [
+    const METHODS: [&str; 13] = [
         "create_new",
         "open_append",
         "open_write",
@@ -733,6 +733,7 @@ fn storage_call_sites() -> BTreeSet<String> {
         "sync_dir",
         "rename",
         "remove",
+        "remove_dir",
     ];
     const DURABLE: [&str; 7] = [
         "write_atomic_on",

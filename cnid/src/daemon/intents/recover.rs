@@ -29,10 +29,17 @@ impl Intents {
         // A dir made here is flushed into its parent, and so is the state
         // dir when this is its first start (a power loss must not take the
         // journal away with its dir; found by the crash-point enumeration).
+        // A dir found here is flushed too: a start killed between making
+        // it and flushing it left it so, and the kernel keeps it until a
+        // power loss (found by the attack on issue 21). Two `fsync`s of
+        // dirs per start.
         let new = std::fs::symlink_metadata(&self.dir).is_err();
         durable::ensure_private_dir_durable(&*self.storage, &self.dir, true)
             .map_err(|e| ctx(&self.dir, "create", e))?;
-        if new && let Some(above) = self.dir.parent().and_then(Path::parent) {
+        if !new && let Some(state) = self.dir.parent() {
+            durable::sync_dir(&*self.storage, state)?;
+        }
+        if let Some(above) = self.dir.parent().and_then(Path::parent) {
             durable::sync_dir(&*self.storage, above)?;
         }
         super::super::private_state_dir(&self.dir)
@@ -127,11 +134,16 @@ impl Intents {
             ],
             line: commit_line(0, boot, bytes),
         };
+        // The records to flush (by index): this boot's, and the restored
+        // ones, whose write flushed them but trusted a dir it found there,
+        // which a start killed before its flush may have left unflushed
+        // (found by the attack on issue 21): the flush makes the dirs
+        // durable too.
         let mut flush = Vec::new();
-        for (boot, rec, bytes) in &records {
+        for (i, (boot, rec, bytes)) in records.iter().enumerate() {
             let (net, cid, ifname) = (&rec.network_name, &rec.container_id, &rec.if_name);
             if self.boot.is_empty() || **boot == *self.boot {
-                flush.push((net.as_str(), cid.as_str(), ifname.as_str()));
+                flush.push(i);
                 continue;
             }
             let path = match cache.path(net, cid, ifname) {
@@ -142,6 +154,8 @@ impl Intents {
                 }
             };
             if durable::read_nofollow(&path).is_ok_and(|b| b == *bytes) {
+                // Restored by a start that may not have flushed it.
+                flush.push(i);
                 continue;
             }
             let newer = std::fs::symlink_metadata(&path)
@@ -156,6 +170,7 @@ impl Intents {
             }
             match cache.write_durable_blocking(rec) {
                 Ok(()) => {
+                    flush.push(i);
                     if let Some(t) = journal_mtime {
                         date_restored(&path, t);
                     }
@@ -169,13 +184,19 @@ impl Intents {
                 }
             }
         }
-        if let Err(e) = cache.sync_records_blocking(flush) {
-            unsettled.extend(
-                records
-                    .iter()
-                    .filter(|(boot, _, _)| self.boot.is_empty() || **boot == *self.boot)
-                    .map(|(boot, rec, bytes)| carry(boot, rec, bytes)),
-            );
+        let names = flush.iter().map(|&i| {
+            let rec = &records[i].1;
+            (
+                rec.network_name.as_str(),
+                rec.container_id.as_str(),
+                rec.if_name.as_str(),
+            )
+        });
+        if let Err(e) = cache.sync_records_blocking(names) {
+            unsettled.extend(flush.iter().map(|&i| {
+                let (boot, rec, bytes) = &records[i];
+                carry(boot, rec, bytes)
+            }));
             tracing::error!(error = %cni_core::error::Chain(&e), "cannot flush the cached ADD results; the ADD journal is kept for the next start");
         }
         unsettled
@@ -494,8 +515,9 @@ mod tests {
         for _ in 0..3 {
             // Killed at the temp file's fdatasync: written, not renamed
             // (after the removal of the last start's temp file, if any:
-            // an I/O point too).
-            let at = if temps() == 0 { 2 } else { 3 };
+            // an I/O point too; after the start's flushes of the state
+            // dir and of its parent, two more).
+            let at = if temps() == 0 { 4 } else { 5 };
             let sim = Arc::new(super::super::simdisk::SimDisk::new(dir.path()).crash_at(at));
             let killed = Intents::new(dir.path()).with_storage(sim.clone());
             assert!(killed.prepare().is_err());
@@ -580,6 +602,103 @@ mod tests {
     async fn the_first_start_flushes_the_intents_dir() {
         let dir = tempfile::tempdir().unwrap();
         let sim = Arc::new(SimDisk::new(dir.path()));
+        let intents = on_sim(dir.path(), "boot-a", &sim);
+        intents.prepare().unwrap();
+        let cache = intents.cache.clone().unwrap();
+        let r = committed_add(&intents, &cache, "c-1").await;
+        drop(intents);
+        sim.power_loss(Cut::None);
+        deferred(dir.path(), "boot-b");
+        assert_eq!(
+            std::fs::read(cache.path("n", "c-1", "eth0").unwrap()).ok(),
+            Some(r.encode()),
+            "the answered ADD's result, restored from its commit line"
+        );
+    }
+
+    /// Found by the attack on issue 21: the kill -9 case of
+    /// `a_restore_after_a_failed_dir_flush_does_not_trust_the_dir`. A
+    /// start after a reboot, killed after it made the cache dir (to restore
+    /// a record into) and before it flushed it, left the dir; the next
+    /// start, same boot, found it there, restored the records into it
+    /// without flushing it, and dropped their commit lines: a power loss
+    /// then lost the records for good.
+    #[tokio::test]
+    async fn a_restore_after_a_killed_dir_flush_does_not_trust_the_dir() {
+        let at = first_cache_call("fsync-dir", false).await;
+        let dir = tempfile::tempdir().unwrap();
+        let (recs, _) = rebooted_with_two_records(dir.path(), false).await;
+        let sim = Arc::new(SimDisk::new(dir.path()).crash_at(at));
+        assert!(on_sim(dir.path(), "boot-b", &sim).prepare().is_err());
+        assert_eq!(sim.crashed_at().unwrap().kind, "fsync-dir");
+        assert!(cache_in(dir.path()).results_dir().is_dir(), "made");
+        sim.revive();
+        on_sim(dir.path(), "boot-b", &sim).prepare().unwrap();
+        sim.power_loss(Cut::None);
+        let (cache, _, _) = deferred(dir.path(), "boot-c");
+        for r in &recs {
+            let path = cache.path("n", &r.container_id, "eth0").unwrap();
+            assert_eq!(
+                std::fs::read(&path).ok(),
+                Some(r.encode()),
+                "{}: lost",
+                r.container_id
+            );
+        }
+    }
+
+    /// Found by the attack on issue 21: cnid writes records without a
+    /// flush (the journal's commit lines stand for them) and, before the
+    /// lines go (a graceful stop, the periodic flush), flushes the record
+    /// files and `results/`, but never `results/` into the cache dir nor
+    /// the cache dir into its parent. The first stop's removal of the
+    /// journal is unflushed, so a power loss right then brings the lines
+    /// back; but a restart in the same boot flushes the new journal's dir,
+    /// and with it that removal: a power loss then took `results/` away
+    /// with the first run's answered ADD, whose line was gone for good.
+    #[tokio::test]
+    async fn records_flushed_at_a_stop_survive_a_later_power_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Arc::new(SimDisk::new(dir.path()));
+        let first = on_sim(dir.path(), "boot-a", &sim);
+        first.prepare().unwrap();
+        let cache = first.cache.clone().unwrap();
+        let r1 = committed_add(&first, &cache, "c-1").await;
+        first.close();
+        drop(first);
+        let second = on_sim(dir.path(), "boot-a", &sim);
+        second.prepare().unwrap();
+        let r2 = committed_add(&second, &cache, "c-2").await;
+        drop(second);
+        sim.power_loss(Cut::None);
+        deferred(dir.path(), "boot-b");
+        for r in [r1, r2] {
+            let path = cache.path("n", &r.container_id, "eth0").unwrap();
+            assert_eq!(
+                std::fs::read(&path).ok(),
+                Some(r.encode()),
+                "{}: the answered ADD's result lost",
+                r.container_id
+            );
+        }
+    }
+
+    /// Found by the attack on issue 21 (a `kill -9` in a start, then a
+    /// restart in the same boot, then a power loss, which the enumeration
+    /// does not combine: its restarts after a kill take everything on disk
+    /// as durable): the first start, killed after it made `intents/` and
+    /// before it flushed it into the state dir, left the dir; the next
+    /// start found it there and did not flush it, so a power loss took it
+    /// away with the journal, and with it the commit line of an ADD that
+    /// start had answered: its cached result was lost.
+    #[tokio::test]
+    async fn a_start_flushes_the_intents_dir_a_killed_start_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Arc::new(SimDisk::new(dir.path()).crash_at(0));
+        assert!(on_sim(dir.path(), "boot-a", &sim).prepare().is_err());
+        assert_eq!(sim.crashed_at().unwrap().kind, "fsync-dir");
+        assert!(dir.path().join(INTENTS_DIR).is_dir(), "made, not flushed");
+        sim.revive();
         let intents = on_sim(dir.path(), "boot-a", &sim);
         intents.prepare().unwrap();
         let cache = intents.cache.clone().unwrap();

@@ -138,6 +138,16 @@ impl SimDisk {
         self
     }
 
+    /// A new process after a `kill -9`, in the same boot: the kernel kept
+    /// every write of the dead one, flushed or not, so the shadow stays
+    /// as it is (a power loss later still loses what it never flushed).
+    /// No crash armed.
+    pub(crate) fn revive(&self) {
+        let mut s = self.lock();
+        s.dead = false;
+        s.crash_at = None;
+    }
+
     /// The `n`-th I/O call fails with `ENOSPC` (doing nothing); the process
     /// goes on.
     pub(crate) fn fail_at(self, n: usize) -> Self {
@@ -415,6 +425,12 @@ impl Storage for SimDisk {
     fn remove(&self, path: &Path) -> io::Result<()> {
         self.call("remove", path, Location::caller())?;
         Disk.remove(path)
+    }
+
+    #[track_caller]
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        self.call("remove-dir", path, Location::caller())?;
+        Disk.remove_dir(path)
     }
 }
 
