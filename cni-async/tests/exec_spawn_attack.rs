@@ -397,3 +397,62 @@ async fn pipe_faults_end_alike_on_both_spawn_paths() {
         assert!(wait_gone(&pids, MARGIN).await.is_empty(), "{exec:?}");
     }
 }
+
+/// An embedder that blocks signals in its threads (a `sigwait` thread
+/// design): the plugin still starts with none blocked and SIGPIPE at its
+/// default, on both paths (`posix_spawn` left it our thread's mask: SIGTERM
+/// blocked, so the group kill waited out the grace).
+#[test]
+fn a_blocked_signal_of_ours_is_not_blocked_in_the_plugin() {
+    let dir = PluginDir::new();
+    let path = dir.script(
+        "mask",
+        "echo \"pgid=$(cut -d' ' -f5 /proc/$$/stat) pid=$$\"\n\
+         exec grep -E '^Sig(Blk|Ign)' /proc/self/status",
+    );
+    let vars = env(&[("CNI_COMMAND", "ADD")]);
+    let seen = std::thread::spawn(move || {
+        // SAFETY: sigset_t filled by sigemptyset/sigaddset, then applied to
+        // this thread alone.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGUSR2] {
+                libc::sigaddset(&mut set, sig);
+            }
+            assert_eq!(
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()),
+                0
+            );
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        both()
+            .map(|exec| {
+                let out = rt.block_on(run_with(&exec, &path, &vars, b"{}")).unwrap();
+                String::from_utf8(out.stdout).unwrap()
+            })
+            .to_vec()
+    })
+    .join()
+    .unwrap();
+    for out in &seen {
+        let line = |key: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or_else(|| panic!("{key} in {out}"))
+                .trim()
+                .to_owned()
+        };
+        assert_eq!(line("SigBlk:"), "0000000000000000", "{seen:?}");
+        let ignored = u64::from_str_radix(&line("SigIgn:"), 16).unwrap();
+        assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "{seen:?}");
+        let (pgid, pid) = line("pgid=")
+            .split_once(" pid=")
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .unwrap();
+        assert_eq!(pgid, pid, "a group of its own: {seen:?}");
+    }
+}

@@ -101,10 +101,18 @@ fn start_tokio(path: &Path, env: &[(String, String)]) -> io::Result<Started> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own group, so one killpg reaches everything it forks.
-        // No pre_exec: std keeps using posix_spawn.
+        // No pre_exec unless needed (below): std keeps using posix_spawn.
         .process_group(0)
         // Our guard kills the whole group; kill_on_drop would kill the child only.
         .kill_on_drop(false);
+    if spawn::signals_blocked() {
+        // posix_spawn would leave the plugin this thread's blocked signals
+        // (SIGTERM blocked: our kill waits out the grace); our own spawn
+        // empties the mask, so does this child, forked (std gives up
+        // posix_spawn for a pre_exec, hence only when a signal is blocked).
+        // SAFETY: the closure only makes one async-signal-safe call.
+        unsafe { cmd.pre_exec(spawn::unblock_all_signals) };
+    }
     let mut child = cmd.spawn()?;
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
