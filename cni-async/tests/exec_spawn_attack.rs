@@ -456,3 +456,53 @@ fn a_blocked_signal_of_ours_is_not_blocked_in_the_plugin() {
         assert_eq!(pgid, pid, "a group of its own: {seen:?}");
     }
 }
+
+/// Our running children whose command line names `path`.
+fn our_children_running(path: &Path) -> Vec<String> {
+    let me = std::process::id();
+    let needle = path.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let dir = e.ok()?.path();
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            let ppid: u32 = stat[stat.rfind(')')? + 2..]
+                .split(' ')
+                .nth(1)?
+                .parse()
+                .ok()?;
+            let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (ppid == me && (cmdline.contains(&needle) || stat.contains(") Z "))).then_some(stat)
+        })
+        .collect()
+}
+
+/// A run polled on a runtime that was shut down: nothing there can wait
+/// for a plugin, so the run fails; a plugin it started must not be left
+/// running, nor unreaped (before: left running, on both paths).
+#[test]
+fn a_run_on_a_shut_down_runtime_leaves_no_plugin_behind() {
+    let dir = PluginDir::new();
+    // The shell stays (no exec): its command line names the plugin.
+    let path = dir.script("hang", "sleep 1000\nexit 0");
+    let vars = env(&[("CNI_COMMAND", "ADD")]);
+    for exec in both() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = rt.handle().clone();
+        drop(rt);
+        let r = handle.block_on(run_with(&exec, &path, &vars, b"{}"));
+        assert!(matches!(r, Err(Error::Spawn { .. })), "{r:?} ({exec:?})");
+        // Returned: whatever it started was killed and reaped already.
+        let left = our_children_running(&path);
+        for stat in &left {
+            let pid: i32 = stat.split(' ').next().unwrap().parse().unwrap();
+            // SAFETY: cleanup of our own leftover child's group.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+        assert!(left.is_empty(), "{left:?} ({exec:?})");
+    }
+}

@@ -54,9 +54,18 @@ pub(super) fn start(path: &Path, env: &[(String, String)], portable: bool) -> io
         match spawn::spawn(path, env, stdio)? {
             Spawn::Started(s) => {
                 drop((in_r, out_w, err_w));
+                let pidfd = match spawn::watch(s.pidfd) {
+                    Ok(pidfd) => pidfd,
+                    Err((pidfd, e)) => {
+                        // Nothing here can wait for it: end it now.
+                        let _ = signal_group(s.pid, SIGKILL);
+                        let _ = spawn::reap(pidfd.as_fd(), true);
+                        return Err(e);
+                    }
+                };
                 let child = Own {
                     pid: s.pid,
-                    pidfd: spawn::watch(s.pidfd)?,
+                    pidfd,
                     status: None,
                 };
                 return match own_pipes(in_w, out_r, err_r) {
@@ -95,6 +104,10 @@ fn own_pipes(
 }
 
 fn start_tokio(path: &Path, env: &[(String, String)]) -> io::Result<Started> {
+    // tokio registers the pipes after std started the child; where that
+    // fails (the runtime is shutting down) the child would be left running
+    // and never reaped: find out before starting it.
+    drop(pipe::pipe()?);
     let mut cmd = tokio::process::Command::new(path);
     cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::piped())

@@ -175,15 +175,18 @@ pub(crate) fn unblock_all_signals() -> io::Result<()> {
     Ok(())
 }
 
-/// `pidfd` registered with tokio's reactor, readable once the process exited.
-pub(crate) fn watch(pidfd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+/// `pidfd` registered with tokio's reactor, readable once the process
+/// exited; on failure (the runtime is shutting down) the pidfd back.
+pub(crate) fn watch(
+    pidfd: OwnedFd,
+) -> Result<tokio::io::unix::AsyncFd<OwnedFd>, (OwnedFd, io::Error)> {
     // SAFETY: the AsyncFd owns the OwnedFd, so the fd stays open (and is not
     // replaced) for as long as it is registered, and is closed only after
     // the AsyncFd deregistered it on drop.
     unsafe {
         tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
     }
-    .map_err(io::Error::from)
+    .map_err(tokio::io::unix::AsyncFdRegisterError::into_parts)
 }
 
 /// Reaps the process of `pidfd` (`waitid(P_PIDFD, WEXITED)`): `None` while
