@@ -32,6 +32,7 @@ mod exec_lookup;
 mod exec_output;
 mod exec_pipes;
 mod exec_spawn;
+mod exec_spawn_attack;
 mod multi_bridge;
 mod multi_fake;
 mod multi_runtime_real;

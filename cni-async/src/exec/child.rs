@@ -54,9 +54,18 @@ pub(super) fn start(path: &Path, env: &[(String, String)], portable: bool) -> io
         match spawn::spawn(path, env, stdio)? {
             Spawn::Started(s) => {
                 drop((in_r, out_w, err_w));
+                let pidfd = match spawn::watch(s.pidfd) {
+                    Ok(pidfd) => pidfd,
+                    Err((pidfd, e)) => {
+                        // Nothing here can wait for it: end it now.
+                        let _ = signal_group(s.pid, SIGKILL);
+                        let _ = spawn::reap(pidfd.as_fd(), true);
+                        return Err(e);
+                    }
+                };
                 let child = Own {
                     pid: s.pid,
-                    pidfd: spawn::watch(s.pidfd)?,
+                    pidfd,
                     status: None,
                 };
                 return match own_pipes(in_w, out_r, err_r) {
@@ -95,16 +104,28 @@ fn own_pipes(
 }
 
 fn start_tokio(path: &Path, env: &[(String, String)]) -> io::Result<Started> {
+    // tokio registers the pipes after std started the child; where that
+    // fails (the runtime is shutting down) the child would be left running
+    // and never reaped: find out before starting it.
+    drop(pipe::pipe()?);
     let mut cmd = tokio::process::Command::new(path);
     cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own group, so one killpg reaches everything it forks.
-        // No pre_exec: std keeps using posix_spawn.
+        // No pre_exec unless needed (below): std keeps using posix_spawn.
         .process_group(0)
         // Our guard kills the whole group; kill_on_drop would kill the child only.
         .kill_on_drop(false);
+    if spawn::signals_blocked() {
+        // posix_spawn would leave the plugin this thread's blocked signals
+        // (SIGTERM blocked: our kill waits out the grace); our own spawn
+        // empties the mask, so does this child, forked (std gives up
+        // posix_spawn for a pre_exec, hence only when a signal is blocked).
+        // SAFETY: the closure only makes one async-signal-safe call.
+        unsafe { cmd.pre_exec(spawn::unblock_all_signals) };
+    }
     let mut child = cmd.spawn()?;
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())

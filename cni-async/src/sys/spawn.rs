@@ -147,15 +147,46 @@ pub(crate) fn spawn(path: &Path, env: &[(String, String)], stdio: Stdio<'_>) -> 
     }))
 }
 
-/// `pidfd` registered with tokio's reactor, readable once the process exited.
-pub(crate) fn watch(pidfd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+/// Whether the calling thread blocks any signal (a plugin started from it
+/// by `posix_spawn` would inherit that mask).
+pub(crate) fn signals_blocked() -> bool {
+    // SAFETY: an all-zero sigset_t is valid; pthread_sigmask with a null
+    // new set only reads this thread's mask into it.
+    unsafe {
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask) == 0
+            && (1..=libc::SIGRTMAX()).any(|sig| libc::sigismember(&mask, sig) == 1)
+    }
+}
+
+/// Unblocks every signal of the calling thread. Async-signal-safe: for a
+/// forked child before `execve`.
+pub(crate) fn unblock_all_signals() -> io::Result<()> {
+    // SAFETY: an all-zero sigset_t is valid; sigemptyset and pthread_sigmask
+    // only read and write it and this thread's mask.
+    let rc = unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// `pidfd` registered with tokio's reactor, readable once the process
+/// exited; on failure (the runtime is shutting down) the pidfd back.
+pub(crate) fn watch(
+    pidfd: OwnedFd,
+) -> Result<tokio::io::unix::AsyncFd<OwnedFd>, (OwnedFd, io::Error)> {
     // SAFETY: the AsyncFd owns the OwnedFd, so the fd stays open (and is not
     // replaced) for as long as it is registered, and is closed only after
     // the AsyncFd deregistered it on drop.
     unsafe {
         tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
     }
-    .map_err(io::Error::from)
+    .map_err(tokio::io::unix::AsyncFdRegisterError::into_parts)
 }
 
 /// Reaps the process of `pidfd` (`waitid(P_PIDFD, WEXITED)`): `None` while
