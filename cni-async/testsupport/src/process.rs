@@ -118,3 +118,42 @@ impl Drop for GroupReaper {
         }
     }
 }
+
+/// The variable that tells a copy of the test binary it is the one
+/// [`alone`] started.
+const ALONE: &str = "CNIRS_TEST_ALONE";
+
+/// Runs test `name` (its full path, `module::test`) again in a process of
+/// its own: this test binary with `--exact name --test-threads=1`, where no
+/// other test's thread forks. Returns `true` in that copy, which then does
+/// the test's work, and `false` in the test that called it, after the copy
+/// passed (its output is in the panic message when it did not).
+///
+/// For a test that counts what an operation waits for: a fork in another
+/// test's thread copies our open files into its child until that child
+/// execs, so a lock we released stays held by the copy for that moment
+/// (`flock` belongs to the open file, not the fd) and the operation after
+/// ours waits for it.
+pub fn alone(name: &str) -> bool {
+    if std::env::var(ALONE).is_ok_and(|v| v == name) {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(&exe)
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(ALONE, name)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{name} in a process of its own: {}\n{text}",
+        out.status
+    );
+    false
+}
