@@ -88,17 +88,25 @@ fn target_layout(profile_dir: &Path) -> Result<(&Path, Option<&str>), String> {
     let up = profile_dir
         .parent()
         .ok_or_else(|| format!("no target dir above {}", profile_dir.display()))?;
-    if up.join("CACHEDIR.TAG").is_file() {
+    if is_target_root(up) {
         return Ok((up, None));
     }
     let triple = up.file_name().and_then(|n| n.to_str());
     match (up.parent(), triple) {
-        (Some(target), Some(t)) if target.join("CACHEDIR.TAG").is_file() => Ok((target, Some(t))),
+        (Some(target), Some(t)) if is_target_root(target) => Ok((target, Some(t))),
         _ => Err(format!(
-            "cannot tell the target dir of {} (no CACHEDIR.TAG above it)",
+            "cannot tell the target dir of {} (no CACHEDIR.TAG or .rustc_info.json above it)",
             profile_dir.display()
         )),
     }
+}
+
+/// Whether cargo keeps a target dir at `dir`: its `CACHEDIR.TAG`, which
+/// cargo writes only when it creates the dir itself (not when something
+/// else made it first, as `make deploy-check`'s venv may on a fresh clone),
+/// or its `.rustc_info.json`, which it writes at every run.
+fn is_target_root(dir: &Path) -> bool {
+    dir.join("CACHEDIR.TAG").is_file() || dir.join(".rustc_info.json").is_file()
 }
 
 /// `cni-noop`'s path where a `&str` constant stood: usable as a path
@@ -125,5 +133,38 @@ impl AsRef<std::ffi::OsStr> for NoopPlugin {
 impl std::fmt::Display for NoopPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(noop_path())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A target dir is recognised by its CACHEDIR.TAG or by cargo's
+    /// `.rustc_info.json` alone (a fresh clone's `target/` made first by
+    /// something other than cargo has no tag), with or without a target
+    /// triple between it and the profile dir.
+    #[test]
+    fn the_target_dir_is_found_with_or_without_its_tag() {
+        let root = tempfile::tempdir().unwrap();
+        let target = root.path().join("target");
+        let host = target.join("debug");
+        let cross = target.join("x86_64-unknown-linux-gnu").join("release");
+        std::fs::create_dir_all(&host).unwrap();
+        std::fs::create_dir_all(&cross).unwrap();
+        assert!(target_layout(&host).is_err(), "no marker yet");
+        std::fs::write(target.join(".rustc_info.json"), "{}").unwrap();
+        assert_eq!(target_layout(&host).unwrap(), (target.as_path(), None));
+        assert_eq!(
+            target_layout(&cross).unwrap(),
+            (target.as_path(), Some("x86_64-unknown-linux-gnu"))
+        );
+        std::fs::remove_file(target.join(".rustc_info.json")).unwrap();
+        std::fs::write(
+            target.join("CACHEDIR.TAG"),
+            "Signature: 8a477f597d28d172789f06886806bc55\n",
+        )
+        .unwrap();
+        assert_eq!(target_layout(&host).unwrap(), (target.as_path(), None));
     }
 }
