@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use crate::support;
 use crate::support::daemon::{
-    Daemon, Dirs, date_records_before_boot, del_gated_plugin, eventually_async, recording_plugin,
-    runs,
+    Daemon, Dirs, bridge_emptied, date_records_before_boot, del_gated_plugin, eventually_async,
+    recording_plugin, runs,
 };
 use crate::support::gate::Gate;
 use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
@@ -131,7 +131,7 @@ async fn after_a_reboot_the_start_releases_every_address_of_a_gone_namespace() {
     assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
     assert!(host_local_ips(&c.data_dir, NET).is_empty(), "IPs left");
     assert_eq!(data_dir_leftovers(&c.data_dir), Vec::<String>::new());
-    assert!(bridge_ports(c.bridge.name()).is_empty(), "veths left");
+    bridge_emptied(c.bridge.name()).await;
     assert!(client.attachments(None).await.unwrap().is_empty());
     let log = daemon.log();
     assert_eq!(log.matches("stale attachment deleted").count(), 3, "{log}");
@@ -214,7 +214,7 @@ async fn a_namespace_deleted_without_del_is_reaped_after_stale_after() {
     assert!(took >= Duration::from_secs(2));
     assert!(host_local_ips(&c.data_dir, NET).is_empty(), "IP left");
     assert_eq!(data_dir_leftovers(&c.data_dir), Vec::<String>::new());
-    assert!(bridge_ports(c.bridge.name()).is_empty());
+    bridge_emptied(c.bridge.name()).await;
     let log = daemon.log();
     assert!(
         log.contains("stale attachment deleted") && log.contains("namespace gone"),

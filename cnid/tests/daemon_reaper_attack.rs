@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::support::daemon::{
-    Daemon, Dirs, date_records_before_boot, del_gated_plugin, eventually_async, recording_plugin,
-    runs,
+    Daemon, Dirs, bridge_emptied, date_records_before_boot, del_gated_plugin, eventually_async,
+    recording_plugin, runs,
 };
 use crate::support::gate::Gate;
 use crate::support::netns::Netns;
@@ -185,9 +185,7 @@ async fn start_up_reaps_left_undone_are_retried_with_stale_after_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_left_at_the_netns_path_does_not_stop_the_reap() {
     crate::support::require_root!();
-    use crate::support::netns::{
-        LinkGuard, SubnetLease, bridge_ports, host_local_ips, ip_ok, unique_netns_name,
-    };
+    use crate::support::netns::{LinkGuard, SubnetLease, host_local_ips, ip_ok, unique_netns_name};
     /// Removes the file the test leaves at the path.
     struct Leftover(String);
     impl Drop for Leftover {
@@ -234,7 +232,7 @@ async fn a_file_left_at_the_netns_path_does_not_stop_the_reap() {
     .await;
     assert!(dirs.cached().is_empty(), "{}", daemon.log());
     assert!(host_local_ips(&data_dir, NET).is_empty(), "IP left");
-    assert!(bridge_ports(br).is_empty());
+    bridge_emptied(br).await;
 }
 
 /// The daemon "rebooted" (as `daemon_reaper.rs` simulates it): every cache

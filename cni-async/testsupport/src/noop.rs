@@ -82,8 +82,8 @@ pub fn build_noop() -> Result<PathBuf, String> {
 }
 
 /// The target dir and, for `--target` builds, the triple: the profile dir
-/// is `<target>/<profile>` or `<target>/<triple>/<profile>`; cargo marks
-/// the target dir itself with `CACHEDIR.TAG`.
+/// is `<target>/<profile>` or `<target>/<triple>/<profile>`, and the
+/// target dir is the one [`is_target_root`] recognises.
 fn target_layout(profile_dir: &Path) -> Result<(&Path, Option<&str>), String> {
     let up = profile_dir
         .parent()

@@ -16,7 +16,7 @@ use cni_core::{Command, NetworkConfigList, RuntimeConf, Version};
 use tokio_util::task::TaskTracker;
 
 use super::error::{ApiError, ErrorKind};
-use super::intents::{BeginError, Begun, Found, Intent, Intents};
+use super::intents::{BeginAnswer, BeginError, Intent, IntentFile, Intents};
 use super::metrics::Metrics;
 use super::networks::Networks;
 use super::operation::{Done, NewOp, Outcome, SandboxNet, Work};
@@ -251,8 +251,8 @@ impl Engine {
         let (cid, ifname) = (rt.container_id.as_str(), rt.ifname.as_str());
         let intent = Intent::new(net, rt, list.cache_bytes());
         let pending = match self.intents.begin(&intent).await {
-            Ok(Begun::Recorded(p)) => p,
-            Ok(Begun::Cached) => {
+            Ok(BeginAnswer::Recorded(p)) => p,
+            Ok(BeginAnswer::Cached) => {
                 return Err(ApiError::already_attached(
                     net,
                     cid,
@@ -261,7 +261,7 @@ impl Engine {
                 )
                 .into_cni(version));
             }
-            Ok(Begun::Open) => {
+            Ok(BeginAnswer::Open) => {
                 return Err(ApiError::already_attached(
                     net,
                     cid,
@@ -624,8 +624,8 @@ impl Engine {
         let mut n = 0;
         for f in found {
             let (path, intent) = match f {
-                Found::Intent(p, i) => (p, i),
-                Found::Corrupt(p, reason) => {
+                IntentFile::Intent(p, i) => (p, i),
+                IntentFile::Corrupt(p, reason) => {
                     tracing::error!(file = %p.display(), %reason, "unreadable ADD intent moved aside; its attachment (if any) is not cleaned up");
                     continue;
                 }

@@ -531,6 +531,20 @@ where
     }
 }
 
+/// Waits until bridge `bridge` has no port left, after namespaces holding
+/// the other ends of its veths were deleted. The host end of a veth goes
+/// with its peer, but the kernel tears a deleted namespace down
+/// asynchronously (its cleanup work runs after `ip netns del` returned,
+/// later on a busy machine), so a port may outlive the namespace a moment.
+pub async fn bridge_emptied(bridge: &str) {
+    eventually_async(
+        Duration::from_secs(60),
+        &format!("no port left on {bridge} once the namespaces are torn down"),
+        || async { cni_test_support::netns::bridge_ports(bridge).is_empty() },
+    )
+    .await;
+}
+
 /// Raises this process's open-file limit (tests with many connections).
 pub fn raise_nofile() {
     let mut lim = libc::rlimit {

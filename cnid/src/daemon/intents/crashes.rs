@@ -132,7 +132,7 @@ fn rt(cid: &str) -> RuntimeConf {
 /// engine's `recover` does before its DELs (the temp files of killed
 /// intent writes removed, the intent files read, corrupt ones moved
 /// aside).
-fn start(i: &Intents) -> io::Result<Vec<Found>> {
+fn start(i: &Intents) -> io::Result<Vec<IntentFile>> {
     i.prepare()?;
     i.remove_leftovers()?;
     i.scan()
@@ -152,7 +152,7 @@ async fn add(i: &Intents, sim: &SimDisk, w: &mut World, cid: &str, gate: Gate) {
     let intent = Intent::new("n", &rt, br#"{"name":"n"}"#.to_vec());
     w.tried.insert(cid.to_owned());
     let p = match i.begin(&intent).await {
-        Ok(Begun::Recorded(p)) => p,
+        Ok(BeginAnswer::Recorded(p)) => p,
         Ok(other) => panic!("{cid}: {other:?}"),
         Err(_) => return, // answered with an error; no plugin ran
     };
@@ -505,11 +505,11 @@ async fn restart_and_check(dir: &Path, mut w: World, boot: &str, kept_all: bool,
     let mut intents = BTreeSet::new();
     for f in start(&i).unwrap_or_else(|e| panic!("{at}: start: {e}")) {
         match f {
-            Found::Intent(_, i) => {
+            IntentFile::Intent(_, i) => {
                 intents.insert(i.rt.container_id.clone());
             }
-            Found::Corrupt(p, _) if p.ends_with(CORRUPT) => {}
-            Found::Corrupt(p, r) => panic!("{at}: corrupt {}: {r}", p.display()),
+            IntentFile::Corrupt(p, _) if p.ends_with(CORRUPT) => {}
+            IntentFile::Corrupt(p, r) => panic!("{at}: corrupt {}: {r}", p.display()),
         }
     }
     let record = |cid: &str| std::fs::read(cache.path("n", cid, "eth0").unwrap()).ok();
@@ -559,7 +559,7 @@ async fn restart_and_check(dir: &Path, mut w: World, boot: &str, kept_all: bool,
     for cid in w.tried.union(&w.deleted) {
         let intent = Intent::new("n", &rt(cid), br#"{"name":"n"}"#.to_vec());
         match i.begin(&intent).await.unwrap() {
-            Begun::Recorded(p) => i.finish(p).await.unwrap(),
+            BeginAnswer::Recorded(p) => i.finish(p).await.unwrap(),
             other => panic!("{at}: a new ADD of {cid} refused: {other:?}"),
         }
     }

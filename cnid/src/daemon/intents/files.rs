@@ -17,7 +17,7 @@ pub(super) const SUFFIX: &str = ".json";
 
 /// An intent file found at start.
 #[derive(Debug)]
-pub(crate) enum Found {
+pub(crate) enum IntentFile {
     /// A usable intent.
     Intent(PathBuf, Box<Intent>),
     /// A file that could not be read (already moved aside).
@@ -126,7 +126,7 @@ impl Intents {
 
     /// Every intent file, oldest name first; unreadable ones are moved to
     /// `intents/corrupt/` and reported. At start only (see the module docs).
-    pub(crate) fn scan(&self) -> io::Result<Vec<Found>> {
+    pub(crate) fn scan(&self) -> io::Result<Vec<IntentFile>> {
         let mut out = Vec::new();
         for name in self.names()? {
             if name.starts_with('.') || !name.ends_with(SUFFIX) {
@@ -134,10 +134,10 @@ impl Intents {
             }
             let path = self.dir.join(&name);
             match self.load(&name) {
-                Ok(i) => out.push(Found::Intent(path, Box::new(i))),
+                Ok(i) => out.push(IntentFile::Intent(path, Box::new(i))),
                 Err(reason) => {
                     self.move_aside(&path);
-                    out.push(Found::Corrupt(path, reason));
+                    out.push(IntentFile::Corrupt(path, reason));
                 }
             }
         }
@@ -198,7 +198,7 @@ mod tests {
         assert!(intents.exists("net-a", "c-1", "eth0").await);
         let found = intents.scan().unwrap();
         match found.as_slice() {
-            [Found::Intent(p, back)] => {
+            [IntentFile::Intent(p, back)] => {
                 assert_eq!(**back, i);
                 assert!(p.ends_with("net-a:c-1:eth0.json"));
             }
@@ -276,7 +276,7 @@ mod tests {
         let bad = dir.path().join(INTENTS_DIR).join("n:c:eth0.json");
         std::fs::write(&bad, b"{not json").unwrap();
         match intents.scan().unwrap().as_slice() {
-            [Found::Corrupt(p, _)] => assert_eq!(p, &bad),
+            [IntentFile::Corrupt(p, _)] => assert_eq!(p, &bad),
             other => panic!("{other:?}"),
         }
         assert!(!bad.exists());

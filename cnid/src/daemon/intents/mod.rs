@@ -105,7 +105,7 @@ mod simdisk;
 #[cfg(test)]
 mod storage;
 
-pub(crate) use files::Found;
+pub(crate) use files::IntentFile;
 use log::*;
 pub(crate) use record::Intent;
 use record::*;
@@ -163,7 +163,7 @@ pub(crate) struct Intents {
 
 /// What [`Intents::begin`] found.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Begun {
+pub(crate) enum BeginAnswer {
     /// Recorded: run the plugins, then [`Intents::commit`] or
     /// [`Intents::finish`].
     Recorded(Pending),
@@ -175,12 +175,12 @@ pub(crate) enum Begun {
 }
 
 #[cfg(test)]
-impl Begun {
+impl BeginAnswer {
     /// The record, when one was made.
     fn pending(self) -> Option<Pending> {
         match self {
-            Begun::Recorded(p) => Some(p),
-            Begun::Cached | Begun::Open => None,
+            BeginAnswer::Recorded(p) => Some(p),
+            BeginAnswer::Cached | BeginAnswer::Open => None,
         }
     }
 }
@@ -303,8 +303,8 @@ impl Intents {
     /// or one in progress): checked in the same hop to the blocking pool.
     ///
     /// With a cache ([`Intents::with_cache`]), an attachment whose result is
-    /// cached is refused first ([`Begun::Cached`]), in the same hop.
-    pub(crate) async fn begin(&self, intent: &Intent) -> Result<Begun, BeginError> {
+    /// cached is refused first ([`BeginAnswer::Cached`]), in the same hop.
+    pub(crate) async fn begin(&self, intent: &Intent) -> Result<BeginAnswer, BeginError> {
         let k = key(&intent.network, &intent.rt.container_id, &intent.rt.ifname);
         let this = self.clone();
         let intent = intent.clone();
@@ -316,19 +316,19 @@ impl Intents {
             );
             if let Some(cache) = &this.cache {
                 match cache.read_blocking(net, cid, ifname) {
-                    Ok(Some(_)) => return Ok(Begun::Cached),
+                    Ok(Some(_)) => return Ok(BeginAnswer::Cached),
                     Ok(None) => {}
                     Err(e) => return Err(BeginError::Cache(e)),
                 }
             }
             let path = this.dir.join(JOURNAL);
             if std::fs::symlink_metadata(this.path(net, cid, ifname)).is_ok() {
-                return Ok(Begun::Open);
+                return Ok(BeginAnswer::Open);
             }
             let (seq, file) = {
                 let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
                 if j.open.values().any(|(open, _)| *open == k) {
-                    return Ok(Begun::Open);
+                    return Ok(BeginAnswer::Open);
                 }
                 let file = this.journal_file(&mut j).map_err(BeginError::Journal)?;
                 let seq = j.next_seq;
@@ -350,7 +350,7 @@ impl Intents {
                     .remove(&seq);
                 return Err(BeginError::Journal(ctx(&path, "fdatasync", e)));
             }
-            Ok(Begun::Recorded(Pending(seq)))
+            Ok(BeginAnswer::Recorded(Pending(seq)))
         });
         task.await.unwrap_or_else(|e| {
             Err(BeginError::Journal(io::Error::other(format!(
@@ -809,7 +809,7 @@ mod tests {
                 .begin(&Intent::new("n", &rt, b"{}".to_vec()))
                 .await
                 .unwrap(),
-            Begun::Cached
+            BeginAnswer::Cached
         );
         cache.remove("n", "c-1", "eth0").await.unwrap();
         assert!(matches!(
@@ -817,7 +817,7 @@ mod tests {
                 .begin(&Intent::new("n", &rt, b"{}".to_vec()))
                 .await
                 .unwrap(),
-            Begun::Recorded(_)
+            BeginAnswer::Recorded(_)
         ));
     }
 

@@ -288,7 +288,7 @@ mod tests {
         let after = Intents::new(dir.path());
         after.prepare().unwrap();
         match after.scan().unwrap().as_slice() {
-            [Found::Intent(p, i)] => {
+            [IntentFile::Intent(p, i)] => {
                 assert!(p.ends_with("n:c-1:eth0.json"));
                 assert_eq!(i.rt, rt1);
                 assert_eq!(i.config, i1.config);
@@ -396,8 +396,8 @@ mod tests {
             .unwrap()
             .into_iter()
             .map(|f| match f {
-                Found::Intent(p, _) => p.file_name().unwrap().to_string_lossy().into_owned(),
-                Found::Corrupt(p, r) => panic!("{}: {r}", p.display()),
+                IntentFile::Intent(p, _) => p.file_name().unwrap().to_string_lossy().into_owned(),
+                IntentFile::Corrupt(p, r) => panic!("{}: {r}", p.display()),
             })
             .collect();
         assert_eq!(found, ["n:c-2:eth0.json"], "c-2's ADD is not rolled back");

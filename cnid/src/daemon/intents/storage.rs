@@ -91,7 +91,7 @@ async fn every_io_point_of_an_answered_add_failed_in_turn() {
         let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
         let i = Intent::new("n", &rt, br#"{"name":"n"}"#.to_vec());
         let answered = match intents.begin(&i).await {
-            Ok(Begun::Recorded(p)) => {
+            Ok(BeginAnswer::Recorded(p)) => {
                 let r = CacheRecord::new(
                     "n",
                     &rt,
@@ -138,7 +138,7 @@ async fn every_io_point_of_an_answered_add_failed_in_turn() {
                 None => assert!(intents.len() <= 1, "point {fail_at}, {boot}"),
             }
             for f in intents {
-                if let Found::Intent(p, _) = f {
+                if let IntentFile::Intent(p, _) = f {
                     std::fs::remove_file(p).unwrap();
                 }
             }
