@@ -1265,7 +1265,7 @@ impl AttachmentLock {
     pub fn release_and_remove(mut self) {
         if let Some(file) = self.file.take() {
             let _ = self.storage.remove(&self.path);
-            drop(file);
+            unlock(file);
         }
     }
 }
@@ -1288,7 +1288,19 @@ impl Drop for AttachmentLock {
             tracing::debug!(file = %self.path.display(), error = %e, "cannot remove an unused lock file");
         }
         // Unlocks: only now, after the unlink.
-        drop(file);
+        unlock(file);
+    }
+}
+
+/// Releases a held lock file's `flock` now, then closes it.
+///
+/// Closing alone is not enough: `flock` belongs to the open file, and a
+/// child forked by any thread of this process (a plugin being spawned)
+/// holds a copy of it until the child execs, keeping the lock taken for
+/// that moment. `LOCK_UN` releases it for every copy at once.
+fn unlock(file: File) {
+    if let Err(e) = file.unlock() {
+        tracing::debug!(error = %e, "cannot unlock an attachment lock file; closing it");
     }
 }
 

@@ -27,7 +27,6 @@ use cni_async::cache::ResultCache;
 use cni_async::{Cni, Error, ExecOutput, ExecRequest, PluginExec};
 use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::{Command, NetworkConfigList, RuntimeConf};
-use cni_test_support::process::alone;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
@@ -174,15 +173,13 @@ fn trips(inline: bool) -> [usize; 3] {
     trips
 }
 
-// Both in a process of their own (`alone`): a fork in another test's
-// thread holds a copy of the lock CHECK released until its child execs,
-// and DEL then waits for it (a `Pending` that is no trip to the pool).
+// A fork in another test's thread holds a copy of the lock CHECK
+// released until its child execs; the release unlocks every copy at once
+// (`a_released_lock_is_free_while_a_forked_child_holds_its_file`), so DEL
+// never waits for it (a `Pending` that is no trip to the pool).
 
 #[test]
 fn add_check_and_del_take_one_trip_to_the_pool_per_cache_step() {
-    if !alone("cache_handoffs::add_check_and_del_take_one_trip_to_the_pool_per_cache_step") {
-        return;
-    }
     // ADD: lock + slot check, then the write (with the lock). CHECK: lock
     // + read. DEL: lock + read, then the removal.
     assert_eq!(trips(false), [2, 1, 2], "trips of ADD, CHECK, DEL");
@@ -190,9 +187,6 @@ fn add_check_and_del_take_one_trip_to_the_pool_per_cache_step() {
 
 #[test]
 fn with_inline_io_add_check_and_del_never_wait() {
-    if !alone("cache_handoffs::with_inline_io_add_check_and_del_never_wait") {
-        return;
-    }
     assert_eq!(trips(true), [0, 0, 0]);
 }
 
@@ -294,12 +288,10 @@ fn lock_unused_refuses_a_colliding_record_and_releases_the_lock() {
             std::fs::read(dir.join("results/a-b-c-eth0")).unwrap(),
             before
         );
-        // Released: taken again. Not with a zero wait: a fork in another
-        // test's thread holds a copy of the lock's open file until its
-        // child execs (`flock` belongs to the open file), which kept the
-        // released lock busy for that moment in a loaded fresh-clone run.
-        // A lock never released still fails here, after a second.
-        let again = cache.lock("a-b", "c", "eth0", SECOND).await;
+        // Released: taken again at once, even while a fork in another
+        // test's thread holds a copy of the lock's open file (see
+        // `a_released_lock_is_free_while_a_forked_child_holds_its_file`).
+        let again = cache.lock("a-b", "c", "eth0", Duration::ZERO).await;
         assert!(again.is_ok(), "{:?}", again.err());
     });
 }
@@ -421,5 +413,54 @@ fn lock_and_read_reads_under_the_lock() {
             .unwrap_err();
         assert!(matches!(busy, Error::CacheLocked { .. }), "{busy}");
         drop(lock);
+    });
+}
+
+/// A child forked while the lock was held (any thread's plugin spawn)
+/// holds a copy of the lock's open file until it execs. Releasing the
+/// lock frees it for everyone at once, not when that child gets to exec:
+/// the child here is held between fork and exec until the lock has been
+/// taken again with no wait.
+#[test]
+fn a_released_lock_is_free_while_a_forked_child_holds_its_file() {
+    use std::io::{Read, Write};
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+
+    both_modes(async |cache, _dir| {
+        // A record keeps the lock file (and its inode) across the release.
+        cache.write(&record("n", "c1", "eth0")).await.unwrap();
+        let lock = cache.lock("n", "c1", "eth0", SECOND).await.unwrap();
+        // forked: the child says it is between fork and exec;
+        // go: the test lets it exec.
+        let (forked_r, forked_w): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
+        let (go_r, go_w): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
+        let (child_forked_w, child_go_r) = (forked_w.as_raw_fd(), go_r.as_raw_fd());
+        let spawner = std::thread::spawn(move || {
+            let mut command = std::process::Command::new("true");
+            // SAFETY: only async-signal-safe calls (write, read) between
+            // fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    let mut byte = [0u8; 1];
+                    libc::write(child_forked_w, byte.as_ptr().cast(), 1);
+                    libc::read(child_go_r, byte.as_mut_ptr().cast(), 1);
+                    Ok(())
+                });
+            }
+            command.status().unwrap()
+        });
+        // Both ends stay open here until the child has used them.
+        let mut byte = [0u8; 1];
+        std::fs::File::from(forked_r).read_exact(&mut byte).unwrap();
+        drop(forked_w);
+
+        drop(lock);
+        let again = cache.lock("n", "c1", "eth0", Duration::ZERO).await;
+
+        std::fs::File::from(go_w).write_all(b"x").unwrap();
+        assert!(spawner.join().unwrap().success());
+        drop(go_r);
+        assert!(again.is_ok(), "{:?}", again.err());
     });
 }

@@ -451,14 +451,22 @@ pub struct SubnetLease {
     /// The lock file, in [`SUBNET_LOCK_DIR`] (a private dir in this
     /// module's own tests).
     lock_path: PathBuf,
-    /// Holds the `flock` (released when the file is closed, or the process
-    /// dies).
-    _lock: File,
+    /// Holds the `flock` (released on drop, or when the process dies).
+    lock: File,
 }
 
 impl Default for SubnetLease {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Unlocks before the file closes: a child forked meanwhile by another
+/// thread holds a copy of the open file until it execs, and with it the
+/// lock, which `LOCK_UN` releases for every copy.
+impl Drop for SubnetLease {
+    fn drop(&mut self) {
+        let _ = self.lock.unlock();
     }
 }
 
@@ -516,7 +524,7 @@ impl SubnetLease {
             return SubnetLease {
                 net,
                 lock_path: path,
-                _lock: file,
+                lock: file,
             };
         }
         panic!("no free test subnet in 10.200.0.0 - 10.254.255.0");
@@ -614,19 +622,14 @@ mod tests {
         status.success()
     }
 
-    /// Dropping a lease releases its lock at once. In a lock dir of its
-    /// own: in the shared one, another test may take the freed subnet
-    /// between the drop and the check (a lease is free to take then). And
-    /// in a process of its own: a fork in another test's thread holds a
-    /// copy of the lock file (and so the lock) until its child execs.
+    /// Dropping a lease releases its lock at once, even while a fork in
+    /// another test's thread holds a copy of the lock file until its child
+    /// execs (the drop unlocks every copy). In a lock dir of its own: in
+    /// the shared one, another test may take the freed subnet between the
+    /// drop and the check (a lease is free to take then).
     #[test]
     fn a_lease_is_locked_while_it_lives_and_released_on_drop() {
         crate::require_root!("runs ip to see whether the host uses the subnet");
-        if !crate::process::alone(
-            "netns::tests::a_lease_is_locked_while_it_lives_and_released_on_drop",
-        ) {
-            return;
-        }
         let dir = tempfile::tempdir().unwrap();
         let lease = SubnetLease::probe_in(dir.path(), 0);
         let path = lease.lock_path();

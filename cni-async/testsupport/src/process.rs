@@ -129,11 +129,12 @@ const ALONE: &str = "CNIRS_TEST_ALONE";
 /// the test's work, and `false` in the test that called it, after the copy
 /// passed (its output is in the panic message when it did not).
 ///
-/// For a test that counts what an operation waits for: a fork in another
-/// test's thread copies our open files into its child until that child
-/// execs, so a lock we released stays held by the copy for that moment
-/// (`flock` belongs to the open file, not the fd) and the operation after
-/// ours waits for it.
+/// For a test that counts every child of the process: another test's
+/// child may be a zombie for a moment before its test reaps it, and a
+/// zombie has no command line to tell whose it is. (A lock released by
+/// closing its file is another reason to be alone: a fork in another
+/// test's thread holds a copy of the open file until its child execs;
+/// the cache and the subnet leases unlock explicitly, which needs none.)
 pub fn alone(name: &str) -> bool {
     if std::env::var(ALONE).is_ok_and(|v| v == name) {
         return true;
