@@ -69,10 +69,13 @@ fn a_hanging_plugin_fails_add_soon_after_the_timeout() {
     );
 }
 
-/// Each plugin alone fits in the timeout (2 s); together they do not. s1
-/// holds at a gate until 1.5 s after it started, s2 and s3 take 1.5 s
-/// each: s2 cannot end before 3 s into the operation, so the deadline
-/// ends it, and s3 never starts.
+/// The timeout covers the whole chain, not each plugin: s1 holds at a
+/// gate for at least `hold`, so s2 starts with what s1 left of the
+/// timeout (its error names that deadline: at most the timeout less
+/// `hold`); s2 then waits at a gate of its own, is killed at the chain's
+/// deadline, and s3 never starts. With both gates open, a generous timeout
+/// lets the chain through. Ordered by the gates alone: s1 has the rest of the timeout after
+/// its release to finish (2 s), which a busy machine keeps.
 #[test]
 fn the_timeout_covers_the_whole_chain() {
     let sb = Sandbox::new();
@@ -84,10 +87,15 @@ fn the_timeout_covers_the_whole_chain() {
         &Fake::new(Response::ok(""))
             .on("ADD", Response::ok(&result).with_shell(&gate.shell_wait())),
     );
-    let slow = Fake::new(Response::ok("")).on("ADD", Response::ok(&result).with_shell("sleep 1.5"));
-    for name in ["s2", "s3"] {
-        sb.plugins.fake(name, &slow);
-    }
+    let s2_gate = Gate::new(sb.root());
+    sb.plugins.fake(
+        "s2",
+        &Fake::new(Response::ok("")).on(
+            "ADD",
+            Response::ok(&result).with_shell(&s2_gate.shell_wait()),
+        ),
+    );
+    sb.plugins.fake("s3", &Fake::new(Response::ok(&result)));
     sb.conflist(
         "chainnet",
         "1.0.0",
@@ -97,10 +105,10 @@ fn the_timeout_covers_the_whole_chain() {
             json!({"type": "s3"}),
         ],
     );
-    let timeout = Duration::from_secs(2);
-    let hold = Duration::from_millis(1500);
+    let timeout = Duration::from_secs(3);
+    let hold = Duration::from_secs(1);
     let run = std::thread::scope(|scope| {
-        let run = scope.spawn(|| sb.run_env(&["add", "chainnet", &netns], &[("CNI_TIMEOUT", "2")]));
+        let run = scope.spawn(|| sb.run_env(&["add", "chainnet", &netns], &[("CNI_TIMEOUT", "3")]));
         // The operation (and its deadline) began before s1 started.
         gate.wait_started_blocking(1);
         std::thread::sleep(hold);
@@ -110,6 +118,16 @@ fn the_timeout_covers_the_whole_chain() {
     let elapsed = run.elapsed;
     let err = run.fails();
     assert!(err.contains("plugin s2 ADD timed out"), "{err}");
+    let deadline_ms: u128 = err
+        .split("(deadline ")
+        .nth(1)
+        .and_then(|rest| rest.split("ms").next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no deadline in ms in: {err}"));
+    assert!(
+        deadline_ms <= (timeout - hold).as_millis(),
+        "s2 started with {deadline_ms} ms, more than the timeout less s1's hold: {err}"
+    );
     assert!(elapsed >= timeout, "took only {elapsed:?}");
     assert!(
         elapsed < timeout + RawExec::DEFAULT_KILL_GRACE + LOAD_MARGIN,
@@ -124,6 +142,7 @@ fn the_timeout_covers_the_whole_chain() {
     assert_eq!(started, ["s1", "s2"]);
     assert!(sb.cache_entries().is_empty(), "a failed ADD caches nothing");
     // A generous timeout lets it through.
+    s2_gate.release();
     sb.run_env(&["add", "chainnet", &netns], &[("CNI_TIMEOUT", "30")])
         .ok();
 }
