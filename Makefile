@@ -223,9 +223,16 @@ fuzz: fuzz-build
 # machine, most of it the journal start's 10,000 fsyncs and a GC of 10,000
 # attachments (BENCHMARKS.md); it runs another cnid build alongside when
 # BENCH_SCALE_BASELINE names its binary (before/after).
+# The batch1000 section (issue 25 item 4: 1,000 namespaces on the real
+# chain through `cnitool batch up|down`, against a loop of Go's cnitool and
+# the floor, at concurrency 1, 4 and 8) takes about 10 minutes here;
+# BENCH_FLAGS="--only batch1000 --batch1000-count 100" runs a quick one.
+# The hop section runs only when BENCH_HOP_BASELINE names another cnid
+# build: it alternates with ours in one loop (issue 21's +0.05 ms bound).
 BENCH_TARGET ?= $(abspath $(or $(CARGO_TARGET_DIR),target))
 BENCH_FLAGS ?=
 BENCH_SCALE_BASELINE ?=
+BENCH_HOP_BASELINE ?=
 BENCH_CNITOOL_STATIC ?= 1
 STATIC_RUSTFLAGS = -C target-feature=+crt-static
 
@@ -244,7 +251,7 @@ bench: setup shim
 	else echo "bench: no static C noop ($(CC) -static failed): its rows are skipped" >&2; fi
 	cp $(SHIM_STATIC) $(BENCH_TARGET)/bench/bin/cnid-shim
 	$(CARGO) bench -p cni-core --bench core -- --warm-up-time 1 --measurement-time 3 --noplot
-	$(CARGO) bench -p cnid --bench overhead -- --bin-dir $(BENCH_TARGET)/bench/bin --update $(CURDIR)/BENCHMARKS.md $(if $(BENCH_SCALE_BASELINE),--scale-baseline $(BENCH_SCALE_BASELINE)) $(BENCH_FLAGS)
+	$(CARGO) bench -p cnid --bench overhead -- --bin-dir $(BENCH_TARGET)/bench/bin --update $(CURDIR)/BENCHMARKS.md $(if $(BENCH_SCALE_BASELINE),--scale-baseline $(BENCH_SCALE_BASELINE)) $(if $(BENCH_HOP_BASELINE),--hop-baseline $(BENCH_HOP_BASELINE)) $(BENCH_FLAGS)
 
 # ---- install / uninstall ---------------------------------------------------
 # `make install` builds the shipped binaries (release profile; cnid-shim

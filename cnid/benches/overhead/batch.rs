@@ -48,7 +48,9 @@ impl BatchRun {
     }
 }
 
-fn measure(f: impl FnOnce() -> anyhow::Result<(Duration, Duration)>) -> anyhow::Result<BatchRun> {
+pub(crate) fn measure(
+    f: impl FnOnce() -> anyhow::Result<(Duration, Duration)>,
+) -> anyhow::Result<BatchRun> {
     let (s0, c0) = cpu_times();
     let (setup, teardown) = f()?;
     let (s1, c1) = cpu_times();

@@ -55,8 +55,10 @@ pub(crate) enum Runner {
         check: Prepared,
         del: Prepared,
     },
-    /// A request to a running `cnid` with the typed client.
+    /// A request to a running `cnid` with the typed client (`name`: which
+    /// cnid, "cnid" for the one under test).
     Cnid {
+        name: &'static str,
         client: Client,
         network: String,
         req: AttachmentRequest,
@@ -170,10 +172,23 @@ impl Runner {
     }
 
     pub(crate) fn cnid(client: Client, network: &str, netns: &str) -> Runner {
+        Runner::cnid_as("cnid", "bench-cnid", client, network, netns)
+    }
+
+    /// A cnid runner named `name` (another build beside the one under
+    /// test), attaching container `id`.
+    pub(crate) fn cnid_as(
+        name: &'static str,
+        id: &str,
+        client: Client,
+        network: &str,
+        netns: &str,
+    ) -> Runner {
         Runner::Cnid {
+            name,
             client,
             network: network.to_owned(),
-            req: AttachmentRequest::new("bench-cnid", netns, "eth0"),
+            req: AttachmentRequest::new(id, netns, "eth0"),
         }
     }
 
@@ -191,8 +206,7 @@ impl Runner {
                 ..
             } => "in-process, tokio::process",
             Runner::InProcess { inline: true, .. } => "in-process, inline I/O",
-            Runner::Cnitool { name, .. } => name,
-            Runner::Cnid { .. } => "cnid",
+            Runner::Cnitool { name, .. } | Runner::Cnid { name, .. } => name,
         }
     }
 
@@ -243,6 +257,7 @@ impl Runner {
                 client,
                 network,
                 req,
+                ..
             } => {
                 let s = Instant::now();
                 tokio.block_on(client.add(network, req))?;

@@ -8,6 +8,8 @@
 //! make bench        # criterion for cni-core, then this; updates BENCHMARKS.md
 //! cargo bench -p cnid --bench overhead -- [--quick] [--no-rt] [--no-go] [--only floor,noop,real,batch,memory,scale,core,shim]
 //!     [--bin-dir DIR] [--out FILE] [--update BENCHMARKS.md] [--criterion-dir DIR]
+//!     [--batch1000-count N] [--batch1000-concurrency 1,4,8] [--batch1000-reps R]
+//!     [--hop-baseline CNID]
 //! ```
 //!
 //! Scenarios: the noop plugin's own run; noop chains of 1 and 8 plugins run
@@ -17,16 +19,21 @@
 //! at concurrency 1, 4 and 16 (5); cni-core's criterion benchmarks, read
 //! back (6); cnitool's peak RSS and cnid's RSS idle and with 1,000 ADDs in
 //! flight; cnid with 10,000 attachments cached (scale); `cnid-shim`'s added time over a direct cnid request, and its
-//! peak RSS (7). Scenarios 4 and 5 need root.
+//! peak RSS (7); a batch of 1,000 namespaces through `cnitool batch`
+//! against Go's cnitool and the floor (batch1000); the cnid hop against
+//! another cnid build (hop, with `--hop-baseline`). Scenarios 4 and 5 and
+//! batch1000 need root.
 //!
 //! `cargo test` runs this binary without `--bench`: it then only checks its
 //! arithmetic and exits.
 
 mod batch;
+mod batch1000;
 mod chains;
 mod core_benches;
 mod floor;
 mod go;
+mod hop;
 mod memory;
 mod report;
 mod scale;
@@ -51,18 +58,33 @@ use crate::spawn::Prepared;
 use crate::stats::Summary;
 
 const USAGE: &str = "usage: overhead --bench [--quick] [--no-rt] [--no-go] \
-[--only floor,noop,real,batch,memory,scale,core,shim] [--bin-dir DIR] [--out FILE] \
-[--update BENCHMARKS.md] [--criterion-dir DIR] [--scale-baseline CNID]
+[--only floor,noop,real,batch,batch1000,hop,memory,scale,core,shim] [--bin-dir DIR] [--out FILE] \
+[--update BENCHMARKS.md] [--criterion-dir DIR] [--scale-baseline CNID] [--hop-baseline CNID] \
+[--batch1000-count N] [--batch1000-concurrency LIST] [--batch1000-reps R]
   --quick       a smoke run (small iteration counts)
   --no-rt       no SCHED_FIFO for the latency loops
   --no-go       skip the comparison with Go's cnitool (built from cnid/tests/go/cnitool)
   --only LIST   run these sections only
   --bin-dir DIR the shipped binaries (cnitool, cnid, cni-noop, cnid-shim); default: build them
   --scale-baseline CNID  another cnid build, run alongside in the scale section (before/after)
+  --hop-baseline CNID    another cnid build, alternating with ours in the hop section (before/after);
+                         without it the hop section is skipped
+  --batch1000-count N    namespaces per batch in the batch1000 section (default 1000, --quick 100)
+  --batch1000-concurrency LIST  its concurrencies (default 1,4,8)
+  --batch1000-reps R     its repetitions per concurrency, runners alternating (default 2, --quick 1)
 Without --bench (as `cargo test` runs it) it only checks its own arithmetic.";
 
-const SECTIONS: [&str; 8] = [
-    "floor", "noop", "real", "batch", "memory", "scale", "core", "shim",
+const SECTIONS: [&str; 10] = [
+    "floor",
+    "noop",
+    "real",
+    "batch",
+    "batch1000",
+    "hop",
+    "memory",
+    "scale",
+    "core",
+    "shim",
 ];
 
 struct Opts {
@@ -78,6 +100,11 @@ struct Opts {
     criterion_dir: PathBuf,
     /// A cnid binary the scale section runs alongside (before a change).
     scale_baseline: Option<PathBuf>,
+    /// A cnid binary the hop section runs alongside (before a change).
+    hop_baseline: Option<PathBuf>,
+    batch1000_count: Option<usize>,
+    batch1000_concurrency: Vec<usize>,
+    batch1000_reps: Option<usize>,
 }
 
 impl Opts {
@@ -101,6 +128,10 @@ impl Opts {
             update: None,
             criterion_dir: target_dir.join("criterion"),
             scale_baseline: None,
+            hop_baseline: None,
+            batch1000_count: None,
+            batch1000_concurrency: vec![1, 4, 8],
+            batch1000_reps: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -129,6 +160,27 @@ impl Opts {
                 "--update" => o.update = Some(value()?.into()),
                 "--criterion-dir" => o.criterion_dir = value()?.into(),
                 "--scale-baseline" => o.scale_baseline = Some(value()?.into()),
+                "--hop-baseline" => o.hop_baseline = Some(value()?.into()),
+                "--batch1000-count" => {
+                    let v = value()?;
+                    let n: usize = v
+                        .parse()
+                        .with_context(|| format!("--batch1000-count {v:?}"))?;
+                    if !(1..=4000).contains(&n) {
+                        bail!("--batch1000-count {n}: 1 to 4000 (the subnet is a /20)");
+                    }
+                    o.batch1000_count = Some(n);
+                }
+                "--batch1000-concurrency" => {
+                    o.batch1000_concurrency = batch1000::parse_concurrency(&value()?)?;
+                }
+                "--batch1000-reps" => {
+                    let v = value()?;
+                    o.batch1000_reps = Some(
+                        v.parse()
+                            .with_context(|| format!("--batch1000-reps {v:?}"))?,
+                    );
+                }
                 other => bail!("unknown argument {other:?}"),
             }
         }
@@ -152,6 +204,7 @@ struct Sizes {
     inflight: usize,
     own_run: usize,
     shim: usize,
+    hop: usize,
 }
 
 impl Sizes {
@@ -168,6 +221,7 @@ impl Sizes {
                 inflight: 200,
                 own_run: 50,
                 shim: 30,
+                hop: 30,
             }
         } else {
             Sizes {
@@ -181,6 +235,7 @@ impl Sizes {
                 inflight: 1000,
                 own_run: 400,
                 shim: 300,
+                hop: 1000,
             }
         }
     }
@@ -249,7 +304,7 @@ fn run(opts: Opts) -> anyhow::Result<()> {
     // Go's cnitool is built before SCHED_FIFO is switched on: Go's compiler,
     // its threads spinning at a real-time priority, held both CPUs for
     // minutes in a first try.
-    let go = if opts.wants("noop") && !opts.no_go {
+    let go = if (opts.wants("noop") || opts.wants("batch1000")) && !opts.no_go {
         match go::build(&opts.go_dir)? {
             Ok(path) => Some(path),
             Err(why) => {
@@ -286,7 +341,7 @@ fn run(opts: Opts) -> anyhow::Result<()> {
     }
 
     // Go's cnitool joins the noop loops and the start-up run when it built.
-    if let Some(path) = &go {
+    if let (true, Some(path)) = (opts.wants("noop"), &go) {
         go::startup(&bins.cnitool, path, sizes.own_run, &mut findings)?;
     }
 
@@ -391,7 +446,7 @@ fn run(opts: Opts) -> anyhow::Result<()> {
             }
             sections.push(s);
         }
-        if go.is_some() {
+        if go.is_some() && opts.wants("noop") {
             sections.push(go::section(&findings));
         }
         if !real_tables.is_empty() {
@@ -404,6 +459,21 @@ fn run(opts: Opts) -> anyhow::Result<()> {
         }
     }
 
+    if opts.wants("hop") {
+        match &opts.hop_baseline {
+            Some(baseline) => sections.push(hop::section(
+                &bins,
+                baseline,
+                &tree,
+                &tokio,
+                sizes.warmup * 4,
+                sizes.hop,
+                &mut findings,
+            )?),
+            None => skipped.push("the hop against a baseline cnid (no --hop-baseline)".into()),
+        }
+    }
+
     if opts.wants("shim") {
         sections.push(shim_section(&bins, &tree, &sizes, &mut findings)?);
     }
@@ -413,6 +483,30 @@ fn run(opts: Opts) -> anyhow::Result<()> {
     }
     if let (true, Some(net)) = (opts.wants("batch"), real.as_ref()) {
         sections.push(batch_section(&tree, net, &tokio, &sizes, &mut findings)?);
+    }
+
+    if opts.wants("batch1000") {
+        match (&go, root) {
+            (Some(go), true) => {
+                let plan = batch1000::Plan {
+                    count: opts
+                        .batch1000_count
+                        .unwrap_or(if opts.quick { 100 } else { 1000 }),
+                    concurrency: opts.batch1000_concurrency.clone(),
+                    reps: opts
+                        .batch1000_reps
+                        .unwrap_or(if opts.quick { 1 } else { 2 })
+                        .max(1),
+                };
+                let net = batch1000::network(&tree)?;
+                let s = batch1000::section(&bins, go, &tree, &net, &plan, &mut findings);
+                drop(net);
+                sections.push(s?);
+            }
+            (None, _) => skipped
+                .push("the batch of 1,000 (batch1000): it needs Go's cnitool (see above)".into()),
+            (_, false) => skipped.push("the batch of 1,000 (batch1000) needs root".into()),
+        }
     }
 
     if opts.wants("memory") {

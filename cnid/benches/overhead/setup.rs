@@ -244,6 +244,20 @@ impl RealNet {
     /// writes the `bench-real` network: loopback, bridge with host-local,
     /// tuning. No gateway, no masquerade, no route out.
     pub(crate) fn create(tree: &Tree) -> anyhow::Result<RealNet> {
+        RealNet::create_as(tree, "cnb", REAL, "20-real.conflist", 24)
+    }
+
+    /// [`RealNet::create`] on a bridge `TAG<pid>`, namespaces `TAG<pid>-…`,
+    /// a free `10.24x.y.0/LEN` (`LEN` 16 to 24) and its own host-local data
+    /// dir in the tree, as network `network` in `file`.
+    pub(crate) fn create_as(
+        tree: &Tree,
+        tag: &str,
+        network: &str,
+        file: &str,
+        len: u32,
+    ) -> anyhow::Result<RealNet> {
+        anyhow::ensure!((16..=24).contains(&len), "subnet length /{len}: 16 to 24");
         for p in ["loopback", "bridge", "host-local", "tuning"] {
             if !Path::new(REAL_PLUGIN_DIR).join(p).exists() {
                 bail!("{REAL_PLUGIN_DIR}/{p} is missing: run `make setup`");
@@ -260,28 +274,31 @@ impl RealNet {
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
                 .unwrap_or_default();
-        let subnet = (0..100u32)
+        // Third octets per subnet, aligned to it.
+        let span = 1u32 << (24 - len);
+        let blocks = 256 / span;
+        let (a, b) = (0..100u32)
             .map(|i| {
                 let n = pid.wrapping_add(i.wrapping_mul(7919));
-                (240 + n % 10, (n / 10) % 250 + 1)
+                (240 + n % 10, ((n / 10) % blocks) * span)
             })
-            .map(|(a, b)| format!("10.{a}.{b}."))
-            .find(|p| !used.contains(p.as_str()))
-            .context("no free 10.24x.y.0/24")?;
+            .filter(|&(_, b)| b > 0 || span > 1)
+            .find(|&(a, b)| (b..b + span).all(|c| !used.contains(&format!("10.{a}.{c}."))))
+            .with_context(|| format!("no free 10.24x.y.0/{len}"))?;
         let net = RealNet {
-            prefix: format!("cnb{pid}-"),
-            bridge: format!("cnb{pid}"),
-            subnet: format!("{subnet}0/24"),
+            prefix: format!("{tag}{pid}-"),
+            bridge: format!("{tag}{pid}"),
+            subnet: format!("10.{a}.{b}.0/{len}"),
         };
         ip(&["link", "add", "name", &net.bridge, "type", "bridge"])?;
         ip(&["link", "set", &net.bridge, "address", "02:cb:00:00:00:01"])?;
         ip(&["link", "set", &net.bridge, "up"])?;
-        let data = tree.root().join("host-local");
+        let data = tree.root().join(format!("host-local-{tag}"));
         tree.write_conf(
-            "20-real.conflist",
+            file,
             &json!({
                 "cniVersion": "1.0.0",
-                "name": REAL,
+                "name": network,
                 "plugins": [
                     {"type": "loopback"},
                     {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false,
@@ -339,7 +356,19 @@ impl Daemon {
         extra: &[&str],
     ) -> anyhow::Result<Daemon> {
         let state = tree.state(storage).join(tag);
-        let mut d = Daemon::spawn_on(bins, tree, &tree.cache(storage), &state, tag, extra)?;
+        Daemon::start_on(bins, tree, &tree.cache(storage), &state, tag, extra)
+    }
+
+    /// [`Daemon::start`] on `cache` and `state`: started and listening.
+    pub(crate) fn start_on(
+        bins: &Bins,
+        tree: &Tree,
+        cache: &Path,
+        state: &Path,
+        tag: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Daemon> {
+        let mut d = Daemon::spawn_on(bins, tree, cache, state, tag, extra)?;
         let start = Instant::now();
         while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
             if let Some(st) = d.child.try_wait()? {
