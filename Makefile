@@ -124,12 +124,14 @@ deploy-check:
 # real bridge + host-local, kill -9 of cnid inside plugins and while it
 # waits for orphans, immediate restarts, everything DELed, no reservation
 # left), the load test (2,000 requests from 200 clients) and the journal's
-# crash-point enumeration with every first start killed in its turn too
-# (cnid/src/daemon/intents/crashes.rs). Prints their figures;
+# crash-point enumeration with every first start killed in its turn too,
+# and every restart after a kill -9 killed in its turn before a power loss
+# (cnid/src/daemon/intents/crashes.rs; the soak profile: the dev one,
+# optimised, one thread per CPU). Prints their figures;
 # docs/reliability.md keeps the last ones.
 soak: setup
 	SOAK_SCALE=full $(CARGO) test -p cnid --test integration -- --nocapture soak_crash:: soak_restart:: load::
-	CNID_CRASH_EXHAUSTIVE=1 $(CARGO) test -p cnid --lib -- --nocapture intents::crashes::
+	CNID_CRASH_EXHAUSTIVE=1 $(CARGO) test --profile soak -p cnid --lib -- --nocapture intents::crashes::
 
 # The suite on a busy machine, as developers run it before they stop: this
 # checkout's suite (make unit) while a second copy of it runs from another

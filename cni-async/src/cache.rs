@@ -8,8 +8,12 @@
 //! - **Atomic writes** ([`crate::durable::write_atomic_on`]): a temp file in the
 //!   same dir, `fdatasync`, `rename` over the target, `fsync` of the dir (the
 //!   flushes unless [`ResultCache::with_durable`] turned them off for a
-//!   caller that makes records durable itself; a `results/` dir created for
-//!   the write is flushed into its parent too). A crash leaves the old record or the new one,
+//!   caller that makes records durable itself). The first durable write of a
+//!   cache (and of its clones) into a `results/` also makes `results/` and
+//!   the cache dir durable in their parents, whether it made them or found
+//!   them (a writer killed before it flushed them, or libcni, which never
+//!   does, may have left them): [`durable::ensure_private_dir_durable_once`].
+//!   A crash leaves the old record or the new one,
 //!   never half of one. Removals are not fsynced: a record that a power loss
 //!   brings back only earns its attachment a repeat DEL, which must succeed.
 //! - **Per-attachment locks**: `<dir>/locks/<network>-<containerID>-<ifname>.lock`
@@ -94,6 +98,9 @@ pub struct ResultCache {
     inline: bool,
     /// Every write, flush, rename and removal ([`Disk`] but in tests).
     storage: Arc<dyn Storage>,
+    /// Whether `results/` and the cache dir are known durable in their
+    /// parents (shared by the clones: flushed once, not per write).
+    dirs: Arc<durable::DurableDirs>,
 }
 
 impl Default for ResultCache {
@@ -135,6 +142,7 @@ impl ResultCache {
             durable: true,
             inline: false,
             storage: Arc::new(Disk),
+            dirs: Arc::default(),
         }
     }
 
@@ -190,20 +198,15 @@ impl ResultCache {
     /// [`ResultCache::with_durable`] says: for restoring a record.
     pub fn write_durable_blocking(&self, rec: &CacheRecord) -> Result<(), Error> {
         let path = self.path(&rec.network_name, &rec.container_id, &rec.if_name)?;
-        write_atomic(
-            &*self.storage,
-            &self.results_dir(),
-            &path,
-            &rec.encode(),
-            true,
-        )
+        write_atomic(self, &path, &rec.encode(), true)
     }
 
     /// Makes the records of these attachments durable: an `fsync` of each
     /// record file there is (a missing one is skipped: a DEL removed it),
     /// then one of `results/` for the renames, and of the cache dir and its
     /// parent for the dirs' own entries (a write without a flush makes
-    /// `results/` without flushing it either). What a cache
+    /// `results/` without flushing it either; those two once per
+    /// `results/`, [`durable::sync_entries_once`]). What a cache
     /// [`with_durable(false)`](ResultCache::with_durable) owes before its
     /// caller forgets which records are not flushed yet. Blocking. Returns
     /// how many files were flushed.
@@ -219,19 +222,17 @@ impl ResultCache {
             }
         }
         if n > 0 {
+            let results = self.results_dir();
+            durable::sync_dir(&*self.storage, &results).map_err(durable_err)?;
             // Not only `results/`: the records' dir itself must be durable
             // before the caller forgets them (found by the attack on issue
             // 21: cnid dropped the commit lines of records whose
             // `results/` was never flushed into the cache dir, and a power
-            // loss took the dir away with them).
-            let results = self.results_dir();
-            let above = self.dir.parent().filter(|p| !p.as_os_str().is_empty());
-            for d in [results.as_path(), self.dir.as_path()]
-                .into_iter()
-                .chain(above)
-            {
-                durable::sync_dir(&*self.storage, d).map_err(durable_err)?;
-            }
+            // loss took the dir away with them). Once per `results/`: a
+            // cache dir's parent that cannot be opened (a non-root cnid)
+            // is warned about once and fails nothing.
+            durable::sync_entries_once(&*self.storage, &results, &self.dirs)
+                .map_err(durable_err)?;
         }
         Ok(n)
     }
@@ -494,11 +495,9 @@ impl ResultCache {
     pub async fn write(&self, rec: &CacheRecord) -> Result<(), Error> {
         let path = self.path(&rec.network_name, &rec.container_id, &rec.if_name)?;
         let bytes = rec.encode();
-        let results = self.results_dir();
-        let durable = self.durable;
-        let storage = self.storage.clone();
+        let this = self.clone();
         blocking(self.inline, move || {
-            write_atomic(&*storage, &results, &path, &bytes, durable)
+            write_atomic(&this, &path, &bytes, this.durable)
         })
         .await
     }
@@ -518,15 +517,13 @@ impl ResultCache {
             Err(e) => return (Some(lock), Err(e)),
         };
         let bytes = rec.encode();
-        let results = self.results_dir();
-        let durable = self.durable;
         if self.inline {
-            let r = write_atomic(&*self.storage, &results, &path, &bytes, durable);
+            let r = write_atomic(self, &path, &bytes, self.durable);
             return (Some(lock), r);
         }
-        let storage = self.storage.clone();
+        let this = self.clone();
         let task = tokio::task::spawn_blocking(move || {
-            let r = write_atomic(&*storage, &results, &path, &bytes, durable);
+            let r = write_atomic(&this, &path, &bytes, this.durable);
             (lock, r)
         });
         match task.await {
@@ -712,19 +709,18 @@ fn durable_err(f: durable::Failure) -> Error {
     }
 }
 
-fn write_atomic(
-    storage: &dyn Storage,
-    results: &Path,
-    path: &Path,
-    bytes: &[u8],
-    fsync: bool,
-) -> Result<(), Error> {
-    // A `results/` (or cache dir) made here is flushed into its parent
-    // when the write is to be durable; one that was there is not.
+fn write_atomic(cache: &ResultCache, path: &Path, bytes: &[u8], fsync: bool) -> Result<(), Error> {
+    let (storage, results) = (&*cache.storage, cache.results_dir());
+    // A durable write makes `results/` and the cache dir durable in their
+    // parents: those made here at once, those found there the first time
+    // this cache writes into them (a process killed before it flushed
+    // them, or a writer that never does, may have left them: found by
+    // cnid's crash-point enumeration), then never again for the same
+    // `results/`.
     report_private_dir(
-        results,
-        durable::ensure_private_dir_durable(storage, results, fsync)
-            .map_err(|e| io_err(results, "create directory", e))?,
+        &results,
+        durable::ensure_private_dir_durable_once(storage, &results, fsync, &cache.dirs)
+            .map_err(|e| io_err(&results, "create directory", e))?,
     );
     durable::write_atomic_on(storage, path, bytes, 0o600, fsync).map_err(durable_err)
 }
@@ -1350,8 +1346,10 @@ mod tests {
 
     /// Issue 25: the flushes of a durable record write. The first one, which
     /// creates `results/`, also flushes the cache dir (else a power loss can
-    /// take `results/` and the record with it); the next ones flush the
-    /// record's data and `results/` after the rename, nothing more.
+    /// take `results/` and the record with it) and the cache dir's parent
+    /// (issue 21: the cache dir was found, maybe left unflushed by a killed
+    /// writer); the next ones flush the record's data and `results/` after
+    /// the rename, nothing more.
     #[test]
     fn record_writes_flush_what_changed() {
         let tmp = tempfile::tempdir().unwrap();
@@ -1359,36 +1357,105 @@ mod tests {
         let rt = cni_core::RuntimeConf::new("c1", "/proc/self/ns/net", "eth0");
         let rec = CacheRecord::new("n", &rt, b"{}".to_vec(), None);
         let results = cache.results_dir();
-        let steps = |trace: Vec<String>| -> Vec<String> {
-            trace
-                .into_iter()
-                .filter(|s| s.starts_with("fsync") || s.starts_with("fdatasync"))
-                .map(|s| s.replace(&tmp.path().display().to_string(), "CACHE"))
-                .map(|s| match s.split_once(".tmp-") {
-                    Some((head, _)) => format!("{head}.tmp"),
-                    None => s,
-                })
-                .collect()
-        };
+        let above = tmp.path().parent().unwrap().display().to_string();
         durable::take_trace();
         cache.write_durable_blocking(&rec).unwrap();
         assert_eq!(
-            steps(durable::take_trace()),
+            flushes(tmp.path(), durable::take_trace()),
             [
-                "fsync-dir CACHE",
-                "fdatasync CACHE/results/.n-c1-eth0.tmp",
-                "fsync-dir CACHE/results",
+                "fsync-dir CACHE".to_owned(),
+                format!("fsync-dir {above}"),
+                "fdatasync CACHE/results/.n-c1-eth0.tmp".to_owned(),
+                "fsync-dir CACHE/results".to_owned(),
             ]
         );
         assert!(results.join("n-c1-eth0").is_file());
         cache.write_durable_blocking(&rec).unwrap();
         assert_eq!(
-            steps(durable::take_trace()),
+            flushes(tmp.path(), durable::take_trace()),
             [
                 "fdatasync CACHE/results/.n-c1-eth0.tmp",
                 "fsync-dir CACHE/results",
             ]
         );
+    }
+
+    /// The flushes of `trace`, the cache dir `dir` written `CACHE`, temp
+    /// files without their unique suffix.
+    fn flushes(dir: &Path, trace: Vec<String>) -> Vec<String> {
+        trace
+            .into_iter()
+            .filter(|s| s.starts_with("fsync") || s.starts_with("fdatasync"))
+            .map(|s| s.replace(&dir.display().to_string(), "CACHE"))
+            .map(|s| match s.split_once(".tmp-") {
+                Some((head, _)) => format!("{head}.tmp"),
+                None => s,
+            })
+            .collect()
+    }
+
+    /// Issue 21: a durable write into a `results/` it found (made by a
+    /// writer that did not flush it: killed before it did, libcni, a cache
+    /// without flushes) trusted it, flushing only `results/` after the
+    /// rename: a power loss could take `results/` away with the record.
+    /// Now the first write of a cache and its clones makes `results/` and
+    /// the cache dir durable in their parents; later ones do not again,
+    /// until `results/` is another dir. (The crash-point enumeration's
+    /// `a_record_written_into_a_results_dir_a_killed_writer_left_survives_a_power_loss`
+    /// shows the loss on the simulated disk.)
+    #[test]
+    fn a_found_results_dir_is_flushed_into_its_parents_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        let rt = |cid: &str| cni_core::RuntimeConf::new(cid, "/proc/self/ns/net", "eth0");
+        let rec = |cid: &str| CacheRecord::new("n", &rt(cid), b"{}".to_vec(), None);
+        let cache = ResultCache::new(&dir).with_inline_io(true);
+        // Made by a writer without flushes.
+        std::fs::create_dir_all(cache.results_dir()).unwrap();
+        let clone = cache.clone();
+        let top = tmp.path().display().to_string();
+        durable::take_trace();
+        cache.write_durable_blocking(&rec("c1")).unwrap();
+        assert_eq!(
+            flushes(&dir, durable::take_trace()),
+            [
+                format!("fsync-dir {top}"),
+                "fsync-dir CACHE".to_owned(),
+                "fdatasync CACHE/results/.n-c1-eth0.tmp".to_owned(),
+                "fsync-dir CACHE/results".to_owned(),
+            ],
+            "the first write into a results/ found there"
+        );
+        clone.write_durable_blocking(&rec("c2")).unwrap();
+        let next = [
+            "fdatasync CACHE/results/.n-c2-eth0.tmp",
+            "fsync-dir CACHE/results",
+        ];
+        assert_eq!(flushes(&dir, durable::take_trace()), next, "a clone's");
+        // Another cache (another process): once more.
+        ResultCache::new(&dir)
+            .with_inline_io(true)
+            .write_durable_blocking(&rec("c2"))
+            .unwrap();
+        assert_eq!(flushes(&dir, durable::take_trace()).len(), 4);
+        // `results/` made again (by a writer without flushes): once more.
+        std::fs::remove_dir_all(cache.results_dir()).unwrap();
+        std::fs::create_dir(cache.results_dir()).unwrap();
+        cache.write_durable_blocking(&rec("c2")).unwrap();
+        assert_eq!(flushes(&dir, durable::take_trace()).len(), 4);
+        cache.write_durable_blocking(&rec("c2")).unwrap();
+        assert_eq!(flushes(&dir, durable::take_trace()), next);
+        // A cache that flushes later does the same once per `results/`.
+        let later = ResultCache::new(&dir)
+            .with_inline_io(true)
+            .with_durable(false);
+        for k in 0..2 {
+            let path = later.path("n", "c3", "eth0").unwrap();
+            std::fs::write(path, rec("c3").encode()).unwrap();
+            later.sync_records_blocking([("n", "c3", "eth0")]).unwrap();
+            let want = if k == 0 { 4 } else { 2 };
+            assert_eq!(flushes(&dir, durable::take_trace()).len(), want, "{k}");
+        }
     }
 
     /// Found by cnid's crash-point enumeration: a CHECK of an attachment

@@ -23,7 +23,12 @@
 //! - [`remove_abandoned`]: the same in a dir shared with other writers,
 //!   for the temp files whose writer is dead.
 //! - [`ensure_private_dir`]: the 0700 rule for every private dir;
-//!   [`ensure_private_dir_durable`] also flushes the dirs it had to create.
+//!   [`ensure_private_dir_durable`] also flushes the dirs it had to create,
+//!   [`ensure_private_dir_durable_once`] also those it found, once per
+//!   writer ([`DurableDirs`]; [`sync_entries_once`] for a writer that
+//!   flushes later).
+//! - [`sync_dir_above`]: the flush of a dir above a writer's own, which a
+//!   non-root writer may not be able to open (warned about once).
 //! - [`sync_file`]: a later `fsync` of a file written without one (for
 //!   writers that defer their flushes); [`sync_dir`].
 //!
@@ -472,10 +477,14 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<PrivateDir> {
 /// file in: with `fsync`, each dir it had to create (`dir` and missing
 /// parents) is made durable by an `fsync` of its parent, so that a power
 /// loss cannot take the new dir, and the file written into it, away once
-/// the write returned. A dir that was there already is not flushed: its
-/// entry did not change; so when a flush fails, the dirs made are removed
+/// the write returned. A dir that was there already is not flushed here
+/// (see [`ensure_private_dir_durable_once`] for a writer that must not
+/// trust one); so when a flush fails, the dirs made are removed
 /// again (when empty) before the error returns, for the next write to
-/// make and flush them. Costs one `stat` more than [`ensure_private_dir`].
+/// make and flush them. The parent of the outermost dir made is not ours:
+/// when it cannot be opened ([`sync_dir_above`]), that is warned about
+/// once and the dirs stay. Costs one `stat` more than
+/// [`ensure_private_dir`].
 #[track_caller]
 pub fn ensure_private_dir_durable(
     storage: &(impl Storage + ?Sized),
@@ -485,12 +494,31 @@ pub fn ensure_private_dir_durable(
     if !fsync {
         return ensure_private_dir(dir);
     }
+    make_durable(storage, dir).map(|m| m.found)
+}
+
+/// What [`make_durable`] found and did.
+struct Made {
+    found: PrivateDir,
+    /// `dir`'s identity.
+    id: DirId,
+    /// How many dirs it made (`dir` first, then its missing parents).
+    created: usize,
+}
+
+#[track_caller]
+fn make_durable(storage: &(impl Storage + ?Sized), dir: &Path) -> io::Result<Made> {
     // The outermost missing dir, if any (a link to a dir counts as one).
     let mut first_missing = None;
+    let mut id = None;
     let mut d = dir;
     while !d.as_os_str().is_empty() {
         match std::fs::metadata(d) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => first_missing = Some(d),
+            Ok(m) if d == dir => {
+                id = Some(DirId::of(&m));
+                break;
+            }
             _ => break,
         }
         match d.parent() {
@@ -499,14 +527,16 @@ pub fn ensure_private_dir_durable(
         }
     }
     let found = ensure_private_dir(dir)?;
+    let mut created = 0;
     if let Some(first) = first_missing {
-        let created: Vec<&Path> = dir
+        let made: Vec<&Path> = dir
             .ancestors()
             .take_while(|a| *a != first)
             .chain(std::iter::once(first))
             .collect();
+        created = made.len();
         // The parents of the created dirs, outermost first.
-        let mut parents: Vec<&Path> = created
+        let mut parents: Vec<&Path> = made
             .iter()
             .copied()
             .filter_map(Path::parent)
@@ -519,8 +549,15 @@ pub fn ensure_private_dir_durable(
             })
             .collect();
         parents.reverse();
-        for p in parents {
-            if let Err(e) = sync_dir(storage, p) {
+        for (k, p) in parents.into_iter().enumerate() {
+            // The outermost is a dir that was there (not ours, maybe not
+            // open to us); the others were made here.
+            let flushed = if k == 0 {
+                sync_dir_above(storage, p)
+            } else {
+                sync_dir(storage, p)
+            };
+            if let Err(e) = flushed {
                 // Not durable: the dirs made are removed again (innermost
                 // first; one another writer put a file in meanwhile
                 // stays), so that the next write makes them and flushes
@@ -529,14 +566,212 @@ pub fn ensure_private_dir_durable(
                 // restored next was lost with its dir at a power loss).
                 // Through the seam: a process killed at the flush leaves
                 // them (a simulated crash too).
-                for d in &created {
+                for d in &made {
                     let _ = storage.remove_dir(d);
                 }
                 return Err(e.into());
             }
         }
     }
-    Ok(found)
+    let id = match id {
+        Some(id) => id,
+        None => std::fs::metadata(dir).map(|m| DirId::of(&m))?,
+    };
+    Ok(Made { found, id, created })
+}
+
+/// A dir's identity: device, inode and birth time (where the file system
+/// keeps one: a dir removed and made again often gets the same inode
+/// number, never the same birth time). From the `statx` a `stat` of the
+/// dir makes anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DirId(u64, u64, Option<SystemTime>);
+
+impl DirId {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        DirId(meta.dev(), meta.ino(), meta.created().ok())
+    }
+}
+
+/// The dirs whose entries a writer made durable (or found durable), for
+/// [`ensure_private_dir_durable_once`]: by identity (device, inode, birth
+/// time), so that a dir removed and made again (by anyone) is not taken
+/// for the one flushed. Shared by the clones of one writer (the result
+/// cache holds one in an `Arc`). Holds the last such dir only: one writer
+/// has one dir to write in.
+#[derive(Debug, Default)]
+pub struct DurableDirs {
+    last: std::sync::Mutex<Option<DirId>>,
+}
+
+impl DurableDirs {
+    fn knows(&self, id: DirId) -> bool {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) == Some(id)
+    }
+
+    fn learn(&self, id: DirId) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(id);
+    }
+}
+
+/// [`ensure_private_dir_durable`] for a writer that trusts no dir it
+/// finds: the first time `known` sees `dir` (by identity: device, inode and birth time), the
+/// entry of `dir` in its parent and the parent's in the grandparent (the
+/// result cache's `results/` in the cache dir, the cache dir in its
+/// parent) are made durable too, each one not just made (and flushed)
+/// here by an `fsync` of the dir that holds it, outermost first; from then
+/// on, as long as `dir` is the same, nothing more than
+/// [`ensure_private_dir_durable`] does (no system call more).
+///
+/// Why: a dir found there may have been made by a process killed before
+/// it flushed it, or by a writer that never flushes (libcni, a cache
+/// [`with_durable(false)`](crate::cache::ResultCache::with_durable),
+/// cnid's): the kernel keeps it until a power loss, which would take it
+/// away with every record written into it since, each one flushed into a
+/// dir that was not durable itself (found by cnid's crash-point
+/// enumeration, a `kill -9`, a restart and a power loss combined).
+///
+/// Neither flush is needed, and none is made, when the parent's inode has
+/// not changed since this boot began (its ctime, [`crate::stale::boot_time`]):
+/// no entry was made, removed or renamed in it since, and the parent itself
+/// was neither made nor renamed; what a reboot left is on disk. That keeps
+/// a one-shot writer (cnitool: one write per process) at its two flushes
+/// per record on a cache dir older than the boot. A clock stepped forward
+/// by more than two seconds after the boot can make a dir made before the
+/// step look older than the boot (a machine without a real-time clock
+/// before NTP): then it is trusted as before this fix, which a file
+/// system's own write-back (ext4: every 5 s) makes durable soon after.
+///
+/// A dir above `dir` that cannot be opened ([`sync_dir_above`]: a non-root
+/// writer without read permission on it) is warned about once and counts
+/// as flushed. On another failure the error returns and nothing is
+/// remembered: the next write tries again.
+#[track_caller]
+pub fn ensure_private_dir_durable_once(
+    storage: &(impl Storage + ?Sized),
+    dir: &Path,
+    fsync: bool,
+    known: &DurableDirs,
+) -> io::Result<PrivateDir> {
+    if !fsync {
+        return ensure_private_dir(dir);
+    }
+    let made = make_durable(storage, dir)?;
+    entries_durable(storage, dir, made.id, made.created, known)?;
+    Ok(made.found)
+}
+
+/// For a writer that wrote into `dir` without flushing it (a cache
+/// [`with_durable(false)`](crate::cache::ResultCache::with_durable)) and now
+/// makes its writes durable: the entries of `dir` and of its parent, as
+/// [`ensure_private_dir_durable_once`] makes them durable (once per dir
+/// `known` sees); nothing when `dir` is missing.
+#[track_caller]
+pub fn sync_entries_once(
+    storage: &(impl Storage + ?Sized),
+    dir: &Path,
+    known: &DurableDirs,
+) -> Result<(), Failure> {
+    match std::fs::metadata(dir) {
+        Ok(m) => entries_durable(storage, dir, DirId::of(&m), 0, known),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Failure::new("stat", dir, e)),
+    }
+}
+
+/// The flushes of [`ensure_private_dir_durable_once`] for `dir` (`id`),
+/// whose `created` innermost levels were made and flushed already.
+#[track_caller]
+fn entries_durable(
+    storage: &(impl Storage + ?Sized),
+    dir: &Path,
+    id: DirId,
+    created: usize,
+    known: &DurableDirs,
+) -> Result<(), Failure> {
+    if created >= 2 || known.knows(id) {
+        known.learn(id);
+        return Ok(());
+    }
+    let Some(parent) = dir_above(dir) else {
+        known.learn(id);
+        return Ok(());
+    };
+    if created == 0 && unchanged_since_boot(&parent) {
+        known.learn(id);
+        return Ok(());
+    }
+    if let Some(grand) = dir_above(&parent) {
+        sync_dir_above(storage, &grand)?;
+    }
+    if created == 0 {
+        sync_dir_above(storage, &parent)?;
+    }
+    known.learn(id);
+    Ok(())
+}
+
+/// The dir that holds `dir` (`.` for a bare name, `<dir>/..` for a path
+/// ending in `.` or `..`); `None` for the root.
+fn dir_above(dir: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    match dir.components().next_back()? {
+        Component::Normal(_) => Some(match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        }),
+        Component::CurDir | Component::ParentDir => Some(dir.join("..")),
+        Component::RootDir | Component::Prefix(_) => None,
+    }
+}
+
+/// Whether `dir`'s inode is unchanged since this boot began: its ctime
+/// (which a `touch` cannot set back) more than two seconds before the
+/// boot time (whole seconds, moved by clock adjustments). `false` when
+/// either cannot be read.
+fn unchanged_since_boot(dir: &Path) -> bool {
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return false;
+    };
+    let changed = std::time::UNIX_EPOCH
+        + std::time::Duration::new(
+            u64::try_from(meta.ctime()).unwrap_or(0),
+            u32::try_from(meta.ctime_nsec()).unwrap_or(0),
+        );
+    older_than_boot(changed, crate::stale::boot_time())
+}
+
+/// `changed` more than two seconds before `boot`.
+fn older_than_boot(changed: SystemTime, boot: Option<SystemTime>) -> bool {
+    const MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+    boot.is_some_and(|b| changed + MARGIN < b)
+}
+
+/// `fsync`s a dir above the ones a writer owns (the parent of its state or
+/// cache dir): as [`sync_dir`], except that a dir the process may not open
+/// (`EACCES`, `EPERM`: a writer not root, without read permission on it)
+/// is not an error. Nothing better can be done for it (the entries in it
+/// are left to the file system's write-back), and failing for it would
+/// stop a non-root cnid from starting, or keep its journal's lines
+/// forever. Warned about once per dir and process.
+#[track_caller]
+pub fn sync_dir_above(storage: &(impl Storage + ?Sized), dir: &Path) -> Result<(), Failure> {
+    match sync_dir(storage, dir) {
+        Err(f) if matches!(f.source.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+            static WARNED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+            let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+            if !warned.iter().any(|d| d == dir) {
+                warned.push(dir.to_owned());
+                tracing::warn!(
+                    dir = %dir.display(),
+                    error = %f.source,
+                    "cannot open this directory to flush it; the entries of the directories made in it are left to the file system's write-back (a power loss soon after they were made may take them)"
+                );
+            }
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]
@@ -663,6 +898,34 @@ mod tests {
         // Without fsync, never.
         ensure_private_dir_durable(&Disk, &tmp.path().join("other"), false).unwrap();
         assert_eq!(take_trace(), Vec::<String>::new());
+    }
+
+    /// A dir whose inode has not changed since the boot (its ctime more
+    /// than the boot time's rounding before it) needs no flush of its
+    /// entries; one changed since, or a boot time not known, does.
+    #[test]
+    fn dirs_unchanged_since_the_boot_are_durable_already() {
+        use std::time::Duration;
+        let boot = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+        assert!(older_than_boot(at(999_997), Some(boot)));
+        assert!(!older_than_boot(at(999_998), Some(boot)), "the rounding");
+        assert!(!older_than_boot(at(1_000_100), Some(boot)));
+        assert!(!older_than_boot(at(0), None), "no boot time");
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(!unchanged_since_boot(tmp.path()), "made now");
+        assert!(!unchanged_since_boot(&tmp.path().join("missing")));
+    }
+
+    #[test]
+    fn the_dir_above() {
+        let above = |p: &str| dir_above(Path::new(p)).map(|d| d.display().to_string());
+        assert_eq!(above("/var/lib/cni").as_deref(), Some("/var/lib"));
+        assert_eq!(above("/cni").as_deref(), Some("/"));
+        assert_eq!(above("/"), None);
+        assert_eq!(above("cni").as_deref(), Some("."));
+        assert_eq!(above(".").as_deref(), Some("./.."));
+        assert_eq!(above("a/..").as_deref(), Some("a/../.."));
     }
 
     #[test]

@@ -40,7 +40,8 @@ impl Intents {
             durable::sync_dir(&*self.storage, state)?;
         }
         if let Some(above) = self.dir.parent().and_then(Path::parent) {
-            durable::sync_dir(&*self.storage, above)?;
+            // Not ours: a non-root cnid may not open it (warned once).
+            durable::sync_dir_above(&*self.storage, above)?;
         }
         super::super::private_state_dir(&self.dir)
             .map_err(|e| io::Error::other(format!("{}: {e}", self.dir.display())))?;

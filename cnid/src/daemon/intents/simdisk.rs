@@ -17,6 +17,8 @@
 //!   when its creation was flushed by an `fsync` of its parent, and so on
 //!   up to the root (which always stays), and with it what it holds.
 //!   Creating a dir is not a call of the seam; flushing it is.
+//! - [`SimDisk::fork`] copies the disk, what is durable of it included:
+//!   many restarts from one state without making it again.
 //!
 //! Composite operations (`cni_async::durable`'s atomic write: create,
 //! write, `fdatasync`, rename, `fsync` of the dir) are made of the
@@ -348,6 +350,60 @@ impl SimDisk {
         *self.lock() = Shadow::default();
         self.sync_tree(&self.root);
     }
+
+    /// A copy of this disk over `to` (an empty dir): every file (content,
+    /// mode, modification time) and dir under the root copied, and what is
+    /// durable of them as it is here, so that a power loss on the copy
+    /// keeps what one here would. No call counted, no crash armed, alive:
+    /// another process (or the same one, revived) on the same state.
+    /// Cheaper than making that state again (the crash-point enumeration
+    /// runs many restarts from each state an operation's crash left).
+    pub(crate) fn fork(&self, to: &Path) -> SimDisk {
+        let (mut files, mut dirs) = (Vec::new(), Vec::new());
+        walk(&self.root, &mut files, &mut dirs);
+        let moved = |p: &Path| to.join(p.strip_prefix(&self.root).unwrap());
+        for d in &dirs {
+            std::fs::create_dir(moved(d)).unwrap();
+            let mode = std::fs::metadata(d).unwrap().permissions();
+            std::fs::set_permissions(moved(d), mode).unwrap();
+        }
+        // Inodes of the copies, by inode here; those of no file here (a
+        // durable name whose file was replaced or removed since) get
+        // numbers no file has.
+        let mut inodes: HashMap<u64, u64> = HashMap::new();
+        for f in &files {
+            let mut from = File::open(f).unwrap();
+            let meta = from.metadata().unwrap();
+            let mut copy = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(meta.mode())
+                .open(moved(f))
+                .unwrap();
+            std::io::copy(&mut from, &mut copy).unwrap();
+            copy.set_modified(meta.modified().unwrap()).unwrap();
+            inodes.insert(meta.ino(), copy.metadata().unwrap().ino());
+        }
+        let s = self.lock();
+        let mut unused = u64::MAX;
+        let mut ino = |old: u64| {
+            *inodes.entry(old).or_insert_with(|| {
+                unused -= 1;
+                unused
+            })
+        };
+        let shadow = Shadow {
+            data: s.data.iter().map(|(i, d)| (ino(*i), d.clone())).collect(),
+            mtimes: s.mtimes.iter().map(|(i, t)| (ino(*i), *t)).collect(),
+            names: s.names.iter().map(|(p, i)| (moved(p), ino(*i))).collect(),
+            dirs: s.dirs.iter().map(|d| moved(d)).collect(),
+            ..Shadow::default()
+        };
+        SimDisk {
+            root: to.to_owned(),
+            shadow: Mutex::new(shadow),
+        }
+    }
 }
 
 impl Storage for SimDisk {
@@ -591,6 +647,65 @@ mod tests {
                 (new.clone(), 0, new.clone()),
             ]
         );
+    }
+
+    /// A fork is the same disk elsewhere: the same files, and a power
+    /// loss on it keeps what one on the original would.
+    #[test]
+    fn a_fork_keeps_what_is_durable() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(a.path().join("old"), b"old").unwrap();
+        let sim = SimDisk::new(a.path());
+        // Replaced by a rename not flushed; a new file not flushed.
+        let tmp = a.path().join("tmp");
+        let f = sim.create_new(&tmp, 0o600).unwrap();
+        sim.write(&f, b"new").unwrap();
+        sim.sync_data(&f).unwrap();
+        sim.rename(&tmp, &a.path().join("old")).unwrap();
+        let f = sim.open_append(&a.path().join("unflushed")).unwrap();
+        sim.write(&f, b"lost").unwrap();
+        // A dir and a file in it, flushed, and a tail that is not.
+        std::fs::create_dir(a.path().join("d")).unwrap();
+        let g = sim.create_new(&a.path().join("d/x"), 0o600).unwrap();
+        sim.write(&g, b"flushed").unwrap();
+        sim.sync_all(&g).unwrap();
+        sim.sync_dir(&a.path().join("d")).unwrap();
+        let fork = sim.fork(b.path());
+        assert_eq!(read(&b.path().join("old")).unwrap(), b"new");
+        assert!(!fork.dead() && fork.calls().is_empty());
+        sim.write(&g, b", and a tail").unwrap();
+        fork.write(
+            &File::options()
+                .append(true)
+                .open(b.path().join("d/x"))
+                .unwrap(),
+            b", and a tail",
+        )
+        .unwrap();
+        fork.power_loss(Cut::None);
+        sim.power_loss(Cut::None);
+        for (name, want) in [
+            ("old", Some(&b"old"[..])),
+            ("unflushed", None),
+            ("d/x", None),
+        ] {
+            assert_eq!(read(&a.path().join(name)).as_deref(), want, "{name}");
+            assert_eq!(read(&b.path().join(name)).as_deref(), want, "{name}");
+        }
+        // Flushed into the root, `d` stays, with its file's flushed part.
+        for (sim, root) in [(&sim, a.path()), (&fork, b.path())] {
+            std::fs::create_dir(root.join("d")).unwrap();
+            let g = sim.create_new(&root.join("d/x"), 0o600).unwrap();
+            sim.write(&g, b"flushed").unwrap();
+            sim.sync_all(&g).unwrap();
+            sim.sync_dir(&root.join("d")).unwrap();
+            sim.sync_dir(root).unwrap();
+        }
+        let again = tempfile::tempdir().unwrap();
+        let fork = fork.fork(again.path());
+        fork.power_loss(Cut::None);
+        assert_eq!(read(&again.path().join("d/x")).unwrap(), b"flushed");
+        assert_eq!(read(&again.path().join("old")).unwrap(), b"old");
     }
 
     /// A failure (not a crash) does nothing and the process goes on.

@@ -206,3 +206,97 @@ async fn every_io_point_of_recovery_failed_in_turn_converges() {
     // flushed.
     assert_eq!(visited, 10, "the I/O points of recovery");
 }
+
+/// Issue 21: a non-root cnid whose state dir and cache dir sit in a dir it
+/// may not open (search permission only: `EACCES` for the `open` an
+/// `fsync` needs) failed its first start (the flush of the state dir it
+/// made, into that dir) and every later one (the flush of the state dir's
+/// entry there), and would have kept every commit line of its journal
+/// (the flush of the cache dir's entry there, at each flush task and
+/// stop). Now such a dir is warned about once and its flush skipped:
+/// nothing better can be done for it. Runs as `nobody` when run as root,
+/// in a process of its own (it cannot take its privileges back).
+#[test]
+fn a_parent_dir_a_non_root_cnid_cannot_open_fails_nothing_and_is_warned_about_once() {
+    use std::os::unix::fs::PermissionsExt;
+    if !cni_test_support::process::alone(
+        "daemon::intents::storage::a_parent_dir_a_non_root_cnid_cannot_open_fails_nothing_and_is_warned_about_once",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let parent = tmp.path().join("parent");
+    std::fs::create_dir(&parent).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        let nobody = nix::unistd::Uid::from_raw(65534);
+        let nogroup = nix::unistd::Gid::from_raw(65534);
+        for d in [tmp.path(), &parent] {
+            nix::unistd::chown(d, Some(nobody), Some(nogroup)).unwrap();
+        }
+        nix::unistd::setgroups(&[]).unwrap();
+        nix::unistd::setresgid(nogroup, nogroup, nogroup).unwrap();
+        nix::unistd::setresuid(nobody, nobody, nobody).unwrap();
+    }
+    // Written and searched, not read: its owner cannot open it.
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o300)).unwrap();
+    assert_eq!(
+        File::open(&parent).unwrap_err().raw_os_error(),
+        Some(nix::libc::EACCES)
+    );
+    let log = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let writer = log.clone();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || Log(writer.clone()))
+            .finish(),
+    )
+    .unwrap();
+    let state = parent.join("state");
+    let daemon = || {
+        let cache = ResultCache::new(parent.join("cache"))
+            .with_durable(false)
+            .with_inline_io(true);
+        let intents = Intents::new(&state)
+            .with_cache(cache.clone(), true)
+            .with_boot_id("boot-a");
+        (cache, intents)
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for start in ["the first start (makes the state dir)", "a restart"] {
+        let (cache, intents) = daemon();
+        intents.prepare().unwrap_or_else(|e| panic!("{start}: {e}"));
+        rt.block_on(committed_add(&intents, &cache, "c-1"));
+        // The stop flushes the record and its dirs, then drops the line.
+        intents.close();
+        assert!(
+            !state.join(INTENTS_DIR).join(JOURNAL).exists(),
+            "{start}: the journal kept for a flush that cannot be made"
+        );
+        rt.block_on(cache.remove("n", "c-1", "eth0")).unwrap();
+    }
+    let log = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("cannot open this directory to flush it"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(warned[0].contains(&parent.display().to_string()), "{log}");
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// A log writer into a shared buffer.
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
