@@ -1458,6 +1458,100 @@ mod tests {
         }
     }
 
+    /// Attack on 88e8009: a file system that keeps no birth time (ext4
+    /// with 128-byte inodes, ext2/ext3, NFS) gives a `results/` removed
+    /// and made again by another tool the same inode number, so its
+    /// identity (device, inode, no birth time) equalled the flushed one's
+    /// and the first write into the new, unflushed `results/` flushed only
+    /// `results/` itself: a power loss took the dir with the record. On
+    /// such a file system a dir is never taken for one flushed before.
+    /// (Root: a loop-mounted ext4 of its own, unmounted at the end.)
+    #[test]
+    fn a_results_dir_made_again_on_a_file_system_without_birth_times_is_flushed_again() {
+        let fs = NoBirthTimeFs::mount();
+        let dir = fs.dir.path().join("cache");
+        let rt = cni_core::RuntimeConf::new("c1", "/proc/self/ns/net", "eth0");
+        let rec = CacheRecord::new("n", &rt, b"{}".to_vec(), None);
+        let cache = ResultCache::new(&dir).with_inline_io(true);
+        std::fs::create_dir_all(cache.results_dir()).unwrap();
+        durable::take_trace();
+        cache.write_durable_blocking(&rec).unwrap();
+        assert_eq!(flushes(&dir, durable::take_trace()).len(), 4, "found");
+        let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let before = ino(&cache.results_dir());
+        std::fs::remove_dir_all(cache.results_dir()).unwrap();
+        std::fs::create_dir(cache.results_dir()).unwrap();
+        assert_eq!(
+            ino(&cache.results_dir()),
+            before,
+            "the experiment's premise"
+        );
+        assert!(
+            std::fs::metadata(cache.results_dir())
+                .unwrap()
+                .created()
+                .is_err()
+        );
+        cache.write_durable_blocking(&rec).unwrap();
+        assert_eq!(
+            flushes(&dir, durable::take_trace()),
+            [
+                format!("fsync-dir {}", fs.dir.path().display()),
+                "fsync-dir CACHE".to_owned(),
+                "fdatasync CACHE/results/.n-c1-eth0.tmp".to_owned(),
+                "fsync-dir CACHE/results".to_owned(),
+            ],
+            "the first write into a results/ made again"
+        );
+    }
+
+    /// A 16 MiB ext4 with 128-byte inodes (no birth times), loop-mounted
+    /// on a temp dir; unmounted (lazily) and its image removed on drop.
+    struct NoBirthTimeFs {
+        dir: tempfile::TempDir,
+        _image: tempfile::NamedTempFile,
+    }
+
+    impl NoBirthTimeFs {
+        fn mount() -> Self {
+            let image = tempfile::NamedTempFile::new().unwrap();
+            image.as_file().set_len(16 << 20).unwrap();
+            let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
+                let out = std::process::Command::new(cmd).args(args).output().unwrap();
+                assert!(out.status.success(), "{cmd} {args:?}: {out:?}");
+            };
+            run(
+                "mkfs.ext4",
+                &[
+                    "-q".as_ref(),
+                    "-I".as_ref(),
+                    "128".as_ref(),
+                    image.path().as_os_str(),
+                ],
+            );
+            let dir = tempfile::tempdir().unwrap();
+            run(
+                "mount",
+                &[
+                    "-o".as_ref(),
+                    "loop".as_ref(),
+                    image.path().as_os_str(),
+                    dir.path().as_os_str(),
+                ],
+            );
+            NoBirthTimeFs { dir, _image: image }
+        }
+    }
+
+    impl Drop for NoBirthTimeFs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.dir.path())
+                .status();
+        }
+    }
+
     /// Found by cnid's crash-point enumeration: a CHECK of an attachment
     /// with no record killed between creating its lock file and removing
     /// it left the file for good (nothing DELs an attachment never

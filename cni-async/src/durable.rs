@@ -598,15 +598,22 @@ impl DirId {
 /// time), so that a dir removed and made again (by anyone) is not taken
 /// for the one flushed. Shared by the clones of one writer (the result
 /// cache holds one in an `Arc`). Holds the last such dir only: one writer
-/// has one dir to write in.
+/// has one dir to write in. A dir whose file system keeps no birth time is
+/// never known (its flushes are made on every write, unless its parent is
+/// older than the boot).
 #[derive(Debug, Default)]
 pub struct DurableDirs {
     last: std::sync::Mutex<Option<DirId>>,
 }
 
 impl DurableDirs {
+    /// Never a dir without a birth time: where the file system keeps none
+    /// (ext4 with 128-byte inodes, ext2/ext3, NFS), a dir removed and made
+    /// again by another tool gets the same inode number and so the same
+    /// identity (found by an attack on the once rule: the first write into
+    /// the new, unflushed dir flushed nothing above it).
     fn knows(&self, id: DirId) -> bool {
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) == Some(id)
+        id.2.is_some() && *self.last.lock().unwrap_or_else(|e| e.into_inner()) == Some(id)
     }
 
     fn learn(&self, id: DirId) {
