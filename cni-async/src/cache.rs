@@ -1382,10 +1382,19 @@ mod tests {
 
     /// The flushes of `trace`, the cache dir `dir` written `CACHE`, temp
     /// files without their unique suffix.
+    /// Flushes of the dirs above the temp dir (whether they changed since
+    /// the boot depends on the machine) are left out.
     fn flushes(dir: &Path, trace: Vec<String>) -> Vec<String> {
+        let tmp = std::env::temp_dir();
+        let above_tmp: Vec<String> = tmp
+            .ancestors()
+            .skip(1)
+            .map(|a| format!("fsync-dir {}", a.display()))
+            .collect();
         trace
             .into_iter()
             .filter(|s| s.starts_with("fsync") || s.starts_with("fdatasync"))
+            .filter(|s| !above_tmp.contains(s))
             .map(|s| s.replace(&dir.display().to_string(), "CACHE"))
             .map(|s| match s.split_once(".tmp-") {
                 Some((head, _)) => format!("{head}.tmp"),
@@ -1419,6 +1428,7 @@ mod tests {
         assert_eq!(
             flushes(&dir, durable::take_trace()),
             [
+                format!("fsync-dir {}", std::env::temp_dir().display()),
                 format!("fsync-dir {top}"),
                 "fsync-dir CACHE".to_owned(),
                 "fdatasync CACHE/results/.n-c1-eth0.tmp".to_owned(),
@@ -1437,12 +1447,12 @@ mod tests {
             .with_inline_io(true)
             .write_durable_blocking(&rec("c2"))
             .unwrap();
-        assert_eq!(flushes(&dir, durable::take_trace()).len(), 4);
+        assert_eq!(flushes(&dir, durable::take_trace()).len(), 5);
         // `results/` made again (by a writer without flushes): once more.
         std::fs::remove_dir_all(cache.results_dir()).unwrap();
         std::fs::create_dir(cache.results_dir()).unwrap();
         cache.write_durable_blocking(&rec("c2")).unwrap();
-        assert_eq!(flushes(&dir, durable::take_trace()).len(), 4);
+        assert_eq!(flushes(&dir, durable::take_trace()).len(), 5);
         cache.write_durable_blocking(&rec("c2")).unwrap();
         assert_eq!(flushes(&dir, durable::take_trace()), next);
         // A cache that flushes later does the same once per `results/`.
@@ -1453,7 +1463,7 @@ mod tests {
             let path = later.path("n", "c3", "eth0").unwrap();
             std::fs::write(path, rec("c3").encode()).unwrap();
             later.sync_records_blocking([("n", "c3", "eth0")]).unwrap();
-            let want = if k == 0 { 4 } else { 2 };
+            let want = if k == 0 { 5 } else { 2 };
             assert_eq!(flushes(&dir, durable::take_trace()).len(), want, "{k}");
         }
     }
@@ -1476,7 +1486,7 @@ mod tests {
         std::fs::create_dir_all(cache.results_dir()).unwrap();
         durable::take_trace();
         cache.write_durable_blocking(&rec).unwrap();
-        assert_eq!(flushes(&dir, durable::take_trace()).len(), 4, "found");
+        assert_eq!(flushes(&dir, durable::take_trace()).len(), 5, "found");
         let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
         let before = ino(&cache.results_dir());
         std::fs::remove_dir_all(cache.results_dir()).unwrap();
@@ -1496,6 +1506,7 @@ mod tests {
         assert_eq!(
             flushes(&dir, durable::take_trace()),
             [
+                format!("fsync-dir {}", std::env::temp_dir().display()),
                 format!("fsync-dir {}", fs.dir.path().display()),
                 "fsync-dir CACHE".to_owned(),
                 "fdatasync CACHE/results/.n-c1-eth0.tmp".to_owned(),
@@ -1503,6 +1514,31 @@ mod tests {
             ],
             "the first write into a results/ made again"
         );
+    }
+
+    /// Attack on 88e8009: a killed writer (a `ResultCache` killed between
+    /// its `mkdir -p` and the flushes, or a tool that never flushes) made
+    /// the cache dir *and its parents*; the next writer flushed `results/`
+    /// into the cache dir and the cache dir into its parent, but not the
+    /// parent into the grandparent: a power loss took the parent, the
+    /// cache dir and the record with them. Every dir above `results/`
+    /// changed since the boot must have its entry flushed.
+    #[test]
+    fn a_cache_dir_whose_parents_a_killed_writer_made_is_flushed_up_to_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b/cache");
+        let rt = cni_core::RuntimeConf::new("c1", "/proc/self/ns/net", "eth0");
+        let rec = CacheRecord::new("n", &rt, b"{}".to_vec(), None);
+        let cache = ResultCache::new(&dir).with_inline_io(true);
+        // Made by a writer without flushes.
+        std::fs::create_dir_all(cache.results_dir()).unwrap();
+        durable::take_trace();
+        cache.write_durable_blocking(&rec).unwrap();
+        let trace = durable::take_trace();
+        for d in [tmp.path().to_owned(), tmp.path().join("a")] {
+            let want = format!("fsync-dir {}", d.display());
+            assert!(trace.contains(&want), "{want} not in {trace:#?}");
+        }
     }
 
     /// A 16 MiB ext4 with 128-byte inodes (no birth times), loop-mounted

@@ -638,10 +638,15 @@ impl DurableDirs {
 /// dir that was not durable itself (found by cnid's crash-point
 /// enumeration, a `kill -9`, a restart and a power loss combined).
 ///
+/// The dirs above the grandparent are flushed the same way (their entries
+/// in the dir above), as far up as they changed since the boot: a killed
+/// writer's `mkdir -p` may have made the cache dir's parents too.
+///
 /// Neither flush is needed, and none is made, when the parent's inode has
 /// not changed since this boot began (its ctime, [`crate::stale::boot_time`]):
 /// no entry was made, removed or renamed in it since, and the parent itself
-/// was neither made nor renamed; what a reboot left is on disk. That keeps
+/// was neither made nor renamed; what a reboot left is on disk (the same
+/// rule stops the walk up). That keeps
 /// a one-shot writer (cnitool: one write per process) at its two flushes
 /// per record on a cache dir older than the boot. A clock stepped forward
 /// by more than two seconds after the boot can make a dir made before the
@@ -696,23 +701,27 @@ fn entries_durable(
     created: usize,
     known: &DurableDirs,
 ) -> Result<(), Failure> {
-    if created >= 2 || known.knows(id) {
-        known.learn(id);
+    if known.knows(id) {
         return Ok(());
     }
-    let Some(parent) = dir_above(dir) else {
-        known.learn(id);
-        return Ok(());
-    };
-    if created == 0 && unchanged_since_boot(&parent) {
-        known.learn(id);
-        return Ok(());
+    // The dirs holding `dir` and each dir above it, innermost first, up to
+    // the first one unchanged since the boot (its entries, and its own
+    // entry above, are what the reboot found on disk). Not only two
+    // levels: a writer killed before its flushes (or one that never
+    // flushes) may have made the cache dir's parents too, and a power loss
+    // takes those with the cache dir (found by an attack on the once
+    // rule). The `created` innermost ones were flushed by `make_durable`.
+    let mut holders = Vec::new();
+    let mut d = dir.to_owned();
+    while let Some(holder) = dir_above(&d) {
+        if holders.len() >= created && unchanged_since_boot(&holder) {
+            break;
+        }
+        holders.push(holder.clone());
+        d = holder;
     }
-    if let Some(grand) = dir_above(&parent) {
-        sync_dir_above(storage, &grand)?;
-    }
-    if created == 0 {
-        sync_dir_above(storage, &parent)?;
+    for h in holders.iter().skip(created).rev() {
+        sync_dir_above(storage, h)?;
     }
     known.learn(id);
     Ok(())
