@@ -639,8 +639,9 @@ impl DurableDirs {
 /// enumeration, a `kill -9`, a restart and a power loss combined).
 ///
 /// The dirs above the grandparent are flushed the same way (their entries
-/// in the dir above), as far up as they changed since the boot: a killed
-/// writer's `mkdir -p` may have made the cache dir's parents too.
+/// in the dir above), as far up as they changed since the boot, not past a
+/// mount point nor the root: a killed writer's `mkdir -p` may have made
+/// the cache dir's parents too.
 ///
 /// Neither flush is needed, and none is made, when the parent's inode has
 /// not changed since this boot began (its ctime, [`crate::stale::boot_time`]):
@@ -711,10 +712,19 @@ fn entries_durable(
     // flushes) may have made the cache dir's parents too, and a power loss
     // takes those with the cache dir (found by an attack on the once
     // rule). The `created` innermost ones were flushed by `make_durable`.
+    // Not past a mount point: the dir mounted on is not the writer's (nor
+    // made by one), and the file system above may be one whose dirs
+    // cannot be flushed (erofs, squashfs: EINVAL). Up to the root at most:
+    // a path ending in `..` is walked up by more `..`, and the root's `..`
+    // is the root (same inode). A dir that cannot be stat'ed stops it too.
+    let stop = |holder: &Path, d: &Path| match (std::fs::metadata(holder), std::fs::metadata(d)) {
+        (Ok(h), Ok(d)) => h.dev() != d.dev() || h.ino() == d.ino(),
+        _ => true,
+    };
     let mut holders = Vec::new();
     let mut d = dir.to_owned();
     while let Some(holder) = dir_above(&d) {
-        if holders.len() >= created && unchanged_since_boot(&holder) {
+        if (holders.len() >= created && unchanged_since_boot(&holder)) || stop(&holder, &d) {
             break;
         }
         holders.push(holder.clone());
