@@ -1526,15 +1526,7 @@ mod tests {
     #[test]
     fn a_cache_dir_whose_parents_a_killed_writer_made_is_flushed_up_to_them() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("a/b/cache");
-        let rt = cni_core::RuntimeConf::new("c1", "/proc/self/ns/net", "eth0");
-        let rec = CacheRecord::new("n", &rt, b"{}".to_vec(), None);
-        let cache = ResultCache::new(&dir).with_inline_io(true);
-        // Made by a writer without flushes.
-        std::fs::create_dir_all(cache.results_dir()).unwrap();
-        durable::take_trace();
-        cache.write_durable_blocking(&rec).unwrap();
-        let trace = durable::take_trace();
+        let trace = first_write_into_found(&tmp.path().join("a/b/cache"));
         for d in [tmp.path().to_owned(), tmp.path().join("a")] {
             let want = format!("fsync-dir {}", d.display());
             assert!(trace.contains(&want), "{want} not in {trace:#?}");
@@ -1550,18 +1542,23 @@ mod tests {
     fn a_cache_dir_named_through_dot_dot_is_walked_up_to_the_root_once() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir(tmp.path().join("a")).unwrap();
-        let dir = tmp.path().join("a/../cache");
-        let rt = cni_core::RuntimeConf::new("c1", "/proc/self/ns/net", "eth0");
-        let rec = CacheRecord::new("n", &rt, b"{}".to_vec(), None);
-        let cache = ResultCache::new(&dir).with_inline_io(true);
-        std::fs::create_dir_all(cache.results_dir()).unwrap();
-        durable::take_trace();
-        cache.write_durable_blocking(&rec).unwrap();
-        let trace = durable::take_trace();
+        let trace = first_write_into_found(&tmp.path().join("a/../cache"));
         let dirs = trace.iter().filter(|s| s.starts_with("fsync-dir")).count();
         let depth = tmp.path().join("cache/results").components().count();
         assert!(dirs <= depth, "{trace:#?}");
         assert!(trace.contains(&format!("fsync-dir {}", tmp.path().join("a/..").display())));
+    }
+
+    /// The trace of a durable record write into the cache at `dir`, whose
+    /// `results/` (and missing parents) a writer without flushes made.
+    fn first_write_into_found(dir: &Path) -> Vec<String> {
+        let rt = cni_core::RuntimeConf::new("c1", "/proc/self/ns/net", "eth0");
+        let rec = CacheRecord::new("n", &rt, b"{}".to_vec(), None);
+        let cache = ResultCache::new(dir).with_inline_io(true);
+        std::fs::create_dir_all(cache.results_dir()).unwrap();
+        durable::take_trace();
+        cache.write_durable_blocking(&rec).unwrap();
+        durable::take_trace()
     }
 
     /// A 16 MiB ext4 with 128-byte inodes (no birth times), loop-mounted
