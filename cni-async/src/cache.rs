@@ -1382,10 +1382,19 @@ mod tests {
 
     /// The flushes of `trace`, the cache dir `dir` written `CACHE`, temp
     /// files without their unique suffix.
+    /// Flushes of the dirs above the temp dir (whether they changed since
+    /// the boot depends on the machine) are left out.
     fn flushes(dir: &Path, trace: Vec<String>) -> Vec<String> {
+        let tmp = std::env::temp_dir();
+        let above_tmp: Vec<String> = tmp
+            .ancestors()
+            .skip(1)
+            .map(|a| format!("fsync-dir {}", a.display()))
+            .collect();
         trace
             .into_iter()
             .filter(|s| s.starts_with("fsync") || s.starts_with("fdatasync"))
+            .filter(|s| !above_tmp.contains(s))
             .map(|s| s.replace(&dir.display().to_string(), "CACHE"))
             .map(|s| match s.split_once(".tmp-") {
                 Some((head, _)) => format!("{head}.tmp"),
@@ -1419,6 +1428,7 @@ mod tests {
         assert_eq!(
             flushes(&dir, durable::take_trace()),
             [
+                format!("fsync-dir {}", std::env::temp_dir().display()),
                 format!("fsync-dir {top}"),
                 "fsync-dir CACHE".to_owned(),
                 "fdatasync CACHE/results/.n-c1-eth0.tmp".to_owned(),
@@ -1437,12 +1447,12 @@ mod tests {
             .with_inline_io(true)
             .write_durable_blocking(&rec("c2"))
             .unwrap();
-        assert_eq!(flushes(&dir, durable::take_trace()).len(), 4);
+        assert_eq!(flushes(&dir, durable::take_trace()).len(), 5);
         // `results/` made again (by a writer without flushes): once more.
         std::fs::remove_dir_all(cache.results_dir()).unwrap();
         std::fs::create_dir(cache.results_dir()).unwrap();
         cache.write_durable_blocking(&rec("c2")).unwrap();
-        assert_eq!(flushes(&dir, durable::take_trace()).len(), 4);
+        assert_eq!(flushes(&dir, durable::take_trace()).len(), 5);
         cache.write_durable_blocking(&rec("c2")).unwrap();
         assert_eq!(flushes(&dir, durable::take_trace()), next);
         // A cache that flushes later does the same once per `results/`.
@@ -1453,8 +1463,148 @@ mod tests {
             let path = later.path("n", "c3", "eth0").unwrap();
             std::fs::write(path, rec("c3").encode()).unwrap();
             later.sync_records_blocking([("n", "c3", "eth0")]).unwrap();
-            let want = if k == 0 { 4 } else { 2 };
+            let want = if k == 0 { 5 } else { 2 };
             assert_eq!(flushes(&dir, durable::take_trace()).len(), want, "{k}");
+        }
+    }
+
+    /// Attack on 88e8009: a file system that keeps no birth time (ext4
+    /// with 128-byte inodes, ext2/ext3, NFS) gives a `results/` removed
+    /// and made again by another tool the same inode number, so its
+    /// identity (device, inode, no birth time) equalled the flushed one's
+    /// and the first write into the new, unflushed `results/` flushed only
+    /// `results/` itself: a power loss took the dir with the record. On
+    /// such a file system a dir is never taken for one flushed before.
+    /// (Root: a loop-mounted ext4 of its own, unmounted at the end.)
+    #[test]
+    fn a_results_dir_made_again_on_a_file_system_without_birth_times_is_flushed_again() {
+        let fs = NoBirthTimeFs::mount();
+        let dir = fs.dir.path().join("cache");
+        let rt = cni_core::RuntimeConf::new("c1", "/proc/self/ns/net", "eth0");
+        let rec = CacheRecord::new("n", &rt, b"{}".to_vec(), None);
+        let cache = ResultCache::new(&dir).with_inline_io(true);
+        std::fs::create_dir_all(cache.results_dir()).unwrap();
+        durable::take_trace();
+        cache.write_durable_blocking(&rec).unwrap();
+        // Not the temp dir the file system is mounted on.
+        assert_eq!(flushes(&dir, durable::take_trace()).len(), 4, "found");
+        let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let before = ino(&cache.results_dir());
+        std::fs::remove_dir_all(cache.results_dir()).unwrap();
+        std::fs::create_dir(cache.results_dir()).unwrap();
+        assert_eq!(
+            ino(&cache.results_dir()),
+            before,
+            "the experiment's premise"
+        );
+        assert!(
+            std::fs::metadata(cache.results_dir())
+                .unwrap()
+                .created()
+                .is_err()
+        );
+        cache.write_durable_blocking(&rec).unwrap();
+        assert_eq!(
+            flushes(&dir, durable::take_trace()),
+            [
+                format!("fsync-dir {}", fs.dir.path().display()),
+                "fsync-dir CACHE".to_owned(),
+                "fdatasync CACHE/results/.n-c1-eth0.tmp".to_owned(),
+                "fsync-dir CACHE/results".to_owned(),
+            ],
+            "the first write into a results/ made again"
+        );
+    }
+
+    /// Attack on 88e8009: a killed writer (a `ResultCache` killed between
+    /// its `mkdir -p` and the flushes, or a tool that never flushes) made
+    /// the cache dir *and its parents*; the next writer flushed `results/`
+    /// into the cache dir and the cache dir into its parent, but not the
+    /// parent into the grandparent: a power loss took the parent, the
+    /// cache dir and the record with them. Every dir above `results/`
+    /// changed since the boot must have its entry flushed.
+    #[test]
+    fn a_cache_dir_whose_parents_a_killed_writer_made_is_flushed_up_to_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let trace = first_write_into_found(&tmp.path().join("a/b/cache"));
+        for d in [tmp.path().to_owned(), tmp.path().join("a")] {
+            let want = format!("fsync-dir {}", d.display());
+            assert!(trace.contains(&want), "{want} not in {trace:#?}");
+        }
+    }
+
+    /// Attack on the walk up of found dirs: a cache dir named through `..`
+    /// is walked up by more `..` (`T/a/../cache` → `T/a/..` → `T/a/../..`
+    /// …), which never reaches the root by name; where the root changed
+    /// since the boot the walk went on for ever (the root's `..` is the
+    /// root). It stops at the root, having flushed each dir once.
+    #[test]
+    fn a_cache_dir_named_through_dot_dot_is_walked_up_to_the_root_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("a")).unwrap();
+        let trace = first_write_into_found(&tmp.path().join("a/../cache"));
+        let dirs = trace.iter().filter(|s| s.starts_with("fsync-dir")).count();
+        let depth = tmp.path().join("cache/results").components().count();
+        assert!(dirs <= depth, "{trace:#?}");
+        assert!(trace.contains(&format!("fsync-dir {}", tmp.path().join("a/..").display())));
+    }
+
+    /// The trace of a durable record write into the cache at `dir`, whose
+    /// `results/` (and missing parents) a writer without flushes made.
+    fn first_write_into_found(dir: &Path) -> Vec<String> {
+        let rt = cni_core::RuntimeConf::new("c1", "/proc/self/ns/net", "eth0");
+        let rec = CacheRecord::new("n", &rt, b"{}".to_vec(), None);
+        let cache = ResultCache::new(dir).with_inline_io(true);
+        std::fs::create_dir_all(cache.results_dir()).unwrap();
+        durable::take_trace();
+        cache.write_durable_blocking(&rec).unwrap();
+        durable::take_trace()
+    }
+
+    /// A 16 MiB ext4 with 128-byte inodes (no birth times), loop-mounted
+    /// on a temp dir; unmounted (lazily) and its image removed on drop.
+    struct NoBirthTimeFs {
+        dir: tempfile::TempDir,
+        _image: tempfile::NamedTempFile,
+    }
+
+    impl NoBirthTimeFs {
+        fn mount() -> Self {
+            let image = tempfile::NamedTempFile::new().unwrap();
+            image.as_file().set_len(16 << 20).unwrap();
+            let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
+                let out = std::process::Command::new(cmd).args(args).output().unwrap();
+                assert!(out.status.success(), "{cmd} {args:?}: {out:?}");
+            };
+            run(
+                "mkfs.ext4",
+                &[
+                    "-q".as_ref(),
+                    "-I".as_ref(),
+                    "128".as_ref(),
+                    image.path().as_os_str(),
+                ],
+            );
+            let dir = tempfile::tempdir().unwrap();
+            run(
+                "mount",
+                &[
+                    "-o".as_ref(),
+                    "loop".as_ref(),
+                    image.path().as_os_str(),
+                    dir.path().as_os_str(),
+                ],
+            );
+            NoBirthTimeFs { dir, _image: image }
+        }
+    }
+
+    impl Drop for NoBirthTimeFs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.dir.path())
+                .status();
         }
     }
 

@@ -598,15 +598,22 @@ impl DirId {
 /// time), so that a dir removed and made again (by anyone) is not taken
 /// for the one flushed. Shared by the clones of one writer (the result
 /// cache holds one in an `Arc`). Holds the last such dir only: one writer
-/// has one dir to write in.
+/// has one dir to write in. A dir whose file system keeps no birth time is
+/// never known (its flushes are made on every write, unless its parent is
+/// older than the boot).
 #[derive(Debug, Default)]
 pub struct DurableDirs {
     last: std::sync::Mutex<Option<DirId>>,
 }
 
 impl DurableDirs {
+    /// Never a dir without a birth time: where the file system keeps none
+    /// (ext4 with 128-byte inodes, ext2/ext3, NFS), a dir removed and made
+    /// again by another tool gets the same inode number and so the same
+    /// identity (found by an attack on the once rule: the first write into
+    /// the new, unflushed dir flushed nothing above it).
     fn knows(&self, id: DirId) -> bool {
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) == Some(id)
+        id.2.is_some() && *self.last.lock().unwrap_or_else(|e| e.into_inner()) == Some(id)
     }
 
     fn learn(&self, id: DirId) {
@@ -631,10 +638,16 @@ impl DurableDirs {
 /// dir that was not durable itself (found by cnid's crash-point
 /// enumeration, a `kill -9`, a restart and a power loss combined).
 ///
+/// The dirs above the grandparent are flushed the same way (their entries
+/// in the dir above), as far up as they changed since the boot, not past a
+/// mount point nor the root: a killed writer's `mkdir -p` may have made
+/// the cache dir's parents too.
+///
 /// Neither flush is needed, and none is made, when the parent's inode has
 /// not changed since this boot began (its ctime, [`crate::stale::boot_time`]):
 /// no entry was made, removed or renamed in it since, and the parent itself
-/// was neither made nor renamed; what a reboot left is on disk. That keeps
+/// was neither made nor renamed; what a reboot left is on disk (the same
+/// rule stops the walk up). That keeps
 /// a one-shot writer (cnitool: one write per process) at its two flushes
 /// per record on a cache dir older than the boot. A clock stepped forward
 /// by more than two seconds after the boot can make a dir made before the
@@ -689,23 +702,36 @@ fn entries_durable(
     created: usize,
     known: &DurableDirs,
 ) -> Result<(), Failure> {
-    if created >= 2 || known.knows(id) {
-        known.learn(id);
+    if known.knows(id) {
         return Ok(());
     }
-    let Some(parent) = dir_above(dir) else {
-        known.learn(id);
-        return Ok(());
+    // The dirs holding `dir` and each dir above it, innermost first, up to
+    // the first one unchanged since the boot (its entries, and its own
+    // entry above, are what the reboot found on disk). Not only two
+    // levels: a writer killed before its flushes (or one that never
+    // flushes) may have made the cache dir's parents too, and a power loss
+    // takes those with the cache dir (found by an attack on the once
+    // rule). The `created` innermost ones were flushed by `make_durable`.
+    // Not past a mount point: the dir mounted on is not the writer's (nor
+    // made by one), and the file system above may be one whose dirs
+    // cannot be flushed (erofs, squashfs: EINVAL). Up to the root at most:
+    // a path ending in `..` is walked up by more `..`, and the root's `..`
+    // is the root (same inode). A dir that cannot be stat'ed stops it too.
+    let stop = |holder: &Path, d: &Path| match (std::fs::metadata(holder), std::fs::metadata(d)) {
+        (Ok(h), Ok(d)) => h.dev() != d.dev() || h.ino() == d.ino(),
+        _ => true,
     };
-    if created == 0 && unchanged_since_boot(&parent) {
-        known.learn(id);
-        return Ok(());
+    let mut holders = Vec::new();
+    let mut d = dir.to_owned();
+    while let Some(holder) = dir_above(&d) {
+        if (holders.len() >= created && unchanged_since_boot(&holder)) || stop(&holder, &d) {
+            break;
+        }
+        holders.push(holder.clone());
+        d = holder;
     }
-    if let Some(grand) = dir_above(&parent) {
-        sync_dir_above(storage, &grand)?;
-    }
-    if created == 0 {
-        sync_dir_above(storage, &parent)?;
+    for h in holders.iter().skip(created).rev() {
+        sync_dir_above(storage, h)?;
     }
     known.learn(id);
     Ok(())
