@@ -1225,6 +1225,27 @@ impl ResultCache {
         false
     }
 
+    /// [`ResultCache::scan_blocking`] when the watch makes it a few system
+    /// calls, for a caller that would otherwise hand it to the blocking
+    /// pool: the watch is live and reports at most `max` names changed
+    /// since the last scan (each one a `stat` and a read of one record
+    /// file, as cnid's own record writes on its workers are). `None`
+    /// (nothing scanned) otherwise: no live watch, or more changes; the
+    /// changes then stay for the next [`ResultCache::scan_blocking`].
+    /// cnid's admissions: a request's own ADD or DEL changes a name or
+    /// two, which the next admission's refresh reads here instead of
+    /// waiting for a pool thread (issue 25 item 4).
+    pub fn scan_few(&self, scan: &mut RecordScan, max: usize) -> Option<ScanChanges> {
+        #[cfg(feature = "watch")]
+        if let Some(w) = scan.watch.as_mut() {
+            let results = self.results_dir();
+            let names = w.take_few(&results, max)?;
+            return Some(scan.reread(&results, names));
+        }
+        let _ = (scan, max);
+        None
+    }
+
     /// One page, as [`ResultCache::list_page`] gives it, of the records
     /// named by `names(after, n)`: up to `n` file names sorting after
     /// `after` (from the first when `None`), in byte order, pre-filtered
