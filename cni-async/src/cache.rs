@@ -237,6 +237,54 @@ impl ResultCache {
         Ok(n)
     }
 
+    /// What [`ResultCache::sync_records_blocking`] does, in one flush for
+    /// any number of records: one [`Storage::sync_fs`] of `results/` (every
+    /// record file there durable, data and name), then the same `fsync`s
+    /// of `results/`, the cache dir and its parent. For many records at
+    /// once (cnid's start: an `fsync` per file is a flush of the device
+    /// each, 1–4 ms on a virtual disk); its cost is the write-back of
+    /// whatever else is dirty on that file system, other programs' data
+    /// included, which it waits for. Names are checked as the
+    /// file-by-file flush checks them (an invalid one fails it). Where the
+    /// storage cannot report write-back errors (`Unsupported`: Linux before
+    /// 5.8), it flushes file by file instead. Blocking. Returns whether
+    /// `results/` was there (nothing to flush otherwise: every record named
+    /// was removed).
+    pub fn sync_records_at_once_blocking<'a>(
+        &self,
+        attachments: impl IntoIterator<Item = (&'a str, &'a str, &'a str)> + Clone,
+    ) -> Result<bool, Error> {
+        for (network, container_id, ifname) in attachments.clone() {
+            self.path(network, container_id, ifname)?;
+        }
+        let results = self.results_dir();
+        match self.storage.sync_fs(&results) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                return self.sync_records_blocking(attachments).map(|n| n > 0);
+            }
+            Err(source) => {
+                return Err(Error::Cache {
+                    path: results,
+                    op: "syncfs",
+                    source,
+                });
+            }
+        }
+        // As in the file-by-file flush: the dirs' own entries in their
+        // parents (on another file system than the one flushed when
+        // `results/` or the cache dir is a mount point).
+        let above = self.dir.parent().filter(|p| !p.as_os_str().is_empty());
+        for d in [results.as_path(), self.dir.as_path()]
+            .into_iter()
+            .chain(above)
+        {
+            durable::sync_dir(&*self.storage, d).map_err(durable_err)?;
+        }
+        Ok(true)
+    }
+
     /// Removes what processes killed mid-operation left: the temp files
     /// of record writes in `results/` (between a record's temp file and
     /// its rename), only those named as this crate names them whose
@@ -1171,6 +1219,27 @@ impl ResultCache {
         }
         let _ = scan;
         false
+    }
+
+    /// [`ResultCache::scan_blocking`] when the watch makes it a few system
+    /// calls, for a caller that would otherwise hand it to the blocking
+    /// pool: the watch is live and reports at most `max` names changed
+    /// since the last scan (each one a `stat` and a read of one record
+    /// file, as cnid's own record writes on its workers are). `None`
+    /// (nothing scanned) otherwise: no live watch, or more changes; the
+    /// changes then stay for the next [`ResultCache::scan_blocking`].
+    /// cnid's admissions: a request's own ADD or DEL changes a name or
+    /// two, which the next admission's refresh reads here instead of
+    /// waiting for a pool thread (issue 25 item 4).
+    pub fn scan_few(&self, scan: &mut RecordScan, max: usize) -> Option<ScanChanges> {
+        #[cfg(feature = "watch")]
+        if let Some(w) = scan.watch.as_mut() {
+            let results = self.results_dir();
+            let names = w.take_few(&results, max)?;
+            return Some(scan.reread(&results, names));
+        }
+        let _ = (scan, max);
+        None
     }
 
     /// One page, as [`ResultCache::list_page`] gives it, of the records

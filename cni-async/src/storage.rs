@@ -72,6 +72,17 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
     /// durable.
     #[track_caller]
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// `syncfs(2)` of the file system that holds the dir `dir`: once it
+    /// returns `Ok`, every file under `dir` is durable, data and names
+    /// (what was written, created, renamed or removed there, the dirs
+    /// under it included; not `dir`'s own entry in its parent). One call
+    /// for any number of files, where [`Storage::sync_file`] is one flush
+    /// of the device each; but it writes back *everything* dirty on that
+    /// file system, other programs' data too, and waits for it.
+    /// `Err(Unsupported)` where a failed write-back would not be reported
+    /// (see [`Disk`]): the caller flushes file by file instead.
+    #[track_caller]
+    fn sync_fs(&self, dir: &Path) -> io::Result<()>;
     /// `rename`.
     #[track_caller]
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
@@ -84,8 +95,44 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
 }
 
 /// The real file system.
+///
+/// Its [`Storage::sync_fs`] is `syncfs(2)` on a descriptor of the dir, on
+/// Linux 5.8 or later only: from 5.8 on, `syncfs` returns the write-back
+/// errors of the file system (the superblock's `errseq`) that occurred
+/// since the descriptor was opened, and any that no `syncfs` caller has
+/// seen yet (as `fsync` does for a file's own errors); before 5.8 it
+/// returned 0 whatever the write-back did, so there it answers
+/// `Unsupported` and callers flush file by file.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Disk;
+
+/// Whether the running kernel's `syncfs(2)` reports write-back errors
+/// (Linux 5.8 and later), read once from `uname(2)`.
+pub fn syncfs_reports_errors() -> bool {
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        // SAFETY: `uname` fills the struct it is given; zeroed is a valid
+        // value of it.
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        if unsafe { libc::uname(&mut u) } != 0 {
+            return false;
+        }
+        // SAFETY: `release` is NUL-terminated by `uname`.
+        let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
+        kernel_at_least(&release.to_string_lossy(), (5, 8))
+    })
+}
+
+/// Whether a kernel release string (`6.1.0-18-amd64`) is at least
+/// `major.minor`; false when it cannot be read.
+fn kernel_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let num = |p: Option<&str>| p.and_then(|s| s.parse::<u32>().ok());
+    match (num(parts.next()), num(parts.next())) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
 
 /// `O_NOFOLLOW | O_CLOEXEC` options, for the calls that open files.
 pub fn no_follow() -> OpenOptions {
@@ -154,6 +201,24 @@ impl Storage for Disk {
         File::open(dir).and_then(|d| d.sync_all())
     }
 
+    fn sync_fs(&self, dir: &Path) -> io::Result<()> {
+        if !syncfs_reports_errors() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "syncfs does not report write-back errors before Linux 5.8",
+            ));
+        }
+        let d = no_follow()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_DIRECTORY)
+            .open(dir)?;
+        // SAFETY: `d` is an open descriptor for the duration of the call.
+        if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         std::fs::rename(from, to)
     }
@@ -164,5 +229,45 @@ impl Storage for Disk {
 
     fn remove_dir(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_dir(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_releases_are_compared_by_major_and_minor() {
+        for (release, want) in [
+            ("5.8.0", true),
+            ("5.10.0-28-amd64", true),
+            ("6.1.0-18-amd64", true),
+            ("6.18.44-fc-v1272", true),
+            ("5.7.19", false),
+            ("4.19.0-26-amd64", false),
+            ("5", false),
+            ("", false),
+        ] {
+            assert_eq!(kernel_at_least(release, (5, 8)), want, "{release}");
+        }
+    }
+
+    /// On a kernel that reports write-back errors, `sync_fs` of a dir
+    /// succeeds; a path that is not a dir, or a link to one, is refused.
+    #[test]
+    fn sync_fs_takes_a_dir_and_follows_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        if !syncfs_reports_errors() {
+            let e = Disk.sync_fs(dir.path()).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+            return;
+        }
+        Disk.sync_fs(dir.path()).unwrap();
+        assert!(Disk.sync_fs(&file).is_err(), "not a dir");
+        assert!(Disk.sync_fs(&link).is_err(), "a link");
     }
 }

@@ -109,6 +109,16 @@ impl ResultsWatch {
         self.live.is_some() && self.pending.is_empty()
     }
 
+    /// Consumes the queued events (without waiting), as
+    /// [`ResultsWatch::is_current`]; when the watch is live and at most
+    /// `max` names changed, takes them (the scan then rereads only those).
+    /// `None` leaves them pending for [`ResultsWatch::take`].
+    pub(super) fn take_few(&mut self, dir: &Path, max: usize) -> Option<BTreeSet<OsString>> {
+        self.drain(dir);
+        (self.live.is_some() && self.pending.len() <= max)
+            .then(|| std::mem::take(&mut self.pending))
+    }
+
     /// Drains the queue; the watch ends when events may have been lost.
     fn drain(&mut self, dir: &Path) {
         let Some((ino, id)) = &self.live else {

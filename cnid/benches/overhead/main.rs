@@ -245,7 +245,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args.iter().any(|a| a == "--bench") {
         // `cargo test` runs benchmark binaries without --bench.
-        return match stats::self_check() {
+        return match stats::self_check().and_then(|()| scale::self_check()) {
             Ok(()) => {
                 eprintln!("overhead: not run under `cargo test` (use `make bench`)");
                 ExitCode::SUCCESS
@@ -1292,16 +1292,41 @@ fn targets(f: &Findings) -> Vec<Target> {
         met: rss.map(|s| s.median <= scale::RSS_GOAL_MIB),
         comment: String::new(),
     });
+    // Measured by cnid itself (`cnid_admission_duration_seconds`), at
+    // every size: the goal is for any.
     let adm = at("admission");
+    let sizes = [0, 1000, scale::LARGEST];
+    let worst = sizes
+        .iter()
+        .filter_map(|n| f.get(&format!("scale/admission/{n}")))
+        .map(|s| s.median)
+        .reduce(f64::max);
+    let mut comment: Vec<String> = sizes
+        .iter()
+        .filter_map(|n| {
+            f.get(&format!("scale/admission/{n}"))
+                .map(|s| format!("at {n}: {:.3} ms", s.median * 1e3))
+        })
+        .collect();
+    if let Some(w) = at("admission_within") {
+        comment.push(format!(
+            "{:.0}% within the goal at {}",
+            w.median * 100.0,
+            scale::LARGEST
+        ));
+    }
+    if let Some(c) = at("cpu_over_zero") {
+        comment.push(format!(
+            "cnid CPU per ADD+DEL over the empty cache {:+.3} ms",
+            c.median * 1e3
+        ));
+    }
     v.push(Target {
-        what: "cnid with 10,000 attachments: admission of an ADD+DEL (CPU over the empty cache)",
-        limit: format!("≤ {} ms", scale::ADMISSION_GOAL_MS),
-        measured: adm.map(|s| format!("{:+.3} ms", s.median * 1e3)),
-        met: adm.map(|s| s.median <= scale::ADMISSION_GOAL_MS * 1e-3),
-        comment: f
-            .get("scale/admission/1000")
-            .map(|s| format!("at 1,000: {:+.3} ms", s.median * 1e3))
-            .unwrap_or_default(),
+        what: "cnid with 10,000 attachments: admission of an ADD (mean, cnid's own histogram)",
+        limit: format!("≤ {} ms at any size", scale::ADMISSION_GOAL_MS),
+        measured: adm.map(|s| format!("{:.3} ms", s.median * 1e3)),
+        met: worst.map(|w| w <= scale::ADMISSION_GOAL_MS * 1e-3),
+        comment: comment.join("; "),
     });
     v
 }

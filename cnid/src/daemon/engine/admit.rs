@@ -57,7 +57,22 @@ impl Engine {
 
     /// Admits a request on one network (`POST /v1/networks/{network}/{verb}`):
     /// the operation to queue, or why not (in the network's version).
+    /// Timed into `cnid_admission_duration_seconds` (wall time, admitted
+    /// or refused).
     pub(crate) async fn admit(
+        &self,
+        request_id: &str,
+        verb: Command,
+        network: String,
+        decoded: DecodedRequest,
+    ) -> Result<NewOp, ApiError> {
+        let started = Instant::now();
+        let admitted = self.admit_untimed(request_id, verb, network, decoded).await;
+        self.metrics.admitted(verb, started.elapsed());
+        admitted
+    }
+
+    async fn admit_untimed(
         &self,
         request_id: &str,
         verb: Command,
@@ -128,8 +143,21 @@ impl Engine {
     /// Admits a sandbox request (`POST /v1/sandboxes/{verb}`): its networks
     /// (loopback first if asked, the default network when none is named),
     /// as one operation in the container's queue (ADD, DEL, CHECK, see
-    /// `Engine::sandbox`) or one STATUS per network.
+    /// `Engine::sandbox`) or one STATUS per network. Timed as
+    /// [`Engine::admit`] is.
     pub(crate) async fn admit_sandbox(
+        &self,
+        request_id: &str,
+        verb: Command,
+        decoded: DecodedSandbox,
+    ) -> Result<SandboxOps, ApiError> {
+        let started = Instant::now();
+        let admitted = self.admit_sandbox_untimed(request_id, verb, decoded).await;
+        self.metrics.admitted(verb, started.elapsed());
+        admitted
+    }
+
+    async fn admit_sandbox_untimed(
         &self,
         request_id: &str,
         verb: Command,

@@ -12,9 +12,10 @@
 //! and the first ADD), one rolled back (not answered), one whose rollback
 //! failed (its intent kept), a DEL, a CHECK, a GC's deletion, the flush task, a
 //! compaction, a graceful stop, start-up itself (recovery restoring the
-//! records a power loss took, removing earlier crashes' temp files,
+//! records a power loss took and flushing them in one `syncfs`, as a
+//! start with many records does; removing earlier crashes' temp files,
 //! moving a corrupt intent aside, and keeping a record it cannot
-//! restore), an ADD and a graceful stop of a daemon whose start kept
+//! restore, flushing file by file), an ADD and a graceful stop of a daemon whose start kept
 //! such a record (issue 21's defects 1 and 2), and an ADD by cnitool on
 //! the daemon's cache dir (the library alone, its own flushes, no
 //! journal), each also with an `ENOSPC`
@@ -534,6 +535,13 @@ async fn run(
                 arm(&sim);
             }
             let b = daemon_on(dir, "boot-b", &sim);
+            // Recovery flushes its records in one `syncfs` (as a start
+            // with many does), RecoveryKeeps file by file.
+            let b = if op == Op::Recovery {
+                b.with_sync_fs_at(1)
+            } else {
+                b
+            };
             let _ = start(&b);
             if !in_start {
                 // A daemon whose start kept c-1's commit line: an ADD
@@ -918,7 +926,7 @@ async fn enumerate_combined(
 /// `cni_async::durable`'s functions that go through one (they are
 /// `#[track_caller]`: the simulated disk names their caller's line).
 fn storage_call_sites() -> BTreeSet<String> {
-    const METHODS: [&str; 13] = [
+    const METHODS: [&str; 14] = [
         "create_new",
         "open_append",
         "open_write",
@@ -929,6 +937,7 @@ fn storage_call_sites() -> BTreeSet<String> {
         "sync_all",
         "sync_file",
         "sync_dir",
+        "sync_fs",
         "rename",
         "remove",
         "remove_dir",

@@ -26,7 +26,9 @@
 //! ADD leaks no IP and no interface. Commit lines written in another boot
 //! put their records back into the cache where a power loss lost them
 //! (unless a newer record is there, written since the reboot); those of
-//! this boot have their records `fsync`ed; then the journal is emptied.
+//! this boot have their records `fsync`ed (from [`SYNC_FS_AT`] records on,
+//! all at once: one `syncfs` of the cache's file system,
+//! [`Intents::sync_records`]); then the journal is emptied.
 //! While the daemon runs, its flush task ([`Intents::flush_loop`], off the
 //! request path) `fsync`s the records of the commit lines and then drops
 //! those lines: every 30 s for the lines older than 30 s, and when the
@@ -131,6 +133,15 @@ use serde_json::{Map, Value, json};
 pub(crate) const INTENTS_DIR: &str = "intents";
 /// The journal of ADDs in progress, in the intents dir.
 pub(crate) const JOURNAL: &str = "journal";
+/// From how many records to flush the start and a graceful exit use one
+/// `syncfs` of the cache's file system instead of an `fsync` per record
+/// ([`Intents::sync_records`]). An `fsync` is a flush of the device
+/// (1–4 ms each on this project's virtual disk: 10,000 records took 9 to
+/// 40 s); a `syncfs` flushes everything dirty on the file system, other
+/// programs' data too, and waits for it: worth it from a few dozen
+/// records on, not for the handful a restart usually finds
+/// (`BENCHMARKS.md`, issue 25 item 4).
+pub(crate) const SYNC_FS_AT: usize = 64;
 
 /// The intents dir.
 #[derive(Debug, Clone)]
@@ -155,6 +166,9 @@ pub(crate) struct Intents {
     /// Wakes [`Intents::flush_loop`] when the journal is due for a
     /// compaction that has commit lines to flush (off the request path).
     wake: Arc<tokio::sync::Notify>,
+    /// From how many records on the start and a graceful exit flush them
+    /// in one `syncfs` ([`Intents::sync_records`]; [`SYNC_FS_AT`]).
+    sync_fs_at: usize,
     /// The attachments whose records compactions flushed, in order, and
     /// how many record files those flushes `fsync`ed.
     #[cfg(test)]
@@ -251,6 +265,7 @@ impl Intents {
             boot: boot_id().into(),
             storage: Arc::new(Disk),
             wake: Arc::new(tokio::sync::Notify::new()),
+            sync_fs_at: SYNC_FS_AT,
             #[cfg(test)]
             synced: Arc::default(),
         }
@@ -283,6 +298,33 @@ impl Intents {
     fn with_boot_id(mut self, boot: &str) -> Self {
         self.boot = boot.into();
         self
+    }
+
+    /// Flushes `n` records or more in one `syncfs` (tests: the batched
+    /// flush on a handful of records).
+    #[cfg(test)]
+    fn with_sync_fs_at(mut self, n: usize) -> Self {
+        self.sync_fs_at = n;
+        self
+    }
+
+    /// Makes the records of these attachments durable before their
+    /// commit lines are forgotten, at the start and at a graceful exit:
+    /// file by file (`fsync` each, then the dirs), or, from
+    /// [`SYNC_FS_AT`] records on, all in one `syncfs` of the cache's file
+    /// system, then the same dirs
+    /// ([`ResultCache::sync_records_at_once_blocking`]). Either way every
+    /// record named is durable when it returns `Ok`. Blocking.
+    pub(super) fn sync_records<'a>(
+        &self,
+        cache: &ResultCache,
+        attachments: impl ExactSizeIterator<Item = (&'a str, &'a str, &'a str)> + Clone,
+    ) -> Result<(), cni_async::Error> {
+        if attachments.len() >= self.sync_fs_at {
+            cache.sync_records_at_once_blocking(attachments).map(drop)
+        } else {
+            cache.sync_records_blocking(attachments).map(drop)
+        }
     }
 
     #[cfg(test)]
@@ -454,7 +496,7 @@ impl Intents {
         {
             // The records the commit lines stand for must be on disk before
             // the lines go (at most those of the last minute or so).
-            let synced = cache.sync_records_blocking(j.committed.values().map(Committed::names));
+            let synced = self.sync_records(cache, j.committed.values().map(Committed::names));
             if let Err(e) = synced {
                 tracing::warn!(error = %cni_core::error::Chain(&e), "cannot flush the cached ADD results at exit; the ADD journal stays for the next start");
                 return;

@@ -67,6 +67,8 @@ struct Shadow {
     /// The number of calls made when [`SimDisk::arm_crash`] was called.
     armed: usize,
     dead: bool,
+    /// [`Storage::sync_fs`] answers `Unsupported` (a kernel before 5.8).
+    no_sync_fs: bool,
     /// Durable data of each file, by inode.
     data: HashMap<u64, Vec<u8>>,
     /// Each file's last modification time as of its flush, by inode
@@ -148,6 +150,12 @@ impl SimDisk {
         let mut s = self.lock();
         s.dead = false;
         s.crash_at = None;
+    }
+
+    /// From now on [`Storage::sync_fs`] answers `Unsupported`, as on a
+    /// kernel before 5.8 (an I/O call all the same: it may crash or fail).
+    pub(crate) fn disable_sync_fs(&self) {
+        self.lock().no_sync_fs = true;
     }
 
     /// The `n`-th I/O call fails with `ENOSPC` (doing nothing); the process
@@ -262,12 +270,14 @@ impl SimDisk {
     }
 
     /// Makes everything under `dir` durable as it is now (data and
-    /// names): at the start, and after a power loss (what is on disk then
-    /// is all there is).
+    /// names, dirs removed under it gone for good; not `dir`'s own entry):
+    /// at the start, after a power loss (what is on disk then is all there
+    /// is), and for a `syncfs` ([`Storage::sync_fs`]).
     pub(crate) fn sync_tree(&self, dir: &Path) {
         let (mut files, mut dirs) = (Vec::new(), Vec::new());
         walk(dir, &mut files, &mut dirs);
         let mut s = self.lock();
+        s.dirs.retain(|p| p == dir || !p.starts_with(dir));
         s.dirs.extend(dirs);
         s.names.retain(|p, _| !p.starts_with(dir));
         for p in files {
@@ -469,6 +479,27 @@ impl Storage for SimDisk {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.call("fsync-dir", dir, Location::caller())?;
         self.sync_names(dir)
+    }
+
+    /// Everything under `dir` durable as it is now, data and names, the
+    /// dirs under it too (not `dir`'s own entry): what `syncfs` of its
+    /// file system guarantees for that subtree. The rest of the simulated
+    /// disk is left as it was (it may be another file system): the model
+    /// credits the call with no more than the dir it names.
+    #[track_caller]
+    fn sync_fs(&self, dir: &Path) -> io::Result<()> {
+        self.call("syncfs", dir, Location::caller())?;
+        if self.lock().no_sync_fs {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "simulated kernel before 5.8",
+            ));
+        }
+        if !std::fs::symlink_metadata(dir)?.is_dir() {
+            return Err(io::Error::from_raw_os_error(nix::libc::ENOTDIR));
+        }
+        self.sync_tree(dir);
+        Ok(())
     }
 
     #[track_caller]
@@ -706,6 +737,40 @@ mod tests {
         fork.power_loss(Cut::None);
         assert_eq!(read(&again.path().join("d/x")).unwrap(), b"flushed");
         assert_eq!(read(&again.path().join("old")).unwrap(), b"old");
+    }
+
+    /// A `syncfs` of a dir makes everything under it durable as it is
+    /// then, data, names and dirs, removals too; and nothing else: not
+    /// the dir's own entry in its parent (a dir made and never flushed
+    /// into its parent is lost with what it holds), not what is beside it.
+    #[test]
+    fn a_sync_fs_makes_the_dir_it_names_durable_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/old"), b"old").unwrap();
+        let sim = SimDisk::new(root);
+        let write = |p: &Path, bytes: &[u8]| {
+            let f = sim.create_new(p, 0o600).unwrap();
+            sim.write(&f, bytes).unwrap();
+        };
+        write(&root.join("d/a"), b"a");
+        std::fs::create_dir(root.join("d/e")).unwrap();
+        write(&root.join("d/e/b"), b"b");
+        sim.remove(&root.join("d/old")).unwrap();
+        write(&root.join("beside"), b"c");
+        std::fs::create_dir(root.join("x")).unwrap();
+        write(&root.join("x/f"), b"f");
+        sim.sync_fs(&root.join("d")).unwrap();
+        sim.sync_fs(&root.join("x")).unwrap();
+        assert!(sim.sync_fs(&root.join("d/a")).is_err(), "not a dir");
+        assert_eq!(sim.calls().iter().filter(|c| c.kind == "syncfs").count(), 3);
+        sim.power_loss(Cut::None);
+        assert_eq!(read(&root.join("d/a")).unwrap(), b"a");
+        assert_eq!(read(&root.join("d/e/b")).unwrap(), b"b");
+        assert_eq!(read(&root.join("d/old")), None, "the removal flushed");
+        assert_eq!(read(&root.join("beside")), None, "beside the dir");
+        assert!(!root.join("x").exists(), "its own entry not flushed");
     }
 
     /// A failure (not a crash) does nothing and the process goes on.
