@@ -258,7 +258,25 @@ impl ResultCache {
             self.path(network, container_id, ifname)?;
         }
         let results = self.results_dir();
-        match self.storage.sync_fs(&results) {
+        // A `results/` that is a link to a dir (the cache makes and uses
+        // its dirs through links) is flushed where it points: the storage
+        // opens no link (found by the attack on issue 25: from 64 records
+        // on, every start failed and carried every line).
+        let target = match std::fs::symlink_metadata(&results) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::canonicalize(&results) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                Err(source) => {
+                    return Err(Error::Cache {
+                        path: results,
+                        op: "resolve the link",
+                        source,
+                    });
+                }
+            },
+            _ => results.clone(),
+        };
+        match self.storage.sync_fs(&target) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {

@@ -30,6 +30,7 @@ mod cnitool_timeout;
 mod cnitool_warnings;
 mod daemon_bad_input;
 mod daemon_commit;
+mod daemon_commit_batched;
 mod daemon_crash;
 mod daemon_crash_interplay;
 mod daemon_drain;

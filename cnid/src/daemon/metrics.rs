@@ -96,7 +96,10 @@ impl Histogram {
                 "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}"
             );
         }
-        let count = self.count.load(Ordering::Relaxed);
+        // An observation counts its bucket before its total: a scrape in
+        // between must not read a `+Inf` (the total) below the last bucket
+        // (found by the attack on issue 25 item 4).
+        let count = self.count.load(Ordering::Relaxed).max(cumulative);
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
         let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
         let braces = |s: &str| {
@@ -565,6 +568,28 @@ mod tests {
         );
         assert!(text.contains("cnid_operation_duration_seconds_count{verb=\"ADD\"} 2"));
         assert!(text.contains("# TYPE cnid_operations_in_flight gauge"));
+    }
+
+    /// Defect (attack on issue 25 item 4): a scrape between an
+    /// observation's bucket increment and its total's (`observe` counts
+    /// the bucket first, concurrent ADDs and scrapes do interleave so)
+    /// read a `+Inf` bucket and `_count` below the last finite bucket: a
+    /// histogram that is not cumulative. Played here by half an
+    /// observation.
+    #[test]
+    fn a_scrape_amid_an_observation_reads_a_cumulative_histogram() {
+        let h = Histogram::with_bounds(&ADMISSION_BUCKETS);
+        h.observe(Duration::from_micros(20));
+        h.buckets[0].fetch_add(1, Ordering::Relaxed);
+        let mut text = String::new();
+        h.write(&mut text, "x", "");
+        let values: Vec<u64> = text
+            .lines()
+            .filter(|l| l.starts_with("x_bucket"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(values.windows(2).all(|w| w[0] <= w[1]), "{text}");
+        assert!(text.contains("x_count 2"), "{text}");
     }
 
     /// The admission's histogram has buckets from 10 µs (the goal is 0.1

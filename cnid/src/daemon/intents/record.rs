@@ -185,10 +185,22 @@ fn lines(bytes: &[u8]) -> impl Iterator<Item = (&[u8], Fields<'_>)> {
 /// attachment and not followed by a `gone` line of it, with the boot each
 /// was committed in. Unreadable ones are skipped with an error logged.
 pub(super) fn committed_records(bytes: &[u8]) -> Vec<(String, CacheRecord, Vec<u8>)> {
+    committed_records_with_end(bytes)
+        .into_iter()
+        .map(|(boot, rec, bytes, _)| (boot, rec, bytes))
+        .collect()
+}
+
+/// A commit line: its boot, its record decoded and as bytes, its `end`.
+pub(super) type CommitLine = (String, CacheRecord, Vec<u8>, u64);
+
+/// [`committed_records`] with each line's `end`: 0 for a line a start
+/// carried because it could not settle it (see `Intents::settle_commits`).
+pub(super) fn committed_records_with_end(bytes: &[u8]) -> Vec<CommitLine> {
     // In the order of each attachment's last commit line. A line replaces
     // or drops its attachment's earlier entry through `latest` (its slot),
     // not a pass over every entry: a start reads journals of 10,000 lines.
-    let mut slots: Vec<Option<(String, CacheRecord, Vec<u8>)>> = Vec::new();
+    let mut slots: Vec<Option<CommitLine>> = Vec::new();
     let mut latest: HashMap<String, usize> = HashMap::new();
     for (_, f) in lines(bytes) {
         if let Some(gone) = f.gone {
@@ -215,7 +227,8 @@ pub(super) fn committed_records(bytes: &[u8]) -> Vec<(String, CacheRecord, Vec<u
                 if let Some(i) = latest.insert(k, slots.len()) {
                     slots[i] = None;
                 }
-                slots.push(Some((boot, rec, bytes)));
+                let end = v.get("end").and_then(Value::as_u64).unwrap_or(0);
+                slots.push(Some((boot, rec, bytes, end)));
             }
             Err(reason) => {
                 tracing::error!(%reason, "unreadable cache record in the ADD journal; skipped")

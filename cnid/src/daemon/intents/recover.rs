@@ -125,7 +125,7 @@ impl Intents {
         let Some(cache) = &self.cache else {
             return Vec::new();
         };
-        let records = committed_records(bytes);
+        let records = committed_records_with_end(bytes);
         let mut unsettled = Vec::new();
         let carry = |boot: &str, rec: &CacheRecord, bytes: &[u8]| Carried {
             attachment: [
@@ -141,8 +141,40 @@ impl Intents {
         // (found by the attack on issue 21): the flush makes the dirs
         // durable too.
         let mut flush = Vec::new();
-        for (i, (boot, rec, bytes)) in records.iter().enumerate() {
+        for (i, (boot, rec, bytes, end)) in records.iter().enumerate() {
             let (net, cid, ifname) = (&rec.network_name, &rec.container_id, &rec.if_name);
+            // A line an earlier start carried (`end` 0: its flush or
+            // restore failed) whose record the cache holds: written again,
+            // not flushed again. The failed write-back left the record's
+            // pages clean, its data maybe nowhere on disk, and the error
+            // taken: a flush now returns `Ok` (found by the attack on issue
+            // 25 item 4: the next start's `syncfs` dropped every line kept
+            // for it). The write's own flush reports whether it is durable.
+            let held = || {
+                let p = cache.path(net, cid, ifname).ok()?;
+                let m = std::fs::symlink_metadata(&p).and_then(|m| m.modified());
+                durable::read_nofollow(&p)
+                    .is_ok_and(|b| b == *bytes)
+                    .then_some((p, m.ok()))
+            };
+            if *end == 0
+                && let Some((path, mtime)) = held()
+            {
+                match cache.write_durable_blocking(rec) {
+                    Ok(()) => {
+                        flush.push(i);
+                        if let Some(t) = mtime {
+                            date_restored(&path, t);
+                        }
+                    }
+                    Err(e) => {
+                        unsettled.push(carry(boot, rec, bytes));
+                        tracing::error!(network = %net, container = %cid, ifname = %ifname, error = %cni_core::error::Chain(&e),
+                            "cannot write again the cached result of an ADD whose flush failed; the ADD journal is kept for the next start");
+                    }
+                }
+                continue;
+            }
             if self.boot.is_empty() || **boot == *self.boot {
                 flush.push(i);
                 continue;
@@ -198,7 +230,7 @@ impl Intents {
         // before the journal drops its line (see `Intents::sync_records`).
         if let Err(e) = self.sync_records(cache, names) {
             unsettled.extend(flush.iter().map(|&i| {
-                let (boot, rec, bytes) = &records[i];
+                let (boot, rec, bytes, _) = &records[i];
                 carry(boot, rec, bytes)
             }));
             tracing::error!(error = %cni_core::error::Chain(&e), "cannot flush the cached ADD results; the ADD journal is kept for the next start");
