@@ -227,7 +227,7 @@ pub(super) fn committed_records_with_end(bytes: &[u8]) -> Vec<CommitLine> {
                 if let Some(i) = latest.insert(k, slots.len()) {
                     slots[i] = None;
                 }
-                let end = v.get("end").and_then(Value::as_u64).unwrap_or(0);
+                let end = f.end.unwrap_or(0);
                 slots.push(Some((boot, rec, bytes, end)));
             }
             Err(reason) => {
