@@ -201,13 +201,14 @@ pub(super) fn committed_records(bytes: &[u8]) -> Vec<(String, CacheRecord, Vec<u
             continue;
         };
         let boot = f.boot.unwrap_or_default().into_owned();
-        let rec = BASE64.decode(b64.as_bytes()).map_err(|e| e.to_string()).and_then(|b| {
-            match CacheEntry::decode(&b, "the ADD journal") {
+        let rec = BASE64
+            .decode(b64.as_bytes())
+            .map_err(|e| e.to_string())
+            .and_then(|b| match CacheEntry::decode(&b, "the ADD journal") {
                 Ok(CacheEntry::Record(r)) => Ok((r, b)),
                 Ok(CacheEntry::LegacyResult(_)) => Err("not a cniCacheV1 record".to_owned()),
                 Err(e) => Err(e.to_string()),
-            }
-        });
+            });
         match rec {
             Ok((rec, bytes)) => {
                 let k = key(&rec.network_name, &rec.container_id, &rec.if_name);
