@@ -221,9 +221,9 @@ fuzz: fuzz-build
 # in the plugin's own-run table, and Go's cnitool against ours also runs
 # with the C noop as the plugin (issue 25).
 # The scale section (issue 25 item 4: cnid with 0, 1,000 and 10,000
-# attachments in its cache and journal) took 3–4 minutes on a loaded 2-CPU
-# machine, most of it the journal start's 10,000 fsyncs and a GC of 10,000
-# attachments (BENCHMARKS.md); it runs another cnid build alongside when
+# attachments in its cache and journal) takes 1–3 minutes with a baseline
+# on a 2-CPU machine, most of it the GCs of 10,000 attachments
+# (BENCHMARKS.md); it runs another cnid build alongside when
 # BENCH_SCALE_BASELINE names its binary (before/after).
 # The batch1000 section (issue 25 item 4: 1,000 namespaces on the real
 # chain through `cnitool batch up|down`, against a loop of Go's cnitool and
