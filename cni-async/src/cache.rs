@@ -1429,6 +1429,31 @@ mod tests {
         std::fs::rename(&tmp, results.join(&name)).unwrap();
     }
 
+    /// attack25b: a FIFO (no writer) and a symbolic link to an endless
+    /// device, named as records, among the few changes `scan_few` reads on
+    /// an async worker: neither is opened for long nor read (the open
+    /// does not wait for a writer, the link is not followed), nothing is
+    /// added, and the real record beside them is.
+    #[cfg(feature = "watch")]
+    #[test]
+    fn a_fifo_or_a_link_among_few_changes_is_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(tmp.path());
+        put_record(tmp.path(), "c0", "/run/netns/n0", 0);
+        let mut scan = RecordScan::watched();
+        cache.scan_blocking(&mut scan).unwrap();
+        let results = tmp.path().join(record::RESULTS_DIR);
+        let fifo = results.join(record::file_name("n", "fifo", "eth0").unwrap());
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let link = results.join(record::file_name("n", "link", "eth0").unwrap());
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        put_record(tmp.path(), "real", "/run/netns/r", 0);
+        let few = cache.scan_few(&mut scan, 8).expect("three small changes");
+        let got: Vec<_> = few.added.iter().map(|r| r.container_id.as_str()).collect();
+        assert_eq!(got, ["real"]);
+        assert!(few.removed.is_empty());
+    }
+
     /// attack25b: `scan_few` (which cnid calls on an async worker) read a
     /// changed record whole whatever its size: another tool's record of
     /// megabytes held the worker for the read and parse. A file bigger
