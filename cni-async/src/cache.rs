@@ -1239,13 +1239,23 @@ impl ResultCache {
         false
     }
 
+    /// Largest record file [`ResultCache::scan_few`] reads; a bigger one
+    /// leaves the scan to [`ResultCache::scan_blocking`]. cnid's own
+    /// records are a few KiB.
+    pub const SCAN_FEW_MAX_BYTES: u64 = 64 * 1024;
+
     /// [`ResultCache::scan_blocking`] when the watch makes it a few system
     /// calls, for a caller that would otherwise hand it to the blocking
     /// pool: the watch is live and reports at most `max` names changed
     /// since the last scan (each one a `stat` and a read of one record
     /// file, as cnid's own record writes on its workers are). `None`
     /// (nothing scanned) otherwise: no live watch, or more changes; the
-    /// changes then stay for the next [`ResultCache::scan_blocking`].
+    /// changes then stay for the next [`ResultCache::scan_blocking`]. Also
+    /// `None` when one of the changed files is bigger than
+    /// [`ResultCache::SCAN_FEW_MAX_BYTES`] (its read would hold the thread).
+    ///
+    /// A file that grows past the limit between the `stat` and the read is
+    /// read whole anyway (a writer racing the scan, rare).
     /// cnid's admissions: a request's own ADD or DEL changes a name or
     /// two, which the next admission's refresh reads here instead of
     /// waiting for a pool thread (issue 25 item 4).
@@ -1254,6 +1264,18 @@ impl ResultCache {
         if let Some(w) = scan.watch.as_mut() {
             let results = self.results_dir();
             let names = w.take_few(&results, max)?;
+            // A big file among them (another tool's record with a large
+            // result, or anything else dropped into `results/`) is read
+            // whole: not on the caller's thread, which may be an async
+            // worker. One `stat` each, before any is read.
+            let big = |n: &std::ffi::OsString| {
+                std::fs::symlink_metadata(results.join(n))
+                    .is_ok_and(|m| m.len() > Self::SCAN_FEW_MAX_BYTES)
+            };
+            if names.iter().any(big) {
+                w.give_back(names);
+                return None;
+            }
             return Some(scan.reread(&results, names));
         }
         let _ = (scan, max);
@@ -1390,6 +1412,87 @@ fn unlock(file: File) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `cniCacheV1` record of `n/<cid>/eth0` in `netns`, with `pad`
+    /// bytes of result, written by rename as another tool would.
+    #[cfg(feature = "watch")]
+    fn put_record(dir: &Path, cid: &str, netns: &str, pad: usize) {
+        let results = dir.join(record::RESULTS_DIR);
+        std::fs::create_dir_all(&results).unwrap();
+        let name = record::file_name("n", cid, "eth0").unwrap();
+        let rec = serde_json::json!({
+            "kind": record::KIND_V1, "networkName": "n", "containerId": cid,
+            "ifName": "eth0", "netns": netns, "result": {"pad": "x".repeat(pad)},
+        });
+        let tmp = results.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(&rec).unwrap()).unwrap();
+        std::fs::rename(&tmp, results.join(&name)).unwrap();
+    }
+
+    /// attack25b: a FIFO (no writer) and a symbolic link to an endless
+    /// device, named as records, among the few changes `scan_few` reads on
+    /// an async worker: neither is opened for long nor read (the open
+    /// does not wait for a writer, the link is not followed), nothing is
+    /// added, and the real record beside them is.
+    #[cfg(feature = "watch")]
+    #[test]
+    fn a_fifo_or_a_link_among_few_changes_is_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(tmp.path());
+        put_record(tmp.path(), "c0", "/run/netns/n0", 0);
+        let mut scan = RecordScan::watched();
+        cache.scan_blocking(&mut scan).unwrap();
+        let results = tmp.path().join(record::RESULTS_DIR);
+        let fifo = results.join(record::file_name("n", "fifo", "eth0").unwrap());
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let link = results.join(record::file_name("n", "link", "eth0").unwrap());
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        put_record(tmp.path(), "real", "/run/netns/r", 0);
+        let few = cache.scan_few(&mut scan, 8).expect("three small changes");
+        let got: Vec<_> = few.added.iter().map(|r| r.container_id.as_str()).collect();
+        assert_eq!(got, ["real"]);
+        assert!(few.removed.is_empty());
+    }
+
+    /// attack25b: `scan_few` (which cnid calls on an async worker) read a
+    /// changed record whole whatever its size: another tool's record of
+    /// megabytes held the worker for the read and parse. A file bigger
+    /// than [`ResultCache::SCAN_FEW_MAX_BYTES`] among the changes leaves
+    /// them all to `scan_blocking`, which then reads them.
+    #[cfg(feature = "watch")]
+    #[test]
+    fn a_huge_changed_record_is_left_to_the_blocking_scan() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(tmp.path());
+        put_record(tmp.path(), "c0", "/run/netns/n0", 0);
+        let mut scan = RecordScan::watched();
+        cache.scan_blocking(&mut scan).unwrap();
+        put_record(tmp.path(), "small", "/run/netns/s", 0);
+        put_record(
+            tmp.path(),
+            "huge",
+            "/run/netns/h",
+            ResultCache::SCAN_FEW_MAX_BYTES as usize + 1,
+        );
+        assert!(
+            cache.scan_few(&mut scan, 8).is_none(),
+            "a record over the inline limit read on the caller's thread"
+        );
+        let changes = cache.scan_blocking(&mut scan).unwrap();
+        let mut got: Vec<_> = changes
+            .added
+            .iter()
+            .map(|r| r.container_id.as_str())
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, ["huge", "small"], "the names given back are scanned");
+        assert_eq!(scan.listings(), 1, "from the watch, not a listing");
+        // Small changes only: read inline again.
+        put_record(tmp.path(), "small", "/run/netns/s2", 0);
+        let few = cache.scan_few(&mut scan, 8).expect("one small change");
+        assert_eq!(few.added.len(), 1);
+        assert_eq!(few.added[0].netns, "/run/netns/s2");
+    }
 
     fn lock_at(cache: &ResultCache, path: &Path) -> Option<AttachmentLock> {
         try_lock_once(&Disk, &cache.dir.join(LOCKS_DIR), path)

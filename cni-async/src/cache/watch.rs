@@ -119,6 +119,12 @@ impl ResultsWatch {
             .then(|| std::mem::take(&mut self.pending))
     }
 
+    /// Puts back names taken by [`ResultsWatch::take_few`] that the caller
+    /// did not read after all: the next scan reads them.
+    pub(super) fn give_back(&mut self, names: BTreeSet<OsString>) {
+        self.pending.extend(names);
+    }
+
     /// Drains the queue; the watch ends when events may have been lost.
     fn drain(&mut self, dir: &Path) {
         let Some((ino, id)) = &self.live else {

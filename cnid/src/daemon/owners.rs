@@ -15,7 +15,8 @@
 //!   10,000 attachments cached (no listing of `results/`, one lookup by
 //!   netns and ifname). Up to [`INLINE_RESCAN`] changed files (the usual
 //!   case: the last requests' own records) are read on the admitting
-//!   worker, without a hop to the blocking pool. Where no watch can be set up the scan lists
+//!   worker, without a hop to the blocking pool, unless one is bigger
+//!   than `ResultCache::SCAN_FEW_MAX_BYTES`. Where no watch can be set up the scan lists
 //!   `results/` instead, as it did before (correct, but linear).
 //! - **Claims**, `(netns, ifname) → containers`: the operations admitted
 //!   and not finished yet (ADD, DEL, CHECK, a sandbox's). A claim is taken
@@ -548,6 +549,79 @@ mod tests {
                 owner_of(&o, &format!("/run/netns/m{c}")),
                 [format!("many/m{c}")]
             );
+        }
+        assert_eq!(listings(&o), 1, "never listed again");
+    }
+
+    /// attack25b: concurrent admissions while the changes alternate
+    /// between the inline share (up to [`INLINE_RESCAN`]) and more, some
+    /// written in place, some renamed over a record of another netns,
+    /// then all removed: one refresh reads inline while the others wait
+    /// for the scan lock, and none of them decides on a stale table (a
+    /// slot whose owner's record was complete before the refresh began
+    /// is refused; a removed one is free).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_admissions_never_decide_on_a_stale_table() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_owned();
+        write_record(&dir, "net", "c0", "/run/netns/old", false);
+        let o = std::sync::Arc::new(Owners::new(ResultCache::new(&dir)));
+        o.refresh().await.unwrap();
+        for round in 0..24usize {
+            let n = 1 + round % (INLINE_RESCAN + 3);
+            // The first record of each round replaces one of another netns
+            // (the same attachment, moved): renamed over, or in place.
+            write_record(&dir, "net", "c0", "/run/netns/old", false);
+            o.refresh().await.unwrap();
+            for c in 0..n {
+                let netns = format!("/run/netns/r{round}-{c}");
+                write_record(&dir, "net", &format!("c{c}"), &netns, round % 2 == 0);
+            }
+            let tasks: Vec<_> = (0..8)
+                .map(|t| {
+                    let o = o.clone();
+                    tokio::spawn(async move {
+                        o.refresh().await.unwrap();
+                        for c in 0..n {
+                            let netns = format!("/run/netns/r{round}-{c}");
+                            let rt = rt(&format!("intruder{t}"), &netns, "eth0");
+                            assert!(
+                                o.admit([("net", &rt)], false).is_err(),
+                                "round {round}: {netns} admitted a second container over net/c{c}"
+                            );
+                        }
+                        let old = rt(&format!("intruder{t}"), "/run/netns/old", "eth0");
+                        assert!(
+                            o.others(&old).is_empty(),
+                            "round {round}: net/c0 still seen on its old netns"
+                        );
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            for c in 0..n {
+                remove_record(&dir, "net", &format!("c{c}"));
+            }
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let o = o.clone();
+                    tokio::spawn(async move {
+                        o.refresh().await.unwrap();
+                        for c in 0..n {
+                            let netns = format!("/run/netns/r{round}-{c}");
+                            assert!(
+                                owner_of(&o, &netns).is_empty(),
+                                "round {round}: a stale owner of {netns} after its removal"
+                            );
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
         }
         assert_eq!(listings(&o), 1, "never listed again");
     }
