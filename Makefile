@@ -19,12 +19,15 @@ all: test
 GOCODE = /usr/share/gocode/src/github.com
 # jq: the README's batch snippet, which cnid/tests/readme_snippets.rs runs.
 # python3-venv: make deploy-check's venv.
-SETUP_PACKAGES = containernetworking-plugins iproute2 iputils-ping curl jq golang-go golang-github-appc-cni-dev golang-github-containerd-go-cni-dev python3-venv
+# e2fsprogs, mount: the crash tests that mount an ext4 image of their own
+# (mkfs.ext4, dumpe2fs, losetup).
+SETUP_PACKAGES = containernetworking-plugins iproute2 iputils-ping curl jq golang-go golang-github-appc-cni-dev golang-github-containerd-go-cni-dev python3-venv e2fsprogs mount
 setup:
 	@if [ -x $(PLUGIN_DIR)/bridge ] && command -v ip >/dev/null && command -v ping >/dev/null && command -v curl >/dev/null && command -v jq >/dev/null \
+		&& command -v mkfs.ext4 >/dev/null && command -v dumpe2fs >/dev/null && command -v losetup >/dev/null \
 		&& python3 -c 'import venv, ensurepip' 2>/dev/null \
 		&& command -v go >/dev/null && [ -d $(GOCODE)/containernetworking/cni/libcni ] && [ -d $(GOCODE)/containerd/go-cni ]; then \
-		echo "setup: plugins in $(PLUGIN_DIR), ip, ping, curl, jq, python3 venv, go, libcni and go-cni present"; \
+		echo "setup: plugins in $(PLUGIN_DIR), ip, ping, curl, jq, mkfs.ext4, losetup, python3 venv, go, libcni and go-cni present"; \
 	elif [ "$$(id -u)" != 0 ]; then \
 		echo "setup: need root to install $(SETUP_PACKAGES)" >&2; exit 1; \
 	else \
