@@ -3,7 +3,7 @@
 //! is refused or [`RawExec::with_posix_spawn`](super::RawExec::with_posix_spawn)
 //! asks for it, by `tokio::process` (std's `posix_spawn`).
 
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -21,7 +21,12 @@ pub(super) type Reader = Box<dyn AsyncRead + Send + Unpin>;
 /// A started plugin: the leader of a process group of its own.
 pub(super) struct Started {
     pub(super) child: Child,
-    pub(super) stdin: Writer,
+    /// The rest of stdin goes here; `None` when there is no rest (all of it
+    /// was in the pipe before the plugin started, or there was none) and
+    /// the pipe is closed: the plugin reads to EOF.
+    pub(super) stdin: Option<Writer>,
+    /// How much of stdin was put in the pipe before the plugin started.
+    pub(super) stdin_written: usize,
     pub(super) stdout: Reader,
     pub(super) stderr: Reader,
 }
@@ -41,9 +46,23 @@ pub(super) struct Own {
 /// Starts `path` with our environment overridden by `env`, stdin, stdout
 /// and stderr piped, in a process group of its own. `portable`: through
 /// `tokio::process` even where our own spawn works.
-pub(super) fn start(path: &Path, env: &[(String, String)], portable: bool) -> io::Result<Started> {
+///
+/// With our own spawn, as much of `stdin` as the pipe takes (64 KiB unless
+/// the user is over `fs.pipe-user-pages-soft`) is written before the
+/// plugin starts, without waiting: the plugin's first read finds it, and a
+/// stdin that fits needs no registration with the reactor and no wake-up.
+/// The caller writes the rest ([`Started::stdin_written`] on) while it
+/// reads stdout and stderr.
+pub(super) fn start(
+    path: &Path,
+    env: &[(String, String)],
+    stdin: &[u8],
+    portable: bool,
+) -> io::Result<Started> {
     if !portable && spawn::available() {
         let (in_r, in_w) = spawn::pipe()?;
+        spawn::set_nonblocking(in_w.as_fd())?;
+        let (stdin_written, in_w) = prefill(in_w, stdin)?;
         let (out_r, out_w) = spawn::pipe()?;
         let (err_r, err_w) = spawn::pipe()?;
         let stdio = spawn::Stdio {
@@ -72,6 +91,7 @@ pub(super) fn start(path: &Path, env: &[(String, String)], portable: bool) -> io
                     Ok((stdin, stdout, stderr)) => Ok(Started {
                         child: Child::Own(child),
                         stdin,
+                        stdin_written,
                         stdout,
                         stderr,
                     }),
@@ -85,25 +105,50 @@ pub(super) fn start(path: &Path, env: &[(String, String)], portable: bool) -> io
             Spawn::Unsupported => {}
         }
     }
-    start_tokio(path, env)
+    start_tokio(path, env, stdin.is_empty())
 }
 
+/// Writes as much of `data` into the (non-blocking) pipe `w` as it takes
+/// now. Returns how much, and the pipe when some is left: `None` (the pipe
+/// closed) when all of it went in.
+fn prefill(w: OwnedFd, data: &[u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut file = std::fs::File::from(w);
+    let mut written = 0;
+    while written < data.len() {
+        match file.write(&data[written..]) {
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let rest = (written < data.len()).then(|| OwnedFd::from(file));
+    Ok((written, rest))
+}
+
+/// Registers our pipe ends with the reactor (stdin only when some is left
+/// to write; it is non-blocking already).
 fn own_pipes(
-    in_w: OwnedFd,
+    in_w: Option<OwnedFd>,
     out_r: OwnedFd,
     err_r: OwnedFd,
-) -> io::Result<(Writer, Reader, Reader)> {
-    for fd in [&in_w, &out_r, &err_r] {
+) -> io::Result<(Option<Writer>, Reader, Reader)> {
+    for fd in [&out_r, &err_r] {
         spawn::set_nonblocking(fd.as_fd())?;
     }
+    let stdin: Option<Writer> = match in_w {
+        Some(w) => Some(Box::new(pipe::Sender::from_owned_fd_unchecked(w)?)),
+        None => None,
+    };
     Ok((
-        Box::new(pipe::Sender::from_owned_fd_unchecked(in_w)?),
+        stdin,
         Box::new(pipe::Receiver::from_owned_fd_unchecked(out_r)?),
         Box::new(pipe::Receiver::from_owned_fd_unchecked(err_r)?),
     ))
 }
 
-fn start_tokio(path: &Path, env: &[(String, String)]) -> io::Result<Started> {
+/// `no_stdin`: close stdin at once (the plugin reads EOF).
+fn start_tokio(path: &Path, env: &[(String, String)], no_stdin: bool) -> io::Result<Started> {
     // tokio registers the pipes after std started the child; where that
     // fails (the runtime is shutting down) the child would be left running
     // and never reaped: find out before starting it.
@@ -134,7 +179,8 @@ fn start_tokio(path: &Path, env: &[(String, String)]) -> io::Result<Started> {
     };
     Ok(Started {
         child: Child::Tokio(child),
-        stdin: Box::new(stdin),
+        stdin: (!no_stdin).then(|| Box::new(stdin) as Writer),
+        stdin_written: 0,
         stdout: Box::new(stdout),
         stderr: Box::new(stderr),
     })

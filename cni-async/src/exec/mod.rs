@@ -75,8 +75,11 @@
 //! - **Output.** stdout beyond [`OutputLimits::stdout`] is an error
 //!   ([`Error::OutputTooLarge`]) and kills the group; stderr beyond
 //!   [`OutputLimits::stderr`] is read and dropped (the first bytes are kept).
-//! - **stdin.** It is written while stdout and stderr are read, so a plugin
-//!   that writes a lot before reading (or never reads) cannot deadlock us. A
+//! - **stdin.** With our own spawn, as much of it as the pipe holds is in
+//!   the pipe before the plugin starts (no wait: the pipe is non-blocking on
+//!   our side); the rest, or all of it with `tokio::process`, is written
+//!   while stdout and stderr are read, so a plugin that writes a lot before
+//!   reading (or never reads) cannot deadlock us. A
 //!   plugin that exits without reading its stdin is fine (the EPIPE is
 //!   ignored); its exit status decides. This relies on SIGPIPE being ignored
 //!   in our process, as the Rust runtime does for every binary; a host

@@ -162,6 +162,8 @@ struct Pumped {
 /// The plugin's pipes; `None` once closed.
 struct Pipes {
     stdin: Option<Writer>,
+    /// How much of stdin is written already.
+    written: usize,
     stdout: Option<Reader>,
     stderr: Option<Reader>,
 }
@@ -182,8 +184,9 @@ impl RawExec {
         };
         tracing::debug!(pid = pgid, "plugin started");
         let pipes = Pipes {
-            // Nothing to write: closed at once, the plugin sees EOF.
-            stdin: (!req.stdin.is_empty()).then_some(started.stdin),
+            // None: nothing (left) to write; closed, the plugin sees EOF.
+            stdin: started.stdin,
+            written: started.stdin_written,
             stdout: Some(started.stdout),
             stderr: Some(started.stderr),
         };
@@ -218,7 +221,7 @@ impl RawExec {
         start: Instant,
         deadline: Instant,
     ) -> Pumped {
-        let mut written = 0usize;
+        let mut written = pipes.written;
         let mut out: Vec<u8> = Vec::new();
         let mut err: Vec<u8> = Vec::new();
         let mut err_dropped = 0usize;
@@ -319,7 +322,7 @@ impl RawExec {
         let mut backoff = ETXTBSY_BACKOFF_FIRST;
         loop {
             attempts += 1;
-            match child::start(&path, req.env, self.posix_spawn) {
+            match child::start(&path, req.env, req.stdin, self.posix_spawn) {
                 Ok(started) => return Ok(started),
                 Err(e)
                     if e.raw_os_error() == Some(libc::ETXTBSY)
