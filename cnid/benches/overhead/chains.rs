@@ -11,6 +11,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::future::IntoFuture;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -21,7 +22,7 @@ use cnid::api::AttachmentRequest;
 use cnid::client::Client;
 use tokio::runtime::Runtime;
 
-use crate::floor::FloorChain;
+use crate::floor::{FloorChain, PLAN_VERBS};
 use crate::report::{Findings, Table};
 use crate::setup::{Bins, Storage, Tree};
 use crate::spawn::{Prepared, env_with};
@@ -29,6 +30,9 @@ use crate::stats::Summary;
 
 /// The runner name of Go's cnitool.
 pub(crate) const GO_CNITOOL: &str = "Go cnitool";
+
+/// The runner name of the floor as a process (`floor_driver.c`).
+pub(crate) const DRIVER: &str = "C driver";
 
 /// The verbs of one iteration, in order.
 pub(crate) const VERBS: [&str; 3] = ["ADD", "CHECK", "DEL"];
@@ -55,6 +59,16 @@ pub(crate) enum Runner {
         check: Prepared,
         del: Prepared,
     },
+    /// The floor as a process: the static C driver (`floor_driver.c`, issue
+    /// 25's floor) running the floor's steps from its plan files, spawned
+    /// as cnitool is. Its ADD's output goes to `result` (untimed), which its
+    /// CHECK and DEL read, as a runtime reads its cache.
+    Driver {
+        add: Prepared,
+        check: Prepared,
+        del: Prepared,
+        result: PathBuf,
+    },
     /// A request to a running `cnid` with the typed client (`name`: which
     /// cnid, "cnid" for the one under test).
     Cnid {
@@ -75,6 +89,33 @@ impl Runner {
         Ok(Runner::Floor {
             chain: FloorChain::new(list, &rt, &tree.plugin_dirs)?,
             result: Vec::new(),
+        })
+    }
+
+    /// The C driver at `driver`, its plans and result file in `dir`.
+    pub(crate) fn driver(
+        driver: &Path,
+        list: &NetworkConfigList,
+        netns: &str,
+        tree: &Tree,
+        dir: &Path,
+    ) -> anyhow::Result<Runner> {
+        let rt = RuntimeConf::new("bench-driver", netns, "eth0");
+        let plans = FloorChain::new(list, &rt, &tree.plugin_dirs)?.write_plans(dir)?;
+        let result = dir.join("result");
+        let prep = |i: usize| {
+            let (plan, env) = &plans[i];
+            let mut args = vec![plan.as_os_str()];
+            if i > 0 {
+                args.push(result.as_os_str());
+            }
+            Prepared::new(driver, &args, env, format!("C driver {}", PLAN_VERBS[i]))
+        };
+        Ok(Runner::Driver {
+            add: prep(0)?,
+            check: prep(1)?,
+            del: prep(2)?,
+            result,
         })
     }
 
@@ -206,6 +247,7 @@ impl Runner {
                 ..
             } => "in-process, tokio::process",
             Runner::InProcess { inline: true, .. } => "in-process, inline I/O",
+            Runner::Driver { .. } => DRIVER,
             Runner::Cnitool { name, .. } | Runner::Cnid { name, .. } => name,
         }
     }
@@ -250,6 +292,30 @@ impl Runner {
                     }
                     if i == 0 && out.is_empty() {
                         bail!("{} printed no result", p.label());
+                    }
+                }
+            }
+            Runner::Driver {
+                add,
+                check,
+                del,
+                result,
+            } => {
+                let mut out = Vec::new();
+                for (i, p) in [add, check, del].into_iter().enumerate() {
+                    out.clear();
+                    let s = Instant::now();
+                    let exit = p.run(&[], &mut out)?;
+                    t[i] = s.elapsed().as_secs_f64();
+                    if !exit.success() {
+                        bail!("{} failed ({})", p.label(), exit.describe());
+                    }
+                    if i == 0 {
+                        if out.is_empty() {
+                            bail!("{} printed no result", p.label());
+                        }
+                        std::fs::write(&*result, &out)
+                            .with_context(|| format!("writing {}", result.display()))?;
                     }
                 }
             }
@@ -428,6 +494,24 @@ pub(crate) fn tabulate(s: &Samples, title: &str, key: &str, findings: &mut Findi
             findings.put(format!("{key}/go-over-cnitool/{verb}/ratio"), r);
             table.row(vec![
                 "Go cnitool ÷ cnitool".into(),
+                verb.into(),
+                "".into(),
+                r.ratio(),
+                "".into(),
+            ]);
+        }
+    }
+    // Ours over the floor as a process; Go's over it: what no tool can
+    // beat Go's cnitool by on this machine.
+    for (tool, tag) in [("cnitool", "cnitool"), (GO_CNITOOL, "go")] {
+        let (Some(c), Some(d)) = (s.index(tool), s.index(DRIVER)) else {
+            continue;
+        };
+        for verb in ["ADD", "CHECK", "DEL", "ADD+DEL"] {
+            let r = Summary::ratios(&s.series(c, verb), &s.series(d, verb));
+            findings.put(format!("{key}/{tag}-over-driver/{verb}/ratio"), r);
+            table.row(vec![
+                format!("{tool} ÷ C driver"),
                 verb.into(),
                 "".into(),
                 r.ratio(),

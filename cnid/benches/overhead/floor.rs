@@ -5,9 +5,13 @@
 //! `prevResult`, a read of stdout to EOF and a `wait4`. No JSON is parsed,
 //! nothing is cached, no process group, no deadline, stderr goes to
 //! `/dev/null`.
+//!
+//! [`FloorChain::write_plans`] hands the same steps to the floor as a
+//! process (`floor_driver.c`, issue 25's static C driver).
 
-use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use cni_core::stdin::{StdinInput, list_plugin_stdin};
@@ -25,6 +29,9 @@ struct Step {
     head: Vec<u8>,
     tail: Vec<u8>,
     chained: bool,
+    /// The plugin and its environment, for the driver's plan.
+    plugin: PathBuf,
+    env: Vec<(OsString, OsString)>,
 }
 
 impl Step {
@@ -62,17 +69,15 @@ impl Step {
             .map(|(k, v)| (k.as_str(), Some(OsStr::new(v.as_str()))))
             .collect();
         let plugin = list.plugins()[index].plugin_type();
-        let exec = Prepared::new(
-            path,
-            &[],
-            &env_with(&overrides),
-            format!("{plugin} {command}"),
-        )?;
+        let env = env_with(&overrides);
+        let exec = Prepared::new(path, &[], &env, format!("{plugin} {command}"))?;
         Ok(Step {
             exec,
             head,
             tail,
             chained,
+            plugin: path.to_owned(),
+            env,
         })
     }
 
@@ -98,6 +103,12 @@ impl Step {
         Ok(())
     }
 }
+
+/// A plan file of the driver and the environment to run it with.
+pub(crate) type Plan = (PathBuf, Vec<(OsString, OsString)>);
+
+/// The verbs of a [`FloorChain`], in the order of [`FloorChain::write_plans`].
+pub(crate) const PLAN_VERBS: [&str; 3] = ["ADD", "CHECK", "DEL"];
 
 /// A chain ready to run: ADD first to last, CHECK first to last, DEL last
 /// to first, as the runtime runs them.
@@ -146,6 +157,43 @@ impl FloorChain {
         }
         chain.del.reverse();
         Ok(chain)
+    }
+
+    /// Writes the plan of each verb (ADD, CHECK, DEL) for the driver
+    /// (`floor_driver.c`) into `dir`, and returns, per verb, the plan's path
+    /// and the environment to run the driver with (the plugins'). A chained
+    /// ADD step takes the previous plugin's stdout (`P`), a chained CHECK or
+    /// DEL step the ADD's result, from the file the driver is given (`R`).
+    pub(crate) fn write_plans(&self, dir: &Path) -> anyhow::Result<Vec<Plan>> {
+        std::fs::create_dir_all(dir)?;
+        let mut out = Vec::new();
+        for (verb, steps, chained_mode) in [
+            (PLAN_VERBS[0], &self.add, b'P'),
+            (PLAN_VERBS[1], &self.check, b'R'),
+            (PLAN_VERBS[2], &self.del, b'R'),
+        ] {
+            let mut plan = Vec::new();
+            for s in steps {
+                if [&s.head, &s.tail].iter().any(|t| t.contains(&b'\n'))
+                    || s.plugin.as_os_str().as_bytes().contains(&b'\n')
+                {
+                    bail!("floor: a plan line of {} holds a newline", s.exec.label());
+                }
+                plan.extend_from_slice(s.plugin.as_os_str().as_bytes());
+                plan.push(b'\n');
+                plan.push(if s.chained { chained_mode } else { b'-' });
+                plan.push(b'\n');
+                plan.extend_from_slice(&s.head);
+                plan.push(b'\n');
+                plan.extend_from_slice(&s.tail);
+                plan.push(b'\n');
+            }
+            let path = dir.join(format!("{verb}.plan"));
+            std::fs::write(&path, plan).with_context(|| format!("writing {}", path.display()))?;
+            let env = steps.first().map(|s| s.env.clone()).unwrap_or_default();
+            out.push((path, env));
+        }
+        Ok(out)
     }
 
     /// ADD: the final result into `result`.

@@ -45,7 +45,14 @@ pub(crate) struct Bins {
     /// beside `noop` (issue 25): `cni-noop-c` (C, static, `make bench`
     /// builds it when a C compiler is there) and `cni-noop-dynamic`.
     pub(crate) noop_variants: Vec<(&'static str, PathBuf)>,
+    /// The floor as a process (`floor_driver.c` built static as
+    /// `cni-floor-c` by `make bench`), when the bin dir has it: issue 25's
+    /// goal 2 is judged against it.
+    pub(crate) driver: Option<PathBuf>,
 }
+
+/// The C driver's file name in the bin dir.
+pub(crate) const DRIVER_FILE: &str = "cni-floor-c";
 
 impl Bins {
     /// From `dir` when given (binaries built by `cargo build --release`,
@@ -62,6 +69,7 @@ impl Bins {
                     .map(|(label, file)| (*label, d.join(file)))
                     .filter(|(_, p)| p.is_file())
                     .collect(),
+                driver: Some(d.join(DRIVER_FILE)).filter(|p| p.is_file()),
             },
             None => Bins {
                 // Other packages' binaries (cnitool, cnid-shim): cargo
@@ -72,6 +80,7 @@ impl Bins {
                 noop: cni_test_support::noop::build_noop().map_err(anyhow::Error::msg)?,
                 shim: Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnid-shim"),
                 noop_variants: Vec::new(),
+                driver: None,
             },
         };
         for b in [&bins.cnitool, &bins.cnid, &bins.noop, &bins.shim] {
