@@ -52,22 +52,17 @@ pub(crate) enum Runner {
         posix: bool,
     },
     /// `cnitool add|check|del` as a process (spawned like a plugin): ours,
-    /// or Go's on libcni (`name` says which).
+    /// or Go's on libcni (`name` says which); or the floor as a process,
+    /// the static C driver (`floor_driver.c`, issue 25's floor) running the
+    /// floor's steps from its plan files, whose ADD output goes to `result`
+    /// (untimed) for its CHECK and DEL to read, as a runtime reads its
+    /// cache.
     Cnitool {
         name: &'static str,
         add: Prepared,
         check: Prepared,
         del: Prepared,
-    },
-    /// The floor as a process: the static C driver (`floor_driver.c`, issue
-    /// 25's floor) running the floor's steps from its plan files, spawned
-    /// as cnitool is. Its ADD's output goes to `result` (untimed), which its
-    /// CHECK and DEL read, as a runtime reads its cache.
-    Driver {
-        add: Prepared,
-        check: Prepared,
-        del: Prepared,
-        result: PathBuf,
+        result: Option<PathBuf>,
     },
     /// A request to a running `cnid` with the typed client (`name`: which
     /// cnid, "cnid" for the one under test).
@@ -111,11 +106,12 @@ impl Runner {
             }
             Prepared::new(driver, &args, env, format!("C driver {}", PLAN_VERBS[i]))
         };
-        Ok(Runner::Driver {
+        Ok(Runner::Cnitool {
+            name: DRIVER,
             add: prep(0)?,
             check: prep(1)?,
             del: prep(2)?,
-            result,
+            result: Some(result),
         })
     }
 
@@ -209,6 +205,7 @@ impl Runner {
             add: prep("add")?,
             check: prep("check")?,
             del: prep("del")?,
+            result: None,
         })
     }
 
@@ -247,7 +244,6 @@ impl Runner {
                 ..
             } => "in-process, tokio::process",
             Runner::InProcess { inline: true, .. } => "in-process, inline I/O",
-            Runner::Driver { .. } => DRIVER,
             Runner::Cnitool { name, .. } | Runner::Cnid { name, .. } => name,
         }
     }
@@ -279,7 +275,11 @@ impl Runner {
                 t[2] = s.elapsed().as_secs_f64();
             }
             Runner::Cnitool {
-                add, check, del, ..
+                add,
+                check,
+                del,
+                result,
+                ..
             } => {
                 let mut out = Vec::new();
                 for (i, p) in [add, check, del].into_iter().enumerate() {
@@ -293,28 +293,8 @@ impl Runner {
                     if i == 0 && out.is_empty() {
                         bail!("{} printed no result", p.label());
                     }
-                }
-            }
-            Runner::Driver {
-                add,
-                check,
-                del,
-                result,
-            } => {
-                let mut out = Vec::new();
-                for (i, p) in [add, check, del].into_iter().enumerate() {
-                    out.clear();
-                    let s = Instant::now();
-                    let exit = p.run(&[], &mut out)?;
-                    t[i] = s.elapsed().as_secs_f64();
-                    if !exit.success() {
-                        bail!("{} failed ({})", p.label(), exit.describe());
-                    }
-                    if i == 0 {
-                        if out.is_empty() {
-                            bail!("{} printed no result", p.label());
-                        }
-                        std::fs::write(&*result, &out)
+                    if let (0, Some(result)) = (i, result.as_ref()) {
+                        std::fs::write(result, &out)
                             .with_context(|| format!("writing {}", result.display()))?;
                     }
                 }
