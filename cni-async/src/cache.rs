@@ -418,6 +418,22 @@ impl ResultCache {
         Ok(lock)
     }
 
+    /// [`ResultCache::lock_unused`], refusing this attachment's own record
+    /// too ([`Error::AlreadyAttached`]): what an exclusive ADD does
+    /// ([`AddRequest::exclusive`](crate::ops::AddRequest)). The check is
+    /// made under the lock, so of concurrent callers on one attachment,
+    /// each sees what the one before it left.
+    pub async fn lock_fresh(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+    ) -> Result<AttachmentLock, Error> {
+        self.lock_checked(network, container_id, ifname, timeout, true)
+            .await
+    }
+
     /// [`ResultCache::lock`], then, once the lock is held and in the same
     /// trip to the blocking pool, a check that the attachment's file does
     /// not hold the record of *another* attachment (`a-b`+`c` and
@@ -434,6 +450,19 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<AttachmentLock, Error> {
+        self.lock_checked(network, container_id, ifname, timeout, false)
+            .await
+    }
+
+    /// [`ResultCache::lock_unused`] (`fresh`: [`ResultCache::lock_fresh`]).
+    async fn lock_checked(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+        fresh: bool,
+    ) -> Result<AttachmentLock, Error> {
         let (net, cid, ifn) = (
             network.to_owned(),
             container_id.to_owned(),
@@ -445,7 +474,7 @@ impl ResultCache {
                 container_id,
                 ifname,
                 timeout,
-                move |cache, path| check_not_taken(cache, path, &net, &cid, &ifn),
+                move |cache, path| check_not_taken(cache, path, &net, &cid, &ifn, fresh),
             )
             .await?;
         Ok(lock)
@@ -851,12 +880,15 @@ fn read_slot(
 }
 
 /// The check of [`ResultCache::lock_unused`], on the calling thread.
+/// `Ok` unless `path` holds another attachment's record (or, when
+/// `fresh`, this attachment's own).
 fn check_not_taken(
     cache: &ResultCache,
     path: &Path,
     network: &str,
     container_id: &str,
     ifname: &str,
+    fresh: bool,
 ) -> Result<(), Error> {
     match read_slot(cache, path, network, container_id, ifname)? {
         Slot::Theirs(rec) => Err(Error::AttachmentCollision {
@@ -865,6 +897,11 @@ fn check_not_taken(
                 "network {:?} container {:?} interface {:?}",
                 rec.network_name, rec.container_id, rec.if_name
             ),
+        }),
+        Slot::Ours(_) if fresh => Err(Error::AlreadyAttached {
+            network: network.to_owned(),
+            container_id: container_id.to_owned(),
+            ifname: ifname.to_owned(),
         }),
         Slot::Empty | Slot::Ours(_) => Ok(()),
     }

@@ -16,6 +16,7 @@
 //! | [`Error::PluginNotFound`] | 7 (invalid network config: it names a plugin that is not installed) |
 //! | [`Error::Spawn`], [`Error::OutputTooLarge`], [`Error::Io`] | 5 (I/O failure) |
 //! | [`Error::Hook`] | the runtime's own code, in its error object |
+//! | [`Error::AttachmentCollision`], [`Error::AlreadyAttached`] | 4 (invalid environment variables: the container ID and interface name an attachment already uses) |
 //!
 //! A timeout maps to 11 because a deadline expiring is usually transient
 //! (a loaded host, a slow IPAM server) and the spec's answer to transient
@@ -106,7 +107,8 @@ pub enum ErrorKind {
     /// ([`Error::CacheLocked`]).
     Busy,
     /// The cache file belongs to another attachment
-    /// ([`Error::AttachmentCollision`]).
+    /// ([`Error::AttachmentCollision`]), or an exclusive ADD found the
+    /// attachment's own record ([`Error::AlreadyAttached`]).
     Conflict,
     /// An I/O failure: the cache, a file, starting or talking to a plugin,
     /// a network namespace.
@@ -417,6 +419,21 @@ pub enum Error {
         occupant: String,
     },
 
+    /// An exclusive ADD ([`AddRequest::exclusive`](crate::ops::AddRequest))
+    /// found the attachment's record in the cache, under its lock: it ran
+    /// no plugin.
+    #[error(
+        "container {container_id:?} interface {ifname:?} is already attached to network {network:?}: DEL it first"
+    )]
+    AlreadyAttached {
+        /// The network.
+        network: String,
+        /// The container ID.
+        container_id: String,
+        /// The interface name.
+        ifname: String,
+    },
+
     /// A step of a sandbox operation that the runtime's own hook
     /// ([`crate::multi::StepHook`]) refused or failed around the plugins
     /// (cnid: "already attached", its journal could not be written), with
@@ -654,7 +671,9 @@ impl Error {
             Error::NotReady { .. } | Error::NotReadyLimitedConnectivity { .. } => {
                 ErrorKind::NotReady
             }
-            Error::AttachmentCollision { .. } => ErrorKind::Conflict,
+            Error::AttachmentCollision { .. } | Error::AlreadyAttached { .. } => {
+                ErrorKind::Conflict
+            }
             Error::Hook { kind, .. } => *kind,
             Error::RollbackFailed { error, .. } => error.kind(),
             Error::Multiple { errors, .. } => errors.first().map_or(ErrorKind::Other, Error::kind),
@@ -726,7 +745,9 @@ impl Error {
             Error::PluginOutput { .. } => code::DECODING_FAILURE,
             Error::Cache { .. } => code::IO_FAILURE,
             Error::CacheLocked { .. } => code::TRY_AGAIN_LATER,
-            Error::AttachmentCollision { .. } => code::INVALID_ENVIRONMENT_VARIABLES,
+            Error::AttachmentCollision { .. } | Error::AlreadyAttached { .. } => {
+                code::INVALID_ENVIRONMENT_VARIABLES
+            }
             Error::Hook { error, .. } => error.code,
             Error::NotAttached { .. } => code::UNKNOWN_CONTAINER,
             Error::Unsupported { .. } => code::INCOMPATIBLE_VERSION,

@@ -86,6 +86,7 @@ impl Cni {
                 net: Ok(Net::list(list)),
                 rt,
                 detach: false,
+                exclusive: false,
                 out: PhantomData,
             },
         )
@@ -105,6 +106,7 @@ impl Cni {
                 net: Net::single(plugin),
                 rt,
                 detach: false,
+                exclusive: false,
                 out: PhantomData,
             },
         )
@@ -118,6 +120,7 @@ impl Cni {
         net: Net<'_>,
         rt: &RuntimeConf,
         opts: &CallOptions,
+        exclusive: bool,
         gave_up: &(dyn Fn() -> bool + Sync),
     ) -> Result<Option<Added>, Error> {
         Self::validate_attachment(&net, rt)?;
@@ -131,13 +134,16 @@ impl Cni {
         async {
             let started = Instant::now();
             // File names are ambiguous when names contain '-': never let this
-            // ADD overwrite the record of another attachment. The lock and
-            // that check take one trip to the blocking pool.
-            let lock = self
-                .inner
-                .cache
-                .lock_unused(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
-                .await?;
+            // ADD overwrite the record of another attachment (nor, when
+            // exclusive, this one's). The lock and that check take one trip
+            // to the blocking pool.
+            let cache = &self.inner.cache;
+            let (cid, ifname, left) = (&rt.container_id, &rt.ifname, deadline.remaining());
+            let lock = if exclusive {
+                cache.lock_fresh(net.name, cid, ifname, left).await?
+            } else {
+                cache.lock_unused(net.name, cid, ifname, left).await?
+            };
             let mut prev: Option<CniResult> = None;
             let mut prev_value: Option<Value> = None;
             for (index, plugin) in net.plugins.iter().enumerate() {
@@ -246,13 +252,16 @@ impl Cni {
         owned: OwnedNet,
         rt: RuntimeConf,
         opts: CallOptions,
+        exclusive: bool,
         (tx, ack): (
             tokio::sync::oneshot::Sender<Result<Attached, Error>>,
             tokio::sync::oneshot::Receiver<()>,
         ),
         _counted: DetachedGuard,
     ) {
-        let outcome = self.add(owned.net(), &rt, &opts, &|| tx.is_closed()).await;
+        let outcome = self
+            .add(owned.net(), &rt, &opts, exclusive, &|| tx.is_closed())
+            .await;
         // The attachment's lock stays held until the caller took the
         // result, or until the DEL below is done: a caller that gave up and
         // retries the same attachment at once waits for it, and this DEL
@@ -387,6 +396,7 @@ pub struct AddOp<'a, Out = CniResult> {
     net: Result<Net<'a>, Error>,
     rt: &'a RuntimeConf,
     detach: bool,
+    exclusive: bool,
     out: PhantomData<fn() -> Out>,
 }
 
@@ -413,6 +423,7 @@ impl<'a> AddRequest<'a> {
                 net: op.net,
                 rt: op.rt,
                 detach: op.detach,
+                exclusive: op.exclusive,
                 out: PhantomData,
             },
             opts,
@@ -425,6 +436,20 @@ impl<Out> Request<'_, AddOp<'_, Out>> {
     /// [`CallOptions::rollback`]).
     pub fn rollback(mut self, rollback: bool) -> Self {
         self.opts.rollback = rollback;
+        self
+    }
+
+    /// Refuses an attachment the cache holds already: fails with
+    /// [`Error::AlreadyAttached`], running no plugin, when the attachment's
+    /// record (or a legacy bare result) is there. libcni, and this ADD
+    /// without it, run the plugins again over an existing attachment,
+    /// which most plugins fail deep inside ("container veth name provided
+    /// (eth0) already exists"). The check is made once the attachment's
+    /// lock is held, so of several exclusive ADDs of one attachment at
+    /// once (processes or tasks) exactly one runs its plugins. What
+    /// cnitool does.
+    pub fn exclusive(mut self) -> Self {
+        self.op.exclusive = true;
         self
     }
 
@@ -483,7 +508,9 @@ impl<'a, Out> AddOp<'a, Out> {
     async fn attach(self, cni: &'a Cni, opts: CallOptions) -> Result<Attached, Error> {
         let net = self.net?;
         if !self.detach {
-            let added = cni.add(net, self.rt, &opts, &|| false).await?;
+            let added = cni
+                .add(net, self.rt, &opts, self.exclusive, &|| false)
+                .await?;
             let added = added.expect("only a detached ADD is given up");
             return Ok(Attached {
                 result: added.result,
@@ -499,6 +526,7 @@ impl<'a, Out> AddOp<'a, Out> {
             OwnedNet::new(&net),
             self.rt.clone(),
             opts,
+            self.exclusive,
             (tx, ack_rx),
             counted,
         );

@@ -94,25 +94,22 @@ impl Backend for Local {
         let list = self.load(network)?;
         // A second ADD of an attachment would fail deep in a plugin (the
         // bridge's "container veth name provided (eth0) already exists");
-        // the cache knows: say so, as cnid does. A cache that cannot be
-        // read is left to the ADD.
-        if let Ok(Some(_)) = self.cni.cached_config(list.name(), rt).await {
-            return Err(crate::report::ToolError::new(
-                cnid::api::code::ALREADY_ATTACHED,
-                format!(
-                    "container {:?} interface {:?} is already attached to network {:?}: DEL it first",
-                    rt.container_id,
-                    rt.ifname,
-                    list.name()
-                ),
-            )
-            .into());
-        }
-        Ok(self
+        // the cache knows: say so, as cnid does. Checked under the
+        // attachment's lock (exclusive), so of two cnitools adding it at
+        // once one runs the plugins and the other is refused.
+        let added = self
             .cni
             .add_network_list(&list, rt)
             .options(&self.opts)
-            .await?)
+            .exclusive()
+            .await;
+        match added {
+            Err(e @ cni_async::Error::AlreadyAttached { .. }) => Err(
+                crate::report::ToolError::new(cnid::api::code::ALREADY_ATTACHED, e.to_string())
+                    .into(),
+            ),
+            other => Ok(other?),
+        }
     }
 
     async fn check(&self, network: &str, rt: &RuntimeConf) -> anyhow::Result<()> {
