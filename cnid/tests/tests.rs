@@ -13,6 +13,7 @@ mod cnitool_commands;
 mod cnitool_env;
 mod cnitool_error_object;
 mod cnitool_errors;
+mod cnitool_exclusive;
 mod cnitool_gc_failed;
 mod cnitool_gc_stale;
 mod cnitool_hints;
