@@ -118,7 +118,12 @@ fn parked(pid: u32) -> bool {
         Some("Z"),
         "cnitool {pid} exited instead of waiting for the lock"
     );
+    // wchan names the kernel function; where it is hidden ("0"), the
+    // system call it is blocked in (x86_64: epoll_wait 232, epoll_pwait
+    // 281, epoll_pwait2 441) says the same.
     std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|w| w.contains("epoll_wait"))
+        || std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| matches!(s.split_whitespace().next(), Some("232" | "281" | "441")))
 }
 
 /// Waits (up to [`GATE_WAIT_LIMIT`]) until every process of `pids` is parked.
