@@ -418,22 +418,6 @@ impl ResultCache {
         Ok(lock)
     }
 
-    /// [`ResultCache::lock_unused`], refusing this attachment's own record
-    /// too ([`Error::AlreadyAttached`]): what an exclusive ADD does
-    /// ([`AddRequest::exclusive`](crate::ops::AddRequest)). The check is
-    /// made under the lock, so of concurrent callers on one attachment,
-    /// each sees what the one before it left.
-    pub async fn lock_fresh(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-        timeout: Duration,
-    ) -> Result<AttachmentLock, Error> {
-        self.lock_checked(network, container_id, ifname, timeout, true)
-            .await
-    }
-
     /// [`ResultCache::lock`], then, once the lock is held and in the same
     /// trip to the blocking pool, a check that the attachment's file does
     /// not hold the record of *another* attachment (`a-b`+`c` and
@@ -450,12 +434,17 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<AttachmentLock, Error> {
-        self.lock_checked(network, container_id, ifname, timeout, false)
+        self.lock_for_add(network, container_id, ifname, timeout, false)
             .await
     }
 
-    /// [`ResultCache::lock_unused`] (`fresh`: [`ResultCache::lock_fresh`]).
-    async fn lock_checked(
+    /// [`ResultCache::lock_unused`]; with `fresh`, this attachment's own
+    /// record (or a legacy bare result) is refused too
+    /// ([`Error::AlreadyAttached`]): what an exclusive ADD does
+    /// ([`AddRequest::exclusive`](crate::ops::AddRequest)). The check is
+    /// made under the lock, so of concurrent callers on one attachment,
+    /// each sees what the one before it left.
+    pub(crate) async fn lock_for_add(
         &self,
         network: &str,
         container_id: &str,

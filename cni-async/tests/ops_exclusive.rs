@@ -20,6 +20,31 @@ fn list() -> cni_core::NetworkConfigList {
     )
 }
 
+/// A rig whose plugins `first` and `second` answer [`RESULT`].
+fn two_plugins() -> Rig {
+    let rig = Rig::new();
+    rig.fake("first", &Fake::new(Response::ok(RESULT)));
+    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    rig
+}
+
+/// [`two_plugins`] with `first`'s ADD held at the gate.
+fn gated_plugins() -> (Rig, Gate) {
+    let rig = two_plugins();
+    let gate = Gate::new(rig.dir.root());
+    rig.fake(
+        "first",
+        &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT).with_shell(&gate.shell_wait())),
+    );
+    (rig, gate)
+}
+
+/// Fails unless `r` is [`Error::AlreadyAttached`].
+#[track_caller]
+fn assert_already_attached<T: std::fmt::Debug>(r: &Result<T, Error>) {
+    assert!(matches!(r, Err(Error::AlreadyAttached { .. })), "{r:?}");
+}
+
 /// A `Cni` over the rig whose cache runs its I/O on the calling thread: a
 /// first poll of an ADD then makes its first lock attempt before it
 /// returns.
@@ -34,9 +59,7 @@ fn inline_cni(rig: &Rig) -> Cni {
 
 #[tokio::test]
 async fn an_exclusive_add_of_a_cached_attachment_runs_no_plugin() {
-    let rig = Rig::new();
-    rig.fake("first", &Fake::new(Response::ok(RESULT)));
-    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    let rig = two_plugins();
     let cni = rig.cni();
     let list = list();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
@@ -72,19 +95,13 @@ async fn an_exclusive_add_of_a_cached_attachment_runs_no_plugin() {
         .exclusive()
         .with_record()
         .await;
-    assert!(
-        matches!(refused, Err(Error::AlreadyAttached { .. })),
-        "{refused:?}"
-    );
+    assert_already_attached(&refused);
     let refused = cni
         .add_network_list(&list, &rt)
         .exclusive()
         .rollback_on_cancel()
         .await;
-    assert!(
-        matches!(refused, Err(Error::AlreadyAttached { .. })),
-        "{refused:?}"
-    );
+    assert_already_attached(&refused);
     assert_eq!(rig.dir.invocations_of("ADD").len(), 2, "plugins ran again");
     assert_eq!(
         rig.dir.invocations_of("DEL").len(),
@@ -118,13 +135,7 @@ async fn an_exclusive_add_of_a_cached_attachment_runs_no_plugin() {
 /// runs nothing.
 #[tokio::test]
 async fn concurrent_exclusive_adds_of_one_attachment_run_the_plugins_once() {
-    let rig = Rig::new();
-    let gate = Gate::new(rig.dir.root());
-    rig.fake(
-        "first",
-        &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT).with_shell(&gate.shell_wait())),
-    );
-    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    let (rig, gate) = gated_plugins();
     let cni = inline_cni(&rig);
     let list = list();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
@@ -140,10 +151,7 @@ async fn concurrent_exclusive_adds_of_one_attachment_run_the_plugins_once() {
         second.await
     });
     first.expect("the first exclusive ADD");
-    assert!(
-        matches!(second, Err(Error::AlreadyAttached { .. })),
-        "{second:?}"
-    );
+    assert_already_attached(&second);
     let adds = rig.dir.invocations_of("ADD");
     assert_eq!(adds.len(), 2, "{adds:?}");
     assert_eq!(gate.started(), 1, "the gated plugin ran twice");
@@ -154,9 +162,7 @@ async fn concurrent_exclusive_adds_of_one_attachment_run_the_plugins_once() {
 /// leaves the file as it was (a DEL still finds its prevResult).
 #[tokio::test]
 async fn an_exclusive_add_over_a_legacy_bare_result_is_refused_and_keeps_it() {
-    let rig = Rig::new();
-    rig.fake("first", &Fake::new(Response::ok(RESULT)));
-    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    let rig = two_plugins();
     let cni = rig.cni();
     let file = rig.cache_file("excl", "c1", "eth0");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
@@ -165,10 +171,7 @@ async fn an_exclusive_add_over_a_legacy_bare_result_is_refused_and_keeps_it() {
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
 
     let refused = cni.add_network_list(&list(), &rt).exclusive().await;
-    assert!(
-        matches!(refused, Err(Error::AlreadyAttached { .. })),
-        "{refused:?}"
-    );
+    assert_already_attached(&refused);
     assert!(rig.dir.invocations().is_empty(), "a plugin ran");
     assert_eq!(std::fs::read(&file).unwrap(), legacy, "the result changed");
     assert!(rig.corrupt_files().is_empty(), "{:?}", rig.corrupt_files());
@@ -179,9 +182,7 @@ async fn an_exclusive_add_over_a_legacy_bare_result_is_refused_and_keeps_it() {
 /// ADD runs and writes a fresh record; the garbage is kept for a human.
 #[tokio::test]
 async fn an_exclusive_add_over_a_corrupt_record_moves_it_aside_and_runs() {
-    let rig = Rig::new();
-    rig.fake("first", &Fake::new(Response::ok(RESULT)));
-    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    let rig = two_plugins();
     let cni = rig.cni();
     let file = rig.cache_file("excl", "c1", "eth0");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
@@ -200,10 +201,7 @@ async fn an_exclusive_add_over_a_corrupt_record_moves_it_aside_and_runs() {
     assert_eq!(rec["containerId"], "c1", "{rec}");
     // And that record is now refused.
     let refused = cni.add_network_list(&list(), &rt).exclusive().await;
-    assert!(
-        matches!(refused, Err(Error::AlreadyAttached { .. })),
-        "{refused:?}"
-    );
+    assert_already_attached(&refused);
     assert_eq!(rig.dir.invocations_of("ADD").len(), 2, "plugins ran again");
 }
 
@@ -212,9 +210,7 @@ async fn an_exclusive_add_over_a_corrupt_record_moves_it_aside_and_runs() {
 /// left alone) and the exclusive ADD runs.
 #[tokio::test]
 async fn an_exclusive_add_over_a_symlinked_record_moves_the_link_aside_unfollowed() {
-    let rig = Rig::new();
-    rig.fake("first", &Fake::new(Response::ok(RESULT)));
-    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    let rig = two_plugins();
     let cni = rig.cni();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
     // A genuine record of this attachment, kept elsewhere.
@@ -256,9 +252,7 @@ async fn an_exclusive_add_over_a_symlinked_record_moves_the_link_aside_unfollowe
 /// already attached.
 #[tokio::test]
 async fn an_exclusive_add_of_a_colliding_name_is_a_collision_not_already_attached() {
-    let rig = Rig::new();
-    rig.fake("first", &Fake::new(Response::ok(RESULT)));
-    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    let rig = two_plugins();
     let cni = rig.cni();
     let recorded = RuntimeConf::new("a-b", "/run/netns/ab", "c");
     let colliding = RuntimeConf::new("a", "/run/netns/a", "b-c");
@@ -276,10 +270,7 @@ async fn an_exclusive_add_of_a_colliding_name_is_a_collision_not_already_attache
         "{collided:?}"
     );
     let refused = cni.add_network_list(&list(), &recorded).exclusive().await;
-    assert!(
-        matches!(refused, Err(Error::AlreadyAttached { .. })),
-        "{refused:?}"
-    );
+    assert_already_attached(&refused);
     assert_eq!(rig.dir.invocations_of("ADD").len(), 2, "plugins ran again");
     assert_eq!(std::fs::read(&file).unwrap(), record, "the record changed");
 }
@@ -291,9 +282,7 @@ async fn an_exclusive_add_of_a_colliding_name_is_a_collision_not_already_attache
 /// wait) and kept the lock file (the record is there).
 #[tokio::test]
 async fn a_held_lock_is_cache_locked_before_already_attached_which_releases_it() {
-    let rig = Rig::new();
-    rig.fake("first", &Fake::new(Response::ok(RESULT)));
-    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    let rig = two_plugins();
     let cni = rig.cni();
     let list = list();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
@@ -320,10 +309,7 @@ async fn a_held_lock_is_cache_locked_before_already_attached_which_releases_it()
     drop(held);
 
     let refused = cni.add_network_list(&list, &rt).exclusive().await;
-    assert!(
-        matches!(refused, Err(Error::AlreadyAttached { .. })),
-        "{refused:?}"
-    );
+    assert_already_attached(&refused);
     let again = cache.lock("excl", "c1", "eth0", Duration::ZERO).await;
     assert!(again.is_ok(), "the refused ADD kept the lock: {again:?}");
     drop(again);
@@ -348,13 +334,7 @@ async fn a_held_lock_is_cache_locked_before_already_attached_which_releases_it()
 /// the other ADD's attachment.
 #[tokio::test]
 async fn a_detached_exclusive_add_given_up_while_waiting_deletes_nothing() {
-    let rig = Rig::new();
-    let gate = Gate::new(rig.dir.root());
-    rig.fake(
-        "first",
-        &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT).with_shell(&gate.shell_wait())),
-    );
-    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    let (rig, gate) = gated_plugins();
     let cni = inline_cni(&rig);
     let list = list();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
@@ -392,13 +372,7 @@ async fn a_detached_exclusive_add_given_up_while_waiting_deletes_nothing() {
 /// attached".
 #[tokio::test]
 async fn an_exclusive_add_waiting_behind_a_rolled_back_one_attaches() {
-    let rig = Rig::new();
-    let gate = Gate::new(rig.dir.root());
-    rig.fake(
-        "first",
-        &Fake::new(Response::ok("")).on("ADD", Response::ok(RESULT).with_shell(&gate.shell_wait())),
-    );
-    rig.fake("second", &Fake::new(Response::ok(RESULT)));
+    let (rig, gate) = gated_plugins();
     let cni = inline_cni(&rig);
     let list = list();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");

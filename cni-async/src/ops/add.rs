@@ -137,13 +137,17 @@ impl Cni {
             // ADD overwrite the record of another attachment (nor, when
             // exclusive, this one's). The lock and that check take one trip
             // to the blocking pool.
-            let cache = &self.inner.cache;
-            let (cid, ifname, left) = (&rt.container_id, &rt.ifname, deadline.remaining());
-            let lock = if exclusive {
-                cache.lock_fresh(net.name, cid, ifname, left).await?
-            } else {
-                cache.lock_unused(net.name, cid, ifname, left).await?
-            };
+            let lock = self
+                .inner
+                .cache
+                .lock_for_add(
+                    net.name,
+                    &rt.container_id,
+                    &rt.ifname,
+                    deadline.remaining(),
+                    exclusive,
+                )
+                .await?;
             let mut prev: Option<CniResult> = None;
             let mut prev_value: Option<Value> = None;
             for (index, plugin) in net.plugins.iter().enumerate() {
