@@ -849,6 +849,48 @@ mod tests {
         assert_all_restored(&cache, &recs);
     }
 
+    /// A graceful stop with many commit lines flushes their records in one
+    /// `syncfs` too, before it removes the journal; a restart in the same
+    /// boot whose first ADD makes a new journal (flushing the journal's
+    /// dir, and with it that removal), then a power loss, keep every
+    /// record.
+    #[tokio::test]
+    async fn a_batched_flush_at_a_graceful_stop_keeps_every_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Arc::new(SimDisk::new(dir.path()));
+        let first = on_sim(dir.path(), "boot-a", &sim).with_sync_fs_at(3);
+        first.prepare().unwrap();
+        let cache = first.cache.clone().unwrap();
+        let mut recs = Vec::new();
+        for k in 1..=3 {
+            recs.push(committed_add(&first, &cache, &format!("c-{k}")).await);
+        }
+        let from = sim.calls().len();
+        first.close();
+        let calls = kinds(&sim, from);
+        assert!(
+            !calls.iter().any(|c| c.ends_with("<record>")),
+            "no call per record: {calls:?}"
+        );
+        let flush = calls.iter().position(|c| c == "syncfs results");
+        let removed = calls.iter().position(|c| c == "remove journal");
+        assert!(flush.is_some() && flush < removed, "{calls:?}");
+        drop(first);
+        let second = on_sim(dir.path(), "boot-a", &sim);
+        second.prepare().unwrap();
+        recs.push(committed_add(&second, &cache, "c-4").await);
+        drop(second);
+        sim.power_loss(Cut::None);
+        let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+        assert_eq!(
+            committed_records(&std::fs::read(&journal).unwrap()).len(),
+            1,
+            "the stop's removal of the journal is durable: only c-4's line"
+        );
+        let (cache, _, _) = deferred(dir.path(), "boot-b");
+        assert_all_restored(&cache, &recs);
+    }
+
     /// Below [`SYNC_FS_AT`] records, a start flushes file by file (a
     /// `syncfs` would write back and wait for everything else dirty on the
     /// file system); from it on, in one `syncfs`.
