@@ -85,7 +85,7 @@ mod version;
 pub use add::{AddRequest, Attached};
 pub use builder::CniBuilder;
 pub use check::CheckRequest;
-pub use del::DelRequest;
+pub use del::{DelRequest, Deleted};
 pub use gc::{GcFailure, GcRequest, GcSummary};
 pub use request::Request;
 pub use status::StatusRequest;
