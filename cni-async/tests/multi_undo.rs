@@ -1,9 +1,15 @@
-//! A setup run again over a sandbox that is set up (a runtime's retry after
-//! a lost answer) is refused as already attached, and its undo leaves the
-//! working sandbox alone: eth0 with its address, lo up, host-local's
-//! reservation, and traffic to it from another namespace. Real loopback,
-//! bridge and host-local in namespaces, a bridge and a subnet of the
-//! test's own. Needs root.
+//! What a failed setup's undo touches: only what the call set up.
+//!
+//! - A setup run again over a sandbox that is set up (a runtime's retry
+//!   after a lost answer) is refused as already attached, and leaves the
+//!   working sandbox alone: eth0 with its address, lo up, host-local's
+//!   reservation, and traffic to it from another namespace.
+//! - A setup of another sandbox in the same namespace fails at eth0, and
+//!   its undo of lo (which the loopback plugin set up again there) runs
+//!   without the namespace: the first sandbox's lo stays up.
+//!
+//! Real loopback, bridge and host-local in namespaces, a bridge and a
+//! subnet of the test's own. Needs root.
 #![cfg(feature = "netns")]
 
 use std::path::Path;
@@ -32,13 +38,9 @@ fn lo_up(ns: &cni_async::netns::Netns) -> bool {
     flags.split(',').any(|f| f == "UP")
 }
 
-#[tokio::test]
-async fn a_setup_run_again_is_refused_and_the_sandbox_keeps_working() {
-    require_root!();
-    let mut net = TestNet::new();
-    let data_dir = net.data_dir();
-    let name = format!("retry-{}", net.id());
-    let list = NetworkConfigList::from_value(&json!({
+/// A bridge network on the test's bridge, host-local in its subnet.
+fn bridge_list(net: &TestNet, name: &str) -> NetworkConfigList {
+    NetworkConfigList::from_value(&json!({
         "cniVersion": "1.0.0",
         "name": name,
         "plugins": [{
@@ -47,11 +49,20 @@ async fn a_setup_run_again_is_refused_and_the_sandbox_keeps_working() {
             "ipam": {
                 "type": "host-local",
                 "ranges": [[{ "subnet": net.subnet().to_string() }]],
-                "dataDir": data_dir,
+                "dataDir": net.data_dir(),
             }
         }]
     }))
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_setup_run_again_is_refused_and_the_sandbox_keeps_working() {
+    require_root!();
+    let mut net = TestNet::new();
+    let data_dir = net.data_dir();
+    let name = format!("retry-{}", net.id());
+    let list = bridge_list(&net, &name);
     let cni = Cni::builder()
         .plugin_dirs([Path::new(REAL_PLUGINS)])
         .cache_dir(net.cache_dir())
@@ -118,4 +129,59 @@ async fn a_setup_run_again_is_refused_and_the_sandbox_keeps_working() {
         assert!(host_local_ips(&data_dir, &name).is_empty());
         assert!(bridge_ports(net.bridge()).is_empty());
     }
+}
+
+#[tokio::test]
+async fn a_failed_setup_in_another_sandboxs_namespace_leaves_its_lo_up() {
+    require_root!();
+    let mut net = TestNet::new();
+    let data_dir = net.data_dir();
+    let name = format!("share-{}", net.id());
+    let cni = Cni::builder()
+        .plugin_dirs([Path::new(REAL_PLUGINS)])
+        .cache_dir(net.cache_dir())
+        .build();
+    let multi = MultiNetwork::builder(cni.clone())
+        .loopback()
+        .network(bridge_list(&net, &name))
+        .build()
+        .unwrap();
+    let (ns, peer) = (net.netns(), net.netns());
+    let a = Sandbox::new(format!("sa-{}", net.id()), ns.path().to_str().unwrap());
+    let other = Sandbox::new(format!("sb-{}", net.id()), ns.path().to_str().unwrap());
+    let p = Sandbox::new(format!("sp-{}", net.id()), peer.path().to_str().unwrap());
+    multi.setup(&a).await.expect("setup of a");
+    multi.setup(&p).await.expect("setup of the peer");
+    let addr = addrs_v4(&ns, "eth0");
+    let reserved = host_local_ips(&data_dir, &name);
+
+    // Another sandbox in a's namespace: lo is set up (the loopback plugin
+    // succeeds on an lo that is up), eth0 fails, lo is undone.
+    let err = multi.setup(&other).await.unwrap_err();
+    assert!(
+        Chain(&err).to_string().contains("already exists"),
+        "{}",
+        Chain(&err)
+    );
+
+    assert!(lo_up(&ns), "a's lo still up");
+    assert!(
+        ping(&ns, "127.0.0.1".parse().unwrap()),
+        "a's loopback answers"
+    );
+    assert_eq!(addrs_v4(&ns, "eth0"), addr, "a's eth0 kept");
+    assert_eq!(host_local_ips(&data_dir, &name), reserved);
+    assert!(ping(&peer, addr[0].addr()), "the peer still reaches a");
+    assert!(
+        cni.cached_attachments(Some(&other.container_id))
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing of the failed sandbox is left"
+    );
+
+    multi.remove(&a).await.expect("remove of a");
+    multi.remove(&p).await.expect("remove of the peer");
+    assert!(host_local_ips(&data_dir, &name).is_empty());
+    assert!(bridge_ports(net.bridge()).is_empty());
 }
