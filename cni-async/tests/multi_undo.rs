@@ -20,9 +20,7 @@ use crate::support::netns::{
 use crate::support::require_root;
 use cni_async::multi::{MultiNetwork, Sandbox, SetupMode};
 use cni_async::{Cni, ErrorKind};
-use cni_core::NetworkConfigList;
 use cni_core::error::Chain;
-use serde_json::json;
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 
@@ -38,31 +36,13 @@ fn lo_up(ns: &cni_async::netns::Netns) -> bool {
     flags.split(',').any(|f| f == "UP")
 }
 
-/// A bridge network on the test's bridge, host-local in its subnet.
-fn bridge_list(net: &TestNet, name: &str) -> NetworkConfigList {
-    NetworkConfigList::from_value(&json!({
-        "cniVersion": "1.0.0",
-        "name": name,
-        "plugins": [{
-            "type": "bridge",
-            "bridge": net.bridge(),
-            "ipam": {
-                "type": "host-local",
-                "ranges": [[{ "subnet": net.subnet().to_string() }]],
-                "dataDir": net.data_dir(),
-            }
-        }]
-    }))
-    .unwrap()
-}
-
 #[tokio::test]
 async fn a_setup_run_again_is_refused_and_the_sandbox_keeps_working() {
     require_root!();
     let mut net = TestNet::new();
     let data_dir = net.data_dir();
     let name = format!("retry-{}", net.id());
-    let list = bridge_list(&net, &name);
+    let list = net.bridge_list(&name);
     let cni = Cni::builder()
         .plugin_dirs([Path::new(REAL_PLUGINS)])
         .cache_dir(net.cache_dir())
@@ -143,7 +123,7 @@ async fn a_failed_setup_in_another_sandboxs_namespace_leaves_its_lo_up() {
         .build();
     let multi = MultiNetwork::builder(cni.clone())
         .loopback()
-        .network(bridge_list(&net, &name))
+        .network(net.bridge_list(&name))
         .build()
         .unwrap();
     let (ns, peer) = (net.netns(), net.netns());

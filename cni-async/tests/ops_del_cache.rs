@@ -13,8 +13,7 @@ use std::path::Path;
 use crate::support::netns::{TestNet, bridge_ports, host_local_ips, link_exists_in};
 use crate::support::require_root;
 use cni_async::{Cni, Error};
-use cni_core::{NetworkConfigList, RuntimeConf};
-use serde_json::json;
+use cni_core::RuntimeConf;
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 
@@ -24,20 +23,7 @@ async fn del_with_the_cache_dir_a_file_runs_the_plugins_and_says_so() {
     let mut net = TestNet::new();
     let data_dir = net.data_dir();
     let name = format!("delc-{}", net.id());
-    let list = NetworkConfigList::from_value(&json!({
-        "cniVersion": "1.0.0",
-        "name": name,
-        "plugins": [{
-            "type": "bridge",
-            "bridge": net.bridge(),
-            "ipam": {
-                "type": "host-local",
-                "ranges": [[{ "subnet": net.subnet().to_string() }]],
-                "dataDir": data_dir,
-            }
-        }]
-    }))
-    .unwrap();
+    let list = net.bridge_list(&name);
     let ns = net.netns();
     let rt = RuntimeConf::new(
         format!("delc-{}", net.id()),

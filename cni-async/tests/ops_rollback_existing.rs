@@ -14,8 +14,7 @@ use crate::support::netns::{
 };
 use crate::support::require_root;
 use cni_async::Cni;
-use cni_core::{NetworkConfigList, RuntimeConf};
-use serde_json::json;
+use cni_core::RuntimeConf;
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 
@@ -25,20 +24,7 @@ async fn a_failed_add_over_an_existing_record_leaves_the_attachment() {
     let mut net = TestNet::new();
     let data_dir = net.data_dir();
     let name = format!("rbx-{}", net.id());
-    let list = NetworkConfigList::from_value(&json!({
-        "cniVersion": "1.0.0",
-        "name": name,
-        "plugins": [{
-            "type": "bridge",
-            "bridge": net.bridge(),
-            "ipam": {
-                "type": "host-local",
-                "ranges": [[{ "subnet": net.subnet().to_string() }]],
-                "dataDir": data_dir,
-            }
-        }]
-    }))
-    .unwrap();
+    let list = net.bridge_list(&name);
     let cni = Cni::builder()
         .plugin_dirs([Path::new(REAL_PLUGINS)])
         .cache_dir(net.cache_dir())

@@ -8,22 +8,13 @@
 use std::path::Path;
 
 use crate::support::netns::{
-    LinkGuard, Netns, SubnetLease, host_local_ips, ip_json, link_exists_in, unique_id,
+    LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, link_exists_in, unique_id,
 };
 use crate::support::require_root;
 use crate::support::tool::Sandbox;
 use serde_json::json;
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
-
-fn bridge_ports(bridge: &str) -> Vec<String> {
-    ip_json(&["link", "show", "master", bridge])
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|l| l["ifname"].as_str().map(str::to_owned))
-        .collect()
-}
 
 #[test]
 fn del_with_the_cache_dir_a_file_runs_the_plugins_and_warns() {
