@@ -436,6 +436,7 @@ impl ResultCache {
     ) -> Result<AttachmentLock, Error> {
         self.lock_for_add(network, container_id, ifname, timeout, false)
             .await
+            .map(|(lock, _)| lock)
     }
 
     /// [`ResultCache::lock_unused`]; with `fresh`, this attachment's own
@@ -443,7 +444,10 @@ impl ResultCache {
     /// ([`Error::AlreadyAttached`]): what an exclusive ADD does
     /// ([`AddRequest::exclusive`](crate::ops::AddRequest)). The check is
     /// made under the lock, so of concurrent callers on one attachment,
-    /// each sees what the one before it left.
+    /// each sees what the one before it left. Answers the lock and whether
+    /// the attachment's own record (or a legacy bare result) was there:
+    /// an attachment made before this ADD, which its rollback must leave
+    /// alone.
     pub(crate) async fn lock_for_add(
         &self,
         network: &str,
@@ -451,22 +455,20 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
         fresh: bool,
-    ) -> Result<AttachmentLock, Error> {
+    ) -> Result<(AttachmentLock, bool), Error> {
         let (net, cid, ifn) = (
             network.to_owned(),
             container_id.to_owned(),
             ifname.to_owned(),
         );
-        let (lock, ()) = self
-            .lock_then(
-                network,
-                container_id,
-                ifname,
-                timeout,
-                move |cache, path| check_not_taken(cache, path, &net, &cid, &ifn, fresh),
-            )
-            .await?;
-        Ok(lock)
+        self.lock_then(
+            network,
+            container_id,
+            ifname,
+            timeout,
+            move |cache, path| check_not_taken(cache, path, &net, &cid, &ifn, fresh),
+        )
+        .await
     }
 
     /// [`ResultCache::lock`], then [`ResultCache::read`] once the lock is
@@ -828,8 +830,11 @@ fn move_aside(cache: &ResultCache, path: &Path, reason: &str) {
 
 /// What an attachment's cache file holds, as seen by that attachment.
 enum Slot {
-    /// Nothing usable: no file, or a corrupt or symlinked one (moved aside).
+    /// No file.
     Empty,
+    /// A corrupt or symlinked file, moved aside: nothing usable, but maybe
+    /// what is left of an attachment made earlier.
+    MovedAside,
     /// This attachment's record, or a legacy bare result.
     Ours(CacheEntry),
     /// The record of another attachment whose names collide with ours.
@@ -848,7 +853,7 @@ fn read_slot(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Slot::Empty),
         Err(e) if is_symlink_refusal(&e) => {
             move_aside(cache, path, "is a symbolic link");
-            return Ok(Slot::Empty);
+            return Ok(Slot::MovedAside);
         }
         Err(e) => return Err(io_err(path, "read", e)),
     };
@@ -863,14 +868,16 @@ fn read_slot(
         Ok(legacy) => Ok(Slot::Ours(legacy)),
         Err(e) => {
             move_aside(cache, path, &e.to_string());
-            Ok(Slot::Empty)
+            Ok(Slot::MovedAside)
         }
     }
 }
 
 /// The check of [`ResultCache::lock_unused`], on the calling thread.
 /// `Ok` unless `path` holds another attachment's record (or, when
-/// `fresh`, this attachment's own).
+/// `fresh`, this attachment's own); `Ok(true)` when something of this
+/// attachment was there before (its record, a legacy result, a corrupt
+/// file).
 fn check_not_taken(
     cache: &ResultCache,
     path: &Path,
@@ -878,7 +885,7 @@ fn check_not_taken(
     container_id: &str,
     ifname: &str,
     fresh: bool,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     match read_slot(cache, path, network, container_id, ifname)? {
         Slot::Theirs(rec) => Err(Error::AttachmentCollision {
             path: path.to_owned(),
@@ -892,7 +899,10 @@ fn check_not_taken(
             container_id: container_id.to_owned(),
             ifname: ifname.to_owned(),
         }),
-        Slot::Empty | Slot::Ours(_) => Ok(()),
+        Slot::Empty => Ok(false),
+        // A corrupt record is no proof that nothing was attached: in doubt,
+        // the rollback keeps it.
+        Slot::Ours(_) | Slot::MovedAside => Ok(true),
     }
 }
 
@@ -906,7 +916,7 @@ fn read_entry(
     Ok(
         match read_slot(cache, path, network, container_id, ifname)? {
             Slot::Ours(entry) => Some(entry),
-            Slot::Empty | Slot::Theirs(_) => None,
+            Slot::Empty | Slot::MovedAside | Slot::Theirs(_) => None,
         },
     )
 }

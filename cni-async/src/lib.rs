@@ -122,6 +122,6 @@ pub use multi::{
 };
 pub use nscheck::check_netns;
 pub use ops::{
-    AddRequest, Attached, CallOptions, CheckRequest, Cni, CniBuilder, DelRequest, GcFailure,
-    GcRequest, GcSummary, StatusRequest,
+    AddRequest, Attached, CallOptions, CheckRequest, Cni, CniBuilder, DelRequest, Deleted,
+    GcFailure, GcRequest, GcSummary, StatusRequest,
 };

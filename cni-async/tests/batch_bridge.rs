@@ -25,23 +25,6 @@ use serde_json::{Value, json};
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
 
-fn bridge_list(name: &str, net: &TestNet) -> NetworkConfigList {
-    NetworkConfigList::from_value(&json!({
-        "cniVersion": "1.0.0",
-        "name": name,
-        "plugins": [{
-            "type": "bridge",
-            "bridge": net.bridge(),
-            "ipam": {
-                "type": "host-local",
-                "ranges": [[{ "subnet": net.subnet().to_string() }]],
-                "dataDir": net.data_dir(),
-            }
-        }]
-    }))
-    .expect("valid list")
-}
-
 /// A unique prefix, and a cleanup on the TestNet that deletes any namespace
 /// with it that is still there when the test ends (a safety net behind the
 /// batch's own teardown, e.g. if an assertion fails inside a teardown).
@@ -120,7 +103,7 @@ async fn fifty_namespaces_on_a_bridge_reach_each_other_and_leave_nothing_behind(
     let network = format!("bb-{}", net.id());
     let cni = cni_for(&net, None);
     let multi = MultiNetwork::builder(cni.clone())
-        .network(bridge_list(&network, &net))
+        .network(net.bridge_list(&network))
         .build()
         .unwrap();
 
@@ -242,7 +225,7 @@ exit 0"#,
     );
     let odd_network = format!("odd-{}", net.id());
     let multi = MultiNetwork::builder(cni_for(&net, Some(fakes.bin())))
-        .network(bridge_list(&network, &net))
+        .network(net.bridge_list(&network))
         .network(
             NetworkConfigList::from_value(
                 &json!({"cniVersion": "1.0.0", "name": odd_network, "plugins": [{"type": "oddfail"}]}),
@@ -300,7 +283,7 @@ async fn a_batch_dropped_without_teardown_leaves_nothing_behind() {
     let prefix = prefix_for(&mut net);
     let network = format!("bd-{}", net.id());
     let multi = MultiNetwork::builder(cni_for(&net, None))
-        .network(bridge_list(&network, &net))
+        .network(net.bridge_list(&network))
         .build()
         .unwrap();
     let deleted = Arc::new(Mutex::new(0usize));
@@ -339,7 +322,7 @@ async fn a_batch_dropped_without_teardown_leaves_nothing_behind() {
         ),
     );
     let slow = MultiNetwork::builder(cni_for(&net, Some(fakes.bin())))
-        .network(bridge_list(&network, &net))
+        .network(net.bridge_list(&network))
         .network(
             NetworkConfigList::from_value(
                 &json!({"cniVersion": "1.0.0", "name": format!("slow-{}", net.id()), "plugins": [{"type": "sleeper"}]}),
@@ -376,7 +359,7 @@ async fn bad_prefixes_are_refused_before_anything_is_created() {
     require_root!();
     let net = TestNet::new();
     let multi = MultiNetwork::builder(cni_for(&net, None))
-        .network(bridge_list("unused", &net))
+        .network(net.bridge_list("unused"))
         .build()
         .unwrap();
     for prefix in ["bad/prefix-", "-leading-dash", "spa ce"] {

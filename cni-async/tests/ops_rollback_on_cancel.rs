@@ -138,6 +138,13 @@ enum DropAt {
 /// detached work and returns what is left.
 async fn dropped_at(at: DropAt, fail_last: bool) -> (Vec<String>, Chain) {
     let chain = Chain::new(fail_last);
+    drop_add(&chain, at).await;
+    (chain.leftovers(), chain)
+}
+
+/// Starts the ADD on `chain`, drops it at `at`, lets everything run and
+/// waits for the detached work.
+async fn drop_add(chain: &Chain, at: DropAt) {
     let cni = chain.rig.cni();
     let (list, rt) = (list(), rt());
     let mut add = cni
@@ -168,7 +175,6 @@ async fn dropped_at(at: DropAt, fail_last: bool) -> (Vec<String>, Chain) {
     tokio::time::timeout(GATE_WAIT_LIMIT, cni.wait_detached())
         .await
         .expect("the given-up ADD ends on its task");
-    (chain.leftovers(), chain)
 }
 
 fn steps(calls: &[Invocation]) -> Vec<String> {
@@ -321,5 +327,37 @@ async fn a_retry_right_after_giving_up_a_finished_add_is_not_deleted_by_its_clea
             ],
             "round {round}"
         );
+    }
+}
+
+/// Given up over an attachment recorded before it (a runtime's retry of an
+/// ADD that worked), the detached ADD deletes nothing: neither the plugins
+/// it ran nor, once finished, the attachment. A DEL could not tell what it
+/// made from what was there, and would take the working attachment down.
+#[tokio::test]
+async fn given_up_over_an_existing_attachment_deletes_nothing() {
+    for at in [DropAt::Running(0), DropAt::Running(2), DropAt::Finished] {
+        let chain = Chain::new(false);
+        // The attachment made earlier: its plugins' state and its record.
+        for p in PLUGINS {
+            std::fs::write(chain.state.join(p), "").unwrap();
+        }
+        let before = cni_core::cache::CacheRecord::new(
+            "roc",
+            &rt(),
+            list().cache_bytes(),
+            Some(serde_json::from_str(&result(3)).unwrap()),
+        );
+        chain.rig.cni().cache().write(&before).await.unwrap();
+
+        drop_add(&chain, at).await;
+
+        let calls = steps(&chain.rig.dir.invocations());
+        assert!(
+            calls.iter().all(|c| c.starts_with("ADD ")),
+            "{at:?}: no DEL: {calls:?}"
+        );
+        assert_eq!(dir_names(&chain.state), PLUGINS, "{at:?}: state kept");
+        assert_eq!(chain.rig.result_files().len(), 1, "{at:?}: the record kept");
     }
 }

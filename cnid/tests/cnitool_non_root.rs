@@ -1,5 +1,5 @@
-//! Regression (issue 22, item 10): non-root callers of cnitool. `del`
-//! without access to the cache warned (twice) and ran the plugins anyway;
+//! Regression: non-root callers of cnitool. `del` without privilege warned
+//! (twice) about the cache and ran the plugins anyway;
 //! `--socket` without permission on the socket said only "cannot connect";
 //! `batch up` tried every namespace and failed each with "make shared mount
 //! failed". Now each is checked once, up front, and says "permission
@@ -15,16 +15,18 @@ use crate::support::require_root;
 
 const NETNS: &str = "/proc/self/ns/net";
 
+/// Without the privilege the plugins need (CAP_NET_ADMIN), `del` is
+/// refused before any plugin runs, on the privilege, not on the cache: a
+/// cache it cannot use alone is a warning (see `cnitool_del_cache`).
 #[test]
-fn del_without_access_to_the_cache_fails_up_front_and_runs_no_plugin() {
+fn del_without_privilege_fails_up_front_and_runs_no_plugin() {
     require_root!();
     let sb = nobody::sandbox();
     let run = nobody::run(&sb, &["del", "permnet", NETNS]);
     let stderr = run.stderr.clone();
     let err = run.fails();
-    assert!(err.contains("Permission denied"), "{err}");
-    assert!(err.contains(&sb.cache_dir().display().to_string()), "{err}");
-    assert!(err.contains("\nhint: cnitool needs root"), "{err}");
+    assert!(err.contains("permission denied"), "{err}");
+    assert!(err.contains("CAP_NET_ADMIN"), "{err}");
     assert!(!stderr.contains("WARN"), "no warnings first: {stderr}");
     assert!(sb.plugins.invocations().is_empty(), "no plugin ran");
 }

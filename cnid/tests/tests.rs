@@ -10,6 +10,7 @@ mod attack_sandbox;
 mod binaries_version;
 mod cnitool_batch;
 mod cnitool_commands;
+mod cnitool_del_cache;
 mod cnitool_env;
 mod cnitool_error_object;
 mod cnitool_errors;

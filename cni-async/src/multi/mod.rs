@@ -29,7 +29,7 @@
 //!
 //! | call | what runs | on failure |
 //! |---|---|---|
-//! | [`MultiNetwork::setup`] | ADD of each of the sandbox's networks, in order or all at once ([`SetupMode`]), each with [`CallOptions::rollback`] | the networks already set up are deleted again (DEL, fresh deadline, last to first); the error names the network that failed |
+//! | [`MultiNetwork::setup`] | ADD of each of the sandbox's networks, in order or all at once ([`SetupMode`]), each with [`CallOptions::rollback`], each refused when the network is attached already ([`Error::AlreadyAttached`]) | the networks this call set up are deleted again (DEL, fresh deadline, last to first), never one attached before it; the error names the network that failed |
 //! | [`MultiNetwork::remove`] | DEL of each network, last to first; a network no longer known is deleted with its cached config; works without the netns | goes on; every error is reported ([`Error::Multiple`]) |
 //! | [`MultiNetwork::check`] | CHECK of each network, in order | goes on; every error is reported |
 //! | [`MultiNetwork::status`], [`MultiNetwork::status_of`] | STATUS of the default set, or of a sandbox's networks (ready iff all are) | goes on; every error is reported (codes 50/51 kept) |
@@ -93,6 +93,18 @@
 //!   [`MultiNetwork::remove`] afterwards (the spec requires a DEL after every
 //!   ADD, also a cancelled one), or run `setup` on its own task so that it
 //!   finishes and rolls back by itself.
+//! - **Setup is not idempotent: an attached sandbox is refused.** A setup
+//!   run again over a sandbox set up (a runtime's retry after a lost
+//!   answer) fails with [`Error::AlreadyAttached`] at the first network
+//!   that is attached, having run no plugin there, and leaves the sandbox
+//!   as it was: the undo deletes only networks this call set up. Run
+//!   [`MultiNetwork::remove`] first to set it up anew. Answering the cached
+//!   results instead would hide an attachment that no longer matches the
+//!   request (other labels, capability arguments, config), and running the
+//!   plugins again fails inside them ("eth0 already exists"); the spec asks
+//!   runtimes not to ADD an attachment twice without a DEL, and
+//!   [`AddRequest::exclusive`](crate::ops::AddRequest::exclusive), cnitool
+//!   and cnid (409) refuse it the same way.
 //! - **Rollback can fail.** When a network fails and deleting the others
 //!   fails too, the error is [`Error::RollbackFailed`] holding both; call
 //!   [`MultiNetwork::remove`] again later.

@@ -169,6 +169,11 @@ impl MultiNetwork {
     /// with a fresh deadline; the error names the failing network(s) (in
     /// parallel mode, every network that failed: [`Error::Multiple`]). If
     /// that rollback fails too, the error is [`Error::RollbackFailed`].
+    ///
+    /// A network the sandbox is attached to already is refused
+    /// ([`Error::AlreadyAttached`], no plugin run) and never deleted by that
+    /// rollback: a setup run again over a set-up sandbox fails and leaves
+    /// it working (see the module's caveats).
     pub async fn setup_with(
         &self,
         sandbox: &Sandbox,

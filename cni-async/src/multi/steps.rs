@@ -53,7 +53,13 @@ pub trait StepHook: Sync {
     /// fresh deadline, never the expired one of the ADD.
     fn undo_options(&self) -> CallOptions;
 
-    /// ADD of one network.
+    /// ADD of one network, refused ([`Error::AlreadyAttached`], no plugin
+    /// run) when the attachment is recorded already
+    /// ([`AddRequest::exclusive`](crate::ops::AddRequest::exclusive)).
+    ///
+    /// An override must refuse so too: [`setup_steps`] deletes again every
+    /// network whose ADD succeeded when another fails, which is right only
+    /// for attachments this ADD made.
     fn add(
         &self,
         step: SandboxStep<'_>,
@@ -64,6 +70,7 @@ pub trait StepHook: Sync {
             self.cni()
                 .add_network_list(list, step.rt)
                 .options(&opts)
+                .exclusive()
                 .await
         }
     }
@@ -175,6 +182,12 @@ where
 /// with [`StepHook::undo_options`]; the error names the failing network(s)
 /// (in parallel mode, every one that failed: [`Error::Multiple`]). If that
 /// fails too, the error is [`Error::RollbackFailed`].
+///
+/// A network already attached is refused by its step
+/// ([`StepHook::add`]: [`Error::AlreadyAttached`], no plugin run) and is
+/// never undone: the undo touches only what this call made. A setup run
+/// again over a sandbox set up (a runtime's retry) so fails at its first
+/// network and leaves the sandbox as it was.
 pub async fn setup_steps<'s>(
     hook: &impl StepHook,
     container_id: &str,
@@ -238,6 +251,12 @@ pub async fn setup_steps<'s>(
     let mut rollback_errors = Errors::new(format!("rollback of container {container_id:?}"));
     for step in undo.into_iter().rev() {
         let _shared = hook.gates().shared(step.network).await;
+        // As a chain's own rollback: when another container's attachment
+        // holds this netns and ifname (an ADD forced onto it, or a plugin
+        // that succeeds there, as loopback does), the DEL runs without the
+        // netns and leaves that container's interface alone.
+        let rt = hook.cni().rollback_attachment(step.rt).await;
+        let step = SandboxStep { rt: &rt, ..step };
         if let Err(e) = hook.del(step, hook.undo_options()).await {
             rollback_errors.push(context(step.network, &step.rt.ifname, Command::Del, e));
         }

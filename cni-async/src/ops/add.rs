@@ -136,8 +136,11 @@ impl Cni {
             // File names are ambiguous when names contain '-': never let this
             // ADD overwrite the record of another attachment (nor, when
             // exclusive, this one's). The lock and that check take one trip
-            // to the blocking pool.
-            let lock = self
+            // to the blocking pool. `existed`: this attachment's record was
+            // there before this ADD, so its plugins' state is not only this
+            // call's, and no rollback may DEL it (a DEL cannot tell what
+            // this call made from what was there).
+            let (lock, existed) = self
                 .inner
                 .cache
                 .lock_for_add(
@@ -152,7 +155,7 @@ impl Cni {
             let mut prev_value: Option<Value> = None;
             for (index, plugin) in net.plugins.iter().enumerate() {
                 if gave_up() {
-                    self.roll_back_abandoned(&net, &net.plugins[..index], rt, prev_value.as_ref()).await;
+                    self.roll_back_abandoned(&net, &net.plugins[..index], rt, prev_value.as_ref(), existed).await;
                     return Ok(None);
                 }
                 let step = self
@@ -162,6 +165,11 @@ impl Cni {
                     Ok(result) => {
                         prev_value = Some(result.to_value());
                         prev = Some(result);
+                    }
+                    Err(e) if opts.rollback && existed => {
+                        tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)),
+                            "ADD over an attachment recorded before it failed; not rolled back, which would delete that attachment");
+                        return Err(e);
                     }
                     Err(e) if opts.rollback => {
                         tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)), "ADD failed; rolling back the plugins that ran");
@@ -192,7 +200,7 @@ impl Cni {
                 }));
             };
             if gave_up() {
-                self.roll_back_abandoned(&net, net.plugins, rt, prev_value.as_ref()).await;
+                self.roll_back_abandoned(&net, net.plugins, rt, prev_value.as_ref(), existed).await;
                 return Ok(None);
             }
             let rec = CacheRecord::new(net.name, rt, net.cache_bytes.to_vec(), prev_value);
@@ -203,8 +211,10 @@ impl Cni {
             if let Err(e) = written {
                 // The attachment exists but is not recorded: a later DEL would
                 // run without prevResult. With rollback, undo it; otherwise
-                // the caller must DEL (as after any failed ADD).
-                if opts.rollback {
+                // the caller must DEL (as after any failed ADD). Not when it
+                // was attached before this ADD: that DEL would undo more
+                // than this call made.
+                if opts.rollback && !existed {
                     let value = result.to_value();
                     if let Err(rb) = self.rollback(&net, net.plugins, rt, Some(&value)).await {
                         return Err(Error::RollbackFailed {
@@ -220,6 +230,7 @@ impl Cni {
                 result,
                 record: rec,
                 lock,
+                existed,
             }))
         }
         .instrument(span)
@@ -227,14 +238,23 @@ impl Cni {
     }
 
     /// Rolls back the plugins a detached ADD ran before its caller gave up
-    /// (nobody is left to hear a failure: it is logged).
+    /// (nobody is left to hear a failure: it is logged); nothing when the
+    /// attachment was recorded before the ADD (`existed`).
     async fn roll_back_abandoned(
         &self,
         net: &Net<'_>,
         ran: &[PluginConfig],
         rt: &RuntimeConf,
         prev: Option<&Value>,
+        existed: bool,
     ) {
+        if existed {
+            tracing::warn!(
+                plugins = ran.len(),
+                "ADD over an attachment recorded before it given up by its caller; not rolled back, which would delete that attachment"
+            );
+            return;
+        }
         tracing::info!(
             plugins = ran.len(),
             "ADD given up by its caller; rolling back the plugins that ran"
@@ -274,6 +294,7 @@ impl Cni {
             result,
             record,
             lock,
+            existed,
         } = match outcome {
             Ok(None) => return,
             Ok(Some(added)) => added,
@@ -284,6 +305,14 @@ impl Cni {
             }
         };
         if tx.send(Ok(Attached { result, record })).is_ok() && ack.await.is_ok() {
+            return;
+        }
+        if existed {
+            // Attached before this ADD: the caller's attachment is still
+            // there (recorded again), and a DEL would take it away.
+            tracing::warn!(
+                "ADD over an attachment recorded before it given up by its caller after it finished; leaving the attachment"
+            );
             return;
         }
         tracing::info!("ADD given up by its caller after it finished; deleting it");
@@ -357,8 +386,9 @@ impl Cni {
 
     /// The attachment a rollback DELs: `rt`, or `rt` without its netns when
     /// another container's cached attachment holds that netns and ifname
-    /// (see the module's caveats).
-    async fn rollback_attachment(&self, rt: &RuntimeConf) -> RuntimeConf {
+    /// (see the module's caveats). Also what a sandbox's undo of a network
+    /// set up DELs ([`crate::multi::setup_steps`]).
+    pub(crate) async fn rollback_attachment(&self, rt: &RuntimeConf) -> RuntimeConf {
         if rt.netns.is_empty() {
             return rt.clone();
         }
@@ -465,7 +495,9 @@ impl<Out> Request<'_, AddOp<'_, Out>> {
     /// at that moment is not killed: it finishes (within the ADD's
     /// deadline), then no further plugin starts and the rollback runs. An
     /// ADD that had already finished is deleted (DEL with its cached
-    /// result). What cnid does for every request.
+    /// result). Neither happens when the attachment's record was in the
+    /// cache before this ADD: what was attached before it is left as it is
+    /// (see [`CallOptions::rollback`]). What cnid does for every request.
     ///
     /// The caller's deadline still applies. The work goes on after the
     /// drop, holding the attachment's lock until it is done (from the ADD
@@ -561,4 +593,6 @@ struct Added {
     result: CniResult,
     record: CacheRecord,
     lock: Option<AttachmentLock>,
+    /// The attachment was recorded before this ADD.
+    existed: bool,
 }

@@ -5,6 +5,8 @@ use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::error::Chain;
 use cni_core::validate::Escaped;
 use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, validate};
+use std::marker::PhantomData;
+
 use tracing::Instrument;
 
 use crate::cache::AttachmentLock;
@@ -18,7 +20,13 @@ impl Cni {
     /// DEL: runs the plugins last to first with the cached result as
     /// `prevResult` (0.4.0 and later), then removes the cache entry. A
     /// missing or corrupt cache entry is not an error: DEL runs without
-    /// `prevResult`. Repeating a DEL is fine.
+    /// `prevResult`. Nor is a cache it cannot use (the dir unusable, the
+    /// attachment's lock impossible, the record unreadable): the plugins
+    /// run all the same, without `prevResult` and unlocked where need be,
+    /// and each such problem is a warning, logged and answered by
+    /// [`DelRequest::with_outcome`] ([`Deleted`]). Only a lock held by
+    /// someone else stops it ([`Error::CacheLocked`]). Repeating a DEL is
+    /// fine.
     pub fn del_network_list<'a>(
         &'a self,
         list: &'a NetworkConfigList,
@@ -29,6 +37,7 @@ impl Cni {
             DelOp {
                 target: DelTarget::Net(Ok(Net::list(list))),
                 rt,
+                out: PhantomData,
             },
         )
     }
@@ -44,6 +53,7 @@ impl Cni {
             DelOp {
                 target: DelTarget::Cached(network),
                 rt,
+                out: PhantomData,
             },
         )
     }
@@ -53,8 +63,8 @@ impl Cni {
         network: &str,
         rt: &RuntimeConf,
         opts: &CallOptions,
-    ) -> Result<(), Error> {
-        self.del_cached_expecting(network, rt, opts, None).await
+    ) -> Result<Deleted, Error> {
+        self.del_cached_outcome(network, rt, opts, None).await
     }
 
     /// [`Cni::del_cached`]; with `expect`, only while the cache holds a
@@ -69,6 +79,19 @@ impl Cni {
         opts: &CallOptions,
         expect: Option<&Expect<'_>>,
     ) -> Result<(), Error> {
+        self.del_cached_outcome(network, rt, opts, expect)
+            .await
+            .map(drop)
+    }
+
+    /// [`Cni::del_cached_expecting`], answering what the DEL went past.
+    async fn del_cached_outcome(
+        &self,
+        network: &str,
+        rt: &RuntimeConf,
+        opts: &CallOptions,
+        expect: Option<&Expect<'_>>,
+    ) -> Result<Deleted, Error> {
         validate::network_name(network)?;
         rt.validate()?;
         let Some(CacheEntry::Record(rec)) = self
@@ -115,6 +138,7 @@ impl Cni {
             DelOp {
                 target: DelTarget::Net(Net::single(plugin)),
                 rt,
+                out: PhantomData,
             },
         )
     }
@@ -125,13 +149,16 @@ impl Cni {
         rt: &RuntimeConf,
         deadline: Deadline,
     ) -> Result<(), Error> {
-        self.del_expecting(net, rt, deadline, None, None).await
+        self.del_expecting(net, rt, deadline, None, None)
+            .await
+            .map(drop)
     }
 
     /// DEL; with `held`, the attachment's lock already held (as a detached
     /// ADD's task holds it from the ADD to the DEL of a result nobody
     /// took); with `expect`, only while the cache holds a record it accepts
-    /// once the lock is taken ([`Cni::del_cached_expecting`]).
+    /// once the lock is taken ([`Cni::del_cached_expecting`]). Answers the
+    /// cache problems it went past ([`Deleted`]).
     pub(super) async fn del_expecting(
         &self,
         net: &Net<'_>,
@@ -139,7 +166,7 @@ impl Cni {
         deadline: Deadline,
         held: Option<AttachmentLock>,
         expect: Option<&Expect<'_>>,
-    ) -> Result<(), Error> {
+    ) -> Result<Deleted, Error> {
         Self::validate_attachment(net, rt)?;
         let span = tracing::info_span!("cni.del", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
@@ -151,6 +178,7 @@ impl Cni {
             // the lock is taken.
             let with_prev = net.version.has_prev_result_on_del();
             let cache = &self.inner.cache;
+            let mut outcome = Deleted::default();
             let (cid, ifname, timeout) = (&rt.container_id, &rt.ifname, deadline.remaining());
             let locked = if let Some(lock) = held {
                 Ok((lock, None))
@@ -164,8 +192,9 @@ impl Cni {
             };
             let (lock, read) = match locked {
                 Ok((lock, read)) => (Some(lock), read),
-                Err(Error::Cache { path, op, source }) => {
-                    tracing::warn!(file = %path.display(), op, error = %source, "cannot take the attachment lock; DEL runs unlocked");
+                Err(e @ Error::Cache { .. }) => {
+                    tracing::warn!(error = %Escaped(Chain(&e)), "cannot take the attachment lock; DEL runs unlocked");
+                    outcome.cache_warnings.push(e);
                     (None, None)
                 }
                 Err(e) => return Err(e),
@@ -188,12 +217,14 @@ impl Cni {
                 read.and_then(|entry| result_of_entry(entry, net.version))
                     .unwrap_or_else(|e| {
                         tracing::warn!(error = %Escaped(Chain(&e)), "cached result unusable; DEL runs without prevResult");
+                        outcome.cache_warnings.push(e);
                         None
                     })
                     .map(|r| r.to_value())
             } else {
                 None
             };
+            outcome.prev_result = prev.is_some();
             for plugin in net.plugins.iter().rev() {
                 self.run_on_attachment(net, plugin, Command::Del, rt, prev.as_ref(), deadline)
                     .await?;
@@ -207,13 +238,14 @@ impl Cni {
                 .remove(net.name, &rt.container_id, &rt.ifname)
                 .await
             {
-                tracing::warn!(error = %Chain(&e), "DEL succeeded but its cache entry could not be removed");
-                return Ok(());
+                tracing::warn!(error = %Escaped(Chain(&e)), "DEL succeeded but its cache entry could not be removed");
+                outcome.cache_warnings.push(e);
+                return Ok(outcome);
             }
             if let Some(lock) = lock {
                 lock.release_and_remove();
             }
-            Ok(())
+            Ok(outcome)
         }
         .instrument(span)
         .await
@@ -234,23 +266,75 @@ enum DelTarget<'a> {
 /// [`Cni::del_cached`]): `.await` it, after setting options if needed.
 pub type DelRequest<'a> = Request<'a, DelOp<'a>>;
 
-/// What a [`DelRequest`] runs.
+/// What a [`DelRequest`] runs; `Out` is what it answers: nothing, or with
+/// [`DelRequest::with_outcome`] what the DEL went past ([`Deleted`]).
 #[derive(Debug)]
-pub struct DelOp<'a> {
+pub struct DelOp<'a, Out = ()> {
     target: DelTarget<'a>,
     rt: &'a RuntimeConf,
+    out: PhantomData<fn() -> Out>,
+}
+
+/// A successful DEL's account of the result cache
+/// ([`DelRequest::with_outcome`]): the plugins ran and succeeded; these
+/// say with what.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Deleted {
+    /// Whether the plugins got the cached result as `prevResult` (never for
+    /// a network whose version has none on DEL, before 0.4.0).
+    pub prev_result: bool,
+    /// The cache problems the DEL went past, each also logged as a warning:
+    /// the attachment's lock could not be taken (the plugins ran unlocked),
+    /// its record could not be read (they ran without `prevResult`), or it
+    /// could not be removed (a later DEL or GC finds it and repeats the
+    /// DEL, which succeeds).
+    pub cache_warnings: Vec<Error>,
+}
+
+impl<'a> DelRequest<'a> {
+    /// Answers what the DEL went past in the result cache ([`Deleted`])
+    /// instead of nothing, for a caller that reports it (cnitool prints
+    /// the warnings; a runtime may count them).
+    pub fn with_outcome(self) -> Request<'a, DelOp<'a, Deleted>> {
+        let Request { cni, op, opts } = self;
+        Request {
+            cni,
+            op: DelOp {
+                target: op.target,
+                rt: op.rt,
+                out: PhantomData,
+            },
+            opts,
+        }
+    }
+}
+
+impl<'a, Out> DelOp<'a, Out> {
+    async fn delete(self, cni: &'a Cni, opts: CallOptions) -> Result<Deleted, Error> {
+        match self.target {
+            DelTarget::Net(net) => {
+                let deadline = cni.deadline(Command::Del, &opts);
+                cni.del_expecting(&net?, self.rt, deadline, None, None)
+                    .await
+            }
+            DelTarget::Cached(network) => cni.run_del_cached(network, self.rt, &opts).await,
+        }
+    }
 }
 
 impl<'a> Operation<'a> for DelOp<'a> {
     type Output = ();
 
     async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
-        match self.target {
-            DelTarget::Net(net) => {
-                let deadline = cni.deadline(Command::Del, &opts);
-                cni.del(&net?, self.rt, deadline).await
-            }
-            DelTarget::Cached(network) => cni.run_del_cached(network, self.rt, &opts).await,
-        }
+        self.delete(cni, opts).await.map(drop)
+    }
+}
+
+impl<'a> Operation<'a> for DelOp<'a, Deleted> {
+    type Output = Deleted;
+
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<Deleted, Error> {
+        self.delete(cni, opts).await
     }
 }

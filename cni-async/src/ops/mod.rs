@@ -42,6 +42,14 @@
 //!   with `CNI_NETNS` empty, as a DEL of a netns that is gone: the plugins
 //!   release what they allocated for this container (IPAM) and leave the
 //!   interface, which is the other container's, alone.
+//!   A rollback undoes only what the failed call made: when the cache held
+//!   this attachment's own record before the ADD (a plain ADD run again
+//!   over an attachment, as libcni allows), a DEL could not tell the two
+//!   apart and would take the working attachment down, so nothing is rolled
+//!   back (nor DELed when a [`AddRequest::rollback_on_cancel`] caller gives
+//!   up): the error comes back as is, the record stays, and a warning is
+//!   logged. [`AddRequest::exclusive`] refuses such an ADD before any
+//!   plugin runs.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cni_async::Error> {
@@ -77,7 +85,7 @@ mod version;
 pub use add::{AddRequest, Attached};
 pub use builder::CniBuilder;
 pub use check::CheckRequest;
-pub use del::DelRequest;
+pub use del::{DelRequest, Deleted};
 pub use gc::{GcFailure, GcRequest, GcSummary};
 pub use request::Request;
 pub use status::StatusRequest;
@@ -107,6 +115,8 @@ pub struct CallOptions {
     pub timeout: Option<Duration>,
     /// ADD only: when the chain fails part way, DEL the plugins that ran
     /// (including the one that failed), last to first, with a fresh deadline.
+    /// Not when the attachment's record was in the cache before the ADD:
+    /// that DEL would delete the attachment made earlier too.
     pub rollback: bool,
 }
 

@@ -165,6 +165,26 @@ impl TestNet {
         net
     }
 
+    /// A 1.0.0 network `name` of one bridge plugin on this test's bridge,
+    /// host-local in the first subnet with `dataDir` in the temp dir: no
+    /// gateway on the bridge, no masquerading, no routes.
+    pub fn bridge_list(&self, name: &str) -> cni_core::NetworkConfigList {
+        cni_core::NetworkConfigList::from_value(&json!({
+            "cniVersion": "1.0.0",
+            "name": name,
+            "plugins": [{
+                "type": "bridge",
+                "bridge": self.bridge(),
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{ "subnet": self.subnet().to_string() }]],
+                    "dataDir": self.data_dir(),
+                }
+            }]
+        }))
+        .expect("valid list")
+    }
+
     /// An `ipam` object for host-local: the first subnet, `dataDir` in the
     /// temp dir, no routes (never a default route).
     pub fn host_local_ipam(&self) -> Value {

@@ -412,18 +412,34 @@ pub(crate) fn clean(path: &str) -> String {
     }
 }
 
-/// Fails (with the I/O error, "Permission denied", and the dir named, so
-/// the cache hint applies) when this process may not use the result cache
-/// dir `dir`; a dir that does not exist yet is left to the operation.
-pub(crate) fn check_cache_access(dir: &std::path::Path) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    match std::fs::read_dir(dir) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => {
-            Err(e).with_context(|| format!("cannot use the result cache dir {}", dir.display()))
-        }
+/// CAP_NET_ADMIN's bit in the capability sets of `/proc/PID/status`.
+const CAP_NET_ADMIN: u32 = 12;
+
+/// Fails when this process cannot run a DEL's plugins at all: it lacks
+/// CAP_NET_ADMIN (in its own user namespace, so a rootless runtime's
+/// namespace passes), which every network plugin needs to change an
+/// interface. What cannot be read proves nothing: then the plugins run
+/// and say for themselves.
+pub(crate) fn check_del_privilege() -> Result<(), ToolError> {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return Ok(());
+    };
+    match effective_caps(&status) {
+        Some(caps) if caps & (1 << CAP_NET_ADMIN) == 0 => Err(ToolError::new(
+            code::IO_FAILURE,
+            "permission denied: `cnitool del` needs root (CAP_NET_ADMIN) to run the plugins; none was run",
+        )),
+        _ => Ok(()),
     }
+}
+
+/// The effective capability set (`CapEff:`, hex) of a `/proc/PID/status`.
+fn effective_caps(status: &str) -> Option<u64> {
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
+    u64::from_str_radix(hex, 16).ok()
 }
 
 #[cfg(test)]
@@ -437,6 +453,14 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
             .collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn effective_caps_reads_cap_eff() {
+        let status = "Name:\tcnitool\nCapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t0000000000001000\n";
+        assert_eq!(effective_caps(status), Some(1 << CAP_NET_ADMIN));
+        assert_eq!(effective_caps("CapEff:\tzz\n"), None);
+        assert_eq!(effective_caps("Name:\tx\n"), None);
     }
 
     #[test]

@@ -280,7 +280,15 @@ impl Engine {
                 .into_cni(version));
             }
         };
-        let add = self.cni.add_network_list(list, rt).options(&opts);
+        // Exclusive: the check above is cnid's journal and cache; this one
+        // is made under the attachment's lock, so an attachment another
+        // process recorded meanwhile (cnitool on the same cache) is refused
+        // too, never run over, nor deleted by a sandbox's undo.
+        let add = self
+            .cni
+            .add_network_list(list, rt)
+            .options(&opts)
+            .exclusive();
         match add.with_record().await {
             // The cache wrote the record without fsync (see `run`): the
             // commit line carries the record the ADD wrote (the library

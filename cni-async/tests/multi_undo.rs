@@ -1,0 +1,167 @@
+//! What a failed setup's undo touches: only what the call set up.
+//!
+//! - A setup run again over a sandbox that is set up (a runtime's retry
+//!   after a lost answer) is refused as already attached, and leaves the
+//!   working sandbox alone: eth0 with its address, lo up, host-local's
+//!   reservation, and traffic to it from another namespace.
+//! - A setup of another sandbox in the same namespace fails at eth0, and
+//!   its undo of lo (which the loopback plugin set up again there) runs
+//!   without the namespace: the first sandbox's lo stays up.
+//!
+//! Real loopback, bridge and host-local in namespaces, a bridge and a
+//! subnet of the test's own. Needs root.
+#![cfg(feature = "netns")]
+
+use std::path::Path;
+
+use crate::support::netns::{
+    TestNet, addrs_v4, bridge_ports, exec_ok, host_local_ips, link_exists_in, ping,
+};
+use crate::support::require_root;
+use cni_async::multi::{MultiNetwork, Sandbox, SetupMode};
+use cni_async::{Cni, ErrorKind};
+use cni_core::error::Chain;
+
+const REAL_PLUGINS: &str = "/usr/lib/cni";
+
+/// Whether `lo` in `ns` is administratively up (`ip -o link show lo`
+/// lists `UP` among its flags).
+fn lo_up(ns: &cni_async::netns::Netns) -> bool {
+    let out = exec_ok(ns, "ip", &["-o", "link", "show", "lo"]);
+    let flags = out
+        .split_once('<')
+        .and_then(|(_, rest)| rest.split_once('>'))
+        .map(|(flags, _)| flags.to_owned())
+        .unwrap_or_default();
+    flags.split(',').any(|f| f == "UP")
+}
+
+#[tokio::test]
+async fn a_setup_run_again_is_refused_and_the_sandbox_keeps_working() {
+    require_root!();
+    let mut net = TestNet::new();
+    let data_dir = net.data_dir();
+    let name = format!("retry-{}", net.id());
+    let list = net.bridge_list(&name);
+    let cni = Cni::builder()
+        .plugin_dirs([Path::new(REAL_PLUGINS)])
+        .cache_dir(net.cache_dir())
+        .build();
+
+    for (i, mode) in [SetupMode::Serial, SetupMode::Parallel]
+        .into_iter()
+        .enumerate()
+    {
+        let (ns_a, ns_b) = (net.netns(), net.netns());
+        let multi = MultiNetwork::builder(cni.clone())
+            .loopback()
+            .network(list.clone())
+            .mode(mode)
+            .build()
+            .unwrap();
+        let a = Sandbox::new(format!("ra{i}-{}", net.id()), ns_a.path().to_str().unwrap());
+        let b = Sandbox::new(format!("rb{i}-{}", net.id()), ns_b.path().to_str().unwrap());
+        multi.setup(&a).await.expect("setup of a");
+        multi.setup(&b).await.expect("setup of b");
+        let addr_a = addrs_v4(&ns_a, "eth0");
+        assert_eq!(addr_a.len(), 1, "{mode:?}: one address on a's eth0");
+        assert!(ping(&ns_b, addr_a[0].addr()), "{mode:?}: b reaches a");
+        let reserved = host_local_ips(&data_dir, &name);
+        let records = cni.cached_attachments(Some(&a.container_id)).await.unwrap();
+
+        // The retry: refused, nothing run over or undone.
+        let err = multi.setup(&a).await.unwrap_err();
+
+        assert!(
+            link_exists_in(ns_a.path(), "eth0"),
+            "{mode:?}: a's eth0 kept"
+        );
+        assert_eq!(
+            addrs_v4(&ns_a, "eth0"),
+            addr_a,
+            "{mode:?}: a's address kept"
+        );
+        assert!(lo_up(&ns_a), "{mode:?}: a's lo still up");
+        assert_eq!(
+            host_local_ips(&data_dir, &name),
+            reserved,
+            "{mode:?}: a's address still reserved"
+        );
+        assert_eq!(
+            cni.cached_attachments(Some(&a.container_id)).await.unwrap(),
+            records,
+            "{mode:?}: a's records kept"
+        );
+        assert!(
+            ping(&ns_b, addr_a[0].addr()),
+            "{mode:?}: b still reaches a after the refused retry"
+        );
+        assert!(
+            ping(&ns_a, "127.0.0.1".parse().unwrap()),
+            "{mode:?}: a's loopback still answers"
+        );
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{mode:?}: {err:#}");
+        let chain = Chain(&err).to_string();
+        assert!(chain.contains("already attached"), "{mode:?}: {chain}");
+
+        multi.remove(&a).await.expect("remove of a");
+        multi.remove(&b).await.expect("remove of b");
+        assert!(host_local_ips(&data_dir, &name).is_empty());
+        assert!(bridge_ports(net.bridge()).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_failed_setup_in_another_sandboxs_namespace_leaves_its_lo_up() {
+    require_root!();
+    let mut net = TestNet::new();
+    let data_dir = net.data_dir();
+    let name = format!("share-{}", net.id());
+    let cni = Cni::builder()
+        .plugin_dirs([Path::new(REAL_PLUGINS)])
+        .cache_dir(net.cache_dir())
+        .build();
+    let multi = MultiNetwork::builder(cni.clone())
+        .loopback()
+        .network(net.bridge_list(&name))
+        .build()
+        .unwrap();
+    let (ns, peer) = (net.netns(), net.netns());
+    let a = Sandbox::new(format!("sa-{}", net.id()), ns.path().to_str().unwrap());
+    let other = Sandbox::new(format!("sb-{}", net.id()), ns.path().to_str().unwrap());
+    let p = Sandbox::new(format!("sp-{}", net.id()), peer.path().to_str().unwrap());
+    multi.setup(&a).await.expect("setup of a");
+    multi.setup(&p).await.expect("setup of the peer");
+    let addr = addrs_v4(&ns, "eth0");
+    let reserved = host_local_ips(&data_dir, &name);
+
+    // Another sandbox in a's namespace: lo is set up (the loopback plugin
+    // succeeds on an lo that is up), eth0 fails, lo is undone.
+    let err = multi.setup(&other).await.unwrap_err();
+    assert!(
+        Chain(&err).to_string().contains("already exists"),
+        "{}",
+        Chain(&err)
+    );
+
+    assert!(lo_up(&ns), "a's lo still up");
+    assert!(
+        ping(&ns, "127.0.0.1".parse().unwrap()),
+        "a's loopback answers"
+    );
+    assert_eq!(addrs_v4(&ns, "eth0"), addr, "a's eth0 kept");
+    assert_eq!(host_local_ips(&data_dir, &name), reserved);
+    assert!(ping(&peer, addr[0].addr()), "the peer still reaches a");
+    assert!(
+        cni.cached_attachments(Some(&other.container_id))
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing of the failed sandbox is left"
+    );
+
+    multi.remove(&a).await.expect("remove of a");
+    multi.remove(&p).await.expect("remove of the peer");
+    assert!(host_local_ips(&data_dir, &name).is_empty());
+    assert!(bridge_ports(net.bridge()).is_empty());
+}

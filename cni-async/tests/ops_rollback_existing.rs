@@ -1,0 +1,92 @@
+//! A rollback undoes only what the failed ADD made: a plain ADD run again
+//! over an attachment recorded before it (what libcni allows) that fails in
+//! the bridge plugin ("eth0 already exists") is not rolled back, with
+//! `.rollback(true)` nor with `.rollback_on_cancel()`: the record, the
+//! interface, its address and host-local's reservation stay, and the
+//! attachment still carries traffic. Real bridge and host-local in
+//! namespaces, a bridge and a subnet of the test's own. Needs root.
+#![cfg(feature = "netns")]
+
+use std::path::Path;
+
+use crate::support::netns::{
+    TestNet, addrs_v4, bridge_ports, host_local_ips, link_exists_in, ping,
+};
+use crate::support::require_root;
+use cni_async::Cni;
+use cni_core::RuntimeConf;
+
+const REAL_PLUGINS: &str = "/usr/lib/cni";
+
+#[tokio::test]
+async fn a_failed_add_over_an_existing_record_leaves_the_attachment() {
+    require_root!();
+    let mut net = TestNet::new();
+    let data_dir = net.data_dir();
+    let name = format!("rbx-{}", net.id());
+    let list = net.bridge_list(&name);
+    let cni = Cni::builder()
+        .plugin_dirs([Path::new(REAL_PLUGINS)])
+        .cache_dir(net.cache_dir())
+        .build();
+    let (ns, peer) = (net.netns(), net.netns());
+    let rt = RuntimeConf::new(
+        format!("rbx-{}", net.id()),
+        ns.path().to_str().unwrap(),
+        "eth0",
+    );
+    let peer_rt = RuntimeConf::new(
+        format!("rbp-{}", net.id()),
+        peer.path().to_str().unwrap(),
+        "eth0",
+    );
+    cni.add_network_list(&list, &rt).await.expect("first ADD");
+    cni.add_network_list(&list, &peer_rt)
+        .await
+        .expect("peer ADD");
+    let addr = addrs_v4(&ns, "eth0");
+    assert_eq!(addr.len(), 1);
+    let reserved = host_local_ips(&data_dir, &name);
+    let record = cni
+        .cached_attachments(Some(&rt.container_id))
+        .await
+        .unwrap();
+    assert_eq!(record.len(), 1);
+
+    for how in ["rollback", "rollback_on_cancel"] {
+        let add = cni.add_network_list(&list, &rt);
+        let err = match how {
+            "rollback" => add.rollback(true).await,
+            _ => add.rollback_on_cancel().await,
+        }
+        .expect_err("the bridge plugin refuses an eth0 that exists");
+        assert!(
+            format!("{err:#}").contains("already exists"),
+            "{how}: {err:#}"
+        );
+
+        assert!(link_exists_in(ns.path(), "eth0"), "{how}: eth0 kept");
+        assert_eq!(addrs_v4(&ns, "eth0"), addr, "{how}: its address kept");
+        assert_eq!(
+            host_local_ips(&data_dir, &name),
+            reserved,
+            "{how}: the reservation kept"
+        );
+        assert_eq!(
+            cni.cached_attachments(Some(&rt.container_id))
+                .await
+                .unwrap(),
+            record,
+            "{how}: the record kept"
+        );
+        assert!(ping(&peer, addr[0].addr()), "{how}: still reachable");
+    }
+    cni.wait_detached().await;
+
+    cni.del_network_list(&list, &rt).await.expect("DEL");
+    cni.del_network_list(&list, &peer_rt)
+        .await
+        .expect("peer DEL");
+    assert!(host_local_ips(&data_dir, &name).is_empty());
+    assert!(bridge_ports(net.bridge()).is_empty());
+}
