@@ -605,6 +605,8 @@ mod tests {
             ifname: "eth0".into(),
             netns: "/run/netns/c1".into(),
             state: None,
+            gone_since_ms: None,
+            reap_error: None,
             cni_args: "B=2;A=1".into(),
             capability_args: req.capability_args.clone(),
             result: None,

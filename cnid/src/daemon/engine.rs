@@ -287,6 +287,9 @@ impl Engine {
             // hands it over), and is what makes it durable.
             Ok(added) => match self.intents.commit(pending, &added.record).await {
                 Ok(()) => {
+                    // Attached again: a reap of it before is forgotten,
+                    // so its DEL runs the plugins.
+                    self.forget_reap(net, rt);
                     // Before the claim goes: the owners table learns of the
                     // attachment from the cache, as of any other (so it also
                     // sees the record go, whoever deletes it).
@@ -775,17 +778,26 @@ impl Engine {
             next,
             attachments: recs
                 .into_iter()
-                .map(|r| crate::api::AttachmentInfo {
-                    state: self
+                .map(|r| {
+                    let reap = self
                         .stale
-                        .state(&r.network_name, &r.container_id, &r.if_name),
-                    network: r.network_name,
-                    container_id: r.container_id,
-                    ifname: r.if_name,
-                    netns: r.netns,
-                    cni_args: r.cni_args.to_string(),
-                    capability_args: r.capability_args,
-                    result: r.result,
+                        .state(&r.network_name, &r.container_id, &r.if_name);
+                    crate::api::AttachmentInfo {
+                        state: reap.as_ref().map(|s| s.state.to_owned()),
+                        gone_since_ms: reap
+                            .as_ref()
+                            .and_then(|s| s.gone_since)
+                            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                        reap_error: reap.and_then(|s| s.error),
+                        network: r.network_name,
+                        container_id: r.container_id,
+                        ifname: r.if_name,
+                        netns: r.netns,
+                        cni_args: r.cni_args.to_string(),
+                        capability_args: r.capability_args,
+                        result: r.result,
+                    }
                 })
                 .collect(),
         })

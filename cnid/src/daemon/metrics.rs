@@ -21,7 +21,7 @@
 //! | `cnid_config_reloads_total` | counter | |
 //! | `cnid_recovered_intents_total` | counter | `outcome` |
 //! | `cnid_stale_reaped_total` | counter | `reason` (`rebooted`, `namespace_gone`), `outcome` (`ok`, `error`) |
-//! | `cnid_stale_attachments` | gauge | (cached attachments the last scan found stale) |
+//! | `cnid_stale_attachments` | gauge | `state` (`gone`: namespace gone, waiting for `--stale-after`; `stale`: to be reaped), as `/v1/attachments` lists them |
 //!
 //! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
 //! the real executor and times every run.
@@ -179,6 +179,8 @@ pub(crate) struct Metrics {
     /// Stale attachments reaped: `[rebooted, namespace gone] x [ok, error]`.
     pub(crate) reaped: [[AtomicU64; 2]; 2],
     pub(crate) stale: AtomicI64,
+    /// Namespace gone, waiting for `--stale-after`.
+    pub(crate) gone: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -469,12 +471,13 @@ impl Metrics {
         header(
             out,
             "cnid_stale_attachments",
-            "Cached attachments the reaper's last scan found stale.",
+            "Cached attachments whose namespace the reaper's last scan found gone, by state (gone: waiting for --stale-after; stale: to be reaped).",
             "gauge",
         );
         let _ = writeln!(
             out,
-            "cnid_stale_attachments {}",
+            "cnid_stale_attachments{{state=\"gone\"}} {}\ncnid_stale_attachments{{state=\"stale\"}} {}",
+            self.gone.load(Ordering::Relaxed),
             self.stale.load(Ordering::Relaxed)
         );
     }

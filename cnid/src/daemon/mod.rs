@@ -81,6 +81,7 @@ mod orphans;
 mod owners;
 mod queue;
 mod reaper;
+mod slots;
 mod tuning;
 
 pub use auth::PeerPolicy;

@@ -14,10 +14,12 @@
 //!   network, and every operation that starts after GC arrived waits until
 //!   GC ends. CHECK is included because GC may delete what it would check.
 //! - **A global limit**: at most `max_parallel` operations run plugins at
-//!   once (a semaphore, taken after the gate; a sandbox operation takes it
+//!   once (a slot, taken after the gate; a sandbox operation takes one
 //!   for each network's step, after that step's gate, so that it never
-//!   holds a permit while it waits for a gate a GC holds, nor a GC's
-//!   gate while it waits for a permit).
+//!   holds a slot while it waits for a gate a GC holds, nor a GC's
+//!   gate while it waits for a slot). The daemon's own background work
+//!   (the reaper's DELs) takes at most a quarter of the slots and never
+//!   one a runtime operation waits for (`slots`).
 //! - **Coalescing**: a DEL identical to the last queued operation of its
 //!   container (also a DEL, same network, interface, netns and arguments,
 //!   not started yet) does not queue again; it waits for that one and gets
@@ -45,12 +47,13 @@ use std::time::{Duration, Instant};
 
 use cni_async::multi::{GateKind, GateTicket, NetworkGates};
 use cni_core::{Command, RuntimeConf, Version};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::operation::{NewOp, Outcome, Work};
+use super::slots::{Slot, Slots};
 use crate::api::OperationInfo;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +87,8 @@ pub(crate) struct Op {
     /// A sandbox operation: no gate when it leaves the queue (each step
     /// takes its network's).
     sandbox: bool,
+    /// The daemon's background work (a reap): a background slot.
+    background: bool,
     /// For DEL: what makes two DELs identical.
     del_key: Option<RuntimeConf>,
     pub(crate) arrived: Instant,
@@ -138,7 +143,7 @@ pub(crate) struct Scheduler {
     st: Mutex<SchedState>,
     /// The networks' GC gates (requested under `st`, so in arrival order).
     gates: NetworkGates,
-    permits: Arc<Semaphore>,
+    slots: Arc<Slots>,
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
 }
@@ -162,7 +167,7 @@ impl Scheduler {
                 ..Default::default()
             }),
             gates: NetworkGates::new(),
-            permits: Arc::new(Semaphore::new(max_parallel.max(1))),
+            slots: Slots::new(max_parallel),
             metrics,
             next_id: AtomicU64::new(1),
         }
@@ -173,11 +178,11 @@ impl Scheduler {
         &self.gates
     }
 
-    /// A permit to run plugins, for a step of a sandbox operation, taken
-    /// after the step's gate (as every other operation takes its permit
+    /// A slot to run plugins, for a step of a sandbox operation, taken
+    /// after the step's gate (as every other operation takes its slot
     /// after its gate). `None` only once the scheduler is closed.
-    pub(crate) async fn permit(&self) -> Option<OwnedSemaphorePermit> {
-        self.permits.clone().acquire_owned().await.ok()
+    pub(crate) async fn permit(&self) -> Option<Slot> {
+        self.slots.runtime().await
     }
 
     fn state(&self) -> MutexGuard<'_, SchedState> {
@@ -195,6 +200,7 @@ impl Scheduler {
         let rt = new.work.runtime_conf().cloned();
         let attachment = new.work.attachment();
         let sandbox = matches!(new.work, Work::Sandbox { .. });
+        let background = matches!(new.work, Work::Reap { .. });
         let coalescable = matches!(new.work, Work::Del { .. });
         // Coalesce a DEL with an identical DEL at the tail of its queue.
         if let (Command::Del, Some(rt), true) = (verb, rt.as_ref(), coalescable)
@@ -224,6 +230,7 @@ impl Scheduler {
             version: new.version,
             attachment,
             sandbox,
+            background,
             del_key: if coalescable { rt } else { None },
             arrived: Instant::now(),
             work: Mutex::new(Some(new.work)),
@@ -304,8 +311,10 @@ impl Scheduler {
             // waits for a gate would wait for a GC that waits for it.
             let permit = if op.sandbox {
                 None
+            } else if op.background {
+                Some(self.slots.background().await?)
             } else {
-                Some(self.permits.clone().acquire_owned().await.ok()?)
+                Some(self.slots.runtime().await?)
             };
             Some((ticket, permit))
         };
@@ -470,7 +479,7 @@ impl Scheduler {
 #[derive(Debug)]
 pub(crate) struct Turn {
     _ticket: Option<GateTicket>,
-    _permit: Option<OwnedSemaphorePermit>,
+    _permit: Option<Slot>,
     started: Instant,
 }
 
