@@ -60,6 +60,7 @@ mod daemon_restart_answered;
 mod daemon_sandbox;
 mod daemon_sandbox_rollback;
 mod daemon_self_loop;
+mod deploy_namespaces;
 mod fault_injection;
 mod install;
 mod load;
