@@ -5,7 +5,7 @@
 //! retried with backoff, and `/v1/attachments` and the gauge show an
 //! attachment whose namespace is gone from the first scan that sees it.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::support::daemon::{Daemon, Dirs, del_gated_plugin, eventually_async, recording_plugin};
 use crate::support::gate::Gate;
@@ -267,4 +267,57 @@ async fn the_listing_shows_a_gone_namespace_before_the_reap() {
     assert_eq!(body["attachments"][0]["state"], "gone", "{body}");
     assert!(body["attachments"][0]["goneSinceMs"].is_u64(), "{body}");
     drop(kept);
+}
+
+/// An earlier boot's record whose attachment another tool holds locked
+/// (a `cnitool` DEL stuck, say) when cnid starts: the reap fails "try
+/// again later" (code 11) and is retried after a backoff, well before the
+/// next pass (every 30 s), once the lock is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reap_of_a_locked_attachment_is_retried_once_unlocked() {
+    use std::os::fd::AsRawFd;
+    crate::support::require_root!();
+    const NET: &str = "dsched7l";
+    let dirs = Dirs::new();
+    dirs.recording_network("10-rec.conflist", NET, "1.0.0");
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let ns = Netns::new();
+    client
+        .add(NET, &AttachmentRequest::new("locked", ns.path(), "eth0"))
+        .await
+        .expect("ADD");
+    daemon.kill9();
+    drop(ns);
+    simulate_reboot(&dirs);
+    let locks = dirs.cache.join("locks");
+    std::fs::create_dir_all(&locks).unwrap();
+    let lock = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(locks.join(format!("{NET}-locked-eth0.lock")))
+        .unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(
+        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) },
+        0,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+
+    let daemon = Daemon::start(&dirs, &["--timeout-del", "1s"]);
+    eventually_async(LIMIT, "the locked reap to be retried", || async {
+        daemon.log().contains("retrying after a backoff")
+    })
+    .await;
+    assert_eq!(dirs.cached(), vec![format!("{NET}-locked-eth0")]);
+    let released = std::time::Instant::now();
+    drop(lock);
+    reaps_logged(&daemon, 1).await;
+    let took = released.elapsed();
+    eprintln!("reaped {} ms after the lock went", took.as_millis());
+    // The passes come every 30 s: this one was a retry.
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert!(dirs.cached().is_empty());
 }
