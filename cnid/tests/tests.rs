@@ -46,6 +46,7 @@ mod daemon_orphans;
 mod daemon_owner_claims;
 mod daemon_owner_conflict;
 mod daemon_paging;
+mod daemon_periodic_check;
 mod daemon_plugin_errors;
 mod daemon_plugin_stderr;
 mod daemon_ready;

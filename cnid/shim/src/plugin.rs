@@ -607,6 +607,7 @@ mod tests {
             state: None,
             gone_since_ms: None,
             reap_error: None,
+            check_error: None,
             cni_args: "B=2;A=1".into(),
             capability_args: req.capability_args.clone(),
             result: None,

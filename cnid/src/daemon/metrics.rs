@@ -21,6 +21,8 @@
 //! | `cnid_config_reloads_total` | counter | |
 //! | `cnid_recovered_intents_total` | counter | `outcome` |
 //! | `cnid_stale_reaped_total` | counter | `reason` (`rebooted`, `namespace_gone`), `outcome` (`ok`, `error`) |
+//! | `cnid_periodic_checks_total` | counter | `outcome` (`ok`, `drift`) (`--check-every`) |
+//! | `cnid_drifted_attachments` | gauge | (attachments whose last periodic CHECK failed) |
 //! | `cnid_stale_attachments` | gauge | `state` (`gone`: namespace gone, waiting for `--stale-after`; `stale`: to be reaped), as `/v1/attachments` lists them |
 //!
 //! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
@@ -181,6 +183,10 @@ pub(crate) struct Metrics {
     pub(crate) stale: AtomicI64,
     /// Namespace gone, waiting for `--stale-after`.
     pub(crate) gone: AtomicI64,
+    /// Periodic CHECKs that came to a verdict: `[passed, failed]`.
+    pub(crate) checks: [AtomicU64; 2],
+    /// Attachments whose last periodic CHECK failed.
+    pub(crate) drifted: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -479,6 +485,29 @@ impl Metrics {
             "cnid_stale_attachments{{state=\"gone\"}} {}\ncnid_stale_attachments{{state=\"stale\"}} {}",
             self.gone.load(Ordering::Relaxed),
             self.stale.load(Ordering::Relaxed)
+        );
+        header(
+            out,
+            "cnid_periodic_checks_total",
+            "Periodic CHECKs (--check-every) that came to a verdict, by outcome.",
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "cnid_periodic_checks_total{{outcome=\"ok\"}} {}\ncnid_periodic_checks_total{{outcome=\"drift\"}} {}",
+            counter(&self.checks[0]),
+            counter(&self.checks[1])
+        );
+        header(
+            out,
+            "cnid_drifted_attachments",
+            "Cached attachments whose last periodic CHECK failed.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "cnid_drifted_attachments {}",
+            self.drifted.load(Ordering::Relaxed)
         );
     }
 }

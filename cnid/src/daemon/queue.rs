@@ -87,8 +87,12 @@ pub(crate) struct Op {
     /// A sandbox operation: no gate when it leaves the queue (each step
     /// takes its network's).
     sandbox: bool,
-    /// The daemon's background work (a reap): a background slot.
+    /// The daemon's background work (a reap, a periodic CHECK): a
+    /// background slot.
     background: bool,
+    /// A periodic CHECK: dropped while queued when a runtime request of
+    /// its container arrives.
+    periodic: bool,
     /// For DEL: what makes two DELs identical.
     del_key: Option<RuntimeConf>,
     pub(crate) arrived: Instant,
@@ -200,7 +204,8 @@ impl Scheduler {
         let rt = new.work.runtime_conf().cloned();
         let attachment = new.work.attachment();
         let sandbox = matches!(new.work, Work::Sandbox { .. });
-        let background = matches!(new.work, Work::Reap { .. });
+        let background = new.work.background();
+        let periodic = matches!(new.work, Work::PeriodicCheck { .. });
         let coalescable = matches!(new.work, Work::Del { .. });
         // Coalesce a DEL with an identical DEL at the tail of its queue.
         if let (Command::Del, Some(rt), true) = (verb, rt.as_ref(), coalescable)
@@ -231,6 +236,7 @@ impl Scheduler {
             attachment,
             sandbox,
             background,
+            periodic,
             del_key: if coalescable { rt } else { None },
             arrived: Instant::now(),
             work: Mutex::new(Some(new.work)),
@@ -246,9 +252,13 @@ impl Scheduler {
         st.ops.insert(op.id, op.clone());
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
         let waiter = Waiter::new(self.clone(), op.clone(), new.deadline, false);
+        let mut superseded = Vec::new();
         let start = match &op.attachment {
             Some((cid, _)) => match st.containers.get_mut(cid) {
                 Some(q) => {
+                    if !background {
+                        superseded.extend(q.iter().filter(|o| o.periodic).cloned());
+                    }
                     q.push_back(op.clone());
                     Start::Nothing
                 }
@@ -266,6 +276,20 @@ impl Scheduler {
             }
             None => Start::Network(op.clone(), None),
         };
+        drop(st);
+        // A periodic CHECK still queued gives way to the runtime's request.
+        for o in superseded {
+            let mut s = lock(&o.state);
+            if s.phase == OpPhase::Queued {
+                s.phase = OpPhase::Cancelled;
+                drop(s);
+                o.cancel.cancel();
+                self.finish_queued(&o);
+                o.publish(Err(ApiError::internal(
+                    "periodic CHECK dropped: a runtime request of its container arrived",
+                )));
+            }
+        }
         Ok((waiter, start))
     }
 
@@ -611,6 +635,33 @@ mod tests {
         drop(w3);
         assert!(s.next_for("c1").is_none());
         assert!(s.list(None).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_queued_periodic_check_gives_way_to_a_runtime_request() {
+        let s = sched(4);
+        let list = Arc::new(
+            cni_core::NetworkConfigList::from_bytes(
+                br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
+                None,
+            )
+            .unwrap(),
+        );
+        let (_running, _) = s.enqueue(del("c1", "n")).unwrap();
+        let mut check = del("c1", "n");
+        check.work = Work::PeriodicCheck {
+            list,
+            rt: RuntimeConf::new("c1", "/x", "eth0"),
+        };
+        let (periodic, _) = s.enqueue(check).unwrap();
+        // Another periodic one would not drop it; a runtime request does.
+        assert_eq!(s.list(Some("c1")).len(), 2);
+        let (_runtime, _) = s.enqueue(del("c1", "m")).unwrap();
+        let out = periodic.wait().await;
+        let e = out.as_ref().as_ref().unwrap_err();
+        assert!(e.error.msg.contains("periodic CHECK dropped"), "{e:?}");
+        let verbs: Vec<String> = s.list(Some("c1")).into_iter().map(|o| o.verb).collect();
+        assert_eq!(verbs, ["DEL", "DEL"]);
     }
 
     #[tokio::test]
