@@ -132,7 +132,8 @@ struct View {
 #[derive(Debug, Clone)]
 struct Retry {
     attempts: u32,
-    due: Instant,
+    /// When to try again; `None` once queued again (until it fails).
+    due: Option<Instant>,
     error: String,
 }
 
@@ -195,7 +196,7 @@ impl StaleView {
 
     /// When the next retry is due.
     fn next_retry(&self) -> Option<Instant> {
-        self.lock().retry.values().map(|r| r.due).min()
+        self.lock().retry.values().filter_map(|r| r.due).min()
     }
 }
 
@@ -327,7 +328,7 @@ impl Engine {
                         k,
                         Retry {
                             attempts,
-                            due: Instant::now() + wait,
+                            due: Some(Instant::now() + wait),
                             error: error.clone(),
                         },
                     );
@@ -472,8 +473,12 @@ impl Reaper {
                     if inflight.contains(&k) {
                         return false;
                     }
-                    if retry.get(&k).is_some_and(|r| r.due > due) {
-                        return false;
+                    match retry.get_mut(&k) {
+                        // Not yet; or queued again already.
+                        Some(r) if r.due.is_none_or(|d| d > due) => return false,
+                        // Due: queued now, so no longer due.
+                        Some(r) => r.due = None,
+                        None => {}
                     }
                     match failed.get(&k) {
                         Some((w, _)) if *w == c.written => false,
@@ -511,7 +516,17 @@ impl Reaper {
                     let engine = self.engine.clone();
                     self.engine.tracker.spawn(async move {
                         let _ = w.wait().await;
-                        engine.stale.lock().inflight.remove(&k);
+                        let mut v = engine.stale.lock();
+                        v.inflight.remove(&k);
+                        // A retry that never ran (out of time while
+                        // queued, cancelled): due again after its backoff.
+                        if let Some(r) = v.retry.get_mut(&k)
+                            && r.due.is_none()
+                        {
+                            r.due = Some(Instant::now() + backoff(r.attempts));
+                            drop(v);
+                            engine.stale.retry_added.notify_one();
+                        }
                     });
                     n += 1;
                 }
@@ -527,9 +542,12 @@ impl Reaper {
     /// soon as a retry is due.
     pub(crate) async fn run(mut self, every: Duration, stop: CancellationToken) {
         let mut next_pass = Instant::now() + every;
+        let mut last_pass = Instant::now();
         loop {
+            // A retry the last pass could not queue (a pass skipped: conf
+            // dir or cache unreadable) waits at least RETRY_FIRST.
             let wake = match self.engine.stale.next_retry() {
-                Some(retry) => retry.min(next_pass),
+                Some(retry) => retry.max(last_pass + RETRY_FIRST).min(next_pass),
                 None => next_pass,
             };
             tokio::select! {
@@ -538,8 +556,9 @@ impl Reaper {
                 // A new retry may be due before `wake`: look again.
                 () = self.engine.stale.retry_added.notified() => continue,
             }
-            if Instant::now() >= next_pass {
-                next_pass = Instant::now() + every;
+            last_pass = Instant::now();
+            if last_pass >= next_pass {
+                next_pass = last_pass + every;
             }
             self.pass().await;
         }
