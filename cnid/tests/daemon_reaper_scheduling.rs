@@ -321,3 +321,88 @@ async fn a_reap_of_a_locked_attachment_is_retried_once_unlocked() {
     assert!(took < Duration::from_secs(20), "{took:?}");
     assert!(dirs.cached().is_empty());
 }
+
+/// `--max-parallel 1`, its one slot held by a runtime ADD: a reap queued
+/// for a slot first, a runtime ADD second. When the slot frees, the
+/// runtime's ADD runs first and the reap after it: background work never
+/// goes ahead of a runtime request waiting for a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freed_slot_goes_to_the_waiting_runtime_request_before_a_reap() {
+    crate::support::require_root!();
+    const NET: &str = "dsched6p";
+    let dirs = Dirs::new();
+    let gate = Gate::new(dirs.root());
+    let records = dirs.data.join("records");
+    std::fs::create_dir_all(&records).unwrap();
+    dirs.plugin(
+        "slot",
+        &recording_plugin(
+            &records,
+            &format!(
+                "if [ \"$CNI_COMMAND\" = ADD ] && [ \"$CNI_CONTAINERID\" = holder ]; then\n{}\nfi",
+                gate.shell_wait()
+            ),
+        ),
+    );
+    dirs.conf(
+        "10-slot.conflist",
+        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "slot"}]}),
+    );
+    let daemon = Daemon::start(&dirs, &["--stale-after", "1s", "--max-parallel", "1"]);
+    let client = daemon.client().await;
+    let ns = Netns::new();
+    client
+        .add(NET, &AttachmentRequest::new("stale", ns.path(), "eth0"))
+        .await
+        .expect("ADD stale");
+    let add = |id: &'static str, ns: String| {
+        let socket = dirs.socket.clone();
+        tokio::spawn(async move {
+            let client = cnid::client::Client::connect(&socket).await.unwrap();
+            client
+                .add(NET, &AttachmentRequest::new(id, ns, "eth0"))
+                .await
+        })
+    };
+    let (ns_holder, ns_second) = (Netns::new(), Netns::new());
+    let holder = add("holder", ns_holder.path());
+    gate.wait_started(1).await;
+    // The slot is held: the reap of the namespace dropped now waits.
+    drop(ns);
+    eventually_async(LIMIT, "the reap waiting for a slot", || async {
+        client
+            .operations(Some("stale"))
+            .await
+            .unwrap()
+            .iter()
+            .any(|o| o.request_id.starts_with("reap-") && o.state == "queued")
+    })
+    .await;
+    let second = add("second", ns_second.path());
+    eventually_async(LIMIT, "the runtime's ADD waiting for a slot", || async {
+        client
+            .operations(Some("second"))
+            .await
+            .unwrap()
+            .iter()
+            .any(|o| o.state == "queued")
+    })
+    .await;
+    gate.release();
+    holder.await.unwrap().expect("holder ADD");
+    second.await.unwrap().expect("second ADD");
+    reaps_logged(&daemon, 1).await;
+    let runs = crate::support::daemon::runs(&records);
+    let second_add = runs
+        .iter()
+        .find(|r| r.command == "ADD" && r.container == "second")
+        .expect("second ADD ran");
+    let reap = runs
+        .iter()
+        .find(|r| r.command == "DEL" && r.container == "stale")
+        .expect("the reap ran");
+    assert!(
+        second_add.end <= reap.start,
+        "the reap went ahead of the waiting runtime ADD: {runs:?}"
+    );
+}
