@@ -279,18 +279,28 @@ impl Scheduler {
         drop(st);
         // A periodic CHECK still queued gives way to the runtime's request.
         for o in superseded {
-            let mut s = lock(&o.state);
-            if s.phase == OpPhase::Queued {
-                s.phase = OpPhase::Cancelled;
-                drop(s);
-                o.cancel.cancel();
-                self.finish_queued(&o);
-                o.publish(Err(ApiError::internal(
+            self.cancel_queued(&o, || {
+                ApiError::internal(
                     "periodic CHECK dropped: a runtime request of its container arrived",
-                )));
-            }
+                )
+            });
         }
         Ok((waiter, start))
+    }
+
+    /// Cancels `op` if it is still queued, answering `error`; returns
+    /// whether it was.
+    fn cancel_queued(&self, op: &Arc<Op>, error: impl FnOnce() -> ApiError) -> bool {
+        let mut s = lock(&op.state);
+        if s.phase != OpPhase::Queued {
+            return false;
+        }
+        s.phase = OpPhase::Cancelled;
+        drop(s);
+        op.cancel.cancel();
+        self.finish_queued(op);
+        op.publish(Err(error().in_version(op.version)));
+        true
     }
 
     /// The next operation of a container's queue with its (shared) gate
@@ -448,19 +458,10 @@ impl Scheduler {
             st.accepting = false;
             st.ops.values().cloned().collect()
         };
-        let mut n = 0;
-        for op in queued {
-            let mut s = lock(&op.state);
-            if s.phase == OpPhase::Queued {
-                s.phase = OpPhase::Cancelled;
-                drop(s);
-                op.cancel.cancel();
-                self.finish_queued(&op);
-                op.publish(Err(ApiError::shutting_down().in_version(op.version)));
-                n += 1;
-            }
-        }
-        n
+        queued
+            .iter()
+            .filter(|op| self.cancel_queued(op, ApiError::shutting_down))
+            .count()
     }
 
     pub(crate) fn accepting(&self) -> bool {
