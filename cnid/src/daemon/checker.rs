@@ -9,7 +9,8 @@
 //! - **Never in the way**: an attachment with an operation queued or
 //!   running, one whose network is not loaded, has `disableCheck`, or a
 //!   version before 0.4.0 (no CHECK), and one whose namespace the reaper
-//!   found gone, is skipped this round. A periodic CHECK is background
+//!   found gone (or whose netns path is not there now), is skipped this
+//!   round. A periodic CHECK is background
 //!   work (`Work::PeriodicCheck`): it takes a background slot (`slots`,
 //!   the share reaps use), and one still queued when a runtime request of
 //!   its container arrives is dropped (`queue`).
@@ -165,6 +166,9 @@ impl Checker {
         if list.disable_check()
             || list.version() < Version::V0_4_0
             || engine.stale.state(net, cid, ifname).is_some()
+            // Gone since the reaper's last scan: the reaper's to judge.
+            || rec.netns.is_empty()
+            || std::fs::symlink_metadata(&rec.netns).is_err()
             || !engine.sched.list(Some(cid)).is_empty()
             || self
                 .inflight
