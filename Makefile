@@ -100,7 +100,8 @@ lint-deploy:
 # schema, strictly (unknown fields refused), for the oldest supported minor
 # and the current one, with kubernetes-validate (PyPI; Debian has none) in
 # a venv of its own in the target dir; then the Containerfile linted for
-# what the DaemonSet runs and what it builds (lint.py, with its self-test).
+# what the DaemonSet runs and what it builds, and the DaemonSet for where
+# cnid runs: the host's PIDs and netns dir (lint.py, with its self-test).
 K8S_VERSIONS ?= 1.29.0 1.37.0
 KUBERNETES_VALIDATE_VERSION ?= 1.37.0
 DEPLOY_VENV = $(abspath $(or $(CARGO_TARGET_DIR),target))/deploy-check-venv

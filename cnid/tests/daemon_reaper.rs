@@ -11,99 +11,21 @@
 //! boot's start (what a record written in an earlier boot has), and the
 //! journal's commit lines another boot id.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::support;
 use crate::support::daemon::{
-    Daemon, Dirs, bridge_emptied, date_records_before_boot, del_gated_plugin, eventually_async,
-    recording_plugin, runs,
+    Daemon, Dirs, bridge_emptied, del_gated_plugin, eventually_async, recording_plugin, runs,
 };
 use crate::support::gate::Gate;
-use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
+use crate::support::netns::{Netns, bridge_ports, host_local_ips};
+use crate::support::reaper::{
+    LIMIT, chain, data_dir_leftovers, metric, reaps_logged, simulate_reboot,
+};
 use cnid::api::AttachmentRequest;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const NET: &str = "dreap";
-/// What a loaded machine keeps for the reaper to act.
-const LIMIT: Duration = Duration::from_secs(60);
-
-/// A bridge of the test's own, a subnet and a `dataDir` in its temp dir.
-struct Chain {
-    bridge: LinkGuard,
-    _subnet: SubnetLease,
-    data_dir: PathBuf,
-}
-
-/// The network: `extra` plugins first (their DEL runs last), then bridge
-/// with host-local.
-fn chain(dirs: &Dirs, extra: &[Value]) -> Chain {
-    support::require_plugins(&["bridge", "host-local"]);
-    let bridge = LinkGuard::new();
-    let subnet = SubnetLease::new();
-    let br = bridge.name();
-    ip_ok(&["link", "add", "name", br, "type", "bridge"]);
-    ip_ok(&["link", "set", br, "up"]);
-    let data_dir = dirs.data.join("host-local");
-    let mut plugins = extra.to_vec();
-    plugins.push(
-        json!({"type": "bridge", "bridge": br, "isGateway": false, "ipMasq": false,
-        "ipam": {"type": "host-local", "dataDir": data_dir,
-                 "ranges": [[{"subnet": subnet.cidr(), "gateway": subnet.host(1).to_string()}]]}}),
-    );
-    dirs.conf(
-        "10-reap.conflist",
-        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": plugins}),
-    );
-    Chain {
-        bridge,
-        _subnet: subnet,
-        data_dir,
-    }
-}
-
-/// What host-local holds besides reservations: only `lock` and
-/// `last_reserved_ip.*` once every address is released.
-fn data_dir_leftovers(data_dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(data_dir.join(NET))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip."))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
-/// After `kill -9`: the machine "rebooted". Every cache record is dated
-/// before this boot and the journal's commit lines are another boot's.
-fn simulate_reboot(dirs: &Dirs) {
-    let before = date_records_before_boot(dirs);
-    let journal = dirs.state.join("intents/journal");
-    if let Ok(text) = std::fs::read_to_string(&journal) {
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-        std::fs::write(&journal, text.replace(boot.trim(), "an-earlier-boot")).unwrap();
-        let f = std::fs::File::options().write(true).open(&journal).unwrap();
-        f.set_modified(before).unwrap();
-    }
-}
-
-/// Waits until cnid logged `n` reaps: the log line is the reap's last
-/// step (after the record, the metrics and the listing changed).
-async fn reaps_logged(daemon: &Daemon, n: usize) {
-    eventually_async(LIMIT, &format!("{n} reap(s) logged"), || async {
-        daemon.log().matches("stale attachment deleted").count() >= n
-    })
-    .await;
-}
-
-fn metric(text: &str, line_start: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(line_start))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
 
 /// (a) N attachments, cnid killed, their namespaces deleted, a reboot:
 /// the next start DELs them all.
@@ -111,7 +33,7 @@ fn metric(text: &str, line_start: &str) -> u64 {
 async fn after_a_reboot_the_start_releases_every_address_of_a_gone_namespace() {
     support::require_root!();
     let dirs = Dirs::new();
-    let c = chain(&dirs, &[]);
+    let c = chain(&dirs, NET, &[]);
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     let nss: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
@@ -130,7 +52,7 @@ async fn after_a_reboot_the_start_releases_every_address_of_a_gone_namespace() {
     reaps_logged(&daemon, 3).await;
     assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
     assert!(host_local_ips(&c.data_dir, NET).is_empty(), "IPs left");
-    assert_eq!(data_dir_leftovers(&c.data_dir), Vec::<String>::new());
+    assert_eq!(data_dir_leftovers(&c.data_dir, NET), Vec::<String>::new());
     bridge_emptied(c.bridge.name()).await;
     assert!(client.attachments(None).await.unwrap().is_empty());
     let log = daemon.log();
@@ -153,7 +75,7 @@ async fn after_a_reboot_the_start_releases_every_address_of_a_gone_namespace() {
 async fn an_attachment_whose_namespace_exists_is_untouched_after_a_reboot() {
     support::require_root!();
     let dirs = Dirs::new();
-    let c = chain(&dirs, &[]);
+    let c = chain(&dirs, NET, &[]);
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     let (kept, gone) = (Netns::new(), Netns::new());
@@ -197,7 +119,7 @@ async fn an_attachment_whose_namespace_exists_is_untouched_after_a_reboot() {
 async fn a_namespace_deleted_without_del_is_reaped_after_stale_after() {
     support::require_root!();
     let dirs = Dirs::new();
-    let c = chain(&dirs, &[]);
+    let c = chain(&dirs, NET, &[]);
     let daemon = Daemon::start(&dirs, &["--stale-after", "2s"]);
     let client = daemon.client().await;
     let ns = Netns::new();
@@ -213,7 +135,7 @@ async fn a_namespace_deleted_without_del_is_reaped_after_stale_after() {
     eprintln!("reaped {} ms after the namespace went", took.as_millis());
     assert!(took >= Duration::from_secs(2));
     assert!(host_local_ips(&c.data_dir, NET).is_empty(), "IP left");
-    assert_eq!(data_dir_leftovers(&c.data_dir), Vec::<String>::new());
+    assert_eq!(data_dir_leftovers(&c.data_dir, NET), Vec::<String>::new());
     bridge_emptied(c.bridge.name()).await;
     let log = daemon.log();
     assert!(
@@ -252,7 +174,7 @@ async fn a_runtime_del_racing_the_reaper_runs_no_second_del() {
     let dirs = Dirs::new();
     let gate = Gate::new(dirs.root());
     let records = del_gated_plugin(&dirs, "gated", &gate);
-    let c = chain(&dirs, &[json!({"type": "gated"})]);
+    let c = chain(&dirs, NET, &[json!({"type": "gated"})]);
     let daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
     let client = daemon.client().await;
     let ns = Netns::new();
@@ -352,6 +274,13 @@ printf '{"cniVersion":"1.0.0","code":999,"msg":"netns gone: cannot find the devi
     assert_eq!(refused_dels(), 1, "the refused reap was retried");
     let att = client.attachments(Some("refused")).await.unwrap();
     assert_eq!(att[0].state.as_deref(), Some("stale"));
+    // With the refusal and since when the namespace is gone.
+    let error = att[0].reap_error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("netns gone: cannot find the device"),
+        "{att:?}"
+    );
+    assert!(att[0].gone_since_ms.is_some(), "{att:?}");
     let log = daemon.log();
     assert!(log.contains("netns gone: cannot find the device"), "{log}");
     let m = client.metrics().await.unwrap();
@@ -363,7 +292,11 @@ printf '{"cniVersion":"1.0.0","code":999,"msg":"netns gone: cannot find the devi
         1,
         "{m}"
     );
-    assert_eq!(metric(&m, "cnid_stale_attachments "), 1, "{m}");
+    assert_eq!(
+        metric(&m, "cnid_stale_attachments{state=\"stale\"} "),
+        1,
+        "{m}"
+    );
 }
 
 /// Nothing is reaped while the conf dir cannot be read (say, not mounted
@@ -372,7 +305,7 @@ printf '{"cniVersion":"1.0.0","code":999,"msg":"netns gone: cannot find the devi
 async fn nothing_is_reaped_while_the_conf_dir_is_unreadable() {
     support::require_root!();
     let dirs = Dirs::new();
-    let c = chain(&dirs, &[]);
+    let c = chain(&dirs, NET, &[]);
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     let ns = Netns::new();
@@ -447,7 +380,7 @@ async fn kill_9_during_a_reap_leaves_the_record_for_the_next_start() {
 async fn a_record_restored_from_the_journal_after_a_reboot_is_reaped_at_start() {
     support::require_root!();
     let dirs = Dirs::new();
-    let c = chain(&dirs, &[]);
+    let c = chain(&dirs, NET, &[]);
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     let ns = Netns::new();

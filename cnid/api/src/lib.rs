@@ -460,10 +460,27 @@ pub struct AttachmentInfo {
     pub ifname: String,
     /// `CNI_NETNS` at ADD.
     pub netns: String,
-    /// `stale` when cnid's reaper found its namespace gone and will
-    /// delete it (or could not: see the log); absent otherwise.
+    /// What cnid's stale-attachment reaper found: `gone` when its
+    /// namespace is gone and the reap waits for `--stale-after`, `stale`
+    /// when it is to be deleted (queued, running, waiting for a retry, or
+    /// refused: then `reapError` says why); `drifted` when its namespace
+    /// is there but its last periodic CHECK (`cnid --check-every`) failed
+    /// (`checkError`); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// With `state`: when the reaper first saw the namespace gone
+    /// (milliseconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_since_ms: Option<u64>,
+    /// With `state` `stale`: the error of the last reap that failed (a
+    /// refusal, retried only when the record changes or cnid restarts; or
+    /// "try again later", retried after a backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reap_error: Option<String>,
+    /// With `state` `drifted` (`cnid --check-every`): the error of the
+    /// periodic CHECK that fails. Nothing is repaired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_error: Option<String>,
     /// `CNI_ARGS` at ADD (`K=V;K=V`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cni_args: String,

@@ -10,7 +10,12 @@ deploy-check, beside kubernetes-validate's schema check of cnid.yaml):
   the Makefile;
 - every COPY source exists, and every workspace member is inside one (a
   member left out fails the build);
-- the Rust image is at least the workspace's rust-version.
+- the Rust image is at least the workspace's rust-version;
+- cnid runs where it sees the host's namespaces: the pod has hostPID and
+  hostNetwork, and the cnid container mounts the host's netns dir at the
+  same path with HostToContainer or Bidirectional propagation (without
+  it, a namespace the runtime creates later is not there for cnid, and
+  its reaper must never judge on what it cannot see).
 
 Run from the workspace root: `python3 cnid/contrib/kubernetes/lint.py`
 (needs PyYAML, which kubernetes-validate brings); `--self-test` checks that
@@ -130,6 +135,36 @@ def make_targets(run):
     return [t for part in re.split(r"&&|;", run) for t in shlex.split(part)[1:2] if shlex.split(part)[:1] == ["make"]]
 
 
+NETNS_DIR = "/run/netns"
+
+
+def namespace_problems(docs):
+    """Where the DaemonSet would keep cnid from seeing the host's namespaces."""
+    problems = []
+    for doc in docs:
+        if not doc or doc.get("kind") != "DaemonSet":
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        for key, what in (("hostPID", "PIDs (/proc/PID/ns/net paths)"), ("hostNetwork", "network namespace")):
+            if pod.get(key) is not True:
+                problems.append(f"the DaemonSet lacks {key}: true: cnid must see the host's {what}")
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        runs_cnid = [c for c in pod.get("containers", []) if os.path.basename((c.get("command") or [""])[0]) == "cnid"]
+        if not runs_cnid:
+            problems.append("no container of the DaemonSet runs cnid")
+        for c in runs_cnid:
+            mounts = [m for m in c.get("volumeMounts", []) if m.get("mountPath", "").rstrip("/") == NETNS_DIR]
+            if not mounts:
+                problems.append(f"container {c['name']} does not mount the host's {NETNS_DIR}")
+            for m in mounts:
+                host = volumes.get(m["name"], {}).get("hostPath", {}).get("path", "").rstrip("/")
+                if host != NETNS_DIR:
+                    problems.append(f"container {c['name']} mounts {m['name']} at {NETNS_DIR}, which is not the host's {NETNS_DIR} (it is {host or 'no hostPath'})")
+                if m.get("mountPropagation") not in ("HostToContainer", "Bidirectional"):
+                    problems.append(f"container {c['name']} mounts {NETNS_DIR} without HostToContainer or Bidirectional propagation: namespaces made later would not show up")
+    return problems
+
+
 def version_tuple(v):
     return tuple(int(x) for x in re.findall(r"\d+", v)[:2])
 
@@ -139,6 +174,7 @@ def lint(containerfile, daemonset, metadata, makefile, exists, rust_version):
     problems = []
     stages = parse_containerfile(containerfile)
     files = image_files(stages)
+    problems += namespace_problems(list(yaml.safe_load_all(daemonset)))
     for where, prog in daemonset_programs(list(yaml.safe_load_all(daemonset))):
         if prog not in files:
             problems.append(f"the DaemonSet's {where} runs {prog}, which the image does not have (it has {sorted(files)})")
@@ -196,7 +232,7 @@ def main():
     for p in problems:
         print(f"lint: {p}", file=sys.stderr)
     if not problems:
-        print(f"lint: {HERE}/Containerfile has what {HERE}/cnid.yaml runs")
+        print(f"lint: {HERE}/Containerfile has what {HERE}/cnid.yaml runs, and cnid sees the host's namespaces")
     return 1 if problems else 0
 
 
@@ -211,6 +247,10 @@ def self_test(containerfile, daemonset, meta, makefile, rust_version):
         ("a missing COPY source", containerfile.replace("COPY examples examples", "COPY extras extras"), daemonset, "copies extras"),
         ("a member left out", containerfile.replace("COPY examples examples\n", ""), daemonset, "member examples"),
         ("an old toolchain", re.sub(r"rust:\d+\.\d+", "rust:1.70", containerfile), daemonset, "older than rust-version"),
+        ("no hostPID", containerfile, daemonset.replace("hostPID: true", "hostPID: false", 1), "lacks hostPID"),
+        ("the netns dir without propagation", containerfile, daemonset.replace("mountPropagation: HostToContainer", "readOnly: false", 1), "without HostToContainer"),
+        ("the netns dir not mounted", containerfile, daemonset.replace("mountPath: /run/netns", "mountPath: /var/run/netns-copy", 1), "does not mount the host's /run/netns"),
+        ("another dir at the netns path", containerfile, daemonset.replace("path: /run/netns", "path: /var/lib/cnid/netns", 1), "not the host's /run/netns"),
     ]
     for what, cf, ds, needle in broken:
         problems = lint(cf, ds, meta, makefile, os.path.exists, rust_version)

@@ -111,6 +111,11 @@ struct Cli {
     /// deleted regardless (at start, then checked every 30 s).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_stale_after)]
     stale_after: Duration,
+    /// CHECK each cached attachment about this often, spread over the
+    /// interval, and report those whose CHECK fails ("drifted" in
+    /// /v1/attachments; nothing is repaired). 0 (the default) turns it off.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_stale_after)]
+    check_every: Duration,
     /// Runtime worker threads.
     #[arg(long, value_name = "N", default_value_t = 2)]
     worker_threads: usize,
@@ -258,6 +263,7 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
         min_networks: cli.min_networks,
         check_netns_owner: !cli.no_check_netns_owner,
         stale_after: (!cli.stale_after.is_zero()).then_some(cli.stale_after),
+        check_every: (!cli.check_every.is_zero()).then_some(cli.check_every),
         systemd,
     };
     Ok((config, cli.worker_threads.max(1)))

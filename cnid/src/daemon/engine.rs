@@ -78,6 +78,8 @@ pub(crate) struct Engine {
     pub(crate) kept: std::sync::Mutex<Vec<CacheRecord>>,
     /// What the stale-attachment reaper found and did (`reaper`).
     pub(crate) stale: super::reaper::StaleView,
+    /// Attachments whose periodic CHECK fails (`checker`).
+    pub(crate) drift: super::checker::DriftView,
 }
 
 /// The wire form of a sandbox's merged result.
@@ -194,7 +196,7 @@ impl Engine {
                         .await
                         .map(|()| Done::Nothing)
                         .map_err(|e| ApiError::from_cni(&e, op.version)),
-                    Work::Check { list, rt } => self
+                    Work::Check { list, rt } | Work::PeriodicCheck { list, rt } => self
                         .cni
                         .check_network_list(&list, &rt)
                         .options(&opts)
@@ -295,6 +297,10 @@ impl Engine {
             // hands it over), and is what makes it durable.
             Ok(added) => match self.intents.commit(pending, &added.record).await {
                 Ok(()) => {
+                    // Attached again: a reap of it before is forgotten,
+                    // so its DEL runs the plugins.
+                    self.forget_reap(net, rt);
+                    self.drift.forget(net, cid, ifname, &self.metrics);
                     // Before the claim goes: the owners table learns of the
                     // attachment from the cache, as of any other (so it also
                     // sees the record go, whoever deletes it).
@@ -477,6 +483,8 @@ impl Engine {
             Err(e) => tracing::warn!(error = %e, "cannot remove an ADD intent after DEL"),
         }
         self.owners.remove(network, &rt.container_id, &rt.ifname);
+        self.drift
+            .forget(network, &rt.container_id, &rt.ifname, &self.metrics);
     }
 
     /// GC of one network, under its exclusive gate. The request's deadline
@@ -783,17 +791,39 @@ impl Engine {
             next,
             attachments: recs
                 .into_iter()
-                .map(|r| crate::api::AttachmentInfo {
-                    state: self
+                .map(|r| {
+                    let reap = self
                         .stale
-                        .state(&r.network_name, &r.container_id, &r.if_name),
-                    network: r.network_name,
-                    container_id: r.container_id,
-                    ifname: r.if_name,
-                    netns: r.netns,
-                    cni_args: r.cni_args.to_string(),
-                    capability_args: r.capability_args,
-                    result: r.result,
+                        .state(&r.network_name, &r.container_id, &r.if_name);
+                    // The reaper's word first: a CHECK of a namespace
+                    // that is gone says nothing more.
+                    let drift = reap
+                        .is_none()
+                        .then(|| {
+                            self.drift
+                                .state(&r.network_name, &r.container_id, &r.if_name)
+                        })
+                        .flatten();
+                    crate::api::AttachmentInfo {
+                        state: reap
+                            .as_ref()
+                            .map(|s| s.state.to_owned())
+                            .or_else(|| drift.as_ref().map(|_| "drifted".to_owned())),
+                        check_error: drift.map(|d| d.error),
+                        gone_since_ms: reap
+                            .as_ref()
+                            .and_then(|s| s.gone_since)
+                            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                        reap_error: reap.and_then(|s| s.error),
+                        network: r.network_name,
+                        container_id: r.container_id,
+                        ifname: r.if_name,
+                        netns: r.netns,
+                        cni_args: r.cni_args.to_string(),
+                        capability_args: r.capability_args,
+                        result: r.result,
+                    }
                 })
                 .collect(),
         })

@@ -21,7 +21,9 @@
 //! | `cnid_config_reloads_total` | counter | |
 //! | `cnid_recovered_intents_total` | counter | `outcome` |
 //! | `cnid_stale_reaped_total` | counter | `reason` (`rebooted`, `namespace_gone`), `outcome` (`ok`, `error`) |
-//! | `cnid_stale_attachments` | gauge | (cached attachments the last scan found stale) |
+//! | `cnid_periodic_checks_total` | counter | `outcome` (`ok`, `drift`) (`--check-every`) |
+//! | `cnid_drifted_attachments` | gauge | (attachments whose last periodic CHECK failed) |
+//! | `cnid_stale_attachments` | gauge | `state` (`gone`: namespace gone, waiting for `--stale-after`; `stale`: to be reaped), as `/v1/attachments` lists them |
 //!
 //! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
 //! the real executor and times every run.
@@ -179,6 +181,12 @@ pub(crate) struct Metrics {
     /// Stale attachments reaped: `[rebooted, namespace gone] x [ok, error]`.
     pub(crate) reaped: [[AtomicU64; 2]; 2],
     pub(crate) stale: AtomicI64,
+    /// Namespace gone, waiting for `--stale-after`.
+    pub(crate) gone: AtomicI64,
+    /// Periodic CHECKs that came to a verdict: `[passed, failed]`.
+    pub(crate) checks: [AtomicU64; 2],
+    /// Attachments whose last periodic CHECK failed.
+    pub(crate) drifted: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -469,13 +477,37 @@ impl Metrics {
         header(
             out,
             "cnid_stale_attachments",
-            "Cached attachments the reaper's last scan found stale.",
+            "Cached attachments whose namespace the reaper's last scan found gone, by state (gone: waiting for --stale-after; stale: to be reaped).",
             "gauge",
         );
         let _ = writeln!(
             out,
-            "cnid_stale_attachments {}",
+            "cnid_stale_attachments{{state=\"gone\"}} {}\ncnid_stale_attachments{{state=\"stale\"}} {}",
+            self.gone.load(Ordering::Relaxed),
             self.stale.load(Ordering::Relaxed)
+        );
+        header(
+            out,
+            "cnid_periodic_checks_total",
+            "Periodic CHECKs (--check-every) that came to a verdict, by outcome.",
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "cnid_periodic_checks_total{{outcome=\"ok\"}} {}\ncnid_periodic_checks_total{{outcome=\"drift\"}} {}",
+            counter(&self.checks[0]),
+            counter(&self.checks[1])
+        );
+        header(
+            out,
+            "cnid_drifted_attachments",
+            "Cached attachments whose last periodic CHECK failed.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "cnid_drifted_attachments {}",
+            self.drifted.load(Ordering::Relaxed)
         );
     }
 }

@@ -68,6 +68,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 mod auth;
+mod checker;
 mod engine;
 mod error;
 mod http;
@@ -81,6 +82,7 @@ mod orphans;
 mod owners;
 mod queue;
 mod reaper;
+mod slots;
 mod tuning;
 
 pub use auth::PeerPolicy;
@@ -163,6 +165,9 @@ pub struct Config {
     /// attachment cached in an earlier boot whose namespace is gone is
     /// deleted at start regardless (docs/reliability.md).
     pub stale_after: Option<Duration>,
+    /// How often each cached attachment is CHECKed (`--check-every`;
+    /// `None`: never, the default). Drift is reported, not repaired.
+    pub check_every: Option<Duration>,
     /// Socket activation and readiness notification, from
     /// [`SystemdEnv::take_from_env`].
     pub systemd: SystemdEnv,
@@ -194,6 +199,7 @@ impl Default for Config {
             min_networks: 1,
             check_netns_owner: true,
             stale_after: Some(DEFAULT_STALE_AFTER),
+            check_every: None,
             systemd: SystemdEnv::default(),
         }
     }
@@ -451,9 +457,17 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         check_netns_owner: config.check_netns_owner,
         kept: std::sync::Mutex::new(kept),
         stale: reaper::StaleView::default(),
+        drift: checker::DriftView::default(),
     });
     before_requests(&engine, &config, &mark).await;
     start_reaper(&engine, &config, &tracker, &stop).await;
+    if let Some(every) = config.check_every {
+        tracing::info!(
+            every_ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+            "periodic CHECK of every attachment on"
+        );
+        tracker.spawn(checker::Checker::new(engine.clone(), every).run(stop.clone()));
+    }
     let watch = networks::Watch::start(networks, config.watch);
     tracker.spawn(watch.run(stop.clone()));
     let server = start_serving(&config, nofile, listener, &engine, &tracker, &stop);

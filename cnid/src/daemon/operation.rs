@@ -60,6 +60,13 @@ pub(crate) enum Work {
         /// The record's runtime parameters (netns, ifname, args).
         rt: RuntimeConf,
     },
+    /// The opt-in periodic CHECK of a cached attachment (`checker`):
+    /// background work, like a reap.
+    PeriodicCheck {
+        list: Arc<cni_core::NetworkConfigList>,
+        /// The record's runtime parameters.
+        rt: RuntimeConf,
+    },
     /// ADD, DEL or CHECK of a sandbox's networks, in one slot of its
     /// container's queue; each network's step takes that network's gate.
     Sandbox {
@@ -80,11 +87,17 @@ pub(crate) struct SandboxNet {
 }
 
 impl Work {
+    /// The daemon's own background work (a reap, a periodic CHECK): it
+    /// takes a background slot (`slots`).
+    pub(crate) fn background(&self) -> bool {
+        matches!(self, Work::Reap { .. } | Work::PeriodicCheck { .. })
+    }
+
     pub(crate) fn verb(&self) -> Command {
         match self {
             Work::Add { .. } => Command::Add,
             Work::Del { .. } | Work::Reap { .. } => Command::Del,
-            Work::Check { .. } => Command::Check,
+            Work::Check { .. } | Work::PeriodicCheck { .. } => Command::Check,
             Work::Status { .. } => Command::Status,
             Work::Gc { .. } => Command::Gc,
             Work::Sandbox { verb, .. } => *verb,
@@ -113,6 +126,7 @@ impl Work {
             Work::Add { rt, .. }
             | Work::Del { rt, .. }
             | Work::Check { rt, .. }
+            | Work::PeriodicCheck { rt, .. }
             | Work::Reap { rt, .. } => Some(rt),
             _ => None,
         }

@@ -14,10 +14,12 @@
 //!   network, and every operation that starts after GC arrived waits until
 //!   GC ends. CHECK is included because GC may delete what it would check.
 //! - **A global limit**: at most `max_parallel` operations run plugins at
-//!   once (a semaphore, taken after the gate; a sandbox operation takes it
+//!   once (a slot, taken after the gate; a sandbox operation takes one
 //!   for each network's step, after that step's gate, so that it never
-//!   holds a permit while it waits for a gate a GC holds, nor a GC's
-//!   gate while it waits for a permit).
+//!   holds a slot while it waits for a gate a GC holds, nor a GC's
+//!   gate while it waits for a slot). The daemon's own background work
+//!   (the reaper's DELs) takes at most a quarter of the slots and never
+//!   one a runtime operation waits for (`slots`).
 //! - **Coalescing**: a DEL identical to the last queued operation of its
 //!   container (also a DEL, same network, interface, netns and arguments,
 //!   not started yet) does not queue again; it waits for that one and gets
@@ -45,12 +47,13 @@ use std::time::{Duration, Instant};
 
 use cni_async::multi::{GateKind, GateTicket, NetworkGates};
 use cni_core::{Command, RuntimeConf, Version};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::operation::{NewOp, Outcome, Work};
+use super::slots::{Slot, Slots};
 use crate::api::OperationInfo;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +87,12 @@ pub(crate) struct Op {
     /// A sandbox operation: no gate when it leaves the queue (each step
     /// takes its network's).
     sandbox: bool,
+    /// The daemon's background work (a reap, a periodic CHECK): a
+    /// background slot.
+    background: bool,
+    /// A periodic CHECK: dropped while queued when a runtime request of
+    /// its container arrives.
+    periodic: bool,
     /// For DEL: what makes two DELs identical.
     del_key: Option<RuntimeConf>,
     pub(crate) arrived: Instant,
@@ -138,7 +147,7 @@ pub(crate) struct Scheduler {
     st: Mutex<SchedState>,
     /// The networks' GC gates (requested under `st`, so in arrival order).
     gates: NetworkGates,
-    permits: Arc<Semaphore>,
+    slots: Arc<Slots>,
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
 }
@@ -162,7 +171,7 @@ impl Scheduler {
                 ..Default::default()
             }),
             gates: NetworkGates::new(),
-            permits: Arc::new(Semaphore::new(max_parallel.max(1))),
+            slots: Slots::new(max_parallel),
             metrics,
             next_id: AtomicU64::new(1),
         }
@@ -173,11 +182,11 @@ impl Scheduler {
         &self.gates
     }
 
-    /// A permit to run plugins, for a step of a sandbox operation, taken
-    /// after the step's gate (as every other operation takes its permit
+    /// A slot to run plugins, for a step of a sandbox operation, taken
+    /// after the step's gate (as every other operation takes its slot
     /// after its gate). `None` only once the scheduler is closed.
-    pub(crate) async fn permit(&self) -> Option<OwnedSemaphorePermit> {
-        self.permits.clone().acquire_owned().await.ok()
+    pub(crate) async fn permit(&self) -> Option<Slot> {
+        self.slots.runtime().await
     }
 
     fn state(&self) -> MutexGuard<'_, SchedState> {
@@ -195,6 +204,8 @@ impl Scheduler {
         let rt = new.work.runtime_conf().cloned();
         let attachment = new.work.attachment();
         let sandbox = matches!(new.work, Work::Sandbox { .. });
+        let background = new.work.background();
+        let periodic = matches!(new.work, Work::PeriodicCheck { .. });
         let coalescable = matches!(new.work, Work::Del { .. });
         // Coalesce a DEL with an identical DEL at the tail of its queue.
         if let (Command::Del, Some(rt), true) = (verb, rt.as_ref(), coalescable)
@@ -224,6 +235,8 @@ impl Scheduler {
             version: new.version,
             attachment,
             sandbox,
+            background,
+            periodic,
             del_key: if coalescable { rt } else { None },
             arrived: Instant::now(),
             work: Mutex::new(Some(new.work)),
@@ -239,9 +252,13 @@ impl Scheduler {
         st.ops.insert(op.id, op.clone());
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
         let waiter = Waiter::new(self.clone(), op.clone(), new.deadline, false);
+        let mut superseded = Vec::new();
         let start = match &op.attachment {
             Some((cid, _)) => match st.containers.get_mut(cid) {
                 Some(q) => {
+                    if !background {
+                        superseded.extend(q.iter().filter(|o| o.periodic).cloned());
+                    }
                     q.push_back(op.clone());
                     Start::Nothing
                 }
@@ -259,7 +276,31 @@ impl Scheduler {
             }
             None => Start::Network(op.clone(), None),
         };
+        drop(st);
+        // A periodic CHECK still queued gives way to the runtime's request.
+        for o in superseded {
+            self.cancel_queued(&o, || {
+                ApiError::internal(
+                    "periodic CHECK dropped: a runtime request of its container arrived",
+                )
+            });
+        }
         Ok((waiter, start))
+    }
+
+    /// Cancels `op` if it is still queued, answering `error`; returns
+    /// whether it was.
+    fn cancel_queued(&self, op: &Arc<Op>, error: impl FnOnce() -> ApiError) -> bool {
+        let mut s = lock(&op.state);
+        if s.phase != OpPhase::Queued {
+            return false;
+        }
+        s.phase = OpPhase::Cancelled;
+        drop(s);
+        op.cancel.cancel();
+        self.finish_queued(op);
+        op.publish(Err(error().in_version(op.version)));
+        true
     }
 
     /// The next operation of a container's queue with its (shared) gate
@@ -304,8 +345,10 @@ impl Scheduler {
             // waits for a gate would wait for a GC that waits for it.
             let permit = if op.sandbox {
                 None
+            } else if op.background {
+                Some(self.slots.background().await?)
             } else {
-                Some(self.permits.clone().acquire_owned().await.ok()?)
+                Some(self.slots.runtime().await?)
             };
             Some((ticket, permit))
         };
@@ -415,19 +458,10 @@ impl Scheduler {
             st.accepting = false;
             st.ops.values().cloned().collect()
         };
-        let mut n = 0;
-        for op in queued {
-            let mut s = lock(&op.state);
-            if s.phase == OpPhase::Queued {
-                s.phase = OpPhase::Cancelled;
-                drop(s);
-                op.cancel.cancel();
-                self.finish_queued(&op);
-                op.publish(Err(ApiError::shutting_down().in_version(op.version)));
-                n += 1;
-            }
-        }
-        n
+        queued
+            .iter()
+            .filter(|op| self.cancel_queued(op, ApiError::shutting_down))
+            .count()
     }
 
     pub(crate) fn accepting(&self) -> bool {
@@ -470,7 +504,7 @@ impl Scheduler {
 #[derive(Debug)]
 pub(crate) struct Turn {
     _ticket: Option<GateTicket>,
-    _permit: Option<OwnedSemaphorePermit>,
+    _permit: Option<Slot>,
     started: Instant,
 }
 
@@ -602,6 +636,33 @@ mod tests {
         drop(w3);
         assert!(s.next_for("c1").is_none());
         assert!(s.list(None).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_queued_periodic_check_gives_way_to_a_runtime_request() {
+        let s = sched(4);
+        let list = Arc::new(
+            cni_core::NetworkConfigList::from_bytes(
+                br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
+                None,
+            )
+            .unwrap(),
+        );
+        let (_running, _) = s.enqueue(del("c1", "n")).unwrap();
+        let mut check = del("c1", "n");
+        check.work = Work::PeriodicCheck {
+            list,
+            rt: RuntimeConf::new("c1", "/x", "eth0"),
+        };
+        let (periodic, _) = s.enqueue(check).unwrap();
+        // Another periodic one would not drop it; a runtime request does.
+        assert_eq!(s.list(Some("c1")).len(), 2);
+        let (_runtime, _) = s.enqueue(del("c1", "m")).unwrap();
+        let out = periodic.wait().await;
+        let e = out.as_ref().as_ref().unwrap_err();
+        assert!(e.error.msg.contains("periodic CHECK dropped"), "{e:?}");
+        let verbs: Vec<String> = s.list(Some("c1")).into_iter().map(|o| o.verb).collect();
+        assert_eq!(verbs, ["DEL", "DEL"]);
     }
 
     #[tokio::test]

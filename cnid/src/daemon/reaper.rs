@@ -22,11 +22,30 @@
 //!   the attachment reaped and answers success without running the
 //!   plugins again ([`Engine::reaped_already`]); one queued ahead of it
 //!   leaves the reap nothing to do. Either way one DEL runs.
-//! - **Failures** (a plugin that refuses a DEL without its namespace, such
-//!   as host-device) are logged with the plugin's error and counted; the
-//!   attachment stays listed as `stale` and is not tried again until its
-//!   record changes or cnid restarts. A DEL out of time or an attachment
-//!   locked by another tool is no refusal: the next pass tries again.
+//! - **Background work.** A reap runs in a background slot (`slots`): at
+//!   most a quarter of `--max-parallel` (at least one) reaps run at once,
+//!   and a reap never takes a slot a runtime request waits for.
+//! - **Reaped means reaped until attached again.** A reaped attachment is
+//!   remembered (whatever the time since) until a runtime's DEL of it
+//!   answered, or an ADD of it succeeded ([`Engine::forget_reap`]): from
+//!   then on its DEL runs the plugins (without `prevResult` when its
+//!   record is lost). The memory is bounded ([`REAPED_MAX`]); an
+//!   attachment forgotten that way gets its DEL run, which is safe.
+//! - **Transient failures** (CNI code 11 "try again later": an IPAM agent
+//!   not up yet, a DEL out of time, the attachment locked by another tool)
+//!   are retried with exponential backoff, from [`RETRY_FIRST`] to
+//!   [`RETRY_MAX`] between tries.
+//! - **Refusals** (any other error: a plugin that refuses a DEL without
+//!   its namespace, such as host-device) are logged with the plugin's
+//!   error and counted; the attachment stays listed as `stale` with the
+//!   error and is not tried again until its record changes or cnid
+//!   restarts.
+//! - **Listing.** `/v1/attachments` shows what the last scan found: an
+//!   attachment whose namespace is gone is `"state": "gone"` while it
+//!   waits for `--stale-after`, then `"stale"` until it is reaped (with
+//!   the last error once a reap failed), each with `goneSince` (when the
+//!   reaper first saw the namespace gone). The gauge
+//!   `cnid_stale_attachments{state}` counts the same.
 //! - **Safety.** Nothing is reaped while the conf dir (also a missing
 //!   one) or the cache cannot be read (a pass is skipped, with a warning). An attachment whose
 //!   namespace exists is never reaped.
@@ -42,8 +61,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use cni_async::CallOptions;
-use cni_async::stale::{Candidate, Reaped, StaleReason, StaleScanner};
+use cni_async::stale::{Candidate, Reaped, StaleReason, StaleScanner, Verdict};
 use cni_core::{RuntimeConf, Version};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::engine::Engine;
@@ -60,8 +80,22 @@ fn key(network: &str, container_id: &str, ifname: &str) -> Key {
     )
 }
 
-/// How long a reaped attachment is remembered, for a runtime's late DEL.
-const REAPED_KEPT: Duration = Duration::from_secs(3600);
+/// How many reaped attachments are remembered for a runtime's late DEL
+/// (the oldest is forgotten first: its DEL then runs the plugins).
+pub(crate) const REAPED_MAX: usize = 16_384;
+
+/// The wait before the first retry of a transient failure; doubled at
+/// each failure up to [`RETRY_MAX`].
+pub(crate) const RETRY_FIRST: Duration = Duration::from_millis(500);
+/// The longest wait between retries of a transient failure.
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// The wait before retry number `attempt` (1 for the first).
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    RETRY_FIRST
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(20))
+        .min(RETRY_MAX)
+}
 
 /// How often the running reaper scans: a quarter of `stale_after`,
 /// between 250 ms and 30 s.
@@ -73,18 +107,45 @@ pub(crate) fn interval(stale_after: Duration) -> Duration {
 #[derive(Debug, Default)]
 pub(crate) struct StaleView {
     inner: Mutex<View>,
+    /// A retry was scheduled: the running reaper looks at its wake time.
+    retry_added: Notify,
 }
 
 #[derive(Debug, Default)]
 struct View {
+    /// Namespace gone at the last scan (waiting or stale), since when the
+    /// reaper has seen it gone.
+    gone: HashMap<Key, SystemTime>,
     /// Stale at the last scan (and not reaped since).
     stale: HashSet<Key>,
     /// Reaps queued or running.
     inflight: HashSet<Key>,
-    /// Reaps that failed, with the record's mtime then.
-    failed: HashMap<Key, Option<SystemTime>>,
-    /// Reaped attachments, when.
-    reaped: HashMap<Key, Instant>,
+    /// Reaps refused, with the record's mtime then and the error.
+    failed: HashMap<Key, (Option<SystemTime>, String)>,
+    /// Reaps failed for a transient reason, to be tried again.
+    retry: HashMap<Key, Retry>,
+    /// Reaped attachments not attached again since, in the order reaped.
+    reaped: HashMap<Key, u64>,
+    reaped_seq: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Retry {
+    attempts: u32,
+    /// When to try again; `None` once queued again (until it fails).
+    due: Option<Instant>,
+    error: String,
+}
+
+/// An attachment's reaper state in the listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReapState {
+    /// `gone` (waiting for `--stale-after`) or `stale` (to be reaped).
+    pub(crate) state: &'static str,
+    /// When the reaper first saw its namespace gone.
+    pub(crate) gone_since: Option<SystemTime>,
+    /// The last reap's error (a refusal, or a transient failure to retry).
+    pub(crate) error: Option<String>,
 }
 
 impl StaleView {
@@ -92,18 +153,78 @@ impl StaleView {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `Some("stale")` when the last scan found the attachment stale.
-    pub(crate) fn state(&self, network: &str, container_id: &str, ifname: &str) -> Option<String> {
-        self.lock()
-            .stale
-            .contains(&key(network, container_id, ifname))
-            .then(|| "stale".to_owned())
+    /// What the last scan found about the attachment (`None`: its
+    /// namespace was not seen gone).
+    pub(crate) fn state(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Option<ReapState> {
+        let k = key(network, container_id, ifname);
+        let v = self.lock();
+        let gone_since = v.gone.get(&k).copied();
+        if v.stale.contains(&k) {
+            let error = v
+                .failed
+                .get(&k)
+                .map(|f| f.1.clone())
+                .or_else(|| v.retry.get(&k).map(|r| r.error.clone()));
+            return Some(ReapState {
+                state: "stale",
+                gone_since,
+                error,
+            });
+        }
+        gone_since.map(|since| ReapState {
+            state: "gone",
+            gone_since: Some(since),
+            error: None,
+        })
     }
 
     fn was_reaped(&self, k: &Key) -> bool {
-        let mut v = self.lock();
-        v.reaped.retain(|_, at| at.elapsed() < REAPED_KEPT);
-        v.reaped.contains_key(k)
+        self.lock().reaped.contains_key(k)
+    }
+
+    /// The attachment was attached again: a later DEL runs its plugins.
+    pub(crate) fn forget(&self, network: &str, container_id: &str, ifname: &str) {
+        self.lock()
+            .reaped
+            .remove(&key(network, container_id, ifname));
+    }
+
+    /// When the next retry is due.
+    fn next_retry(&self) -> Option<Instant> {
+        self.lock().retry.values().filter_map(|r| r.due).min()
+    }
+}
+
+impl View {
+    fn remember_reaped(&mut self, k: Key) {
+        self.reaped_seq += 1;
+        self.reaped.insert(k, self.reaped_seq);
+        if self.reaped.len() > REAPED_MAX
+            && let Some(oldest) = self
+                .reaped
+                .iter()
+                .min_by_key(|(_, seq)| **seq)
+                .map(|(k, _)| k.clone())
+        {
+            self.reaped.remove(&oldest);
+        }
+    }
+
+    /// The gauges: attachments listed `gone` and `stale`.
+    fn publish(&self, metrics: &super::metrics::Metrics) {
+        let stale = self.stale.len();
+        let gone = self
+            .gone
+            .keys()
+            .filter(|k| !self.stale.contains(*k))
+            .count();
+        metrics.stale.store(stale as i64, Ordering::Relaxed);
+        metrics.gone.store(gone as i64, Ordering::Relaxed);
     }
 }
 
@@ -140,6 +261,12 @@ impl Engine {
         true
     }
 
+    /// An ADD of the attachment succeeded: it is attached again, so a
+    /// reap of it before is forgotten (its DEL must run).
+    pub(super) fn forget_reap(&self, network: &str, rt: &RuntimeConf) {
+        self.stale.forget(network, &rt.container_id, &rt.ifname);
+    }
+
     /// `Work::Reap`: the DEL of a stale attachment, logged and counted.
     pub(super) async fn reap(&self, c: &Candidate, opts: CallOptions) -> Outcome {
         let Some(reason) = c.verdict.stale() else {
@@ -167,11 +294,11 @@ impl Engine {
                 {
                     let mut v = self.stale.lock();
                     v.stale.remove(&k);
+                    v.gone.remove(&k);
                     v.failed.remove(&k);
-                    v.reaped.insert(k, Instant::now());
-                    self.metrics
-                        .stale
-                        .store(v.stale.len() as i64, Ordering::Relaxed);
+                    v.retry.remove(&k);
+                    v.remember_reaped(k);
+                    v.publish(&self.metrics);
                 }
                 self.metrics.reaped[why][0].fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("stale attachment deleted: its namespace is gone ({reason})");
@@ -180,34 +307,58 @@ impl Engine {
             Ok(other) => {
                 let mut v = self.stale.lock();
                 v.stale.remove(&k);
-                self.metrics
-                    .stale
-                    .store(v.stale.len() as i64, Ordering::Relaxed);
+                v.gone.remove(&k);
+                v.retry.remove(&k);
+                v.publish(&self.metrics);
                 drop(v);
                 tracing::info!(outcome = ?other, "stale attachment not deleted: it changed since the scan");
                 Ok(Done::Nothing)
             }
             Err(e) => {
                 self.metrics.reaped[why][1].fetch_add(1, Ordering::Relaxed);
-                // Out of time (a plugin slow or stuck once) or the
-                // attachment locked by another tool is no refusal: the
-                // next pass tries again (one reap at a time per
-                // attachment, each bounded by the DEL deadline).
-                if matches!(
-                    e.kind(),
-                    cni_async::ErrorKind::Timeout | cni_async::ErrorKind::Busy
-                ) {
-                    tracing::error!(error = %cni_core::error::Chain(&e),
-                        "cannot delete a stale attachment in time; the next pass tries again");
+                let error = cni_core::error::Chain(&e).to_string();
+                if transient(&e) {
+                    // "Try again later" (code 11: a plugin's own, a DEL
+                    // out of time, the attachment locked by another tool)
+                    // is no refusal: tried again after a backoff.
+                    let mut v = self.stale.lock();
+                    let attempts = v.retry.get(&k).map_or(0, |r| r.attempts) + 1;
+                    let wait = backoff(attempts);
+                    v.retry.insert(
+                        k,
+                        Retry {
+                            attempts,
+                            due: Some(Instant::now() + wait),
+                            error: error.clone(),
+                        },
+                    );
+                    drop(v);
+                    self.stale.retry_added.notify_one();
+                    tracing::error!(error = %error, attempts, retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        "cannot delete a stale attachment for now (try again later); retrying after a backoff");
                 } else {
-                    self.stale.lock().failed.insert(k, c.written);
-                    tracing::error!(error = %cni_core::error::Chain(&e),
+                    let mut v = self.stale.lock();
+                    v.retry.remove(&k);
+                    v.failed.insert(k, (c.written, error.clone()));
+                    drop(v);
+                    tracing::error!(error = %error,
                         "cannot delete a stale attachment; it stays cached and listed as stale, not retried until its record changes or cnid restarts");
                 }
                 Err(ApiError::from_cni(&e, Version::CURRENT))
             }
         }
     }
+}
+
+/// Whether a reap's error is worth trying again soon: CNI code 11 ("try
+/// again later"), which a DEL out of time and an attachment locked by
+/// another tool also answer.
+fn transient(e: &cni_async::Error) -> bool {
+    e.code() == cni_core::error::code::TRY_AGAIN_LATER
+        || matches!(
+            e.kind(),
+            cni_async::ErrorKind::Timeout | cni_async::ErrorKind::Busy
+        )
 }
 
 fn reason_index(r: StaleReason) -> usize {
@@ -273,12 +424,31 @@ impl Reaper {
         if self.skipped.take().is_some() {
             tracing::info!("stale-attachment reaper: conf dir and cache readable again");
         }
-        let stale: Vec<Candidate> = found
-            .into_iter()
-            .filter(|c| c.verdict.stale().is_some())
-            .collect();
+        let now = SystemTime::now();
+        let mut gone: HashMap<Key, SystemTime> = HashMap::new();
+        let mut stale: Vec<Candidate> = Vec::new();
+        for c in found {
+            let gone_for = match c.verdict {
+                Verdict::Waiting { gone_for } => gone_for,
+                Verdict::Stale(_) => Duration::ZERO,
+                Verdict::Kept(_) => continue,
+            };
+            let (n, cid, i) = c.key();
+            gone.insert(key(n, cid, i), now.checked_sub(gone_for).unwrap_or(now));
+            if c.verdict.stale().is_some() {
+                stale.push(c);
+            }
+        }
+        let due = Instant::now();
         let todo: Vec<Candidate> = {
             let mut v = self.engine.stale.lock();
+            // Seen gone before: since then (the first sighting stays).
+            for (k, since) in &mut gone {
+                if let Some(first) = v.gone.get(k) {
+                    *since = (*first).min(*since);
+                }
+            }
+            v.gone = gone;
             v.stale = stale
                 .iter()
                 .map(|c| {
@@ -289,12 +459,13 @@ impl Reaper {
             let View {
                 stale: keys,
                 failed,
+                retry,
                 inflight,
-                reaped,
+                ..
             } = &mut *v;
             failed.retain(|k, _| keys.contains(k));
-            reaped.retain(|_, at| at.elapsed() < REAPED_KEPT);
-            stale
+            retry.retain(|k, _| keys.contains(k));
+            let todo = stale
                 .into_iter()
                 .filter(|c| {
                     let (n, cid, i) = c.key();
@@ -302,8 +473,15 @@ impl Reaper {
                     if inflight.contains(&k) {
                         return false;
                     }
+                    match retry.get_mut(&k) {
+                        // Not yet; or queued again already.
+                        Some(r) if r.due.is_none_or(|d| d > due) => return false,
+                        // Due: queued now, so no longer due.
+                        Some(r) => r.due = None,
+                        None => {}
+                    }
                     match failed.get(&k) {
-                        Some(w) if *w == c.written => false,
+                        Some((w, _)) if *w == c.written => false,
                         Some(_) => {
                             failed.remove(&k);
                             true
@@ -311,12 +489,10 @@ impl Reaper {
                         None => true,
                     }
                 })
-                .collect()
+                .collect();
+            v.publish(&self.engine.metrics);
+            todo
         };
-        self.engine.metrics.stale.store(
-            self.engine.stale.lock().stale.len() as i64,
-            Ordering::Relaxed,
-        );
         let mut n = 0;
         for c in todo {
             let rt = RuntimeConf::new(&c.container_id, &c.netns, &c.ifname);
@@ -340,7 +516,17 @@ impl Reaper {
                     let engine = self.engine.clone();
                     self.engine.tracker.spawn(async move {
                         let _ = w.wait().await;
-                        engine.stale.lock().inflight.remove(&k);
+                        let mut v = engine.stale.lock();
+                        v.inflight.remove(&k);
+                        // A retry that never ran (out of time while
+                        // queued, cancelled): due again after its backoff.
+                        if let Some(r) = v.retry.get_mut(&k)
+                            && r.due.is_none()
+                        {
+                            r.due = Some(Instant::now() + backoff(r.attempts));
+                            drop(v);
+                            engine.stale.retry_added.notify_one();
+                        }
                     });
                     n += 1;
                 }
@@ -352,12 +538,27 @@ impl Reaper {
         n
     }
 
-    /// The running reaper: a pass every `every` until `stop`.
+    /// The running reaper: a pass every `every` until `stop`, and one as
+    /// soon as a retry is due.
     pub(crate) async fn run(mut self, every: Duration, stop: CancellationToken) {
+        let mut next_pass = Instant::now() + every;
+        let mut last_pass = Instant::now();
         loop {
+            // A retry the last pass could not queue (a pass skipped: conf
+            // dir or cache unreadable) waits at least RETRY_FIRST.
+            let wake = match self.engine.stale.next_retry() {
+                Some(retry) => retry.max(last_pass + RETRY_FIRST).min(next_pass),
+                None => next_pass,
+            };
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep_until(wake.into()) => {}
+                // A new retry may be due before `wake`: look again.
+                () = self.engine.stale.retry_added.notified() => continue,
+            }
+            last_pass = Instant::now();
+            if last_pass >= next_pass {
+                next_pass = last_pass + every;
             }
             self.pass().await;
         }
@@ -367,6 +568,26 @@ impl Reaper {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_within_bounds() {
+        assert_eq!(backoff(1), RETRY_FIRST);
+        assert_eq!(backoff(2), RETRY_FIRST * 2);
+        assert_eq!(backoff(3), RETRY_FIRST * 4);
+        assert_eq!(backoff(30), RETRY_MAX);
+        assert_eq!(backoff(u32::MAX), RETRY_MAX);
+    }
+
+    #[test]
+    fn reaped_memory_is_bounded_and_forgets_the_oldest() {
+        let mut v = View::default();
+        for i in 0..=REAPED_MAX {
+            v.remember_reaped(key("n", &format!("c{i}"), "eth0"));
+        }
+        assert_eq!(v.reaped.len(), REAPED_MAX);
+        assert!(!v.reaped.contains_key(&key("n", "c0", "eth0")));
+        assert!(v.reaped.contains_key(&key("n", "c1", "eth0")));
+    }
 
     #[test]
     fn interval_is_a_quarter_within_bounds() {

@@ -11,6 +11,7 @@ pub use cni_test_support::{executable, fake, gate, netns, noop, require_root};
 
 pub mod daemon;
 pub mod nobody;
+pub mod reaper;
 pub mod shim;
 pub mod soak;
 pub mod tmpfs;
