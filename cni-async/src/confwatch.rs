@@ -170,17 +170,13 @@ impl ConfSnapshot {
         for found in scan.unique() {
             let name = found.list.name();
             if let Err(e) = cni_core::validate::network_name(name) {
-                snap.skipped.push(SkippedFile {
-                    path: found.path.clone(),
-                    reason: e.to_string(),
-                });
+                snap.skipped
+                    .push(SkippedFile::new(found.path.clone(), e.to_string()));
                 continue;
             }
             if let Some(reason) = refuse.and_then(|r| r(&found.list)) {
-                snap.skipped.push(SkippedFile {
-                    path: found.path.clone(),
-                    reason,
-                });
+                snap.skipped
+                    .push(SkippedFile::new(found.path.clone(), reason));
                 continue;
             }
             let loaded = Arc::new(LoadedNetwork {

@@ -156,9 +156,23 @@ impl Networks {
     /// The answer for a network that is not loaded: "no network
     /// configuration with name ...", naming the conf dir's unusable files
     /// (the network's own may be one of them) and why in the details.
+    /// A file refused for what it asks (the versions of its list) names
+    /// its network: the answer for that name says why it is refused.
     pub(crate) fn not_found(&self, name: &str) -> super::error::ApiError {
-        let e = super::error::ApiError::unknown_network(name);
+        let mut e = super::error::ApiError::unknown_network(name);
         let snap = self.snapshot();
+        if let Some(own) = snap
+            .skipped
+            .iter()
+            .find(|s| s.network.as_deref() == Some(name))
+        {
+            e.error.msg = format!(
+                "network configuration with name {name:?} in {} is not usable: {}",
+                self.dir().display(),
+                own.reason
+            );
+            return e.with_details(own.to_string());
+        }
         if snap.skipped.is_empty() {
             return e;
         }
