@@ -74,3 +74,4 @@ mod shim_go;
 mod shim_setup;
 mod soak_crash;
 mod soak_restart;
+mod trace_context;

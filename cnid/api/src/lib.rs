@@ -27,6 +27,20 @@ pub const PREFIX: &str = "/v1";
 /// response, logged, and listed by `GET /v1/operations`).
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
+/// The request header carrying the caller's W3C trace context (with
+/// [`TRACESTATE_HEADER`] and [`BAGGAGE_HEADER`]): every plugin of the
+/// operation gets it as `TRACEPARENT` (`TRACESTATE`, `BAGGAGE`), and
+/// cnid's log lines of the operation name its trace id (`trace_id`).
+/// Malformed values are dropped.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+
+/// The W3C `tracestate` request header (kept only with a valid
+/// [`TRACEPARENT_HEADER`]).
+pub const TRACESTATE_HEADER: &str = "tracestate";
+
+/// The W3C `baggage` request header.
+pub const BAGGAGE_HEADER: &str = "baggage";
+
 /// The response header that is `true` when a DEL shared the execution of an
 /// identical DEL queued before it.
 pub const COALESCED_HEADER: &str = "cnid-coalesced";
