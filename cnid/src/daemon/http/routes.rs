@@ -208,7 +208,13 @@ async fn route(
         }
         ["networks"] => {
             want(Method::GET)?;
-            Ok(to_json(StatusCode::OK, &engine.networks.describe()))
+            Ok(to_json(
+                StatusCode::OK,
+                &engine
+                    .networks
+                    .describe(&engine.cni, engine.min_networks)
+                    .await,
+            ))
         }
         ["networks", name] => {
             want(Method::GET)?;
@@ -217,7 +223,14 @@ async fn route(
                 .networks
                 .get(&name)
                 .ok_or_else(|| engine.networks.not_found(&name))?;
-            Ok(to_json(StatusCode::OK, &networks::info(&n, true)))
+            let unusable = engine
+                .networks
+                .unusable(&engine.cni, engine.min_networks)
+                .await;
+            Ok(to_json(
+                StatusCode::OK,
+                &networks::mark(networks::info(&n, true), &unusable),
+            ))
         }
         ["networks", name, verb] => {
             let verb = match *verb {
@@ -287,7 +300,7 @@ async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
             .readiness(&engine.cni, engine.min_networks)
             .await
         {
-            Ok(_) if accepting => (Some(true), None),
+            Ok(r) if accepting => (Some(true), r.degraded()),
             Ok(_) => (Some(false), Some("shutting down".to_owned())),
             Err(e) => (Some(false), Some(e.reason)),
         }
