@@ -1,7 +1,7 @@
 //! What a W3C trace context costs cnid's ADD: the same cnid answering
 //! requests with a `traceparent` (and `tracestate`) header and without,
 //! alternating in one shuffled loop (as [`crate::chains::run_loop`]),
-//! beside the in-process runner as reference.
+//! beside the floor and the in-process runner as references.
 //!
 //! The traced runner's plugins get `TRACEPARENT`, `TRACESTATE` and
 //! `BAGGAGE` (three more variables in each plugin's environment); cnid
@@ -43,7 +43,9 @@ pub(crate) fn section(
     let plain = tokio.block_on(Client::connect(&daemon.socket))?;
     let ctx = TraceContext::new(Some(TRACEPARENT), Some(TRACESTATE), None);
     let traced = plain.with_trace(&ctx);
+    // The loop's first runner is the floor (its figures are not reported here).
     let mut runners = vec![
+        Runner::floor(&list, NOOP_NETNS, tree)?,
         Runner::in_process(&list, NOOP_NETNS, tree, storage, false),
         Runner::cnid(plain, NOOP1, NOOP_NETNS),
         Runner::cnid_as(TRACED, "bench-cnid-traced", traced, NOOP1, NOOP_NETNS),
