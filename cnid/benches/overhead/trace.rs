@@ -28,7 +28,7 @@ const TRACED: &str = "cnid, traceparent";
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const TRACESTATE: &str = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE";
 
-/// The section: one table (disk).
+/// The section: one table per storage.
 pub(crate) fn section(
     bins: &Bins,
     tree: &Tree,
@@ -38,33 +38,40 @@ pub(crate) fn section(
     findings: &mut Findings,
 ) -> anyhow::Result<String> {
     let list = tree.load(NOOP1)?;
-    let storage = Storage::Disk;
-    let daemon = crate::hop::daemon(bins, &bins.cnid, tree, storage, "trace")?;
-    let plain = tokio.block_on(Client::connect(&daemon.socket))?;
     let ctx = TraceContext::new(Some(TRACEPARENT), Some(TRACESTATE), None);
-    let traced = plain.with_trace(&ctx);
-    // The loop's first runner is the floor (its figures are not reported here).
-    let mut runners = vec![
-        Runner::floor(&list, NOOP_NETNS, tree)?,
-        Runner::in_process(&list, NOOP_NETNS, tree, storage, false),
-        Runner::cnid(plain, NOOP1, NOOP_NETNS),
-        Runner::cnid_as(TRACED, "bench-cnid-traced", traced, NOOP1, NOOP_NETNS),
-    ];
-    let s = chains::run_loop(&mut runners, tokio, warmup, iterations, "trace context")
-        .map_err(|e| e.context(daemon.log_tail()))?;
-    let table = tabulate(&s, storage, findings)?;
+    let mut tables = Vec::new();
+    for storage in [Storage::Disk, Storage::Tmpfs] {
+        let tag = format!("trace-{}", storage.short());
+        let daemon = crate::hop::daemon(bins, &bins.cnid, tree, storage, &tag)?;
+        let plain = tokio.block_on(Client::connect(&daemon.socket))?;
+        let traced = plain.with_trace(&ctx);
+        // The loop's first runner is the floor (not reported here).
+        let mut runners = vec![
+            Runner::floor(&list, NOOP_NETNS, tree)?,
+            Runner::in_process(&list, NOOP_NETNS, tree, storage, false),
+            Runner::cnid(plain, NOOP1, NOOP_NETNS),
+            Runner::cnid_as(TRACED, "bench-cnid-traced", traced, NOOP1, NOOP_NETNS),
+        ];
+        let label = format!("trace context, {}", storage.label());
+        let s = chains::run_loop(&mut runners, tokio, warmup, iterations, &label)
+            .map_err(|e| e.context(daemon.log_tail()))?;
+        tables.push(tabulate(&s, storage, findings)?);
+    }
     let mut out = String::from(
         "### A trace context on the cnid hop\n\n\
          One cnid answers requests with `traceparent` and `tracestate` headers and without, \
          alternating in one shuffled loop with the in-process runner (noop ×1); cost = traced − \
          untraced cnid of the same iteration.\n\n",
     );
-    out.push_str(&table.markdown());
-    out.push('\n');
+    for t in tables {
+        out.push_str(&t.markdown());
+        out.push('\n');
+    }
     Ok(out)
 }
 
 fn tabulate(s: &Samples, storage: Storage, findings: &mut Findings) -> anyhow::Result<Table> {
+    let st = storage.short();
     let at = |name: &str| s.index(name).with_context(|| format!("no runner {name:?}"));
     let (inproc, plain, traced) = (at("in-process")?, at("cnid")?, at(TRACED)?);
     let mut t = Table::new(
@@ -84,7 +91,7 @@ fn tabulate(s: &Samples, storage: Storage, findings: &mut Findings) -> anyhow::R
             s.series(traced, verb),
         );
         let cost = Summary::diffs(&tr, &p);
-        findings.put(format!("trace/{verb}/cost"), cost);
+        findings.put(format!("trace/{st}/{verb}/cost"), cost);
         t.row(vec![
             verb.into(),
             Summary::of(&i).ms(),
@@ -93,7 +100,7 @@ fn tabulate(s: &Samples, storage: Storage, findings: &mut Findings) -> anyhow::R
             cost.ms(),
         ]);
     }
-    if let Some(c) = findings.get("trace/ADD/cost") {
+    if let Some(c) = findings.get(&format!("trace/{st}/ADD/cost")) {
         t.note(format!(
             "{} iterations after warm-up, medians (p10–p90) of per-iteration figures. ADD: a \
              trace context costs {:+.3} ms.",
