@@ -12,13 +12,8 @@ use std::time::Duration;
 use cni_test_support::executable::copy_executable;
 use serde_json::json;
 
-use crate::support::daemon::{Daemon, Dirs, eventually, get};
+use crate::support::daemon::{Daemon, Dirs, eventually, get, ready};
 use crate::support::tool::CNITOOL;
-
-fn ready(daemon: &Daemon) -> (u16, serde_json::Value) {
-    let r = get(&daemon.socket, "/v1/health/ready");
-    (r.status, r.json())
-}
 
 fn networks(daemon: &Daemon) -> serde_json::Value {
     let r = get(&daemon.socket, "/v1/networks");
