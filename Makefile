@@ -237,6 +237,9 @@ fuzz: fuzz-build
 # BENCH_FLAGS="--only batch1000 --batch1000-count 100" runs a quick one.
 # The hop section runs only when BENCH_HOP_BASELINE names another cnid
 # build: it alternates with ours in one loop (issue 21's +0.05 ms bound).
+# The trace section (about 2 minutes) runs one cnid for a client sending a
+# W3C traceparent and one sending none, alternating in one loop
+# (BENCH_FLAGS="--only trace" alone).
 BENCH_TARGET ?= $(abspath $(or $(CARGO_TARGET_DIR),target))
 BENCH_FLAGS ?=
 BENCH_SCALE_BASELINE ?=

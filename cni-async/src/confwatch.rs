@@ -34,14 +34,17 @@
 //! wait for before they run pods: at least N networks loaded (go-cni's
 //! `WithMinNetworkCount`; containerd uses 2 with loopback) whose plugins
 //! exist and answer VERSION with the list's version (ocicni validates
-//! them). Networks are checked in conf-dir order until N are usable. Each
-//! plugin binary (its path and identity: device, inode, size, mtime) is
-//! asked for VERSION once, however many networks use it, and again only
-//! when it changes. Once ready, the binaries of the usable networks are
-//! looked at again (a `stat` each, no process) when readiness is asked
-//! and the last look is over a second old: a binary gone or replaced
-//! makes readiness check again, so a missing plugin turns it to "not
-//! ready" within about a second.
+//! them). Every loaded network is checked, so the answer also names the
+//! networks that cannot work now ([`Ready::unusable`],
+//! [`NotReady::unusable`]), the default network among them, even while N
+//! others are usable. Each plugin binary (its path and identity: device,
+//! inode, size, mtime) is asked for VERSION once, however many networks
+//! use it, and again only when it changes. Once ready, the plugin types of
+//! the loaded networks are looked up again (a `stat` each, no process)
+//! when readiness is asked and the last look is over a second old: a
+//! binary gone, replaced or back makes readiness check again, so a missing
+//! plugin shows within about a second. A conf dir that does not exist is
+//! said to be missing.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cni_async::Error> {
@@ -127,8 +130,10 @@ pub struct ConfSnapshot {
     /// whose name is not a valid network name).
     pub skipped: Vec<SkippedFile>,
     /// Why the conf dir itself could not be read, if it could not (a
-    /// missing dir is no error: it has no networks).
+    /// missing dir is no error: it has no networks, see `dir_missing`).
     pub dir_error: Option<String>,
+    /// The conf dir does not exist (as of this reload).
+    pub dir_missing: bool,
     by_name: HashMap<String, Arc<LoadedNetwork>>,
 }
 
@@ -160,6 +165,8 @@ impl ConfSnapshot {
             loaded_at: Some(SystemTime::now()),
             ..Default::default()
         };
+        snap.dir_missing =
+            matches!(std::fs::metadata(dir), Err(e) if e.kind() == io::ErrorKind::NotFound);
         let scan = match confdir::scan(dir) {
             Ok(scan) => scan,
             Err(e) => {
@@ -170,17 +177,13 @@ impl ConfSnapshot {
         for found in scan.unique() {
             let name = found.list.name();
             if let Err(e) = cni_core::validate::network_name(name) {
-                snap.skipped.push(SkippedFile {
-                    path: found.path.clone(),
-                    reason: e.to_string(),
-                });
+                snap.skipped
+                    .push(SkippedFile::new(found.path.clone(), e.to_string()));
                 continue;
             }
             if let Some(reason) = refuse.and_then(|r| r(&found.list)) {
-                snap.skipped.push(SkippedFile {
-                    path: found.path.clone(),
-                    reason,
-                });
+                snap.skipped
+                    .push(SkippedFile::new(found.path.clone(), reason));
                 continue;
             }
             let loaded = Arc::new(LoadedNetwork {
@@ -292,7 +295,9 @@ fn log_reload(dir: &Path, old: &ConfSnapshot, new: &ConfSnapshot, changes: &Chan
             "the default network changed (the first file of the conf dir that loads)");
     }
     let newly_empty = new.networks.is_empty() && (old.generation == 0 || !old.networks.is_empty());
-    if newly_empty {
+    if newly_empty && new.dir_missing {
+        tracing::warn!(dir = %dir.display(), "the conf dir does not exist");
+    } else if newly_empty {
         tracing::warn!(dir = %dir.display(), "no usable network configuration in the conf dir");
     }
 }
@@ -300,9 +305,35 @@ fn log_reload(dir: &Path, old: &ConfSnapshot, new: &ConfSnapshot, changes: &Chan
 /// Why a [`NetworkSet`] is not ready ([`NetworkSet::readiness`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotReady {
-    /// What is missing, for people: e.g. "no network configuration in
-    /// /etc/cni/net.d", or which networks are unusable and why.
+    /// What is missing, for people: e.g. "the conf dir /etc/cni/net.d
+    /// does not exist", "no network configuration in /etc/cni/net.d", or
+    /// which networks are unusable and why.
     pub reason: String,
+    /// The loaded networks that cannot work now, in conf-dir order.
+    pub unusable: Vec<Unusable>,
+}
+
+/// A loaded network that cannot work now: a plugin binary missing, or not
+/// answering VERSION with the list's version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unusable {
+    /// The network's name.
+    pub network: String,
+    /// Whether it is the default network (the conf dir's first).
+    pub default: bool,
+    /// Why, naming the plugin.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let default = if self.default {
+            " (the default network)"
+        } else {
+            ""
+        };
+        write!(f, "network {:?}{default}: {}", self.network, self.reason)
+    }
 }
 
 impl std::fmt::Display for NotReady {
@@ -316,6 +347,25 @@ impl std::fmt::Display for NotReady {
 pub struct Ready {
     /// The usable networks, in conf-dir order.
     pub usable: Vec<String>,
+    /// The loaded networks that cannot work now, in conf-dir order (the
+    /// minimum is met without them).
+    pub unusable: Vec<Unusable>,
+}
+
+impl Ready {
+    /// What is wrong although ready, for people: the unusable networks
+    /// and why, `None` when every network is usable.
+    pub fn degraded(&self) -> Option<String> {
+        if self.unusable.is_empty() {
+            return None;
+        }
+        let each: Vec<String> = self.unusable.iter().map(ToString::to_string).collect();
+        Some(format!(
+            "ready, but {} network(s) unusable: {}",
+            each.len(),
+            each.join("; ")
+        ))
+    }
 }
 
 #[derive(Debug)]
@@ -324,9 +374,9 @@ struct ReadinessMemo {
     min: usize,
     at: Instant,
     outcome: Result<Ready, NotReady>,
-    /// For a ready outcome: the plugin types of the usable networks and
-    /// the binaries they resolved to.
-    binaries: Vec<(String, PluginId)>,
+    /// For a ready outcome: the plugin types of the loaded networks and
+    /// the binaries they resolved to (`None`: not found).
+    binaries: Vec<(String, Option<PluginId>)>,
 }
 
 /// A plugin binary as found: its path and what tells a replaced or
@@ -535,12 +585,12 @@ impl NetworkSet {
                     let unchanged = m
                         .binaries
                         .iter()
-                        .all(|(t, id)| PluginId::find(cni, t).is_ok_and(|now| now == *id));
+                        .all(|(t, id)| PluginId::find(cni, t).ok() == *id);
                     if unchanged {
                         m.at = Instant::now();
                         return m.outcome.clone();
                     }
-                    tracing::info!(dir = %self.dir.display(), "a plugin binary of a usable network is gone or changed; checking readiness again");
+                    tracing::info!(dir = %self.dir.display(), "a plugin binary of a network is gone, changed or back; checking readiness again");
                 }
                 Err(_) => {}
             }
@@ -572,15 +622,16 @@ impl NetworkSet {
             .0
     }
 
-    /// Whether one network's plugins are usable: the binaries it uses, or
-    /// why not. VERSION runs once per binary (see `versions`), unless
-    /// `!run` (then a binary not asked yet passes).
+    /// Whether one network's plugins are usable (or why not), and the
+    /// binaries its plugin types resolved to (`None`: not found). VERSION
+    /// runs once per binary (see `versions`), unless `!run` (then a binary
+    /// not asked yet passes).
     async fn check_network(
         &self,
         cni: &Cni,
         list: &NetworkConfigList,
         run: bool,
-    ) -> Result<Vec<(String, PluginId)>, String> {
+    ) -> (Result<(), String>, Vec<(String, Option<PluginId>)>) {
         let mut found = Vec::new();
         let mut errors = Vec::new();
         for plugin in list.plugins() {
@@ -589,9 +640,11 @@ impl NetworkSet {
                 Ok(id) => id,
                 Err(e) => {
                     errors.push(Chain(&e).to_string());
+                    found.push((t.to_owned(), None));
                     continue;
                 }
             };
+            found.push((t.to_owned(), Some(id.clone())));
             let known = self
                 .versions
                 .lock()
@@ -600,10 +653,7 @@ impl NetworkSet {
                 .cloned();
             let info = match known {
                 Some(info) => info,
-                None if !run => {
-                    found.push((t.to_owned(), id));
-                    continue;
-                }
+                None if !run => continue,
                 None => {
                     let info = cni.version_info(t).await.map_err(|e| Chain(&e).to_string());
                     let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
@@ -614,7 +664,7 @@ impl NetworkSet {
                 }
             };
             match info {
-                Ok(info) if info.supports(list.version()) => found.push((t.to_owned(), id)),
+                Ok(info) if info.supports(list.version()) => {}
                 Ok(info) => errors.push(format!(
                     "plugin {t} does not support version {} (supports {})",
                     list.version(),
@@ -623,11 +673,12 @@ impl NetworkSet {
                 Err(e) => errors.push(e),
             }
         }
-        if errors.is_empty() {
-            Ok(found)
+        let outcome = if errors.is_empty() {
+            Ok(())
         } else {
             Err(errors.join("; "))
-        }
+        };
+        (outcome, found)
     }
 
     async fn compute_readiness(
@@ -636,14 +687,25 @@ impl NetworkSet {
         cni: &Cni,
         min_networks: usize,
         run: bool,
-    ) -> (Result<Ready, NotReady>, Vec<(String, PluginId)>) {
+    ) -> (Result<Ready, NotReady>, Vec<(String, Option<PluginId>)>) {
         let dir = self.dir.display();
-        let not = |reason: String| (Err(NotReady { reason }), Vec::new());
+        let not = |reason: String| {
+            (
+                Err(NotReady {
+                    reason,
+                    unusable: Vec::new(),
+                }),
+                Vec::new(),
+            )
+        };
         if snap.generation == 0 {
             return not(format!("the conf dir {dir} has not been read yet"));
         }
         if let Some(e) = &snap.dir_error {
             return not(format!("cannot read the conf dir {dir}: {e}"));
+        }
+        if snap.dir_missing && min_networks > 0 {
+            return not(format!("the conf dir {dir} does not exist"));
         }
         if snap.networks.is_empty() && min_networks > 0 {
             let mut reason = format!("no network configuration in {dir}");
@@ -658,31 +720,35 @@ impl NetworkSet {
             return not(reason);
         }
         let mut usable = Vec::new();
-        let mut binaries = Vec::new();
+        let mut binaries: Vec<(String, Option<PluginId>)> = Vec::new();
         let mut unusable = Vec::new();
-        for n in &snap.networks {
-            if usable.len() >= min_networks {
-                break;
-            }
-            match self.check_network(cni, &n.list, run).await {
-                Ok(found) => {
-                    usable.push(n.list.name().to_owned());
-                    binaries.extend(found);
+        for (i, n) in snap.networks.iter().enumerate() {
+            let (outcome, found) = self.check_network(cni, &n.list, run).await;
+            for f in found {
+                if !binaries.iter().any(|(t, _)| *t == f.0) {
+                    binaries.push(f);
                 }
-                Err(e) => unusable.push(format!("network {:?}: {e}", n.list.name())),
+            }
+            match outcome {
+                Ok(()) => usable.push(n.list.name().to_owned()),
+                Err(reason) => unusable.push(Unusable {
+                    network: n.list.name().to_owned(),
+                    default: i == 0,
+                    reason,
+                }),
             }
         }
         if usable.len() >= min_networks {
-            return (Ok(Ready { usable }), binaries);
+            return (Ok(Ready { usable, unusable }), binaries);
         }
         let mut reason = format!(
             "{} usable network(s) in {dir}, {min_networks} needed",
             usable.len()
         );
-        if !unusable.is_empty() {
-            reason.push_str(&format!("; {}", unusable.join("; ")));
+        for u in &unusable {
+            reason.push_str(&format!("; {u}"));
         }
-        not(reason)
+        (Err(NotReady { reason, unusable }), Vec::new())
     }
 }
 

@@ -106,6 +106,7 @@ pub mod ops;
 pub mod stale;
 pub mod storage;
 pub mod sys;
+pub mod trace;
 
 #[cfg(feature = "netns")]
 pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};

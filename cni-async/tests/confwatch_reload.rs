@@ -116,10 +116,21 @@ async fn readiness_counts_networks_whose_plugins_answer_version() {
     let e = set.readiness(&cni, 1).await.unwrap_err();
     assert!(e.reason.contains("not been read"), "{e}");
     set.reload().await;
+    // A conf dir that does not exist is said to be missing.
+    let e = set.readiness(&cni, 1).await.unwrap_err();
+    assert_eq!(
+        e.reason,
+        format!("the conf dir {} does not exist", dir.display())
+    );
+    assert!(set.snapshot().dir_missing);
+
+    // Created and empty: no configuration.
+    std::fs::create_dir(&dir).unwrap();
+    set.reload().await;
     let e = set.readiness(&cni, 1).await.unwrap_err();
     assert!(e.reason.contains("no network configuration in"), "{e}");
+    assert!(!set.snapshot().dir_missing);
 
-    std::fs::create_dir(&dir).unwrap();
     write(&dir, "10-a.conflist", &conflist_text("a", "good"));
     write(&dir, "20-b.conflist", &conflist_text("b", "missing"));
     write(&dir, "30-bad.conflist", "{");

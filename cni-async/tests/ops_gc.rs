@@ -125,7 +125,7 @@ async fn stale_attachments_get_del_and_plugins_get_gc() {
         json!([{"containerID":"c1","ifname":"eth0"},{"containerID":"c9","ifname":"eth0"}]);
     assert_json_eq(
         &calls[4].stdin_json(),
-        &json!({"type":"a","name":"gcnet","cniVersion":"1.1.0",
+        &json!({"type":"a","capabilities":{"mac":true},"name":"gcnet","cniVersion":"1.1.0",
             "cni.dev/valid-attachments": valid_json, "cni.dev/attachments": valid_json}),
         "GC stdin",
     );

@@ -90,10 +90,12 @@ fn attachment_stdin(index: usize, prev: Option<Value>) -> Value {
 }
 
 /// The stdin of plugin `index` for STATUS (and, with the GC keys, for GC):
-/// name and version injected, capabilities removed, nothing else.
+/// name and version injected, `capabilities` passed through (the spec
+/// forbids it only for ADD, DEL and CHECK), nothing else.
 fn network_stdin(index: usize) -> Value {
     match index {
-        0 => json!({"type":"p1","keep":{"big":18446744073709551617u128,"s":"<&>é"},
+        0 => json!({"type":"p1","capabilities":{"portMappings":true,"bandwidth":false},
+            "keep":{"big":18446744073709551617u128,"s":"<&>é"},
             "name":"chain","cniVersion":"1.1.0"}),
         1 => json!({"type":"p2","cniVersion":"1.1.0","name":"chain"}),
         _ => json!({"type":"p3","runtimeConfig":{"static":1},"name":"chain","cniVersion":"1.1.0"}),

@@ -58,6 +58,7 @@ mod ops_rollback_existing;
 mod ops_rollback_on_cancel;
 mod ops_single;
 mod ops_stdin_env;
+mod ops_trace;
 mod ops_validation;
 mod ops_with_record;
 mod stale_attack;

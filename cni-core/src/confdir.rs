@@ -36,7 +36,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::{NetworkConfigList, PluginConfig};
-use crate::error::{Chain, Error, SkippedFile};
+use crate::error::{Error, SkippedFile};
 
 /// Extensions of network configuration lists.
 pub const LIST_EXTENSIONS: &[&str] = &["conflist"];
@@ -85,10 +85,7 @@ fn scan_files(dir: &Path, extensions: &[&str]) -> Result<(Vec<PathBuf>, Vec<Skip
         let meta = match std::fs::symlink_metadata(&path) {
             Ok(m) => m,
             Err(e) => {
-                skipped.push(SkippedFile {
-                    path,
-                    reason: format!("cannot stat: {e}"),
-                });
+                skipped.push(SkippedFile::new(path, format!("cannot stat: {e}")));
                 continue;
             }
         };
@@ -106,19 +103,19 @@ fn scan_files(dir: &Path, extensions: &[&str]) -> Result<(Vec<PathBuf>, Vec<Skip
             };
             match std::fs::canonicalize(&path) {
                 Ok(target) if target.starts_with(&dir_real) && target.is_file() => files.push(path),
-                Ok(target) if !target.starts_with(&dir_real) => skipped.push(SkippedFile {
+                Ok(target) if !target.starts_with(&dir_real) => skipped.push(SkippedFile::new(
                     path,
-                    reason: format!(
+                    format!(
                         "symbolic link to {} points outside {}",
                         target.display(),
                         dir.display()
                     ),
-                }),
+                )),
                 Ok(_) => {} // a link to a directory: not a config file
-                Err(e) => skipped.push(SkippedFile {
+                Err(e) => skipped.push(SkippedFile::new(
                     path,
-                    reason: format!("dangling symbolic link: {e}"),
-                }),
+                    format!("dangling symbolic link: {e}"),
+                )),
             }
         } else if meta.is_file() {
             files.push(path);
@@ -293,10 +290,7 @@ pub fn scan(dir: &Path) -> Result<ConfDirScan, Error> {
         match loaded {
             Ok(list) => out.networks.push(FoundNetwork { path, list }),
             Err(e) => {
-                let s = SkippedFile {
-                    path,
-                    reason: Chain(&e).to_string(),
-                };
+                let s = SkippedFile::from_error(path, &e);
                 warn_skipped(&s);
                 out.skipped.push(s);
             }
@@ -324,10 +318,7 @@ fn first_named(
                 }
             }
             Err(e) => {
-                let s = SkippedFile {
-                    path,
-                    reason: Chain(&e).to_string(),
-                };
+                let s = SkippedFile::from_error(path, &e);
                 warn_skipped(&s);
                 skipped.push(s);
             }

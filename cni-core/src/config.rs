@@ -39,7 +39,7 @@ use serde_json::{Map, Value};
 
 use crate::args::json_kind;
 use crate::error::Error;
-use crate::version::{Version, select_version};
+use crate::version::{Version, offers_only_newer, select_version};
 
 /// Where a configuration came from, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -303,8 +303,21 @@ impl NetworkConfigList {
                 ));
             }
         };
-        let version = select_version(cni_version.as_deref(), &cni_versions)
-            .map_err(|e| Error::invalid_config(&origin, format!("field 'cniVersion': {e}")))?;
+        let version = select_version(cni_version.as_deref(), &cni_versions).map_err(|e| {
+            if offers_only_newer(cni_version.as_deref(), &cni_versions) {
+                return Error::VersionsTooNew {
+                    origin: origin.to_string(),
+                    network: name.clone(),
+                    offered: cni_version.iter().chain(&cni_versions).cloned().collect(),
+                };
+            }
+            let field = if cni_versions.is_empty() {
+                "cniVersion"
+            } else {
+                "cniVersions"
+            };
+            Error::invalid_config(&origin, format!("field '{field}': {e}"))
+        })?;
         let disable_check = read_bool(&raw, "disableCheck", &origin)?;
         let disable_gc = read_bool(&raw, "disableGC", &origin)?;
         let load_only_inlined_plugins = read_bool(&raw, "loadOnlyInlinedPlugins", &origin)?;

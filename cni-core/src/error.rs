@@ -181,6 +181,33 @@ pub struct SkippedFile {
     pub path: PathBuf,
     /// Why it was skipped.
     pub reason: String,
+    /// The network the file names, when it parsed far enough to tell (a
+    /// list refused for the versions it asks for): a lookup of that name
+    /// says why the file is refused instead of "no network configuration".
+    pub network: Option<String>,
+}
+
+impl SkippedFile {
+    /// A file skipped for `reason`, its network unknown.
+    pub fn new(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        SkippedFile {
+            path: path.into(),
+            reason: reason.into(),
+            network: None,
+        }
+    }
+
+    /// A file skipped because loading it failed with `error`.
+    pub fn from_error(path: impl Into<PathBuf>, error: &Error) -> Self {
+        SkippedFile {
+            path: path.into(),
+            reason: Chain(error).to_string(),
+            network: match error {
+                Error::VersionsTooNew { network, .. } => Some(network.clone()),
+                _ => None,
+            },
+        }
+    }
 }
 
 impl fmt::Display for SkippedFile {
@@ -246,6 +273,31 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+fn fmt_not_found(
+    name: &str,
+    dir: &std::path::Path,
+    available: &[String],
+    skipped: &[SkippedFile],
+) -> String {
+    if let Some(own) = skipped.iter().find(|s| s.network.as_deref() == Some(name)) {
+        return format!(
+            "network configuration with name {name:?} in {} is not usable: {}",
+            dir.display(),
+            own.reason
+        );
+    }
+    format!(
+        "no network configuration with name {name:?} in {}{}{}",
+        dir.display(),
+        fmt_available(name, available),
+        list_skipped(skipped)
+    )
+}
+
+fn fmt_offered(offered: &[String]) -> String {
+    offered.join(", ")
+}
+
 fn list_skipped(skipped: &[SkippedFile]) -> String {
     if skipped.is_empty() {
         return String::new();
@@ -298,6 +350,23 @@ pub enum Error {
         context: String,
     },
 
+    /// A network configuration list asks only for versions newer than
+    /// this runtime supports (in `cniVersion` and `cniVersions`): refused,
+    /// saying what it asks for and the highest version supported.
+    #[error(
+        "network configuration {origin} (network {network:?}) asks only for CNI versions newer than this runtime supports: {} (the highest supported is {})",
+        fmt_offered(offered),
+        crate::version::Version::CURRENT
+    )]
+    VersionsTooNew {
+        /// Where it came from: a file path, or a description such as `<bytes>`.
+        origin: String,
+        /// The network's name.
+        network: String,
+        /// The versions it offers, as written (`cniVersion` first).
+        offered: Vec<String>,
+    },
+
     /// A plugin's `VERSION` reply does not decode.
     #[error("invalid VERSION reply: {reason}")]
     InvalidVersionReply {
@@ -315,7 +384,7 @@ pub enum Error {
     },
 
     /// No configuration in the conf dir has this network name.
-    #[error("no network configuration with name {name:?} in {}{}{}", dir.display(), fmt_available(name, available), list_skipped(skipped))]
+    #[error("{}", fmt_not_found(name, dir, available, skipped))]
     NetworkNotFound {
         /// The name looked for.
         name: String,
@@ -403,9 +472,9 @@ impl Error {
         match self {
             Error::Io { .. } => code::IO_FAILURE,
             Error::InvalidConfig { .. } => code::INVALID_NETWORK_CONFIG,
-            Error::InvalidVersion { .. } | Error::UnsupportedVersion { .. } => {
-                code::INCOMPATIBLE_VERSION
-            }
+            Error::InvalidVersion { .. }
+            | Error::UnsupportedVersion { .. }
+            | Error::VersionsTooNew { .. } => code::INCOMPATIBLE_VERSION,
             Error::InvalidVersionReply { .. } => code::DECODING_FAILURE,
             Error::NoConfigs { .. } | Error::NetworkNotFound { .. } => code::INVALID_NETWORK_CONFIG,
             Error::InvalidParameter { code, .. } => *code,
@@ -521,10 +590,10 @@ mod tests {
         let e = Error::NetworkNotFound {
             name: "net".into(),
             dir: "/etc/cni/net.d".into(),
-            skipped: vec![SkippedFile {
-                path: "/etc/cni/net.d/10-bad.conflist".into(),
-                reason: "expected value at line 1 column 1".into(),
-            }],
+            skipped: vec![SkippedFile::new(
+                "/etc/cni/net.d/10-bad.conflist",
+                "expected value at line 1 column 1",
+            )],
             available: Vec::new(),
         };
         let msg = e.to_string();

@@ -51,6 +51,7 @@ pub mod env;
 pub mod error;
 pub mod result;
 pub mod stdin;
+pub mod trace;
 pub mod validate;
 pub mod version;
 

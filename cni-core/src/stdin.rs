@@ -4,9 +4,12 @@
 //! Starting from the plugin's object exactly as written:
 //! - `name` is set to the network's name and `cniVersion` to the version the
 //!   list runs at, replacing the plugin's own (in place, so key order holds);
-//! - `capabilities` is removed (the spec says it must not be set; libcni
-//!   forgets, `docs/decisions.md` D5), and so is every key starting with `cni.dev/`
-//!   (reserved for the runtime: a config cannot forge `cni.dev/valid-attachments`);
+//! - every key starting with `cni.dev/` is removed (reserved for the
+//!   runtime: a config cannot forge `cni.dev/valid-attachments`);
+//! - ADD, DEL, CHECK: `capabilities` is removed (the spec says it must not
+//!   be set for the attachment operations; libcni forgets,
+//!   `docs/decisions.md` D5); GC and STATUS pass it through unaltered, as
+//!   the spec says of every other field and libcni does;
 //! - ADD, DEL, CHECK: `runtimeConfig` is set to exactly those capability
 //!   arguments whose capability the plugin declares `true`, in the plugin's
 //!   declaration order, and only when at least one matches (then it replaces
@@ -92,8 +95,9 @@ pub fn plugin_stdin_value(
     input: StdinInput<'_>,
 ) -> Map<String, Value> {
     let mut out = Map::with_capacity(plugin.raw().len() + 3);
+    let attachment = matches!(input, StdinInput::Attachment { .. });
     for (k, v) in plugin.raw() {
-        if k == "capabilities" || k.starts_with(RESERVED_PREFIX) {
+        if (attachment && k == "capabilities") || k.starts_with(RESERVED_PREFIX) {
             continue;
         }
         out.insert(k.clone(), v.clone());
@@ -204,7 +208,7 @@ mod tests {
         );
         assert_eq!(
             Value::Object(v),
-            json!({"type":"x","name":"n","cniVersion":"1.1.0",
+            json!({"type":"x","capabilities":{"a":true},"name":"n","cniVersion":"1.1.0",
                 "cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"}],
                 "cni.dev/attachments":[{"containerID":"c1","ifname":"eth0"}]})
         );
@@ -212,12 +216,40 @@ mod tests {
 
     #[test]
     fn status_gets_name_and_version_only() {
-        let p = plugin(r#"{"type":"x","name":"own","cniVersion":"0.4.0","runtimeConfig":{"k":1}}"#);
+        let p = plugin(
+            r#"{"type":"x","name":"own","cniVersion":"0.4.0","runtimeConfig":{"k":1},"capabilities":{"mac":true}}"#,
+        );
         let v = plugin_stdin_value("net", Version::V1_1_0, &p, StdinInput::Status);
         assert_eq!(
             Value::Object(v),
-            json!({"type":"x","name":"net","cniVersion":"1.1.0","runtimeConfig":{"k":1}})
+            json!({"type":"x","name":"net","cniVersion":"1.1.0","runtimeConfig":{"k":1},
+                "capabilities":{"mac":true}})
         );
+    }
+
+    #[test]
+    fn capabilities_are_removed_for_attachment_verbs_only() {
+        let p = plugin(r#"{"type":"x","capabilities":{"mac":true}}"#);
+        let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
+        let add = plugin_stdin_value(
+            "n",
+            Version::V1_1_0,
+            &p,
+            StdinInput::Attachment {
+                rt: &rt,
+                prev_result: None,
+            },
+        );
+        assert!(!add.contains_key("capabilities"), "{add:?}");
+        for input in [
+            StdinInput::Status,
+            StdinInput::Gc {
+                valid_attachments: &[],
+            },
+        ] {
+            let v = plugin_stdin_value("n", Version::V1_1_0, &p, input);
+            assert_eq!(v["capabilities"], json!({"mac":true}), "{input:?}");
+        }
     }
 
     #[test]

@@ -223,6 +223,21 @@ pub fn select_version(
     Ok(picked)
 }
 
+/// Whether a list offers versions (in `cniVersion` and `cniVersions`) and
+/// every one of them parses and is newer than [`Version::CURRENT`]: the
+/// case [`select_version`] refuses because a newer runtime is needed.
+pub fn offers_only_newer(cni_version: Option<&str>, cni_versions: &[String]) -> bool {
+    let mut offered = cni_version
+        .into_iter()
+        .chain(cni_versions.iter().map(String::as_str));
+    let mut any = false;
+    let all = offered.all(|raw| {
+        any = true;
+        Version::parse(raw).is_ok_and(|v| v > Version::CURRENT)
+    });
+    any && all
+}
+
 /// What a plugin answered to `VERSION`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginInfo {

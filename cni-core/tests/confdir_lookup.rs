@@ -303,3 +303,60 @@ fn default_network_is_the_first_file_of_any_extension() {
         ["00-multus.conf", "10-calico.conflist", "20-extra.json"]
     );
 }
+
+/// A list that offers only versions newer than 1.1.0 stays refused, but
+/// the load warning and the lookup of its name say why: the versions it
+/// asks for and the highest supported, not "no network configuration".
+#[test]
+fn a_list_of_only_newer_versions_is_refused_saying_why() {
+    let d = ConfDir::new();
+    let path = d.write(
+        "10-new.conflist",
+        r#"{"cniVersion":"2.0.0","cniVersions":["1.2.0"],"name":"newnet","plugins":[{"type":"bridge"}]}"#,
+    );
+    d.write("20-good.conflist", &conflist("good", "bridge"));
+
+    let scan = confdir::scan(d.path()).unwrap();
+    assert_eq!(scan.skipped.len(), 1);
+    assert_eq!(scan.skipped[0].path, path);
+    assert_eq!(scan.skipped[0].network.as_deref(), Some("newnet"));
+    let reason = &scan.skipped[0].reason;
+    assert!(
+        reason.contains("2.0.0, 1.2.0") && reason.contains("the highest supported is 1.1.0"),
+        "{reason}"
+    );
+
+    let e = confdir::load_network(d.path(), "newnet").unwrap_err();
+    assert!(matches!(e, Error::NetworkNotFound { .. }), "{e:?}");
+    assert_eq!(e.code(), 7);
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with(&format!(
+            "network configuration with name \"newnet\" in {} is not usable: ",
+            d.path().display()
+        )) && msg.contains("2.0.0, 1.2.0")
+            && msg.contains("the highest supported is 1.1.0")
+            && msg.contains("10-new.conflist"),
+        "{msg}"
+    );
+
+    // Another name still reads "not found", listing the refused file.
+    let other = confdir::load_network(d.path(), "other")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        other.starts_with("no network configuration with name \"other\"")
+            && other.contains("10-new.conflist"),
+        "{other}"
+    );
+
+    // A version that does not parse names its field.
+    let bad = d.write(
+        "30-bad.conflist",
+        r#"{"cniVersion":"1.0.0","cniVersions":["x"],"name":"badver","plugins":[{"type":"bridge"}]}"#,
+    );
+    let scan = confdir::scan(d.path()).unwrap();
+    let s = scan.skipped.iter().find(|s| s.path == bad).unwrap();
+    assert!(s.reason.contains("field 'cniVersions'"), "{}", s.reason);
+    assert_eq!(s.network, None);
+}

@@ -321,7 +321,8 @@ fn gc_and_status_inputs() {
     let v = json(&list_plugin_stdin(&list, 1, StdinInput::Status).unwrap());
     assert_json_eq(
         &v,
-        &json!({"type": "tuning", "sysctl": {"net.core.somaxconn": "500"}, "name": "dbnet", "cniVersion": "1.1.0"}),
+        &json!({"type": "tuning", "capabilities": {"mac": true},
+            "sysctl": {"net.core.somaxconn": "500"}, "name": "dbnet", "cniVersion": "1.1.0"}),
     );
 }
 

@@ -158,6 +158,8 @@ struct Inner {
 pub struct Client {
     inner: Arc<Inner>,
     request_id: Option<HeaderValue>,
+    /// W3C trace context headers sent with every request.
+    trace: Arc<Vec<(&'static str, HeaderValue)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -173,6 +175,7 @@ impl Client {
                 idle: Mutex::new(Vec::new()),
             }),
             request_id: None,
+            trace: Arc::default(),
         };
         let sender = client.open().await?;
         client.put_back(sender);
@@ -190,6 +193,21 @@ impl Client {
         Client {
             inner: self.inner.clone(),
             request_id: HeaderValue::from_str(id).ok(),
+            trace: self.trace.clone(),
+        }
+    }
+
+    /// A client sending `trace`'s `traceparent`, `tracestate` and
+    /// `baggage` headers with every request: the plugins of its
+    /// operations get them (cnitool sends its own environment's).
+    pub fn with_trace(&self, trace: &cni_core::trace::TraceContext) -> Client {
+        let headers = trace
+            .headers()
+            .filter_map(|(k, v)| HeaderValue::from_str(v).ok().map(|v| (k, v)))
+            .collect();
+        Client {
+            trace: Arc::new(headers),
+            ..self.clone()
         }
     }
 
@@ -259,6 +277,9 @@ impl Client {
                 .header(header::HOST, "cnid");
             if let Some(id) = &self.request_id {
                 builder = builder.header(api::REQUEST_ID_HEADER, id.clone());
+            }
+            for (k, v) in self.trace.iter() {
+                builder = builder.header(*k, v.clone());
             }
             if body.is_some() {
                 builder = builder.header(header::CONTENT_TYPE, "application/json");

@@ -23,15 +23,18 @@ fn networks_lists_the_default_first_and_unusable_files() {
     std::fs::write(sb.net_dir().join("20-broken.conflist"), "{").unwrap();
     let run = sb.run(&["networks"]).ok();
     let lines: Vec<&str> = run.stdout.lines().collect();
-    assert_eq!(lines.len(), 4, "{}", run.stdout);
+    assert_eq!(lines.len(), 6, "{}", run.stdout);
     assert!(lines[0].starts_with("NAME"), "{}", run.stdout);
+    // No plugin of either network is installed: both are listed, and
+    // marked unusable with why.
     assert!(
-        lines[1].starts_with("multus-net (default)") && lines[1].contains("00-multus.conf"),
+        lines[1].starts_with("multus-net (default) (unusable)")
+            && lines[1].contains("00-multus.conf"),
         "{}",
         run.stdout
     );
     assert!(
-        lines[2].starts_with("pods ")
+        lines[2].starts_with("pods (unusable) ")
             && lines[2].contains("1.1.0")
             && lines[2].contains("bridge,portmap")
             && lines[2].contains("portMappings"),
@@ -39,10 +42,27 @@ fn networks_lists_the_default_first_and_unusable_files() {
         run.stdout
     );
     assert!(
-        lines[3].starts_with("unusable: ") && lines[3].contains("20-broken.conflist"),
+        lines[3].starts_with("unusable: network \"multus-net\": plugin \"multus\" not found"),
         "{}",
         run.stdout
     );
+    assert!(
+        lines[4].starts_with("unusable: network \"pods\": plugin \"bridge\" not found"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        lines[5].starts_with("unusable: ") && lines[5].contains("20-broken.conflist"),
+        "{}",
+        run.stdout
+    );
+
+    // Installed: usable.
+    for t in ["multus", "bridge", "portmap"] {
+        sb.plugins.fake(t, &Fake::plugin("1.1.0", "10.1.2.3/24"));
+    }
+    let run = sb.run(&["networks"]).ok();
+    assert!(!run.stdout.contains("(unusable)"), "{}", run.stdout);
 }
 
 #[test]

@@ -5,15 +5,10 @@
 
 use std::time::Duration;
 
-use crate::support::daemon::{Daemon, Dirs, eventually, get};
+use crate::support::daemon::{Daemon, Dirs, eventually, get, ready};
 use serde_json::json;
 
 const VERSION_OK: &str = r#"case "$CNI_COMMAND" in VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}';; esac"#;
-
-fn ready(daemon: &Daemon) -> (u16, serde_json::Value) {
-    let r = get(&daemon.socket, "/v1/health/ready");
-    (r.status, r.json())
-}
 
 #[test]
 fn not_ready_until_a_network_whose_plugins_answer_is_loaded() {

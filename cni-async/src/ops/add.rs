@@ -566,7 +566,8 @@ impl<'a, Out> AddOp<'a, Out> {
             (tx, ack_rx),
             counted,
         );
-        let handle = tokio::spawn(task);
+        // The task runs the plugins: it keeps this one's trace context.
+        let handle = tokio::spawn(crate::trace::carry(crate::trace::current(), task));
         let outcome = rx.await;
         // Taken: the task leaves the attachment to the caller.
         let _ = ack.send(());

@@ -317,7 +317,8 @@ impl Cni {
             .inner
             .exec
             .find_plugin(plugin.plugin_type(), &self.inner.plugin_dirs)?;
-        let env = env::plugin_env(command, rt, &self.inner.cni_path);
+        let mut env = env::plugin_env(command, rt, &self.inner.cni_path);
+        env.extend(crate::trace::env());
         let remaining = deadline.remaining();
         if remaining.is_zero() {
             return Err(not_started(plugin, command, deadline));

@@ -43,6 +43,7 @@ impl Cni {
             .exec
             .find_plugin(plugin_type, &self.inner.plugin_dirs)?;
         let mut env = env::plugin_env(Command::Version, None, &self.inner.cni_path);
+        env.extend(crate::trace::env());
         // Plugins built on an old skel insist on these even for VERSION;
         // libcni passes "dummy" for the same reason.
         for (k, v) in env.iter_mut() {

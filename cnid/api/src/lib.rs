@@ -27,6 +27,20 @@ pub const PREFIX: &str = "/v1";
 /// response, logged, and listed by `GET /v1/operations`).
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
+/// The request header carrying the caller's W3C trace context (with
+/// [`TRACESTATE_HEADER`] and [`BAGGAGE_HEADER`]): every plugin of the
+/// operation gets it as `TRACEPARENT` (`TRACESTATE`, `BAGGAGE`), and
+/// cnid's log lines of the operation name its trace id (`trace_id`).
+/// Malformed values are dropped.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+
+/// The W3C `tracestate` request header (kept only with a valid
+/// [`TRACEPARENT_HEADER`]).
+pub const TRACESTATE_HEADER: &str = "tracestate";
+
+/// The W3C `baggage` request header.
+pub const BAGGAGE_HEADER: &str = "baggage";
+
 /// The response header that is `true` when a DEL shared the execution of an
 /// identical DEL queued before it.
 pub const COALESCED_HEADER: &str = "cnid-coalesced";
@@ -391,6 +405,10 @@ pub struct NetworkInfo {
     /// The configuration list as loaded (only in `GET /v1/networks/{name}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Value>,
+    /// Why the network cannot work now (a plugin binary missing, or not
+    /// answering VERSION with the network's version); absent when usable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unusable: Option<String>,
 }
 
 impl NetworkInfo {
@@ -417,6 +435,7 @@ impl NetworkInfo {
             shadowed: shadowed.iter().map(|p| p.display().to_string()).collect(),
             config: with_config
                 .then(|| serde_json::from_slice(&list.cache_bytes()).unwrap_or(Value::Null)),
+            unusable: None,
         }
     }
 }
@@ -446,6 +465,9 @@ pub struct NetworksResponse {
     pub networks: Vec<NetworkInfo>,
     /// Files that could not be used (they do not stop the others).
     pub errors: Vec<ConfigError>,
+    /// The conf dir does not exist (absent when it does).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub conf_dir_missing: bool,
 }
 
 /// One cached attachment (`GET /v1/attachments`).
@@ -561,7 +583,10 @@ pub struct HealthResponse {
     /// absent in `GET /v1/health`, which is liveness only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
-    /// Why it is not ready (absent when ready).
+    /// Why it is not ready; when ready, which loaded networks cannot
+    /// work now (a plugin binary missing or not supporting the network's
+    /// version) and why, the default network named as such (absent when
+    /// ready and every network is usable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The daemon's version.

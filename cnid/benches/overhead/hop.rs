@@ -42,7 +42,7 @@ const BASE: &str = "cnid (baseline)";
 pub(crate) const BOUND_S: f64 = 0.05e-3;
 
 /// A daemon of `cnid` on its own cache and state dirs beside the tree's.
-fn daemon(
+pub(crate) fn daemon(
     bins: &Bins,
     cnid: &Path,
     tree: &Tree,

@@ -21,7 +21,8 @@
 //! flight; cnid with 10,000 attachments cached (scale); `cnid-shim`'s added time over a direct cnid request, and its
 //! peak RSS (7); a batch of 1,000 namespaces through `cnitool batch`
 //! against Go's cnitool and the floor (batch1000); the cnid hop against
-//! another cnid build (hop, with `--hop-baseline`). Scenarios 4 and 5 and
+//! another cnid build (hop, with `--hop-baseline`); the cnid ADD with a
+//! `traceparent` header against without (trace). Scenarios 4 and 5 and
 //! batch1000 need root.
 //!
 //! `cargo test` runs this binary without `--bench`: it then only checks its
@@ -41,6 +42,7 @@ mod setup;
 mod shim;
 mod spawn;
 mod stats;
+mod trace;
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -58,7 +60,7 @@ use crate::spawn::Prepared;
 use crate::stats::Summary;
 
 const USAGE: &str = "usage: overhead --bench [--quick] [--no-rt] [--no-go] \
-[--only floor,noop,real,batch,batch1000,hop,memory,scale,core,shim] [--bin-dir DIR] [--out FILE] \
+[--only floor,noop,real,batch,batch1000,hop,memory,scale,core,shim,trace] [--bin-dir DIR] [--out FILE] \
 [--update BENCHMARKS.md] [--criterion-dir DIR] [--scale-baseline CNID] [--hop-baseline CNID] \
 [--batch1000-count N] [--batch1000-concurrency LIST] [--batch1000-reps R]
   --quick       a smoke run (small iteration counts)
@@ -74,7 +76,7 @@ const USAGE: &str = "usage: overhead --bench [--quick] [--no-rt] [--no-go] \
   --batch1000-reps R     its repetitions per concurrency, runners alternating (default 2, --quick 1)
 Without --bench (as `cargo test` runs it) it only checks its own arithmetic.";
 
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "floor",
     "noop",
     "real",
@@ -85,6 +87,7 @@ const SECTIONS: [&str; 10] = [
     "scale",
     "core",
     "shim",
+    "trace",
 ];
 
 struct Opts {
@@ -486,6 +489,17 @@ fn run(opts: Opts) -> anyhow::Result<()> {
 
     if opts.wants("shim") {
         sections.push(shim_section(&bins, &tree, &sizes, &mut findings)?);
+    }
+
+    if opts.wants("trace") {
+        sections.push(trace::section(
+            &bins,
+            &tree,
+            &tokio,
+            sizes.warmup * 4,
+            sizes.hop,
+            &mut findings,
+        )?);
     }
 
     if realtime {

@@ -177,26 +177,39 @@ impl Backend for Local {
         Ok(self.cni.validate_network_list(&list).await?)
     }
 
+    /// The conf dir as cnid would load it, each network marked unusable
+    /// (and why) when a plugin binary is missing or does not support its
+    /// version (the library's readiness, which asks each binary for
+    /// VERSION once).
     async fn networks(&self) -> anyhow::Result<NetworksResponse> {
         let dir = &self.settings.net_dir;
-        let scan = cni_core::confdir::scan(dir)?;
+        let set = cni_async::confwatch::NetworkSet::new(dir.clone());
+        set.reload_blocking();
+        let unusable = match set.readiness(&self.cni, 0).await {
+            Ok(ready) => ready.unusable,
+            Err(not) => not.unusable,
+        };
+        let snap = set.snapshot();
+        if let Some(e) = &snap.dir_error {
+            anyhow::bail!("cannot read the conf dir {}: {e}", dir.display());
+        }
         Ok(NetworksResponse {
             conf_dir: dir.display().to_string(),
             generation: 0,
             loaded_at_ms: 0,
-            networks: scan
-                .unique()
-                .into_iter()
+            networks: snap
+                .networks
+                .iter()
                 .map(|n| {
-                    let shadowed: Vec<_> = scan
-                        .shadowed(n)
-                        .into_iter()
-                        .map(std::path::Path::to_path_buf)
-                        .collect();
-                    NetworkInfo::new(&n.list, &n.path, &shadowed, false)
+                    let mut info = NetworkInfo::new(&n.list, &n.path, &n.shadowed, false);
+                    info.unusable = unusable
+                        .iter()
+                        .find(|u| u.network == info.name)
+                        .map(|u| u.reason.clone());
+                    info
                 })
                 .collect(),
-            errors: scan
+            errors: snap
                 .skipped
                 .iter()
                 .map(|s| ConfigError {
@@ -204,6 +217,7 @@ impl Backend for Local {
                     reason: s.reason.clone(),
                 })
                 .collect(),
+            conf_dir_missing: snap.dir_missing,
         })
     }
 

@@ -25,6 +25,9 @@ Environment:
   CNI_TIMEOUT          deadline of each operation in seconds, may be fractional
                        [default: 60 for add/check/del/gc, 10 for status/version]
   CNITOOL_JSON_ERRORS  set to 1 for --json-errors
+  TRACEPARENT, TRACESTATE, BAGGAGE
+                       W3C trace context handed to the plugins (to cnid as
+                       headers with --socket); a malformed one is dropped
   CNID_SOCKET          cnid's socket when --socket is not given: add, check, del,
                        gc and status go to the daemon (version, validate and
                        batch always run here)

@@ -45,6 +45,8 @@ pub(crate) struct Daemon {
     /// `CNI_TIMEOUT`, sent as `timeoutMs`; `None`: the daemon's defaults.
     timeout: Option<Duration>,
     local: Local,
+    /// Sent as headers with every request.
+    trace: cni_core::trace::TraceContext,
 }
 
 impl Daemon {
@@ -54,11 +56,19 @@ impl Daemon {
             socket,
             timeout,
             local,
+            trace: Default::default(),
         }
     }
 
+    /// Sends `trace` with every request (the plugins cnid runs get it).
+    pub(crate) fn with_trace(mut self, trace: &cni_core::trace::TraceContext) -> Self {
+        self.trace = trace.clone();
+        self
+    }
+
     async fn client(&self) -> anyhow::Result<Client> {
-        Client::connect(&self.socket).await.map_err(failed)
+        let client = Client::connect(&self.socket).await.map_err(failed)?;
+        Ok(client.with_trace(&self.trace))
     }
 
     fn timeout_ms(&self) -> Option<u64> {

@@ -1,6 +1,7 @@
 //! The dispatch of a parsed command: where it runs (the attachment commands
 //! in cnid when a socket is given, here otherwise) and which module runs it.
 
+use cni_async::trace::{TraceContext, scope};
 use cni_core::Version;
 
 use crate::backend::{Backend, Local};
@@ -11,21 +12,26 @@ use crate::{add, batch, check, del, gc, networks, status, validate, version};
 
 /// Runs `cli`'s command; its outcome and the `cniVersion` of the network it
 /// worked on, if known (what the error JSON is written in).
+///
+/// `TRACEPARENT`, `TRACESTATE` and `BAGGAGE` of the environment (what
+/// libcni's main hands a plugin, so cnitool run by a traced caller keeps
+/// the trace) go to the plugins run here, and to cnid as headers.
 pub(crate) async fn run(
     settings: Settings,
     env: Env<'_>,
     cli: &Cli,
 ) -> (anyhow::Result<()>, Option<Version>) {
+    let trace = TraceContext::from_lookup(|k| env(k).and_then(|v| v.into_string().ok()));
     match cli.global.daemon_socket(env) {
         Some(socket) if cli.command.goes_to_daemon() => {
             let timeout = settings.timeout;
-            let backend = Daemon::new(socket, timeout, Local::new(settings));
-            let outcome = on_backend(&backend, env, cli).await;
+            let backend = Daemon::new(socket, timeout, Local::new(settings)).with_trace(&trace);
+            let outcome = scope(trace, on_backend(&backend, env, cli)).await;
             (outcome, backend.cni_version())
         }
         _ => {
             let backend = Local::new(settings);
-            let outcome = on_backend(&backend, env, cli).await;
+            let outcome = scope(trace, on_backend(&backend, env, cli)).await;
             (outcome, backend.cni_version())
         }
     }

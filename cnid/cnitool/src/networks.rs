@@ -5,9 +5,11 @@ use cnid::api::NetworksResponse;
 use crate::backend::Backend;
 use crate::report;
 
-/// Prints one line per usable network, in conf-dir order (the first is the
+/// Prints one line per loaded network, in conf-dir order (the first is the
 /// default network go-cni and ocicni pick), with its version, plugins,
-/// capabilities and file; then the files that could not be used, and why.
+/// capabilities and file, `(unusable)` after the name of one that cannot
+/// work now; then why each unusable network cannot, the files that could
+/// not be used, and why.
 pub(crate) async fn exec(backend: &impl Backend) -> anyhow::Result<()> {
     let answer = backend.networks().await?;
     report::print_stdout(&render(&answer))?;
@@ -27,6 +29,9 @@ fn render(r: &NetworksResponse) -> String {
         if i == 0 {
             name.push_str(" (default)");
         }
+        if n.unusable.is_some() {
+            name.push_str(" (unusable)");
+        }
         rows.push([
             name,
             n.cni_version.clone(),
@@ -43,7 +48,9 @@ fn render(r: &NetworksResponse) -> String {
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
-    if r.networks.is_empty() {
+    if r.conf_dir_missing {
+        out.push_str(&format!("the conf dir {} does not exist\n", r.conf_dir));
+    } else if r.networks.is_empty() {
         out.push_str(&format!("no usable network in {}\n", r.conf_dir));
     } else {
         for row in &rows {
@@ -57,6 +64,11 @@ fn render(r: &NetworksResponse) -> String {
             }
             out.push_str(line.trim_end());
             out.push('\n');
+        }
+    }
+    for n in &r.networks {
+        if let Some(why) = &n.unusable {
+            out.push_str(&format!("unusable: network {:?}: {why}\n", n.name));
         }
     }
     for e in &r.errors {
@@ -82,6 +94,7 @@ mod tests {
             disable_gc: false,
             shadowed: Vec::new(),
             config: None,
+            unusable: None,
         };
         let r = NetworksResponse {
             conf_dir: "/etc/cni/net.d".into(),
@@ -92,6 +105,7 @@ mod tests {
                 file: "/etc/cni/net.d/x.conf".into(),
                 reason: "not valid JSON".into(),
             }],
+            conf_dir_missing: false,
         };
         assert_eq!(
             render(&r),
@@ -99,6 +113,26 @@ mod tests {
              a (default)  1.0.0    bridge,portmap  portMappings  /etc/cni/net.d/a.conflist\n\
              bb           1.0.0    bridge,portmap  -             /etc/cni/net.d/bb.conflist\n\
              unusable: /etc/cni/net.d/x.conf: not valid JSON\n"
+        );
+        let mut degraded = r.clone();
+        degraded.networks[0].unusable = Some("plugin \"bridge\" not found".into());
+        assert_eq!(
+            render(&degraded),
+            "NAME                    VERSION  PLUGINS         CAPABILITIES  FILE\n\
+             a (default) (unusable)  1.0.0    bridge,portmap  portMappings  /etc/cni/net.d/a.conflist\n\
+             bb                      1.0.0    bridge,portmap  -             /etc/cni/net.d/bb.conflist\n\
+             unusable: network \"a\": plugin \"bridge\" not found\n\
+             unusable: /etc/cni/net.d/x.conf: not valid JSON\n"
+        );
+        let missing = NetworksResponse {
+            networks: Vec::new(),
+            errors: Vec::new(),
+            conf_dir_missing: true,
+            ..r
+        };
+        assert_eq!(
+            render(&missing),
+            "the conf dir /etc/cni/net.d does not exist\n"
         );
     }
 }

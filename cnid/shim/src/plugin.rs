@@ -70,6 +70,9 @@ pub struct PluginEnv {
     pub ifname: Option<String>,
     /// `CNI_ARGS`.
     pub args: Option<String>,
+    /// `TRACEPARENT`, `TRACESTATE`, `BAGGAGE` (the runtime's trace
+    /// context, as libcni's main sets it), forwarded to cnid as headers.
+    pub trace: cni_core::trace::TraceContext,
 }
 
 impl PluginEnv {
@@ -83,6 +86,7 @@ impl PluginEnv {
             netns: var(cni_core::env::CNI_NETNS),
             ifname: var(cni_core::env::CNI_IFNAME),
             args: var(cni_core::env::CNI_ARGS),
+            trace: cni_core::trace::TraceContext::from_env(),
         }
     }
 }
@@ -150,6 +154,7 @@ pub fn run(env: &PluginEnv, stdin: &[u8]) -> Output {
     let shim = Shim {
         conf: &conf,
         command,
+        trace: &env.trace,
     };
     match shim.call(env) {
         Ok(o) => o,
@@ -160,6 +165,7 @@ pub fn run(env: &PluginEnv, stdin: &[u8]) -> Output {
 struct Shim<'a> {
     conf: &'a ShimConf,
     command: Command,
+    trace: &'a cni_core::trace::TraceContext,
 }
 
 impl Shim<'_> {
@@ -277,11 +283,13 @@ impl Shim<'_> {
         body: Option<&[u8]>,
     ) -> Result<Answer, ErrorObject> {
         let rid = format!("cnid-shim-{}", std::process::id());
+        let mut headers = vec![(api::REQUEST_ID_HEADER, rid.as_str())];
+        headers.extend(self.trace.headers());
         http::request(
             &self.conf.socket,
             method,
             path,
-            &[(api::REQUEST_ID_HEADER, &rid)],
+            &headers,
             body,
             self.conf.answer_timeout(),
         )
@@ -518,6 +526,7 @@ mod tests {
             netns: Some("/run/netns/c1".into()),
             ifname: Some("eth0".into()),
             args: None,
+            trace: Default::default(),
         }
     }
 

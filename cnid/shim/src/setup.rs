@@ -508,6 +508,7 @@ mod tests {
             disable_gc: false,
             shadowed: vec![],
             config: None,
+            unusable: None,
         }
     }
 

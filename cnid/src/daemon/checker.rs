@@ -189,6 +189,8 @@ impl Checker {
             },
             deadline: Instant::now() + engine.deadlines.defaults.check,
             claim: None,
+            // cnid's own work: no request's trace.
+            trace: Default::default(),
         });
         let Ok(waiter) = waiter else {
             return;

@@ -180,52 +180,53 @@ impl Engine {
             timeout: Some(op.remaining().max(Duration::from_millis(1))),
             rollback: true,
         };
+        // trace_id: the request's, so that a trace finds its operation.
         let span = tracing::info_span!("op", id = op.id, request_id = %op.request_id, verb = %op.verb, network = %op.network,
             container = op.attachment.as_ref().map(|a| a.0.as_str()).unwrap_or(""),
-            ifname = op.attachment.as_ref().map(|a| a.1.as_str()).unwrap_or(""));
+            ifname = op.attachment.as_ref().map(|a| a.1.as_str()).unwrap_or(""),
+            trace_id = op.trace.trace_id().unwrap_or(""));
         let started = Instant::now();
-        let outcome = tracing::Instrument::instrument(
-            async {
-                if let Some((cid, ifname)) = &op.attachment {
-                    self.restore_kept(&op.network, cid, ifname).await;
+        // Every plugin of the operation gets its trace context (none for
+        // cnid's own work: cnid's environment never passes for a request's).
+        let traced = cni_async::trace::scope(op.trace.clone(), async {
+            if let Some((cid, ifname)) = &op.attachment {
+                self.restore_kept(&op.network, cid, ifname).await;
+            }
+            match work {
+                Work::Add { list, rt } => self.add(&list, &rt, opts).await,
+                Work::Del { list, rt } => self
+                    .del(&op.network, list.as_deref(), &rt, opts)
+                    .await
+                    .map(|()| Done::Nothing)
+                    .map_err(|e| ApiError::from_cni(&e, op.version)),
+                Work::Check { list, rt } | Work::PeriodicCheck { list, rt } => self
+                    .cni
+                    .check_network_list(&list, &rt)
+                    .options(&opts)
+                    .await
+                    .map(|()| Done::Nothing)
+                    .map_err(|e| ApiError::from_cni(&e, list.version())),
+                Work::Status { list } => self
+                    .cni
+                    .status_network_list(&list)
+                    .options(&opts)
+                    .await
+                    .map(|()| Done::Nothing)
+                    .map_err(|e| ApiError::from_cni(&e, list.version())),
+                Work::Gc { list, valid } => self.gc(&list, &valid, opts).await,
+                Work::Reap { candidate, .. } => self.reap(&candidate, opts).await,
+                Work::Sandbox {
+                    verb,
+                    container_id,
+                    networks,
+                } => {
+                    let deadline = Instant::now() + opts.timeout.unwrap_or_default();
+                    self.sandbox(verb, &container_id, &networks, deadline, op.version)
+                        .await
                 }
-                match work {
-                    Work::Add { list, rt } => self.add(&list, &rt, opts).await,
-                    Work::Del { list, rt } => self
-                        .del(&op.network, list.as_deref(), &rt, opts)
-                        .await
-                        .map(|()| Done::Nothing)
-                        .map_err(|e| ApiError::from_cni(&e, op.version)),
-                    Work::Check { list, rt } | Work::PeriodicCheck { list, rt } => self
-                        .cni
-                        .check_network_list(&list, &rt)
-                        .options(&opts)
-                        .await
-                        .map(|()| Done::Nothing)
-                        .map_err(|e| ApiError::from_cni(&e, list.version())),
-                    Work::Status { list } => self
-                        .cni
-                        .status_network_list(&list)
-                        .options(&opts)
-                        .await
-                        .map(|()| Done::Nothing)
-                        .map_err(|e| ApiError::from_cni(&e, list.version())),
-                    Work::Gc { list, valid } => self.gc(&list, &valid, opts).await,
-                    Work::Reap { candidate, .. } => self.reap(&candidate, opts).await,
-                    Work::Sandbox {
-                        verb,
-                        container_id,
-                        networks,
-                    } => {
-                        let deadline = Instant::now() + opts.timeout.unwrap_or_default();
-                        self.sandbox(verb, &container_id, &networks, deadline, op.version)
-                            .await
-                    }
-                }
-            },
-            span.clone(),
-        )
-        .await;
+            }
+        });
+        let outcome = tracing::Instrument::instrument(traced, span.clone()).await;
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         span.in_scope(|| match &outcome {
             Ok(_) => tracing::info!(elapsed_ms, "operation done"),
@@ -700,6 +701,7 @@ impl Engine {
                 },
                 deadline,
                 claim,
+                trace: Default::default(),
             });
             let metrics = self.metrics.clone();
             match waiter {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::UNIX_EPOCH;
 
-use cni_async::confwatch::{ConfSnapshot, ConfWatcher, LoadedNetwork, NetworkSet};
+use cni_async::confwatch::{ConfSnapshot, ConfWatcher, LoadedNetwork, NetworkSet, Unusable};
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
@@ -53,6 +53,8 @@ pub(crate) struct Networks {
     /// The last readiness seen: 0 none yet, 1 ready, 2 not ready (a
     /// change is logged).
     last_ready: std::sync::atomic::AtomicU8,
+    /// The unusable networks the last readiness named (a change is logged).
+    last_unusable: std::sync::Mutex<Vec<Unusable>>,
 }
 
 /// Why a network must not be loaded by the cnid listening on `socket`: a
@@ -109,6 +111,7 @@ impl Networks {
             ),
             metrics,
             last_ready: std::sync::atomic::AtomicU8::new(0),
+            last_unusable: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -136,7 +139,34 @@ impl Networks {
             (2, Ok(_)) => tracing::info!("cnid is ready"),
             _ => {}
         }
+        let unusable = match &r {
+            Ok(ready) => &ready.unusable,
+            Err(not) => &not.unusable,
+        };
+        let mut last = self.last_unusable.lock().unwrap_or_else(|p| p.into_inner());
+        if *last != *unusable {
+            for u in unusable.iter().filter(|u| !last.contains(u)) {
+                tracing::warn!(network = %u.network, default = u.default, reason = %u.reason, "network unusable");
+            }
+            for u in last
+                .iter()
+                .filter(|u| !unusable.iter().any(|n| n.network == u.network))
+            {
+                tracing::info!(network = %u.network, "network usable again, or gone");
+            }
+            *last = unusable.clone();
+        }
+        drop(last);
         r
+    }
+
+    /// The unusable networks as readiness (with `min` networks needed)
+    /// finds them now.
+    pub(crate) async fn unusable(&self, cni: &cni_async::Cni, min: usize) -> Vec<Unusable> {
+        match self.readiness(cni, min).await {
+            Ok(ready) => ready.unusable,
+            Err(not) => not.unusable,
+        }
     }
 
     /// The start's word on readiness, without running any plugin
@@ -156,9 +186,23 @@ impl Networks {
     /// The answer for a network that is not loaded: "no network
     /// configuration with name ...", naming the conf dir's unusable files
     /// (the network's own may be one of them) and why in the details.
+    /// A file refused for what it asks (the versions of its list) names
+    /// its network: the answer for that name says why it is refused.
     pub(crate) fn not_found(&self, name: &str) -> super::error::ApiError {
-        let e = super::error::ApiError::unknown_network(name);
+        let mut e = super::error::ApiError::unknown_network(name);
         let snap = self.snapshot();
+        if let Some(own) = snap
+            .skipped
+            .iter()
+            .find(|s| s.network.as_deref() == Some(name))
+        {
+            e.error.msg = format!(
+                "network configuration with name {name:?} in {} is not usable: {}",
+                self.dir().display(),
+                own.reason
+            );
+            return e.with_details(own.to_string());
+        }
         if snap.skipped.is_empty() {
             return e;
         }
@@ -204,8 +248,10 @@ impl Networks {
         self.count();
     }
 
-    /// `GET /v1/networks`.
-    pub(crate) fn describe(&self) -> NetworksResponse {
+    /// `GET /v1/networks`: each network marked `unusable` (and why) as
+    /// readiness with `min` networks needed finds it.
+    pub(crate) async fn describe(&self, cni: &cni_async::Cni, min: usize) -> NetworksResponse {
+        let unusable = self.unusable(cni, min).await;
         let snap = self.snapshot();
         NetworksResponse {
             conf_dir: self.dir().display().to_string(),
@@ -215,10 +261,24 @@ impl Networks {
                 .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(0),
-            networks: snap.networks.iter().map(|n| info(n, false)).collect(),
+            networks: snap
+                .networks
+                .iter()
+                .map(|n| mark(info(n, false), &unusable))
+                .collect(),
             errors: errors(&snap),
+            conf_dir_missing: snap.dir_missing,
         }
     }
+}
+
+/// `info` with why its network cannot work now, if `unusable` names it.
+pub(crate) fn mark(mut info: NetworkInfo, unusable: &[Unusable]) -> NetworkInfo {
+    info.unusable = unusable
+        .iter()
+        .find(|u| u.network == info.name)
+        .map(|u| u.reason.clone());
+    info
 }
 
 /// The API view of a loaded network.

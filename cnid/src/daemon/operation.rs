@@ -143,4 +143,7 @@ pub(crate) struct NewOp {
     pub(crate) deadline: Instant,
     /// The netns+ifname claims of its admission (see `owners`).
     pub(crate) claim: Option<super::owners::Claim>,
+    /// The trace context its plugins get (the request's `traceparent`,
+    /// `tracestate`, `baggage`; none for cnid's own work).
+    pub(crate) trace: Arc<cni_core::trace::TraceContext>,
 }

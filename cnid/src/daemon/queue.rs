@@ -96,6 +96,9 @@ pub(crate) struct Op {
     /// For DEL: what makes two DELs identical.
     del_key: Option<RuntimeConf>,
     pub(crate) arrived: Instant,
+    /// The trace context its plugins get (of the first request, for DELs
+    /// that share one run).
+    pub(crate) trace: Arc<cni_core::trace::TraceContext>,
     work: Mutex<Option<Work>>,
     claim: Mutex<Option<super::owners::Claim>>,
     state: Mutex<OpState>,
@@ -239,6 +242,7 @@ impl Scheduler {
             periodic,
             del_key: if coalescable { rt } else { None },
             arrived: Instant::now(),
+            trace: new.trace,
             work: Mutex::new(Some(new.work)),
             claim: Mutex::new(new.claim),
             state: Mutex::new(OpState {
@@ -609,6 +613,7 @@ mod tests {
             },
             deadline: Instant::now() + Duration::from_secs(30),
             claim: None,
+            trace: Default::default(),
         }
     }
 

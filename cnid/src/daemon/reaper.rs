@@ -509,6 +509,7 @@ impl Reaper {
                 },
                 deadline: Instant::now() + self.engine.deadlines.defaults.del,
                 claim: None,
+                trace: Default::default(),
             });
             match waiter {
                 Ok(w) => {

@@ -501,6 +501,12 @@ pub fn post(socket: &Path, path: &str, body: &str) -> RawAnswer {
 }
 
 /// `GET path`.
+/// `GET /v1/health/ready`: the status and the body.
+pub fn ready(daemon: &Daemon) -> (u16, Value) {
+    let r = get(&daemon.socket, "/v1/health/ready");
+    (r.status, r.json())
+}
+
 pub fn get(socket: &Path, path: &str) -> RawAnswer {
     raw(
         socket,

@@ -137,6 +137,7 @@ impl Engine {
             work,
             deadline: Instant::now() + timeout,
             claim,
+            trace: Default::default(),
         })
     }
 
@@ -220,6 +221,7 @@ impl Engine {
                         work: Work::Status { list },
                         deadline,
                         claim: None,
+                        trace: Default::default(),
                     })
                 })
                 .collect();
@@ -251,6 +253,7 @@ impl Engine {
             },
             deadline,
             claim,
+            trace: Default::default(),
         })))
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use cni_core::trace::TraceContext;
 use cni_core::{Command, Version};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -207,7 +208,13 @@ async fn route(
         }
         ["networks"] => {
             want(Method::GET)?;
-            Ok(to_json(StatusCode::OK, &engine.networks.describe()))
+            Ok(to_json(
+                StatusCode::OK,
+                &engine
+                    .networks
+                    .describe(&engine.cni, engine.min_networks)
+                    .await,
+            ))
         }
         ["networks", name] => {
             want(Method::GET)?;
@@ -216,7 +223,14 @@ async fn route(
                 .networks
                 .get(&name)
                 .ok_or_else(|| engine.networks.not_found(&name))?;
-            Ok(to_json(StatusCode::OK, &networks::info(&n, true)))
+            let unusable = engine
+                .networks
+                .unusable(&engine.cni, engine.min_networks)
+                .await;
+            Ok(to_json(
+                StatusCode::OK,
+                &networks::mark(networks::info(&n, true), &unusable),
+            ))
         }
         ["networks", name, verb] => {
             let verb = match *verb {
@@ -229,9 +243,10 @@ async fn route(
             };
             want(Method::POST)?;
             let name = decode_network_name(name)?;
+            let trace = trace_context(req.headers());
             let body = read_body(req, settings.body_limit, &settings.body_budget).await;
             slot.enter(Phase::Busy);
-            operation(engine, rid, verb, name, body?).await
+            operation(engine, rid, verb, name, body?, trace).await
         }
         ["sandboxes", verb @ ("add" | "del" | "check" | "status")] => {
             let verb = match *verb {
@@ -241,9 +256,10 @@ async fn route(
                 _ => Command::Status,
             };
             want(Method::POST)?;
+            let trace = trace_context(req.headers());
             let body = read_body(req, settings.body_limit, &settings.body_budget).await;
             slot.enter(Phase::Busy);
-            sandbox(engine, rid, verb, body?).await
+            sandbox(engine, rid, verb, body?, trace).await
         }
         ["attachments"] => {
             want(Method::GET)?;
@@ -284,7 +300,7 @@ async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
             .readiness(&engine.cni, engine.min_networks)
             .await
         {
-            Ok(_) if accepting => (Some(true), None),
+            Ok(r) if accepting => (Some(true), r.degraded()),
             Ok(_) => (Some(false), Some("shutting down".to_owned())),
             Err(e) => (Some(false), Some(e.reason)),
         }
@@ -314,13 +330,15 @@ async fn operation(
     verb: Command,
     network: String,
     body: Body,
+    trace: TraceContext,
 ) -> Result<Resp, ApiError> {
     let decoded = decode_request(verb, &network, &body.bytes)
         .map_err(|e| ApiError::from(e).in_version(engine.version_of(&network)))?;
     // The body (and its share of the budget) is not kept while the
     // operation waits and runs.
     drop(body);
-    let op = engine.admit(rid, verb, network, decoded).await?;
+    let mut op = engine.admit(rid, verb, network, decoded).await?;
+    op.trace = Arc::new(trace);
     let waiter = engine.submit(op)?;
     let coalesced = waiter.coalesced();
     let outcome = waiter.wait().await;
@@ -341,12 +359,55 @@ async fn sandbox(
     rid: &str,
     verb: Command,
     body: Body,
+    trace: TraceContext,
 ) -> Result<Resp, ApiError> {
     let decoded = decode_sandbox_request(verb, &body.bytes).map_err(ApiError::from)?;
     drop(body);
+    let trace = Arc::new(trace);
     let outcome = match engine.admit_sandbox(rid, verb, decoded).await? {
-        SandboxOps::One(op) => engine.submit(*op)?.wait().await,
-        SandboxOps::Each(ops) => Arc::new(engine.status_each(ops).await),
+        SandboxOps::One(mut op) => {
+            op.trace = trace;
+            engine.submit(*op)?.wait().await
+        }
+        SandboxOps::Each(mut ops) => {
+            for op in &mut ops {
+                op.trace = trace.clone();
+            }
+            Arc::new(engine.status_each(ops).await)
+        }
     };
     Ok(outcome_response(&outcome))
+}
+
+/// The W3C trace context of a request's headers (`traceparent`,
+/// `tracestate`, `baggage`), kept only where well-formed
+/// ([`TraceContext::new`]). Several `tracestate` or `baggage` lines are
+/// one list (HTTP's rule for list headers); several `traceparent` lines
+/// are none.
+fn trace_context(headers: &hyper::HeaderMap) -> TraceContext {
+    let joined = |name: &str| -> Option<String> {
+        let mut values = Vec::new();
+        for v in headers.get_all(name) {
+            match v.to_str() {
+                Ok(v) => values.push(v.trim()),
+                Err(_) => {
+                    tracing::debug!(header = name, "trace context header is not ASCII; dropped");
+                    return None;
+                }
+            }
+        }
+        (!values.is_empty()).then(|| values.join(","))
+    };
+    let parents = headers.get_all(api::TRACEPARENT_HEADER).iter().count();
+    let traceparent = if parents > 1 {
+        tracing::debug!(count = parents, "several traceparent headers; dropped");
+        None
+    } else {
+        joined(api::TRACEPARENT_HEADER)
+    };
+    TraceContext::new(
+        traceparent.as_deref(),
+        joined(api::TRACESTATE_HEADER).as_deref(),
+        joined(api::BAGGAGE_HEADER).as_deref(),
+    )
 }
