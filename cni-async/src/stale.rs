@@ -30,17 +30,17 @@
 //! written by this library (cnitool, cnid, embedders) carry the
 //! namespace's identity taken at ADD (`netnsIdentity`:
 //! [`cni_core::cache::NetnsIdentity`]): the boot id, the nsfs device and
-//! inode of the netns path, and for a `/proc/PID/ns/net` path the
-//! process's start time.
+//! inode of the netns path and its nsfs file handle (Linux 6.18+), and for
+//! a `/proc/PID/ns/net` path the process's start time.
 //!
 //! | record | what is found | verdict |
 //! |---|---|---|
 //! | no netns | | kept ([`Kept::NoNetns`]) |
 //! | identity, another boot id | | stale at once ([`StaleReason::Rebooted`]) |
 //! | identity, this boot | the path is the recorded namespace (same device and inode; for `/proc/PID/...` the same start time too) | kept ([`Kept::NamespaceExists`]) |
-//! | identity, this boot | not at its path, held by a process or thread, a bind mount in any mount namespace, or an open descriptor | kept ([`Kept::Held`]) |
-//! | identity, this boot | not at its path, and not everything could be searched (a `/proc` entry unreadable, not the initial pid namespace) | kept ([`Kept::Unknown`]) |
-//! | identity, this boot | not at its path, held by nothing | [`Verdict::Waiting`], stale ([`StaleReason::NamespaceGone`]) once seen so for `stale_after` |
+//! | identity, this boot | not at its path, and its file handle still opens it (anything holds it), or (no handle) held by a process or thread, a bind mount in any mount namespace, or an open descriptor | kept ([`Kept::Held`]) |
+//! | identity, this boot | not at its path, no handle, and not everything could be searched (a `/proc` entry unreadable, not the initial pid namespace) | kept ([`Kept::Unknown`]) |
+//! | identity, this boot | not at its path, and its handle is stale (`ESTALE`), or (no handle) held by nothing | [`Verdict::Waiting`], stale ([`StaleReason::NamespaceGone`]) once seen so for `stale_after` |
 //! | none (libcni's, older ones), or no namespace identified at ADD | the path is a network namespace now | kept ([`Kept::NamespaceExists`]), whatever the record's mtime |
 //! | none | the path cannot be looked at | kept ([`Kept::Unknown`]) |
 //! | none | not a network namespace, record's mtime before the boot time | stale ([`StaleReason::Rebooted`]) |
@@ -256,14 +256,15 @@ fn judge_one(
         Some(b) if b != id.boot_id => (Netns::Gone, true),
         Some(_) => match id.ns {
             None => (netns_state(netns, host.sees_host_mounts), false),
-            Some(ns) => (identified(netns, ns, id.pid_start_time, host), false),
+            Some(ns) => (identified(netns, ns, id, host), false),
         },
     }
 }
 
 /// The namespace `ns` recorded at `netns` in this boot: alive at its path,
 /// held elsewhere, or proven gone.
-fn identified(netns: &str, ns: (u64, u64), start: Option<u64>, host: &Host) -> Netns {
+fn identified(netns: &str, ns: (u64, u64), id: &NetnsIdentity, host: &Host) -> Netns {
+    let start = id.pid_start_time;
     match identity::netns_id(Path::new(netns)) {
         Err(_) => return Netns::Unknown,
         Ok(Some(now)) if now == ns => {
@@ -282,6 +283,10 @@ fn identified(netns: &str, ns: (u64, u64), start: Option<u64>, host: &Host) -> N
     }
     if !host.sees_host_mounts {
         return Netns::Unseen;
+    }
+    // The kernel's answer, where it has one: the namespace by its id.
+    if let Some(alive) = id.handle.as_ref().and_then(|h| identity::ns_alive(h).ok()) {
+        return if alive { Netns::Held } else { Netns::Gone };
     }
     match identity::holders(ns) {
         Holders::Held => Netns::Held,
@@ -656,6 +661,7 @@ mod tests {
         let other = NetnsIdentity {
             boot_id: "other".into(),
             ns: Some((1, 2)),
+            handle: None,
             pid_start_time: None,
         };
         for mounts in [true, false] {

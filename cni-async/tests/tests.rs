@@ -58,4 +58,5 @@ mod ops_stdin_env;
 mod ops_validation;
 mod ops_with_record;
 mod stale_attack;
+mod stale_identity;
 mod stale_scan;

@@ -16,13 +16,15 @@
 //! ADD ([`NetnsIdentity`], key [`IDENTITY_KEY`]):
 //!
 //! ```json
-//! "netnsIdentity":{"bootId":"0b6c…","dev":4,"ino":4026532290,"pidStartTime":91234}
+//! "netnsIdentity":{"bootId":"0b6c…","dev":4,"ino":4026532290,
+//!                  "handle":"241:9e17000000000000000000404e0100f0","pidStartTime":91234}
 //! ```
 //!
 //! a key libcni's `cachedInfo` does not have, which Go's `encoding/json`
 //! ignores: libcni reads and DELs such records as its own. `dev`/`ino` are
 //! omitted when the netns path could not be looked at, `pidStartTime` when
-//! it is not a `/proc/PID/...` path. A malformed value is read as no
+//! it is not a `/proc/PID/...` path, `handle` (the nsfs file handle: its
+//! type, a colon, its bytes in hex) where the kernel has none. A malformed value is read as no
 //! identity (the record stays usable; the stale-attachment rules for
 //! records without one apply). A file that is a bare result (what libcni wrote
 //! before `cniCacheV1`) is read as [`CacheEntry::LegacyResult`].
@@ -108,6 +110,10 @@ pub struct NetnsIdentity {
     /// (`stat`, symbolic links followed) at ADD; `None` when it could not
     /// be looked at or was no namespace.
     pub ns: Option<(u64, u64)>,
+    /// `handle`: the namespace's nsfs file handle (`name_to_handle_at`,
+    /// Linux 6.18+) as its type and bytes, written `TYPE:HEX`: it reopens
+    /// the namespace while anything holds it.
+    pub handle: Option<(i32, Vec<u8>)>,
     /// `pidStartTime`: for a `/proc/PID/ns/net` (or
     /// `/proc/PID/task/TID/ns/net`) path, the process's start time (field
     /// 22 of `/proc/PID/stat`, clock ticks since boot) at ADD: a later
@@ -123,6 +129,10 @@ impl NetnsIdentity {
         if let Some((dev, ino)) = self.ns {
             m.insert("dev".into(), dev.into());
             m.insert("ino".into(), ino.into());
+        }
+        if let Some((kind, bytes)) = &self.handle {
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            m.insert("handle".into(), format!("{kind}:{hex}").into());
         }
         if let Some(t) = self.pid_start_time {
             m.insert("pidStartTime".into(), t.into());
@@ -150,12 +160,30 @@ impl NetnsIdentity {
             (None, None) => None,
             _ => return None,
         };
+        let handle = match m.get("handle") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(parse_handle(v.as_str()?)?),
+        };
         Some(NetnsIdentity {
             boot_id,
             ns,
+            handle,
             pid_start_time: num("pidStartTime").ok()?,
         })
     }
+}
+
+/// `TYPE:HEX` (a file handle) as its type and bytes.
+fn parse_handle(s: &str) -> Option<(i32, Vec<u8>)> {
+    let (kind, hex) = s.split_once(':')?;
+    if hex.is_empty() || hex.len() % 2 != 0 || hex.len() > 256 {
+        return None;
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    Some((kind.parse().ok()?, bytes))
 }
 
 /// The PID of a `/proc/PID/ns/net` or `/proc/PID/task/TID/ns/net` path
@@ -457,6 +485,7 @@ mod tests {
         let id = NetnsIdentity {
             boot_id: "b1".into(),
             ns: Some((4, 4026532290)),
+            handle: Some((241, vec![0x9e, 0x17, 0, 0xf0])),
             pid_start_time: Some(91234),
         };
         let rec = CacheRecord::new("n", &rt, Vec::new(), None).with_identity(Some(id.clone()));
@@ -464,7 +493,7 @@ mod tests {
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(
             text.ends_with(
-                r#""netnsIdentity":{"bootId":"b1","dev":4,"ino":4026532290,"pidStartTime":91234}}"#
+                r#""netnsIdentity":{"bootId":"b1","dev":4,"ino":4026532290,"handle":"241:9e1700f0","pidStartTime":91234}}"#
             ),
             "{text}"
         );
@@ -486,6 +515,9 @@ mod tests {
             serde_json::json!({"bootId": "b", "dev": 4}),
             serde_json::json!({"bootId": "b", "dev": -4, "ino": 1}),
             serde_json::json!({"bootId": "b", "pidStartTime": "1"}),
+            serde_json::json!({"bootId": "b", "handle": "241:9e1"}),
+            serde_json::json!({"bootId": "b", "handle": "x:9e"}),
+            serde_json::json!({"bootId": "b", "handle": "241:zz"}),
         ] {
             assert_eq!(NetnsIdentity::from_value(&bad), None, "{bad}");
             let rec = serde_json::json!({"kind":"cniCacheV1","containerId":"c","ifName":"e",

@@ -1,8 +1,12 @@
 //! What identifies a network namespace and the processes around it, read
 //! from `/proc` and `stat`: the boot id, a namespace's nsfs device and
-//! inode, a process's start time, and whether anything on the host still
-//! holds a namespace (a process or thread in it, a bind mount of it in any
-//! mount namespace, an open descriptor of it).
+//! inode and its nsfs file handle, a process's start time, and whether
+//! anything on the host still holds a namespace. The latter is asked of
+//! the kernel where it can answer (Linux 6.18+: an nsfs file handle
+//! reopens a namespace while anything holds it, and fails with `ESTALE`
+//! once it is gone; the handle holds the namespace's 64-bit id, never
+//! reused), and otherwise searched for in `/proc` (a process or thread in
+//! it, a bind mount of it in any mount namespace, an open descriptor).
 //!
 //! # Caveats
 //! - What is not visible from here is not evidence: a `/proc` entry that
@@ -49,6 +53,86 @@ pub(crate) fn netns_id(path: &Path) -> io::Result<Option<(u64, u64)>> {
     }
 }
 
+/// The nsfs file handle of the namespace at `path` (`name_to_handle_at`):
+/// its type and bytes; `None` where the kernel has none for nsfs (before
+/// Linux 6.18) or the path cannot be looked at.
+pub(crate) fn ns_handle(path: &Path) -> Option<(i32, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut h = Handle {
+        bytes: HANDLE_MAX as u32,
+        kind: 0,
+        data: [0; HANDLE_MAX],
+    };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: `h` is a file_handle header followed by HANDLE_MAX bytes, as
+    // `bytes` says; the path is NUL-terminated; both outlive the call.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            (&raw mut h).cast::<libc::file_handle>(),
+            &raw mut mount_id,
+            0,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    let n = (h.bytes as usize).min(HANDLE_MAX);
+    Some((h.kind, h.data[..n].to_vec()))
+}
+
+/// Whether the namespace of nsfs file handle `handle` still exists
+/// (anything holds it: a task, a mount in any mount namespace, a
+/// descriptor): `Ok(false)` only on `ESTALE`, the kernel's word that it is
+/// gone; `Err` when the kernel cannot tell (no nsfs handles, no
+/// privilege).
+pub(crate) fn ns_alive(handle: &(i32, Vec<u8>)) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let (kind, data) = handle;
+    if data.len() > HANDLE_MAX {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut h = Handle {
+        bytes: data.len() as u32,
+        kind: *kind,
+        data: [0; HANDLE_MAX],
+    };
+    h.data[..data.len()].copy_from_slice(data);
+    // Any descriptor on nsfs names the file system the handle is for.
+    let mount = std::fs::File::open("/proc/self/ns/net")?;
+    // SAFETY: as in `ns_handle`; the descriptor returned is owned below.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            mount.as_raw_fd(),
+            (&raw mut h).cast::<libc::file_handle>(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: a descriptor just returned to us, closed once.
+        drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ESTALE) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+const HANDLE_MAX: usize = 128;
+
+/// `struct file_handle` with room for its bytes.
+#[repr(C)]
+struct Handle {
+    bytes: u32,
+    kind: libc::c_int,
+    data: [u8; HANDLE_MAX],
+}
+
 /// The start time of process (or thread) `pid`: field 22 of
 /// `/proc/PID/stat`, clock ticks since boot. `Ok(None)` when there is no
 /// such process.
@@ -80,8 +164,7 @@ pub(crate) fn identity_of(netns: &str) -> Option<NetnsIdentity> {
     let boot_id = boot_id()?.to_owned();
     let mut id = NetnsIdentity {
         boot_id,
-        ns: None,
-        pid_start_time: None,
+        ..NetnsIdentity::default()
     };
     if netns.is_empty() {
         return Some(id);
@@ -89,14 +172,24 @@ pub(crate) fn identity_of(netns: &str) -> Option<NetnsIdentity> {
     let pid = proc_netns_pid(netns);
     let before = pid.and_then(|p| start_time(p).ok().flatten());
     id.ns = netns_id(Path::new(netns)).ok().flatten();
+    if id.ns.is_some() {
+        id.handle = ns_handle(Path::new(netns));
+    }
     if let Some(p) = pid {
         let after = start_time(p).ok().flatten();
         if before.is_none() || before != after {
             // Not one process throughout: nothing proves which namespace.
             id.ns = None;
+            id.handle = None;
         } else {
             id.pid_start_time = before;
         }
+    }
+    // The handle must be of the namespace stat saw (a path switched in
+    // between gives none).
+    if id.ns.is_some() && netns_id(Path::new(netns)).ok().flatten() != id.ns {
+        id.ns = None;
+        id.handle = None;
     }
     Some(id)
 }
@@ -200,9 +293,13 @@ struct Search {
 }
 
 impl Search {
-    /// Records what cannot be read (a process gone meanwhile is no loss).
+    /// Records what cannot be read. A process gone meanwhile is no loss:
+    /// `ENOENT`, `ESRCH`, and `EINVAL` (a task exiting has dropped its
+    /// namespaces, after its descriptors) hold nothing.
     fn unreadable(&mut self, e: &io::Error) {
-        if e.kind() != io::ErrorKind::NotFound && e.raw_os_error() != Some(libc::ESRCH) {
+        let gone = e.kind() == io::ErrorKind::NotFound
+            || matches!(e.raw_os_error(), Some(libc::ESRCH | libc::EINVAL));
+        if !gone {
             self.complete = false;
         }
     }
@@ -366,6 +463,13 @@ mod tests {
         assert!(id.pid_start_time.is_some());
         assert_eq!(netns_id(Path::new("/proc/self/ns/net")).unwrap(), Some(ns));
         assert_eq!(holders(ns), Holders::Held);
+        if let Some(h) = &id.handle {
+            assert!(ns_alive(h).unwrap());
+            let mut gone = h.clone();
+            // Another namespace id (the first 8 bytes): none by that id.
+            gone.1[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+            assert!(!matches!(ns_alive(&gone), Ok(true)));
+        }
         assert_eq!(netns_id(Path::new("/proc/stat")).unwrap(), None);
         assert_eq!(netns_id(Path::new("/nonexistent")).unwrap(), None);
     }
