@@ -17,27 +17,27 @@ use std::time::Duration;
 use crate::support;
 use crate::support::daemon::{
     Daemon, Dirs, bridge_emptied, date_records_before_boot, del_gated_plugin, eventually_async,
-    recording_plugin, runs,
+    journal_of_an_earlier_boot, recording_plugin, runs, this_boot_again,
 };
 use crate::support::gate::Gate;
 use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
 use cnid::api::AttachmentRequest;
 use serde_json::{Value, json};
 
-const NET: &str = "dreap";
+pub(crate) const NET: &str = "dreap";
 /// What a loaded machine keeps for the reaper to act.
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// A bridge of the test's own, a subnet and a `dataDir` in its temp dir.
-struct Chain {
-    bridge: LinkGuard,
+pub(crate) struct Chain {
+    pub(crate) bridge: LinkGuard,
     _subnet: SubnetLease,
-    data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
 }
 
 /// The network: `extra` plugins first (their DEL runs last), then bridge
 /// with host-local.
-fn chain(dirs: &Dirs, extra: &[Value]) -> Chain {
+pub(crate) fn chain(dirs: &Dirs, extra: &[Value]) -> Chain {
     support::require_plugins(&["bridge", "host-local"]);
     let bridge = LinkGuard::new();
     let subnet = SubnetLease::new();
@@ -77,13 +77,13 @@ fn data_dir_leftovers(data_dir: &Path) -> Vec<String> {
 }
 
 /// After `kill -9`: the machine "rebooted". Every cache record is dated
-/// before this boot and the journal's commit lines are another boot's.
+/// before this boot and carries another boot id, and so do the journal's
+/// commit lines and the records they carry.
 fn simulate_reboot(dirs: &Dirs) {
     let before = date_records_before_boot(dirs);
     let journal = dirs.state.join("intents/journal");
-    if let Ok(text) = std::fs::read_to_string(&journal) {
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-        std::fs::write(&journal, text.replace(boot.trim(), "an-earlier-boot")).unwrap();
+    if journal.exists() {
+        journal_of_an_earlier_boot(dirs);
         let f = std::fs::File::options().write(true).open(&journal).unwrap();
         f.set_modified(before).unwrap();
     }
@@ -91,7 +91,7 @@ fn simulate_reboot(dirs: &Dirs) {
 
 /// Waits until cnid logged `n` reaps: the log line is the reap's last
 /// step (after the record, the metrics and the listing changed).
-async fn reaps_logged(daemon: &Daemon, n: usize) {
+pub(crate) async fn reaps_logged(daemon: &Daemon, n: usize) {
     eventually_async(LIMIT, &format!("{n} reap(s) logged"), || async {
         daemon.log().matches("stale attachment deleted").count() >= n
     })
@@ -147,8 +147,10 @@ async fn after_a_reboot_the_start_releases_every_address_of_a_gone_namespace() {
     );
 }
 
-/// (d) A namespace that outlives the "reboot" (a bind mount kept): its
-/// attachment is untouched, while the one whose namespace is gone goes.
+/// (d) A namespace that exists, its record dated before the boot (no
+/// namespace outlives a real reboot: here the record is this boot's, and
+/// its mtime is what a clock stepped forward after boot gives): its
+/// attachment is untouched, while the one of another boot goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attachment_whose_namespace_exists_is_untouched_after_a_reboot() {
     support::require_root!();
@@ -169,6 +171,7 @@ async fn an_attachment_whose_namespace_exists_is_untouched_after_a_reboot() {
     daemon.kill9();
     drop(gone);
     simulate_reboot(&dirs);
+    this_boot_again(&dirs, "reap-kept");
 
     let daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;

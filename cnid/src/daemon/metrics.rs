@@ -22,6 +22,7 @@
 //! | `cnid_recovered_intents_total` | counter | `outcome` |
 //! | `cnid_stale_reaped_total` | counter | `reason` (`rebooted`, `namespace_gone`), `outcome` (`ok`, `error`) |
 //! | `cnid_stale_attachments` | gauge | (cached attachments the last scan found stale) |
+//! | `cnid_stale_host_mounts_visible` | gauge | (1 when the reaper sees the host's mounts and processes; 0: only an earlier boot's attachments are reaped) |
 //!
 //! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
 //! the real executor and times every run.
@@ -179,6 +180,8 @@ pub(crate) struct Metrics {
     /// Stale attachments reaped: `[rebooted, namespace gone] x [ok, error]`.
     pub(crate) reaped: [[AtomicU64; 2]; 2],
     pub(crate) stale: AtomicI64,
+    /// 1 when the reaper sees the host's mounts and processes.
+    pub(crate) host_mounts_visible: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -476,6 +479,17 @@ impl Metrics {
             out,
             "cnid_stale_attachments {}",
             self.stale.load(Ordering::Relaxed)
+        );
+        header(
+            out,
+            "cnid_stale_host_mounts_visible",
+            "1 when the reaper sees the host's mounts and processes; 0: it reaps only attachments of an earlier boot.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "cnid_stale_host_mounts_visible {}",
+            self.host_mounts_visible.load(Ordering::Relaxed)
         );
     }
 }
