@@ -32,7 +32,6 @@ fn another_boot(dirs: &Dirs, name: &str) {
     let path = dirs.cache.join("results").join(name);
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.contains(boot.trim()), "no boot id recorded: {text}");
     std::fs::write(&path, text.replace(boot.trim(), "an-earlier-boot")).unwrap();
 }
 
@@ -292,16 +291,6 @@ async fn cnid_outside_the_hosts_mounts_reaps_only_by_boot_id() {
 
     let daemon = Daemon::start_with(&dirs, &["--stale-after", "1s"], private_netns_dir);
     let client = daemon.client().await;
-    let ready = crate::support::daemon::get(&dirs.socket, "/v1/health/ready").json();
-    assert!(
-        ready["staleReaper"]
-            .as_str()
-            .is_some_and(|s| s.contains("limited")),
-        "{ready}"
-    );
-    let m = client.metrics().await.unwrap();
-    assert!(m.contains("cnid_stale_host_mounts_visible 0"), "{m}");
-    assert!(daemon.log().contains("does not see the host's mounts"));
     // The control attachment becomes another boot's: a pass reaps it, and
     // that pass judged the live one too, both seen since the start.
     another_boot_renamed(&dirs, &control_name);
@@ -315,6 +304,23 @@ async fn cnid_outside_the_hosts_mounts_reaps_only_by_boot_id() {
     );
     assert_eq!(live.ipv4_addrs("eth0"), ip);
     assert_eq!(host_local_ips(&c.data_dir, NET).len(), 1);
+    // Said once, where operators look.
+    let ready = crate::support::daemon::get(&dirs.socket, "/v1/health/ready").json();
+    assert!(
+        ready["staleReaper"]
+            .as_str()
+            .is_some_and(|s| s.contains("limited")),
+        "{ready}"
+    );
+    let m = client.metrics().await.unwrap();
+    assert!(m.contains("cnid_stale_host_mounts_visible 0"), "{m}");
+    assert_eq!(
+        daemon
+            .log()
+            .matches("does not see the host's mounts")
+            .count(),
+        1
+    );
     drop(daemon);
     cnitool("del", &live.path());
     assert!(host_local_ips(&c.data_dir, NET).is_empty());
