@@ -88,6 +88,28 @@ async fn a_live_proc_namespace_survives_a_restart_whatever_its_records_mtime() {
     drop(c);
 }
 
+/// Runs this workspace's cnitool on the host: `VERB NET NETNS` with `dirs`'s
+/// conf dir, `cache` as its cache dir and `cni_path` as `CNI_PATH`;
+/// fails the test unless it succeeds.
+fn host_cnitool(dirs: &Dirs, cache: &std::path::Path, cni_path: &str, verb: &str, netns: &str) {
+    let out = std::process::Command::new(&*CNITOOL)
+        .args([verb, NET, netns])
+        .env("NETCONFPATH", &dirs.conf)
+        .env("CNI_PATH", cni_path)
+        .env("CNI_CACHE_DIR", cache)
+        .env_remove("CNI_ARGS")
+        .env_remove("CAP_ARGS")
+        .env_remove("CNI_IFNAME")
+        .env_remove("CNID_SOCKET")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cnitool {verb}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A named namespace made (and deleted on drop) under a name of the
 /// test's choosing.
 struct NamedNs(String);
@@ -160,22 +182,8 @@ exit 0
     // The reap's DEL is held; the name is taken again and attached.
     let again = NamedNs::add(&name);
     let cache = dirs.data.join("cnitool-cache");
-    let out = std::process::Command::new(&*CNITOOL)
-        .args(["add", NET, &path])
-        .env("NETCONFPATH", &dirs.conf)
-        .env("CNI_PATH", format!("{}:/usr/lib/cni", dirs.bin.display()))
-        .env("CNI_CACHE_DIR", &cache)
-        .env_remove("CNI_ARGS")
-        .env_remove("CAP_ARGS")
-        .env_remove("CNI_IFNAME")
-        .env_remove("CNID_SOCKET")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let cni_path = format!("{}:/usr/lib/cni", dirs.bin.display());
+    host_cnitool(&dirs, &cache, &cni_path, "add", &path);
     let addrs = addrs_v4(&path, "eth0");
     assert_eq!(addrs.len(), 1, "cnitool's eth0");
     gate.release();
@@ -187,22 +195,7 @@ exit 0
         !log.lines().any(|l| l == format!("DEL netns={path}")),
         "{log}"
     );
-    let out = std::process::Command::new(&*CNITOOL)
-        .args(["del", NET, &path])
-        .env("NETCONFPATH", &dirs.conf)
-        .env("CNI_PATH", format!("{}:/usr/lib/cni", dirs.bin.display()))
-        .env("CNI_CACHE_DIR", &cache)
-        .env_remove("CNI_ARGS")
-        .env_remove("CAP_ARGS")
-        .env_remove("CNI_IFNAME")
-        .env_remove("CNID_SOCKET")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    host_cnitool(&dirs, &cache, &cni_path, "del", &path);
     assert!(host_local_ips(&data_dir, NET).is_empty());
     drop(again);
 }
@@ -260,22 +253,7 @@ async fn cnid_outside_the_hosts_mounts_reaps_only_by_boot_id() {
     let dirs = Dirs::new();
     let c = chain(&dirs, &[]);
     let cnitool = |verb: &str, path: &str| {
-        let out = std::process::Command::new(&*CNITOOL)
-            .args([verb, NET, path])
-            .env("NETCONFPATH", &dirs.conf)
-            .env("CNI_PATH", "/usr/lib/cni")
-            .env("CNI_CACHE_DIR", &dirs.cache)
-            .env_remove("CNI_ARGS")
-            .env_remove("CAP_ARGS")
-            .env_remove("CNI_IFNAME")
-            .env_remove("CNID_SOCKET")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        host_cnitool(&dirs, &dirs.cache, "/usr/lib/cni", verb, path);
     };
     let live = Netns::new();
     let control = Netns::new();
