@@ -670,6 +670,34 @@ mod tests {
                 (Netns::Gone, true)
             );
         }
+        // This boot: the path's namespace with the recorded inode is alive;
+        // one not at its path proves nothing to a caller outside the
+        // host's mounts.
+        let own = identity::netns_id(Path::new("/proc/self/ns/net"))
+            .unwrap()
+            .unwrap();
+        let this = |ns| NetnsIdentity {
+            boot_id: "this".into(),
+            ns: Some(ns),
+            handle: None,
+            pid_start_time: None,
+        };
+        for mounts in [true, false] {
+            assert_eq!(
+                judge_one("/proc/self/ns/net", Some(&this(own)), None, &host(mounts)).0,
+                Netns::Alive
+            );
+        }
+        assert_eq!(
+            judge_one(
+                "/nonexistent/x",
+                Some(&this((own.0, 1))),
+                None,
+                &host(false)
+            )
+            .0,
+            Netns::Unseen
+        );
         // No boot id to compare with: cannot tell.
         let blind = Host {
             boot_id: None,
