@@ -199,8 +199,14 @@ fn gc_stale_outside_the_hosts_mounts_leaves_a_namespace_it_cannot_see() {
     if let Some(d) = tool.get_current_dir() {
         cmd.current_dir(d);
     }
-    let done = Run::of(cmd).ok().stdout_json();
+    let run = Run::of(cmd).ok();
+    let done = run.stdout_json();
     assert_eq!(done["stale"].as_array().unwrap().len(), 0, "{done}");
+    assert!(
+        run.stderr.contains("does not see the host's mounts"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(sb.cache_entries().len(), 1);
     assert_eq!(ns.ipv4_addrs("eth0"), ip);
     assert_eq!(host_local_ips(&data_dir, net).len(), 1);
