@@ -1154,6 +1154,22 @@ pub struct ScannedRecord {
     /// `netns` (empty when absent).
     #[serde(default)]
     pub netns: String,
+    /// `netnsIdentity` ([`record::NetnsIdentity`]; `None` when absent or
+    /// malformed).
+    #[serde(
+        default,
+        rename = "netnsIdentity",
+        deserialize_with = "lenient_identity"
+    )]
+    pub identity: Option<record::NetnsIdentity>,
+}
+
+fn lenient_identity<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<record::NetnsIdentity>, D::Error> {
+    use serde::Deserialize as _;
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(v.as_ref().and_then(record::NetnsIdentity::from_value))
 }
 
 impl ScannedRecord {

@@ -3,12 +3,12 @@
 //! that crashed or lost its state between ADD and DEL). Left alone they
 //! hold their IPAM reservations forever ("no IP addresses available in
 //! range set"). This module finds them ([`StaleScanner::scan`]) and DELs
-//! them ([`Cni::reap_stale`]) with what libcni would pass: the cached
-//! configuration, the cached result as `prevResult`, the cached args and
-//! the recorded netns path (the spec lets a plugin see a missing namespace
-//! on DEL; a path that is there but is not the namespace any more, an
-//! earlier boot's `/proc/PID/ns/net` or a file left by a bind mount, is
-//! not passed: CNI_NETNS is empty then). cnid's reaper and `cnitool gc --stale` are both built on it.
+//! them ([`Cni::reap_stale`]) with the cached configuration, the cached
+//! result as `prevResult` and the cached args, and **no netns path**
+//! (CNI_NETNS empty: the namespace is gone by definition, and the path may
+//! hold someone else's namespace by then; the spec lets plugins see no
+//! namespace on DEL). cnid's reaper and `cnitool gc --stale` are both
+//! built on it.
 //!
 //! ```no_run
 //! # async fn demo(cni: &cni_async::Cni) -> Result<(), cni_async::Error> {
@@ -24,29 +24,34 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # The verdict ([`verdict`])
+//! # The verdict
 //!
-//! | netns recorded | namespace | record written | verdict |
-//! |---|---|---|---|
-//! | none | | | kept ([`Kept::NoNetns`]): nothing to look at |
-//! | a path | a network namespace | | kept ([`Kept::NamespaceExists`]) |
-//! | a path | cannot be looked at (no permission, out of descriptors) | | kept ([`Kept::Unknown`]) |
-//! | a path | gone | in an earlier boot | stale ([`StaleReason::Rebooted`]) |
-//! | a path | gone | in this boot | stale ([`StaleReason::NamespaceGone`]) once seen gone for `stale_after`, [`Verdict::Waiting`] until then |
+//! Nothing is stale on a path or a clock alone: "gone" is proven. Records
+//! written by this library (cnitool, cnid, embedders) carry the
+//! namespace's identity taken at ADD (`netnsIdentity`:
+//! [`cni_core::cache::NetnsIdentity`]): the boot id, the nsfs device and
+//! inode of the netns path and its nsfs file handle (Linux 6.18+), and for
+//! a `/proc/PID/ns/net` path the process's start time.
 //!
-//! "Gone" means the path is not a network namespace any more: missing, or
-//! a file left after its bind mount went away. A `/proc/PID/ns/net` path
-//! written in an earlier boot is gone whatever it points to now: that PID
-//! is another process in this boot.
+//! | record | what is found | verdict |
+//! |---|---|---|
+//! | no netns | | kept ([`Kept::NoNetns`]) |
+//! | identity, another boot id | | stale at once ([`StaleReason::Rebooted`]) |
+//! | identity, this boot | the path is the recorded namespace (same device and inode; for `/proc/PID/...` the same start time too) | kept ([`Kept::NamespaceExists`]) |
+//! | identity, this boot | not at its path, and its file handle still opens it (anything holds it), or (no handle) held by a process or thread, a bind mount in any mount namespace, or an open descriptor | kept ([`Kept::Held`]) |
+//! | identity, this boot | not at its path, no handle, and not everything could be searched (a `/proc` entry unreadable, not the initial pid namespace) | kept ([`Kept::Unknown`]) |
+//! | identity, this boot | not at its path, and its handle is stale (`ESTALE`), or (no handle) held by nothing | [`Verdict::Waiting`], stale ([`StaleReason::NamespaceGone`]) once seen so for `stale_after` |
+//! | none (libcni's, older ones), or no namespace identified at ADD | the path is a network namespace now | kept ([`Kept::NamespaceExists`]), whatever the record's mtime |
+//! | none | the path cannot be looked at | kept ([`Kept::Unknown`]) |
+//! | none | not a network namespace, record's mtime before the boot time | stale ([`StaleReason::Rebooted`]) |
+//! | none | not a network namespace, written in this boot | waiting, then stale ([`StaleReason::NamespaceGone`]) |
+//! | anything not proven by boot id | the caller does not see the host's mounts | kept ([`Kept::HostMountsUnseen`]) |
 //!
-//! "Written in an earlier boot" is the record file's mtime before the boot
-//! time (`btime` of `/proc/stat`, [`boot_time`]): it holds for records of
-//! every tool writing the cache's format (libcni, cnitool, cnid), none of
-//! which writes a boot id into the record (`docs/decisions.md` D24). A
-//! writer that rewrites an earlier boot's record in this boot dates it
-//! back (cnid restoring a record a power loss lost dates it as its
-//! journal); otherwise it counts as this boot's, reaped after
-//! `stale_after`.
+//! A caller "sees the host's mounts" ([`StaleScanner::sees_host_mounts`])
+//! when it is in the initial pid namespace and in pid 1's mount namespace:
+//! then its `/proc` lists every process and its paths are the host's. A
+//! caller that does not (a unit with a private `/run`, a pod without mount
+//! propagation) reaps only what another boot id proves gone.
 //!
 //! How long a namespace has been gone is what the scanner saw: the first
 //! scan that found it gone starts the clock, a scan that finds it back (or
@@ -54,33 +59,39 @@
 //! `stale_after` zero.
 //!
 //! # Caveats
-//! - A clock set backwards across the reboot (no RTC, no NTP yet) can make
-//!   an earlier boot's record look younger than the boot: it is then
-//!   reaped as "namespace gone" after `stale_after`, not at once.
-//! - The namespace is checked from the caller's mount namespace: a netns
-//!   path valid only in another mount namespace looks gone.
-//! - [`Cni::reap_stale`] checks again, just before the DEL, that the
-//!   record file is the one scanned (same mtime; once more under the
-//!   attachment's lock, so another tool's DEL and re-ADD in between is
-//!   never DELed) and that its namespace is still gone; a caller racing
-//!   other tools on the same attachment (cnid) also orders the reap with
-//!   its own operations on it.
+//! - Records without identity (Go libcni's, this library's before it
+//!   recorded one) still rest on the path and the record's mtime against
+//!   the boot time: a namespace bind-mounted only in another mount
+//!   namespace, or a clock stepped across the boot, can make one look gone
+//!   (a path that is a namespace now is never judged on the clock).
+//! - Nsfs inode numbers are reused once a namespace is freed: a new
+//!   namespace at the recorded path with the recorded inode counts as the
+//!   recorded one (kept: the safe side).
+//! - A process may enter or open the namespace after the search: the
+//!   namespace it holds then is not gone, and [`Cni::reap_stale`] judges
+//!   the record again just before the DEL, and checks under the
+//!   attachment's lock that the record is exactly the scanned one (mtime,
+//!   netns and identity), so another tool's DEL and re-ADD in between is
+//!   never DELed. A caller racing other tools on the same attachment
+//!   (cnid) also orders the reap with its own operations on it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use cni_core::RuntimeConf;
-use cni_core::cache::{CacheEntry, CacheRecord};
+use cni_core::cache::{CacheEntry, CacheRecord, NetnsIdentity, proc_netns_pid};
 
 use crate::cache::{RecordScan, ResultCache, ScannedRecord};
 use crate::error::Error;
 use crate::ops::{CallOptions, Cni};
+use crate::sys::identity::{self, Holders};
 
 /// Why a stale attachment is stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StaleReason {
-    /// Written in an earlier boot, and its namespace is gone.
+    /// Written in an earlier boot (another boot id; for a record without
+    /// one, an mtime before the boot time and its path no namespace).
     Rebooted,
     /// Its namespace has been gone for `stale_after` while the node ran.
     NamespaceGone,
@@ -105,13 +116,35 @@ impl std::fmt::Display for StaleReason {
 /// Why an attachment is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kept {
-    /// Its netns path is a network namespace.
+    /// Its netns path is its namespace (or, for a record without
+    /// identity, a network namespace).
     NamespaceExists,
     /// No netns path was recorded: nothing tells whether it is gone.
     NoNetns,
-    /// The netns path cannot be looked at (no permission, out of file
-    /// descriptors): nothing tells whether it is gone.
+    /// Whether it is gone cannot be told: the path cannot be looked at,
+    /// the boot id cannot be read, or the search for holders could not
+    /// read everything.
     Unknown,
+    /// Its namespace is not at its path but is still held (a process or
+    /// thread in it, a bind mount of it, an open descriptor).
+    Held,
+    /// The caller does not see the host's mounts and processes
+    /// ([`StaleScanner::sees_host_mounts`]): only another boot id proves
+    /// a namespace gone.
+    HostMountsUnseen,
+}
+
+impl Kept {
+    /// What logs and listings say.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kept::NamespaceExists => "namespace exists",
+            Kept::NoNetns => "no netns recorded",
+            Kept::Unknown => "cannot tell",
+            Kept::Held => "namespace held",
+            Kept::HostMountsUnseen => "host mounts not visible",
+        }
+    }
 }
 
 /// What to do with a cached attachment.
@@ -143,12 +176,17 @@ impl Verdict {
 pub enum Netns {
     /// No netns path in the record.
     Unrecorded,
-    /// The path is a network namespace.
+    /// The path is the namespace.
     Alive,
-    /// The path is not a network namespace (missing, or not one any more).
+    /// Proven gone (another boot; or not at its path and held by nothing;
+    /// for a record without identity: the path is no namespace).
     Gone,
-    /// The path cannot be looked at: neither alive nor gone.
+    /// Cannot be told: neither alive nor gone.
     Unknown,
+    /// Not at its path, but held by something.
+    Held,
+    /// Not proven gone, and the caller does not see the host's mounts.
+    Unseen,
 }
 
 /// The verdict on one attachment (see the [module docs](self)):
@@ -165,6 +203,8 @@ pub fn verdict(
         Netns::Unrecorded => Verdict::Kept(Kept::NoNetns),
         Netns::Alive => Verdict::Kept(Kept::NamespaceExists),
         Netns::Unknown => Verdict::Kept(Kept::Unknown),
+        Netns::Held => Verdict::Kept(Kept::Held),
+        Netns::Unseen => Verdict::Kept(Kept::HostMountsUnseen),
         Netns::Gone if earlier_boot => Verdict::Stale(StaleReason::Rebooted),
         Netns::Gone => match stale_after {
             Some(after) if gone_for >= after => Verdict::Stale(StaleReason::NamespaceGone),
@@ -173,24 +213,91 @@ pub fn verdict(
     }
 }
 
-/// Whether `netns` (a record's path) is a network namespace now;
-/// `earlier_boot`: a `/proc/PID/...` path of an earlier boot is gone.
-pub fn netns_state(netns: &str, earlier_boot: bool) -> Netns {
+/// Whether `netns` (the path of a record without identity) is a network
+/// namespace now. A path that is no namespace is [`Netns::Gone`] only for
+/// a caller that sees the host's mounts (`host`).
+pub fn netns_state(netns: &str, host: bool) -> Netns {
     if netns.is_empty() {
-        Netns::Unrecorded
-    } else if earlier_boot && netns.starts_with("/proc/") {
-        Netns::Gone
-    } else {
-        match crate::sys::nsfs::network_namespace(Path::new(netns)) {
-            Ok(true) => Netns::Alive,
-            Ok(false) => Netns::Gone,
-            Err(_) => Netns::Unknown,
+        return Netns::Unrecorded;
+    }
+    match crate::sys::nsfs::network_namespace(Path::new(netns)) {
+        Ok(true) => Netns::Alive,
+        Ok(false) if host => Netns::Gone,
+        Ok(false) => Netns::Unseen,
+        Err(_) => Netns::Unknown,
+    }
+}
+
+/// What the caller knows of the host when judging.
+#[derive(Debug, Clone)]
+struct Host {
+    boot_id: Option<String>,
+    boot_time: Option<SystemTime>,
+    sees_host_mounts: bool,
+}
+
+/// Whether a record's namespace is gone, and whether it was written in an
+/// earlier boot: the table of the [module docs](self).
+fn judge_one(
+    netns: &str,
+    identity: Option<&NetnsIdentity>,
+    written: Option<SystemTime>,
+    host: &Host,
+) -> (Netns, bool) {
+    if netns.is_empty() {
+        return (Netns::Unrecorded, false);
+    }
+    let Some(id) = identity else {
+        let earlier = before_boot(written, host.boot_time);
+        return (netns_state(netns, host.sees_host_mounts), earlier);
+    };
+    match host.boot_id.as_deref() {
+        None => (Netns::Unknown, false),
+        Some(b) if b != id.boot_id => (Netns::Gone, true),
+        Some(_) => match id.ns {
+            None => (netns_state(netns, host.sees_host_mounts), false),
+            Some(ns) => (identified(netns, ns, id, host), false),
+        },
+    }
+}
+
+/// The namespace `ns` recorded at `netns` in this boot: alive at its path,
+/// held elsewhere, or proven gone.
+fn identified(netns: &str, ns: (u64, u64), id: &NetnsIdentity, host: &Host) -> Netns {
+    let start = id.pid_start_time;
+    match identity::netns_id(Path::new(netns)) {
+        Err(_) => return Netns::Unknown,
+        Ok(Some(now)) if now == ns => {
+            let same_process = match (proc_netns_pid(netns), start) {
+                (Some(pid), Some(t)) => match identity::start_time(pid) {
+                    Ok(now) => now == Some(t),
+                    Err(_) => return Netns::Unknown,
+                },
+                _ => true,
+            };
+            if same_process {
+                return Netns::Alive;
+            }
         }
+        Ok(_) => {}
+    }
+    if !host.sees_host_mounts {
+        return Netns::Unseen;
+    }
+    // The kernel's answer, where it has one: the namespace by its id.
+    if let Some(alive) = id.handle.as_ref().and_then(|h| identity::ns_alive(h).ok()) {
+        return if alive { Netns::Held } else { Netns::Gone };
+    }
+    match identity::holders(ns) {
+        Holders::Held => Netns::Held,
+        Holders::Unknown => Netns::Unknown,
+        Holders::None => Netns::Gone,
     }
 }
 
 /// When this boot began: `btime` of `/proc/stat` (whole seconds). `None`
 /// when it cannot be read: then no record counts as an earlier boot's.
+/// Only records without a boot id are dated by it.
 pub fn boot_time() -> Option<SystemTime> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     parse_btime(&stat)
@@ -231,6 +338,8 @@ pub struct Candidate {
     pub netns: String,
     /// The record file's mtime.
     pub written: Option<SystemTime>,
+    /// The recorded namespace identity (`None` for records without one).
+    pub identity: Option<NetnsIdentity>,
     /// The verdict.
     pub verdict: Verdict,
 }
@@ -249,10 +358,11 @@ type Key = (String, String, String);
 /// followed with [`ResultCache::scan_blocking`]: a scan reads only the
 /// record files new or replaced since the last one, and only their
 /// identity and netns (not their results), so it costs a directory
-/// listing and a `stat` per attachment, whatever the size of the cache.
+/// listing and a `stat` per attachment, plus a search of `/proc` for each
+/// namespace of this boot not at its path.
 #[derive(Debug)]
 pub struct StaleScanner {
-    boot: Option<SystemTime>,
+    host: Host,
     stale_after: Option<Duration>,
     state: ScanState,
 }
@@ -265,20 +375,34 @@ struct ScanState {
 }
 
 impl StaleScanner {
-    /// A scanner for this boot ([`boot_time`]); `stale_after`: how long a
-    /// namespace of this boot's record must be seen gone (`None`: only
-    /// earlier boots' records are ever stale).
+    /// A scanner for this boot ([`crate::sys::boot_id`], [`boot_time`]);
+    /// `stale_after`: how long a namespace of this boot's record must be
+    /// seen gone (`None`: only earlier boots' records are ever stale).
     pub fn new(stale_after: Option<Duration>) -> Self {
         StaleScanner::with_boot_time(boot_time(), stale_after)
     }
 
-    /// A scanner taking `boot` as this boot's start.
+    /// A scanner taking `boot` as this boot's start (for records without
+    /// a boot id).
     pub fn with_boot_time(boot: Option<SystemTime>, stale_after: Option<Duration>) -> Self {
         StaleScanner {
-            boot,
+            host: Host {
+                boot_id: crate::sys::boot_id().map(str::to_owned),
+                boot_time: boot,
+                sees_host_mounts: identity::sees_host_mounts(),
+            },
             stale_after,
             state: ScanState::default(),
         }
+    }
+
+    /// Whether this process sees the host's mounts and processes (the
+    /// initial pid namespace, pid 1's mount namespace), as found when the
+    /// scanner was made. When it does not, only attachments another boot
+    /// id proves gone are ever stale (the others are
+    /// [`Kept::HostMountsUnseen`]): callers say so once.
+    pub fn sees_host_mounts(&self) -> bool {
+        self.host.sees_host_mounts
     }
 
     /// Every `cniCacheV1` record of `cache` with its verdict, sorted by
@@ -286,7 +410,7 @@ impl StaleScanner {
     /// error (nothing is stale then; a missing one is an empty cache);
     /// unusable record files are left out.
     pub async fn scan(&mut self, cache: &ResultCache) -> Result<Vec<Candidate>, Error> {
-        let (boot, stale_after, cache) = (self.boot, self.stale_after, cache.clone());
+        let (host, stale_after, cache) = (self.host.clone(), self.stale_after, cache.clone());
         let dir = cache.results_dir();
         let mut state = std::mem::take(&mut self.state);
         let (state, res) = tokio::task::spawn_blocking(move || {
@@ -302,7 +426,7 @@ impl StaleScanner {
                     );
                     state.records.insert(k, r);
                 }
-                judge(&cache, &mut state, boot, stale_after)
+                judge(&cache, &mut state, &host, stale_after)
             });
             (state, res)
         })
@@ -322,20 +446,15 @@ impl StaleScanner {
 fn judge(
     cache: &ResultCache,
     state: &mut ScanState,
-    boot: Option<SystemTime>,
+    host: &Host,
     stale_after: Option<Duration>,
 ) -> Vec<Candidate> {
     let now = Instant::now();
     let mut gone_since = HashMap::new();
     let mut out = Vec::with_capacity(state.records.len());
     for (key, r) in &state.records {
-        let written = cache
-            .path(&r.network_name, &r.container_id, &r.if_name)
-            .ok()
-            .and_then(|p| std::fs::symlink_metadata(p).ok())
-            .and_then(|m| m.modified().ok());
-        let earlier = before_boot(written, boot);
-        let ns = netns_state(&r.netns, earlier);
+        let written = mtime(cache, &r.network_name, &r.container_id, &r.if_name);
+        let (ns, earlier) = judge_one(&r.netns, r.identity.as_ref(), written, host);
         let mut gone_for = Duration::ZERO;
         if ns == Netns::Gone {
             let since = state.gone_since.get(key).copied().unwrap_or(now);
@@ -349,10 +468,19 @@ fn judge(
             ifname: r.if_name.clone(),
             netns: r.netns.clone(),
             written,
+            identity: r.identity.clone(),
         });
     }
     state.gone_since = gone_since;
     out
+}
+
+fn mtime(cache: &ResultCache, network: &str, cid: &str, ifname: &str) -> Option<SystemTime> {
+    cache
+        .path(network, cid, ifname)
+        .ok()
+        .and_then(|p| std::fs::symlink_metadata(p).ok())
+        .and_then(|m| m.modified().ok())
 }
 
 /// What [`Cni::reap_stale`] did.
@@ -363,74 +491,66 @@ pub enum Reaped {
     /// Nothing to do: the record is gone or was written again since the
     /// scan (a DEL or a new ADD came first).
     Changed,
-    /// Nothing done: the namespace is there again (or cannot be looked at).
+    /// Nothing done: the namespace is there again, held, or whether it is
+    /// gone cannot be told any more.
     Alive,
 }
 
 impl Cni {
     /// DELs a stale attachment `c` found by [`StaleScanner::scan`] with
-    /// its cached configuration, result (`prevResult`), args and netns
-    /// path (none when the path is there but is not its namespace any
-    /// more), and removes its record, unless the record changed (is gone,
-    /// or its file was written since the scan) or the namespace came back
-    /// since the scan. A failed DEL leaves the record (a later reap or a
-    /// DEL tries again).
+    /// its cached configuration, result (`prevResult`) and args, and no
+    /// netns path (CNI_NETNS empty: the namespace is gone, and its path
+    /// may be another namespace by now), and removes its record, unless
+    /// the record changed (is gone, or is not exactly the scanned one:
+    /// mtime, netns, identity) or the namespace is no longer proven gone.
+    /// A failed DEL leaves the record (a later reap or a DEL tries again).
     pub async fn reap_stale(&self, c: &Candidate, opts: &CallOptions) -> Result<Reaped, Error> {
+        let Some(reason) = c.verdict.stale() else {
+            return Ok(Reaped::Alive);
+        };
         let path = self.cache().path(&c.network, &c.container_id, &c.ifname)?;
-        let earlier = matches!(c.verdict, Verdict::Stale(StaleReason::Rebooted));
-        let (netns, written) = (c.netns.clone(), c.written);
-        let (now, there) = tokio::task::spawn_blocking(move || {
-            let same = std::fs::symlink_metadata(&path)
-                .and_then(|m| m.modified())
-                .is_ok_and(|m| Some(m) == written);
-            if !same {
-                return (Reaped::Changed, true);
-            }
-            let there = std::fs::metadata(&netns).is_ok();
-            match netns_state(&netns, earlier) {
-                Netns::Gone => (Reaped::Deleted, there),
-                Netns::Alive | Netns::Unrecorded | Netns::Unknown => (Reaped::Alive, there),
-            }
-        })
-        .await
-        .unwrap_or((Reaped::Changed, true));
-        if now != Reaped::Deleted {
-            return Ok(now);
-        }
-        // The scan may have read the record before the file was rewritten
-        // in place: the netns to DEL in is the one the record holds now.
-        match self
-            .cache()
-            .read(&c.network, &c.container_id, &c.ifname)
-            .await?
-        {
-            Some(CacheEntry::Record(r)) if r.netns == c.netns => {}
-            _ => return Ok(Reaped::Changed),
-        }
-        // The record's own config, args and capability args (`del_cached`
-        // takes them when `rt` has none). The DEL checks again, under the
-        // attachment's lock, that the record is still the scanned one:
-        // another tool's DEL and re-ADD may have come between the checks
-        // above and the lock.
-        // A path that is there but is not the record's namespace (an
-        // earlier boot's /proc/PID/ns/net, another process's now; a file
-        // left where a namespace was bind-mounted) is not handed to the
-        // plugins: they would enter another namespace, or refuse the
-        // file. The spec lets CNI_NETNS be empty when the namespace is
-        // gone. A missing path is passed on, as libcni would.
-        let mut rt = RuntimeConf::new(&c.container_id, &c.netns, &c.ifname);
-        if there {
-            rt.netns.clear();
-        }
-        let path = self.cache().path(&c.network, &c.container_id, &c.ifname)?;
-        let scanned = |r: &CacheRecord| {
+        // The record as it is now must be the scanned one.
+        let same_record = |r: &CacheRecord| {
             r.netns == c.netns
+                && r.identity == c.identity
                 && std::fs::symlink_metadata(&path)
                     .and_then(|m| m.modified())
                     .is_ok_and(|m| Some(m) == c.written)
         };
         match self
-            .del_cached_expecting(&c.network, &rt, opts, Some(&scanned))
+            .cache()
+            .read(&c.network, &c.container_id, &c.ifname)
+            .await?
+        {
+            Some(CacheEntry::Record(r)) if same_record(&r) => {}
+            _ => return Ok(Reaped::Changed),
+        }
+        // Judged again: a namespace entered or opened since the scan is
+        // not gone. The scan's clock (stale_after) is not rerun: only
+        // whether the namespace is still proven gone.
+        let host = Host {
+            boot_id: crate::sys::boot_id().map(str::to_owned),
+            // A record without identity was dated by the scan (its mtime
+            // is unchanged); what is judged again is its path.
+            boot_time: None,
+            sees_host_mounts: identity::sees_host_mounts(),
+        };
+        let (netns, identity_, written) = (c.netns.clone(), c.identity.clone(), c.written);
+        let (ns, earlier) = tokio::task::spawn_blocking(move || {
+            judge_one(&netns, identity_.as_ref(), written, &host)
+        })
+        .await
+        .unwrap_or((Netns::Unknown, false));
+        let rebooted = earlier || c.identity.is_none();
+        if ns != Netns::Gone || (reason == StaleReason::Rebooted && !rebooted) {
+            return Ok(Reaped::Alive);
+        }
+        // The DEL checks again, under the attachment's lock, that the
+        // record is still exactly the scanned one: another tool's DEL and
+        // re-ADD may have come between the checks above and the lock.
+        let rt = RuntimeConf::new(&c.container_id, "", &c.ifname);
+        match self
+            .del_cached_expecting(&c.network, &rt, opts, Some(&same_record))
             .await
         {
             Ok(()) => Ok(Reaped::Deleted),
@@ -513,14 +633,79 @@ mod tests {
     }
 
     #[test]
-    fn proc_paths_of_an_earlier_boot_are_gone() {
-        // /proc/self/ns/net is a network namespace now, but a PID of an
-        // earlier boot is another process in this one.
-        assert_eq!(netns_state("/proc/self/ns/net", false), Netns::Alive);
-        assert_eq!(netns_state("/proc/self/ns/net", true), Netns::Gone);
+    fn a_path_that_is_a_namespace_now_is_never_judged_on_the_clock() {
+        let host = |mounts| Host {
+            boot_id: Some("this".into()),
+            boot_time: Some(SystemTime::now()),
+            sees_host_mounts: mounts,
+        };
+        let old = Some(SystemTime::now() - Duration::from_secs(3600));
+        // Without identity: a /proc path that resolves is kept, however old.
+        assert_eq!(
+            judge_one("/proc/self/ns/net", None, old, &host(true)).0,
+            Netns::Alive
+        );
+        assert_eq!(
+            judge_one("/nonexistent/netns", None, old, &host(true)),
+            (Netns::Gone, true)
+        );
+        // A path not seen from outside the host's mounts proves nothing.
+        assert_eq!(
+            judge_one("/nonexistent/netns", None, old, &host(false)).0,
+            Netns::Unseen
+        );
         assert_eq!(netns_state("", true), Netns::Unrecorded);
-        assert_eq!(netns_state("/nonexistent/netns", false), Netns::Gone);
         // A plain file (a bind mount's mount point left behind).
-        assert_eq!(netns_state("/proc/stat", false), Netns::Gone);
+        assert_eq!(netns_state("/proc/stat", true), Netns::Gone);
+        // Another boot id: gone at once, seen or not.
+        let other = NetnsIdentity {
+            boot_id: "other".into(),
+            ns: Some((1, 2)),
+            handle: None,
+            pid_start_time: None,
+        };
+        for mounts in [true, false] {
+            assert_eq!(
+                judge_one("/proc/self/ns/net", Some(&other), None, &host(mounts)),
+                (Netns::Gone, true)
+            );
+        }
+        // This boot: the path's namespace with the recorded inode is alive;
+        // one not at its path proves nothing to a caller outside the
+        // host's mounts.
+        let own = identity::netns_id(Path::new("/proc/self/ns/net"))
+            .unwrap()
+            .unwrap();
+        let this = |ns| NetnsIdentity {
+            boot_id: "this".into(),
+            ns: Some(ns),
+            handle: None,
+            pid_start_time: None,
+        };
+        for mounts in [true, false] {
+            assert_eq!(
+                judge_one("/proc/self/ns/net", Some(&this(own)), None, &host(mounts)).0,
+                Netns::Alive
+            );
+        }
+        assert_eq!(
+            judge_one(
+                "/nonexistent/x",
+                Some(&this((own.0, 1))),
+                None,
+                &host(false)
+            )
+            .0,
+            Netns::Unseen
+        );
+        // No boot id to compare with: cannot tell.
+        let blind = Host {
+            boot_id: None,
+            ..host(true)
+        };
+        assert_eq!(
+            judge_one("/x", Some(&other), None, &blind).0,
+            Netns::Unknown
+        );
     }
 }

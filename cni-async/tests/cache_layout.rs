@@ -118,9 +118,13 @@ async fn record_has_libcni_layout_and_decodes_with_cni_core() {
             "netns",
             "cniArgs",
             "capabilityArgs",
-            "result"
+            "result",
+            "netnsIdentity"
         ]
     );
+    // Ours, after libcni's keys (libcni ignores it): the boot id; the
+    // path is no namespace here, so no device, inode or handle.
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     assert_json_eq(
         &value,
         &json!({
@@ -133,6 +137,7 @@ async fn record_has_libcni_layout_and_decodes_with_cni_core() {
             "cniArgs": [["K8S_POD_NAMESPACE", "ns1"], ["K8S_POD_NAME", "web"]],
             "capabilityArgs": {"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]},
             "result": result_json("10.210.0.2/24"),
+            "netnsIdentity": {"bootId": boot.trim()},
         }),
         "cache record",
     );
@@ -176,7 +181,8 @@ async fn empty_fields_are_omitted_like_go_omitempty() {
             "ifName",
             "networkName",
             "netns",
-            "result"
+            "result",
+            "netnsIdentity"
         ]
     );
 }

@@ -54,6 +54,7 @@ async fn an_add_with_record_answers_the_record_the_cache_file_holds() {
         .await
         .expect("ADD");
     assert_is_the_cached_file(&rig, &attached);
+    assert!(attached.record.identity.is_some(), "no netnsIdentity");
     assert_eq!(
         attached.record,
         CacheRecord::new(
@@ -62,6 +63,7 @@ async fn an_add_with_record_answers_the_record_the_cache_file_holds() {
             list.cache_bytes(),
             Some(attached.result.to_value())
         )
+        .with_identity(attached.record.identity.clone())
     );
 }
 

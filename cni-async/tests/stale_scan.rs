@@ -1,9 +1,10 @@
 //! `cni_async::stale`: the verdict on each cached attachment (kept while
-//! its namespace exists, stale at once when an earlier boot wrote it and
-//! its namespace is gone, otherwise after `stale_after` of being seen
-//! gone, the clock reset when the namespace comes back), and the reap: a
-//! DEL with the cached config, result, args and netns, unless the record
-//! changed or the namespace came back since the scan.
+//! its namespace exists, stale at once when another boot id wrote it (a
+//! record without one: an mtime before the boot and a path that is no
+//! namespace), otherwise after `stale_after` of being seen gone, the clock
+//! reset when the namespace comes back), and the reap: a DEL with the
+//! cached config, result and args and no netns, unless the record changed
+//! or the namespace came back since the scan.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -54,25 +55,36 @@ async fn each_record_gets_its_verdict_and_a_namespace_gone_is_timed_from_the_fir
     attach(&cni, "alive", &alive).await;
     attach(&cni, "gone", &gone).await;
     attach(&cni, "old", &old).await;
-    // "old" was written in an earlier boot.
+    attach(&cni, "legacy", &old).await;
+    // "old" was written in another boot (its boot id); "legacy" has no
+    // identity (libcni's) and an mtime before the boot.
+    rig.edit_record(NET, "old", "eth0", |v| {
+        v["netnsIdentity"]["bootId"] = "another-boot".into()
+    });
+    rig.edit_record(NET, "legacy", "eth0", |v| {
+        v.as_object_mut().unwrap().remove("netnsIdentity");
+    });
     let boot = SystemTime::now() - Duration::from_secs(60);
     let f = std::fs::File::options()
         .write(true)
-        .open(rig.cache_dir.join(format!("results/{NET}-old-eth0")))
+        .open(rig.cache_dir.join(format!("results/{NET}-legacy-eth0")))
         .unwrap();
     f.set_modified(boot - Duration::from_secs(3600)).unwrap();
 
     let mut scanner = StaleScanner::with_boot_time(Some(boot), Some(Duration::from_secs(3600)));
     let found = scanner.scan(cni.cache()).await.unwrap();
-    assert_eq!(found.len(), 3);
+    assert_eq!(found.len(), 4);
     assert_eq!(
         verdict_of(&found, "alive"),
         Verdict::Kept(Kept::NamespaceExists)
     );
-    assert_eq!(
-        verdict_of(&found, "old"),
-        Verdict::Stale(StaleReason::Rebooted)
-    );
+    for cid in ["old", "legacy"] {
+        assert_eq!(
+            verdict_of(&found, cid),
+            Verdict::Stale(StaleReason::Rebooted),
+            "{cid}"
+        );
+    }
     assert_eq!(
         verdict_of(&found, "gone"),
         Verdict::Waiting {
@@ -109,12 +121,20 @@ async fn each_record_gets_its_verdict_and_a_namespace_gone_is_timed_from_the_fir
         verdict_of(&found, "gone"),
         Verdict::Stale(StaleReason::NamespaceGone)
     );
-    // Without a boot time, nothing is an earlier boot's.
+    // Without a boot time, no record without identity is an earlier
+    // boot's; the boot id still proves "old" one.
     let found = StaleScanner::with_boot_time(None, None)
         .scan(cni.cache())
         .await
         .unwrap();
-    assert!(matches!(verdict_of(&found, "old"), Verdict::Waiting { .. }));
+    assert!(matches!(
+        verdict_of(&found, "legacy"),
+        Verdict::Waiting { .. }
+    ));
+    assert_eq!(
+        verdict_of(&found, "old"),
+        Verdict::Stale(StaleReason::Rebooted)
+    );
 }
 
 #[tokio::test]
@@ -173,7 +193,8 @@ async fn a_reap_dels_with_the_cached_record_unless_it_changed_or_the_namespace_i
     );
     let dels = rig.dir.invocations_of("DEL");
     assert_eq!(dels.len(), 1);
-    assert_eq!(dels[0].var("CNI_NETNS"), gone.to_str());
+    // No path: the namespace is gone, and the path may be another's.
+    assert_eq!(dels[0].var("CNI_NETNS"), Some(""));
     assert_eq!(dels[0].var("CNI_ARGS"), Some("K8S_POD_NAME=web"));
     assert_eq!(
         dels[0].stdin_json()["prevResult"]["ips"][0]["address"],

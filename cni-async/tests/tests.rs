@@ -62,4 +62,5 @@ mod ops_trace;
 mod ops_validation;
 mod ops_with_record;
 mod stale_attack;
+mod stale_identity;
 mod stale_scan;

@@ -10,7 +10,23 @@
 //! ```
 //!
 //! `netns`, `cniArgs`, `capabilityArgs` and `result` are omitted when empty,
-//! as Go's `omitempty` does. A file that is a bare result (what libcni wrote
+//! as Go's `omitempty` does.
+//!
+//! Records written by this workspace also carry what the namespace was at
+//! ADD ([`NetnsIdentity`], key [`IDENTITY_KEY`]):
+//!
+//! ```json
+//! "netnsIdentity":{"bootId":"0b6c…","dev":4,"ino":4026532290,
+//!                  "handle":"241:9e17000000000000000000404e0100f0","pidStartTime":91234}
+//! ```
+//!
+//! a key libcni's `cachedInfo` does not have, which Go's `encoding/json`
+//! ignores: libcni reads and DELs such records as its own. `dev`/`ino` are
+//! omitted when the netns path could not be looked at, `pidStartTime` when
+//! it is not a `/proc/PID/...` path, `handle` (the nsfs file handle: its
+//! type, a colon, its bytes in hex) where the kernel has none. A malformed value is read as no
+//! identity (the record stays usable; the stale-attachment rules for
+//! records without one apply). A file that is a bare result (what libcni wrote
 //! before `cniCacheV1`) is read as [`CacheEntry::LegacyResult`].
 //!
 //! File names are ambiguous when names contain `-` (`a-b` + `c` and `a` +
@@ -80,6 +96,115 @@ pub fn file_path(
     Ok(results_dir(cache_dir).join(file_name(network, container_id, ifname)?))
 }
 
+/// The key of [`NetnsIdentity`] in a record.
+pub const IDENTITY_KEY: &str = "netnsIdentity";
+
+/// What an attachment's network namespace was at ADD: enough to prove
+/// later that it is gone (another boot; or not at its path and held by
+/// nothing) rather than infer it from a path and a clock.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NetnsIdentity {
+    /// `bootId`: `/proc/sys/kernel/random/boot_id` at ADD.
+    pub boot_id: String,
+    /// `dev` and `ino`: the nsfs device and inode of the netns path
+    /// (`stat`, symbolic links followed) at ADD; `None` when it could not
+    /// be looked at or was no namespace.
+    pub ns: Option<(u64, u64)>,
+    /// `handle`: the namespace's nsfs file handle (`name_to_handle_at`,
+    /// Linux 6.18+) as its type and bytes, written `TYPE:HEX`: it reopens
+    /// the namespace while anything holds it.
+    pub handle: Option<(i32, Vec<u8>)>,
+    /// `pidStartTime`: for a `/proc/PID/ns/net` (or
+    /// `/proc/PID/task/TID/ns/net`) path, the process's start time (field
+    /// 22 of `/proc/PID/stat`, clock ticks since boot) at ADD: a later
+    /// process with the same PID starts at another time.
+    pub pid_start_time: Option<u64>,
+}
+
+impl NetnsIdentity {
+    /// The identity as the JSON object stored under [`IDENTITY_KEY`].
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("bootId".into(), self.boot_id.clone().into());
+        if let Some((dev, ino)) = self.ns {
+            m.insert("dev".into(), dev.into());
+            m.insert("ino".into(), ino.into());
+        }
+        if let Some((kind, bytes)) = &self.handle {
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            m.insert("handle".into(), format!("{kind}:{hex}").into());
+        }
+        if let Some(t) = self.pid_start_time {
+            m.insert("pidStartTime".into(), t.into());
+        }
+        Value::Object(m)
+    }
+
+    /// Reads the object stored under [`IDENTITY_KEY`]; `None` when it is
+    /// not one this module writes (no `bootId` string, `dev` without
+    /// `ino`, a number that is not an unsigned integer).
+    pub fn from_value(v: &Value) -> Option<NetnsIdentity> {
+        let m = v.as_object()?;
+        let boot_id = m.get("bootId")?.as_str()?.to_owned();
+        if boot_id.is_empty() {
+            return None;
+        }
+        let num = |k: &str| -> Result<Option<u64>, ()> {
+            match m.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v.as_u64().map(Some).ok_or(()),
+            }
+        };
+        let ns = match (num("dev").ok()?, num("ino").ok()?) {
+            (Some(d), Some(i)) => Some((d, i)),
+            (None, None) => None,
+            _ => return None,
+        };
+        let handle = match m.get("handle") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(parse_handle(v.as_str()?)?),
+        };
+        Some(NetnsIdentity {
+            boot_id,
+            ns,
+            handle,
+            pid_start_time: num("pidStartTime").ok()?,
+        })
+    }
+}
+
+/// `TYPE:HEX` (a file handle) as its type and bytes.
+fn parse_handle(s: &str) -> Option<(i32, Vec<u8>)> {
+    let (kind, hex) = s.split_once(':')?;
+    if hex.is_empty() || hex.len() % 2 != 0 || hex.len() > 256 {
+        return None;
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    Some((kind.parse().ok()?, bytes))
+}
+
+/// The PID of a `/proc/PID/ns/net` or `/proc/PID/task/TID/ns/net` path
+/// (the thread's id for the latter: its start time is the thread's), or
+/// `None` for any other path (`/proc/self/...` included: "self" is
+/// whoever looks).
+pub fn proc_netns_pid(netns: &str) -> Option<u32> {
+    let rest = netns.strip_prefix("/proc/")?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    let num = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u32>().ok())
+            .flatten()
+    };
+    match parts.as_slice() {
+        [pid, "ns", "net"] => num(pid),
+        [pid, "task", tid, "ns", "net"] => num(pid).and(num(tid)),
+        _ => None,
+    }
+}
+
 /// A `cniCacheV1` record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheRecord {
@@ -99,6 +224,9 @@ pub struct CacheRecord {
     pub capability_args: CapabilityArgs,
     /// `result`: the final ADD result as JSON, in the list's version.
     pub result: Option<Value>,
+    /// [`IDENTITY_KEY`]: the namespace's identity at ADD (`None` in
+    /// records of other writers and older ones).
+    pub identity: Option<NetnsIdentity>,
 }
 
 impl CacheRecord {
@@ -113,7 +241,14 @@ impl CacheRecord {
             cni_args: rt.args.clone(),
             capability_args: rt.capability_args.clone(),
             result,
+            identity: None,
         }
+    }
+
+    /// The record with `identity` ([`IDENTITY_KEY`]).
+    pub fn with_identity(mut self, identity: Option<NetnsIdentity>) -> Self {
+        self.identity = identity;
+        self
     }
 
     /// The runtime parameters stored in the record.
@@ -155,6 +290,9 @@ impl CacheRecord {
         }
         if let Some(r) = &self.result {
             m.insert("result".into(), r.clone());
+        }
+        if let Some(id) = &self.identity {
+            m.insert(IDENTITY_KEY.into(), id.to_value());
         }
         Value::Object(m)
     }
@@ -272,7 +410,12 @@ impl CacheEntry {
             Some(v @ Value::Object(_)) => Some(v),
             Some(_) => return Err(bad("field 'result' must be an object".into())),
         };
+        let identity = m
+            .shift_remove(IDENTITY_KEY)
+            .as_ref()
+            .and_then(NetnsIdentity::from_value);
         Ok(CacheEntry::Record(CacheRecord {
+            identity,
             container_id,
             config,
             if_name,
@@ -334,6 +477,68 @@ mod tests {
         rec.check_matches("a", "b-c", "eth0").unwrap();
         let e = rec.check_matches("a-b", "c", "eth0").unwrap_err();
         assert!(e.to_string().contains("networkName"), "{e}");
+    }
+
+    #[test]
+    fn identity_round_trips_and_bad_ones_read_as_none() {
+        let rt = RuntimeConf::new("c", "/proc/42/ns/net", "eth0");
+        let id = NetnsIdentity {
+            boot_id: "b1".into(),
+            ns: Some((4, 4026532290)),
+            handle: Some((241, vec![0x9e, 0x17, 0, 0xf0])),
+            pid_start_time: Some(91234),
+        };
+        let rec = CacheRecord::new("n", &rt, Vec::new(), None).with_identity(Some(id.clone()));
+        let bytes = rec.encode();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(
+            text.ends_with(
+                r#""netnsIdentity":{"bootId":"b1","dev":4,"ino":4026532290,"handle":"241:9e1700f0","pidStartTime":91234}}"#
+            ),
+            "{text}"
+        );
+        let CacheEntry::Record(back) = CacheEntry::decode(&bytes, "x").unwrap() else {
+            panic!()
+        };
+        assert_eq!(back.identity, Some(id));
+        let only_boot = NetnsIdentity {
+            boot_id: "b1".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            NetnsIdentity::from_value(&only_boot.to_value()),
+            Some(only_boot)
+        );
+        for bad in [
+            serde_json::json!("b1"),
+            serde_json::json!({"bootId": ""}),
+            serde_json::json!({"bootId": "b", "dev": 4}),
+            serde_json::json!({"bootId": "b", "dev": -4, "ino": 1}),
+            serde_json::json!({"bootId": "b", "pidStartTime": "1"}),
+            serde_json::json!({"bootId": "b", "handle": "241:9e1"}),
+            serde_json::json!({"bootId": "b", "handle": "x:9e"}),
+            serde_json::json!({"bootId": "b", "handle": "241:zz"}),
+        ] {
+            assert_eq!(NetnsIdentity::from_value(&bad), None, "{bad}");
+            let rec = serde_json::json!({"kind":"cniCacheV1","containerId":"c","ifName":"e",
+                "networkName":"n", IDENTITY_KEY: bad});
+            let CacheEntry::Record(r) =
+                CacheEntry::decode(rec.to_string().as_bytes(), "x").unwrap()
+            else {
+                panic!()
+            };
+            assert_eq!(r.identity, None);
+        }
+    }
+
+    #[test]
+    fn proc_netns_pids() {
+        assert_eq!(proc_netns_pid("/proc/42/ns/net"), Some(42));
+        assert_eq!(proc_netns_pid("/proc/42/task/43/ns/net"), Some(43));
+        assert_eq!(proc_netns_pid("/proc/self/ns/net"), None);
+        assert_eq!(proc_netns_pid("/proc/42/ns/mnt"), None);
+        assert_eq!(proc_netns_pid("/run/netns/x"), None);
+        assert_eq!(proc_netns_pid("/proc//ns/net"), None);
     }
 
     #[test]

@@ -1,12 +1,19 @@
 //! `cnitool gc --stale [--dry-run]`: the library's stale-attachment scan
 //! and reap (`cni_async::stale`, what cnid's reaper uses) for hosts without
 //! cnid. A cached attachment whose netns is gone is DELed with its cached
-//! config, result (`prevResult`) and recorded netns, and loses its record;
-//! one whose netns is a network namespace stays; `--dry-run` deletes
-//! nothing; an unreadable conf dir deletes nothing.
+//! config, result (`prevResult`) and args and no netns, and loses its
+//! record; one whose netns is its network namespace stays (whatever the
+//! record's mtime), and so does one the caller cannot see from its mount
+//! namespace; `--dry-run` deletes nothing; an unreadable conf dir deletes
+//! nothing.
 
+use crate::support::daemon::before_this_boot;
 use crate::support::fake::Fake;
-use crate::support::tool::{Sandbox, expected_container_id};
+use crate::support::netns::{
+    LinkGuard, NETNS_DIR, Netns, ProcNs, SubnetLease, host_local_ips, ip_ok,
+};
+use crate::support::shim::go_tool;
+use crate::support::tool::{Run, Sandbox, expected_container_id};
 
 const NET: &str = "gcstale";
 
@@ -51,7 +58,7 @@ fn gc_stale_deletes_only_what_lost_its_namespace_and_dry_run_nothing() {
     let dels = sb.plugins.invocations_of("DEL");
     assert_eq!(dels.len(), 1);
     assert_eq!(dels[0].var("CNI_CONTAINERID"), Some(gone_id.as_str()));
-    assert_eq!(dels[0].var("CNI_NETNS"), Some(gone.as_str()));
+    assert_eq!(dels[0].var("CNI_NETNS"), Some(""));
     assert_eq!(
         dels[0].stdin_json()["prevResult"]["ips"][0]["address"],
         "10.1.2.3/24"
@@ -89,4 +96,230 @@ fn gc_needs_a_network_unless_stale() {
     assert!(err.contains("NETWORK"), "{err}");
     let err = sb.run(&["gc", NET, "--dry-run"]).fails();
     assert!(err.contains("--stale"), "{err}");
+}
+
+/// A bridge + host-local network of the test's own for `sb` (run cnitool
+/// with [`real_path`] as `CNI_PATH`).
+fn real_network(sb: &Sandbox, net: &str) -> (LinkGuard, SubnetLease, std::path::PathBuf) {
+    crate::support::require_plugins(&["bridge", "host-local"]);
+    let bridge = LinkGuard::new();
+    let subnet = SubnetLease::new();
+    ip_ok(&["link", "add", "name", bridge.name(), "type", "bridge"]);
+    ip_ok(&["link", "set", bridge.name(), "up"]);
+    let data_dir = sb.root().join("host-local");
+    sb.conflist(
+        net,
+        "1.0.0",
+        &[
+            serde_json::json!({"type": "bridge", "bridge": bridge.name(), "isGateway": false,
+            "ipMasq": false, "ipam": {"type": "host-local", "dataDir": data_dir,
+            "ranges": [[{"subnet": subnet.cidr()}]]}}),
+        ],
+    );
+    (bridge, subnet, data_dir)
+}
+
+fn real_path(sb: &Sandbox) -> String {
+    format!("{}:/usr/lib/cni", sb.plugins.bin().display())
+}
+
+/// A live process's namespace attached by `cnitool add` as
+/// `/proc/PID/ns/net`, its record dated before the boot (a clock stepped
+/// forward after boot): `gc --stale --dry-run` does not list it, and
+/// `gc --stale` leaves it (the process keeps its address).
+#[test]
+fn gc_stale_leaves_a_live_proc_namespace_whatever_its_records_mtime() {
+    crate::support::require_root!();
+    let sb = Sandbox::new();
+    let net = "gcstaleproc";
+    let (_bridge, _subnet, data_dir) = real_network(&sb, net);
+    let path = real_path(&sb);
+    let env = [("CNI_PATH", path.as_str())];
+    let p = ProcNs::new();
+    sb.run_env(&["add", net, &p.path()], &env).ok();
+    let ip = p.ipv4_addrs("eth0");
+    assert_eq!(ip.len(), 1);
+    let records = sb.cache_entries();
+    assert_eq!(records.len(), 1);
+    std::fs::File::options()
+        .write(true)
+        .open(sb.cache_dir().join("results").join(&records[0]))
+        .unwrap()
+        .set_modified(before_this_boot())
+        .unwrap();
+
+    let dry = sb
+        .run_env(&["gc", "--stale", "--dry-run"], &env)
+        .ok()
+        .stdout_json();
+    assert_eq!(dry["stale"].as_array().unwrap().len(), 0, "{dry}");
+    let done = sb.run_env(&["gc", "--stale"], &env).ok().stdout_json();
+    assert_eq!(done["stale"].as_array().unwrap().len(), 0, "{done}");
+    assert_eq!(sb.cache_entries(), records);
+    assert_eq!(p.ipv4_addrs("eth0"), ip);
+    assert_eq!(host_local_ips(&data_dir, net).len(), 1);
+    sb.run_env(&["del", net, &p.path()], &env).ok();
+    assert!(host_local_ips(&data_dir, net).is_empty());
+}
+
+/// `cnitool gc --stale` in a mount namespace that does not see the netns
+/// dir (a tmpfs over it, as a unit with a private /run has): a live named
+/// namespace attached from the host is not "gone" for it; nothing is
+/// deleted, even without --dry-run.
+#[test]
+fn gc_stale_outside_the_hosts_mounts_leaves_a_namespace_it_cannot_see() {
+    crate::support::require_root!();
+    let sb = Sandbox::new();
+    let net = "gcstalemnt";
+    let (_bridge, _subnet, data_dir) = real_network(&sb, net);
+    let path = real_path(&sb);
+    let env = [("CNI_PATH", path.as_str())];
+    let ns = Netns::new();
+    sb.run_env(&["add", net, &ns.path()], &env).ok();
+    let ip = ns.ipv4_addrs("eth0");
+    assert_eq!(ip.len(), 1);
+
+    let tool = sb.cnitool(&["gc", "--stale"]);
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs cnitest {NETNS_DIR} && test ! -e {} && exec \"$0\" \"$@\"",
+            ns.path()
+        ))
+        .arg(tool.get_program())
+        .args(tool.get_args())
+        .env("CNI_PATH", &path)
+        .stdin(std::process::Stdio::null());
+    for (k, v) in tool.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    if let Some(d) = tool.get_current_dir() {
+        cmd.current_dir(d);
+    }
+    let run = Run::of(cmd).ok();
+    let done = run.stdout_json();
+    assert_eq!(done["stale"].as_array().unwrap().len(), 0, "{done}");
+    assert!(
+        run.stderr.contains("does not see the host's mounts"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(sb.cache_entries().len(), 1);
+    assert_eq!(ns.ipv4_addrs("eth0"), ip);
+    assert_eq!(host_local_ips(&data_dir, net).len(), 1);
+    sb.run_env(&["del", net, &ns.path()], &env).ok();
+    assert!(host_local_ips(&data_dir, net).is_empty());
+}
+
+/// Go's cnitool on libcni (`cnid/tests/go/cnitool`) with `sb`'s conf dir,
+/// cache dir and the real plugins.
+fn go_cnitool(sb: &Sandbox, go: &std::path::Path, args: &[&str]) -> Run {
+    let mut cmd = std::process::Command::new(go);
+    cmd.args(args)
+        .env("NETCONFPATH", sb.net_dir())
+        .env("CNI_PATH", real_path(sb))
+        .env("CNI_CACHE_DIR", sb.cache_dir())
+        .env_remove("CNI_ARGS")
+        .env_remove("CAP_ARGS")
+        .env_remove("CNI_IFNAME")
+        .stdin(std::process::Stdio::null());
+    Run::of(cmd)
+}
+
+/// A record our cnitool wrote, `netnsIdentity` included, is read and
+/// DELed by Go libcni (it ignores the key): its DEL succeeds (libcni fails
+/// a DEL whose cached record it cannot decode), the address is released
+/// and the record removed.
+#[test]
+fn go_libcni_dels_a_record_with_identity() {
+    crate::support::require_root!();
+    let Some(go) = go_tool("cnitool") else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let net = "gcstalego1";
+    let (_bridge, _subnet, data_dir) = real_network(&sb, net);
+    let path = real_path(&sb);
+    let ns = Netns::new();
+    sb.run_env(&["add", net, &ns.path()], &[("CNI_PATH", path.as_str())])
+        .ok();
+    let cid = expected_container_id(&ns.path());
+    let rec = sb.cache_record(net, &cid, "eth0").expect("record");
+    assert!(
+        rec["netnsIdentity"]["bootId"].is_string() && rec["netnsIdentity"]["ino"].is_u64(),
+        "{rec}"
+    );
+    assert_eq!(host_local_ips(&data_dir, net).len(), 1);
+    go_cnitool(&sb, &go, &["del", net, &ns.path()]).ok();
+    assert!(sb.cache_entries().is_empty(), "{:?}", sb.cache_entries());
+    assert!(host_local_ips(&data_dir, net).is_empty());
+    assert!(!ns.exec("ip", &["link", "show", "eth0"]).status.success());
+}
+
+/// Records Go libcni wrote (no identity; with `netns`, as libcni 1.2+
+/// writes it: Debian's older libcni leaves it out, which our scanner keeps
+/// as "no netns") dated before the boot: one of a live process's
+/// `/proc/PID/ns/net` is kept (a path that is a namespace now is never
+/// judged on the clock), one whose named namespace is gone is reaped as
+/// `rebooted` (the rules for records without identity).
+#[test]
+fn a_go_libcni_record_is_reaped_only_by_the_rules_without_identity() {
+    crate::support::require_root!();
+    let Some(go) = go_tool("cnitool") else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let net = "gcstalego2";
+    let (_bridge, _subnet, data_dir) = real_network(&sb, net);
+    let path = real_path(&sb);
+    let env = [("CNI_PATH", path.as_str())];
+    let p = ProcNs::new();
+    let gone = Netns::new();
+    go_cnitool(&sb, &go, &["add", net, &p.path()]).ok();
+    go_cnitool(&sb, &go, &["add", net, &gone.path()]).ok();
+    let ip = p.ipv4_addrs("eth0");
+    assert_eq!(ip.len(), 1);
+    let gone_path = gone.path();
+    drop(gone);
+    for (name, netns) in [(&p.path(), p.path()), (&gone_path, gone_path.clone())] {
+        let cid = expected_container_id(name);
+        let file = sb
+            .cache_dir()
+            .join("results")
+            .join(format!("{net}-{cid}-eth0"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(!text.contains("netnsIdentity"), "{text}");
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        if v.get("netns").is_none() {
+            v["netns"] = netns.into();
+        }
+        std::fs::write(&file, v.to_string()).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(before_this_boot())
+            .unwrap();
+    }
+    let dry = sb
+        .run_env(&["gc", "--stale", "--dry-run"], &env)
+        .ok()
+        .stdout_json();
+    let listed = dry["stale"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{dry}");
+    assert_eq!(listed[0]["netns"], gone_path.as_str());
+    assert_eq!(listed[0]["reason"], "rebooted");
+    let done = sb.run_env(&["gc", "--stale"], &env).ok().stdout_json();
+    assert_eq!(done["stale"][0]["deleted"], true, "{done}");
+    assert_eq!(
+        sb.cache_entries(),
+        vec![format!("{net}-{}-eth0", expected_container_id(&p.path()))]
+    );
+    assert_eq!(p.ipv4_addrs("eth0"), ip);
+    assert_eq!(host_local_ips(&data_dir, net).len(), 1);
+    go_cnitool(&sb, &go, &["del", net, &p.path()]).ok();
+    assert!(host_local_ips(&data_dir, net).is_empty());
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::support;
 use crate::support::daemon::{
     Daemon, Dirs, bridge_emptied, del_gated_plugin, eventually_async, recording_plugin, runs,
+    this_boot_again,
 };
 use crate::support::gate::Gate;
 use crate::support::netns::{Netns, bridge_ports, host_local_ips};
@@ -25,7 +26,7 @@ use crate::support::reaper::{
 use cnid::api::AttachmentRequest;
 use serde_json::json;
 
-const NET: &str = "dreap";
+pub(crate) const NET: &str = "dreap";
 
 /// (a) N attachments, cnid killed, their namespaces deleted, a reboot:
 /// the next start DELs them all.
@@ -69,8 +70,10 @@ async fn after_a_reboot_the_start_releases_every_address_of_a_gone_namespace() {
     );
 }
 
-/// (d) A namespace that outlives the "reboot" (a bind mount kept): its
-/// attachment is untouched, while the one whose namespace is gone goes.
+/// (d) A namespace that exists, its record dated before the boot (no
+/// namespace outlives a real reboot: here the record is this boot's, and
+/// its mtime is what a clock stepped forward after boot gives): its
+/// attachment is untouched, while the one of another boot goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attachment_whose_namespace_exists_is_untouched_after_a_reboot() {
     support::require_root!();
@@ -91,6 +94,7 @@ async fn an_attachment_whose_namespace_exists_is_untouched_after_a_reboot() {
     daemon.kill9();
     drop(gone);
     simulate_reboot(&dirs);
+    this_boot_again(&dirs, "reap-kept");
 
     let daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;

@@ -56,6 +56,7 @@ mod daemon_real;
 mod daemon_reaper;
 mod daemon_reaper_attack;
 mod daemon_reaper_scheduling;
+mod daemon_reaper_identity;
 mod daemon_reload;
 mod daemon_reload_last_good;
 mod daemon_restart;

@@ -151,6 +151,10 @@ impl Cni {
                     exclusive,
                 )
                 .await?;
+            // What the namespace the plugins enter is (boot, nsfs inode,
+            // the process's start time): what a later scan proves it gone
+            // by. A few small reads of /proc, like the netns check above.
+            let identity = crate::sys::identity::identity_of(&rt.netns);
             let mut prev: Option<CniResult> = None;
             let mut prev_value: Option<Value> = None;
             for (index, plugin) in net.plugins.iter().enumerate() {
@@ -203,7 +207,8 @@ impl Cni {
                 self.roll_back_abandoned(&net, net.plugins, rt, prev_value.as_ref(), existed).await;
                 return Ok(None);
             }
-            let rec = CacheRecord::new(net.name, rt, net.cache_bytes.to_vec(), prev_value);
+            let rec = CacheRecord::new(net.name, rt, net.cache_bytes.to_vec(), prev_value)
+                .with_identity(identity);
             // The lock travels with the write: if this future is dropped
             // mid-write, the lock is released only once the write is done,
             // so a DEL cannot slip in before the record lands.

@@ -17,8 +17,12 @@
 //! - `spawn`: starting a plugin (`clone3`, vfork style, with a pidfd) and
 //!   reaping it by its pidfd.
 //! - `nsfs`: whether a path is a network namespace (statfs, `NS_GET_NSTYPE`).
+//! - `identity`: the boot id ([`boot_id`]), a namespace's nsfs device and
+//!   inode, a process's start time, whether the caller sees the host's
+//!   mounts ([`sees_host_mounts`]) and whether anything holds a namespace.
 
 mod fs;
+pub(crate) mod identity;
 #[cfg(feature = "watch")]
 pub(crate) mod inotify;
 #[cfg(feature = "netns")]
@@ -28,5 +32,6 @@ pub(crate) mod process;
 pub(crate) mod spawn;
 
 pub use fs::on_memory_fs;
+pub use identity::{boot_id, sees_host_mounts};
 pub use nix::sys::signal::Signal;
 pub use process::{group_alive, own_process_group, pid_alive, signal_group};

@@ -87,6 +87,26 @@ impl Rig {
         Some(serde_json::from_slice(&bytes).expect("cache file is JSON"))
     }
 
+    /// Rewrites an attachment's record with `edit` applied to its JSON
+    /// (another writer's, another boot's), in place: same inode.
+    pub fn edit_record(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) {
+        let mut v = self
+            .cache_json(network, container_id, ifname)
+            .expect("a record");
+        edit(&mut v);
+        fs::write(
+            self.cache_file(network, container_id, ifname),
+            serde_json::to_vec(&v).unwrap(),
+        )
+        .unwrap();
+    }
+
     /// The names in `<cache>/corrupt/` (empty if it does not exist).
     pub fn corrupt_files(&self) -> Vec<String> {
         dir_names(&self.cache_dir.join("corrupt"))

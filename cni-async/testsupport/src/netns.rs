@@ -402,6 +402,82 @@ impl Drop for Netns {
     }
 }
 
+/// A process (`sleep`) in a network namespace of its own that has no name:
+/// the namespace is held by the process alone, reached as
+/// `/proc/PID/ns/net`. The process is killed on drop (and the namespace
+/// goes with it).
+#[derive(Debug)]
+pub struct ProcNs {
+    child: std::process::Child,
+}
+
+impl Default for ProcNs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProcNs {
+    /// Makes a named namespace, starts `sleep` in it, and deletes the name
+    /// once the process is in: from then on only the process holds it.
+    pub fn new() -> ProcNs {
+        use std::os::unix::fs::MetadataExt;
+        let ns = Netns::new();
+        let want = fs::metadata(ns.path()).expect("stat the new netns").ino();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns.name(), "sleep", "3600"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn ip netns exec sleep");
+        let p = ProcNs { child };
+        // `ip netns exec` enters the namespace, then execs sleep.
+        let link = p.path();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while fs::metadata(&link).map(|m| m.ino()).ok() != Some(want)
+            || fs::read_to_string(format!("/proc/{}/comm", p.pid()))
+                .map(|c| c.trim() == "sleep")
+                .ok()
+                != Some(true)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sleep never entered {}",
+                ns.name()
+            );
+            std::thread::yield_now();
+        }
+        drop(ns);
+        p
+    }
+
+    /// The process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `/proc/PID/ns/net`.
+    pub fn path(&self) -> String {
+        format!("/proc/{}/ns/net", self.child.id())
+    }
+
+    /// The IPv4 addresses (`a.b.c.d/len`) of `ifname` inside.
+    pub fn ipv4_addrs(&self, ifname: &str) -> Vec<String> {
+        addrs_v4(self.path(), ifname)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+}
+
+impl Drop for ProcNs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A host link name reserved for the test ([`unique_link_name`]); the link,
 /// if someone created it, is deleted on drop.
 #[derive(Debug)]

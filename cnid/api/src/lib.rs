@@ -589,6 +589,12 @@ pub struct HealthResponse {
     /// ready and every network is usable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Only in `GET /v1/health/ready`, and only when the stale-attachment
+    /// reaper works with less than it needs: cnid does not see the host's
+    /// mounts and processes, so it reaps only attachments of an earlier
+    /// boot (by boot id). Readiness is not affected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_reaper: Option<String>,
     /// The daemon's version.
     pub version: String,
     /// The newest CNI spec version the daemon speaks.

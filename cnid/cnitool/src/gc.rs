@@ -70,8 +70,8 @@ struct StaleAnswer {
 }
 
 /// `gc --stale`: every cached attachment (of `args.network`, or all) whose
-/// namespace is gone gets a DEL with its cached config, result, args and
-/// netns, and loses its record; in one pass (no `--stale-after`: a
+/// namespace is proven gone gets a DEL with its cached config, result and
+/// args (no netns), and loses its record; in one pass (no `--stale-after`: a
 /// namespace gone now is stale). Nothing is touched when the conf dir or
 /// the cache cannot be read. Prints each with its reason and outcome;
 /// fails when a DEL failed (the others are still done).
@@ -91,6 +91,11 @@ async fn stale(backend: &impl Backend, args: &GcArgs) -> anyhow::Result<()> {
     }
     let (cni, opts) = local.cni();
     let mut scanner = StaleScanner::new(Some(std::time::Duration::ZERO));
+    if !scanner.sees_host_mounts() {
+        tracing::warn!(
+            "cnitool does not see the host's mounts and processes (not in pid 1's mount namespace or not in the initial pid namespace): only attachments of an earlier boot are stale"
+        );
+    }
     let found = scanner.scan(cni.cache()).await?;
     let mut answer = StaleAnswer {
         dry_run: args.dry_run,

@@ -24,6 +24,7 @@
 //! | `cnid_periodic_checks_total` | counter | `outcome` (`ok`, `drift`) (`--check-every`) |
 //! | `cnid_drifted_attachments` | gauge | (attachments whose last periodic CHECK failed) |
 //! | `cnid_stale_attachments` | gauge | `state` (`gone`: namespace gone, waiting for `--stale-after`; `stale`: to be reaped), as `/v1/attachments` lists them |
+//! | `cnid_stale_host_mounts_visible` | gauge | (1 when the reaper sees the host's mounts and processes; 0: only an earlier boot's attachments are reaped) |
 //!
 //! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
 //! the real executor and times every run.
@@ -187,6 +188,8 @@ pub(crate) struct Metrics {
     pub(crate) checks: [AtomicU64; 2],
     /// Attachments whose last periodic CHECK failed.
     pub(crate) drifted: AtomicI64,
+    /// 1 when the reaper sees the host's mounts and processes.
+    pub(crate) host_mounts_visible: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -508,6 +511,17 @@ impl Metrics {
             out,
             "cnid_drifted_attachments {}",
             self.drifted.load(Ordering::Relaxed)
+        );
+        header(
+            out,
+            "cnid_stale_host_mounts_visible",
+            "1 when the reaper sees the host's mounts and processes; 0: it reaps only attachments of an earlier boot.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "cnid_stale_host_mounts_visible {}",
+            self.host_mounts_visible.load(Ordering::Relaxed)
         );
     }
 }

@@ -47,8 +47,13 @@
 //!   reaper first saw the namespace gone). The gauge
 //!   `cnid_stale_attachments{state}` counts the same.
 //! - **Safety.** Nothing is reaped while the conf dir (also a missing
-//!   one) or the cache cannot be read (a pass is skipped, with a warning). An attachment whose
-//!   namespace exists is never reaped.
+//!   one) or the cache cannot be read (a pass is skipped, with a warning).
+//!   Only an attachment proven gone is reaped (`cni_async::stale`: another
+//!   boot id, or its namespace not at its path and held by nothing), and
+//!   its DEL gets no netns path. A cnid that does not see the host's
+//!   mounts and processes reaps only an earlier boot's attachments, and
+//!   says so once: a warning at start, `cnid_stale_host_mounts_visible`
+//!   0, and a `staleReaper` detail in `GET /v1/health/ready`.
 //!
 //! # Caveats
 //! A reap is a DEL: its record is removed only after the plugins'
@@ -127,6 +132,9 @@ struct View {
     /// Reaped attachments not attached again since, in the order reaped.
     reaped: HashMap<Key, u64>,
     reaped_seq: u64,
+    /// Whether the scanner does not see the host's mounts (see the module
+    /// docs).
+    limited: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -181,6 +189,11 @@ impl StaleView {
             gone_since: Some(since),
             error: None,
         })
+    }
+
+    /// Whether the reaper sees the host's mounts and processes.
+    pub(crate) fn sees_host_mounts(&self) -> bool {
+        !self.lock().limited
     }
 
     fn was_reaped(&self, k: &Key) -> bool {
@@ -382,9 +395,21 @@ impl Reaper {
     /// `stale_after`: how long a namespace of this boot must be gone
     /// (`None`: only an earlier boot's attachments are reaped).
     pub(crate) fn new(engine: Arc<Engine>, stale_after: Option<Duration>) -> Self {
+        let scanner = StaleScanner::new(stale_after);
+        let sees = scanner.sees_host_mounts();
+        engine.stale.lock().limited = !sees;
+        engine
+            .metrics
+            .host_mounts_visible
+            .store(i64::from(sees), Ordering::Relaxed);
+        if !sees {
+            tracing::warn!(
+                "stale-attachment reaper: cnid does not see the host's mounts and processes (not in pid 1's mount namespace or not in the initial pid namespace); only attachments of an earlier boot (another boot id) are reaped"
+            );
+        }
         Reaper {
             engine,
-            scanner: StaleScanner::new(stale_after),
+            scanner,
             queued: 0,
             skipped: None,
         }

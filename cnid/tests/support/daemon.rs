@@ -590,18 +590,92 @@ pub fn before_this_boot() -> std::time::SystemTime {
     std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(btime - 3600)
 }
 
-/// Dates every cache record of `dirs` before this boot (a simulated
-/// reboot, as far as the cache shows it); returns that time.
+/// Dates every cache record of `dirs` before this boot and gives its
+/// identity another boot id (a simulated reboot, as far as the cache shows
+/// it); returns that time.
 pub fn date_records_before_boot(dirs: &Dirs) -> std::time::SystemTime {
     let before = before_this_boot();
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
     for name in dirs.cached() {
+        let path = dirs.cache.join("results").join(&name);
+        // A record written in an earlier boot carries that boot's id.
+        let text = fs::read_to_string(&path).expect("read cache record");
+        fs::write(&path, text.replace(boot.trim(), "an-earlier-boot")).expect("write cache record");
         let f = fs::File::options()
             .write(true)
-            .open(dirs.cache.join("results").join(&name))
+            .open(&path)
             .expect("open cache record");
         f.set_modified(before).expect("date cache record");
     }
     before
+}
+
+/// Makes the ADD journal of `dirs` another boot's, as a reboot leaves it:
+/// each commit line's boot id, and the one inside the cache record it
+/// carries (base64), are "an-earlier-boot".
+pub fn journal_of_an_earlier_boot(dirs: &Dirs) {
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
+    journal_boot(dirs, boot.trim(), "an-earlier-boot", None);
+}
+
+/// Gives container `cid`'s cache record and journal lines this boot's id
+/// again (after [`date_records_before_boot`] and
+/// [`journal_of_an_earlier_boot`]): its record is dated before the boot
+/// but was written in this one (a clock stepped forward).
+pub fn this_boot_again(dirs: &Dirs, cid: &str) {
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
+    let boot = boot.trim();
+    for name in dirs.cached() {
+        let path = dirs.cache.join("results").join(&name);
+        let text = fs::read_to_string(&path).expect("read cache record");
+        let v: Value = serde_json::from_str(&text).expect("cache record is JSON");
+        if v["containerId"] == cid {
+            let mtime = fs::metadata(&path).and_then(|m| m.modified()).unwrap();
+            fs::write(&path, text.replace("an-earlier-boot", boot)).expect("write cache record");
+            let f = fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(mtime).unwrap();
+        }
+    }
+    journal_boot(dirs, "an-earlier-boot", boot, Some(cid));
+}
+
+/// Replaces boot id `from` by `to` in the journal's commit lines (of
+/// container `only`, or all) and in the records they carry.
+fn journal_boot(dirs: &Dirs, from: &str, to: &str, only: Option<&str>) {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    let journal = dirs.state.join("intents/journal");
+    let Ok(text) = fs::read_to_string(&journal) else {
+        return;
+    };
+    let mtime = fs::metadata(&journal).and_then(|m| m.modified()).unwrap();
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut v: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(_) => {
+                out.push_str(line);
+                out.push('\n');
+                continue;
+            }
+        };
+        if let Some(rec) = v.get("record").and_then(Value::as_str) {
+            let bytes = STANDARD.decode(rec).expect("journal record is base64");
+            let text = String::from_utf8(bytes).expect("journal record is UTF-8");
+            let rec: Value = serde_json::from_str(&text).expect("journal record is JSON");
+            if only.is_none_or(|cid| rec["containerId"] == cid) {
+                v["record"] = STANDARD.encode(text.replace(from, to)).into();
+                if v.get("boot").and_then(Value::as_str) == Some(from) {
+                    v["boot"] = to.into();
+                }
+            }
+        }
+        out.push_str(&v.to_string());
+        out.push('\n');
+    }
+    fs::write(&journal, out).expect("write journal");
+    let f = fs::File::options().write(true).open(&journal).unwrap();
+    f.set_modified(mtime).unwrap();
 }
 
 /// Installs `name`, a recording plugin ([`recording_plugin`]) whose DEL

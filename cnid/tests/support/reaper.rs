@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::daemon::{Daemon, Dirs, date_records_before_boot, eventually_async};
+use super::daemon::{
+    Daemon, Dirs, date_records_before_boot, eventually_async, journal_of_an_earlier_boot,
+};
 use super::netns::{LinkGuard, SubnetLease, ip_ok};
 
 /// What a loaded machine keeps for the reaper to act.
@@ -66,9 +68,8 @@ pub fn data_dir_leftovers(data_dir: &Path, net: &str) -> Vec<String> {
 pub fn simulate_reboot(dirs: &Dirs) {
     let before = date_records_before_boot(dirs);
     let journal = dirs.state.join("intents/journal");
-    if let Ok(text) = std::fs::read_to_string(&journal) {
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-        std::fs::write(&journal, text.replace(boot.trim(), "an-earlier-boot")).unwrap();
+    if journal.exists() {
+        journal_of_an_earlier_boot(dirs);
         let f = std::fs::File::options().write(true).open(&journal).unwrap();
         f.set_modified(before).unwrap();
     }

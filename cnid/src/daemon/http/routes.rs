@@ -307,9 +307,13 @@ async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
     } else {
         (None, None)
     };
+    let stale_reaper = (with_readiness && !engine.stale.sees_host_mounts()).then(|| {
+        "limited: cnid does not see the host's mounts and processes; only attachments of an earlier boot are reaped".to_owned()
+    });
     HealthResponse {
         ready,
         reason,
+        stale_reaper,
         status: if accepting { "ok" } else { "draining" }.to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         cni_version: Version::CURRENT.to_string(),

@@ -215,9 +215,7 @@ pub(crate) struct Pending(u64);
 
 /// This boot's id; empty when it cannot be read.
 fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
+    cni_async::sys::boot_id().unwrap_or_default().to_owned()
 }
 
 fn key(network: &str, container_id: &str, ifname: &str) -> String {

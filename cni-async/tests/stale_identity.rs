@@ -1,0 +1,193 @@
+//! `cni_async::stale` on real namespaces: a record's namespace is judged
+//! by the identity recorded at ADD (boot id, nsfs inode, the process's
+//! start time), not by whether its path is a network namespace now. A
+//! namespace re-created at the same path is not the recorded one; a
+//! `/proc/PID/ns/net` path whose PID is another process now (another start
+//! time, another namespace) is not either; a namespace no longer at its
+//! path but held by a process or an open descriptor is kept; once nothing
+//! holds it, it is stale, and its reap's DEL gets no netns path.
+
+use std::os::unix::fs::MetadataExt;
+use std::time::Duration;
+
+use crate::support::fake::{Fake, Response, Rig, conflist};
+use cni_async::stale::{Candidate, Kept, Reaped, StaleReason, StaleScanner, Verdict};
+use cni_async::{CallOptions, Cni};
+use cni_core::RuntimeConf;
+use cni_test_support::netns::{Netns, ProcNs, ip};
+use serde_json::json;
+
+const NET: &str = "staleid";
+
+fn rig() -> Rig {
+    let rig = Rig::new();
+    rig.fake(
+        "a",
+        &Fake::new(Response::ok("")).on(
+            "ADD",
+            Response::ok(r#"{"cniVersion":"1.0.0","ips":[{"address":"10.79.0.5/24"}]}"#),
+        ),
+    );
+    rig
+}
+
+async fn attach(cni: &Cni, cid: &str, netns: &str) {
+    let list = conflist(json!({"cniVersion":"1.0.0","name": NET,"plugins":[{"type":"a"}]}));
+    let rt = RuntimeConf::new(cid, netns, "eth0");
+    cni.add_network_list(&list, &rt).await.expect("ADD");
+}
+
+async fn scan(cni: &Cni) -> Vec<Candidate> {
+    StaleScanner::new(Some(Duration::ZERO))
+        .scan(cni.cache())
+        .await
+        .unwrap()
+}
+
+fn verdict_of(found: &[Candidate], cid: &str) -> Verdict {
+    found
+        .iter()
+        .find(|c| c.container_id == cid)
+        .unwrap_or_else(|| panic!("{cid} not listed"))
+        .verdict
+}
+
+/// A child process killed on drop (also when an assertion fails).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ino(path: &str) -> u64 {
+    std::fs::metadata(path).unwrap().ino()
+}
+
+/// The namespace at `/run/netns/NAME` deleted and made again under the
+/// same name: the path is a network namespace, but not the recorded one,
+/// which nothing holds: stale, and the reap's DEL does not enter the new
+/// one.
+#[tokio::test]
+async fn a_namespace_re_created_at_the_same_path_is_not_the_recorded_one() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    let ns = Netns::new();
+    attach(&cni, "recreated", &ns.path()).await;
+    let rec = rig.cache_json(NET, "recreated", "eth0").unwrap();
+    assert_eq!(rec["netnsIdentity"]["ino"], ino(&ns.path()), "{rec}");
+    assert!(ip(&["netns", "del", ns.name()]).status.success());
+    assert!(ip(&["netns", "add", ns.name()]).status.success());
+    assert_ne!(rec["netnsIdentity"]["ino"], ino(&ns.path()));
+
+    let found = scan(&cni).await;
+    assert_eq!(
+        verdict_of(&found, "recreated"),
+        Verdict::Stale(StaleReason::NamespaceGone)
+    );
+    rig.dir.clear_records();
+    assert_eq!(
+        cni.reap_stale(&found[0], &CallOptions::default())
+            .await
+            .unwrap(),
+        Reaped::Deleted
+    );
+    let dels = rig.dir.invocations_of("DEL");
+    assert_eq!(dels.len(), 1);
+    assert_eq!(dels[0].var("CNI_NETNS"), Some(""));
+}
+
+/// A `/proc/PID/ns/net` path whose PID is another process now (another
+/// start time, in another namespace): the path resolves to a network
+/// namespace, but the recorded one is gone.
+#[tokio::test]
+async fn a_reused_pid_is_not_the_recorded_process() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    let p = ProcNs::new();
+    attach(&cni, "reused", &p.path()).await;
+    let rec = rig.cache_json(NET, "reused", "eth0").unwrap();
+    let start = rec["netnsIdentity"]["pidStartTime"]
+        .as_u64()
+        .expect("start time");
+    // What the record of an earlier process with this PID holds: its
+    // namespace (gone, nothing holds it) and its start time.
+    let dead = Netns::new();
+    attach(&cni, "dead", &dead.path()).await;
+    let was = rig.cache_json(NET, "dead", "eth0").unwrap()["netnsIdentity"].clone();
+    assert_eq!(was["ino"], ino(&dead.path()));
+    drop(dead);
+    rig.edit_record(NET, "reused", "eth0", |v| {
+        let id = &mut v["netnsIdentity"];
+        id["ino"] = was["ino"].clone();
+        id["handle"] = was["handle"].clone();
+        id["pidStartTime"] = (start - 1).into();
+    });
+    assert_eq!(
+        verdict_of(&scan(&cni).await, "reused"),
+        Verdict::Stale(StaleReason::NamespaceGone)
+    );
+    // The live process's own record: kept.
+    attach(&cni, "live", &p.path()).await;
+    assert_eq!(
+        verdict_of(&scan(&cni).await, "live"),
+        Verdict::Kept(Kept::NamespaceExists)
+    );
+}
+
+/// A namespace whose name is gone but which a process is in, or which a
+/// process holds open: kept (held); once nothing holds it, stale.
+#[tokio::test]
+async fn a_namespace_held_by_a_process_or_a_descriptor_is_kept() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    // In it: a process.
+    let ns = Netns::new();
+    let inside = Killed(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", ns.name(), "sleep", "3600"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let want = ino(&ns.path());
+    let link = format!("/proc/{}/ns/net", inside.0.id());
+    while std::fs::metadata(&link).map(|m| m.ino()).ok() != Some(want) {
+        std::thread::yield_now();
+    }
+    // Open: a descriptor (sleep's stdin).
+    let ns2 = Netns::new();
+    let open = Killed(
+        std::process::Command::new("sleep")
+            .arg("3600")
+            .stdin(std::fs::File::open(ns2.path()).unwrap())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    attach(&cni, "inside", &ns.path()).await;
+    attach(&cni, "open", &ns2.path()).await;
+    drop(ns);
+    drop(ns2);
+
+    let found = scan(&cni).await;
+    assert_eq!(verdict_of(&found, "inside"), Verdict::Kept(Kept::Held));
+    assert_eq!(verdict_of(&found, "open"), Verdict::Kept(Kept::Held));
+    drop(inside);
+    drop(open);
+    let found = scan(&cni).await;
+    for cid in ["inside", "open"] {
+        assert_eq!(
+            verdict_of(&found, cid),
+            Verdict::Stale(StaleReason::NamespaceGone),
+            "{cid}"
+        );
+    }
+}
