@@ -44,6 +44,7 @@ mod netns_support;
 mod ops_cache_faults;
 mod ops_check_status;
 mod ops_deadline;
+mod ops_error_context;
 mod ops_exclusive;
 mod ops_gc;
 mod ops_gc_deadline;

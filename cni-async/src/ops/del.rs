@@ -245,12 +245,21 @@ impl<'a> Operation<'a> for DelOp<'a> {
     type Output = ();
 
     async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
+        let in_op = |network: &str, e| {
+            Error::in_operation(network, &self.rt.ifname, Command::Del, false, e)
+        };
         match self.target {
             DelTarget::Net(net) => {
+                let net = net?;
                 let deadline = cni.deadline(Command::Del, &opts);
-                cni.del(&net?, self.rt, deadline).await
+                cni.del(&net, self.rt, deadline)
+                    .await
+                    .map_err(|e| in_op(net.name, e))
             }
-            DelTarget::Cached(network) => cni.run_del_cached(network, self.rt, &opts).await,
+            DelTarget::Cached(network) => cni
+                .run_del_cached(network, self.rt, &opts)
+                .await
+                .map_err(|e| in_op(network, e)),
         }
     }
 }

@@ -139,6 +139,9 @@ impl Settings {
         let mut builder = Cni::builder()
             .plugin_dirs(self.plugin_dirs.iter().cloned())
             .cache(cache)
+            // As the reference, any existing path goes to the plugins
+            // (`runtime_conf_for_add` refuses a missing one, with hints).
+            .check_netns(false)
             .plugin_stderr(crate::passthrough::sink());
         if let Some(t) = self.timeout {
             builder = builder.timeouts(Timeouts::uniform(t));
