@@ -44,6 +44,8 @@ pub(crate) struct Daemon {
     socket: PathBuf,
     /// `CNI_TIMEOUT`, sent as `timeoutMs`; `None`: the daemon's defaults.
     timeout: Option<Duration>,
+    /// `--force`: sent as `force`.
+    force: bool,
     local: Local,
 }
 
@@ -53,8 +55,15 @@ impl Daemon {
         Daemon {
             socket,
             timeout,
+            force: false,
             local,
         }
+    }
+
+    /// Sends `force` with ADD, CHECK and DEL (`--force`).
+    pub(crate) fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
     }
 
     async fn client(&self) -> anyhow::Result<Client> {
@@ -70,6 +79,7 @@ impl Daemon {
     fn request(&self, rt: &RuntimeConf) -> AttachmentRequest {
         let mut req = AttachmentRequest::from_runtime_conf(rt);
         req.timeout_ms = self.timeout_ms();
+        req.force = self.force;
         req
     }
 }

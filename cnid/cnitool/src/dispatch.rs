@@ -2,10 +2,12 @@
 //! in cnid when a socket is given, here otherwise) and which module runs it.
 
 use cni_core::Version;
+use cni_core::error::code;
 
 use crate::backend::{Backend, Local};
 use crate::cli::{Cli, Command};
 use crate::daemon::Daemon;
+use crate::report::ToolError;
 use crate::setup::{Env, Settings};
 use crate::{add, batch, check, del, gc, networks, status, validate, version};
 
@@ -19,9 +21,29 @@ pub(crate) async fn run(
     match cli.global.daemon_socket(env) {
         Some(socket) if cli.command.goes_to_daemon() => {
             let timeout = settings.timeout;
-            let backend = Daemon::new(socket, timeout, Local::new(settings));
+            let backend =
+                Daemon::new(socket, timeout, Local::new(settings)).force(cli.command.force());
             let outcome = on_backend(&backend, env, cli).await;
             (outcome, backend.cni_version())
+        }
+        // `batch` runs the plugins here: a socket on its command line would
+        // be ignored, and the user would believe cnid ran it.
+        _ if matches!(cli.command, Command::Batch(_)) && cli.global.socket.is_some() => {
+            let e = ToolError::new(
+                code::INVALID_ENVIRONMENT_VARIABLES,
+                "cnitool batch runs the plugins here, not in cnid: drop --socket \
+                 (attach many namespaces through cnid with one request each)",
+            );
+            (Err(e.into()), None)
+        }
+        // Only cnid checks whose a netns is: nothing here to force.
+        _ if cli.command.force() => {
+            let e = ToolError::new(
+                code::INVALID_ENVIRONMENT_VARIABLES,
+                "--force is for cnid's refusal of another container's netns and interface: \
+                 give --socket (or CNID_SOCKET)",
+            );
+            (Err(e.into()), None)
         }
         _ => {
             let backend = Local::new(settings);

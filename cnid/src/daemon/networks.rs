@@ -157,8 +157,17 @@ impl Networks {
     /// configuration with name ...", naming the conf dir's unusable files
     /// (the network's own may be one of them) and why in the details.
     pub(crate) fn not_found(&self, name: &str) -> super::error::ApiError {
-        let e = super::error::ApiError::unknown_network(name);
+        let mut e = super::error::ApiError::unknown_network(name);
         let snap = self.snapshot();
+        // The networks there are, and the nearest, as the library says it.
+        let known: Vec<String> = snap
+            .networks
+            .iter()
+            .map(|n| n.list.name().to_owned())
+            .collect();
+        e.error
+            .msg
+            .push_str(&cni_core::error::fmt_available(name, &known));
         if snap.skipped.is_empty() {
             return e;
         }
