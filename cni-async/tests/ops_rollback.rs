@@ -327,8 +327,10 @@ async fn a_failed_cache_write_is_reported_and_rolled_back_on_request() {
             .add_network_list(&list(), &rt())
             .options(&opts)
             .await
-            .unwrap_err()
-            .into_innermost();
+            .unwrap_err();
+        // Without rollback the attachment stands unrecorded: owed a DEL.
+        assert_eq!(err.del_owed(), !rollback, "{err:?}");
+        let err = err.into_innermost();
         assert!(
             matches!(err, Error::Cache { .. }),
             "rollback {rollback}: {err}"

@@ -218,7 +218,8 @@ impl Cni {
                         });
                     }
                 }
-                return Err(Error::in_operation(net.name, &rt.ifname, Command::Add, true, e));
+                let owed = !opts.rollback;
+                return Err(Error::in_operation(net.name, &rt.ifname, Command::Add, owed, e));
             }
             tracing::debug!(elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "ADD done");
             Ok(Some(Added {
