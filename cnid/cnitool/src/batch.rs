@@ -22,6 +22,11 @@
 //!   for `add`.
 //! - The namespaces and attachments outlive the command: `batch down`
 //!   removes them.
+//! - `cnitool check` of a member on a bridge network passes only when the
+//!   bridge has a fixed MAC: a bridge without one takes the lowest MAC of
+//!   its ports, which moves as members join, and the bridge plugin's CHECK
+//!   of the earlier ones fails ("Bridge interface X Mac doesn't match";
+//!   cnitool adds a hint). Create the bridge with a fixed MAC first.
 //! - A member that fails is undone (each ADD runs with rollback: the plugins
 //!   that ran get a DEL) and its namespace deleted; it is listed with its
 //!   `error` and empty `ips`, and the exit status is 1. The members that
