@@ -62,7 +62,18 @@ async fn the_deadline_is_shared_across_the_chain() {
         gate.release();
     });
     let elapsed = started.elapsed();
-    let err = r.unwrap_err().into_innermost();
+    let err = r.unwrap_err();
+    // No rollback was asked: p1's ADD stands, and the error says so.
+    assert!(err.del_owed(), "{err:?}");
+    assert!(
+        cni_async::Chain(&err).to_string().starts_with(
+            "network \"dl\" (ifname eth0) ADD (not rolled back: what its plugins made, \
+             such as an address, stays until this attachment is DELed): plugin p2 ADD timed out"
+        ),
+        "{}",
+        cni_async::Chain(&err)
+    );
+    let err = err.into_innermost();
     match &err {
         Error::Timeout {
             plugin_type,
