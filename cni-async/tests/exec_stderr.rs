@@ -208,7 +208,8 @@ async fn failing_plugin_keeps_stderr_in_the_error_not_the_sink() {
     let err = cni
         .add_network_list(&list, &runtime("c1", "eth0"))
         .await
-        .expect_err("the plugin fails");
+        .expect_err("the plugin fails")
+        .into_innermost();
     match &err {
         Error::Plugin {
             plugin_type,
