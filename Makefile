@@ -333,7 +333,10 @@ INSTALL_CNITOOL = $(if $(INSTALL_FROM),$(INSTALL_FROM)/cnitool,$(CNITOOL_STATIC)
 # build is reused; `-p cnid` resolves them differently and rebuilt cnid and
 # its dependencies); cnitool and cnid-shim statically linked, in one
 # build: one compile of the dependencies they share (as two builds, each
-# package's own feature set compiled them twice).
+# package's own feature set compiled them twice: cnitool's tokio has
+# rt-multi-thread, its nix inotify, resource and time, the shim's not, and
+# so every crate above them differed). The shim built so has the same size
+# as built alone (4,156,680 bytes): what it does not call is not linked.
 install-build: ## the release binaries make install installs (two cargo builds)
 	$(if $(INSTALL_FROM),,$(CARGO) build --release --workspace --bin cnid)
 	$(if $(INSTALL_FROM),,RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release -p cnitool --bin cnitool -p cnid-shim --bin cnid-shim --target $(HOST_TARGET))
