@@ -37,6 +37,22 @@ fn bridge_ports(bridge: &str) -> Vec<String> {
         .collect()
 }
 
+/// The bridge plugin on `bridge`, host-local in `subnet`: no gateway, no
+/// masquerading (the network rule).
+fn bridge_plugin(bridge: &str, data_dir: &Path, subnet: &SubnetLease) -> Value {
+    json!({
+        "type": "bridge",
+        "bridge": bridge,
+        "isGateway": false,
+        "ipMasq": false,
+        "ipam": {
+            "type": "host-local",
+            "dataDir": data_dir,
+            "ranges": [[{"subnet": subnet.cidr()}]]
+        }
+    })
+}
+
 #[test]
 fn bridge_network_between_two_namespaces() {
     require_root!();
@@ -55,17 +71,7 @@ fn bridge_network_between_two_namespaces() {
         "name": network,
         "plugins": [
             {"type": "loopback"},
-            {
-                "type": "bridge",
-                "bridge": bridge.name(),
-                "isGateway": false,
-                "ipMasq": false,
-                "ipam": {
-                    "type": "host-local",
-                    "dataDir": data_dir,
-                    "ranges": [[{"subnet": subnet.cidr()}]]
-                }
-            },
+            bridge_plugin(bridge.name(), &data_dir, &subnet),
             {"type": "tuning", "mtu": 1400, "dataDir": tuning_dir}
         ]
     });
@@ -196,17 +202,7 @@ fn a_check_after_the_bridge_mac_moved_says_how_to_avoid_it() {
     let config = json!({
         "cniVersion": "1.0.0",
         "name": network,
-        "plugins": [{
-            "type": "bridge",
-            "bridge": bridge.name(),
-            "isGateway": false,
-            "ipMasq": false,
-            "ipam": {
-                "type": "host-local",
-                "dataDir": data_dir,
-                "ranges": [[{"subnet": subnet.cidr()}]]
-            }
-        }]
+        "plugins": [bridge_plugin(bridge.name(), &data_dir, &subnet)]
     });
     sb.conf("10-mac.conflist", &config);
     let env = [("CNI_PATH", PLUGIN_DIR)];
