@@ -7,9 +7,14 @@
 CARGO ?= cargo
 PLUGIN_DIR ?= /usr/lib/cni
 
-.PHONY: all setup demo test fmt-check lint lint-deploy unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench deploy-check
+.PHONY: all help setup demo test fmt-check lint lint-deploy unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench deploy-check
 
-all: test
+all: test ## = make test
+
+# Each target with its `## what it does`, in the order of this file.
+help: ## this list
+	@echo "make TARGET (README.md: Install, More make targets):"
+	@awk -F ':[^#]*## ' '/^[a-z][a-z-]*:.*## / { printf "  %-14s %s\n", $$1, $$2 }' $(firstword $(MAKEFILE_LIST))
 
 # Installs the reference plugins (bridge, host-local, loopback, ptp, tuning,
 # portmap, ...), iproute2, ping and curl (the daemon tests talk to cnid's
@@ -22,7 +27,7 @@ GOCODE = /usr/share/gocode/src/github.com
 # e2fsprogs, mount: the crash tests that mount an ext4 image of their own
 # (mkfs.ext4, dumpe2fs, losetup).
 SETUP_PACKAGES = containernetworking-plugins iproute2 iputils-ping curl jq golang-go golang-github-appc-cni-dev golang-github-containerd-go-cni-dev python3-venv e2fsprogs mount
-setup:
+setup: ## install the reference plugins, iproute2, ping, curl, jq, Go and libcni sources when missing (root)
 	@if [ -x $(PLUGIN_DIR)/bridge ] && command -v ip >/dev/null && command -v ping >/dev/null && command -v curl >/dev/null && command -v jq >/dev/null \
 		&& command -v mkfs.ext4 >/dev/null && command -v dumpe2fs >/dev/null && command -v losetup >/dev/null \
 		&& python3 -c 'import venv, ensurepip' 2>/dev/null \
@@ -35,7 +40,7 @@ setup:
 		apt-get update -qq && apt-get install -y -qq $(SETUP_PACKAGES) >/dev/null; \
 	fi
 
-build:
+build: ## cargo build of the whole workspace, every target
 	$(CARGO) build --workspace --all-targets
 
 # cnid-shim as shipped: statically linked (glibc, crt-static), so that the
@@ -44,21 +49,21 @@ build:
 # this binary: the flags apply to the --target build alone.
 HOST_TARGET = $(shell rustc -vV | sed -n 's/^host: //p')
 SHIM_STATIC = $(abspath $(or $(CARGO_TARGET_DIR),target))/$(HOST_TARGET)/release/cnid-shim
-shim:
+shim: ## cnid-shim as shipped: statically linked, in target/<host>/release/
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release -p cnid-shim --bin cnid-shim --target $(HOST_TARGET)
 	@echo "shim: $(SHIM_STATIC)"
 
 # cnid on a temporary socket with the bundled networks, two namespaces
 # attached through it, pinged, listed, torn down (examples/src/bin/demo.rs).
 # The demo finds cnid next to itself in the target dir.
-demo: setup
+demo: setup ## cnid with the bundled networks end to end: two namespaces attached, pinged, torn down
 	$(CARGO) build -q -p cnid --bin cnid -p cni-examples --bin demo
 	$(CARGO) run -q -p cni-examples --bin demo
 
-fmt-check:
+fmt-check: ## cargo fmt --check
 	$(CARGO) fmt --all -- --check
 
-lint:
+lint: ## clippy -D warnings (with and without all features) and rustdoc -D warnings
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
@@ -78,7 +83,7 @@ lint:
 # marked `test = false` have no tests in their own files; --all-targets
 # would compile and link an empty test harness for each.
 RUST_TEST_THREADS ?= $(shell echo $$(( $$(nproc) * 2 )))
-unit:
+unit: ## the whole test suite (root: nothing skipped), two test threads per CPU
 	$(CARGO) build --workspace --bins --all-features
 	CNIRS_TEST_REQUIRE_ROOT=1 RUST_TEST_THREADS=$(RUST_TEST_THREADS) $(CARGO) test --workspace --all-features
 
@@ -91,9 +96,9 @@ unit:
 # it (BENCHMARKS.md, "The suite's cost"). `cargo test` after `make test`
 # rebuilds the workspace crates once, incrementally; the reverse does not.
 test: export CARGO_INCREMENTAL ?= 0
-test: setup fmt-check lint-deploy unit fuzz-smoke
+test: setup fmt-check lint-deploy unit fuzz-smoke ## setup, fmt check, lint, deploy-check, the whole suite, a fuzz smoke run
 
-lint-deploy:
+lint-deploy: ## lint and deploy-check at the same time
 	@$(MAKE) --no-print-directory -j2 --output-sync=target lint deploy-check
 
 # The DaemonSet (cnid/contrib/kubernetes/cnid.yaml) against Kubernetes' own
@@ -105,7 +110,7 @@ lint-deploy:
 K8S_VERSIONS ?= 1.29.0 1.37.0
 KUBERNETES_VALIDATE_VERSION ?= 1.37.0
 DEPLOY_VENV = $(abspath $(or $(CARGO_TARGET_DIR),target))/deploy-check-venv
-deploy-check:
+deploy-check: ## the DaemonSet against Kubernetes' schema (strict), the Containerfile linted
 	@$(DEPLOY_VENV)/bin/kubernetes-validate --version 2>/dev/null | grep -qx '$(KUBERNETES_VALIDATE_VERSION)' \
 		|| { rm -rf $(DEPLOY_VENV) && python3 -m venv $(DEPLOY_VENV) \
 			&& $(DEPLOY_VENV)/bin/pip install -q --disable-pip-version-check kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION); }
@@ -133,7 +138,7 @@ deploy-check:
 # (cnid/src/daemon/intents/crashes.rs; the soak profile: the dev one,
 # optimised, one thread per CPU). Prints their figures;
 # docs/reliability.md keeps the last ones.
-soak: setup
+soak: setup ## the crash and restart soaks, the load test and the crash enumeration at full size
 	SOAK_SCALE=full $(CARGO) test -p cnid --test integration -- --nocapture soak_crash:: soak_restart:: load::
 	CNID_CRASH_EXHAUSTIVE=1 $(CARGO) test --profile soak -p cnid --lib -- --nocapture intents::crashes::
 
@@ -143,10 +148,10 @@ soak: setup
 # runs in a loop on the host's own bundled network, and STRESS_BURNERS (2)
 # CPU burners and a fork-and-exec loop run (cni-async/testsupport/stress.sh).
 # Both suites must pass. Needs root, like make test.
-stress: setup
+stress: setup ## the suite beside a second copy of it, the demo in a loop and CPU burners
 	CARGO="$(CARGO)" cni-async/testsupport/stress.sh
 
-clean:
+clean: ## cargo clean
 	$(CARGO) clean
 
 # Fuzzing (cargo fuzz, libFuzzer) of every parser of outside input, in two
@@ -183,20 +188,20 @@ LIBFUZZER_A = /usr/lib/llvm-$(RUSTC_LLVM_MAJOR)/lib/libFuzzer.a
 FUZZ_ENV = RUSTC_BOOTSTRAP=1 $(if $(wildcard $(LIBFUZZER_A)),CUSTOM_LIBFUZZER_PATH=$(LIBFUZZER_A))
 FUZZ_RUN = $(FUZZ_ENV) CARGO="$(CARGO)" FUZZ_FLAGS="$(FUZZ_FLAGS)" FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_DIRS="$(FUZZ_DIRS)" cni-core/fuzz/run.sh
 
-fuzz-install:
+fuzz-install: ## cargo-fuzz (and Debian's prebuilt libFuzzer) when missing
 	@$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION)
 	@[ -f $(LIBFUZZER_A) ] || [ "$$(id -u)" != 0 ] \
 		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfuzzer-$(RUSTC_LLVM_MAJOR)-dev >/dev/null 2>&1 \
 		|| echo "fuzz-install: no libfuzzer-$(RUSTC_LLVM_MAJOR)-dev from apt; libfuzzer-sys builds libFuzzer itself"
 
-fuzz-build: fuzz-install
+fuzz-build: fuzz-install ## build every fuzz target
 	cd cni-core && $(FUZZ_ENV) $(CARGO) fuzz build $(FUZZ_FLAGS)
 	cd cnid/api && $(FUZZ_ENV) $(CARGO) fuzz build $(FUZZ_FLAGS)
 
-fuzz-smoke: fuzz-build
+fuzz-smoke: fuzz-build ## each fuzz target for FUZZ_SMOKE_SECONDS (10)
 	$(FUZZ_RUN) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
 
-fuzz: fuzz-build
+fuzz: fuzz-build ## each fuzz target for FUZZ_SECONDS (600)
 	$(FUZZ_RUN) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Benchmarks (never part of `make test`, which only compiles them): cni-core's
@@ -247,7 +252,7 @@ BENCH_HOP_BASELINE ?=
 BENCH_CNITOOL_STATIC ?= 1
 STATIC_RUSTFLAGS = -C target-feature=+crt-static
 
-bench: setup shim
+bench: setup shim ## the benchmarks; writes the tables of BENCHMARKS.md (root)
 	@[ -x /usr/bin/time ] || { [ "$$(id -u)" = 0 ] && export DEBIAN_FRONTEND=noninteractive && apt-get update -qq && apt-get install -y -qq time >/dev/null; } || { echo "bench: need GNU time (apt-get install time)" >&2; exit 1; }
 	$(CARGO) build --release -p cnid -p cnitool --bins -p cni-noop
 	mkdir -p $(BENCH_TARGET)/bench/bin
@@ -327,15 +332,20 @@ CNITOOL_STATIC = $(abspath $(or $(CARGO_TARGET_DIR),target))/$(HOST_TARGET)/rele
 INSTALL_CNITOOL = $(if $(INSTALL_FROM),$(INSTALL_FROM)/cnitool,$(CNITOOL_STATIC))
 
 .PHONY: install uninstall install-build
-# cnid with --workspace: the features a workspace release build resolved,
-# so that build is reused (`-p cnid` resolves them differently and rebuilt
-# cnid and its dependencies).
-install-build:
+# Two cargo builds, not three: cnid dynamic (NSS for --group), with
+# --workspace (the features a workspace release build resolved, so that
+# build is reused; `-p cnid` resolves them differently and rebuilt cnid and
+# its dependencies); cnitool and cnid-shim statically linked, in one
+# build: one compile of the dependencies they share (as two builds, each
+# package's own feature set compiled them twice: cnitool's tokio has
+# rt-multi-thread, its nix inotify, resource and time, the shim's not, and
+# so every crate above them differed). The shim built so has the same size
+# as built alone (4,156,680 bytes): what it does not call is not linked.
+install-build: ## the release binaries make install installs (two cargo builds)
 	$(if $(INSTALL_FROM),,$(CARGO) build --release --workspace --bin cnid)
-	$(if $(INSTALL_FROM),,RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release -p cnitool --bin cnitool --target $(HOST_TARGET))
-	$(if $(INSTALL_FROM),,$(MAKE) shim)
+	$(if $(INSTALL_FROM),,RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release -p cnitool --bin cnitool -p cnid-shim --bin cnid-shim --target $(HOST_TARGET))
 
-install: install-build
+install: install-build ## install cnid, cnitool, cnid-shim, units, man pages, completions under PREFIX
 	@for b in cnid; do [ -x "$(INSTALL_SRC)/$$b" ] || { echo "install: $(INSTALL_SRC)/$$b is missing" >&2; exit 1; }; done
 	@for f in "$(INSTALL_CNITOOL)" "$(INSTALL_SHIM)"; do [ -x "$$f" ] || { echo "install: $$f is missing" >&2; exit 1; }; done
 	@for f in "$(INSTALL_CNITOOL)" "$(INSTALL_SHIM)"; do \
@@ -378,7 +388,7 @@ install: install-build
 
 # The dirs install created (listed in INSTALLED_DIRS_LIST) go too, deepest
 # first, each only when empty; dirs that were there before stay.
-uninstall:
+uninstall: ## remove what install put there (same variables)
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED_FILES))
 	@set -e; list="$(DESTDIR)$(INSTALLED_DIRS_LIST)"; \
 	dirs=$$(sort -r "$$list" 2>/dev/null || true); rm -f "$$list"; \

@@ -17,6 +17,7 @@
 //! | [`Error::Spawn`], [`Error::OutputTooLarge`], [`Error::Io`] | 5 (I/O failure) |
 //! | [`Error::Hook`] | the runtime's own code, in its error object |
 //! | [`Error::AttachmentCollision`], [`Error::AlreadyAttached`] | 4 (invalid environment variables: the container ID and interface name an attachment already uses) |
+//! | [`Error::Operation`], [`Error::Context`] | the wrapped error's |
 //!
 //! A timeout maps to 11 because a deadline expiring is usually transient
 //! (a loaded host, a slow IPAM server) and the spec's answer to transient
@@ -471,6 +472,34 @@ pub enum Error {
         errors: ErrorList,
     },
 
+    /// An error of an ADD, CHECK or DEL of [`Cni`](crate::Cni) on one
+    /// network, naming the network, interface and verb
+    /// (`network "mynet" (ifname eth0) ADD`), and saying when the ADD left
+    /// a DEL owed. Transparent for the error object
+    /// ([`Error::to_error_object`] answers the wrapped error's: the caller
+    /// named the network, and a plugin's own object passes as written);
+    /// [`Error::kind`], [`Error::code`] and [`Error::failed_plugin`] look
+    /// through it, and [`Error::innermost`] unwraps it for a `match`.
+    #[error("{}", fmt_operation(network, ifname, *command, *del_owed))]
+    Operation {
+        /// The network.
+        network: String,
+        /// The interface name.
+        ifname: String,
+        /// The verb.
+        command: Command,
+        /// An ADD that failed part way and was not rolled back (no
+        /// [`CallOptions::rollback`](crate::CallOptions::rollback), or a
+        /// rollback that failed): what its plugins made (an address, an
+        /// interface) stays until the caller DELs the attachment, as the
+        /// spec asks after every failed ADD. False when no plugin ran or
+        /// the rollback undid them.
+        del_owed: bool,
+        /// The error.
+        #[source]
+        source: Box<Error>,
+    },
+
     /// An error with what was being done when it happened.
     #[error("{context}")]
     Context {
@@ -677,7 +706,7 @@ impl Error {
             Error::Hook { kind, .. } => *kind,
             Error::RollbackFailed { error, .. } => error.kind(),
             Error::Multiple { errors, .. } => errors.first().map_or(ErrorKind::Other, Error::kind),
-            Error::Context { source, .. } => source.kind(),
+            Error::Context { source, .. } | Error::Operation { source, .. } => source.kind(),
         }
     }
 
@@ -717,7 +746,9 @@ impl Error {
                 plugin: Some((plugin_type, command)),
                 ..
             } => Some((plugin_type.as_str(), *command)),
-            Error::Context { source, .. } => source.failed_plugin(),
+            Error::Context { source, .. } | Error::Operation { source, .. } => {
+                source.failed_plugin()
+            }
             Error::RollbackFailed { error, .. } => error.failed_plugin(),
             Error::Multiple { errors, .. } => errors.iter().find_map(Error::failed_plugin),
             _ => None,
@@ -757,7 +788,7 @@ impl Error {
             }
             Error::RollbackFailed { error, .. } => error.code(),
             Error::Multiple { errors, .. } => errors.first().map_or(code::INTERNAL, Error::code),
-            Error::Context { source, .. } => source.code(),
+            Error::Context { source, .. } | Error::Operation { source, .. } => source.code(),
         }
     }
 
@@ -792,6 +823,9 @@ impl Error {
                 Chain(self).to_string(),
                 stderr_so_far.trim_end(),
             ),
+            // The caller named the network: the wrapped error's object,
+            // a plugin's as it wrote it.
+            Error::Operation { source, .. } => source.to_error_object(cni_version),
             // A wrapper keeps the evidence of the error it answers for
             // (the one whose code it has): its details.
             Error::Context { source: inner, .. } | Error::RollbackFailed { error: inner, .. } => {
@@ -816,10 +850,82 @@ impl Error {
     }
 
     /// Whether this is a plugin that ran and failed ([`Error::Plugin`]) with
-    /// this CNI code.
+    /// this CNI code, looking through [`Error::Operation`] and
+    /// [`Error::Context`].
     pub fn is_plugin_code(&self, wanted: u32) -> bool {
-        matches!(self, Error::Plugin { error: Some(obj), .. } if obj.code == wanted)
+        matches!(self.innermost(), Error::Plugin { error: Some(obj), .. } if obj.code == wanted)
     }
+
+    /// The error under [`Error::Operation`] and [`Error::Context`] (the
+    /// error itself when it is neither), to `match` on a variant:
+    /// `matches!(e.innermost(), Error::Timeout { .. })`.
+    pub fn innermost(&self) -> &Error {
+        match self {
+            Error::Operation { source, .. } | Error::Context { source, .. } => source.innermost(),
+            other => other,
+        }
+    }
+
+    /// [`Error::innermost`], owned.
+    pub fn into_innermost(self) -> Error {
+        match self {
+            Error::Operation { source, .. } | Error::Context { source, .. } => {
+                source.into_innermost()
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the attachment is owed a DEL after this error: an ADD that
+    /// failed part way and was not rolled back, or whose rollback failed
+    /// ([`Error::Operation`]'s `del_owed`, or [`Error::RollbackFailed`]),
+    /// looking through [`Error::Context`].
+    pub fn del_owed(&self) -> bool {
+        match self {
+            Error::Operation {
+                del_owed, source, ..
+            } => *del_owed || source.del_owed(),
+            Error::RollbackFailed { .. } => true,
+            Error::Context { source, .. } => source.del_owed(),
+            _ => false,
+        }
+    }
+
+    /// `e` as an error of `command` on `network` and `ifname`
+    /// ([`Error::Operation`]). An error that is one already stays as it
+    /// is, and so does an error of `cni_core` ([`Error::Core`]: a refused
+    /// name, configuration or result), which names its input itself and
+    /// may come before the names were validated.
+    pub(crate) fn in_operation(
+        network: &str,
+        ifname: &str,
+        command: Command,
+        del_owed: bool,
+        e: Error,
+    ) -> Error {
+        if matches!(e, Error::Operation { .. }) || (!del_owed && matches!(e, Error::Core(_))) {
+            return e;
+        }
+        Error::Operation {
+            network: network.to_owned(),
+            ifname: ifname.to_owned(),
+            command,
+            del_owed: del_owed || matches!(e, Error::RollbackFailed { .. }),
+            source: Box::new(e),
+        }
+    }
+}
+
+/// The message of [`Error::Operation`].
+fn fmt_operation(network: &str, ifname: &str, command: Command, del_owed: bool) -> String {
+    let mut s = format!("network {network:?} (ifname {ifname}) {command}");
+    if del_owed {
+        s.push_str(
+            " (not rolled back: what its plugins made, such as an address, \
+             stays until this attachment is DELed)",
+        );
+    }
+    s
 }
 
 fn fmt_duration(d: Duration) -> String {

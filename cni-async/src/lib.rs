@@ -68,21 +68,32 @@
 //! # Printing errors
 //!
 //! An [`Error`]'s message names only its own part, as Rust errors do
-//! (`network "mynet" (ifname eth0) ADD`); what went wrong underneath is its
-//! `source()`. Print the whole chain with [`Chain`], or with anyhow's
-//! `{:#}`:
+//! (`network "mynet" (ifname eth0) ADD`, [`Error::Operation`]: every error
+//! of an ADD, CHECK or DEL names its network, interface and verb so); what
+//! went wrong underneath is its `source()`. Print the whole chain with
+//! [`Chain`], or with anyhow's `{:#}`:
 //!
 //! ```no_run
 //! # async fn demo(cni: cni_async::Cni, list: cni_core::NetworkConfigList, rt: cni_core::RuntimeConf) {
 //! use cni_async::Chain;
 //!
 //! if let Err(e) = cni.add_network_list(&list, &rt).await {
-//!     // network "mynet" (ifname eth0) ADD: plugin bridge ADD failed
-//!     // (exit status 1): ... failed to Statfs "/run/netns/c1" ...
+//!     // network "mynet" (ifname eth0) ADD (not rolled back: what its
+//!     // plugins made, such as an address, stays until this attachment is
+//!     // DELed): plugin portmap ADD failed (exit status 1): ...
 //!     eprintln!("{}", Chain(&e));
+//!     if e.del_owed() {
+//!         // The spec's rule after a failed ADD: DEL it.
+//!         let _ = cni.del_network_list(&list, &rt).await;
+//!     }
 //! }
 //! # }
 //! ```
+//!
+//! To branch on what failed, use [`Error::kind`], or `match` on
+//! [`Error::innermost`] (the error under the operation's naming). An
+//! error of `cni_core` (a refused name or configuration) is not wrapped:
+//! it names its input itself.
 //!
 //! # Features
 //!

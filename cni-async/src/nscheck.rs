@@ -1,13 +1,16 @@
 //! The netns rule of ADD and CHECK: `CNI_NETNS` must be an absolute path to
 //! a network namespace. One rule for every caller: every [`Cni`] refuses an
 //! empty or relative netns for ADD and CHECK ([`check_netns_path`], always
-//! on); with [`CniBuilder::check_netns`] (cnid turns it on) it also refuses
-//! a path that is not a network namespace ([`check_netns`]). libcni passes
-//! any netns through (`docs/decisions.md` D23).
+//! on); by default it also refuses a path that is not a network namespace
+//! ([`check_netns`]), before any plugin runs. libcni passes any netns
+//! through (`docs/decisions.md` D23).
 //!
-//! The namespace check is opt-in because it needs the namespace to exist
-//! where the check runs: callers whose plugins are fakes, or that hand the
-//! plugins a path valid only in another mount namespace, would be refused.
+//! [`CniBuilder::check_netns`]`(false)` turns the namespace check off: it
+//! needs the namespace to exist where the check runs, so callers whose
+//! plugins are fakes, or that hand the plugins a path valid only in another
+//! mount namespace, would be refused. cnitool turns it off (it checks that
+//! the path exists, with hints, and passes any other path on as the
+//! reference cnitool does).
 //!
 //! | verb | netns |
 //! |---|---|

@@ -229,7 +229,12 @@ async fn written_only_after_the_whole_chain_succeeded() {
         ),
     );
     rig.fake("b", &Fake::new(Response::cni_error(11, "try later", "")));
-    let err = rig.cni().add_network_list(&list, &rt).await.unwrap_err();
+    let err = rig
+        .cni()
+        .add_network_list(&list, &rt)
+        .await
+        .unwrap_err()
+        .into_innermost();
     assert!(err.is_plugin_code(11), "{err}");
     assert!(!rig.cache_file("late", "c1", "eth0").exists());
     assert!(rig.result_files().is_empty(), "{:?}", rig.result_files());
@@ -263,7 +268,11 @@ async fn removed_after_del_and_kept_when_del_fails() {
     let before = fs::read(&file).unwrap();
 
     fs::write(&fail_flag, "").unwrap();
-    let err = cni.del_network_list(&list, &rt).await.unwrap_err();
+    let err = cni
+        .del_network_list(&list, &rt)
+        .await
+        .unwrap_err()
+        .into_innermost();
     assert!(err.is_plugin_code(11), "{err}");
     assert_eq!(
         fs::read(&file).unwrap(),
@@ -393,7 +402,11 @@ async fn record_of_a_colliding_attachment_is_neither_used_nor_deleted() {
             .is_none()
     );
     assert!(cni.cached_config("a", &other_rt).await.unwrap().is_none());
-    let err = cni.check_network_list(&other, &other_rt).await.unwrap_err();
+    let err = cni
+        .check_network_list(&other, &other_rt)
+        .await
+        .unwrap_err()
+        .into_innermost();
     assert!(matches!(err, Error::NotAttached { .. }), "{err}");
 
     cni.del_network_list(&other, &other_rt)
@@ -476,7 +489,11 @@ async fn symlinked_entry_is_refused() {
 
     // CHECK with only a symlink there is refused as "not attached".
     std::os::unix::fs::symlink(&target, &file).unwrap();
-    let err = cni.check_network_list(&list, &rt).await.unwrap_err();
+    let err = cni
+        .check_network_list(&list, &rt)
+        .await
+        .unwrap_err()
+        .into_innermost();
     assert!(matches!(err, Error::NotAttached { .. }), "{err}");
 }
 
@@ -642,7 +659,11 @@ async fn del_cached_uses_the_stored_config_and_args() {
     );
     assert!(!rig.cache_file("gone", "c1", "eth0").exists());
 
-    let err = cni.del_cached("gone", &bare).await.unwrap_err();
+    let err = cni
+        .del_cached("gone", &bare)
+        .await
+        .unwrap_err()
+        .into_innermost();
     assert!(matches!(err, Error::NotAttached { .. }), "{err}");
     assert_eq!(err.code(), 3);
 }

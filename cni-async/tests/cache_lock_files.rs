@@ -70,7 +70,8 @@ async fn no_lock_file_is_left_for_an_attachment_that_does_not_exist() {
         let err = cni
             .check_network_list(&list, &rt(&format!("unknown-{i}")))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .into_innermost();
         assert!(matches!(err, Error::NotAttached { .. }), "{err}");
     }
     assert_eq!(locks(&rig), Vec::<String>::new(), "after CHECKs of unknown");
@@ -86,7 +87,8 @@ async fn no_lock_file_is_left_for_an_attachment_that_does_not_exist() {
                 .add_network_list(&list, &rt(&format!("fail-{i}-{rollback}")))
                 .options(&opts)
                 .await
-                .unwrap_err();
+                .unwrap_err()
+                .into_innermost();
             assert!(err.is_plugin_code(120), "{err}");
         }
     }
@@ -102,7 +104,8 @@ async fn no_lock_file_is_left_for_an_attachment_that_does_not_exist() {
             .add_network_list(&list, &rt(&format!("slow-{i}")))
             .options(&opts)
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .into_innermost();
         assert!(matches!(err, Error::Timeout { .. }), "{err}");
     }
     assert_eq!(locks(&rig), Vec::<String>::new(), "after timed-out ADDs");
@@ -129,7 +132,11 @@ async fn no_lock_file_is_left_for_an_attachment_that_does_not_exist() {
     let keep = rt("keep-1");
     cni.add_network_list(&list, &keep).await.expect("ADD keep");
     std::fs::write(rig.dir.scratch("refuse-del"), b"").unwrap();
-    let err = cni.del_network_list(&list, &keep).await.unwrap_err();
+    let err = cni
+        .del_network_list(&list, &keep)
+        .await
+        .unwrap_err()
+        .into_innermost();
     assert!(err.is_plugin_code(121), "{err}");
     assert_eq!(locks(&rig), ["lf-keep-1-eth0.lock"]);
     assert_eq!(rig.result_files(), ["lf-keep-1-eth0"]);

@@ -78,7 +78,10 @@ async fn concurrent_adds_on_one_attachment_do_not_overlap() {
             .timeout(Duration::from_secs(1))
             .await;
         assert!(
-            matches!(refused, Err(Error::CacheLocked { .. })),
+            matches!(
+                refused.as_ref().map_err(Error::innermost),
+                Err(Error::CacheLocked { .. })
+            ),
             "{refused:?}"
         );
         assert_eq!(gate.started(), 1, "a plugin ran while the lock was held");
@@ -145,7 +148,8 @@ async fn lock_held_past_the_deadline_gives_cache_locked() {
         .add_network_list(&list, &rt)
         .options(&opts)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     let waited = started.elapsed();
     match &err {
         Error::CacheLocked { path, waited } => {
@@ -165,13 +169,15 @@ async fn lock_held_past_the_deadline_gives_cache_locked() {
         .del_network_list(&list, &rt)
         .options(&opts)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     assert!(matches!(err, Error::CacheLocked { .. }), "DEL: {err}");
     let err = cni
         .check_network_list(&list, &rt)
         .options(&opts)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     assert!(matches!(err, Error::CacheLocked { .. }), "CHECK: {err}");
     assert!(
         rig.dir.invocations().is_empty(),
@@ -226,7 +232,8 @@ async fn waiter_on_a_removed_lock_file_retries_on_the_new_one() {
     let err = cache
         .lock("n", "c1", "eth0", Duration::from_millis(100))
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     assert!(matches!(err, Error::CacheLocked { .. }), "{err}");
     drop(second);
     cache

@@ -30,6 +30,7 @@ fn error_object_exit_0(code: u32) -> Response {
 /// exited 0 with [`error_object_exit_0`]`(code)`.
 #[track_caller]
 fn assert_plugin_error(err: &Error, plugin: &str, command: Command, code: u32) {
+    let err = err.innermost();
     match err {
         Error::Plugin {
             plugin_type,

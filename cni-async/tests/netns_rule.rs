@@ -1,7 +1,7 @@
-//! The netns rule every `Cni` applies, without `CniBuilder::check_netns`:
+//! The netns rule every `Cni` applies, also with `CniBuilder::check_netns(false)`:
 //! ADD and CHECK need a non-empty absolute netns and are refused before
 //! any plugin runs (as cnid refuses them); DEL may pass none. The
-//! namespace check itself stays opt-in (`ops_netns_check.rs`).
+//! namespace check itself, on by default, is in `ops_netns_check.rs`.
 
 use crate::support::fake::{Fake, Response, Rig, conflist};
 use cni_core::RuntimeConf;

@@ -30,7 +30,8 @@ async fn add_refuses_to_overwrite_a_colliding_attachments_record() {
     let err = cni
         .add_network_list(&second, &runtime("b-c", "eth0"))
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     assert!(matches!(err, Error::AttachmentCollision { .. }), "{err}");
     assert!(
         err.to_string().contains("\"a-b\""),
@@ -67,7 +68,8 @@ async fn del_runs_plugins_when_the_cache_dir_is_unusable() {
         .cni()
         .add_network_list(&list, &runtime("c1", "eth0"))
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     assert_eq!(err.code(), 5, "{err}");
     assert_eq!(rig.dir.invocations().len(), 1, "no plugin ran for the ADD");
 }

@@ -30,7 +30,8 @@ async fn check_without_a_cached_result_is_refused_with_code_3() {
         .cni()
         .check_network_list(&list, &rt())
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     match &err {
         Error::NotAttached {
             network,
@@ -54,7 +55,11 @@ async fn check_without_a_cached_result_is_refused_with_code_3() {
         .await
         .expect("CHECK after ADD");
     cni.del_network_list(&list, &rt()).await.unwrap();
-    let err = cni.check_network_list(&list, &rt()).await.unwrap_err();
+    let err = cni
+        .check_network_list(&list, &rt())
+        .await
+        .unwrap_err()
+        .into_innermost();
     assert_eq!(err.code(), 3, "{err}");
     let commands: Vec<String> = rig
         .dir
@@ -71,7 +76,11 @@ async fn check_below_0_4_0_is_unsupported() {
     let list = conflist(json!({"cniVersion":"0.3.1","name":"old","plugins":[{"type":"a"}]}));
     let cni = rig.cni();
     cni.add_network_list(&list, &rt()).await.unwrap();
-    let err = cni.check_network_list(&list, &rt()).await.unwrap_err();
+    let err = cni
+        .check_network_list(&list, &rt())
+        .await
+        .unwrap_err()
+        .into_innermost();
     match &err {
         Error::Unsupported {
             network,
@@ -134,7 +143,11 @@ async fn check_failure_stops_the_chain_and_passes_through() {
     );
     let cni = rig.cni();
     cni.add_network_list(&list, &rt()).await.unwrap();
-    let err = cni.check_network_list(&list, &rt()).await.unwrap_err();
+    let err = cni
+        .check_network_list(&list, &rt())
+        .await
+        .unwrap_err()
+        .into_innermost();
     assert!(err.is_plugin_code(104), "{err}");
     assert!(err.to_string().contains("plugin b CHECK failed"), "{err}");
     let checks: Vec<String> = rig
@@ -170,7 +183,12 @@ async fn status_with_second_failing(second: Response) -> (Error, Vec<String>) {
     let list = conflist(
         json!({"cniVersion":"1.1.0","name":"st","plugins":[{"type":"a"},{"type":"b"},{"type":"c"}]}),
     );
-    let err = rig.cni().status_network_list(&list).await.unwrap_err();
+    let err = rig
+        .cni()
+        .status_network_list(&list)
+        .await
+        .unwrap_err()
+        .into_innermost();
     let ran = rig
         .dir
         .invocations()

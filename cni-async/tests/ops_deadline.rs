@@ -63,6 +63,17 @@ async fn the_deadline_is_shared_across_the_chain() {
     });
     let elapsed = started.elapsed();
     let err = r.unwrap_err();
+    // No rollback was asked: p1's ADD stands, and the error says so.
+    assert!(err.del_owed(), "{err:?}");
+    assert!(
+        cni_async::Chain(&err).to_string().starts_with(
+            "network \"dl\" (ifname eth0) ADD (not rolled back: what its plugins made, \
+             such as an address, stays until this attachment is DELed): plugin p2 ADD timed out"
+        ),
+        "{}",
+        cni_async::Chain(&err)
+    );
+    let err = err.into_innermost();
     match &err {
         Error::Timeout {
             plugin_type,
@@ -111,7 +122,11 @@ async fn the_per_verb_default_applies() {
         .await
         .expect("ADD under the 10 s default");
     let started = Instant::now();
-    let err = cni.del_network_list(&list, &rt()).await.unwrap_err();
+    let err = cni
+        .del_network_list(&list, &rt())
+        .await
+        .unwrap_err()
+        .into_innermost();
     let elapsed = started.elapsed();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     // The DEL's 1 s, not the 10 s of the other verbs.
@@ -150,7 +165,8 @@ async fn a_hanging_plugin_and_its_grandchild_are_killed_at_the_deadline() {
         .add_network_list(&list, &rt())
         .timeout(timeout)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     let elapsed = started.elapsed();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(elapsed >= timeout, "returned early: {elapsed:?}");

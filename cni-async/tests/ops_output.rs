@@ -19,7 +19,8 @@ async fn add_with_second(second: Response) -> (Rig, Error) {
         .cni()
         .add_network_list(&list, &RuntimeConf::new("c1", "/run/netns/c1", "eth0"))
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     (rig, err)
 }
 

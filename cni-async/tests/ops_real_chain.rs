@@ -150,7 +150,11 @@ async fn bridge_chain_add_ping_check_del_releases_everything() {
     // IPv4 DNAT rule in the IPv6 table (fixed upstream after 1.1.1). So a's
     // CHECK must pass every plugin before portmap, and may fail only there.
     cni.check_network_list(&list, &rt_b).await.expect("CHECK b");
-    match cni.check_network_list(&list, &rt_a).await {
+    match cni
+        .check_network_list(&list, &rt_a)
+        .await
+        .map_err(cni_async::Error::into_innermost)
+    {
         Ok(()) => {}
         Err(cni_async::Error::Plugin { plugin_type, .. }) if plugin_type == "portmap" => {}
         Err(e) => panic!("CHECK a failed before portmap: {e}"),
@@ -185,7 +189,11 @@ async fn bridge_chain_add_ping_check_del_releases_everything() {
     );
 
     // CHECK after DEL is refused: no cached result.
-    let e = cni.check_network_list(&list, &rt_a).await.unwrap_err();
+    let e = cni
+        .check_network_list(&list, &rt_a)
+        .await
+        .unwrap_err()
+        .into_innermost();
     assert_eq!(e.code(), 3, "{e}");
     drop((ns_a, ns_b));
 }
@@ -223,7 +231,8 @@ async fn rollback_of_a_failed_real_chain_frees_the_ip() {
         .add_network_list(&list, &rt)
         .options(&opts)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     let msg = err.to_string();
     assert!(
         msg.contains("tuning"),

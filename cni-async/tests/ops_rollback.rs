@@ -96,7 +96,8 @@ async fn failed_add_is_rolled_back_last_to_first_with_the_last_good_result() {
         .add_network_list(&list(), &rt())
         .options(&opts)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     assert!(err.is_plugin_code(110), "the ADD's error comes back: {err}");
     let calls = rig.dir.invocations();
     assert_eq!(
@@ -124,7 +125,8 @@ async fn without_rollback_nothing_is_deleted() {
         .cni()
         .add_network_list(&list(), &rt())
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     assert!(err.is_plugin_code(110), "{err}");
     assert_eq!(
         steps(&rig.dir.invocations()),
@@ -156,7 +158,8 @@ async fn rollback_after_a_timeout_gets_a_fresh_deadline() {
         .add_network_list(&list(), &rt())
         .options(&opts)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     let elapsed = started.elapsed();
     match &err {
         Error::Timeout {
@@ -212,7 +215,8 @@ async fn failing_rollback_reports_both_errors() {
         .add_network_list(&list(), &rt())
         .options(&opts)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     match &err {
         Error::RollbackFailed { error, rollback } => {
             assert!(error.is_plugin_code(110), "{error}");
@@ -256,7 +260,8 @@ async fn first_plugin_failing_is_rolled_back_without_prev_result() {
         .add_network_list(&list, &rt())
         .options(&opts)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     assert!(err.is_plugin_code(7), "{err}");
     let calls = rig.dir.invocations();
     assert_eq!(steps(&calls), ["ADD p1", "DEL p1"]);
@@ -289,7 +294,8 @@ async fn a_plugin_that_never_started_is_not_rolled_back() {
         .add_network_list(&list, &rt())
         .options(&opts)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     assert!(matches!(err, Error::PluginNotFound { .. }), "{err}");
     let calls = rig.dir.invocations();
     assert_eq!(steps(&calls), ["ADD p1", "ADD p2", "DEL p2", "DEL p1"]);
@@ -322,6 +328,9 @@ async fn a_failed_cache_write_is_reported_and_rolled_back_on_request() {
             .options(&opts)
             .await
             .unwrap_err();
+        // Without rollback the attachment stands unrecorded: owed a DEL.
+        assert_eq!(err.del_owed(), !rollback, "{err:?}");
+        let err = err.into_innermost();
         assert!(
             matches!(err, Error::Cache { .. }),
             "rollback {rollback}: {err}"
@@ -367,7 +376,8 @@ async fn a_failed_rollback_after_a_failed_cache_write_is_reported() {
         .add_network_list(&list(), &rt())
         .options(&opts)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .into_innermost();
     match &err {
         Error::RollbackFailed { error, rollback } => {
             assert!(matches!(**error, Error::Cache { .. }), "{error}");

@@ -147,7 +147,11 @@ async fn single_config_without_name_or_check_support_is_refused() {
     let old =
         PluginConfig::from_bytes(br#"{"cniVersion":"0.3.1","name":"old","type":"one"}"#, None)
             .unwrap();
-    let err = cni.check_network(&old, &rt()).await.unwrap_err();
+    let err = cni
+        .check_network(&old, &rt())
+        .await
+        .unwrap_err()
+        .into_innermost();
     assert!(matches!(err, cni_async::Error::Unsupported { .. }), "{err}");
     let err = cni.validate_network(&old).await.unwrap_err();
     assert_eq!(err.code(), 1, "{err}");

@@ -46,6 +46,7 @@ mod ops_cache_faults;
 mod ops_check_status;
 mod ops_deadline;
 mod ops_del_cache;
+mod ops_error_context;
 mod ops_exclusive;
 mod ops_gc;
 mod ops_gc_deadline;

@@ -227,7 +227,11 @@ fn fmt_no_configs(dir: &std::path::Path, missing: bool) -> String {
     }
 }
 
-fn fmt_available(name: &str, available: &[String]) -> String {
+/// What a "no network configuration with name X" message adds about the
+/// networks there are: `; did you mean "near"? (networks there: "a",
+/// "b")`, or ` (networks there: ...)` when none is near; empty without
+/// networks. One wording for the library, cnitool and cnid.
+pub fn fmt_available(name: &str, available: &[String]) -> String {
     if available.is_empty() {
         return String::new();
     }

@@ -175,6 +175,17 @@ impl World {
     /// SIGINT; asserts that it fails with exit status `status`; its stdout
     /// and stderr.
     fn interrupted(&self, args: &[&str], gate: &Gate, status: i32) -> (String, String) {
+        self.interrupted_at(args, gate, 1, status)
+    }
+
+    /// [`Self::interrupted`] once `held` plugin runs reached `gate`.
+    fn interrupted_at(
+        &self,
+        args: &[&str],
+        gate: &Gate,
+        held: usize,
+        status: i32,
+    ) -> (String, String) {
         let path = format!("{}:{PLUGIN_DIR}", self.sb.plugins.bin().display());
         let child = self
             .sb
@@ -184,7 +195,7 @@ impl World {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn cnitool");
-        gate.wait_started_blocking(1);
+        gate.wait_started_blocking(held);
         let pid = i32::try_from(child.id()).expect("pid");
         // SAFETY: kill(2) on our own child's pid has no memory effects.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
@@ -553,7 +564,8 @@ fn interrupted_up_tears_everything_down() {
     assert_eq!(summary["attached"], 0, "{summary}");
     assert!(
         stderr.contains("batch up interrupted by SIGINT; the ")
-            && stderr.contains("namespaces it had set up were torn down"),
+            && stderr.contains("namespaces made so far (0 attached, ")
+            && stderr.contains(" were torn down"),
         "{stderr}"
     );
 
@@ -569,6 +581,57 @@ fn interrupted_up_tears_everything_down() {
     // The one or two (concurrency 2) that were held.
     assert!(!adds.is_empty() && adds.len() <= 2, "{calls}");
     assert!(adds.is_subset(&dels), "ADD without DEL: {calls}");
+    assert_eq!(batch_namespaces(w.prefix()), Vec::<String>::new());
+    assert_eq!(w.sb.cache_entries(), Vec::<String>::new());
+}
+
+/// Interrupted with some members attached and others held mid-ADD: the
+/// summary's counts and stderr's agree (they told 46 attached and 48 torn
+/// down, the 2 in flight unnamed).
+#[test]
+fn interrupted_up_counts_attached_and_in_flight_alike_in_summary_and_stderr() {
+    require_root!();
+    let w = World::new();
+    // Members 0 and 1 attach; 2 and 3 hold at the gate, never opened. At
+    // concurrency 2, 2 and 3 start only as 0 and 1 end: with both held,
+    // 0 and 1 are attached.
+    let gate = Gate::new(w.sb.root());
+    w.noop_plugin(
+        "slow",
+        &format!(
+            "case \"$CNI_COMMAND:$CNI_NETNS\" in ADD:*[23]) {} ;; esac",
+            gate.shell_wait()
+        ),
+    );
+    w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "slow"})]);
+    let (stdout, stderr) = w.interrupted_at(
+        &[
+            "batch",
+            "up",
+            &w.network,
+            "--count",
+            "4",
+            "--concurrency",
+            "2",
+            "--prefix",
+            w.prefix(),
+        ],
+        &gate,
+        2,
+        130,
+    );
+    let summary: Value = serde_json::from_str(&stdout).expect("a JSON summary");
+    assert_eq!(summary["attached"], 2, "{summary}");
+    assert_eq!(summary["failed"], 2, "{summary}");
+    assert_eq!(summary["namespacesMade"], 4, "{summary}");
+    assert_eq!(summary["tornDown"], true, "{summary}");
+    assert!(
+        stderr.contains(
+            "batch up interrupted by SIGINT; the 4 namespaces made so far \
+             (2 attached, 2 not attached) were torn down"
+        ),
+        "{stderr}"
+    );
     assert_eq!(batch_namespaces(w.prefix()), Vec::<String>::new());
     assert_eq!(w.sb.cache_entries(), Vec::<String>::new());
 }

@@ -159,8 +159,14 @@ fn plugin_errors_keep_their_evidence_and_code() {
         ),
     );
     let err = sb.run(&["add", "errnet", &netns]).fails();
+    // The network, interface and verb lead; cnitool runs no rollback, so
+    // the error says the DEL is owed (the reference leaves that unsaid).
     assert!(
-        err.starts_with("error: plugin p ADD failed (exit status 1)"),
+        err.starts_with(
+            "error: network \"errnet\" (ifname eth0) ADD (not rolled back: what its plugins \
+             made, such as an address, stays until this attachment is DELed): \
+             plugin p ADD failed (exit status 1)"
+        ),
         "{err}"
     );
     assert!(err.contains("address pool exhausted"), "{err}");

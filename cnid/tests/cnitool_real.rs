@@ -37,6 +37,22 @@ fn bridge_ports(bridge: &str) -> Vec<String> {
         .collect()
 }
 
+/// The bridge plugin on `bridge`, host-local in `subnet`: no gateway, no
+/// masquerading (the network rule).
+fn bridge_plugin(bridge: &str, data_dir: &Path, subnet: &SubnetLease) -> Value {
+    json!({
+        "type": "bridge",
+        "bridge": bridge,
+        "isGateway": false,
+        "ipMasq": false,
+        "ipam": {
+            "type": "host-local",
+            "dataDir": data_dir,
+            "ranges": [[{"subnet": subnet.cidr()}]]
+        }
+    })
+}
+
 #[test]
 fn bridge_network_between_two_namespaces() {
     require_root!();
@@ -55,17 +71,7 @@ fn bridge_network_between_two_namespaces() {
         "name": network,
         "plugins": [
             {"type": "loopback"},
-            {
-                "type": "bridge",
-                "bridge": bridge.name(),
-                "isGateway": false,
-                "ipMasq": false,
-                "ipam": {
-                    "type": "host-local",
-                    "dataDir": data_dir,
-                    "ranges": [[{"subnet": subnet.cidr()}]]
-                }
-            },
+            bridge_plugin(bridge.name(), &data_dir, &subnet),
             {"type": "tuning", "mtu": 1400, "dataDir": tuning_dir}
         ]
     });
@@ -173,4 +179,59 @@ fn bridge_network_between_two_namespaces() {
     assert!(link_exists(bridge.name()));
     support::netns::ip_ok(&["link", "del", bridge.name()]);
     assert!(!link_exists(bridge.name()));
+}
+
+/// The bridge plugin's CHECK compares the bridge's MAC with the one in
+/// the cached result. A bridge without a fixed MAC takes the lowest MAC of
+/// its ports, so it moves when a container with a lower veth MAC joins and
+/// the CHECK of the earlier containers fails ("Bridge interface X Mac
+/// doesn't match"). Which MAC a new veth gets is random: the test moves
+/// the MAC itself, as such a join would, and cnitool's error carries the
+/// hint (a fixed-MAC bridge, or disableCheck).
+#[test]
+fn a_check_after_the_bridge_mac_moved_says_how_to_avoid_it() {
+    require_root!();
+    require_plugins();
+
+    let sb = Sandbox::new();
+    let subnet = SubnetLease::new();
+    let bridge = LinkGuard::new();
+    let ns = Netns::new();
+    let network = format!("cnitool-mac-{}", unique_id());
+    let data_dir = sb.root().join("host-local");
+    let config = json!({
+        "cniVersion": "1.0.0",
+        "name": network,
+        "plugins": [bridge_plugin(bridge.name(), &data_dir, &subnet)]
+    });
+    sb.conf("10-mac.conflist", &config);
+    let env = [("CNI_PATH", PLUGIN_DIR)];
+    sb.run_env(&["add", &network, &ns.path()], &env).ok();
+    sb.run_env(&["check", &network, &ns.path()], &env).ok();
+
+    support::netns::ip_ok(&["link", "set", bridge.name(), "address", "02:cc:00:00:00:02"]);
+    let err = sb.run_env(&["check", &network, &ns.path()], &env).fails();
+    assert!(err.contains("Mac doesn't match"), "{err}");
+    assert!(
+        err.contains("\nhint: the bridge's MAC changed since the ADD")
+            && err.contains("fixed MAC")
+            && err.contains("disableCheck"),
+        "{err}"
+    );
+    let obj = sb
+        .run_env(&["--json-errors", "check", &network, &ns.path()], &env)
+        .fails_json();
+    assert!(
+        obj["details"]
+            .as_str()
+            .is_some_and(|d| d.contains("fixed MAC")),
+        "{obj}"
+    );
+
+    sb.run_env(&["del", &network, &ns.path()], &env).ok();
+    assert!(host_local_ips(&data_dir, &network).is_empty());
+    assert!(
+        link_exists(bridge.name()),
+        "the plugin never deletes the bridge"
+    );
 }

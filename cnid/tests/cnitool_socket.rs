@@ -256,9 +256,19 @@ fn errors_come_back_with_the_daemons_code_and_status_1() {
     );
     let err = sb.run(&["--socket", sock, "add", "nope", &ns]).fails();
     assert!(
-        err.starts_with(
-            "error: cnid answered HTTP 404: no network configuration with name \"nope\""
-        ),
+        err.starts_with(&format!(
+            "error: cnid answered HTTP 404: no network configuration with name \"nope\" \
+             (networks there: \"{NET}\")"
+        )),
+        "{err}"
+    );
+    // A near name gets the library's "did you mean".
+    let typo = &NET[..NET.len() - 1];
+    let err = sb.run(&["--socket", sock, "add", typo, &ns]).fails();
+    assert!(
+        err.contains(&format!(
+            "; did you mean \"{NET}\"? (networks there: \"{NET}\")"
+        )),
         "{err}"
     );
     // The same through CNITOOL_JSON_ERRORS (the environment reaches the daemon backend).
@@ -397,4 +407,52 @@ fn cni_timeout_is_the_requests_deadline() {
     // The daemon rolled the ADD back: nothing attached.
     assert_eq!(attachments(&daemon), Vec::<Value>::new());
     assert_eq!(plugins.invocations_of("DEL").len(), 1);
+}
+
+/// cnid refuses a netns and interface that are another container's (409):
+/// cnitool, whose container ID comes from the netns path, says how to act
+/// on it and `--force` sends `"force": true`. `--force` without a socket,
+/// and `batch` with one, are refused rather than ignored.
+#[test]
+fn another_containers_netns_gets_a_hint_and_force_sends_it() {
+    let (dirs, plugins, daemon) = daemon("1.0.0");
+    let sb = Sandbox::new();
+    let ns = netns(&dirs, "owned");
+    let sock = socket(&daemon);
+    // A runtime attached "pod-a" on that netns, with an ID of its own.
+    let body = json!({"containerId": "pod-a", "netns": ns, "ifname": "eth0"}).to_string();
+    let r = crate::support::daemon::post(&daemon.socket, &format!("/v1/networks/{NET}/add"), &body);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let ran = commands(&plugins).len();
+
+    let err = sb.run(&["--socket", sock, "del", NET, &ns]).fails();
+    assert!(err.contains("belongs to container \"pod-a\""), "{err}");
+    assert!(
+        err.contains("\nhint: ") && err.contains("repeat with --force"),
+        "{err}"
+    );
+    let obj = sb
+        .run(&["--socket", sock, "--json-errors", "del", NET, &ns])
+        .fails_json();
+    assert_eq!(obj["code"], 909, "{obj}");
+    assert!(
+        obj["details"]
+            .as_str()
+            .is_some_and(|d| d.contains("--force")),
+        "{obj}"
+    );
+    assert_eq!(commands(&plugins).len(), ran, "a refused DEL ran a plugin");
+
+    sb.run(&["--socket", sock, "del", NET, &ns, "--force"]).ok();
+    assert!(
+        commands(&plugins).len() > ran,
+        "the forced DEL ran no plugin"
+    );
+
+    let err = sb.run(&["del", NET, &ns, "--force"]).fails();
+    assert!(err.contains("--force is for cnid"), "{err}");
+    let err = sb
+        .run(&["--socket", sock, "batch", "up", NET, "--count", "1"])
+        .fails();
+    assert!(err.contains("drop --socket"), "{err}");
 }

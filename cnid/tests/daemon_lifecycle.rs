@@ -272,12 +272,14 @@ fn socket_activation_and_sd_notify() {
     } else {
         format!("exec 3<&{fd} {fd}<&-; export LISTEN_PID=$$ LISTEN_FDS=1; exec \"$0\" \"$@\"")
     };
+    // systemd's path wins over --socket: the log names the one in use.
+    let configured = dirs.root().join("configured.sock");
     let child = Command::new("/bin/bash")
         .arg("-c")
         .arg(script)
         .arg(CNID)
         .arg("--socket")
-        .arg(&sock)
+        .arg(&configured)
         .arg("--conf-dir")
         .arg(&dirs.conf)
         .arg("--plugin-dir")
@@ -302,6 +304,17 @@ fn socket_activation_and_sd_notify() {
     let n = notify.recv(&mut buf).expect("READY=1 from cnid");
     assert_eq!(&buf[..n], b"READY=1");
     assert!(daemon.log().contains("using the socket passed by systemd"));
+    let log = daemon.log();
+    let ready = log
+        .lines()
+        .find(|l| l.contains("cnid ready"))
+        .unwrap_or_else(|| panic!("no ready line: {log}"));
+    assert!(
+        ready.contains(&format!("socket={}", sock.display())),
+        "{ready}"
+    );
+    assert!(!log.contains("configured.sock"), "{log}");
+    assert!(!configured.exists(), "cnid bound --socket too");
 
     // Plugins do not inherit the systemd variables.
     let r = support::daemon::post(&sock, "/v1/networks/life/add", &body("a1", NETNS));

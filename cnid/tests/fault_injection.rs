@@ -834,9 +834,16 @@ impl Runner {
                 },
             ) => {
                 if let Some(e) = got_lib
-                    && !lib(e)
+                    && !lib(e.innermost())
                 {
                     self.violation(case, format!("unexpected error: {e:?}"));
+                }
+                // The library runs with rollback: a failed ADD was undone,
+                // and its error must not say a DEL is owed.
+                if let Some(e) = got_lib
+                    && e.del_owed()
+                {
+                    self.violation(case, format!("rolled back, yet a DEL owed: {e:?}"));
                 }
                 if matches!(self.path, Via::Daemon { .. }) && *got_http != Some(http) {
                     self.violation(case, format!("HTTP {got_http:?}, not {http}: {got_msg}"));

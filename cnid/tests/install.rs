@@ -363,3 +363,59 @@ fn the_hidden_generate_flag_refuses_unknown_kinds_and_is_not_in_help() {
         .unwrap();
     assert_eq!(shim.status.code(), Some(2), "{shim:?}");
 }
+
+/// `make install` builds with two cargo runs, not three: cnid (dynamic),
+/// then cnitool and cnid-shim statically linked in one build (as separate
+/// builds, each package's feature set compiled the shared dependencies
+/// again). `make -n` prints the commands without running them.
+#[test]
+fn install_builds_the_static_binaries_in_one_cargo_build() {
+    let out = make(&["-n", "install-build"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let builds: Vec<&str> = text.lines().filter(|l| l.contains(" build ")).collect();
+    assert_eq!(builds.len(), 2, "{text}");
+    assert!(
+        builds[0].contains("--bin cnid") && !builds[0].contains("crt-static"),
+        "{text}"
+    );
+    assert!(
+        builds[1].contains("crt-static")
+            && builds[1].contains("--bin cnitool")
+            && builds[1].contains("--bin cnid-shim"),
+        "{text}"
+    );
+    assert!(!text.contains("make"), "no recursive build: {text}");
+    // With INSTALL_FROM nothing is built.
+    let out = make(&["-n", "install-build", "INSTALL_FROM=/nonexistent"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "");
+}
+
+/// `make help` lists every target of the Makefile's .PHONY lists, each with
+/// what it does.
+#[test]
+fn make_help_lists_every_target() {
+    let makefile = read(&root().join("Makefile"));
+    let phony: BTreeSet<&str> = makefile
+        .lines()
+        .filter_map(|l| l.strip_prefix(".PHONY:"))
+        .flat_map(str::split_whitespace)
+        .collect();
+    assert!(
+        phony.contains("install") && phony.contains("help"),
+        "{phony:?}"
+    );
+    let out = make(&["help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let listed: BTreeSet<&str> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(listed, phony, "{text}");
+    for line in text.lines().skip(1) {
+        assert!(
+            line.split_whitespace().count() > 1,
+            "no description: {line:?}"
+        );
+    }
+}

@@ -363,3 +363,141 @@ fn readme_snippets_run_in_order_and_leave_nothing_behind() {
         "every block ran: {stderr}"
     );
 }
+
+/// Every fenced block: its info string (`sh`, `toml`, ...), the snippet
+/// marker right before it (if any), and its text.
+fn fenced(readme: &str) -> Vec<(String, Option<String>, String)> {
+    let mut out = Vec::new();
+    let mut marker = None;
+    let mut lines = readme.lines();
+    while let Some(line) = lines.next() {
+        let t = line.trim();
+        if let Some(m) = t
+            .strip_prefix("<!-- snippet:")
+            .and_then(|m| m.strip_suffix("-->"))
+        {
+            marker = Some(m.trim().to_owned());
+            continue;
+        }
+        if let Some(info) = t.strip_prefix("```") {
+            let mut code = String::new();
+            for l in lines.by_ref() {
+                if l.trim() == "```" {
+                    break;
+                }
+                code.push_str(l);
+                code.push('\n');
+            }
+            out.push((info.to_owned(), marker.take(), code));
+            continue;
+        }
+        marker = None;
+    }
+    out
+}
+
+/// The value of `key = "..."` in an inline table.
+fn inline_str<'a>(table: &'a str, key: &str) -> Option<&'a str> {
+    let rest = &table[table.find(&format!("{key} = \""))? + key.len() + 4..];
+    Some(&rest[..rest.find('"')?])
+}
+
+/// The strings of `key = [...]` in an inline table.
+fn inline_list(table: &str, key: &str) -> Vec<String> {
+    let Some(start) = table.find(&format!("{key} = [")) else {
+        return Vec::new();
+    };
+    let rest = &table[start + key.len() + 4..];
+    rest[..rest.find(']').unwrap_or(rest.len())]
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The README's Cargo.toml snippet names this workspace's crates by a path
+/// ending in their directory, and only features they have (the git form in
+/// its comment too).
+#[test]
+fn readme_cargo_snippet_names_real_crates_and_features() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let tomls: Vec<String> = fenced(&readme)
+        .into_iter()
+        .filter(|(info, _, _)| info == "toml")
+        .map(|(_, _, code)| code)
+        .collect();
+    assert!(!tomls.is_empty(), "no ```toml block in README.md");
+    let mut checked = 0;
+    for line in tomls.iter().flat_map(|c| c.lines()) {
+        let line = line.trim().trim_start_matches("# or:").trim();
+        let Some((name, table)) = line.split_once(" = {") else {
+            continue;
+        };
+        let dir = match (inline_str(table, "path"), inline_str(table, "git")) {
+            (Some(path), _) => Path::new(path).file_name().unwrap().to_owned(),
+            (None, Some(_)) => name.into(),
+            (None, None) => continue,
+        };
+        let manifest = std::fs::read_to_string(root.join(&dir).join("Cargo.toml"))
+            .unwrap_or_else(|e| panic!("{line}: no crate in {dir:?}: {e}"));
+        assert!(
+            manifest.contains(&format!("name = \"{name}\"")),
+            "{line}: {dir:?} is not {name}"
+        );
+        let features = manifest
+            .split("[features]")
+            .nth(1)
+            .map(|f| f.split("\n[").next().unwrap_or(""))
+            .unwrap_or("");
+        for f in inline_list(table, "features") {
+            assert!(
+                features.lines().any(|l| l.starts_with(&format!("{f} ="))),
+                "{line}: {name} has no feature {f:?}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 2, "the snippet names the crates: {tomls:?}");
+}
+
+/// The README's systemd drop-in: every flag of its `ExecStart=` is one of
+/// `cnid --help`, and cnid's `--socket` is the socket unit's `ListenStream=`.
+#[test]
+fn readme_systemd_drop_in_uses_cnids_flags_and_one_socket() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let (_, _, code) = fenced(&readme)
+        .into_iter()
+        .find(|(_, m, _)| m.as_deref().is_some_and(|m| m.contains("drop-in")))
+        .expect("the README's drop-in block");
+    let help = Command::new(env!("CARGO_BIN_EXE_cnid"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let exec = code
+        .lines()
+        .filter_map(|l| l.strip_prefix("ExecStart="))
+        .find(|l| !l.is_empty())
+        .expect("an ExecStart= with a command");
+    let words: Vec<&str> = exec.split_whitespace().collect();
+    assert!(words[0].ends_with("/cnid"), "{exec}");
+    for flag in words.iter().filter(|w| w.starts_with("--")) {
+        assert!(
+            help.contains(&format!("{flag} ")),
+            "cnid has no {flag}: {exec}"
+        );
+    }
+    let socket = words
+        .windows(2)
+        .find(|w| w[0] == "--socket")
+        .map(|w| w[1])
+        .expect("--socket");
+    let listen = code
+        .lines()
+        .filter_map(|l| l.strip_prefix("ListenStream="))
+        .find(|l| !l.is_empty())
+        .expect("a ListenStream= with a path");
+    assert_eq!(listen, socket, "{code}");
+}

@@ -150,7 +150,14 @@ fn all_known(steps: &[SandboxStep<'_>]) -> Result<(), Error> {
 
 /// Names the network of a step in its error:
 /// `network "NAME" (ifname IFNAME) VERB`.
+/// The operation's own naming of the same ([`Error::Operation`], which
+/// the error object looks through) gives way to this one, which a
+/// sandbox's error object shows: named once.
 pub(crate) fn context(network: &str, ifname: &str, command: Command, e: Error) -> Error {
+    let e = match e {
+        Error::Operation { source, .. } => *source,
+        e => e,
+    };
     Error::Context {
         context: format!("network {network:?} (ifname {ifname}) {command}"),
         source: Box::new(e),
@@ -236,7 +243,7 @@ pub async fn setup_steps<'s>(
         match outcome {
             Ok(_) => undo.push(step),
             Err(e) => {
-                if matches!(e, Error::RollbackFailed { .. }) {
+                if e.del_owed() {
                     undo.push(step);
                 }
                 tracing::warn!(network = step.network, ifname = ?step.rt.ifname, container = ?container_id, error = %cni_core::validate::Escaped(cni_core::error::Chain(&e)), "network setup failed");

@@ -173,7 +173,9 @@ impl Cni {
                     Err(e) if opts.rollback && existed => {
                         tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)),
                             "ADD over an attachment recorded before it failed; not rolled back, which would delete that attachment");
-                        return Err(e);
+                        // That attachment (and whatever this chain made) is
+                        // left to its DEL.
+                        return Err(Error::in_operation(net.name, &rt.ifname, Command::Add, true, e));
                     }
                     Err(e) if opts.rollback => {
                         tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)), "ADD failed; rolling back the plugins that ran");
@@ -194,7 +196,12 @@ impl Cni {
                             },
                         });
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        // Not rolled back: owed a DEL once a plugin ran.
+                        let started = !matches!(e, Error::PluginNotFound { .. } | Error::Spawn { .. });
+                        let owed = index > 0 || started;
+                        return Err(Error::in_operation(net.name, &rt.ifname, Command::Add, owed, e));
+                    }
                 }
             }
             let Some(result) = prev else {
@@ -228,7 +235,8 @@ impl Cni {
                         });
                     }
                 }
-                return Err(e);
+                let owed = !opts.rollback;
+                return Err(Error::in_operation(net.name, &rt.ifname, Command::Add, owed, e));
             }
             tracing::debug!(elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "ADD done");
             Ok(Some(Added {
@@ -532,7 +540,7 @@ impl<'a> Operation<'a> for AddOp<'a> {
     type Output = CniResult;
 
     async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<CniResult, Error> {
-        self.attach(cni, opts).await.map(|a| a.result)
+        self.attach_in_operation(cni, opts).await.map(|a| a.result)
     }
 }
 
@@ -540,11 +548,20 @@ impl<'a> Operation<'a> for AddOp<'a, Attached> {
     type Output = Attached;
 
     async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<Attached, Error> {
-        self.attach(cni, opts).await
+        self.attach_in_operation(cni, opts).await
     }
 }
 
 impl<'a, Out> AddOp<'a, Out> {
+    /// [`Self::attach`], its error naming the network, interface and verb.
+    async fn attach_in_operation(self, cni: &'a Cni, opts: CallOptions) -> Result<Attached, Error> {
+        let (network, rt) = (self.net.as_ref().ok().map(|n| n.name), self.rt);
+        self.attach(cni, opts).await.map_err(|e| match network {
+            Some(network) => Error::in_operation(network, &rt.ifname, Command::Add, false, e),
+            None => e,
+        })
+    }
+
     /// The ADD, in place or on a task of its own.
     async fn attach(self, cni: &'a Cni, opts: CallOptions) -> Result<Attached, Error> {
         let net = self.net?;
@@ -583,10 +600,17 @@ impl<'a, Out> AddOp<'a, Out> {
             // runtime is shutting down.
             Err(_) => match handle.await {
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                _ => Err(Error::Core(cni_core::Error::InvalidConfig {
-                    origin: format!("network {}", net.name),
-                    reason: "the ADD's task was cancelled (runtime shutting down)".into(),
-                })),
+                // Its plugins may have run, and no rollback: owed a DEL.
+                _ => Err(Error::in_operation(
+                    net.name,
+                    &self.rt.ifname,
+                    Command::Add,
+                    true,
+                    Error::Core(cni_core::Error::InvalidConfig {
+                        origin: format!("network {}", net.name),
+                        reason: "the ADD's task was cancelled (runtime shutting down)".into(),
+                    }),
+                )),
             },
         }
     }

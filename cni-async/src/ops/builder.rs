@@ -64,12 +64,14 @@ impl CniBuilder {
     }
 
     /// Whether ADD and CHECK also refuse a netns that is not a network
-    /// namespace ([`check_netns`](crate::check_netns); default off, as
-    /// libcni, which leaves it to the plugins). An empty or relative netns
-    /// is refused for ADD and CHECK either way
-    /// ([`check_netns_path`](crate::nscheck::check_netns_path)). cnid turns
-    /// it on: its callers must not learn anything else about the host's
-    /// files.
+    /// namespace ([`check_netns`](crate::check_netns)), before any plugin
+    /// runs: default on, so a missing path fails with `invalid netns path
+    /// "...": not a network namespace` (code 4) instead of deep in a plugin
+    /// (the bridge's `failed to Statfs`). `false` leaves it to the plugins,
+    /// as libcni does: for plugins that are fakes, or a path valid only in
+    /// the plugins' mount namespace. An empty or relative netns is refused
+    /// for ADD and CHECK either way
+    /// ([`check_netns_path`](crate::nscheck::check_netns_path)).
     pub fn check_netns(mut self, check: bool) -> Self {
         self.check_netns = check;
         self
@@ -131,7 +133,7 @@ impl Cni {
             exec: None,
             timeouts: Timeouts::default(),
             limits: OutputLimits::default(),
-            check_netns: false,
+            check_netns: true,
             stderr_sink: SinkSlot::default(),
         }
     }

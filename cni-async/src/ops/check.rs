@@ -104,6 +104,10 @@ impl<'a> Operation<'a> for CheckOp<'a> {
     type Output = ();
 
     async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
-        cni.check(self.net?, self.rt, &opts).await
+        let net = self.net?;
+        let network = net.name;
+        cni.check(net, self.rt, &opts)
+            .await
+            .map_err(|e| Error::in_operation(network, &self.rt.ifname, Command::Check, false, e))
     }
 }

@@ -312,13 +312,21 @@ impl<'a> DelRequest<'a> {
 
 impl<'a, Out> DelOp<'a, Out> {
     async fn delete(self, cni: &'a Cni, opts: CallOptions) -> Result<Deleted, Error> {
+        let in_op = |network: &str, e| {
+            Error::in_operation(network, &self.rt.ifname, Command::Del, false, e)
+        };
         match self.target {
             DelTarget::Net(net) => {
+                let net = net?;
                 let deadline = cni.deadline(Command::Del, &opts);
-                cni.del_expecting(&net?, self.rt, deadline, None, None)
+                cni.del_expecting(&net, self.rt, deadline, None, None)
                     .await
+                    .map_err(|e| in_op(net.name, e))
             }
-            DelTarget::Cached(network) => cni.run_del_cached(network, self.rt, &opts).await,
+            DelTarget::Cached(network) => cni
+                .run_del_cached(network, self.rt, &opts)
+                .await
+                .map_err(|e| in_op(network, e)),
         }
     }
 }

@@ -49,6 +49,8 @@ impl Rig {
     pub fn cni_with(&self, timeouts: cni_async::Timeouts) -> cni_async::Cni {
         cni_async::Cni::builder()
             .plugin_dirs(self.dir.dirs())
+            // Fake plugins, stand-in netns paths: no namespace check.
+            .check_netns(false)
             .cache_dir(&self.cache_dir)
             .exec(std::sync::Arc::new(
                 cni_async::RawExec::new().with_kill_grace(RIG_KILL_GRACE),

@@ -104,10 +104,13 @@ impl Backend for Local {
             .exclusive()
             .await;
         match added {
-            Err(e @ cni_async::Error::AlreadyAttached { .. }) => Err(
-                crate::report::ToolError::new(cnid::api::code::ALREADY_ATTACHED, e.to_string())
-                    .into(),
-            ),
+            Err(e) if matches!(e.innermost(), cni_async::Error::AlreadyAttached { .. }) => {
+                Err(crate::report::ToolError::new(
+                    cnid::api::code::ALREADY_ATTACHED,
+                    e.innermost().to_string(),
+                )
+                .into())
+            }
             other => Ok(other?),
         }
     }

@@ -22,6 +22,11 @@
 //!   for `add`.
 //! - The namespaces and attachments outlive the command: `batch down`
 //!   removes them.
+//! - `cnitool check` of a member on a bridge network passes only when the
+//!   bridge has a fixed MAC: a bridge without one takes the lowest MAC of
+//!   its ports, which moves as members join, and the bridge plugin's CHECK
+//!   of the earlier ones fails ("Bridge interface X Mac doesn't match";
+//!   cnitool adds a hint). Create the bridge with a fixed MAC first.
 //! - A member that fails is undone (each ADD runs with rollback: the plugins
 //!   that ran get a DEL) and its namespace deleted; it is listed with its
 //!   `error` and empty `ips`, and the exit status is 1. The members that
@@ -31,8 +36,10 @@
 //!   the prefix names the batch, and `down` deletes every such namespace.
 //! - SIGINT or SIGTERM during `up` stops it: the plugins in flight are
 //!   killed, everything set up so far is torn down, the partial summary is
-//!   printed (`"interrupted": "SIGINT"`, `"tornDown"`; members stopped
-//!   before they attached have an `error`), and the exit status is 128 +
+//!   printed (`"interrupted": "SIGINT"`, `"namespacesMade"`: the attached
+//!   members and those being set up, `"tornDown"`: whether all of them are
+//!   gone; members stopped before they attached have an `error`; stderr
+//!   gives the same counts), and the exit status is 128 +
 //!   the signal (130, 143), as a shell reports it. A second signal stops
 //!   the teardown; `batch down` finishes it.
 //!
@@ -301,13 +308,17 @@ async fn up(
         // The partial summary: what had attached (and failed) when the
         // signal came; all of it is torn down now.
         let attached = members.iter().filter(|m| m["error"].is_null()).count();
+        // The namespaces made so far: the attached ones and those being set
+        // up (or failed and not undone). The summary and stderr give the
+        // same counts.
+        let made = batch.pending_teardown();
         let (error, torn_down) = undo_interrupted(
             batch,
             &network,
             prefix,
             &args.common,
             &progress,
-            signal,
+            (signal, attached),
             &mut signals,
         )
         .await;
@@ -317,6 +328,7 @@ async fn up(
             "attached": attached,
             "failed": members.len() - attached,
             "interrupted": signal,
+            "namespacesMade": made,
             "tornDown": torn_down,
             "namespaces": members,
             "elapsedMs": elapsed_ms(started),
@@ -464,14 +476,17 @@ async fn undo_interrupted(
     prefix: &str,
     common: &BatchCommonArgs,
     progress: &Mutex<UpProgress>,
-    signal: &str,
+    (signal, attached): (&str, usize),
     signals: &mut Signals,
 ) -> (anyhow::Error, bool) {
     let total = batch.pending_teardown();
+    // As the summary counts them: made, of which attached.
+    let made = format!(
+        "the {total} namespaces made so far ({attached} attached, {} not attached)",
+        total.saturating_sub(attached)
+    );
     if !common.quiet {
-        report::write_stderr(&format!(
-            "batch up: {signal}: tearing down the {total} namespaces set up so far\n"
-        ));
+        report::write_stderr(&format!("batch up: {signal}: tearing down {made}\n"));
     }
     lock(progress).down = Some((
         Progress::new("batch down", "torn down", "errors", total, common.quiet),
@@ -488,9 +503,9 @@ async fn undo_interrupted(
     }
     let torn_down = matches!(outcome, Ok(TeardownEnd::Done));
     let msg = match outcome {
-        Ok(TeardownEnd::Done) => format!(
-            "batch up interrupted by {signal}; the {total} namespaces it had set up were torn down"
-        ),
+        Ok(TeardownEnd::Done) => {
+            format!("batch up interrupted by {signal}; {made} were torn down")
+        }
         Err(e) => format!(
             "batch up interrupted by {signal}; tearing down what it had set up failed \
              (run `cnitool batch down {network} --prefix {prefix}` again): {}",

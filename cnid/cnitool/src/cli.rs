@@ -112,6 +112,11 @@ pub(crate) enum Command {
 }
 
 impl Command {
+    /// Whether `--force` was given (`add`, `check`, `del`).
+    pub(crate) fn force(&self) -> bool {
+        matches!(self, Command::Add(a) | Command::Check(a) | Command::Del(a) if a.force)
+    }
+
     /// Whether cnid runs the command when a socket is given: `add`, `check`,
     /// `del`, `gc` and `status` (`version`, `validate` and `batch` ask the
     /// plugins of this machine).
@@ -138,6 +143,11 @@ pub(crate) struct AttachmentArgs {
     /// directory. The container ID is derived from it
     #[arg(value_name = "NETNS")]
     pub(crate) netns: String,
+    /// With a socket: run although the netns and interface belong to
+    /// another container's attachment (cnid refuses that with 409 unless
+    /// the request sets "force")
+    #[arg(long)]
+    pub(crate) force: bool,
     /// Ignored (the reference cnitool accepts and ignores extra arguments)
     #[arg(hide = true, value_name = "IGNORED")]
     pub(crate) ignored: Vec<String>,

@@ -44,6 +44,8 @@ pub(crate) struct Daemon {
     socket: PathBuf,
     /// `CNI_TIMEOUT`, sent as `timeoutMs`; `None`: the daemon's defaults.
     timeout: Option<Duration>,
+    /// `--force`: sent as `force`.
+    force: bool,
     local: Local,
     /// Sent as headers with every request.
     trace: cni_core::trace::TraceContext,
@@ -55,6 +57,7 @@ impl Daemon {
         Daemon {
             socket,
             timeout,
+            force: false,
             local,
             trace: Default::default(),
         }
@@ -63,6 +66,12 @@ impl Daemon {
     /// Sends `trace` with every request (the plugins cnid runs get it).
     pub(crate) fn with_trace(mut self, trace: &cni_core::trace::TraceContext) -> Self {
         self.trace = trace.clone();
+        self
+    }
+
+    /// Sends `force` with ADD, CHECK and DEL (`--force`).
+    pub(crate) fn force(mut self, force: bool) -> Self {
+        self.force = force;
         self
     }
 
@@ -80,6 +89,7 @@ impl Daemon {
     fn request(&self, rt: &RuntimeConf) -> AttachmentRequest {
         let mut req = AttachmentRequest::from_runtime_conf(rt);
         req.timeout_ms = self.timeout_ms();
+        req.force = self.force;
         req
     }
 }

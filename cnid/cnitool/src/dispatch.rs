@@ -3,10 +3,12 @@
 
 use cni_async::trace::{TraceContext, scope};
 use cni_core::Version;
+use cni_core::error::code;
 
 use crate::backend::{Backend, Local};
 use crate::cli::{Cli, Command};
 use crate::daemon::Daemon;
+use crate::report::ToolError;
 use crate::setup::{Env, Settings};
 use crate::{add, batch, check, del, gc, networks, status, validate, version};
 
@@ -25,9 +27,30 @@ pub(crate) async fn run(
     match cli.global.daemon_socket(env) {
         Some(socket) if cli.command.goes_to_daemon() => {
             let timeout = settings.timeout;
-            let backend = Daemon::new(socket, timeout, Local::new(settings)).with_trace(&trace);
+            let backend = Daemon::new(socket, timeout, Local::new(settings))
+                .with_trace(&trace)
+                .force(cli.command.force());
             let outcome = scope(trace, on_backend(&backend, env, cli)).await;
             (outcome, backend.cni_version())
+        }
+        // `batch` runs the plugins here: a socket on its command line would
+        // be ignored, and the user would believe cnid ran it.
+        _ if matches!(cli.command, Command::Batch(_)) && cli.global.socket.is_some() => {
+            let e = ToolError::new(
+                code::INVALID_ENVIRONMENT_VARIABLES,
+                "cnitool batch runs the plugins here, not in cnid: drop --socket \
+                 (attach many namespaces through cnid with one request each)",
+            );
+            (Err(e.into()), None)
+        }
+        // Only cnid checks whose a netns is: nothing here to force.
+        _ if cli.command.force() => {
+            let e = ToolError::new(
+                code::INVALID_ENVIRONMENT_VARIABLES,
+                "--force is for cnid's refusal of another container's netns and interface: \
+                 give --socket (or CNID_SOCKET)",
+            );
+            (Err(e.into()), None)
         }
         _ => {
             let backend = Local::new(settings);

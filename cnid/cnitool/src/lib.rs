@@ -104,7 +104,8 @@ pub fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let hint = setup::cache_permission_hint(&e, &cache_dir);
+            let hint =
+                setup::cache_permission_hint(&e, &cache_dir).or_else(|| setup::error_hint(&e));
             report::failure_with_hint(&e, version, json, hint.as_deref())
         }
     }

@@ -139,6 +139,9 @@ impl Settings {
         let mut builder = Cni::builder()
             .plugin_dirs(self.plugin_dirs.iter().cloned())
             .cache(cache)
+            // As the reference, any existing path goes to the plugins
+            // (`runtime_conf_for_add` refuses a missing one, with hints).
+            .check_netns(false)
             .plugin_stderr(crate::passthrough::sink());
         if let Some(t) = self.timeout {
             builder = builder.timeouts(Timeouts::uniform(t));
@@ -270,6 +273,41 @@ pub(crate) fn cache_permission_hint(err: &anyhow::Error, cache_dir: &Path) -> Op
             ENV_CACHE_DIR
         )
     })
+}
+
+/// What the bridge plugin says when CHECK finds the bridge's MAC changed
+/// since the ADD ("Bridge interface cni0 Mac doesn't match: ...").
+const BRIDGE_MAC_MISMATCH: &str = "Mac doesn't match";
+
+/// What cnid says when it refuses a netns and interface that are another
+/// container's (409).
+const OWNER_REFUSAL: &str = "set \"force\": true";
+
+/// A hint for a failure whose message alone leaves the user stuck: the
+/// bridge plugin's CHECK of a bridge whose MAC moved (a bridge without a
+/// fixed MAC takes the lowest MAC of its ports, so it changes as
+/// containers join, and the CHECK of every container but the last fails),
+/// and cnid's refusal of another container's netns (cnitool's `--force`).
+pub(crate) fn error_hint(err: &anyhow::Error) -> Option<String> {
+    let text = format!("{err:#}");
+    if text.contains(BRIDGE_MAC_MISMATCH) && text.contains("Bridge interface") {
+        return Some(
+            "the bridge's MAC changed since the ADD: a bridge without a fixed MAC takes the \
+             lowest MAC of its ports, which changes as containers join. Create the bridge \
+             with a fixed MAC before the first ADD (`ip link add BRIDGE type bridge && ip link \
+             set BRIDGE address 02:..`; the plugin keeps an existing bridge as it is), or set \
+             \"disableCheck\": true on the network"
+                .to_owned(),
+        );
+    }
+    if text.contains(OWNER_REFUSAL) {
+        return Some(
+            "cnitool derives the container ID from the netns path; if this is meant \
+             (the attachment's own container is gone), repeat with --force"
+                .to_owned(),
+        );
+    }
+    None
 }
 
 /// ADD and CHECK: a bare NAME that is not a file in the working directory

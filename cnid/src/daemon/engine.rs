@@ -335,7 +335,7 @@ impl Engine {
                 // any plugin ran (lock, read-only dir) or after the chain, which
                 // was then rolled back (full disk). Keeping the intent would
                 // refuse the next ADD (409) for nothing.
-                let undone = !matches!(e, cni_async::Error::RollbackFailed { .. });
+                let undone = !e.del_owed();
                 if undone {
                     if let Err(e) = self.intents.finish(pending).await {
                         tracing::warn!(error = %e, "cannot end the intent of a rolled-back ADD");

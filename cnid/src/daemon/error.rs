@@ -329,7 +329,7 @@ fn kind_of(e: &cni_async::Error) -> ErrorKind {
         E::NotAttached { .. } => ErrorKind::NotFound,
         E::Unsupported { .. } => ErrorKind::InvalidRequest,
         E::RollbackFailed { error, .. } => kind_of(error),
-        E::Context { source, .. } => kind_of(source),
+        E::Context { source, .. } | E::Operation { source, .. } => kind_of(source),
         E::Multiple { errors, .. } => errors
             .iter()
             .map(kind_of)

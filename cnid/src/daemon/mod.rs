@@ -55,7 +55,7 @@
 //! ```
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -470,8 +470,14 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     }
     let watch = networks::Watch::start(networks, config.watch);
     tracker.spawn(watch.run(stop.clone()));
+    // The path clients reach: systemd's, when socket-activated.
+    let socket = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+        .unwrap_or_else(|| config.socket.clone());
     let server = start_serving(&config, nofile, listener, &engine, &tracker, &stop);
-    announce_ready(&engine, &config).await;
+    announce_ready(&engine, &config, &socket).await;
 
     let which = tokio::select! {
         _ = term.recv() => "SIGTERM",
@@ -565,7 +571,11 @@ fn take_listener(config: &Config) -> Result<(UnixListener, Option<PathBuf>), Err
     Ok(
         match config.systemd.activated_listener().map_err(socket_err)? {
             Some(l) => {
-                tracing::info!("using the socket passed by systemd");
+                let path = l
+                    .local_addr()
+                    .ok()
+                    .and_then(|a| a.as_pathname().map(Path::to_path_buf));
+                tracing::info!(socket = ?path, "using the socket passed by systemd");
                 (l, None)
             }
             None => {
@@ -692,18 +702,18 @@ fn start_serving(
 
 /// Says whether cnid is ready (without running plugins: probes do that),
 /// in the log and to systemd.
-async fn announce_ready(engine: &engine::Engine, config: &Config) {
+async fn announce_ready(engine: &engine::Engine, config: &Config, socket: &Path) {
     match engine
         .networks
         .readiness_at_start(&engine.cni, engine.min_networks)
         .await
     {
         Ok(_) => {
-            tracing::info!(socket = %config.socket.display(), conf_dir = %config.conf_dir.display(),
+            tracing::info!(socket = %socket.display(), conf_dir = %config.conf_dir.display(),
             cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(), "cnid ready")
         }
         Err(e) => {
-            tracing::warn!(socket = %config.socket.display(), conf_dir = %config.conf_dir.display(),
+            tracing::warn!(socket = %socket.display(), conf_dir = %config.conf_dir.display(),
             cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(),
             reason = %e.reason, "cnid serving, not ready")
         }

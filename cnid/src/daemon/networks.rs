@@ -203,6 +203,15 @@ impl Networks {
             );
             return e.with_details(own.to_string());
         }
+        // The networks there are, and the nearest, as the library says it.
+        let known: Vec<String> = snap
+            .networks
+            .iter()
+            .map(|n| n.list.name().to_owned())
+            .collect();
+        e.error
+            .msg
+            .push_str(&cni_core::error::fmt_available(name, &known));
         if snap.skipped.is_empty() {
             return e;
         }
