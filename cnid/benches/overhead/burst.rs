@@ -64,6 +64,10 @@ pub(crate) struct Plan {
     pub(crate) count: usize,
     pub(crate) concurrency: Vec<usize>,
     pub(crate) reps: usize,
+    /// Where cnid's cache and state are (and both runners' libcni caches).
+    pub(crate) storage: Storage,
+    /// More arguments for cnid (`--burst-cnid-args`).
+    pub(crate) cnid_args: Vec<String>,
 }
 
 /// The two runners.
@@ -155,6 +159,61 @@ pub(crate) fn proc_cpu(pid: i32) -> anyhow::Result<(f64, f64)> {
     Ok(((f[0] + f[1]) as f64 / hz, (f[2] + f[3]) as f64 / hz))
 }
 
+/// The `_sum` and `_count` of cnid's histograms (`/metrics`), by series
+/// (`name{labels}`).
+fn histograms(socket: &Path) -> anyhow::Result<std::collections::BTreeMap<String, (f64, f64)>> {
+    let ans = cnid::shim::http::request(
+        socket,
+        "GET",
+        "/metrics",
+        &[],
+        None,
+        std::time::Duration::from_secs(30),
+    )?;
+    anyhow::ensure!(ans.status == 200, "GET /metrics: HTTP {}", ans.status);
+    let text = String::from_utf8_lossy(&ans.body);
+    let mut m = std::collections::BTreeMap::<String, (f64, f64)>::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+        let labels = labels.trim_end_matches('}');
+        let (base, which) = if let Some(b) = name.strip_suffix("_sum") {
+            (b, 0)
+        } else if let Some(b) = name.strip_suffix("_count") {
+            (b, 1)
+        } else {
+            continue;
+        };
+        let e = m.entry(format!("{base}{{{labels}}}")).or_default();
+        if which == 0 {
+            e.0 = v;
+        } else {
+            e.1 = v;
+        }
+    }
+    Ok(m)
+}
+
+/// Mean (ms) and count per series of what changed between two snapshots.
+fn histogram_means(
+    before: &std::collections::BTreeMap<String, (f64, f64)>,
+    after: &std::collections::BTreeMap<String, (f64, f64)>,
+) -> Vec<(String, f64, f64)> {
+    after
+        .iter()
+        .filter_map(|(k, (sum, count))| {
+            let (s0, c0) = before.get(k).copied().unwrap_or_default();
+            let n = count - c0;
+            (n > 0.0).then(|| (k.clone(), (sum - s0) / n * 1e3, n))
+        })
+        .collect()
+}
+
 /// The dirs of one runner: go-cni's conf dir, plugin path and cache.
 struct Side {
     conf: PathBuf,
@@ -183,9 +242,15 @@ impl Ctx<'_> {
 
 /// Writes the chain (cnid's conf dir and the direct one) and makes the
 /// dirs; the shim's list is written by [`shim_list`] once cnid runs.
-fn prepare(bins: &Bins, tree: &Tree, net: &RealNet) -> anyhow::Result<(Side, Side)> {
+fn prepare(
+    bins: &Bins,
+    tree: &Tree,
+    net: &RealNet,
+    storage: Storage,
+) -> anyhow::Result<(Side, Side)> {
     let root = tree.root().join("burst");
-    let data = root.join("host-local");
+    let caches = tree.cache(storage).with_file_name("burst");
+    let data = caches.join("host-local");
     let chain = json!({
         "cniVersion": "1.0.0",
         "name": NETWORK,
@@ -200,13 +265,13 @@ fn prepare(bins: &Bins, tree: &Tree, net: &RealNet) -> anyhow::Result<(Side, Sid
     let direct = Side {
         conf: root.join("direct-net.d"),
         plugin_path: REAL_PLUGIN_DIR.into(),
-        cache: root.join("direct-cache"),
+        cache: caches.join("direct-cache"),
     };
     let shim_bin = root.join("shim-bin");
     let cnid = Side {
         conf: root.join("cnid-net.d"),
         plugin_path: format!("{}:{REAL_PLUGIN_DIR}", shim_bin.display()),
-        cache: root.join("cnid-cache"),
+        cache: caches.join("cnid-cache"),
     };
     for d in [
         &direct.conf,
@@ -379,8 +444,9 @@ pub(crate) fn section(
         .map(|(head, _)| format!("{head}.1"))
         .context("the subnet's .1")?;
     // cnid's conf dir holds the network before it starts.
-    let (direct, cnid) = prepare(bins, tree, &net)?;
-    let daemon = Daemon::start(bins, tree, Storage::Disk, "burst", &[])?;
+    let (direct, cnid) = prepare(bins, tree, &net, plan.storage)?;
+    let extra: Vec<&str> = plan.cnid_args.iter().map(String::as_str).collect();
+    let daemon = Daemon::start(bins, tree, plan.storage, "burst", &extra)?;
     shim_list(bins, &cnid, &daemon.socket)?;
     let ctx = Ctx {
         gocni,
@@ -432,7 +498,13 @@ pub(crate) fn section(
             "all",
         ],
     );
+    let mut account = Table::new(
+        "cnid's own account (its /metrics histograms over the via-cnid rounds): mean ms per \
+         operation, plugin run or admission",
+        &["concurrency", "series", "mean ms", "count"],
+    );
     for &c in &plan.concurrency {
+        let before = histograms(&daemon.socket)?;
         let mut rounds: [Vec<Round>; 2] = Default::default();
         for rep in 0..plan.reps {
             let order = if rep % 2 == 0 {
@@ -460,6 +532,15 @@ pub(crate) fn section(
                 );
                 rounds[way as usize].push(r);
             }
+        }
+        let after = histograms(&daemon.socket)?;
+        for (series, mean, n) in histogram_means(&before, &after) {
+            account.row(vec![
+                c.to_string(),
+                format!("`{series}`"),
+                format!("{mean:.1}"),
+                format!("{n:.0}"),
+            ]);
         }
         let [d, v] = &rounds;
         let mut cells = vec![c.to_string()];
@@ -548,14 +629,22 @@ pub(crate) fn section(
          containerd's go-cni (`cnid/tests/go/gocni`: loopback + the default network, the pod's \
          labels, portMappings) sets up {n} sandboxes at concurrency C in real namespaces on \
          bridge {} ({}) + host-local + portmap (no gateway, no masquerade, host IP of the port \
-         mapping {}), then removes them; cnid with its default options, cache and state on \
-         disk. `cargo bench -p cnid --bench overhead -- --only burst`.\n\n{}\n{}\n{}",
+         mapping {}), then removes them; cnid with {}, {} (cnid's cache and \
+         state, both runners' libcni caches, host-local's data dir). \
+         `cargo bench -p cnid --bench overhead -- --only burst`.\n\n{}\n{}\n{}\n{}",
         net.bridge(),
         net.subnet(),
         ctx.host_ip,
+        if plan.cnid_args.is_empty() {
+            "its default options".to_owned()
+        } else {
+            format!("`{}`", plan.cnid_args.join(" "))
+        },
+        plan.storage.label(),
         ratios.markdown(),
         abs.markdown(),
-        cpu.markdown()
+        cpu.markdown(),
+        account.markdown()
     );
     drop(daemon);
     drop(net);
@@ -568,10 +657,14 @@ pub(crate) fn plan(
     count: Option<usize>,
     concurrency: Option<Vec<usize>>,
     reps: Option<usize>,
+    storage: Storage,
+    cnid_args: Vec<String>,
 ) -> Plan {
     Plan {
         count: count.unwrap_or(if quick { 32 } else { 100 }),
         concurrency: concurrency.unwrap_or_else(|| vec![16, 32]),
         reps: reps.unwrap_or(if quick { 1 } else { 3 }).max(1),
+        storage,
+        cnid_args,
     }
 }

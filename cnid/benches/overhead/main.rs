@@ -64,7 +64,8 @@ const USAGE: &str = "usage: overhead --bench [--quick] [--no-rt] [--no-go] \
 [--only floor,noop,real,batch,batch1000,hop,memory,scale,core,shim,burst] [--bin-dir DIR] [--out FILE] \
 [--update BENCHMARKS.md] [--criterion-dir DIR] [--scale-baseline CNID] [--hop-baseline CNID] \
 [--batch1000-count N] [--batch1000-concurrency LIST] [--batch1000-reps R] \
-[--burst-count N] [--burst-concurrency LIST] [--burst-reps R]
+[--burst-count N] [--burst-concurrency LIST] [--burst-reps R] [--burst-tmpfs] \
+[--burst-cnid-args ARGS]
   --quick       a smoke run (small iteration counts)
   --no-rt       no SCHED_FIFO for the latency loops
   --no-go       skip the comparison with Go's cnitool (built from cnid/tests/go/cnitool)
@@ -80,6 +81,8 @@ const USAGE: &str = "usage: overhead --bench [--quick] [--no-rt] [--no-go] \
                          default 100, --quick 32)
   --burst-concurrency LIST  its concurrencies (default 16,32)
   --burst-reps R         its paired repetitions per concurrency (default 3, --quick 1)
+  --burst-tmpfs          the burst with every cache and state dir on tmpfs (fsync free)
+  --burst-cnid-args ARGS more arguments for the burst's cnid, space-separated
 Without --bench (as `cargo test` runs it) it only checks its own arithmetic.";
 
 const SECTIONS: [&str; 11] = [
@@ -117,6 +120,8 @@ struct Opts {
     burst_count: Option<usize>,
     burst_concurrency: Option<Vec<usize>>,
     burst_reps: Option<usize>,
+    burst_tmpfs: bool,
+    burst_cnid_args: Vec<String>,
 }
 
 impl Opts {
@@ -147,6 +152,8 @@ impl Opts {
             burst_count: None,
             burst_concurrency: None,
             burst_reps: None,
+            burst_tmpfs: false,
+            burst_cnid_args: Vec::new(),
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -206,6 +213,10 @@ impl Opts {
                 }
                 "--burst-concurrency" => {
                     o.burst_concurrency = Some(batch1000::parse_concurrency(&value()?)?);
+                }
+                "--burst-tmpfs" => o.burst_tmpfs = true,
+                "--burst-cnid-args" => {
+                    o.burst_cnid_args = value()?.split_whitespace().map(str::to_owned).collect();
                 }
                 "--burst-reps" => {
                     let v = value()?;
@@ -568,6 +579,12 @@ fn run(opts: Opts) -> anyhow::Result<()> {
                 opts.burst_count,
                 opts.burst_concurrency.clone(),
                 opts.burst_reps,
+                if opts.burst_tmpfs {
+                    Storage::Tmpfs
+                } else {
+                    Storage::Disk
+                },
+                opts.burst_cnid_args.clone(),
             );
             sections.push(burst::section(&bins, gocni, &tree, &plan, &mut findings)?);
         } else {
