@@ -78,6 +78,8 @@ pub(crate) struct Engine {
     pub(crate) kept: std::sync::Mutex<Vec<CacheRecord>>,
     /// What the stale-attachment reaper found and did (`reaper`).
     pub(crate) stale: super::reaper::StaleView,
+    /// The slots of operations running plugins in a burst (`pace`).
+    pub(crate) pace: super::pace::Pace,
 }
 
 /// The wire form of a sandbox's merged result.
@@ -167,7 +169,13 @@ impl Engine {
         }
     }
 
+    /// Runs an operation in a pacing slot (`pace`): its deadline is read
+    /// after the wait for one.
     async fn run(&self, op: &Arc<Op>) -> Outcome {
+        self.pace.run(|| op.remaining(), || self.run_now(op)).await
+    }
+
+    async fn run_now(&self, op: &Arc<Op>) -> Outcome {
         let Some(work) = op.take_work() else {
             return Err(ApiError::internal("operation ran twice"));
         };

@@ -79,6 +79,7 @@ mod networks;
 mod operation;
 mod orphans;
 mod owners;
+pub mod pace;
 mod queue;
 mod reaper;
 mod tuning;
@@ -135,6 +136,10 @@ pub struct Config {
     pub peers: PeerPolicy,
     /// Operations running plugins at once, across containers.
     pub max_parallel: usize,
+    /// Operations running their plugins at once before others wait for
+    /// one of them (each a bounded while: `daemon::pace`); 0 turns pacing
+    /// off. Default [`pace::default_slots`].
+    pub plugin_slots: usize,
     /// Default deadline per verb (queueing included).
     pub timeouts: Timeouts,
     /// The largest deadline a request may ask for.
@@ -183,6 +188,7 @@ impl Default for Config {
             state_dir: DEFAULT_STATE_DIR.into(),
             peers: PeerPolicy::root_only(),
             max_parallel: DEFAULT_MAX_PARALLEL,
+            plugin_slots: pace::default_slots(),
             timeouts: Timeouts::default(),
             max_timeout: Duration::from_secs(300),
             body_limit: DEFAULT_BODY_LIMIT,
@@ -451,6 +457,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         check_netns_owner: config.check_netns_owner,
         kept: std::sync::Mutex::new(kept),
         stale: reaper::StaleView::default(),
+        pace: pace::Pace::new(config.plugin_slots),
     });
     before_requests(&engine, &config, &mark).await;
     start_reaper(&engine, &config, &tracker, &stop).await;
