@@ -52,8 +52,8 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = daemon::DEFAULT_MAX_PARALLEL)]
     max_parallel: usize,
     /// Operations running their plugins at once before the next waits for
-    /// one of them to end (at most 3 s or a quarter of its deadline; a slot
-    /// is held 2 s at most; 0: no pacing). Default: twice the CPUs, at least 4.
+    /// one of them to end (at most 15 s or a quarter of its deadline; a slot
+    /// is held 10 s at most; 0: no pacing). Default: twice the CPUs, at least 4.
     #[arg(long, value_name = "N", default_value_t = daemon::pace::default_slots())]
     plugin_slots: usize,
     /// Default ADD deadline (queueing included): 60s, 500ms, 2m.
