@@ -53,8 +53,9 @@ struct Cli {
     max_parallel: usize,
     /// Operations running their plugins at once before the next waits for
     /// one of them to end (at most 15 s or a quarter of its deadline; a slot
-    /// is held 10 s at most; 0: no pacing). Default: twice the CPUs, at least 4.
-    #[arg(long, value_name = "N", default_value_t = daemon::pace::default_slots())]
+    /// is held 10 s at most). 0, the default: no pacing; twice the CPUs is
+    /// what was measured.
+    #[arg(long, value_name = "N", default_value_t = daemon::pace::DEFAULT_SLOTS)]
     plugin_slots: usize,
     /// Default ADD deadline (queueing included): 60s, 500ms, 2m.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]

@@ -138,7 +138,7 @@ pub struct Config {
     pub max_parallel: usize,
     /// Operations running their plugins at once before others wait for
     /// one of them (each a bounded while: `daemon::pace`); 0 turns pacing
-    /// off. Default [`pace::default_slots`].
+    /// off (the default, [`pace::DEFAULT_SLOTS`]).
     pub plugin_slots: usize,
     /// Default deadline per verb (queueing included).
     pub timeouts: Timeouts,
@@ -188,7 +188,7 @@ impl Default for Config {
             state_dir: DEFAULT_STATE_DIR.into(),
             peers: PeerPolicy::root_only(),
             max_parallel: DEFAULT_MAX_PARALLEL,
-            plugin_slots: pace::default_slots(),
+            plugin_slots: pace::DEFAULT_SLOTS,
             timeouts: Timeouts::default(),
             max_timeout: Duration::from_secs(300),
             body_limit: DEFAULT_BODY_LIMIT,

@@ -26,7 +26,7 @@
 //! # Caveats
 //!
 //! - A cancelled operation's future gives its slot back when dropped.
-//! - 0 slots turns pacing off.
+//! - 0 slots (the default, [`DEFAULT_SLOTS`]) turns pacing off.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,21 +35,20 @@ use tokio::sync::Semaphore;
 
 /// The longest an operation waits for a slot (less when a quarter of its
 /// deadline is less).
-pub(crate) const SLOT_WAIT: Duration = Duration::from_secs(15);
+pub const SLOT_WAIT: Duration = Duration::from_secs(15);
 
 /// The longest an operation keeps its slot. Longer than a chain takes in a
 /// burst on a busy node (2–3 s for bridge + portmap at a load of 40 on 2
 /// CPUs): a shorter lease lets the burst run unpaced again.
-pub(crate) const SLOT_LEASE: Duration = Duration::from_secs(10);
+pub const SLOT_LEASE: Duration = Duration::from_secs(10);
 
-/// The default `--plugin-slots`: twice the CPUs this process may use, at
-/// least 4.
-pub fn default_slots() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get() * 2)
-        .unwrap_or(4)
-        .max(4)
-}
+/// The default `--plugin-slots`: off. Pacing cuts the chains' CPU per
+/// pod in a burst (BENCHMARKS.md, the burst section), but on a node whose
+/// CPUs are also busy with other work the paced burst gets a smaller share
+/// of them and took longer at concurrency 32; until it is measured on a
+/// node of its own, it is an operator's choice (`2 × CPUs` is what was
+/// measured).
+pub const DEFAULT_SLOTS: usize = 0;
 
 /// The slots.
 #[derive(Debug)]
