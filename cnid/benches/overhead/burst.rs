@@ -58,12 +58,10 @@ use crate::stats::{Summary, quantile};
 const NETWORK: &str = "bench-burst";
 const CONF_FILE: &str = "40-burst.conflist";
 
-/// The section's sizes.
+/// The section's sizes (as the batch1000 section's) and its cnid.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
-    pub(crate) count: usize,
-    pub(crate) concurrency: Vec<usize>,
-    pub(crate) reps: usize,
+    pub(crate) size: crate::batch1000::Plan,
     /// Where cnid's cache and state are (and both runners' libcni caches).
     pub(crate) storage: Storage,
     /// More arguments for cnid (`--burst-cnid-args`).
@@ -456,7 +454,7 @@ pub(crate) fn section(
         direct,
         cnid,
     };
-    let n = plan.count;
+    let n = plan.size.count;
     // Warm-up: one small round each (page cache, cnid's first connection).
     for way in [Way::Direct, Way::Cnid] {
         round(&ctx, way, "w", n.min(16), 8)
@@ -503,10 +501,10 @@ pub(crate) fn section(
          operation, plugin run or admission",
         &["concurrency", "series", "mean ms", "count"],
     );
-    for &c in &plan.concurrency {
+    for &c in &plan.size.concurrency {
         let before = histograms(&daemon.socket)?;
         let mut rounds: [Vec<Round>; 2] = Default::default();
-        for rep in 0..plan.reps {
+        for rep in 0..plan.size.reps {
             let order = if rep % 2 == 0 {
                 [Way::Direct, Way::Cnid]
             } else {
@@ -618,7 +616,7 @@ pub(crate) fn section(
          repetitions, via cnid first in odd ones); a ratio divides adjacent rounds. p50 and p95 \
          of the per-sandbox go-cni call (Setup: loopback + the network; Remove), total = the \
          burst's wall time. Normal scheduling policy.",
-        plan.reps
+        plan.size.reps
     ));
     cpu.note(
         "go-cni's children: loopback and, direct, the chain's plugins; via cnid, cnid-shim. \
@@ -661,9 +659,11 @@ pub(crate) fn plan(
     cnid_args: Vec<String>,
 ) -> Plan {
     Plan {
-        count: count.unwrap_or(if quick { 32 } else { 100 }),
-        concurrency: concurrency.unwrap_or_else(|| vec![16, 32]),
-        reps: reps.unwrap_or(if quick { 1 } else { 3 }).max(1),
+        size: crate::batch1000::Plan {
+            count: count.unwrap_or(if quick { 32 } else { 100 }),
+            concurrency: concurrency.unwrap_or_else(|| vec![16, 32]),
+            reps: reps.unwrap_or(if quick { 1 } else { 3 }).max(1),
+        },
         storage,
         cnid_args,
     }
