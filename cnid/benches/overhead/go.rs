@@ -25,12 +25,26 @@ use crate::stats::Summary;
 /// Debian's Go sources.
 const GOPATH: &str = "/usr/share/gocode";
 /// What the Go cnitool imports.
-const LIBCNI: &str = "src/github.com/containernetworking/cni/libcni";
+pub(crate) const LIBCNI: &str = "src/github.com/containernetworking/cni/libcni";
+/// What the go-cni client (`cnid/tests/go/gocni`) imports besides libcni.
+pub(crate) const GO_CNI: &str = "src/github.com/containerd/go-cni";
 
 /// Builds the Go cnitool into `dir` (`go-cnitool`). `Ok(Err(why))` when
 /// Go or libcni's source is missing (the comparison is then
 /// skipped and the report says why).
 pub(crate) fn build(dir: &Path) -> anyhow::Result<Result<PathBuf, String>> {
+    build_program(dir, "cnitool", "go-cnitool", &[LIBCNI])
+}
+
+/// Builds `cnid/tests/go/<program>` into `dir/<out>` (GOPATH mode on
+/// Debian's sources, static). `Ok(Err(why))` when Go or one of `sources`
+/// (dirs under the GOPATH) is missing.
+pub(crate) fn build_program(
+    dir: &Path,
+    program: &str,
+    out: &str,
+    sources: &[&str],
+) -> anyhow::Result<Result<PathBuf, String>> {
     let go = Command::new("go")
         .arg("version")
         .stdin(Stdio::null())
@@ -40,14 +54,17 @@ pub(crate) fn build(dir: &Path) -> anyhow::Result<Result<PathBuf, String>> {
             "`go` is not installed (Debian: golang-go; `make setup`)".into(),
         ));
     }
-    if !Path::new(GOPATH).join(LIBCNI).is_dir() {
+    if let Some(missing) = sources.iter().find(|s| !Path::new(GOPATH).join(s).is_dir()) {
         return Ok(Err(format!(
-            "{GOPATH}/{LIBCNI} is missing (Debian: golang-github-appc-cni-dev; `make setup`)"
+            "{GOPATH}/{missing} is missing (Debian: golang-github-appc-cni-dev, \
+             golang-github-containerd-go-cni-dev; `make setup`)"
         )));
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/go/cnitool");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/go")
+        .join(program);
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let out = dir.join("go-cnitool");
+    let out = dir.join(out);
     let o = Command::new("go")
         .args(["build", "-o"])
         .arg(&out)

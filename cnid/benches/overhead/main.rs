@@ -9,7 +9,7 @@
 //! cargo bench -p cnid --bench overhead -- [--quick] [--no-rt] [--no-go] [--only floor,noop,real,batch,memory,scale,core,shim]
 //!     [--bin-dir DIR] [--out FILE] [--update BENCHMARKS.md] [--criterion-dir DIR]
 //!     [--batch1000-count N] [--batch1000-concurrency 1,4,8] [--batch1000-reps R]
-//!     [--hop-baseline CNID]
+//!     [--hop-baseline CNID] [--burst-count N] [--burst-concurrency 16,32] [--burst-reps R]
 //! ```
 //!
 //! Scenarios: the noop plugin's own run; noop chains of 1 and 8 plugins run
@@ -22,14 +22,17 @@
 //! peak RSS (7); a batch of 1,000 namespaces through `cnitool batch`
 //! against Go's cnitool and the floor (batch1000); the cnid hop against
 //! another cnid build (hop, with `--hop-baseline`); the cnid ADD with a
-//! `traceparent` header against without (trace). Scenarios 4 and 5 and
-//! batch1000 need root.
+//! `traceparent` header against without (trace); a burst of 100 pods
+//! set up by containerd's go-cni through `cnid-shim` into cnid against
+//! go-cni straight on the chain (burst; `--only burst` runs it alone).
+//! Scenarios 4 and 5, batch1000 and burst need root.
 //!
 //! `cargo test` runs this binary without `--bench`: it then only checks its
 //! arithmetic and exits.
 
 mod batch;
 mod batch1000;
+mod burst;
 mod chains;
 mod core_benches;
 mod floor;
@@ -60,9 +63,11 @@ use crate::spawn::Prepared;
 use crate::stats::Summary;
 
 const USAGE: &str = "usage: overhead --bench [--quick] [--no-rt] [--no-go] \
-[--only floor,noop,real,batch,batch1000,hop,memory,scale,core,shim,trace] [--bin-dir DIR] [--out FILE] \
+[--only floor,noop,real,batch,batch1000,hop,memory,scale,core,shim,trace,burst] [--bin-dir DIR] [--out FILE] \
 [--update BENCHMARKS.md] [--criterion-dir DIR] [--scale-baseline CNID] [--hop-baseline CNID] \
-[--batch1000-count N] [--batch1000-concurrency LIST] [--batch1000-reps R]
+[--batch1000-count N] [--batch1000-concurrency LIST] [--batch1000-reps R] \
+[--burst-count N] [--burst-concurrency LIST] [--burst-reps R] [--burst-tmpfs] \
+[--burst-cnid-args ARGS]
   --quick       a smoke run (small iteration counts)
   --no-rt       no SCHED_FIFO for the latency loops
   --no-go       skip the comparison with Go's cnitool (built from cnid/tests/go/cnitool)
@@ -74,9 +79,15 @@ const USAGE: &str = "usage: overhead --bench [--quick] [--no-rt] [--no-go] \
   --batch1000-count N    namespaces per batch in the batch1000 section (default 1000, --quick 100)
   --batch1000-concurrency LIST  its concurrencies (default 1,4,8)
   --batch1000-reps R     its repetitions per concurrency, runners alternating (default 2, --quick 1)
+  --burst-count N        sandboxes per burst in the burst section (go-cni via cnid against direct;
+                         default 100, --quick 32)
+  --burst-concurrency LIST  its concurrencies (default 16,32)
+  --burst-reps R         its paired repetitions per concurrency (default 3, --quick 1)
+  --burst-tmpfs          the burst with every cache and state dir on tmpfs (fsync free)
+  --burst-cnid-args ARGS more arguments for the burst's cnid, space-separated
 Without --bench (as `cargo test` runs it) it only checks its own arithmetic.";
 
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 12] = [
     "floor",
     "noop",
     "real",
@@ -88,6 +99,7 @@ const SECTIONS: [&str; 11] = [
     "core",
     "shim",
     "trace",
+    "burst",
 ];
 
 struct Opts {
@@ -108,6 +120,11 @@ struct Opts {
     batch1000_count: Option<usize>,
     batch1000_concurrency: Vec<usize>,
     batch1000_reps: Option<usize>,
+    burst_count: Option<usize>,
+    burst_concurrency: Option<Vec<usize>>,
+    burst_reps: Option<usize>,
+    burst_tmpfs: bool,
+    burst_cnid_args: Vec<String>,
 }
 
 impl Opts {
@@ -135,6 +152,11 @@ impl Opts {
             batch1000_count: None,
             batch1000_concurrency: vec![1, 4, 8],
             batch1000_reps: None,
+            burst_count: None,
+            burst_concurrency: None,
+            burst_reps: None,
+            burst_tmpfs: false,
+            burst_cnid_args: Vec::new(),
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -183,6 +205,25 @@ impl Opts {
                         v.parse()
                             .with_context(|| format!("--batch1000-reps {v:?}"))?,
                     );
+                }
+                "--burst-count" => {
+                    let v = value()?;
+                    let n: usize = v.parse().with_context(|| format!("--burst-count {v:?}"))?;
+                    if !(1..=1000).contains(&n) {
+                        bail!("--burst-count {n}: 1 to 1000 (the subnet is a /22)");
+                    }
+                    o.burst_count = Some(n);
+                }
+                "--burst-concurrency" => {
+                    o.burst_concurrency = Some(batch1000::parse_concurrency(&value()?)?);
+                }
+                "--burst-tmpfs" => o.burst_tmpfs = true,
+                "--burst-cnid-args" => {
+                    o.burst_cnid_args = value()?.split_whitespace().map(str::to_owned).collect();
+                }
+                "--burst-reps" => {
+                    let v = value()?;
+                    o.burst_reps = Some(v.parse().with_context(|| format!("--burst-reps {v:?}"))?);
                 }
                 other => bail!("unknown argument {other:?}"),
             }
@@ -312,6 +353,18 @@ fn run(opts: Opts) -> anyhow::Result<()> {
             Ok(path) => Some(path),
             Err(why) => {
                 skipped.push(format!("the comparison with Go's cnitool: {why}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    // containerd's go-cni client, for the burst section.
+    let gocni = if opts.wants("burst") {
+        match go::build_program(&opts.go_dir, "gocni", "gocni", &[go::LIBCNI, go::GO_CNI])? {
+            Ok(path) => Some(path),
+            Err(why) => {
+                skipped.push(format!("the burst section (go-cni): {why}"));
                 None
             }
         }
@@ -530,6 +583,26 @@ fn run(opts: Opts) -> anyhow::Result<()> {
             (None, _) => skipped
                 .push("the batch of 1,000 (batch1000): it needs Go's cnitool (see above)".into()),
             (_, false) => skipped.push("the batch of 1,000 (batch1000) needs root".into()),
+        }
+    }
+
+    if let (true, Some(gocni)) = (opts.wants("burst"), &gocni) {
+        if root {
+            let plan = burst::plan(
+                opts.quick,
+                opts.burst_count,
+                opts.burst_concurrency.clone(),
+                opts.burst_reps,
+                if opts.burst_tmpfs {
+                    Storage::Tmpfs
+                } else {
+                    Storage::Disk
+                },
+                opts.burst_cnid_args.clone(),
+            );
+            sections.push(burst::section(&bins, gocni, &tree, &plan, &mut findings)?);
+        } else {
+            skipped.push("the burst section needs root (namespaces, a bridge)".into());
         }
     }
 

@@ -266,8 +266,31 @@ impl RealNet {
         file: &str,
         len: u32,
     ) -> anyhow::Result<RealNet> {
+        let net = RealNet::bridge_only(tag, len, &["loopback", "bridge", "host-local", "tuning"])?;
+        let data = tree.root().join(format!("host-local-{tag}"));
+        tree.write_conf(
+            file,
+            &json!({
+                "cniVersion": "1.0.0",
+                "name": network,
+                "plugins": [
+                    {"type": "loopback"},
+                    {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false,
+                     "ipam": {"type": "host-local", "ranges": [[{"subnet": net.subnet}]],
+                              "dataDir": data}},
+                    {"type": "tuning", "sysctl": {"net.core.somaxconn": "512"}}
+                ]
+            }),
+        )?;
+        Ok(net)
+    }
+
+    /// The bridge `TAG<pid>` on a free `10.24x.y.0/LEN` (`LEN` 16 to 24),
+    /// namespaces `TAG<pid>-…`, no network written: the caller writes its
+    /// own chain, of `plugins` (checked to be in the reference plugins' dir).
+    pub(crate) fn bridge_only(tag: &str, len: u32, plugins: &[&str]) -> anyhow::Result<RealNet> {
         anyhow::ensure!((16..=24).contains(&len), "subnet length /{len}: 16 to 24");
-        for p in ["loopback", "bridge", "host-local", "tuning"] {
+        for p in plugins {
             if !Path::new(REAL_PLUGIN_DIR).join(p).exists() {
                 bail!("{REAL_PLUGIN_DIR}/{p} is missing: run `make setup`");
             }
@@ -302,21 +325,6 @@ impl RealNet {
         ip(&["link", "add", "name", &net.bridge, "type", "bridge"])?;
         ip(&["link", "set", &net.bridge, "address", "02:cb:00:00:00:01"])?;
         ip(&["link", "set", &net.bridge, "up"])?;
-        let data = tree.root().join(format!("host-local-{tag}"));
-        tree.write_conf(
-            file,
-            &json!({
-                "cniVersion": "1.0.0",
-                "name": network,
-                "plugins": [
-                    {"type": "loopback"},
-                    {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false,
-                     "ipam": {"type": "host-local", "ranges": [[{"subnet": net.subnet}]],
-                              "dataDir": data}},
-                    {"type": "tuning", "sysctl": {"net.core.somaxconn": "512"}}
-                ]
-            }),
-        )?;
         Ok(net)
     }
 

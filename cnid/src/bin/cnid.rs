@@ -51,6 +51,12 @@ struct Cli {
     /// Operations running plugins at once (across containers).
     #[arg(long, value_name = "N", default_value_t = daemon::DEFAULT_MAX_PARALLEL)]
     max_parallel: usize,
+    /// Operations running their plugins at once before the next waits for
+    /// one of them to end (at most 15 s or a quarter of its deadline; a slot
+    /// is held 10 s at most). 0, the default: no pacing; twice the CPUs is
+    /// what was measured.
+    #[arg(long, value_name = "N", default_value_t = daemon::pace::DEFAULT_SLOTS)]
+    plugin_slots: usize,
     /// Default ADD deadline (queueing included): 60s, 500ms, 2m.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     timeout_add: Duration,
@@ -245,6 +251,7 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
             gids,
         },
         max_parallel: cli.max_parallel,
+        plugin_slots: cli.plugin_slots,
         timeouts: cni_async::Timeouts {
             add: cli.timeout_add,
             del: cli.timeout_del,

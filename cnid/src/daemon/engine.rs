@@ -80,6 +80,8 @@ pub(crate) struct Engine {
     pub(crate) stale: super::reaper::StaleView,
     /// Attachments whose periodic CHECK fails (`checker`).
     pub(crate) drift: super::checker::DriftView,
+    /// The slots of operations running plugins in a burst (`pace`).
+    pub(crate) pace: super::pace::Pace,
 }
 
 /// The wire form of a sandbox's merged result.
@@ -169,7 +171,13 @@ impl Engine {
         }
     }
 
+    /// Runs an operation in a pacing slot (`pace`): its deadline is read
+    /// after the wait for one.
     async fn run(&self, op: &Arc<Op>) -> Outcome {
+        self.pace.run(|| op.remaining(), || self.run_now(op)).await
+    }
+
+    async fn run_now(&self, op: &Arc<Op>) -> Outcome {
         let Some(work) = op.take_work() else {
             return Err(ApiError::internal("operation ran twice"));
         };

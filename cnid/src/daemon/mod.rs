@@ -80,6 +80,7 @@ mod networks;
 mod operation;
 mod orphans;
 mod owners;
+pub mod pace;
 mod queue;
 mod reaper;
 mod slots;
@@ -137,6 +138,10 @@ pub struct Config {
     pub peers: PeerPolicy,
     /// Operations running plugins at once, across containers.
     pub max_parallel: usize,
+    /// Operations running their plugins at once before others wait for
+    /// one of them (each a bounded while: `daemon::pace`); 0 turns pacing
+    /// off (the default, [`pace::DEFAULT_SLOTS`]).
+    pub plugin_slots: usize,
     /// Default deadline per verb (queueing included).
     pub timeouts: Timeouts,
     /// The largest deadline a request may ask for.
@@ -188,6 +193,7 @@ impl Default for Config {
             state_dir: DEFAULT_STATE_DIR.into(),
             peers: PeerPolicy::root_only(),
             max_parallel: DEFAULT_MAX_PARALLEL,
+            plugin_slots: pace::DEFAULT_SLOTS,
             timeouts: Timeouts::default(),
             max_timeout: Duration::from_secs(300),
             body_limit: DEFAULT_BODY_LIMIT,
@@ -458,6 +464,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         kept: std::sync::Mutex::new(kept),
         stale: reaper::StaleView::default(),
         drift: checker::DriftView::default(),
+        pace: pace::Pace::new(config.plugin_slots),
     });
     before_requests(&engine, &config, &mark).await;
     start_reaper(&engine, &config, &tracker, &stop).await;

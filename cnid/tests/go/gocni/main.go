@@ -5,11 +5,12 @@
 // over many sandboxes at a bounded parallelism.
 //
 //	gocni -conf-dir D -plugin-dir P -cache-dir C -phase setup|check|remove|cycle \
-//	      [-parallel N] ID=NETNS...
+//	      [-parallel N] [-host-ip IP] ID=NETNS...
 //
 // "cycle" runs Setup, Check and Remove of each sandbox in turn. Prints one
 // JSON object: per sandbox its eth0 addresses, the time of each call and
-// the first error; and the wall time. Exits 1 if any call failed.
+// the first error; the wall time; and the CPU time of this process and of
+// the plugins it reaped (getrusage). Exits 1 if any call failed.
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	gocni "github.com/containerd/go-cni"
@@ -40,6 +42,22 @@ type report struct {
 	Sandboxes []*sandbox `json:"sandboxes"`
 	WallMs    float64    `json:"wallMs"`
 	Failed    int        `json:"failed"`
+	// User + system CPU, ms: this process, and its reaped children (the
+	// plugins it ran).
+	CPUSelfMs     float64 `json:"cpuSelfMs"`
+	CPUChildrenMs float64 `json:"cpuChildrenMs"`
+}
+
+// The host IP of the sandboxes' port mapping.
+var hostIP = "127.0.0.1"
+
+// User + system CPU of `who`, ms.
+func cpuMs(who int) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		return -1
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e6
 }
 
 // The options containerd's CRI plugin passes for a sandbox.
@@ -54,7 +72,7 @@ func podOpts(id string) []gocni.NamespaceOpts {
 	return []gocni.NamespaceOpts{
 		gocni.WithLabels(labels),
 		gocni.WithCapability("io.kubernetes.cri.pod-annotations", map[string]string{"example.com/pod": id}),
-		gocni.WithCapabilityPortMap([]gocni.PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp", HostIP: "127.0.0.1"}}),
+		gocni.WithCapabilityPortMap([]gocni.PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp", HostIP: hostIP}}),
 		gocni.WithCapabilityBandWidth(gocni.BandWidth{IngressRate: 1000000, IngressBurst: 100000, EgressRate: 2000000, EgressBurst: 200000}),
 	}
 }
@@ -65,6 +83,7 @@ func main() {
 	cacheDir := flag.String("cache-dir", "", "libcni's cache dir (default /var/lib/cni)")
 	phase := flag.String("phase", "cycle", "setup, check, remove or cycle")
 	parallel := flag.Int("parallel", 1, "sandboxes at once")
+	flag.StringVar(&hostIP, "host-ip", hostIP, "the host IP of the port mapping")
 	flag.Parse()
 	if *cacheDir != "" {
 		libcni.CacheDir = *cacheDir
@@ -158,6 +177,8 @@ func main() {
 	close(work)
 	wg.Wait()
 	rep.WallMs = float64(time.Since(start).Microseconds()) / 1000
+	rep.CPUSelfMs = cpuMs(syscall.RUSAGE_SELF)
+	rep.CPUChildrenMs = cpuMs(syscall.RUSAGE_CHILDREN)
 	for _, sb := range rep.Sandboxes {
 		if sb.Error != "" {
 			rep.Failed++
