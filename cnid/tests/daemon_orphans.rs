@@ -41,6 +41,8 @@ struct Late {
     finished: PathBuf,
     pid_file: PathBuf,
     helper_file: PathBuf,
+    /// `DEL <container> <CNI_ARGS>` per DEL, in order.
+    dels: PathBuf,
 }
 
 impl Late {
@@ -51,6 +53,7 @@ impl Late {
         let finished = dirs.data.join("finished");
         let pid_file = dirs.data.join("late.pid");
         let helper_file = dirs.data.join("helper.pid");
+        let dels = dirs.data.join("dels");
         let gate = Gate::new(dirs.root());
         dirs.plugin(
             "late",
@@ -64,13 +67,14 @@ ADD)
   touch {res}/"$CNI_CONTAINERID"
   echo "$CNI_CONTAINERID" >> {finished}
   echo '{{"cniVersion":"1.0.0"}}';;
-DEL) rm -f {res}/"$CNI_CONTAINERID";;
+DEL) echo "DEL $CNI_CONTAINERID $CNI_ARGS" >> {dels}; rm -f {res}/"$CNI_CONTAINERID";;
 VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
 esac"#,
                 helper = helper_file.display(),
                 pid = pid_file.display(),
                 res = resources.display(),
                 finished = finished.display(),
+                dels = dels.display(),
                 wait = gate.shell_wait(),
             ),
         );
@@ -85,6 +89,7 @@ esac"#,
             finished,
             pid_file,
             helper_file,
+            dels,
         }
     }
 
@@ -259,7 +264,10 @@ async fn an_orphan_still_running_at_its_deadline_is_killed_and_the_rollback_says
         .parse()
         .expect("a number");
     let mut daemon = restart_waiting(&late.dirs);
-    daemon.wait_ready(Duration::from_secs(3) + LOAD_MARGIN * 2);
+    daemon.wait_log(
+        "orphaned plugins of a previous cnid are gone",
+        Duration::from_secs(3) + LOAD_MARGIN * 2,
+    );
     let ready_at = monotonic_ms();
     eventually(Duration::from_secs(30), "the rollback", || {
         late.dirs.intents().is_empty()
@@ -269,7 +277,7 @@ async fn an_orphan_still_running_at_its_deadline_is_killed_and_the_rollback_says
     });
     let log = daemon.log();
     println!(
-        "orphans: ready {} ms after the orphan's deadline; plugin alive {}, finished {:?}",
+        "orphans: settled {} ms after the orphan's deadline; plugin alive {}, finished {:?}",
         ready_at as i64 - deadline as i64,
         alive(running.plugin()),
         fs::read_to_string(&late.finished).unwrap_or_default()
@@ -319,4 +327,91 @@ async fn a_restart_killed_while_it_waits_for_orphans_waits_again() {
     );
     assert!(names(&late.resources).is_empty(), "{}", second.log());
     assert!(second.log().contains("finished=1 killed=0"));
+}
+
+/// A restart that finds an orphan serves at once: `/v1/health` and an ADD
+/// of another container are answered while the orphan is held at its
+/// gate; a DEL of the orphan's attachment waits (queued) until the orphan
+/// finished and its ADD was rolled back, and runs after that rollback.
+///
+/// Regression: the restart served nothing, not even `/v1/health`, until
+/// every orphan was gone (up to its deadline: 60 s by default, 300 s at
+/// most).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_serves_at_once_while_an_orphan_holds_only_its_attachment() {
+    require_root!();
+    let late = Late::new();
+    late.dirs.plugin(
+        "pass",
+        r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD) echo '{"cniVersion":"1.0.0"}';;
+VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}';;
+esac"#,
+    );
+    late.dirs.conf(
+        "20-free.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "free", "plugins": [{"type": "pass"}]}),
+    );
+    let running = late.orphan("late-4", None).await;
+    let mut daemon = restart_waiting(&late.dirs);
+    // Served while the orphan runs (held at its gate: it cannot end).
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    let client = daemon.client().await;
+    let ready = crate::support::daemon::get(&daemon.socket, "/v1/health/ready");
+    let other = AttachmentRequest::new("free-1", "/proc/self/ns/net", "eth1");
+    client
+        .add("free", &other)
+        .await
+        .expect("an ADD of another container is served while the orphan runs");
+    assert!(alive(running.plugin()), "the orphan still runs");
+    assert_eq!(
+        late.dirs.intents(),
+        ["orph:late-4:eth0.json"],
+        "not rolled back yet"
+    );
+
+    // A DEL of the orphan's attachment waits for it.
+    let mut mine = AttachmentRequest::new("late-4", "/proc/self/ns/net", "eth0");
+    mine.cni_args = "OURS=1".into();
+    let del = tokio::spawn({
+        let client = client.clone();
+        async move { client.del(NET, &mine).await }
+    });
+    let queued = || {
+        let ops = crate::support::daemon::get(&daemon.socket, "/v1/operations?containerId=late-4");
+        ops.json()["operations"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|o| o["verb"] == "DEL" && o["state"] == "queued")
+        })
+    };
+    eventually(Duration::from_secs(30), "the DEL queued", queued);
+    assert!(!del.is_finished(), "the DEL waits for the orphan");
+    assert!(alive(running.plugin()));
+    assert!(
+        !late.dels.exists(),
+        "no DEL ran while the orphan ran: {:?}",
+        fs::read_to_string(&late.dels)
+    );
+
+    late.gate.release();
+    del.await
+        .expect("task")
+        .expect("the DEL is answered once the orphan is gone");
+    let dels = fs::read_to_string(&late.dels).unwrap_or_default();
+    println!(
+        "orphans: health {} while the orphan ran; DELs after it: {dels:?}",
+        ready.status
+    );
+    assert_eq!(
+        dels,
+        "DEL late-4 \nDEL late-4 OURS=1\n",
+        "the rollback ran first, then the request:\n{}",
+        daemon.log()
+    );
+    assert!(late.dirs.intents().is_empty());
+    assert!(names(&late.resources).is_empty(), "{}", daemon.log());
+    eventually(Duration::from_secs(30), "the summary", || {
+        daemon.log().contains("finished=1 killed=0")
+    });
 }
