@@ -25,10 +25,40 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Restarts
+//! A restart of cnid (`kill -9` and a new start, a crash, an upgrade) is
+//! not an error: a request that cnid cannot have acted on is sent again,
+//! with a short backoff, until its deadline (the request's `timeoutMs`,
+//! else cnid's default for the verb; 10 s for the reads). Such a request
+//! is one that met:
+//! - `ECONNREFUSED` (the socket file of a dead cnid, not yet replaced) or
+//!   `EAGAIN` (a full backlog);
+//! - `ENOENT` for up to 1 s ([`MISSING_SOCKET_GRACE`]): the moment a
+//!   restart replaces the socket file. A socket that stays missing is a
+//!   cnid that is not running (a clean stop removes it): reported then;
+//! - `ECONNRESET` or `EPIPE` before any byte of an answer: cnid reads a
+//!   request's whole body before it queues anything, and a connection
+//!   closed with bytes still unread (the request, or part of it) is reset
+//!   by the kernel, as is one still in the backlog of a listening socket
+//!   that closes (a copy of a killed cnid's listener held for a moment by
+//!   a child between fork and exec);
+//! - the end of the connection before any byte of an answer, at most
+//!   [`MAX_UNANSWERED`] times: cnid may have read that request and been
+//!   killed while it ran. Sending it again is safe for every verb: DEL,
+//!   CHECK, STATUS and GC are idempotent; an ADD cut off by the kill is
+//!   rolled back by the restart from its intent, ahead of any request on
+//!   its container (a container's operations run in arrival order, the
+//!   rollbacks first), so the ADD sent again runs after that rollback;
+//!   an ADD the killed cnid completed (its journal's commit line written)
+//!   is refused with 409 "already attached" and runs no plugin; the
+//!   error then says that the ADD was sent again after cnid restarted.
+//!
 //! # Caveats
 //! Dropping a call's future closes its connection; the daemon then cancels
 //! the operation if it is still queued, but one already running plugins is
-//! finished (or rolled back) regardless.
+//! finished (or rolled back) regardless. A request sent again gets a new
+//! deadline at the restarted cnid: the whole call may take its retries
+//! plus the request's deadline.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -57,6 +87,117 @@ const IDLE_KEEP: Duration = Duration::from_secs(20);
 const IDLE_MAX: usize = 16;
 /// The largest answer read.
 const RESPONSE_MAX: usize = 64 * 1024 * 1024;
+/// How long a missing socket (`ENOENT`) is tried again: the moment a
+/// restart replaces the socket file.
+pub const MISSING_SOCKET_GRACE: Duration = Duration::from_secs(1);
+/// How many times a request whose connection ended before any answer is
+/// sent again (cnid may have read it: a daemon that dies of the request
+/// itself is not fed it forever).
+pub const MAX_UNANSWERED: u32 = 3;
+/// How long connecting and the reads (health, listings, metrics) try
+/// again while cnid restarts.
+pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
+/// The first pause before a request is sent again, doubled each time up to
+/// [`RETRY_PAUSE_MAX`].
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+const RETRY_PAUSE_MAX: Duration = Duration::from_millis(200);
+
+/// Whether a failed attempt may be made again, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// No: an answer came, or the failure is not a restart's.
+    No,
+    /// Nothing listens on the socket file (refused, full backlog), or the
+    /// connection was reset before any answer: not read.
+    NotRead,
+    /// The socket file is missing.
+    Missing,
+    /// The connection ended before any answer: maybe read.
+    Unanswered,
+}
+
+impl Retry {
+    fn of(e: &ClientError) -> Retry {
+        match e {
+            ClientError::Connect { source, .. } => match source.kind() {
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::WouldBlock => {
+                    Retry::NotRead
+                }
+                std::io::ErrorKind::NotFound => Retry::Missing,
+                _ => Retry::No,
+            },
+            ClientError::Http { source, .. } => {
+                let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
+                while let Some(c) = cause {
+                    if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                        return match io.kind() {
+                            std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::BrokenPipe => Retry::NotRead,
+                            _ => Retry::No,
+                        };
+                    }
+                    cause = c.source();
+                }
+                if source.is_incomplete_message() || source.is_canceled() || source.is_closed() {
+                    Retry::Unanswered
+                } else {
+                    Retry::No
+                }
+            }
+            _ => Retry::No,
+        }
+    }
+}
+
+/// The retries of one call: within `until`, `ENOENT` within the grace,
+/// unanswered ones counted.
+#[derive(Debug)]
+struct Retries {
+    until: Instant,
+    missing_until: Instant,
+    unanswered: u32,
+    pause: Duration,
+}
+
+impl Retries {
+    fn new(window: Duration) -> Retries {
+        let now = Instant::now();
+        Retries {
+            until: now + window,
+            missing_until: now + MISSING_SOCKET_GRACE.min(window),
+            unanswered: 0,
+            pause: RETRY_PAUSE,
+        }
+    }
+
+    /// Waits before the next attempt after `e`, or gives `e` back when
+    /// there is none.
+    async fn again(&mut self, e: ClientError) -> Result<(), ClientError> {
+        let now = Instant::now();
+        let go = match Retry::of(&e) {
+            Retry::No => false,
+            Retry::NotRead => true,
+            Retry::Missing => now < self.missing_until,
+            Retry::Unanswered => {
+                self.unanswered += 1;
+                self.unanswered <= MAX_UNANSWERED
+            }
+        };
+        if !go || now + self.pause >= self.until {
+            return Err(e);
+        }
+        tracing::debug!(error = %cni_core::error::Chain(&e), pause_ms = self.pause.as_millis() as u64,
+            "cnid unreachable or restarting; trying again");
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(RETRY_PAUSE_MAX);
+        Ok(())
+    }
+}
+
+/// The retry window of a request with `timeout_ms`, else `default`.
+fn window(timeout_ms: Option<u64>, default: Duration) -> Duration {
+    timeout_ms.map_or(default, Duration::from_millis)
+}
 
 /// What can go wrong talking to cnid.
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +286,9 @@ pub struct RawResponse {
     pub plugin: Option<String>,
     /// The body.
     pub body: Bytes,
+    /// Whether the request was sent again after a connection that ended
+    /// before any answer (cnid restarted; the first one may have run).
+    pub resent: bool,
 }
 
 #[derive(Debug)]
@@ -166,6 +310,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Client {
     /// Connects to the socket at `path` (one connection, kept for reuse).
+    /// While cnid restarts (refused, reset, the socket file being
+    /// replaced), it tries again for up to [`DEFAULT_RETRY_WINDOW`].
     pub async fn connect(path: impl AsRef<Path>) -> Result<Client, ClientError> {
         let client = Client {
             inner: Arc::new(Inner {
@@ -174,7 +320,13 @@ impl Client {
             }),
             request_id: None,
         };
-        let sender = client.open().await?;
+        let mut retries = Retries::new(DEFAULT_RETRY_WINDOW);
+        let sender = loop {
+            match client.open().await {
+                Ok(s) => break s,
+                Err(e) => retries.again(e).await?,
+            }
+        };
         client.put_back(sender);
         Ok(client)
     }
@@ -245,7 +397,46 @@ impl Client {
     }
 
     /// Sends one request and reads the whole answer, whatever its status.
+    /// A request cnid cannot have acted on is sent again while it
+    /// restarts, for up to [`DEFAULT_RETRY_WINDOW`] (see the module docs).
     pub async fn request(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+    ) -> Result<RawResponse, ClientError> {
+        self.request_within(method, path_and_query, body, DEFAULT_RETRY_WINDOW)
+            .await
+    }
+
+    /// [`Client::request`], sent again for up to `window` while cnid
+    /// restarts.
+    async fn request_within(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+        window: Duration,
+    ) -> Result<RawResponse, ClientError> {
+        let mut retries = Retries::new(window);
+        loop {
+            match self
+                .request_once(method.clone(), path_and_query, body.clone())
+                .await
+            {
+                Ok(r) => {
+                    return Ok(RawResponse {
+                        resent: retries.unanswered > 0,
+                        ..r
+                    });
+                }
+                Err(e) => retries.again(e).await?,
+            }
+        }
+    }
+
+    /// One attempt of [`Client::request`].
+    async fn request_once(
         &self,
         method: Method,
         path_and_query: &str,
@@ -273,17 +464,11 @@ impl Client {
         let resp = match sender.try_send_request(build()?).await {
             Ok(resp) => resp,
             // The daemon closed the kept connection (its idle timeout, or
-            // room made at its connection cap) before the request went out,
-            // or before it read the request: cnid only ever closes a
-            // connection with no request in progress, so nothing of this
-            // request ran. Send it again on a new connection.
-            Err(mut e)
-                if pooled && (e.message().is_some() || e.error().is_incomplete_message()) =>
-            {
-                let req = match e.take_message() {
-                    Some(req) => req,
-                    None => build()?,
-                };
+            // room made at its connection cap) before the request went
+            // out: nothing of it was read. Send it again on a new
+            // connection.
+            Err(mut e) if pooled && e.message().is_some() => {
+                let req = e.take_message().expect("checked");
                 sender = self.open().await?;
                 sender.send_request(req).await.map_err(|e| self.http(e))?
             }
@@ -319,21 +504,25 @@ impl Client {
             coalesced,
             plugin,
             body,
+            resent: false,
         })
     }
 
     /// Sends a request; an error status becomes [`ClientError::Api`].
+    /// Sent again while cnid restarts for up to `window` (the request's
+    /// deadline).
     async fn call(
         &self,
         method: Method,
         path: &str,
         body: Option<Bytes>,
+        window: Duration,
     ) -> Result<RawResponse, ClientError> {
-        let r = self.request(method, path, body).await?;
+        let r = self.request_within(method, path, body, window).await?;
         if (200..300).contains(&r.status) {
             return Ok(r);
         }
-        let error = ErrorObject::decode(&r.body).unwrap_or_else(|| {
+        let mut error = ErrorObject::decode(&r.body).unwrap_or_else(|| {
             ErrorObject::new(
                 cni_core::Version::CURRENT.to_string(),
                 cni_core::error::code::INTERNAL,
@@ -348,6 +537,14 @@ impl Client {
                 String::from_utf8_lossy(&r.body).into_owned(),
             )
         });
+        if r.resent && error.code == api::code::ALREADY_ATTACHED {
+            error.details = format!(
+                "{}{}the request was sent again after cnid closed the connection without answering \
+                 (restarted?): the first one may have attached it",
+                error.details,
+                if error.details.is_empty() { "" } else { "; " }
+            );
+        }
         Err(ClientError::Api {
             status: r.status,
             error,
@@ -376,7 +573,9 @@ impl Client {
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        let r = self.call(Method::GET, path, None).await?;
+        let r = self
+            .call(Method::GET, path, None, DEFAULT_RETRY_WINDOW)
+            .await?;
         Self::decode(path, &r.body)
     }
 
@@ -399,8 +598,9 @@ impl Client {
     /// ADD: the CNI result, exactly as the daemon sent it.
     pub async fn add(&self, network: &str, req: &AttachmentRequest) -> Result<Value, ClientError> {
         let path = Self::network_path(network, "add");
+        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?))
+            .call(Method::POST, &path, Some(Self::body(req)?), within)
             .await?;
         Self::decode(&path, &r.body)
     }
@@ -420,6 +620,7 @@ impl Client {
             Method::POST,
             &Self::network_path(network, "del"),
             Some(Self::body(req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
         )
         .await
     }
@@ -430,6 +631,7 @@ impl Client {
             Method::POST,
             &Self::network_path(network, "check"),
             Some(Self::body(req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
         )
         .await
         .map(|_| ())
@@ -448,6 +650,7 @@ impl Client {
             Method::POST,
             &Self::network_path(network, "status"),
             Some(Self::body(&req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_SHORT),
         )
         .await
         .map(|_| ())
@@ -456,8 +659,9 @@ impl Client {
     /// GC with the attachments that are still valid.
     pub async fn gc(&self, network: &str, req: &GcRequest) -> Result<GcResponse, ClientError> {
         let path = Self::network_path(network, "gc");
+        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?))
+            .call(Method::POST, &path, Some(Self::body(req)?), within)
             .await?;
         Self::decode(&path, &r.body)
     }
@@ -471,8 +675,9 @@ impl Client {
     /// before the failing one are deleted again).
     pub async fn sandbox_add(&self, req: &SandboxRequest) -> Result<SandboxResult, ClientError> {
         let path = Self::sandbox_path("add");
+        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?))
+            .call(Method::POST, &path, Some(Self::body(req)?), within)
             .await?;
         Self::decode(&path, &r.body)
     }
@@ -484,6 +689,7 @@ impl Client {
             Method::POST,
             &Self::sandbox_path("del"),
             Some(Self::body(req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
         )
         .await
         .map(|_| ())
@@ -495,6 +701,7 @@ impl Client {
             Method::POST,
             &Self::sandbox_path("check"),
             Some(Self::body(req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
         )
         .await
         .map(|_| ())
@@ -507,6 +714,7 @@ impl Client {
             Method::POST,
             &Self::sandbox_path("status"),
             Some(Self::body(req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_SHORT),
         )
         .await
         .map(|_| ())
@@ -603,7 +811,9 @@ impl Client {
 
     /// `GET /metrics` (Prometheus text).
     pub async fn metrics(&self) -> Result<String, ClientError> {
-        let r = self.call(Method::GET, "/metrics", None).await?;
+        let r = self
+            .call(Method::GET, "/metrics", None, DEFAULT_RETRY_WINDOW)
+            .await?;
         Ok(String::from_utf8_lossy(&r.body).into_owned())
     }
 }

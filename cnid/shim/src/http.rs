@@ -7,6 +7,24 @@
 //! a connection pool and hyper would only add start-up time and memory (see
 //! `BENCHMARKS.md`, "cnid-shim").
 //!
+//! # Restarts
+//! A restart of cnid is not an error: [`request`] sends a request again,
+//! with a short backoff and within its deadline, when cnid cannot have
+//! acted on it: the socket refused the connection (the file of a dead
+//! cnid) or its backlog was full; the socket file was missing for up to
+//! [`MISSING_SOCKET_GRACE`] (a restart replacing it; one missing longer
+//! is a cnid that is not running); the connection was reset (or the pipe
+//! broke) before any byte of an answer (cnid reads a whole request before
+//! it acts, and the kernel resets a connection closed with bytes unread).
+//! A connection that ended before any answer (cnid may have read the
+//! request and been killed) is tried again at most [`MAX_UNANSWERED`]
+//! times: DEL, CHECK, STATUS and GC are idempotent, an ADD the killed
+//! cnid did not complete is rolled back by the restart ahead of any
+//! request on its container, and one it completed is refused with 409
+//! "already attached", which the shim answers with that attachment's
+//! result when its parameters are the same. `cnid::client` does the same
+//! (its module docs have the reasoning).
+//!
 //! # Caveats
 //! - The deadline bounds each blocking read and write, not their sum: a
 //!   peer trickling one byte per read could stretch it. cnid answers in one
@@ -22,6 +40,14 @@ use std::time::{Duration, Instant};
 
 /// The largest answer (head and body) read.
 pub const MAX_ANSWER: usize = 4 * 1024 * 1024;
+/// How long a missing socket file is tried again (a restart replacing it).
+pub const MISSING_SOCKET_GRACE: Duration = Duration::from_secs(1);
+/// How many times a request whose connection ended before any answer is
+/// sent again.
+pub const MAX_UNANSWERED: u32 = 3;
+/// The first pause before a request is sent again (doubled each time, up
+/// to 200 ms).
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
 
 /// An answer: status, headers (names lower-cased) and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,18 +138,76 @@ impl std::error::Error for HttpError {
     }
 }
 
+/// Whether a failed attempt may be made again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    No,
+    /// Refused, a full backlog, or reset before any answer: not read.
+    NotRead,
+    /// The socket file is missing.
+    Missing,
+    /// Ended before any answer: maybe read.
+    Unanswered,
+}
+
 /// Sends `method path` with an optional JSON body and extra headers on a
 /// new connection to `socket`, and reads the whole answer, whatever its
-/// status. `timeout` bounds connecting, each write and each read.
+/// status; sent again while cnid restarts (module docs) for up to
+/// `retry_for` (the request's deadline). `timeout` bounds it all: the
+/// retries, and connecting, each write and each read of the last attempt.
 pub fn request(
     socket: &Path,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
-    timeout: Duration,
+    (timeout, retry_for): (Duration, Duration),
 ) -> Result<Answer, HttpError> {
     let started = Instant::now();
+    let mut pause = RETRY_PAUSE;
+    let mut unanswered = 0;
+    loop {
+        let left = timeout.saturating_sub(started.elapsed());
+        let (e, retry) = match attempt(socket, method, path, headers, body, left) {
+            Ok(answer) => return Ok(answer),
+            // The whole deadline, not what was left of it.
+            Err((HttpError::Timeout { socket, .. }, _)) => {
+                return Err(HttpError::Timeout {
+                    socket,
+                    after: timeout,
+                });
+            }
+            Err(failed) => failed,
+        };
+        let elapsed = started.elapsed();
+        let go = match retry {
+            Retry::No => false,
+            Retry::NotRead => true,
+            Retry::Missing => elapsed < MISSING_SOCKET_GRACE,
+            Retry::Unanswered => {
+                unanswered += 1;
+                unanswered <= MAX_UNANSWERED
+            }
+        };
+        if !go || elapsed + pause >= timeout.min(retry_for) {
+            return Err(e);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// One attempt of [`request`], with whether it may be made again.
+fn attempt(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Answer, (HttpError, Retry)> {
+    let started = Instant::now();
+    let no = |e: HttpError| (e, Retry::No);
     let closed = |what: String| HttpError::Closed {
         socket: socket.to_owned(),
         what,
@@ -132,10 +216,31 @@ pub fn request(
         socket: socket.to_owned(),
         after: timeout,
     };
-    let mut stream = UnixStream::connect(socket).map_err(|source| HttpError::Connect {
-        socket: socket.to_owned(),
-        source,
+    let mut stream = UnixStream::connect(socket).map_err(|source| {
+        let retry = match source.kind() {
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::WouldBlock => Retry::NotRead,
+            io::ErrorKind::NotFound => Retry::Missing,
+            _ => Retry::No,
+        };
+        (
+            HttpError::Connect {
+                socket: socket.to_owned(),
+                source,
+            },
+            retry,
+        )
     })?;
+    // Reset or a broken pipe before any answer byte: not read.
+    let unread = |e: &io::Error| {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+        ) {
+            Retry::NotRead
+        } else {
+            Retry::No
+        }
+    };
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: cnid\r\nConnection: close\r\n");
     for (k, v) in headers {
         head.push_str(k);
@@ -168,45 +273,59 @@ pub fn request(
         }
     };
     stream
-        .set_write_timeout(Some(remaining(started).ok_or_else(timed_out)?))
-        .map_err(io_err)?;
-    stream.write_all(&out).map_err(io_err)?;
+        .set_write_timeout(Some(remaining(started).ok_or_else(timed_out).map_err(no)?))
+        .map_err(|e| no(io_err(e)))?;
+    stream.write_all(&out).map_err(|e| {
+        let retry = unread(&e);
+        (io_err(e), retry)
+    })?;
 
     let mut buf: Vec<u8> = Vec::with_capacity(8 * 1024);
     let mut chunk = [0u8; 8 * 1024];
     loop {
-        if let Some(answer) = parse(&buf, false).map_err(|what| HttpError::Malformed {
-            socket: socket.to_owned(),
-            what,
-        })? {
+        if let Some(answer) = parse(&buf, false)
+            .map_err(|what| HttpError::Malformed {
+                socket: socket.to_owned(),
+                what,
+            })
+            .map_err(no)?
+        {
             return Ok(answer);
         }
         if buf.len() > MAX_ANSWER {
-            return Err(HttpError::Malformed {
+            return Err(no(HttpError::Malformed {
                 socket: socket.to_owned(),
                 what: format!("answer larger than {MAX_ANSWER} bytes"),
-            });
+            }));
         }
-        let left = remaining(started).ok_or_else(timed_out)?;
-        stream.set_read_timeout(Some(left)).map_err(io_err)?;
+        let left = remaining(started).ok_or_else(timed_out).map_err(no)?;
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| no(io_err(e)))?;
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io_err(e)),
+            Err(e) if buf.is_empty() => {
+                let retry = unread(&e);
+                return Err((io_err(e), retry));
+            }
+            Err(e) => return Err(no(io_err(e))),
         };
         if n == 0 {
             // End of stream: complete only if the body is close-delimited.
             return match parse(&buf, true) {
                 Ok(Some(answer)) => Ok(answer),
-                Ok(None) if buf.is_empty() => Err(closed("closed without answering".into())),
-                Ok(None) => Err(closed(format!(
+                Ok(None) if buf.is_empty() => {
+                    Err((closed("closed without answering".into()), Retry::Unanswered))
+                }
+                Ok(None) => Err(no(closed(format!(
                     "closed after {} bytes of an incomplete answer",
                     buf.len()
-                ))),
-                Err(what) => Err(HttpError::Malformed {
+                )))),
+                Err(what) => Err(no(HttpError::Malformed {
                     socket: socket.to_owned(),
                     what,
-                }),
+                })),
             };
         }
         buf.extend_from_slice(&chunk[..n]);
@@ -369,7 +488,7 @@ mod tests {
             "/v1/health",
             &[],
             None,
-            Duration::from_millis(200),
+            (Duration::from_millis(200), Duration::from_millis(200)),
         )
         .unwrap_err();
         assert!(matches!(e, HttpError::Timeout { .. }), "{e}");
@@ -377,7 +496,15 @@ mod tests {
         assert!(e.to_string().contains("within 200ms"), "{e}");
         drop(listener);
         std::fs::remove_file(&socket).unwrap();
-        let e = request(&socket, "GET", "/", &[], None, Duration::from_secs(1)).unwrap_err();
+        let e = request(
+            &socket,
+            "GET",
+            "/",
+            &[],
+            None,
+            (Duration::from_secs(1), Duration::ZERO),
+        )
+        .unwrap_err();
         assert!(matches!(e, HttpError::Connect { .. }), "{e}");
         assert!(e.to_string().contains("silent.sock"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -283,7 +283,7 @@ impl Shim<'_> {
             path,
             &[(api::REQUEST_ID_HEADER, &rid)],
             body,
-            self.conf.answer_timeout(),
+            (self.conf.answer_timeout(), self.conf.timeout),
         )
         .map_err(|e| self.unreachable(&e))
     }
