@@ -31,8 +31,9 @@
 //! with a short backoff, until its deadline (the request's `timeoutMs`,
 //! else cnid's default for the verb; 10 s for the reads). Such a request
 //! is one that met:
-//! - `ECONNREFUSED` (the socket file of a dead cnid, not yet replaced) or
-//!   `EAGAIN` (a full backlog);
+//! - `ECONNREFUSED` (the socket file of a dead cnid, not yet replaced),
+//!   `EAGAIN` (a full backlog), or a reset while connecting (the
+//!   listener closed with the connection in its backlog);
 //! - `ENOENT` for up to 1 s ([`MISSING_SOCKET_GRACE`]): the moment a
 //!   restart replaces the socket file. A socket that stays missing is a
 //!   cnid that is not running (a clean stop removes it): reported then;
@@ -120,9 +121,14 @@ impl Retry {
     fn of(e: &ClientError) -> Retry {
         match e {
             ClientError::Connect { source, .. } => match source.kind() {
-                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::WouldBlock => {
-                    Retry::NotRead
-                }
+                // Nothing was sent: refused (no listener), a full backlog,
+                // or a listener that closed while the connection waited
+                // in its backlog (reset).
+                std::io::ErrorKind::ConnectionRefused
+                | std::io::ErrorKind::WouldBlock
+                | std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::BrokenPipe => Retry::NotRead,
                 std::io::ErrorKind::NotFound => Retry::Missing,
                 _ => Retry::No,
             },

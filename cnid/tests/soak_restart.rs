@@ -238,7 +238,10 @@ async fn kill_9_and_immediate_restart_with_the_real_chain_leaks_no_reservation()
                 let client = Client::connect(&socket).await;
                 let mut dels = tokio::task::JoinSet::new();
                 for req in reqs {
-                    let client = client.as_ref().map_err(|e| e.to_string()).cloned();
+                    let client = client
+                        .as_ref()
+                        .map_err(|e| cni_core::error::Chain(e).to_string())
+                        .cloned();
                     dels.spawn(async move {
                         let id = req.container_id.clone();
                         let r = match client {

@@ -218,7 +218,11 @@ fn attempt(
     };
     let mut stream = UnixStream::connect(socket).map_err(|source| {
         let retry = match source.kind() {
-            io::ErrorKind::ConnectionRefused | io::ErrorKind::WouldBlock => Retry::NotRead,
+            io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::WouldBlock
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => Retry::NotRead,
             io::ErrorKind::NotFound => Retry::Missing,
             _ => Retry::No,
         };
