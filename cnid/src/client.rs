@@ -51,8 +51,10 @@
 //!   its container (a container's operations run in arrival order, the
 //!   rollbacks first), so the ADD sent again runs after that rollback;
 //!   an ADD the killed cnid completed (its journal's commit line written)
-//!   is refused with 409 "already attached" and runs no plugin; the
-//!   error then says that the ADD was sent again after cnid restarted.
+//!   is refused with 409 "already attached" and runs no plugin: the
+//!   answer is then that attachment's result when it was made with the
+//!   same parameters (as cnid-shim does for a runtime's retried ADD),
+//!   else the 409, saying that the ADD was sent again.
 //!
 //! # Caveats
 //! Dropping a call's future closes its connection; the daemon then cancels
@@ -525,6 +527,11 @@ impl Client {
         window: Duration,
     ) -> Result<RawResponse, ClientError> {
         let r = self.request_within(method, path, body, window).await?;
+        Self::answered(r)
+    }
+
+    /// A 2xx answer, or its error as [`ClientError::Api`].
+    fn answered(r: RawResponse) -> Result<RawResponse, ClientError> {
         if (200..300).contains(&r.status) {
             return Ok(r);
         }
@@ -606,9 +613,35 @@ impl Client {
         let path = Self::network_path(network, "add");
         let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?), within)
+            .request_within(Method::POST, &path, Some(Self::body(req)?), within)
             .await?;
+        // Sent again after cnid closed the connection without answering
+        // (restarted?) and refused as attached: the first one was done
+        // before the kill. Its answer is the attachment's result, when it
+        // was made with this request's parameters.
+        if r.resent
+            && r.status == 409
+            && let Some(result) = self.attached_as(network, req).await?
+        {
+            return Ok(result);
+        }
+        let r = Self::answered(r)?;
         Self::decode(&path, &r.body)
+    }
+
+    /// The result of `req`'s attachment on `network`, if it exists and was
+    /// made with `req`'s parameters.
+    async fn attached_as(
+        &self,
+        network: &str,
+        req: &AttachmentRequest,
+    ) -> Result<Option<Value>, ClientError> {
+        Ok(self
+            .attachments(Some(&req.container_id))
+            .await?
+            .into_iter()
+            .find(|a| a.network == network && a.ifname == req.ifname && req.made(a))
+            .and_then(|a| a.result))
     }
 
     /// DEL. Succeeds when the attachment does not exist.
@@ -827,6 +860,50 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_restart_does_to_a_connection_is_retried_and_nothing_else() {
+        let connect = |kind| ClientError::Connect {
+            path: "/x".into(),
+            source: std::io::Error::from(kind),
+        };
+        use std::io::ErrorKind::*;
+        for kind in [ConnectionRefused, WouldBlock, ConnectionReset, BrokenPipe] {
+            assert_eq!(Retry::of(&connect(kind)), Retry::NotRead, "{kind:?}");
+        }
+        assert_eq!(Retry::of(&connect(NotFound)), Retry::Missing);
+        assert_eq!(Retry::of(&connect(PermissionDenied)), Retry::No);
+        let api = ClientError::Api {
+            status: 500,
+            error: ErrorObject::new("1.0.0", 11, "x", ""),
+            plugin: None,
+        };
+        assert_eq!(Retry::of(&api), Retry::No, "an answer is never sent again");
+    }
+
+    #[tokio::test]
+    async fn a_missing_socket_is_tried_for_the_grace_only_and_nothing_past_the_deadline() {
+        let mut r = Retries::new(Duration::from_secs(60));
+        let missing = || ClientError::Connect {
+            path: "/x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert!(r.again(missing()).await.is_ok());
+        r.missing_until = Instant::now();
+        assert!(r.again(missing()).await.is_err(), "past the grace");
+        let mut r = Retries::new(Duration::from_secs(60));
+        let refused = ClientError::Connect {
+            path: "/x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        assert!(r.again(refused).await.is_ok());
+        r.until = Instant::now();
+        let refused = ClientError::Connect {
+            path: "/x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        assert!(r.again(refused).await.is_err(), "past the deadline");
+    }
 
     #[test]
     fn encoding() {
