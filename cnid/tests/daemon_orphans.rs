@@ -14,7 +14,9 @@
 //! (`CNID_DEADLINE_MS` in its environment), the rollback runs after it
 //! exited, and only an orphan still running at its deadline is killed, with
 //! a warning that the rollback repeats. A restart killed during that wait
-//! finds the same orphans and waits again.
+//! finds the same orphans and waits again. Meanwhile the restart serves
+//! everything else (issue 35: it served nothing, not even `/v1/health`):
+//! only the orphan's container, and its netns and ifname, wait.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -213,7 +215,7 @@ async fn an_orphaned_plugin_finishes_before_the_restart_rolls_its_add_back() {
     );
 
     let mut daemon = restart_waiting(&late.dirs);
-    // Waiting: the orphan runs, nothing is rolled back, nothing is served.
+    // Waiting: the orphan runs, its ADD is not rolled back.
     assert!(alive(running.plugin()), "the orphan was not stopped");
     assert_eq!(late.dirs.intents(), ["orph:late-1:eth0.json"]);
     late.gate.release();
