@@ -343,18 +343,7 @@ async fn a_restart_killed_while_it_waits_for_orphans_waits_again() {
 async fn a_restart_serves_at_once_while_an_orphan_holds_only_its_attachment() {
     require_root!();
     let late = Late::new();
-    late.dirs.plugin(
-        "pass",
-        r#"cat > /dev/null
-case "$CNI_COMMAND" in
-ADD) echo '{"cniVersion":"1.0.0"}';;
-VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}';;
-esac"#,
-    );
-    late.dirs.conf(
-        "20-free.conflist",
-        &json!({"cniVersion": "1.0.0", "name": "free", "plugins": [{"type": "pass"}]}),
-    );
+    free_network(&late);
     let running = late.orphan("late-4", None).await;
     let mut daemon = restart_waiting(&late.dirs);
     // Served while the orphan runs (held at its gate: it cannot end).
@@ -390,10 +379,10 @@ esac"#,
     eventually(Duration::from_secs(30), "the DEL queued", queued);
     assert!(!del.is_finished(), "the DEL waits for the orphan");
     assert!(alive(running.plugin()));
-    assert!(
-        !late.dels.exists(),
-        "no DEL ran while the orphan ran: {:?}",
-        fs::read_to_string(&late.dels)
+    assert_eq!(
+        fs::read_to_string(&late.dels).unwrap_or_default(),
+        "ADD free-1\n",
+        "no DEL ran while the orphan ran"
     );
 
     late.gate.release();
@@ -407,7 +396,7 @@ esac"#,
     );
     assert_eq!(
         dels,
-        "DEL late-4 \nDEL late-4 OURS=1\n",
+        "ADD free-1\nDEL late-4 \nDEL late-4 OURS=1\n",
         "the rollback ran first, then the request:\n{}",
         daemon.log()
     );
@@ -416,4 +405,71 @@ esac"#,
     eventually(Duration::from_secs(30), "the summary", || {
         daemon.log().contains("finished=1 killed=0")
     });
+}
+
+/// A second network, `free`, of one plugin that passes and appends
+/// `ADD <container>` to the `late` plugin's record of DELs.
+fn free_network(late: &Late) {
+    late.dirs.plugin(
+        "pass",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD) echo "ADD $CNI_CONTAINERID" >> {dels}; echo '{{"cniVersion":"1.0.0"}}';;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+            dels = late.dels.display()
+        ),
+    );
+    late.dirs.conf(
+        "20-free.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "free", "plugins": [{"type": "pass"}]}),
+    );
+}
+
+/// A request of another container on an orphan's netns and ifname waits
+/// for the orphan too, and runs after the orphan's ADD was rolled back
+/// (which tears down what the orphan made there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_on_an_orphans_netns_and_ifname_waits_for_its_rollback() {
+    require_root!();
+    let late = Late::new();
+    free_network(&late);
+    let running = late.orphan("late-5", None).await;
+    let mut daemon = restart_waiting(&late.dirs);
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    let client = daemon.client().await;
+    // The orphan's slot: the same netns and ifname, another container.
+    let on_slot = AttachmentRequest::new("slot-1", "/proc/self/ns/net", "eth0");
+    let add = tokio::spawn({
+        let client = client.clone();
+        async move { client.add("free", &on_slot).await }
+    });
+    let queued = || {
+        let ops = crate::support::daemon::get(&daemon.socket, "/v1/operations?containerId=slot-1");
+        ops.json()["operations"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|o| o["verb"] == "ADD" && o["state"] == "queued")
+        })
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the ADD on the slot queued",
+        queued,
+    );
+    assert!(!add.is_finished(), "the ADD waits for the orphan");
+    assert!(alive(running.plugin()));
+
+    late.gate.release();
+    add.await
+        .expect("task")
+        .expect("the ADD on the slot is answered once the orphan is gone");
+    let ran = fs::read_to_string(&late.dels).unwrap_or_default();
+    println!("orphans: after the orphan on the slot: {ran:?}");
+    assert_eq!(
+        ran,
+        "DEL late-5 \nADD slot-1\n",
+        "the orphan's rollback ran first:\n{}",
+        daemon.log()
+    );
 }
