@@ -29,32 +29,12 @@
 //! A restart of cnid (`kill -9` and a new start, a crash, an upgrade) is
 //! not an error: a request that cnid cannot have acted on is sent again,
 //! with a short backoff, until its deadline (the request's `timeoutMs`,
-//! else cnid's default for the verb; 10 s for the reads). Such a request
-//! is one that met:
-//! - `ECONNREFUSED` (the socket file of a dead cnid, not yet replaced),
-//!   `EAGAIN` (a full backlog), or a reset while connecting (the
-//!   listener closed with the connection in its backlog);
-//! - `ENOENT` for up to 1 s ([`MISSING_SOCKET_GRACE`]): the moment a
-//!   restart replaces the socket file. A socket that stays missing is a
-//!   cnid that is not running (a clean stop removes it): reported then;
-//! - `ECONNRESET` or `EPIPE` before any byte of an answer: cnid reads a
-//!   request's whole body before it queues anything, and a connection
-//!   closed with bytes still unread (the request, or part of it) is reset
-//!   by the kernel, as is one still in the backlog of a listening socket
-//!   that closes (a copy of a killed cnid's listener held for a moment by
-//!   a child between fork and exec);
-//! - the end of the connection before any byte of an answer, at most
-//!   [`MAX_UNANSWERED`] times: cnid may have read that request and been
-//!   killed while it ran. Sending it again is safe for every verb: DEL,
-//!   CHECK, STATUS and GC are idempotent; an ADD cut off by the kill is
-//!   rolled back by the restart from its intent, ahead of any request on
-//!   its container (a container's operations run in arrival order, the
-//!   rollbacks first), so the ADD sent again runs after that rollback;
-//!   an ADD the killed cnid completed (its journal's commit line written)
-//!   is refused with 409 "already attached" and runs no plugin: the
-//!   answer is then that attachment's result when it was made with the
-//!   same parameters (as cnid-shim does for a runtime's retried ADD),
-//!   else the 409, saying that the ADD was sent again.
+//! else cnid's default for the verb; [`DEFAULT_RETRY_WINDOW`] for
+//! connecting and the reads), and one whose connection ended before any
+//! answer up to [`MAX_UNANSWERED`] times. [`crate::api::retry`] has the
+//! rules and why they are safe for every verb; an ADD sent again that cnid
+//! refuses as attached is answered with that attachment's result when it
+//! was made with the same parameters, else the 409 says it was sent again.
 //!
 //! # Caveats
 //! Dropping a call's future closes its connection; the daemon then cancels
@@ -90,116 +70,46 @@ const IDLE_KEEP: Duration = Duration::from_secs(20);
 const IDLE_MAX: usize = 16;
 /// The largest answer read.
 const RESPONSE_MAX: usize = 64 * 1024 * 1024;
-/// How long a missing socket (`ENOENT`) is tried again: the moment a
-/// restart replaces the socket file.
-pub const MISSING_SOCKET_GRACE: Duration = Duration::from_secs(1);
-/// How many times a request whose connection ended before any answer is
-/// sent again (cnid may have read it: a daemon that dies of the request
-/// itself is not fed it forever).
-pub const MAX_UNANSWERED: u32 = 3;
+use crate::api::retry::{Failure, Retries};
+pub use crate::api::retry::{MAX_UNANSWERED, MISSING_SOCKET_GRACE};
+
 /// How long connecting and the reads (health, listings, metrics) try
 /// again while cnid restarts.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
-/// The first pause before a request is sent again, doubled each time up to
-/// [`RETRY_PAUSE_MAX`].
-const RETRY_PAUSE: Duration = Duration::from_millis(10);
-const RETRY_PAUSE_MAX: Duration = Duration::from_millis(200);
 
-/// Whether a failed attempt may be made again, and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Retry {
-    /// No: an answer came, or the failure is not a restart's.
-    No,
-    /// Nothing listens on the socket file (refused, full backlog), or the
-    /// connection was reset before any answer: not read.
-    NotRead,
-    /// The socket file is missing.
-    Missing,
-    /// The connection ended before any answer: maybe read.
-    Unanswered,
-}
-
-impl Retry {
-    fn of(e: &ClientError) -> Retry {
-        match e {
-            ClientError::Connect { source, .. } => match source.kind() {
-                // Nothing was sent: refused (no listener), a full backlog,
-                // or a listener that closed while the connection waited
-                // in its backlog (reset).
-                std::io::ErrorKind::ConnectionRefused
-                | std::io::ErrorKind::WouldBlock
-                | std::io::ErrorKind::ConnectionReset
-                | std::io::ErrorKind::ConnectionAborted
-                | std::io::ErrorKind::BrokenPipe => Retry::NotRead,
-                std::io::ErrorKind::NotFound => Retry::Missing,
-                _ => Retry::No,
-            },
-            ClientError::Http { source, .. } => {
-                let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
-                while let Some(c) = cause {
-                    if let Some(io) = c.downcast_ref::<std::io::Error>() {
-                        return match io.kind() {
-                            std::io::ErrorKind::ConnectionReset
-                            | std::io::ErrorKind::BrokenPipe => Retry::NotRead,
-                            _ => Retry::No,
-                        };
-                    }
-                    cause = c.source();
+/// What a failed attempt says about sending it again
+/// ([`crate::api::retry`]).
+fn failure(e: &ClientError) -> Failure {
+    match e {
+        ClientError::Connect { source, .. } => Failure::of_connect(source.kind()),
+        ClientError::Http { source, .. } => {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
+            while let Some(c) = cause {
+                if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                    return Failure::of_exchange(io.kind());
                 }
-                if source.is_incomplete_message() || source.is_canceled() || source.is_closed() {
-                    Retry::Unanswered
-                } else {
-                    Retry::No
-                }
+                cause = c.source();
             }
-            _ => Retry::No,
+            if source.is_incomplete_message() || source.is_canceled() || source.is_closed() {
+                Failure::Unanswered
+            } else {
+                Failure::Final
+            }
         }
+        _ => Failure::Final,
     }
 }
 
-/// The retries of one call: within `until`, `ENOENT` within the grace,
-/// unanswered ones counted.
-#[derive(Debug)]
-struct Retries {
-    until: Instant,
-    missing_until: Instant,
-    unanswered: u32,
-    pause: Duration,
-}
-
-impl Retries {
-    fn new(window: Duration) -> Retries {
-        let now = Instant::now();
-        Retries {
-            until: now + window,
-            missing_until: now + MISSING_SOCKET_GRACE.min(window),
-            unanswered: 0,
-            pause: RETRY_PAUSE,
-        }
-    }
-
-    /// Waits before the next attempt after `e`, or gives `e` back when
-    /// there is none.
-    async fn again(&mut self, e: ClientError) -> Result<(), ClientError> {
-        let now = Instant::now();
-        let go = match Retry::of(&e) {
-            Retry::No => false,
-            Retry::NotRead => true,
-            Retry::Missing => now < self.missing_until,
-            Retry::Unanswered => {
-                self.unanswered += 1;
-                self.unanswered <= MAX_UNANSWERED
-            }
-        };
-        if !go || now + self.pause >= self.until {
-            return Err(e);
-        }
-        tracing::debug!(error = %cni_core::error::Chain(&e), pause_ms = self.pause.as_millis() as u64,
-            "cnid unreachable or restarting; trying again");
-        tokio::time::sleep(self.pause).await;
-        self.pause = (self.pause * 2).min(RETRY_PAUSE_MAX);
-        Ok(())
-    }
+/// Pauses before the next attempt after `e`, or gives `e` back when there
+/// is none.
+async fn again(retries: &mut Retries, e: ClientError) -> Result<(), ClientError> {
+    let Some(pause) = retries.next(failure(&e)) else {
+        return Err(e);
+    };
+    tracing::debug!(error = %cni_core::error::Chain(&e), pause_ms = pause.as_millis() as u64,
+        "cnid unreachable or restarting; trying again");
+    tokio::time::sleep(pause).await;
+    Ok(())
 }
 
 /// The retry window of a request with `timeout_ms`, else `default`.
@@ -332,7 +242,7 @@ impl Client {
         let sender = loop {
             match client.open().await {
                 Ok(s) => break s,
-                Err(e) => retries.again(e).await?,
+                Err(e) => again(&mut retries, e).await?,
             }
         };
         client.put_back(sender);
@@ -434,11 +344,11 @@ impl Client {
             {
                 Ok(r) => {
                     return Ok(RawResponse {
-                        resent: retries.unanswered > 0,
+                        resent: retries.resent(),
                         ..r
                     });
                 }
-                Err(e) => retries.again(e).await?,
+                Err(e) => again(&mut retries, e).await?,
             }
         }
     }
@@ -862,47 +772,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn what_a_restart_does_to_a_connection_is_retried_and_nothing_else() {
+    fn connect_errors_are_judged_by_their_kind_and_answers_never_again() {
         let connect = |kind| ClientError::Connect {
             path: "/x".into(),
             source: std::io::Error::from(kind),
         };
         use std::io::ErrorKind::*;
-        for kind in [ConnectionRefused, WouldBlock, ConnectionReset, BrokenPipe] {
-            assert_eq!(Retry::of(&connect(kind)), Retry::NotRead, "{kind:?}");
-        }
-        assert_eq!(Retry::of(&connect(NotFound)), Retry::Missing);
-        assert_eq!(Retry::of(&connect(PermissionDenied)), Retry::No);
+        assert_eq!(failure(&connect(ConnectionRefused)), Failure::NotRead);
+        assert_eq!(failure(&connect(NotFound)), Failure::Missing);
+        assert_eq!(failure(&connect(PermissionDenied)), Failure::Final);
         let api = ClientError::Api {
             status: 500,
             error: ErrorObject::new("1.0.0", 11, "x", ""),
             plugin: None,
         };
-        assert_eq!(Retry::of(&api), Retry::No, "an answer is never sent again");
-    }
-
-    #[tokio::test]
-    async fn a_missing_socket_is_tried_for_the_grace_only_and_nothing_past_the_deadline() {
-        let mut r = Retries::new(Duration::from_secs(60));
-        let missing = || ClientError::Connect {
-            path: "/x".into(),
-            source: std::io::Error::from(std::io::ErrorKind::NotFound),
-        };
-        assert!(r.again(missing()).await.is_ok());
-        r.missing_until = Instant::now();
-        assert!(r.again(missing()).await.is_err(), "past the grace");
-        let mut r = Retries::new(Duration::from_secs(60));
-        let refused = ClientError::Connect {
-            path: "/x".into(),
-            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
-        };
-        assert!(r.again(refused).await.is_ok());
-        r.until = Instant::now();
-        let refused = ClientError::Connect {
-            path: "/x".into(),
-            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
-        };
-        assert!(r.again(refused).await.is_err(), "past the deadline");
+        assert_eq!(failure(&api), Failure::Final);
     }
 
     #[test]

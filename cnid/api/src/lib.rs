@@ -1,6 +1,7 @@
 //! The wire types of cnid's HTTP API (version 1), shared by the daemon
 //! (`cnid::daemon`), its typed client (`cnid::client`), `cnid-shim` and
-//! cnitool; and [`decode`], the daemon's request decoding and validation.
+//! cnitool; [`decode`], the daemon's request decoding and validation; and
+//! [`retry`], when the clients send a request again while cnid restarts.
 //! `cnid/API.md` documents every endpoint. The crate is pure (cni-core,
 //! serde, serde_json, thiserror: no async runtime, no I/O); `cnid`
 //! re-exports it as `cnid::api` and [`decode`] as `cnid::decode`. Its fuzz
@@ -14,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod decode;
+pub mod retry;
 
 use cni_core::stdin::GcAttachment;
 use cni_core::{CapabilityArgs, CniArgs, RuntimeConf};

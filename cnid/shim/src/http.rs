@@ -9,21 +9,12 @@
 //!
 //! # Restarts
 //! A restart of cnid is not an error: [`request`] sends a request again,
-//! with a short backoff and within its deadline, when cnid cannot have
-//! acted on it: the socket refused the connection (the file of a dead
-//! cnid) or its backlog was full; the socket file was missing for up to
-//! [`MISSING_SOCKET_GRACE`] (a restart replacing it; one missing longer
-//! is a cnid that is not running); the connection was reset (or the pipe
-//! broke) before any byte of an answer (cnid reads a whole request before
-//! it acts, and the kernel resets a connection closed with bytes unread).
-//! A connection that ended before any answer (cnid may have read the
-//! request and been killed) is tried again at most [`MAX_UNANSWERED`]
-//! times: DEL, CHECK, STATUS and GC are idempotent, an ADD the killed
-//! cnid did not complete is rolled back by the restart ahead of any
-//! request on its container, and one it completed is refused with 409
-//! "already attached", which the shim answers with that attachment's
-//! result when its parameters are the same. `cnid::client` does the same
-//! (its module docs have the reasoning).
+//! with a short backoff and within its deadline, by the rules of
+//! `cnid_api::retry` (the same as `cnid::client`'s): when cnid cannot have
+//! acted on it, and at most 3 times when the connection ended before any
+//! answer. An ADD sent again that cnid refuses as attached is answered by
+//! the shim with that attachment's result when its parameters are the
+//! same.
 //!
 //! # Caveats
 //! - The deadline bounds each blocking read and write, not their sum: a
@@ -40,14 +31,7 @@ use std::time::{Duration, Instant};
 
 /// The largest answer (head and body) read.
 pub const MAX_ANSWER: usize = 4 * 1024 * 1024;
-/// How long a missing socket file is tried again (a restart replacing it).
-pub const MISSING_SOCKET_GRACE: Duration = Duration::from_secs(1);
-/// How many times a request whose connection ended before any answer is
-/// sent again.
-pub const MAX_UNANSWERED: u32 = 3;
-/// The first pause before a request is sent again (doubled each time, up
-/// to 200 ms).
-const RETRY_PAUSE: Duration = Duration::from_millis(10);
+use cnid_api::retry::{Failure, Retries};
 
 /// An answer: status, headers (names lower-cased) and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,18 +122,6 @@ impl std::error::Error for HttpError {
     }
 }
 
-/// Whether a failed attempt may be made again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Retry {
-    No,
-    /// Refused, a full backlog, or reset before any answer: not read.
-    NotRead,
-    /// The socket file is missing.
-    Missing,
-    /// Ended before any answer: maybe read.
-    Unanswered,
-}
-
 /// Sends `method path` with an optional JSON body and extra headers on a
 /// new connection to `socket`, and reads the whole answer, whatever its
 /// status; sent again while cnid restarts (module docs) for up to
@@ -164,11 +136,10 @@ pub fn request(
     (timeout, retry_for): (Duration, Duration),
 ) -> Result<Answer, HttpError> {
     let started = Instant::now();
-    let mut pause = RETRY_PAUSE;
-    let mut unanswered = 0;
+    let mut retries = Retries::new(timeout.min(retry_for));
     loop {
         let left = timeout.saturating_sub(started.elapsed());
-        let (e, retry) = match attempt(socket, method, path, headers, body, left) {
+        let (e, failure) = match attempt(socket, method, path, headers, body, left) {
             Ok(answer) => return Ok(answer),
             // The whole deadline, not what was left of it.
             Err((HttpError::Timeout { socket, .. }, _)) => {
@@ -179,21 +150,10 @@ pub fn request(
             }
             Err(failed) => failed,
         };
-        let elapsed = started.elapsed();
-        let go = match retry {
-            Retry::No => false,
-            Retry::NotRead => true,
-            Retry::Missing => elapsed < MISSING_SOCKET_GRACE,
-            Retry::Unanswered => {
-                unanswered += 1;
-                unanswered <= MAX_UNANSWERED
-            }
-        };
-        if !go || elapsed + pause >= timeout.min(retry_for) {
-            return Err(e);
+        match retries.next(failure) {
+            Some(pause) => std::thread::sleep(pause),
+            None => return Err(e),
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(200));
     }
 }
 
@@ -205,9 +165,9 @@ fn attempt(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
     timeout: Duration,
-) -> Result<Answer, (HttpError, Retry)> {
+) -> Result<Answer, (HttpError, Failure)> {
     let started = Instant::now();
-    let no = |e: HttpError| (e, Retry::No);
+    let no = |e: HttpError| (e, Failure::Final);
     let closed = |what: String| HttpError::Closed {
         socket: socket.to_owned(),
         what,
@@ -217,34 +177,17 @@ fn attempt(
         after: timeout,
     };
     let mut stream = UnixStream::connect(socket).map_err(|source| {
-        let retry = match source.kind() {
-            io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::WouldBlock
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe => Retry::NotRead,
-            io::ErrorKind::NotFound => Retry::Missing,
-            _ => Retry::No,
-        };
+        let failure = Failure::of_connect(source.kind());
         (
             HttpError::Connect {
                 socket: socket.to_owned(),
                 source,
             },
-            retry,
+            failure,
         )
     })?;
     // Reset or a broken pipe before any answer byte: not read.
-    let unread = |e: &io::Error| {
-        if matches!(
-            e.kind(),
-            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
-        ) {
-            Retry::NotRead
-        } else {
-            Retry::No
-        }
-    };
+    let unread = |e: &io::Error| Failure::of_exchange(e.kind());
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: cnid\r\nConnection: close\r\n");
     for (k, v) in headers {
         head.push_str(k);
@@ -319,9 +262,10 @@ fn attempt(
             // End of stream: complete only if the body is close-delimited.
             return match parse(&buf, true) {
                 Ok(Some(answer)) => Ok(answer),
-                Ok(None) if buf.is_empty() => {
-                    Err((closed("closed without answering".into()), Retry::Unanswered))
-                }
+                Ok(None) if buf.is_empty() => Err((
+                    closed("closed without answering".into()),
+                    Failure::Unanswered,
+                )),
                 Ok(None) => Err(no(closed(format!(
                     "closed after {} bytes of an incomplete answer",
                     buf.len()
