@@ -342,13 +342,7 @@ async fn a_restart_killed_while_it_waits_for_orphans_waits_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_serves_at_once_while_an_orphan_holds_only_its_attachment() {
     require_root!();
-    let late = Late::new();
-    free_network(&late);
-    let running = late.orphan("late-4", None).await;
-    let mut daemon = restart_waiting(&late.dirs);
-    // Served while the orphan runs (held at its gate: it cannot end).
-    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
-    let client = daemon.client().await;
+    let (late, running, daemon, client) = restart_with_an_orphan("late-4").await;
     let ready = crate::support::daemon::get(&daemon.socket, "/v1/health/ready");
     let other = AttachmentRequest::new("free-1", "/proc/self/ns/net", "eth1");
     client
@@ -369,14 +363,9 @@ async fn a_restart_serves_at_once_while_an_orphan_holds_only_its_attachment() {
         let client = client.clone();
         async move { client.del(NET, &mine).await }
     });
-    let queued = || {
-        let ops = crate::support::daemon::get(&daemon.socket, "/v1/operations?containerId=late-4");
-        ops.json()["operations"].as_array().is_some_and(|a| {
-            a.iter()
-                .any(|o| o["verb"] == "DEL" && o["state"] == "queued")
-        })
-    };
-    eventually(Duration::from_secs(30), "the DEL queued", queued);
+    eventually(Duration::from_secs(30), "the DEL queued", || {
+        queued(&daemon, "late-4", "DEL")
+    });
     assert!(!del.is_finished(), "the DEL waits for the orphan");
     assert!(alive(running.plugin()));
     assert_eq!(
@@ -433,29 +422,17 @@ esac"#,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_on_an_orphans_netns_and_ifname_waits_for_its_rollback() {
     require_root!();
-    let late = Late::new();
-    free_network(&late);
-    let running = late.orphan("late-5", None).await;
-    let mut daemon = restart_waiting(&late.dirs);
-    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
-    let client = daemon.client().await;
+    let (late, running, daemon, client) = restart_with_an_orphan("late-5").await;
     // The orphan's slot: the same netns and ifname, another container.
     let on_slot = AttachmentRequest::new("slot-1", "/proc/self/ns/net", "eth0");
     let add = tokio::spawn({
         let client = client.clone();
         async move { client.add("free", &on_slot).await }
     });
-    let queued = || {
-        let ops = crate::support::daemon::get(&daemon.socket, "/v1/operations?containerId=slot-1");
-        ops.json()["operations"].as_array().is_some_and(|a| {
-            a.iter()
-                .any(|o| o["verb"] == "ADD" && o["state"] == "queued")
-        })
-    };
     eventually(
         Duration::from_secs(30),
         "the ADD on the slot queued",
-        queued,
+        || queued(&daemon, "slot-1", "ADD"),
     );
     assert!(!add.is_finished(), "the ADD waits for the orphan");
     assert!(alive(running.plugin()));
@@ -472,4 +449,28 @@ async fn a_request_on_an_orphans_netns_and_ifname_waits_for_its_rollback() {
         "the orphan's rollback ran first:\n{}",
         daemon.log()
     );
+}
+
+/// An orphan of an ADD of `cid` (held at its gate), `free` besides, and a
+/// restart that found it: served while the orphan runs (it cannot end).
+async fn restart_with_an_orphan(cid: &str) -> (Late, Running, Daemon, cnid::client::Client) {
+    let late = Late::new();
+    free_network(&late);
+    let running = late.orphan(cid, None).await;
+    let mut daemon = restart_waiting(&late.dirs);
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    let client = daemon.client().await;
+    (late, running, daemon, client)
+}
+
+/// Whether `container` has a `verb` queued in the daemon.
+fn queued(daemon: &Daemon, container: &str, verb: &str) -> bool {
+    let ops = crate::support::daemon::get(
+        &daemon.socket,
+        &format!("/v1/operations?containerId={container}"),
+    );
+    ops.json()["operations"].as_array().is_some_and(|a| {
+        a.iter()
+            .any(|o| o["verb"] == verb && o["state"] == "queued")
+    })
 }
