@@ -129,10 +129,10 @@ deploy-check: ## the DaemonSet against Kubernetes' schema (strict), the Containe
 
 # The long runs at full size (make test runs them reduced): the crash soak
 # (300 operations over 30 containers on the real bridge, 10 kill -9 of cnid;
-# SOAK_SEED=0x... replays one), the restart soak (80 rounds of 6 ADDs on the
-# real bridge + host-local, kill -9 of cnid inside plugins and while it
-# waits for orphans, immediate restarts, everything DELed, no reservation
-# left), the load test (2,000 requests from 200 clients) and the journal's
+# SOAK_SEED=0x... replays one), the restart soak (200 rounds of 6 ADDs on
+# the real bridge + host-local, kill -9 of cnid inside plugins and while it
+# waits for orphans, immediate restarts, every DEL sent at once and
+# answered 2xx, no reservation left), the load test (2,000 requests from 200 clients) and the journal's
 # crash-point enumeration with every first start killed in its turn too,
 # and every restart after a kill -9 killed in its turn before a power loss
 # (cnid/src/daemon/intents/crashes.rs; the soak profile: the dev one,

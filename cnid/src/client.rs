@@ -25,10 +25,23 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Restarts
+//! A restart of cnid (`kill -9` and a new start, a crash, an upgrade) is
+//! not an error: a request that cnid cannot have acted on is sent again,
+//! with a short backoff, until its deadline (the request's `timeoutMs`,
+//! else cnid's default for the verb; [`DEFAULT_RETRY_WINDOW`] for
+//! connecting and the reads), and one whose connection ended before any
+//! answer up to [`MAX_UNANSWERED`] times. [`crate::api::retry`] has the
+//! rules and why they are safe for every verb; an ADD sent again that cnid
+//! refuses as attached is answered with that attachment's result when it
+//! was made with the same parameters, else the 409 says it was sent again.
+//!
 //! # Caveats
 //! Dropping a call's future closes its connection; the daemon then cancels
 //! the operation if it is still queued, but one already running plugins is
-//! finished (or rolled back) regardless.
+//! finished (or rolled back) regardless. A request sent again gets a new
+//! deadline at the restarted cnid: the whole call may take its retries
+//! plus the request's deadline.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -57,6 +70,52 @@ const IDLE_KEEP: Duration = Duration::from_secs(20);
 const IDLE_MAX: usize = 16;
 /// The largest answer read.
 const RESPONSE_MAX: usize = 64 * 1024 * 1024;
+use crate::api::retry::{Failure, Retries};
+pub use crate::api::retry::{MAX_UNANSWERED, MISSING_SOCKET_GRACE};
+
+/// How long connecting and the reads (health, listings, metrics) try
+/// again while cnid restarts.
+pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
+
+/// What a failed attempt says about sending it again
+/// ([`crate::api::retry`]).
+fn failure(e: &ClientError) -> Failure {
+    match e {
+        ClientError::Connect { source, .. } => Failure::of_connect(source.kind()),
+        ClientError::Http { source, .. } => {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
+            while let Some(c) = cause {
+                if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                    return Failure::of_exchange(io.kind());
+                }
+                cause = c.source();
+            }
+            if source.is_incomplete_message() || source.is_canceled() || source.is_closed() {
+                Failure::Unanswered
+            } else {
+                Failure::Final
+            }
+        }
+        _ => Failure::Final,
+    }
+}
+
+/// Pauses before the next attempt after `e`, or gives `e` back when there
+/// is none.
+async fn again(retries: &mut Retries, e: ClientError) -> Result<(), ClientError> {
+    let Some(pause) = retries.next(failure(&e)) else {
+        return Err(e);
+    };
+    tracing::debug!(error = %cni_core::error::Chain(&e), pause_ms = pause.as_millis() as u64,
+        "cnid unreachable or restarting; trying again");
+    tokio::time::sleep(pause).await;
+    Ok(())
+}
+
+/// The retry window of a request with `timeout_ms`, else `default`.
+fn window(timeout_ms: Option<u64>, default: Duration) -> Duration {
+    timeout_ms.map_or(default, Duration::from_millis)
+}
 
 /// What can go wrong talking to cnid.
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +204,9 @@ pub struct RawResponse {
     pub plugin: Option<String>,
     /// The body.
     pub body: Bytes,
+    /// Whether the request was sent again after a connection that ended
+    /// before any answer (cnid restarted; the first one may have run).
+    pub resent: bool,
 }
 
 #[derive(Debug)]
@@ -168,6 +230,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Client {
     /// Connects to the socket at `path` (one connection, kept for reuse).
+    /// While cnid restarts (refused, reset, the socket file being
+    /// replaced), it tries again for up to [`DEFAULT_RETRY_WINDOW`].
     pub async fn connect(path: impl AsRef<Path>) -> Result<Client, ClientError> {
         let client = Client {
             inner: Arc::new(Inner {
@@ -177,7 +241,13 @@ impl Client {
             request_id: None,
             trace: Arc::default(),
         };
-        let sender = client.open().await?;
+        let mut retries = Retries::new(DEFAULT_RETRY_WINDOW);
+        let sender = loop {
+            match client.open().await {
+                Ok(s) => break s,
+                Err(e) => again(&mut retries, e).await?,
+            }
+        };
         client.put_back(sender);
         Ok(client)
     }
@@ -263,7 +333,46 @@ impl Client {
     }
 
     /// Sends one request and reads the whole answer, whatever its status.
+    /// A request cnid cannot have acted on is sent again while it
+    /// restarts, for up to [`DEFAULT_RETRY_WINDOW`] (see the module docs).
     pub async fn request(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+    ) -> Result<RawResponse, ClientError> {
+        self.request_within(method, path_and_query, body, DEFAULT_RETRY_WINDOW)
+            .await
+    }
+
+    /// [`Client::request`], sent again for up to `window` while cnid
+    /// restarts.
+    async fn request_within(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+        window: Duration,
+    ) -> Result<RawResponse, ClientError> {
+        let mut retries = Retries::new(window);
+        loop {
+            match self
+                .request_once(method.clone(), path_and_query, body.clone())
+                .await
+            {
+                Ok(r) => {
+                    return Ok(RawResponse {
+                        resent: retries.resent(),
+                        ..r
+                    });
+                }
+                Err(e) => again(&mut retries, e).await?,
+            }
+        }
+    }
+
+    /// One attempt of [`Client::request`].
+    async fn request_once(
         &self,
         method: Method,
         path_and_query: &str,
@@ -294,17 +403,11 @@ impl Client {
         let resp = match sender.try_send_request(build()?).await {
             Ok(resp) => resp,
             // The daemon closed the kept connection (its idle timeout, or
-            // room made at its connection cap) before the request went out,
-            // or before it read the request: cnid only ever closes a
-            // connection with no request in progress, so nothing of this
-            // request ran. Send it again on a new connection.
-            Err(mut e)
-                if pooled && (e.message().is_some() || e.error().is_incomplete_message()) =>
-            {
-                let req = match e.take_message() {
-                    Some(req) => req,
-                    None => build()?,
-                };
+            // room made at its connection cap) before the request went
+            // out: nothing of it was read. Send it again on a new
+            // connection.
+            Err(mut e) if pooled && e.message().is_some() => {
+                let req = e.take_message().expect("checked");
                 sender = self.open().await?;
                 sender.send_request(req).await.map_err(|e| self.http(e))?
             }
@@ -340,21 +443,30 @@ impl Client {
             coalesced,
             plugin,
             body,
+            resent: false,
         })
     }
 
     /// Sends a request; an error status becomes [`ClientError::Api`].
+    /// Sent again while cnid restarts for up to `window` (the request's
+    /// deadline).
     async fn call(
         &self,
         method: Method,
         path: &str,
         body: Option<Bytes>,
+        window: Duration,
     ) -> Result<RawResponse, ClientError> {
-        let r = self.request(method, path, body).await?;
+        let r = self.request_within(method, path, body, window).await?;
+        Self::answered(r)
+    }
+
+    /// A 2xx answer, or its error as [`ClientError::Api`].
+    fn answered(r: RawResponse) -> Result<RawResponse, ClientError> {
         if (200..300).contains(&r.status) {
             return Ok(r);
         }
-        let error = ErrorObject::decode(&r.body).unwrap_or_else(|| {
+        let mut error = ErrorObject::decode(&r.body).unwrap_or_else(|| {
             ErrorObject::new(
                 cni_core::Version::CURRENT.to_string(),
                 cni_core::error::code::INTERNAL,
@@ -369,6 +481,14 @@ impl Client {
                 String::from_utf8_lossy(&r.body).into_owned(),
             )
         });
+        if r.resent && error.code == api::code::ALREADY_ATTACHED {
+            error.details = format!(
+                "{}{}the request was sent again after cnid closed the connection without answering \
+                 (restarted?): the first one may have attached it",
+                error.details,
+                if error.details.is_empty() { "" } else { "; " }
+            );
+        }
         Err(ClientError::Api {
             status: r.status,
             error,
@@ -397,7 +517,9 @@ impl Client {
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        let r = self.call(Method::GET, path, None).await?;
+        let r = self
+            .call(Method::GET, path, None, DEFAULT_RETRY_WINDOW)
+            .await?;
         Self::decode(path, &r.body)
     }
 
@@ -420,10 +542,37 @@ impl Client {
     /// ADD: the CNI result, exactly as the daemon sent it.
     pub async fn add(&self, network: &str, req: &AttachmentRequest) -> Result<Value, ClientError> {
         let path = Self::network_path(network, "add");
+        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?))
+            .request_within(Method::POST, &path, Some(Self::body(req)?), within)
             .await?;
+        // Sent again after cnid closed the connection without answering
+        // (restarted?) and refused as attached: the first one was done
+        // before the kill. Its answer is the attachment's result, when it
+        // was made with this request's parameters.
+        if r.resent
+            && r.status == 409
+            && let Some(result) = self.attached_as(network, req).await?
+        {
+            return Ok(result);
+        }
+        let r = Self::answered(r)?;
         Self::decode(&path, &r.body)
+    }
+
+    /// The result of `req`'s attachment on `network`, if it exists and was
+    /// made with `req`'s parameters.
+    async fn attached_as(
+        &self,
+        network: &str,
+        req: &AttachmentRequest,
+    ) -> Result<Option<Value>, ClientError> {
+        Ok(self
+            .attachments(Some(&req.container_id))
+            .await?
+            .into_iter()
+            .find(|a| a.network == network && a.ifname == req.ifname && req.made(a))
+            .and_then(|a| a.result))
     }
 
     /// DEL. Succeeds when the attachment does not exist.
@@ -441,6 +590,7 @@ impl Client {
             Method::POST,
             &Self::network_path(network, "del"),
             Some(Self::body(req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
         )
         .await
     }
@@ -451,6 +601,7 @@ impl Client {
             Method::POST,
             &Self::network_path(network, "check"),
             Some(Self::body(req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
         )
         .await
         .map(|_| ())
@@ -469,6 +620,7 @@ impl Client {
             Method::POST,
             &Self::network_path(network, "status"),
             Some(Self::body(&req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_SHORT),
         )
         .await
         .map(|_| ())
@@ -477,8 +629,9 @@ impl Client {
     /// GC with the attachments that are still valid.
     pub async fn gc(&self, network: &str, req: &GcRequest) -> Result<GcResponse, ClientError> {
         let path = Self::network_path(network, "gc");
+        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?))
+            .call(Method::POST, &path, Some(Self::body(req)?), within)
             .await?;
         Self::decode(&path, &r.body)
     }
@@ -492,8 +645,9 @@ impl Client {
     /// before the failing one are deleted again).
     pub async fn sandbox_add(&self, req: &SandboxRequest) -> Result<SandboxResult, ClientError> {
         let path = Self::sandbox_path("add");
+        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?))
+            .call(Method::POST, &path, Some(Self::body(req)?), within)
             .await?;
         Self::decode(&path, &r.body)
     }
@@ -505,6 +659,7 @@ impl Client {
             Method::POST,
             &Self::sandbox_path("del"),
             Some(Self::body(req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
         )
         .await
         .map(|_| ())
@@ -516,6 +671,7 @@ impl Client {
             Method::POST,
             &Self::sandbox_path("check"),
             Some(Self::body(req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
         )
         .await
         .map(|_| ())
@@ -528,6 +684,7 @@ impl Client {
             Method::POST,
             &Self::sandbox_path("status"),
             Some(Self::body(req)?),
+            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_SHORT),
         )
         .await
         .map(|_| ())
@@ -624,7 +781,9 @@ impl Client {
 
     /// `GET /metrics` (Prometheus text).
     pub async fn metrics(&self) -> Result<String, ClientError> {
-        let r = self.call(Method::GET, "/metrics", None).await?;
+        let r = self
+            .call(Method::GET, "/metrics", None, DEFAULT_RETRY_WINDOW)
+            .await?;
         Ok(String::from_utf8_lossy(&r.body).into_owned())
     }
 }
@@ -632,6 +791,24 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connect_errors_are_judged_by_their_kind_and_answers_never_again() {
+        let connect = |kind| ClientError::Connect {
+            path: "/x".into(),
+            source: std::io::Error::from(kind),
+        };
+        use std::io::ErrorKind::*;
+        assert_eq!(failure(&connect(ConnectionRefused)), Failure::NotRead);
+        assert_eq!(failure(&connect(NotFound)), Failure::Missing);
+        assert_eq!(failure(&connect(PermissionDenied)), Failure::Final);
+        let api = ClientError::Api {
+            status: 500,
+            error: ErrorObject::new("1.0.0", 11, "x", ""),
+            plugin: None,
+        };
+        assert_eq!(failure(&api), Failure::Final);
+    }
 
     #[test]
     fn encoding() {

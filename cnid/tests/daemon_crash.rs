@@ -86,11 +86,11 @@ exit 0"#,
     assert_eq!(ns.ipv4_addrs("eth0").len(), 1);
     assert_eq!(dirs.intents(), ["dcrash:crash-1:eth0.json"]);
 
+    assert!(!add.is_finished(), "the ADD is held in the slow plugin");
     daemon.kill9();
-    assert!(
-        add.await.unwrap().is_err(),
-        "the ADD's client saw the crash"
-    );
+    // The client would send it again to a restart (within its deadline);
+    // the runtime gives up on it here.
+    add.abort();
     // Left as the crash left it: without recovery this would leak.
     assert_eq!(host_local_ips(&data_dir, NET).len(), 1);
     assert_eq!(dirs.intents().len(), 1);

@@ -14,7 +14,9 @@
 //! (`CNID_DEADLINE_MS` in its environment), the rollback runs after it
 //! exited, and only an orphan still running at its deadline is killed, with
 //! a warning that the rollback repeats. A restart killed during that wait
-//! finds the same orphans and waits again.
+//! finds the same orphans and waits again. Meanwhile the restart serves
+//! everything else (issue 35: it served nothing, not even `/v1/health`):
+//! only the orphan's container, and its netns and ifname, wait.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,8 @@ struct Late {
     finished: PathBuf,
     pid_file: PathBuf,
     helper_file: PathBuf,
+    /// `DEL <container> <CNI_ARGS>` per DEL, in order.
+    dels: PathBuf,
 }
 
 impl Late {
@@ -51,6 +55,7 @@ impl Late {
         let finished = dirs.data.join("finished");
         let pid_file = dirs.data.join("late.pid");
         let helper_file = dirs.data.join("helper.pid");
+        let dels = dirs.data.join("dels");
         let gate = Gate::new(dirs.root());
         dirs.plugin(
             "late",
@@ -64,13 +69,14 @@ ADD)
   touch {res}/"$CNI_CONTAINERID"
   echo "$CNI_CONTAINERID" >> {finished}
   echo '{{"cniVersion":"1.0.0"}}';;
-DEL) rm -f {res}/"$CNI_CONTAINERID";;
+DEL) echo "DEL $CNI_CONTAINERID $CNI_ARGS" >> {dels}; rm -f {res}/"$CNI_CONTAINERID";;
 VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
 esac"#,
                 helper = helper_file.display(),
                 pid = pid_file.display(),
                 res = resources.display(),
                 finished = finished.display(),
+                dels = dels.display(),
                 wait = gate.shell_wait(),
             ),
         );
@@ -85,6 +91,7 @@ esac"#,
             finished,
             pid_file,
             helper_file,
+            dels,
         }
     }
 
@@ -107,11 +114,11 @@ esac"#,
             read_pid(&self.pid_file).expect("pid"),
             read_pid(&self.helper_file).expect("pid"),
         ]);
+        assert!(!add.is_finished(), "the ADD is held at the gate");
         daemon.kill9();
-        assert!(
-            add.await.expect("task").is_err(),
-            "the ADD's answer was lost"
-        );
+        // The client would send the ADD again to a restart (within its
+        // deadline); the runtime gives up on it here.
+        add.abort();
         assert!(alive(running.plugin()), "the plugin outlived the daemon");
         running
     }
@@ -208,7 +215,7 @@ async fn an_orphaned_plugin_finishes_before_the_restart_rolls_its_add_back() {
     );
 
     let mut daemon = restart_waiting(&late.dirs);
-    // Waiting: the orphan runs, nothing is rolled back, nothing is served.
+    // Waiting: the orphan runs, its ADD is not rolled back.
     assert!(alive(running.plugin()), "the orphan was not stopped");
     assert_eq!(late.dirs.intents(), ["orph:late-1:eth0.json"]);
     late.gate.release();
@@ -259,7 +266,10 @@ async fn an_orphan_still_running_at_its_deadline_is_killed_and_the_rollback_says
         .parse()
         .expect("a number");
     let mut daemon = restart_waiting(&late.dirs);
-    daemon.wait_ready(Duration::from_secs(3) + LOAD_MARGIN * 2);
+    daemon.wait_log(
+        "orphaned plugins of a previous cnid are gone",
+        Duration::from_secs(3) + LOAD_MARGIN * 2,
+    );
     let ready_at = monotonic_ms();
     eventually(Duration::from_secs(30), "the rollback", || {
         late.dirs.intents().is_empty()
@@ -269,7 +279,7 @@ async fn an_orphan_still_running_at_its_deadline_is_killed_and_the_rollback_says
     });
     let log = daemon.log();
     println!(
-        "orphans: ready {} ms after the orphan's deadline; plugin alive {}, finished {:?}",
+        "orphans: settled {} ms after the orphan's deadline; plugin alive {}, finished {:?}",
         ready_at as i64 - deadline as i64,
         alive(running.plugin()),
         fs::read_to_string(&late.finished).unwrap_or_default()
@@ -319,4 +329,148 @@ async fn a_restart_killed_while_it_waits_for_orphans_waits_again() {
     );
     assert!(names(&late.resources).is_empty(), "{}", second.log());
     assert!(second.log().contains("finished=1 killed=0"));
+}
+
+/// A restart that finds an orphan serves at once: `/v1/health` and an ADD
+/// of another container are answered while the orphan is held at its
+/// gate; a DEL of the orphan's attachment waits (queued) until the orphan
+/// finished and its ADD was rolled back, and runs after that rollback.
+///
+/// Regression: the restart served nothing, not even `/v1/health`, until
+/// every orphan was gone (up to its deadline: 60 s by default, 300 s at
+/// most).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_serves_at_once_while_an_orphan_holds_only_its_attachment() {
+    require_root!();
+    let (late, running, daemon, client) = restart_with_an_orphan("late-4").await;
+    let ready = crate::support::daemon::get(&daemon.socket, "/v1/health/ready");
+    let other = AttachmentRequest::new("free-1", "/proc/self/ns/net", "eth1");
+    client
+        .add("free", &other)
+        .await
+        .expect("an ADD of another container is served while the orphan runs");
+    assert!(alive(running.plugin()), "the orphan still runs");
+    assert_eq!(
+        late.dirs.intents(),
+        ["orph:late-4:eth0.json"],
+        "not rolled back yet"
+    );
+
+    // A DEL of the orphan's attachment waits for it.
+    let mut mine = AttachmentRequest::new("late-4", "/proc/self/ns/net", "eth0");
+    mine.cni_args = "OURS=1".into();
+    let del = tokio::spawn({
+        let client = client.clone();
+        async move { client.del(NET, &mine).await }
+    });
+    eventually(Duration::from_secs(30), "the DEL queued", || {
+        queued(&daemon, "late-4", "DEL")
+    });
+    assert!(!del.is_finished(), "the DEL waits for the orphan");
+    assert!(alive(running.plugin()));
+    assert_eq!(
+        fs::read_to_string(&late.dels).unwrap_or_default(),
+        "ADD free-1\n",
+        "no DEL ran while the orphan ran"
+    );
+
+    late.gate.release();
+    del.await
+        .expect("task")
+        .expect("the DEL is answered once the orphan is gone");
+    let dels = fs::read_to_string(&late.dels).unwrap_or_default();
+    println!(
+        "orphans: health {} while the orphan ran; DELs after it: {dels:?}",
+        ready.status
+    );
+    assert_eq!(
+        dels,
+        "ADD free-1\nDEL late-4 \nDEL late-4 OURS=1\n",
+        "the rollback ran first, then the request:\n{}",
+        daemon.log()
+    );
+    assert!(late.dirs.intents().is_empty());
+    assert!(names(&late.resources).is_empty(), "{}", daemon.log());
+    eventually(Duration::from_secs(30), "the summary", || {
+        daemon.log().contains("finished=1 killed=0")
+    });
+}
+
+/// A second network, `free`, of one plugin that passes and appends
+/// `ADD <container>` to the `late` plugin's record of DELs.
+fn free_network(late: &Late) {
+    late.dirs.plugin(
+        "pass",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD) echo "ADD $CNI_CONTAINERID" >> {dels}; echo '{{"cniVersion":"1.0.0"}}';;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+            dels = late.dels.display()
+        ),
+    );
+    late.dirs.conf(
+        "20-free.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "free", "plugins": [{"type": "pass"}]}),
+    );
+}
+
+/// A request of another container on an orphan's netns and ifname waits
+/// for the orphan too, and runs after the orphan's ADD was rolled back
+/// (which tears down what the orphan made there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_on_an_orphans_netns_and_ifname_waits_for_its_rollback() {
+    require_root!();
+    let (late, running, daemon, client) = restart_with_an_orphan("late-5").await;
+    // The orphan's slot: the same netns and ifname, another container.
+    let on_slot = AttachmentRequest::new("slot-1", "/proc/self/ns/net", "eth0");
+    let add = tokio::spawn({
+        let client = client.clone();
+        async move { client.add("free", &on_slot).await }
+    });
+    eventually(
+        Duration::from_secs(30),
+        "the ADD on the slot queued",
+        || queued(&daemon, "slot-1", "ADD"),
+    );
+    assert!(!add.is_finished(), "the ADD waits for the orphan");
+    assert!(alive(running.plugin()));
+
+    late.gate.release();
+    add.await
+        .expect("task")
+        .expect("the ADD on the slot is answered once the orphan is gone");
+    let ran = fs::read_to_string(&late.dels).unwrap_or_default();
+    println!("orphans: after the orphan on the slot: {ran:?}");
+    assert_eq!(
+        ran,
+        "DEL late-5 \nADD slot-1\n",
+        "the orphan's rollback ran first:\n{}",
+        daemon.log()
+    );
+}
+
+/// An orphan of an ADD of `cid` (held at its gate), `free` besides, and a
+/// restart that found it: served while the orphan runs (it cannot end).
+async fn restart_with_an_orphan(cid: &str) -> (Late, Running, Daemon, cnid::client::Client) {
+    let late = Late::new();
+    free_network(&late);
+    let running = late.orphan(cid, None).await;
+    let mut daemon = restart_waiting(&late.dirs);
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    let client = daemon.client().await;
+    (late, running, daemon, client)
+}
+
+/// Whether `container` has a `verb` queued in the daemon.
+fn queued(daemon: &Daemon, container: &str, verb: &str) -> bool {
+    let ops = crate::support::daemon::get(
+        &daemon.socket,
+        &format!("/v1/operations?containerId={container}"),
+    );
+    ops.json()["operations"].as_array().is_some_and(|a| {
+        a.iter()
+            .any(|o| o["verb"] == verb && o["state"] == "queued")
+    })
 }

@@ -278,6 +278,10 @@ async fn kill_9_at_random_moments_leaks_nothing() {
             tokio::time::sleep(Duration::from_micros(rng.below(120_000))).await;
             daemon.kill9();
             kills += 1;
+            // The requests in flight are sent again by the client to the
+            // restart (those cnid cannot have acted on, and those cut off
+            // before an answer): it answers them.
+            daemon = Daemon::start(&dirs, &[]);
             while let Some(done) = in_flight.join_next().await {
                 let done = done.expect("op task");
                 settle(
@@ -289,7 +293,6 @@ async fn kill_9_at_random_moments_leaks_nothing() {
                     done,
                 );
             }
-            daemon = Daemon::start(&dirs, &[]);
             client = daemon.client().await;
             restarts += 1;
         }

@@ -1,9 +1,11 @@
 //! Kill and restart soak (issue 27's reproduction): rounds of concurrent
 //! ADDs on the real bridge + host-local chain, each in a namespace of its
-//! own, `kill -9` of cnid, an immediate restart, a DEL of every container;
-//! after each round host-local's dataDir must hold no reservation (empty
-//! files included), the bridge no port (no veth), no namespace an `eth0`,
-//! and every restart must have succeeded.
+//! own, `kill -9` of cnid, an immediate restart, a DEL of every container
+//! sent at once (while cnid is down or restarting: the client waits for
+//! it); every DEL must be answered 2xx, and after each round host-local's
+//! dataDir must hold no reservation (empty files included), the bridge no
+//! port (no veth), no namespace an `eth0`, and every restart must have
+//! succeeded.
 //!
 //! The chain is `[bridge (host-local IPAM), gate]`; the gate plugin passes
 //! through, except in the rounds that hold every ADD in it, which makes
@@ -12,16 +14,19 @@
 //! - `random`: the kill comes 0 to 200 ms after the ADDs were sent (inside
 //!   bridge or host-local, between plugins, or after the answers);
 //! - `gated`: the ADDs held in the gate plugin; the restart finds them
-//!   orphaned and waits; the gate opens; they finish and are rolled back;
+//!   orphaned, serves (health) while they run, and holds the DELs of
+//!   their containers; the gate opens; they finish, are rolled back, and
+//!   the DELs run;
 //! - `gated, killed while waiting`: as `gated`, and the restart itself is
-//!   killed while it waits for the orphans, then restarted again;
+//!   killed while it waits for the orphans (the DELs already sent to it),
+//!   then restarted again;
 //! - `gated, released before the restart`: the orphans finish with no
 //!   daemon at all (or while the restart finds them);
 //! - `random, restart killed`: as `random`, then the restart is killed 0
-//!   to 30 ms after it began (lock, orphan scan, recovery), and started
-//!   once more.
+//!   to 30 ms after it began (lock, orphan scan, recovery) while the DELs
+//!   are on their way, and started once more.
 //!
-//! Size: 8 rounds by default (`make test`), 80 with `SOAK_SCALE=full`
+//! Size: 8 rounds by default (`make test`), 200 with `SOAK_SCALE=full`
 //! (`make soak`), `SOAK_RESTART_ROUNDS=N` sets it; `SOAK_RESTART_KINDS`
 //! picks the kinds (see [`kinds`]). `SOAK_SEED` replays a run (the seed is
 //! printed).
@@ -88,7 +93,7 @@ fn rounds() -> usize {
             .unwrap_or_else(|_| panic!("bad SOAK_RESTART_ROUNDS {n:?}"));
     }
     match std::env::var("SOAK_SCALE").as_deref() {
-        Ok("full") => 80,
+        Ok("full") => 200,
         _ => 8,
     }
 }
@@ -175,6 +180,7 @@ async fn kill_9_and_immediate_restart_with_the_real_chain_leaks_no_reservation()
     let mut restart_kills = 0usize;
     let mut kill_delays_ms: Vec<u64> = Vec::new();
     let mut copies_after_reap: Vec<String> = Vec::new();
+    let mut dels_ok = 0usize;
     let started = Instant::now();
 
     for round in 0..rounds {
@@ -208,60 +214,112 @@ async fn kill_9_and_immediate_restart_with_the_real_chain_leaks_no_reservation()
         }
         daemon.kill9();
         copies_after_reap.extend(lock_holders(&lock));
-        while let Some(ok) = adds.join_next().await {
-            if ok.expect("ADD task") {
-                answered += 1;
-            } else {
-                lost += 1;
+        // The runtime gives up on its ADDs (a client sends a request cut
+        // off by a restart again; dropped here, so that the DELs below
+        // come after whatever of them reached the restart).
+        adds.abort_all();
+        while let Some(r) = adds.join_next().await {
+            match r {
+                Ok(true) => answered += 1,
+                _ => lost += 1,
             }
         }
-        daemon = match kind {
-            Kind::Random => Daemon::start(&dirs, &[]),
+        // The DELs go out at once, while cnid is down or restarting (the
+        // clients wait for it), in every kind of round; each must be
+        // answered 2xx.
+        let send_dels = |round: usize| {
+            let socket = dirs.socket.clone();
+            let reqs: Vec<AttachmentRequest> = namespaces
+                .iter()
+                .enumerate()
+                .map(|(i, ns)| AttachmentRequest::new(format!("r{round}-{i}"), ns.path(), "eth0"))
+                .collect();
+            tokio::spawn(async move {
+                let client = Client::connect(&socket).await;
+                let mut dels = tokio::task::JoinSet::new();
+                for req in reqs {
+                    let client = client
+                        .as_ref()
+                        .map_err(|e| cni_core::error::Chain(e).to_string())
+                        .cloned();
+                    dels.spawn(async move {
+                        let id = req.container_id.clone();
+                        let r = match client {
+                            Ok(c) => c
+                                .del_raw(NET, &req)
+                                .await
+                                .map(|r| r.status)
+                                .map_err(|e| cni_core::error::Chain(&e).to_string()),
+                            Err(e) => Err(format!("connect: {e}")),
+                        };
+                        (id, r)
+                    });
+                }
+                let mut out = Vec::new();
+                while let Some(r) = dels.join_next().await {
+                    out.push(r.expect("DEL task"));
+                }
+                out
+            })
+        };
+        let (next, dels) = match kind {
+            Kind::Random => {
+                let d = Daemon::spawn_with(&dirs, &[], |_| {});
+                (d, send_dels(round))
+            }
             Kind::RandomRestartKilled => {
                 let mut first = Daemon::spawn_with(&dirs, &[], |_| {});
+                let dels = send_dels(round);
                 std::thread::sleep(Duration::from_micros(rng.below(30_000)));
                 first.kill9();
                 restart_kills += 1;
                 restarts += 1;
-                Daemon::start(&dirs, &[])
+                (Daemon::spawn_with(&dirs, &[], |_| {}), dels)
             }
             Kind::Gated => {
                 let mut d = Daemon::spawn_with(&dirs, &[], |_| {});
                 d.wait_log(WAITING, Duration::from_secs(30));
-                gate.as_ref().expect("gate").release();
+                // Served while the orphans run; the DELs wait for them.
                 d.wait_ready(Duration::from_secs(30));
-                d
+                let dels = send_dels(round);
+                gate.as_ref().expect("gate").release();
+                (d, dels)
             }
             Kind::GatedKilledWhileWaiting => {
                 let mut first = Daemon::spawn_with(&dirs, &[], |_| {});
                 first.wait_log(WAITING, Duration::from_secs(30));
+                let dels = send_dels(round);
                 first.kill9();
                 kills_while_waiting += 1;
                 restarts += 1;
                 let mut d = Daemon::spawn_with(&dirs, &[], |_| {});
                 d.wait_log(WAITING, Duration::from_secs(30));
                 gate.as_ref().expect("gate").release();
-                d.wait_ready(Duration::from_secs(30));
-                d
+                (d, dels)
             }
             Kind::GatedReleasedBeforeRestart => {
                 gate.as_ref().expect("gate").release();
-                Daemon::start(&dirs, &[])
+                (Daemon::spawn_with(&dirs, &[], |_| {}), send_dels(round))
             }
         };
+        daemon = next;
         restarts += 1;
+        let answers = dels.await.expect("DELs");
+        let failed: Vec<&(String, Result<u16, String>)> = answers
+            .iter()
+            .filter(|(_, r)| !matches!(r, Ok(s) if (200..300).contains(s)))
+            .collect();
+        assert!(
+            failed.is_empty() && answers.len() == ADDS,
+            "round {round} ({kind:?}): DELs not answered 2xx: {failed:?}\n{}",
+            daemon.log()
+        );
+        dels_ok += answers.len();
+        daemon.wait_ready(Duration::from_secs(30));
         if gate.is_some() {
             dirs.plugin("k27gate", PASS);
         }
-
-        // DEL of everything, as the runtime does after its failed ADDs.
         let client = daemon.client().await;
-        for (i, ns) in namespaces.iter().enumerate() {
-            let req = AttachmentRequest::new(format!("r{round}-{i}"), ns.path(), "eth0");
-            if let Err(e) = client.del(NET, &req).await {
-                panic!("round {round} ({kind:?}): DEL of r{round}-{i}: {e}");
-            }
-        }
         recovery_over(
             &dirs,
             &client,
@@ -321,7 +379,7 @@ async fn kill_9_and_immediate_restart_with_the_real_chain_leaks_no_reservation()
     println!(
         "restart soak: {rounds} rounds in {:.1}s; {} kills of cnid ({} while all {ADDS} ADDs were inside the gate plugin, \
          {} at random 0-200 ms after the ADDs: {kill_delays_ms:?} ms; {kills_while_waiting} while a restart waited for orphans, \
-         {restart_kills} 0-30 ms into a restart), {restarts} restarts, all succeeded",
+         {restart_kills} 0-30 ms into a restart), {restarts} restarts, all succeeded; DELs sent at once, answered 2xx: {dels_ok}",
         elapsed.as_secs_f64(),
         rounds + kills_while_waiting + restart_kills,
         kills_in_gate,

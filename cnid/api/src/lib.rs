@@ -1,6 +1,7 @@
 //! The wire types of cnid's HTTP API (version 1), shared by the daemon
 //! (`cnid::daemon`), its typed client (`cnid::client`), `cnid-shim` and
-//! cnitool; and [`decode`], the daemon's request decoding and validation.
+//! cnitool; [`decode`], the daemon's request decoding and validation; and
+//! [`retry`], when the clients send a request again while cnid restarts.
 //! `cnid/API.md` documents every endpoint. The crate is pure (cni-core,
 //! serde, serde_json, thiserror: no async runtime, no I/O); `cnid`
 //! re-exports it as `cnid::api` and [`decode`] as `cnid::decode`. Its fuzz
@@ -14,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod decode;
+pub mod retry;
 
 use cni_core::stdin::GcAttachment;
 use cni_core::{CapabilityArgs, CniArgs, RuntimeConf};
@@ -146,6 +148,26 @@ pub struct AttachmentRequest {
 }
 
 impl AttachmentRequest {
+    /// Whether attachment `a` was made with this request's parameters: the
+    /// same netns, the same `CNI_ARGS` pairs in any order (go-cni builds
+    /// them from a map), the same capability arguments. What a client
+    /// checks before it takes a 409 "already attached" to an ADD sent
+    /// again (a retry, or after cnid restarted) for that ADD's answer.
+    pub fn made(&self, a: &AttachmentInfo) -> bool {
+        let pairs = |s: &str| {
+            CniArgs::parse(s).map(|a| {
+                let mut p = a.0;
+                p.sort();
+                p
+            })
+        };
+        let args_same = match (pairs(&a.cni_args), pairs(&self.cni_args)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => a.cni_args == self.cni_args,
+        };
+        a.netns == self.netns && args_same && a.capability_args == self.capability_args
+    }
+
     /// A request for this container, netns and interface.
     pub fn new(
         container_id: impl Into<String>,

@@ -166,7 +166,10 @@ fn histograms(socket: &Path) -> anyhow::Result<std::collections::BTreeMap<String
         "/metrics",
         &[],
         None,
-        std::time::Duration::from_secs(30),
+        (
+            std::time::Duration::from_secs(30),
+            std::time::Duration::from_secs(30),
+        ),
     )?;
     anyhow::ensure!(ans.status == 200, "GET /metrics: HTTP {}", ans.status);
     let text = String::from_utf8_lossy(&ans.body);

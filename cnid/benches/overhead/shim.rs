@@ -81,7 +81,7 @@ fn direct(socket: &Path, network: &str, verb: &str, container: &str) -> anyhow::
         &path,
         &[("x-request-id", "bench-direct")],
         Some(&body),
-        Duration::from_secs(90),
+        (Duration::from_secs(90), Duration::from_secs(60)),
     )?;
     if !(200..300).contains(&ans.status) {
         bail!(

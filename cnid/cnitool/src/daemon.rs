@@ -22,7 +22,12 @@
 //! reached, the code is 5 (I/O failure).
 //!
 //! A connection is opened by the first request, not before, so a command
-//! that stays local never touches the socket.
+//! that stays local never touches the socket. A cnid that restarts
+//! meanwhile (or is down when the command starts and comes back within
+//! the request's deadline, `CNI_TIMEOUT` or cnid's default) is not a
+//! failure: the client sends again what cnid cannot have acted on
+//! (`cnid::client`'s module docs); a socket file that stays missing for a
+//! second is a cnid that is not running, reported as such.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -7,6 +7,15 @@
 //! a connection pool and hyper would only add start-up time and memory (see
 //! `BENCHMARKS.md`, "cnid-shim").
 //!
+//! # Restarts
+//! A restart of cnid is not an error: [`request`] sends a request again,
+//! with a short backoff and within its deadline, by the rules of
+//! `cnid_api::retry` (the same as `cnid::client`'s): when cnid cannot have
+//! acted on it, and at most 3 times when the connection ended before any
+//! answer. An ADD sent again that cnid refuses as attached is answered by
+//! the shim with that attachment's result when its parameters are the
+//! same.
+//!
 //! # Caveats
 //! - The deadline bounds each blocking read and write, not their sum: a
 //!   peer trickling one byte per read could stretch it. cnid answers in one
@@ -22,6 +31,7 @@ use std::time::{Duration, Instant};
 
 /// The largest answer (head and body) read.
 pub const MAX_ANSWER: usize = 4 * 1024 * 1024;
+use cnid_api::retry::{Failure, Retries};
 
 /// An answer: status, headers (names lower-cased) and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,16 +124,50 @@ impl std::error::Error for HttpError {
 
 /// Sends `method path` with an optional JSON body and extra headers on a
 /// new connection to `socket`, and reads the whole answer, whatever its
-/// status. `timeout` bounds connecting, each write and each read.
+/// status; sent again while cnid restarts (module docs) for up to
+/// `retry_for` (the request's deadline). `timeout` bounds it all: the
+/// retries, and connecting, each write and each read of the last attempt.
 pub fn request(
     socket: &Path,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
-    timeout: Duration,
+    (timeout, retry_for): (Duration, Duration),
 ) -> Result<Answer, HttpError> {
     let started = Instant::now();
+    let mut retries = Retries::new(timeout.min(retry_for));
+    loop {
+        let left = timeout.saturating_sub(started.elapsed());
+        let (e, failure) = match attempt(socket, method, path, headers, body, left) {
+            Ok(answer) => return Ok(answer),
+            // The whole deadline, not what was left of it.
+            Err((HttpError::Timeout { socket, .. }, _)) => {
+                return Err(HttpError::Timeout {
+                    socket,
+                    after: timeout,
+                });
+            }
+            Err(failed) => failed,
+        };
+        match retries.next(failure) {
+            Some(pause) => std::thread::sleep(pause),
+            None => return Err(e),
+        }
+    }
+}
+
+/// One attempt of [`request`], with whether it may be made again.
+fn attempt(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Answer, (HttpError, Failure)> {
+    let started = Instant::now();
+    let no = |e: HttpError| (e, Failure::Final);
     let closed = |what: String| HttpError::Closed {
         socket: socket.to_owned(),
         what,
@@ -132,10 +176,18 @@ pub fn request(
         socket: socket.to_owned(),
         after: timeout,
     };
-    let mut stream = UnixStream::connect(socket).map_err(|source| HttpError::Connect {
-        socket: socket.to_owned(),
-        source,
+    let mut stream = UnixStream::connect(socket).map_err(|source| {
+        let failure = Failure::of_connect(source.kind());
+        (
+            HttpError::Connect {
+                socket: socket.to_owned(),
+                source,
+            },
+            failure,
+        )
     })?;
+    // Reset or a broken pipe before any answer byte: not read.
+    let unread = |e: &io::Error| Failure::of_exchange(e.kind());
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: cnid\r\nConnection: close\r\n");
     for (k, v) in headers {
         head.push_str(k);
@@ -168,45 +220,60 @@ pub fn request(
         }
     };
     stream
-        .set_write_timeout(Some(remaining(started).ok_or_else(timed_out)?))
-        .map_err(io_err)?;
-    stream.write_all(&out).map_err(io_err)?;
+        .set_write_timeout(Some(remaining(started).ok_or_else(timed_out).map_err(no)?))
+        .map_err(|e| no(io_err(e)))?;
+    stream.write_all(&out).map_err(|e| {
+        let retry = unread(&e);
+        (io_err(e), retry)
+    })?;
 
     let mut buf: Vec<u8> = Vec::with_capacity(8 * 1024);
     let mut chunk = [0u8; 8 * 1024];
     loop {
-        if let Some(answer) = parse(&buf, false).map_err(|what| HttpError::Malformed {
-            socket: socket.to_owned(),
-            what,
-        })? {
+        if let Some(answer) = parse(&buf, false)
+            .map_err(|what| HttpError::Malformed {
+                socket: socket.to_owned(),
+                what,
+            })
+            .map_err(no)?
+        {
             return Ok(answer);
         }
         if buf.len() > MAX_ANSWER {
-            return Err(HttpError::Malformed {
+            return Err(no(HttpError::Malformed {
                 socket: socket.to_owned(),
                 what: format!("answer larger than {MAX_ANSWER} bytes"),
-            });
+            }));
         }
-        let left = remaining(started).ok_or_else(timed_out)?;
-        stream.set_read_timeout(Some(left)).map_err(io_err)?;
+        let left = remaining(started).ok_or_else(timed_out).map_err(no)?;
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| no(io_err(e)))?;
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io_err(e)),
+            Err(e) if buf.is_empty() => {
+                let retry = unread(&e);
+                return Err((io_err(e), retry));
+            }
+            Err(e) => return Err(no(io_err(e))),
         };
         if n == 0 {
             // End of stream: complete only if the body is close-delimited.
             return match parse(&buf, true) {
                 Ok(Some(answer)) => Ok(answer),
-                Ok(None) if buf.is_empty() => Err(closed("closed without answering".into())),
-                Ok(None) => Err(closed(format!(
+                Ok(None) if buf.is_empty() => Err((
+                    closed("closed without answering".into()),
+                    Failure::Unanswered,
+                )),
+                Ok(None) => Err(no(closed(format!(
                     "closed after {} bytes of an incomplete answer",
                     buf.len()
-                ))),
-                Err(what) => Err(HttpError::Malformed {
+                )))),
+                Err(what) => Err(no(HttpError::Malformed {
                     socket: socket.to_owned(),
                     what,
-                }),
+                })),
             };
         }
         buf.extend_from_slice(&chunk[..n]);
@@ -369,7 +436,7 @@ mod tests {
             "/v1/health",
             &[],
             None,
-            Duration::from_millis(200),
+            (Duration::from_millis(200), Duration::from_millis(200)),
         )
         .unwrap_err();
         assert!(matches!(e, HttpError::Timeout { .. }), "{e}");
@@ -377,7 +444,15 @@ mod tests {
         assert!(e.to_string().contains("within 200ms"), "{e}");
         drop(listener);
         std::fs::remove_file(&socket).unwrap();
-        let e = request(&socket, "GET", "/", &[], None, Duration::from_secs(1)).unwrap_err();
+        let e = request(
+            &socket,
+            "GET",
+            "/",
+            &[],
+            None,
+            (Duration::from_secs(1), Duration::ZERO),
+        )
+        .unwrap_err();
         assert!(matches!(e, HttpError::Connect { .. }), "{e}");
         assert!(e.to_string().contains("silent.sock"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();

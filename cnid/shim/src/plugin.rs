@@ -48,7 +48,7 @@ use std::time::Duration;
 use cni_core::error::code;
 use cni_core::result::CniResult;
 use cni_core::version::PluginInfo;
-use cni_core::{CniArgs, Command, ErrorObject, Version};
+use cni_core::{Command, ErrorObject, Version};
 use serde::Serialize;
 
 use super::conf::ShimConf;
@@ -291,7 +291,7 @@ impl Shim<'_> {
             path,
             &headers,
             body,
-            self.conf.answer_timeout(),
+            (self.conf.answer_timeout(), self.conf.timeout),
         )
         .map_err(|e| self.unreachable(&e))
     }
@@ -488,22 +488,10 @@ impl Shim<'_> {
     }
 }
 
-/// Whether an attachment was made with the parameters of `req`: the same
-/// netns, the same `CNI_ARGS` pairs in any order (go-cni builds them from a
-/// map), the same capability arguments.
+/// Whether an attachment was made with the parameters of `req` (netns,
+/// `CNI_ARGS` as a set of pairs, capability arguments).
 pub fn same_parameters(a: &AttachmentInfo, req: &AttachmentRequest) -> bool {
-    let pairs = |s: &str| {
-        CniArgs::parse(s).map(|a| {
-            let mut p = a.0;
-            p.sort();
-            p
-        })
-    };
-    let args_same = match (pairs(&a.cni_args), pairs(&req.cni_args)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => a.cni_args == req.cni_args,
-    };
-    a.netns == req.netns && args_same && a.capability_args == req.capability_args
+    req.made(a)
 }
 
 fn fmt_duration(d: Duration) -> String {

@@ -232,7 +232,8 @@ fn get_json<T: serde::de::DeserializeOwned>(
     path: &str,
     timeout: Duration,
 ) -> Result<T, String> {
-    let ans = http::request(socket, "GET", path, &[], None, timeout).map_err(|e| e.to_string())?;
+    let ans = http::request(socket, "GET", path, &[], None, (timeout, timeout))
+        .map_err(|e| e.to_string())?;
     if ans.status != 200 {
         let why = cni_core::ErrorObject::decode(&ans.body)
             .map(|e| e.to_string())

@@ -2,7 +2,7 @@
 //! their own (never on the request's task, so a client that goes away
 //! cannot stop an operation half way).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,6 +82,17 @@ pub(crate) struct Engine {
     pub(crate) drift: super::checker::DriftView,
     /// The slots of operations running plugins in a burst (`pace`).
     pub(crate) pace: super::pace::Pace,
+    /// Rollbacks of unfinished ADDs queued by this start (their request
+    /// ids).
+    pub(crate) recoveries: std::sync::atomic::AtomicUsize,
+}
+
+/// An ADD that never completed, found at start: its intent and its
+/// configuration.
+#[derive(Debug)]
+pub(crate) struct Unfinished {
+    intent: Box<Intent>,
+    list: Arc<NetworkConfigList>,
 }
 
 /// The wire form of a sandbox's merged result.
@@ -137,7 +148,16 @@ fn sandbox_result(m: &MultiResult) -> SandboxResult {
 impl Engine {
     /// Queues an operation and starts what must run it.
     pub(crate) fn submit(self: &Arc<Self>, new: NewOp) -> Result<Waiter, ApiError> {
-        let (waiter, start) = self.sched.enqueue(new)?;
+        self.submit_at(new, false)
+    }
+
+    /// [`Engine::submit`]; `first`: ahead of its container's queue.
+    fn submit_at(self: &Arc<Self>, new: NewOp, first: bool) -> Result<Waiter, ApiError> {
+        let (waiter, start) = if first {
+            self.sched.enqueue_first(new)?
+        } else {
+            self.sched.enqueue(new)?
+        };
         match start {
             Start::Nothing => {}
             Start::Driver(cid) => {
@@ -628,14 +648,15 @@ impl Engine {
     }
 
     /// At start: DELs every ADD that never completed, in the queue ahead of
-    /// any request. Returns how many were queued.
-    ///
-    /// `orphans` says which plugins of the dead daemon had to be killed at
-    /// their deadlines: the rollback of such an attachment says so.
+    /// any request, except those of the containers an orphaned plugin of
+    /// the dead daemon still works on (its container, or its netns and
+    /// ifname): those are returned, by the orphan's container, for
+    /// [`Engine::release_orphaned`] once that orphan is gone. Returns how
+    /// many were queued, and the deferred ones.
     pub(crate) fn recover(
         self: &Arc<Self>,
-        orphans: &super::orphans::Settled,
-    ) -> std::io::Result<usize> {
+        orphans: &[super::orphans::Orphan],
+    ) -> std::io::Result<(usize, HashMap<String, Vec<Unfinished>>)> {
         // Before any request: no ADD is recording its intent yet.
         match self.intents.remove_leftovers() {
             Ok(0) => {}
@@ -647,6 +668,7 @@ impl Engine {
         }
         let found = self.intents.scan()?;
         let mut n = 0;
+        let mut deferred: HashMap<String, Vec<Unfinished>> = HashMap::new();
         for f in found {
             let (path, intent) = match f {
                 IntentFile::Intent(p, i) => (p, i),
@@ -662,45 +684,137 @@ impl Engine {
                     continue;
                 }
             };
-            let killed = orphans.killed_for(&intent.rt.container_id, &intent.rt.ifname);
-            if killed {
-                tracing::warn!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
-                    "found an ADD that never completed, whose plugin was killed at its deadline; deleting it \
-                     (what the killed plugin left half made, such as an empty host-local reservation, may stay: docs/reliability.md)");
-            } else {
-                tracing::warn!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
-                    "found an ADD that never completed (daemon killed?); deleting it");
+            let rt = &intent.rt;
+            // The orphan working on it: its own container's, or one on its
+            // netns and ifname (whose container's queue then holds it too).
+            let orphan = orphans
+                .iter()
+                .find(|o| o.container_id == rt.container_id)
+                .or_else(|| {
+                    orphans.iter().find(|o| {
+                        !o.container_id.is_empty()
+                            && !o.netns.is_empty()
+                            && o.netns == rt.netns
+                            && o.ifname == rt.ifname
+                    })
+                });
+            let unfinished = Unfinished { intent, list };
+            match orphan {
+                Some(o) => {
+                    if o.container_id != unfinished.intent.rt.container_id {
+                        self.sched
+                            .hold_with(&o.container_id, &unfinished.intent.rt.container_id);
+                    }
+                    tracing::warn!(network = %unfinished.intent.network, container = %unfinished.intent.rt.container_id,
+                        ifname = %unfinished.intent.rt.ifname, orphan_pgid = o.pid,
+                        "found an ADD that never completed (daemon killed?); deleting it once the orphaned plugin is gone");
+                    deferred
+                        .entry(o.container_id.clone())
+                        .or_default()
+                        .push(unfinished);
+                }
+                None => {
+                    if self.queue_rollback(unfinished, false, false).is_some() {
+                        n += 1;
+                    }
+                }
             }
-            let deadline = Instant::now() + self.deadlines.defaults.del;
-            // Another container's attachment on the netns and ifname (made
-            // by another tool while we were down): the interface is its;
-            // the rollback runs without the netns, as the library's own
-            // rollback does (`cni_async::ops`), and releases only what the
-            // cut ADD held.
-            let mut rt = intent.rt.clone();
-            if self.check_netns_owner
-                && let Some(owner) = self.owners.others(&rt).into_iter().find(|o| !o.in_progress)
-            {
-                tracing::warn!(network = %intent.network, container = %rt.container_id, ifname = %rt.ifname,
-                    owner = %owner.container_id, owner_network = %owner.network,
-                    "the netns and interface belong to another container's attachment; rolling back without the netns");
-                rt.netns = String::new();
+        }
+        Ok((n, deferred))
+    }
+
+    /// The orphans of a held container (`""`: the hold of everything) are
+    /// gone: the rollbacks of its unfinished ADDs go first in their queues,
+    /// then the hold ends and the queues run. `killed`: an orphan of it
+    /// was killed at its deadline.
+    pub(crate) fn release_orphaned(
+        self: &Arc<Self>,
+        container_id: &str,
+        unfinished: Vec<Unfinished>,
+        killed: bool,
+    ) {
+        let rollbacks: Vec<_> = unfinished
+            .into_iter()
+            .filter_map(|u| self.queue_rollback(u, killed, true))
+            .collect();
+        let (start, with) = self.sched.release(container_id);
+        self.start_drivers(start);
+        if with.is_empty() {
+            return;
+        }
+        // Other containers' requests on the orphan's netns and ifname run
+        // after its rollbacks, as they would have after a rollback that
+        // claimed the slot before they came.
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            for r in rollbacks {
+                let _ = r.await;
             }
-            // Otherwise the rollback is an operation on its netns and
-            // ifname like any other: claimed (whatever is there: it must
-            // run), so another container's request there gets 409 until it
-            // is done, instead of running at once on the interface the
-            // rollback tears down.
-            let claim = self
-                .check_netns_owner
-                .then(|| {
-                    self.owners
-                        .admit([(intent.network.as_str(), &rt)], true)
-                        .ok()
-                })
-                .flatten();
-            let waiter = self.submit(NewOp {
-                request_id: format!("recovery-{}", n + 1),
+            let start = this.sched.release_with(with);
+            this.start_drivers(start);
+        });
+    }
+
+    fn start_drivers(self: &Arc<Self>, containers: Vec<String>) {
+        for cid in containers {
+            let this = self.clone();
+            self.tracker.spawn(async move { this.drive(cid).await });
+        }
+    }
+
+    /// Queues the DEL of an ADD that never completed (`first`: ahead of
+    /// what its container's held queue has). Returns whether it was
+    /// queued: the task that waits for it, then logs its outcome.
+    fn queue_rollback(
+        self: &Arc<Self>,
+        u: Unfinished,
+        killed: bool,
+        first: bool,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let Unfinished { intent, list } = u;
+        if killed {
+            tracing::warn!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
+                "found an ADD that never completed, whose plugin was killed at its deadline; deleting it \
+                 (what the killed plugin left half made, such as an empty host-local reservation, may stay: docs/reliability.md)");
+        } else {
+            tracing::warn!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
+                "found an ADD that never completed (daemon killed?); deleting it");
+        }
+        let deadline = Instant::now() + self.deadlines.defaults.del;
+        // Another container's attachment on the netns and ifname (made
+        // by another tool while we were down): the interface is its;
+        // the rollback runs without the netns, as the library's own
+        // rollback does (`cni_async::ops`), and releases only what the
+        // cut ADD held.
+        let mut rt = intent.rt.clone();
+        if self.check_netns_owner
+            && let Some(owner) = self.owners.others(&rt).into_iter().find(|o| !o.in_progress)
+        {
+            tracing::warn!(network = %intent.network, container = %rt.container_id, ifname = %rt.ifname,
+                owner = %owner.container_id, owner_network = %owner.network,
+                "the netns and interface belong to another container's attachment; rolling back without the netns");
+            rt.netns = String::new();
+        }
+        // Otherwise the rollback is an operation on its netns and
+        // ifname like any other: claimed (whatever is there: it must
+        // run), so another container's request there gets 409 until it
+        // is done, instead of running at once on the interface the
+        // rollback tears down.
+        let claim = self
+            .check_netns_owner
+            .then(|| {
+                self.owners
+                    .admit([(intent.network.as_str(), &rt)], true)
+                    .ok()
+            })
+            .flatten();
+        let n = self
+            .recoveries
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let waiter = self.submit_at(
+            NewOp {
+                request_id: format!("recovery-{n}"),
                 network: intent.network.clone(),
                 version: list.version(),
                 work: Work::Del {
@@ -710,33 +824,33 @@ impl Engine {
                 deadline,
                 claim,
                 trace: Default::default(),
-            });
-            let metrics = self.metrics.clone();
-            match waiter {
-                Ok(w) => {
-                    self.tracker.spawn(async move {
-                        let out = w.wait().await;
-                        match out.as_ref() {
-                            Ok(_) => {
-                                metrics.recovered_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                tracing::info!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
-                                    plugin_killed_at_deadline = killed, "unfinished ADD rolled back");
-                            }
-                            Err(e) => {
-                                metrics.recovered_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                tracing::error!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
-                                    error = %e.error.msg, "cannot roll back an unfinished ADD; it stays recorded and is retried at the next start or by a DEL");
-                            }
+            },
+            first,
+        );
+        let metrics = self.metrics.clone();
+        match waiter {
+            Ok(w) => {
+                Some(self.tracker.spawn(async move {
+                    let out = w.wait().await;
+                    match out.as_ref() {
+                        Ok(_) => {
+                            metrics.recovered_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            tracing::info!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
+                                plugin_killed_at_deadline = killed, "unfinished ADD rolled back");
                         }
-                    });
-                    n += 1;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e.error.msg, "cannot queue the rollback of an unfinished ADD")
-                }
+                        Err(e) => {
+                            metrics.recovered_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            tracing::error!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
+                                error = %e.error.msg, "cannot roll back an unfinished ADD; it stays recorded and is retried at the next start or by a DEL");
+                        }
+                    }
+                }))
+            }
+            Err(e) => {
+                tracing::error!(error = %e.error.msg, "cannot queue the rollback of an unfinished ADD");
+                None
             }
         }
-        Ok(n)
     }
 
     /// Before an operation on an attachment whose record this start kept

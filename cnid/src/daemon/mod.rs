@@ -19,7 +19,7 @@
 //! - `memory`: glibc's allocator tuned, free heap trimmed after a burst;
 //! - `intents`: durable ADD intents (crash safety); `orphans`: plugins a
 //!   killed daemon left running, waited for (until their deadlines) at the
-//!   next start;
+//!   next start while only their containers' queues wait;
 //! - `networks`: the loaded conf dir and its reloading (inotify, SIGHUP);
 //! - `metrics`: Prometheus text, per-plugin timing via a wrapping executor;
 //! - `auth`: the peer policy; `listen`: the socket and systemd; `error`:
@@ -41,7 +41,8 @@
 //!   and `CNID_STATE_DIR` (the canonical state dir) and `CNID_DEADLINE_MS`
 //!   are added: a restart after a crash lets the plugins still running with
 //!   that mark finish within their deadlines (and kills those that do not)
-//!   before it rolls back unfinished ADDs (`orphans`).
+//!   before it rolls back their unfinished ADDs (`orphans`); it serves
+//!   everything else meanwhile.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cnid::daemon::Error> {
@@ -416,7 +417,9 @@ fn warn_missing_plugin_dirs(dirs: &[std::path::PathBuf]) {
 /// (`open_journal`), process tuning and signals, the networks, the
 /// plugin executor and `Cni` (`build_cni`), the socket
 /// (`take_listener`), the engine, what must happen before any request
-/// (`before_requests`), the stale-attachment reaper (`start_reaper`),
+/// (`before_requests`: the orphans found and their containers held, the
+/// owners, the rollbacks queued, the orphans' settling started in the
+/// background), the stale-attachment reaper (`start_reaper`),
 /// the conf dir watcher, the background tasks and the HTTP server
 /// (`start_serving`), readiness (`announce_ready`), then the shutdown
 /// (`shut_down`).
@@ -465,8 +468,9 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         stale: reaper::StaleView::default(),
         drift: checker::DriftView::default(),
         pace: pace::Pace::new(config.plugin_slots),
+        recoveries: std::sync::atomic::AtomicUsize::new(0),
     });
-    before_requests(&engine, &config, &mark).await;
+    before_requests(&engine, &config, &mark, &stop).await;
     start_reaper(&engine, &config, &tracker, &stop).await;
     if let Some(every) = config.check_every {
         tracing::info!(
@@ -595,22 +599,28 @@ fn take_listener(config: &Config) -> Result<(UnixListener, Option<PathBuf>), Err
 }
 
 /// What must be done before any request is served: the plugins a killed
-/// predecessor left running finish (or are killed), the owners table is
-/// read, and the ADDs that never completed are queued for their rollback.
-async fn before_requests(engine: &Arc<engine::Engine>, config: &Config, mark: &str) {
-    // Plugins a killed predecessor left running would race the recovery:
-    // they finish first (within their deadlines).
-    let settled = orphans::settle_orphans(mark, RawExec::DEFAULT_KILL_GRACE).await;
-    if !settled.finished.is_empty() || !settled.killed.is_empty() {
-        tracing::warn!(
-            finished = settled.finished.len(),
-            killed = settled.killed.len(),
-            "orphaned plugins of a previous cnid are gone"
-        );
+/// predecessor left running are found and their containers held, the
+/// owners table is read, and the ADDs that never completed are queued for
+/// their rollback, first in their containers' queues; those an orphan
+/// works on wait (held) until it is gone, in a task of their own, while
+/// everything else is served.
+async fn before_requests(
+    engine: &Arc<engine::Engine>,
+    config: &Config,
+    mark: &str,
+    stop: &CancellationToken,
+) {
+    // Plugins a killed predecessor left running would race the recovery
+    // and the requests on their attachments: those wait for them.
+    let found = orphans::find_orphans(mark).await;
+    for o in &found {
+        if let Some(key) = orphans::hold_key(o) {
+            engine.sched.hold(key, &o.netns, &o.ifname);
+        }
     }
-    // Who owns which netns and ifname, before any request and
-    // after the orphans (which may have waited long): the rollbacks keep off
-    // other containers' interfaces (each admission then reads what changed).
+    // Who owns which netns and ifname, before any request: the rollbacks
+    // keep off other containers' interfaces (each admission then reads
+    // what changed).
     if config.check_netns_owner
         && let Err(e) = engine.owners.refresh().await
     {
@@ -628,12 +638,51 @@ async fn before_requests(engine: &Arc<engine::Engine>, config: &Config, mark: &s
             engine.owners.insert(&rec.network_name, &rt);
         }
     }
-    // Unfinished ADDs go first in their containers' queues.
-    match engine.recover(&settled) {
-        Ok(0) => {}
-        Ok(n) => tracing::warn!(count = n, "rolling back ADDs that never completed"),
-        Err(e) => tracing::error!(error = %e, "cannot scan the ADD intents"),
+    // Unfinished ADDs go first in their containers' queues; an orphan's
+    // once it is gone.
+    let mut deferred = match engine.recover(&found) {
+        Ok((n, deferred)) => {
+            if n > 0 {
+                tracing::warn!(count = n, "rolling back ADDs that never completed");
+            }
+            deferred
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot scan the ADD intents");
+            Default::default()
+        }
+    };
+    if found.is_empty() {
+        return;
     }
+    // Each held container is released when its last orphan is gone.
+    let mut left: std::collections::HashMap<String, (usize, bool)> = Default::default();
+    for o in &found {
+        if let Some(key) = orphans::hold_key(o) {
+            left.entry(key.to_owned()).or_default().0 += 1;
+        }
+    }
+    let engine = engine.clone();
+    let stop = stop.clone();
+    engine.tracker.clone().spawn(async move {
+        orphans::settle(found, RawExec::DEFAULT_KILL_GRACE, stop, |o, killed| {
+            let Some(key) = orphans::hold_key(o) else {
+                return;
+            };
+            let Some(entry) = left.get_mut(key) else {
+                return;
+            };
+            entry.0 -= 1;
+            entry.1 |= killed;
+            if entry.0 == 0 {
+                let killed = entry.1;
+                left.remove(key);
+                let unfinished = deferred.remove(key).unwrap_or_default();
+                engine.release_orphaned(key, unfinished, killed);
+            }
+        })
+        .await;
+    });
 }
 
 /// The stale-attachment reaper: its pass at start over the attachments an

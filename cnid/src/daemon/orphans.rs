@@ -16,32 +16,45 @@
 //!   `CNID_DEADLINE_MS=<its deadline>` (`CLOCK_MONOTONIC`, in ms: the same
 //!   clock in every process of this boot, and orphans never outlive a
 //!   boot) in the environment of every plugin the daemon runs;
-//! - [`settle_orphans`], called at start while the state dir is locked (so
-//!   no other live daemon uses it) and before recovery or any request,
-//!   finds every plugin still running with that mark: a process that leads
-//!   its own process group but not a session of its own (a plugin, as we
-//!   start them) and is not a zombie. Each one may run until its recorded
-//!   deadline, as it could have under the dead daemon; one still running
-//!   then gets what the executor gives a plugin at its deadline (SIGTERM
-//!   to its group, SIGKILL after a grace), with a warning naming it. Only
-//!   when all of them are gone does the recovery run. A plugin without a
-//!   recorded deadline (started by an older cnid) is stopped at once.
+//! - [`find_orphans`], called at start while the state dir is locked (so
+//!   no other live daemon uses it) and before any plugin runs, finds every
+//!   plugin still running with that mark: a process that leads its own
+//!   process group but not a session of its own (a plugin, as we start
+//!   them) and is not a zombie. The start holds the queue of each one's
+//!   container (and its netns and ifname; a GC's orphan holds every
+//!   container's queue: its network is not known) and defers the rollback
+//!   of that container's unfinished ADDs, then serves everything else;
+//! - [`settle`], a task of the running daemon, lets each orphan run until
+//!   its recorded deadline, as it could have under the dead daemon; one
+//!   still running then gets what the executor gives a plugin at its
+//!   deadline (SIGTERM to its group, SIGKILL after a grace), with a
+//!   warning naming it. When the last orphan of a container is gone, that
+//!   container's deferred rollbacks go first in its queue and the hold
+//!   ends (`Engine::release_orphaned`). A plugin without a recorded
+//!   deadline (started by an older cnid) is stopped at once.
 //!
 //! A process a plugin started in a session of its own (`setsid`: a daemon
 //! started on purpose) is not a group leader outside its session and is
 //! left alone; so is what a plugin left behind in its group after the
 //! plugin itself exited (its verb was over), as the executor does.
 //!
-//! A start that finds orphans waits for them before it serves (requests
-//! that connect meanwhile wait in the socket's backlog): at most the
-//! longest deadline left, plus the grace; in practice the few
+//! So a start that finds orphans serves at once: health, readiness and
+//! every container no orphan works on. Requests on an orphan's container
+//! (or its netns and ifname) queue behind it, within their deadlines: at
+//! most the longest deadline left, plus the grace; in practice the few
 //! milliseconds a plugin still needed. A start killed during that wait
-//! finds the same orphans, with the same deadlines, at the next one.
+//! finds the same orphans, with the same deadlines, and the same
+//! unfinished ADDs, at the next one.
 //!
 //! # Caveats
 //! Linux only (`/proc`). The mark is visible to plugins, like the rest of
 //! the daemon's environment they inherit. A leader is recognised by its pid
 //! and start time, so a pid reused while we wait is never taken for it.
+//! A group is signalled only while it is seen alive (a pid stays taken
+//! while it names a live group); the new daemon's own plugins run
+//! meanwhile, so a group that died between that check and the signal
+//! would need its pid reused at once (a full wrap of the pid space) for
+//! the signal to reach one of ours.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -176,6 +189,8 @@ pub(crate) struct Orphan {
     pub(crate) command: String,
     pub(crate) container_id: String,
     pub(crate) ifname: String,
+    /// `CNI_NETNS`.
+    pub(crate) netns: String,
     /// The plugin's binary (its `argv[0]`).
     pub(crate) plugin: String,
 }
@@ -225,6 +240,7 @@ fn orphan(pid: u32, entry: &[u8]) -> Option<Orphan> {
         command: var("CNI_COMMAND").unwrap_or_default(),
         container_id: var("CNI_CONTAINERID").unwrap_or_default(),
         ifname: var("CNI_IFNAME").unwrap_or_default(),
+        netns: var("CNI_NETNS").unwrap_or_default(),
         plugin,
     })
 }
@@ -250,17 +266,7 @@ fn signal(groups: &[u32], sig: Signal) {
     }
 }
 
-async fn wait_gone(groups: &mut Vec<u32>, until: Instant) {
-    loop {
-        groups.retain(|g| group_alive(*g));
-        if groups.is_empty() || Instant::now() >= until {
-            return;
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// What [`settle_orphans`] found and did.
+/// What [`settle`] saw: the orphans that finished, and those killed.
 #[derive(Debug, Default)]
 pub(crate) struct Settled {
     /// The plugins that finished on their own, within their deadline.
@@ -270,85 +276,132 @@ pub(crate) struct Settled {
     pub(crate) killed: Vec<Orphan>,
 }
 
-impl Settled {
-    /// Whether a plugin of this attachment's operation was killed.
-    pub(crate) fn killed_for(&self, container_id: &str, ifname: &str) -> bool {
-        self.killed
-            .iter()
-            .any(|o| o.container_id == container_id && o.ifname == ifname)
-    }
-}
-
-/// Waits for the plugins a dead daemon of this state dir left running:
-/// each may finish until its recorded deadline; one still running then (or
-/// with no deadline recorded) is killed as the executor kills a plugin at
-/// its deadline: SIGTERM to its process group, SIGKILL after `grace`.
-/// Returns when all are gone (or, after a SIGKILL they survive, bounded).
+/// The plugins a dead daemon of this state dir left running (a scan of
+/// `/proc`).
 ///
 /// Call it only while holding the state dir's lock and before running any
 /// plugin: every marked plugin is then an orphan.
-pub(crate) async fn settle_orphans(value: &str, grace: Duration) -> Settled {
+pub(crate) async fn find_orphans(value: &str) -> Vec<Orphan> {
     let found = tokio::task::spawn_blocking({
         let value = value.to_owned();
         move || find(&value)
     })
     .await
     .unwrap_or_default();
-    let mut settled = Settled::default();
-    if found.is_empty() {
-        return settled;
-    }
-    let now = monotonic_ms();
-    let longest_ms = found
-        .iter()
-        .map(|o| o.deadline_ms.map_or(0, |d| d.saturating_sub(now)))
-        .max()
-        .unwrap_or(0);
-    tracing::warn!(pgids = ?found.iter().map(|o| o.pid).collect::<Vec<_>>(), longest_ms,
-        "waiting for orphaned plugins of a previous cnid (killed while they ran) to finish within their deadlines");
-    let mut running = found;
-    loop {
+    if !found.is_empty() {
         let now = monotonic_ms();
-        let mut overdue = Vec::new();
-        running.retain(|o| {
-            if !o.alive() {
-                settled.finished.push(o.clone());
-                false
-            } else if o.overdue(now) {
-                overdue.push(o.clone());
-                false
-            } else {
-                true
+        let longest_ms = found
+            .iter()
+            .map(|o| o.deadline_ms.map_or(0, |d| d.saturating_sub(now)))
+            .max()
+            .unwrap_or(0);
+        tracing::warn!(pgids = ?found.iter().map(|o| o.pid).collect::<Vec<_>>(), longest_ms,
+            containers = ?found.iter().map(|o| o.container_id.as_str()).collect::<Vec<_>>(),
+            "waiting for orphaned plugins of a previous cnid (killed while they ran) to finish within their deadlines; \
+             their containers wait, the rest is served");
+    }
+    found
+}
+
+/// What an orphan holds until it is gone: its container's queue (and its
+/// netns and ifname); `""` for a GC (its network is not known here, and
+/// a GC may delete what another operation on it makes): every
+/// container's; `None` for what changes nothing (STATUS, VERSION).
+pub(crate) fn hold_key(o: &Orphan) -> Option<&str> {
+    if !o.container_id.is_empty() {
+        Some(&o.container_id)
+    } else if o.command == "GC" {
+        Some("")
+    } else {
+        None
+    }
+}
+
+/// Where an orphan is in its settling.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Running, before its deadline.
+    Running,
+    /// Sent SIGTERM at its deadline (its group), at this instant.
+    Terminated(Instant),
+    /// Sent SIGKILL after the grace, at this instant.
+    Killed(Instant),
+}
+
+/// Waits for the orphans [`find_orphans`] found: each may finish until
+/// its recorded deadline; one still running then (or with none recorded)
+/// is killed as the executor kills a plugin at its deadline: SIGTERM to
+/// its process group, SIGKILL after `grace`. `gone(orphan, killed)` is
+/// called for each once it is gone (a killed one: once its group is, or
+/// bounded after SIGKILL), so that its container can be released while
+/// the others still run. Returns what it saw, or `None` when `stop` came
+/// first (the next start finds those still running, with the same
+/// deadlines).
+pub(crate) async fn settle(
+    found: Vec<Orphan>,
+    grace: Duration,
+    stop: tokio_util::sync::CancellationToken,
+    mut gone: impl FnMut(&Orphan, bool),
+) -> Option<Settled> {
+    let mut settled = Settled::default();
+    let mut running: Vec<(Orphan, Phase)> =
+        found.into_iter().map(|o| (o, Phase::Running)).collect();
+    loop {
+        let now_ms = monotonic_ms();
+        let now = Instant::now();
+        let mut left = Vec::with_capacity(running.len());
+        for (o, phase) in running {
+            match phase {
+                Phase::Running if !o.alive() => {
+                    gone(&o, false);
+                    settled.finished.push(o);
+                }
+                Phase::Running if o.overdue(now_ms) => {
+                    tracing::warn!(pgid = o.pid, plugin = %o.plugin, command = %o.command, container = %o.container_id, ifname = %o.ifname,
+                        deadline_recorded = o.deadline_ms.is_some(),
+                        "orphaned plugin still running at its deadline: killing its process group; \
+                         what it left half made may outlive the rollback (docs/reliability.md)");
+                    signal(&[o.pid], Signal::SIGTERM);
+                    left.push((o, Phase::Terminated(now)));
+                }
+                Phase::Running => left.push((o, phase)),
+                Phase::Terminated(_) | Phase::Killed(_) if !group_alive(o.pid) => {
+                    gone(&o, true);
+                    settled.killed.push(o);
+                }
+                Phase::Terminated(at) if now.duration_since(at) >= grace => {
+                    tracing::warn!(
+                        pgid = o.pid,
+                        "orphaned plugin survived SIGTERM; sending SIGKILL"
+                    );
+                    signal(&[o.pid], Signal::SIGKILL);
+                    left.push((o, Phase::Killed(now)));
+                }
+                Phase::Killed(at) if now.duration_since(at) >= KILL_WAIT => {
+                    tracing::error!(pgid = o.pid, "orphaned plugin still alive after SIGKILL");
+                    gone(&o, true);
+                    settled.killed.push(o);
+                }
+                _ => left.push((o, phase)),
             }
-        });
-        for o in &overdue {
-            tracing::warn!(pgid = o.pid, plugin = %o.plugin, command = %o.command, container = %o.container_id, ifname = %o.ifname,
-                deadline_recorded = o.deadline_ms.is_some(),
-                "orphaned plugin still running at its deadline: killing its process group; \
-                 what it left half made may outlive the rollback (docs/reliability.md)");
         }
-        signal(
-            &overdue.iter().map(|o| o.pid).collect::<Vec<_>>(),
-            Signal::SIGTERM,
-        );
-        settled.killed.extend(overdue);
+        running = left;
         if running.is_empty() {
             break;
         }
-        tokio::time::sleep(POLL).await;
+        tokio::select! {
+            () = tokio::time::sleep(POLL) => {}
+            () = stop.cancelled() => return None,
+        }
     }
-    // The killed ones' groups: SIGKILL after the grace.
-    let mut left: Vec<u32> = settled.killed.iter().map(|o| o.pid).collect();
-    wait_gone(&mut left, Instant::now() + grace).await;
-    if !left.is_empty() {
-        tracing::warn!(pgids = ?left, "orphaned plugins survived SIGTERM; sending SIGKILL");
-        signal(&left, Signal::SIGKILL);
-        wait_gone(&mut left, Instant::now() + KILL_WAIT).await;
+    if !settled.finished.is_empty() || !settled.killed.is_empty() {
+        tracing::warn!(
+            finished = settled.finished.len(),
+            killed = settled.killed.len(),
+            "orphaned plugins of a previous cnid are gone"
+        );
     }
-    if !left.is_empty() {
-        tracing::error!(pgids = ?left, "orphaned plugins still alive after SIGKILL");
-    }
-    settled
+    Some(settled)
 }
 
 #[cfg(test)]

@@ -28,6 +28,13 @@
 //! - **Cancellation**: an operation leaves the queue when every request
 //!   waiting for it is gone (client disconnected) or timed out. Once it has
 //!   started it runs to the end (ADD: to its end or its rollback).
+//! - **Holds**: at a start after a crash, the containers whose operation a
+//!   plugin of the dead daemon still runs (`orphans`) are held: their
+//!   operations queue, and none starts, until the start releases them
+//!   (the orphan is gone and its ADD's rollback was put first in the
+//!   queue, [`Scheduler::enqueue_first`]). A request of another container
+//!   on a held orphan's netns and ifname holds its container too, until
+//!   that orphan's release. Every other container runs meanwhile.
 //!
 //! Every wait is on an operation that arrived earlier (container queue,
 //! gate) or on a running operation (semaphore), so there is no cycle and no
@@ -142,6 +149,49 @@ struct SchedState {
     containers: HashMap<String, VecDeque<Arc<Op>>>,
     /// Queued and running operations, by id (arrival order).
     ops: BTreeMap<u64, Arc<Op>>,
+    /// The containers whose driver runs.
+    driving: std::collections::HashSet<String>,
+    /// Held containers: their queue waits for [`Scheduler::release`].
+    held: std::collections::HashSet<String>,
+    /// Held (netns, ifname) slots and the container holding each: a
+    /// request of another container there is held with it.
+    held_slots: Vec<HeldSlot>,
+    /// Everything held (an orphan whose attachment is unknown: a GC).
+    hold_all: bool,
+}
+
+/// A netns and ifname an orphan works on, and the containers held with it.
+#[derive(Debug)]
+struct HeldSlot {
+    netns: String,
+    ifname: String,
+    holder: String,
+    with: Vec<String>,
+}
+
+impl SchedState {
+    fn is_held(&self, container_id: &str) -> bool {
+        self.hold_all || self.held.contains(container_id)
+    }
+
+    /// Holds `cid` too when `rt` is on a held slot of another container.
+    fn hold_on_slot(&mut self, cid: &str, rt: &RuntimeConf) {
+        if rt.netns.is_empty() {
+            return;
+        }
+        let mut hold = false;
+        for slot in &mut self.held_slots {
+            if slot.holder != cid && slot.netns == rt.netns && slot.ifname == rt.ifname {
+                if !slot.with.iter().any(|c| c == cid) {
+                    slot.with.push(cid.to_owned());
+                }
+                hold = true;
+            }
+        }
+        if hold {
+            self.held.insert(cid.to_owned());
+        }
+    }
 }
 
 /// The scheduler (see the module docs).
@@ -199,6 +249,21 @@ impl Scheduler {
     /// Queues an operation; returns the waiter for its outcome and what to
     /// start. Refused with 503 once shutdown began.
     pub(crate) fn enqueue(self: &Arc<Self>, new: NewOp) -> Result<(Waiter, Start), ApiError> {
+        self.enqueue_at(new, false)
+    }
+
+    /// Queues an operation first in its container's queue, ahead of what
+    /// is queued there (the rollback of an orphan's ADD at its release:
+    /// the container is held, so nothing of its queue has started).
+    pub(crate) fn enqueue_first(self: &Arc<Self>, new: NewOp) -> Result<(Waiter, Start), ApiError> {
+        self.enqueue_at(new, true)
+    }
+
+    fn enqueue_at(self: &Arc<Self>, new: NewOp, first: bool) -> Result<(Waiter, Start), ApiError> {
+        let slots: Vec<Option<RuntimeConf>> = match &new.work {
+            Work::Sandbox { networks, .. } => networks.iter().map(|n| Some(n.rt.clone())).collect(),
+            w => vec![w.runtime_conf().cloned()],
+        };
         let mut st = self.state();
         if !st.accepting {
             return Err(ApiError::shutting_down());
@@ -211,7 +276,7 @@ impl Scheduler {
         let periodic = matches!(new.work, Work::PeriodicCheck { .. });
         let coalescable = matches!(new.work, Work::Del { .. });
         // Coalesce a DEL with an identical DEL at the tail of its queue.
-        if let (Command::Del, Some(rt), true) = (verb, rt.as_ref(), coalescable)
+        if let (Command::Del, Some(rt), true, false) = (verb, rt.as_ref(), coalescable, first)
             && let Some(tail) = st
                 .containers
                 .get(&rt.container_id)
@@ -258,20 +323,27 @@ impl Scheduler {
         let waiter = Waiter::new(self.clone(), op.clone(), new.deadline, false);
         let mut superseded = Vec::new();
         let start = match &op.attachment {
-            Some((cid, _)) => match st.containers.get_mut(cid) {
-                Some(q) => {
-                    if !background {
-                        superseded.extend(q.iter().filter(|o| o.periodic).cloned());
+            Some((cid, _)) => {
+                if !st.held_slots.is_empty() {
+                    for rt in slots.iter().flatten() {
+                        st.hold_on_slot(cid, rt);
                     }
-                    q.push_back(op.clone());
-                    Start::Nothing
                 }
-                None => {
-                    st.containers
-                        .insert(cid.clone(), VecDeque::from([op.clone()]));
+                let q = st.containers.entry(cid.clone()).or_default();
+                if !background {
+                    superseded.extend(q.iter().filter(|o| o.periodic).cloned());
+                }
+                if first {
+                    q.push_front(op.clone());
+                } else {
+                    q.push_back(op.clone());
+                }
+                if st.is_held(cid) || !st.driving.insert(cid.clone()) {
+                    Start::Nothing
+                } else {
                     Start::Driver(cid.clone())
                 }
-            },
+            }
             None if verb == Command::Gc => {
                 // The gate is requested now, on arrival: operations that
                 // start after this point wait for GC.
@@ -316,9 +388,18 @@ impl Scheduler {
     ) -> Option<(Arc<Op>, Option<GateTicket>)> {
         let mut st = self.state();
         loop {
-            let q = st.containers.get_mut(container_id)?;
+            if st.is_held(container_id) {
+                // Its queue waits for the release, which starts a driver.
+                st.driving.remove(container_id);
+                return None;
+            }
+            let Some(q) = st.containers.get_mut(container_id) else {
+                st.driving.remove(container_id);
+                return None;
+            };
             let Some(op) = q.pop_front() else {
                 st.containers.remove(container_id);
+                st.driving.remove(container_id);
                 return None;
             };
             if lock(&op.state).phase != OpPhase::Queued {
@@ -330,6 +411,108 @@ impl Scheduler {
             let ticket = self.gates.request(&op.network, GateKind::Shared);
             return Some((op, Some(ticket)));
         }
+    }
+
+    /// Holds a container (an orphaned plugin runs its operation) and the
+    /// orphan's netns and ifname (`netns` empty: none); with no container
+    /// (an orphan of a GC), everything is held.
+    pub(crate) fn hold(&self, container_id: &str, netns: &str, ifname: &str) {
+        let mut st = self.state();
+        if container_id.is_empty() {
+            st.hold_all = true;
+            return;
+        }
+        st.held.insert(container_id.to_owned());
+        if !netns.is_empty() {
+            st.held_slots.push(HeldSlot {
+                netns: netns.to_owned(),
+                ifname: ifname.to_owned(),
+                holder: container_id.to_owned(),
+                with: Vec::new(),
+            });
+        }
+    }
+
+    /// Holds `container_id` with the orphan holding `holder` (an unfinished
+    /// ADD of it on that orphan's netns and ifname): released with it.
+    pub(crate) fn hold_with(&self, holder: &str, container_id: &str) {
+        let mut st = self.state();
+        let slot = match st.held_slots.iter_mut().find(|s| s.holder == holder) {
+            Some(s) => s,
+            None => {
+                st.held_slots.push(HeldSlot {
+                    netns: String::new(),
+                    ifname: String::new(),
+                    holder: holder.to_owned(),
+                    with: Vec::new(),
+                });
+                st.held_slots.last_mut().expect("just pushed")
+            }
+        };
+        if !slot.with.iter().any(|c| c == container_id) {
+            slot.with.push(container_id.to_owned());
+        }
+        st.held.insert(container_id.to_owned());
+    }
+
+    /// Releases a held container (`""`: the hold of everything): returns
+    /// the containers whose driver must start now, and those held with it
+    /// on its slots, which [`Scheduler::release_with`] releases (after
+    /// the container's rollbacks, which come first on those slots).
+    pub(crate) fn release(&self, container_id: &str) -> (Vec<String>, Vec<String>) {
+        let mut st = self.state();
+        if container_id.is_empty() {
+            st.hold_all = false;
+            let all: Vec<String> = st.containers.keys().cloned().collect();
+            return (Self::startable(&mut st, all), Vec::new());
+        }
+        st.held.remove(container_id);
+        let (mine, others): (Vec<HeldSlot>, Vec<HeldSlot>) = std::mem::take(&mut st.held_slots)
+            .into_iter()
+            .partition(|s| s.holder == container_id);
+        st.held_slots = others;
+        let mut with: Vec<String> = mine.into_iter().flat_map(|s| s.with).collect();
+        with.sort();
+        with.dedup();
+        (
+            Self::startable(&mut st, vec![container_id.to_owned()]),
+            with,
+        )
+    }
+
+    /// Releases the containers [`Scheduler::release`] returned as held
+    /// with it, unless another orphan's slot holds them still; returns
+    /// those whose driver must start now.
+    pub(crate) fn release_with(&self, with: Vec<String>) -> Vec<String> {
+        let mut st = self.state();
+        let mut freed = Vec::new();
+        for c in with {
+            let still = st
+                .held_slots
+                .iter()
+                .any(|s| s.holder == c || s.with.contains(&c));
+            if !still {
+                st.held.remove(&c);
+                freed.push(c);
+            }
+        }
+        Self::startable(&mut st, freed)
+    }
+
+    /// Of `candidates`, those not held, with queued operations and no
+    /// driver: marked driven, to be started by the caller.
+    fn startable(st: &mut SchedState, candidates: Vec<String>) -> Vec<String> {
+        let mut start = Vec::new();
+        for c in candidates {
+            if st.is_held(&c) || st.driving.contains(&c) {
+                continue;
+            }
+            if st.containers.get(&c).is_some_and(|q| !q.is_empty()) {
+                st.driving.insert(c.clone());
+                start.push(c);
+            }
+        }
+        start
     }
 
     /// Waits for the gate and a permit while the operation is queued, then
@@ -668,6 +851,48 @@ mod tests {
         assert!(e.error.msg.contains("periodic CHECK dropped"), "{e:?}");
         let verbs: Vec<String> = s.list(Some("c1")).into_iter().map(|o| o.verb).collect();
         assert_eq!(verbs, ["DEL", "DEL"]);
+    }
+
+    #[tokio::test]
+    async fn a_held_container_waits_and_its_rollback_goes_first() {
+        let s = sched(4);
+        s.hold("c1", "/run/netns/a", "eth0");
+        let (w1, start) = s.enqueue(del("c1", "n")).unwrap();
+        assert!(matches!(start, Start::Nothing), "held: no driver");
+        // Another container on the orphan's netns and ifname: held with it.
+        let mut on_slot = del("c2", "n");
+        on_slot.work = Work::Del {
+            list: None,
+            rt: RuntimeConf::new("c2", "/run/netns/a", "eth0"),
+        };
+        let (_w2, start) = s.enqueue(on_slot).unwrap();
+        assert!(
+            matches!(start, Start::Nothing),
+            "held with the orphan's slot"
+        );
+        // Anything else runs.
+        let (_w3, start) = s.enqueue(del("c3", "n")).unwrap();
+        assert!(matches!(start, Start::Driver(ref c) if c == "c3"));
+        // A driver that runs meanwhile finds nothing to do.
+        assert!(s.next_for("c1").is_none());
+        // The rollback goes ahead of the request that came first.
+        let mut rollback = del("c1", "m");
+        rollback.request_id = "recovery-1".into();
+        let (_wr, start) = s.enqueue_first(rollback).unwrap();
+        assert!(matches!(start, Start::Nothing));
+        let (start, with) = s.release("c1");
+        assert_eq!(
+            (start, with),
+            (vec!["c1".to_owned()], vec!["c2".to_owned()])
+        );
+        let (op, _) = s.next_for("c1").unwrap();
+        assert_eq!(op.request_id, "recovery-1");
+        let (op, _) = s.next_for("c1").unwrap();
+        assert_eq!(op.request_id, "r");
+        drop(w1);
+        assert!(s.next_for("c2").is_none(), "still held until release_with");
+        assert_eq!(s.release_with(vec!["c2".into()]), vec!["c2".to_owned()]);
+        assert!(s.next_for("c2").is_some());
     }
 
     #[tokio::test]
