@@ -41,7 +41,10 @@
 //!   crash-point enumeration does).
 //! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to
 //!   `<dir>/corrupt/` with a warning and treated as absent; they are never
-//!   silently trusted and never silently lost.
+//!   silently trusted and never silently lost. An ADD's lock step leaves
+//!   one in place (it may be all that is left of an attachment, which the
+//!   ADD's rollback must then keep, and the next ADD's too) and moves it
+//!   aside only when it writes its own record.
 //! - **Records are checked** against the attachment asked for: file names are
 //!   ambiguous when names contain `-`, the fields inside are not. A record for
 //!   another attachment is left alone.
@@ -434,28 +437,6 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<AttachmentLock, Error> {
-        self.lock_for_add(network, container_id, ifname, timeout, false)
-            .await
-            .map(|(lock, _)| lock)
-    }
-
-    /// [`ResultCache::lock_unused`]; with `fresh`, this attachment's own
-    /// record (or a legacy bare result) is refused too
-    /// ([`Error::AlreadyAttached`]): what an exclusive ADD does
-    /// ([`AddRequest::exclusive`](crate::ops::AddRequest)). The check is
-    /// made under the lock, so of concurrent callers on one attachment,
-    /// each sees what the one before it left. Answers the lock and whether
-    /// the attachment's own record (or a legacy bare result) was there:
-    /// an attachment made before this ADD, which its rollback must leave
-    /// alone.
-    pub(crate) async fn lock_for_add(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-        timeout: Duration,
-        fresh: bool,
-    ) -> Result<(AttachmentLock, bool), Error> {
         let (net, cid, ifn) = (
             network.to_owned(),
             container_id.to_owned(),
@@ -466,7 +447,42 @@ impl ResultCache {
             container_id,
             ifname,
             timeout,
-            move |cache, path| check_not_taken(cache, path, &net, &cid, &ifn, fresh),
+            move |cache, path| check_not_taken(cache, path, (&net, &cid, &ifn), false, false),
+        )
+        .await
+        .map(|(lock, _)| lock)
+    }
+
+    /// [`ResultCache::lock_unused`]; with `fresh`, this attachment's own
+    /// record (or a legacy bare result) is refused too
+    /// ([`Error::AlreadyAttached`]): what an exclusive ADD does
+    /// ([`AddRequest::exclusive`](crate::ops::AddRequest)). The check is
+    /// made under the lock, so of concurrent callers on one attachment,
+    /// each sees what the one before it left. Answers the lock and what of
+    /// the attachment was there ([`Prior`]): an attachment made before
+    /// this ADD, which its rollback must leave alone. Unlike
+    /// [`ResultCache::lock_unused`], a corrupt file is left in place (and
+    /// not refused when `fresh`): [`ResultCache::write_holding`] moves it
+    /// aside once the ADD succeeded.
+    pub(crate) async fn lock_for_add(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+        fresh: bool,
+    ) -> Result<(AttachmentLock, Prior), Error> {
+        let (net, cid, ifn) = (
+            network.to_owned(),
+            container_id.to_owned(),
+            ifname.to_owned(),
+        );
+        self.lock_then(
+            network,
+            container_id,
+            ifname,
+            timeout,
+            move |cache, path| check_not_taken(cache, path, (&net, &cid, &ifn), fresh, true),
         )
         .await
     }
@@ -593,23 +609,32 @@ impl ResultCache {
     /// released only when the write has finished, so no other operation on
     /// the attachment can start before the record is in place. Returns the
     /// lock (unless the blocking task itself was lost) and the outcome.
+    /// With `prior` [`Prior::Corrupt`], the corrupt file the ADD found is
+    /// moved aside first (kept for a human, as a read keeps it).
     pub(crate) async fn write_holding(
         &self,
         rec: &CacheRecord,
         lock: AttachmentLock,
+        prior: Prior,
     ) -> (Option<AttachmentLock>, Result<(), Error>) {
         let path = match self.path(&rec.network_name, &rec.container_id, &rec.if_name) {
             Ok(p) => p,
             Err(e) => return (Some(lock), Err(e)),
         };
         let bytes = rec.encode();
+        let write = move |cache: &ResultCache| {
+            if prior == Prior::Corrupt {
+                move_aside(cache, &path, "corrupt record replaced by an ADD");
+            }
+            write_atomic(cache, &path, &bytes, cache.durable)
+        };
         if self.inline {
-            let r = write_atomic(self, &path, &bytes, self.durable);
+            let r = write(self);
             return (Some(lock), r);
         }
         let this = self.clone();
         let task = tokio::task::spawn_blocking(move || {
-            let r = write_atomic(&this, &path, &bytes, this.durable);
+            let r = write(&this);
             (lock, r)
         });
         match task.await {
@@ -832,29 +857,39 @@ fn move_aside(cache: &ResultCache, path: &Path, reason: &str) {
 enum Slot {
     /// No file.
     Empty,
-    /// A corrupt or symlinked file, moved aside: nothing usable, but maybe
-    /// what is left of an attachment made earlier.
-    MovedAside,
+    /// A corrupt or symlinked file: nothing usable, but maybe what is left
+    /// of an attachment made earlier. Moved aside, unless the reader asked
+    /// to keep it in place.
+    Corrupt,
     /// This attachment's record, or a legacy bare result.
     Ours(CacheEntry),
     /// The record of another attachment whose names collide with ours.
     Theirs(CacheRecord),
 }
 
+/// Reads the file at `path` as seen by one attachment; a corrupt or
+/// symlinked file is moved aside when `move_corrupt`, else left where it
+/// is (an ADD's lock step: see [`Prior::Corrupt`]).
 fn read_slot(
     cache: &ResultCache,
     path: &Path,
     network: &str,
     container_id: &str,
     ifname: &str,
+    move_corrupt: bool,
 ) -> Result<Slot, Error> {
+    let corrupt = |reason: &str| {
+        if move_corrupt {
+            move_aside(cache, path, reason);
+        } else {
+            tracing::warn!(file = %path.display(), %reason, "corrupt cache entry kept in place until an ADD replaces it or a DEL moves it aside");
+        }
+        Ok(Slot::Corrupt)
+    };
     let bytes = match read_nofollow(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Slot::Empty),
-        Err(e) if is_symlink_refusal(&e) => {
-            move_aside(cache, path, "is a symbolic link");
-            return Ok(Slot::MovedAside);
-        }
+        Err(e) if is_symlink_refusal(&e) => return corrupt("is a symbolic link"),
         Err(e) => return Err(io_err(path, "read", e)),
     };
     match CacheEntry::decode(&bytes, &path.display().to_string()) {
@@ -866,27 +901,45 @@ fn read_slot(
             }
         },
         Ok(legacy) => Ok(Slot::Ours(legacy)),
-        Err(e) => {
-            move_aside(cache, path, &e.to_string());
-            Ok(Slot::MovedAside)
-        }
+        Err(e) => corrupt(&e.to_string()),
+    }
+}
+
+/// What an ADD's lock step found of its own attachment
+/// ([`ResultCache::lock_for_add`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Prior {
+    /// No file: nothing of this attachment was recorded.
+    Nothing,
+    /// Its record, or a legacy bare result.
+    Record,
+    /// A corrupt or symlinked file, left in place: no proof that nothing
+    /// is attached, so it must stay as evidence until the ADD succeeds
+    /// (then [`ResultCache::write_holding`] moves it aside) or a DEL moves
+    /// it aside. Moved aside earlier, a failed ADD would leave nothing, and
+    /// the next ADD's rollback would delete what was attached.
+    Corrupt,
+}
+
+impl Prior {
+    /// Something of this attachment was there before the ADD.
+    pub(crate) fn existed(self) -> bool {
+        self != Prior::Nothing
     }
 }
 
 /// The check of [`ResultCache::lock_unused`], on the calling thread.
 /// `Ok` unless `path` holds another attachment's record (or, when
-/// `fresh`, this attachment's own); `Ok(true)` when something of this
-/// attachment was there before (its record, a legacy result, a corrupt
-/// file).
+/// `fresh`, this attachment's own); answers what of this attachment was
+/// there before. A corrupt file is moved aside unless `keep_corrupt`.
 fn check_not_taken(
     cache: &ResultCache,
     path: &Path,
-    network: &str,
-    container_id: &str,
-    ifname: &str,
+    (network, container_id, ifname): (&str, &str, &str),
     fresh: bool,
-) -> Result<bool, Error> {
-    match read_slot(cache, path, network, container_id, ifname)? {
+    keep_corrupt: bool,
+) -> Result<Prior, Error> {
+    match read_slot(cache, path, network, container_id, ifname, !keep_corrupt)? {
         Slot::Theirs(rec) => Err(Error::AttachmentCollision {
             path: path.to_owned(),
             occupant: format!(
@@ -899,10 +952,11 @@ fn check_not_taken(
             container_id: container_id.to_owned(),
             ifname: ifname.to_owned(),
         }),
-        Slot::Empty => Ok(false),
+        Slot::Empty => Ok(Prior::Nothing),
+        Slot::Ours(_) => Ok(Prior::Record),
         // A corrupt record is no proof that nothing was attached: in doubt,
         // the rollback keeps it.
-        Slot::Ours(_) | Slot::MovedAside => Ok(true),
+        Slot::Corrupt => Ok(Prior::Corrupt),
     }
 }
 
@@ -914,9 +968,9 @@ fn read_entry(
     ifname: &str,
 ) -> Result<Option<CacheEntry>, Error> {
     Ok(
-        match read_slot(cache, path, network, container_id, ifname)? {
+        match read_slot(cache, path, network, container_id, ifname, true)? {
             Slot::Ours(entry) => Some(entry),
-            Slot::Empty | Slot::MovedAside | Slot::Theirs(_) => None,
+            Slot::Empty | Slot::Corrupt | Slot::Theirs(_) => None,
         },
     )
 }
