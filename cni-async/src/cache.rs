@@ -196,6 +196,26 @@ impl ResultCache {
         read_entry(self, &path, network, container_id, ifname)
     }
 
+    /// [`ResultCache::read_blocking`], but a corrupt file is left where it
+    /// is (and reads as none): for a check made before an ADD, whose own
+    /// lock step must still find it. Moved aside there, it would be gone
+    /// as evidence that something was attached, and the ADD's rollback
+    /// would delete the attachment.
+    pub fn read_in_place_blocking(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<CacheEntry>, Error> {
+        let path = self.path(network, container_id, ifname)?;
+        Ok(
+            match read_slot(self, &path, network, container_id, ifname, false)? {
+                Slot::Ours(entry) => Some(entry),
+                Slot::Empty | Slot::Corrupt | Slot::Theirs(_) => None,
+            },
+        )
+    }
+
     /// Writes `rec` atomically and durably (temp file, `fsync`, `rename`,
     /// `fsync` of the dir) on the calling thread, whatever
     /// [`ResultCache::with_durable`] says: for restoring a record.
