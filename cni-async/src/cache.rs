@@ -193,7 +193,7 @@ impl ResultCache {
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
         let path = self.path(network, container_id, ifname)?;
-        read_entry(self, &path, network, container_id, ifname)
+        read_entry(self, &path, network, container_id, ifname, true)
     }
 
     /// [`ResultCache::read_blocking`], but a corrupt file is left where it
@@ -208,12 +208,7 @@ impl ResultCache {
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
         let path = self.path(network, container_id, ifname)?;
-        Ok(
-            match read_slot(self, &path, network, container_id, ifname, false)? {
-                Slot::Ours(entry) => Some(entry),
-                Slot::Empty | Slot::Corrupt | Slot::Theirs(_) => None,
-            },
-        )
+        read_entry(self, &path, network, container_id, ifname, false)
     }
 
     /// Writes `rec` atomically and durably (temp file, `fsync`, `rename`,
@@ -519,6 +514,34 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
+        self.lock_and_read_moving(network, container_id, ifname, timeout, true)
+            .await
+    }
+
+    /// [`ResultCache::lock_and_read`], leaving a corrupt file in place
+    /// (read as none): what a CHECK does, which changes nothing. Moved
+    /// aside, it would be gone as evidence that something was attached,
+    /// and a later ADD's rollback would delete the attachment
+    /// ([`Prior::Corrupt`]).
+    pub(crate) async fn lock_and_read_in_place(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+    ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
+        self.lock_and_read_moving(network, container_id, ifname, timeout, false)
+            .await
+    }
+
+    async fn lock_and_read_moving(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+        move_corrupt: bool,
+    ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
         let (net, cid, ifn) = (
             network.to_owned(),
             container_id.to_owned(),
@@ -529,7 +552,7 @@ impl ResultCache {
             container_id,
             ifname,
             timeout,
-            move |cache, path| Ok(read_entry(cache, path, &net, &cid, &ifn)),
+            move |cache, path| Ok(read_entry(cache, path, &net, &cid, &ifn, move_corrupt)),
         )
         .await
     }
@@ -687,7 +710,7 @@ impl ResultCache {
         let this = self.clone();
         blocking(self.inline, move || {
             // Check ownership first: never delete another attachment's record.
-            if read_entry(&this, &path, &net, &cid, &ifn)?.is_none() {
+            if read_entry(&this, &path, &net, &cid, &ifn, true)?.is_none() {
                 return Ok(());
             }
             match this.storage.remove(&path) {
@@ -980,15 +1003,18 @@ fn check_not_taken(
     }
 }
 
+/// This attachment's entry at `path`, if any; a corrupt file reads as
+/// none and is moved aside when `move_corrupt`.
 fn read_entry(
     cache: &ResultCache,
     path: &Path,
     network: &str,
     container_id: &str,
     ifname: &str,
+    move_corrupt: bool,
 ) -> Result<Option<CacheEntry>, Error> {
     Ok(
-        match read_slot(cache, path, network, container_id, ifname, true)? {
+        match read_slot(cache, path, network, container_id, ifname, move_corrupt)? {
             Slot::Ours(entry) => Some(entry),
             Slot::Empty | Slot::Corrupt | Slot::Theirs(_) => None,
         },

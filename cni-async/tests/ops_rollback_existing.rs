@@ -99,9 +99,10 @@ async fn a_failed_add_over_an_existing_record_leaves_the_attachment() {
 
 /// A working attachment whose record turned corrupt, then ADDs run again
 /// over it, each twice (a runtime's retries): exclusive ones (what
-/// `MultiNetwork::setup` and cnid run) and plain ones with rollback. None
-/// may take the attachment down; the DEL that follows still cleans up all
-/// (without prevResult) and moves the corrupt file aside.
+/// `MultiNetwork::setup` and cnid run) and plain ones with rollback, each
+/// after a CHECK (which fails: no usable record). None may take the
+/// attachment down; the DEL that follows still cleans up all (without
+/// prevResult) and moves the corrupt file aside.
 #[tokio::test]
 async fn adds_run_again_over_a_corrupt_record_leave_the_attachment() {
     require_root!();
@@ -138,6 +139,9 @@ async fn adds_run_again_over_a_corrupt_record_leave_the_attachment() {
 
     for how in ["exclusive", "rollback"] {
         for attempt in 0..2 {
+            cni.check_network_list(&list, &rt)
+                .await
+                .expect_err("a CHECK without a usable record");
             let add = cni.add_network_list(&list, &rt);
             let outcome = match how {
                 "exclusive" => add.rollback(true).exclusive().await,
