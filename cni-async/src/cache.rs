@@ -666,10 +666,19 @@ impl ResultCache {
         };
         let bytes = rec.encode();
         let write = move |cache: &ResultCache| {
-            if prior == Prior::Corrupt {
-                move_aside(cache, &path, "corrupt record replaced by an ADD");
+            let aside = (prior == Prior::Corrupt)
+                .then(|| move_aside(cache, &path, "corrupt record replaced by an ADD"))
+                .flatten();
+            let written = write_atomic(cache, &path, &bytes, cache.durable);
+            if let (Err(_), Some(aside)) = (&written, aside) {
+                // The ADD fails unrecorded and is not rolled back: the
+                // corrupt file goes back, the one sign left that something
+                // is attached, for the next ADD's rollback to respect.
+                if let Err(e) = cache.storage.rename(&aside, &path) {
+                    tracing::warn!(file = %aside.display(), error = %e, "corrupt cache entry could not be put back");
+                }
             }
-            write_atomic(cache, &path, &bytes, cache.durable)
+            written
         };
         if self.inline {
             let r = write(self);
@@ -879,20 +888,28 @@ fn write_atomic(cache: &ResultCache, path: &Path, bytes: &[u8], fsync: bool) -> 
     durable::write_atomic_on(storage, path, bytes, 0o600, fsync).map_err(durable_err)
 }
 
-fn move_aside(cache: &ResultCache, path: &Path, reason: &str) {
+/// Moves a corrupt entry to `corrupt/` with a warning; answers where to,
+/// `None` (with a warning) when it could not.
+fn move_aside(cache: &ResultCache, path: &Path, reason: &str) -> Option<PathBuf> {
     match durable::move_aside(&*cache.storage, path, &cache.dir.join(CORRUPT_DIR)) {
-        Ok(target) => tracing::warn!(
-            file = %path.display(),
-            moved_to = %target.display(),
-            %reason,
-            "corrupt cache entry moved aside"
-        ),
-        Err(e) => tracing::warn!(
-            file = %path.display(),
-            %reason,
-            error = %Chain(&e),
-            "corrupt cache entry could not be moved aside"
-        ),
+        Ok(target) => {
+            tracing::warn!(
+                file = %path.display(),
+                moved_to = %target.display(),
+                %reason,
+                "corrupt cache entry moved aside"
+            );
+            Some(target)
+        }
+        Err(e) => {
+            tracing::warn!(
+                file = %path.display(),
+                %reason,
+                error = %Chain(&e),
+                "corrupt cache entry could not be moved aside"
+            );
+            None
+        }
     }
 }
 

@@ -205,6 +205,51 @@ async fn an_exclusive_add_over_a_corrupt_record_moves_it_aside_and_runs() {
     assert_eq!(rig.dir.invocations_of("ADD").len(), 2, "plugins ran again");
 }
 
+/// An exclusive ADD over a corrupt record whose own record cannot be
+/// written (the cache is full) fails without a rollback (the corrupt
+/// record may be all that is left of an attachment) and puts the corrupt
+/// file back where it was: moved aside, it was gone, and the next ADD saw
+/// no record and rolled back, deleting what was attached. Needs root
+/// (mounts a tmpfs).
+#[tokio::test]
+async fn an_add_over_a_corrupt_record_that_cannot_write_puts_the_record_back() {
+    crate::support::require_root!();
+    let rig = two_plugins();
+    let cache = cni_test_support::tmpfs::Tmpfs::mount(&rig.cache_dir);
+    let cni = rig.cni();
+    let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
+    // Everything of the attachment's in place (dirs, lock file), then its
+    // record turns corrupt and the cache fills up.
+    cni.add_network_list(&list(), &rt).await.unwrap();
+    std::fs::create_dir_all(rig.cache_dir.join("corrupt")).unwrap();
+    let file = rig.cache_file("excl", "c1", "eth0");
+    let garbage = b"{\"kind\":\"cniCacheV1\",";
+    std::fs::write(&file, garbage).unwrap();
+    rig.dir.clear_records();
+    cache.fill();
+
+    let err = cni
+        .add_network_list(&list(), &rt)
+        .rollback(true)
+        .exclusive()
+        .await
+        .expect_err("no room for the record");
+    assert!(
+        matches!(&err, Error::Cache { source, .. } if source.raw_os_error() == Some(28)),
+        "{err:?}"
+    );
+    assert_eq!(rig.dir.invocations_of("ADD").len(), 2);
+    assert!(
+        rig.dir.invocations_of("DEL").is_empty(),
+        "rolled back over a corrupt record"
+    );
+    assert_eq!(
+        std::fs::read(&file).expect("the corrupt record is gone"),
+        garbage
+    );
+    assert!(rig.corrupt_files().is_empty(), "{:?}", rig.corrupt_files());
+}
+
 /// A symbolic link at the record's path is never followed, even to a
 /// valid record of this very attachment: it is moved aside (the target is
 /// left alone) and the exclusive ADD runs.
