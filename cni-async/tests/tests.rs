@@ -52,6 +52,7 @@ mod ops_gc_deadline;
 mod ops_gc_failed;
 mod ops_netns_check;
 mod ops_output;
+mod ops_readd_del;
 mod ops_real_chain;
 mod ops_rollback;
 mod ops_rollback_existing;
