@@ -476,8 +476,9 @@ impl ResultCache {
     /// each sees what the one before it left. Answers the lock and what of
     /// the attachment was there ([`Prior`]): an attachment made before
     /// this ADD, which its rollback must leave alone. Unlike
-    /// [`ResultCache::lock_unused`], a corrupt file is left in place (and
-    /// not refused when `fresh`): [`ResultCache::write_holding`] moves it
+    /// [`ResultCache::lock_unused`], a corrupt file is left in place, and
+    /// refused as an attachment when `fresh` (in doubt, it is one; a DEL
+    /// moves it aside): otherwise [`ResultCache::write_holding`] moves it
     /// aside once the ADD succeeded.
     pub(crate) async fn lock_for_add(
         &self,
@@ -917,10 +918,12 @@ fn move_aside(cache: &ResultCache, path: &Path, reason: &str) -> Option<PathBuf>
 enum Slot {
     /// No file.
     Empty,
-    /// A corrupt or symlinked file: nothing usable, but maybe what is left
+    /// A corrupt file: nothing usable, but maybe what is left
     /// of an attachment made earlier. Moved aside, unless the reader asked
     /// to keep it in place.
     Corrupt,
+    /// A symbolic link, always moved aside.
+    Link,
     /// This attachment's record, or a legacy bare result.
     Ours(CacheEntry),
     /// The record of another attachment whose names collide with ours.
@@ -949,7 +952,10 @@ fn read_slot(
     let bytes = match read_nofollow(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Slot::Empty),
-        Err(e) if is_symlink_refusal(&e) => return corrupt("is a symbolic link"),
+        Err(e) if is_symlink_refusal(&e) => {
+            move_aside(cache, path, "is a symbolic link");
+            return Ok(Slot::Link);
+        }
         Err(e) => return Err(io_err(path, "read", e)),
     };
     match CacheEntry::decode(&bytes, &path.display().to_string()) {
@@ -973,7 +979,11 @@ pub(crate) enum Prior {
     Nothing,
     /// Its record, or a legacy bare result.
     Record,
-    /// A corrupt or symlinked file, left in place: no proof that nothing
+    /// A symbolic link, moved aside at once (never followed; neither this
+    /// library nor libcni writes one, so it is no sign of an attachment to
+    /// keep in place), counted as there before all the same.
+    Link,
+    /// A corrupt file, left in place: no proof that nothing
     /// is attached, so it must stay as evidence until the ADD succeeds
     /// (then [`ResultCache::write_holding`] moves it aside) or a DEL moves
     /// it aside. Moved aside earlier, a failed ADD would leave nothing, and
@@ -999,6 +1009,11 @@ fn check_not_taken(
     fresh: bool,
     keep_corrupt: bool,
 ) -> Result<Prior, Error> {
+    let already = || Error::AlreadyAttached {
+        network: network.to_owned(),
+        container_id: container_id.to_owned(),
+        ifname: ifname.to_owned(),
+    };
     match read_slot(cache, path, network, container_id, ifname, !keep_corrupt)? {
         Slot::Theirs(rec) => Err(Error::AttachmentCollision {
             path: path.to_owned(),
@@ -1007,16 +1022,19 @@ fn check_not_taken(
                 rec.network_name, rec.container_id, rec.if_name
             ),
         }),
-        Slot::Ours(_) if fresh => Err(Error::AlreadyAttached {
-            network: network.to_owned(),
-            container_id: container_id.to_owned(),
-            ifname: ifname.to_owned(),
-        }),
+        // In doubt, a corrupt record (kept in place) is an attachment too:
+        // an exclusive ADD that ran over it and succeeded (loopback does,
+        // again and again) would count as made by this call, and a
+        // sandbox's undo would take the working attachment down. A DEL
+        // moves it aside.
+        Slot::Ours(_) if fresh => Err(already()),
+        Slot::Corrupt if fresh && keep_corrupt => Err(already()),
         Slot::Empty => Ok(Prior::Nothing),
         Slot::Ours(_) => Ok(Prior::Record),
         // A corrupt record is no proof that nothing was attached: in doubt,
         // the rollback keeps it.
         Slot::Corrupt => Ok(Prior::Corrupt),
+        Slot::Link => Ok(Prior::Link),
     }
 }
 
@@ -1033,7 +1051,7 @@ fn read_entry(
     Ok(
         match read_slot(cache, path, network, container_id, ifname, move_corrupt)? {
             Slot::Ours(entry) => Some(entry),
-            Slot::Empty | Slot::Corrupt | Slot::Theirs(_) => None,
+            Slot::Empty | Slot::Corrupt | Slot::Link | Slot::Theirs(_) => None,
         },
     )
 }

@@ -177,35 +177,42 @@ async fn an_exclusive_add_over_a_legacy_bare_result_is_refused_and_keeps_it() {
     assert!(rig.corrupt_files().is_empty(), "{:?}", rig.corrupt_files());
 }
 
-/// A corrupt file at the attachment's record is moved aside to
-/// `corrupt/` (as every ADD does) and counts as no record: the exclusive
-/// ADD runs and writes a fresh record; the garbage is kept for a human.
+/// A corrupt file at the attachment's record is, in doubt, an attachment:
+/// an exclusive ADD refuses it as already attached, runs nothing and
+/// leaves the file where it is (evidence for the next ADD too). A plain
+/// ADD runs over it and moves it aside when it writes its own record; a
+/// DEL would have moved it aside too. Then the fresh record is refused.
 #[tokio::test]
-async fn an_exclusive_add_over_a_corrupt_record_moves_it_aside_and_runs() {
+async fn an_exclusive_add_over_a_corrupt_record_is_refused_and_keeps_it() {
     let rig = two_plugins();
     let cni = rig.cni();
     let file = rig.cache_file("excl", "c1", "eth0");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    std::fs::write(&file, b"{\"kind\":\"cniCacheV1\",").unwrap();
+    let garbage = b"{\"kind\":\"cniCacheV1\",";
+    std::fs::write(&file, garbage).unwrap();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
 
+    let refused = cni.add_network_list(&list(), &rt).exclusive().await;
+    assert_already_attached(&refused);
+    assert!(rig.dir.invocations().is_empty(), "a plugin ran");
+    assert_eq!(std::fs::read(&file).unwrap(), garbage, "the file changed");
+    assert!(rig.corrupt_files().is_empty(), "{:?}", rig.corrupt_files());
+
     cni.add_network_list(&list(), &rt)
-        .exclusive()
         .await
-        .expect("an exclusive ADD over a corrupt record");
+        .expect("a plain ADD over a corrupt record");
     assert_eq!(rig.dir.invocations_of("ADD").len(), 2);
     assert_eq!(rig.corrupt_files().len(), 1, "{:?}", rig.corrupt_files());
     let rec = rig
         .cache_json("excl", "c1", "eth0")
         .expect("a fresh record");
     assert_eq!(rec["containerId"], "c1", "{rec}");
-    // And that record is now refused.
     let refused = cni.add_network_list(&list(), &rt).exclusive().await;
     assert_already_attached(&refused);
     assert_eq!(rig.dir.invocations_of("ADD").len(), 2, "plugins ran again");
 }
 
-/// An exclusive ADD over a corrupt record whose own record cannot be
+/// An ADD with rollback over a corrupt record whose own record cannot be
 /// written (the cache is full) fails without a rollback (the corrupt
 /// record may be all that is left of an attachment) and puts the corrupt
 /// file back where it was: moved aside, it was gone, and the next ADD saw
@@ -231,7 +238,6 @@ async fn an_add_over_a_corrupt_record_that_cannot_write_puts_the_record_back() {
     let err = cni
         .add_network_list(&list(), &rt)
         .rollback(true)
-        .exclusive()
         .await
         .expect_err("no room for the record");
     assert!(
