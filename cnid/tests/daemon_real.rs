@@ -159,6 +159,8 @@ async fn adds_over_a_corrupt_record_leave_the_attachment() {
     for attempt in 0..2 {
         let err = client.add(NET, &req_a).await.expect_err("ADD a again");
         let at = format!("#{attempt}: {err}");
+        // In doubt, attached: refused as cnid refuses a recorded one.
+        assert_eq!(err.status(), Some(409), "{at}");
         assert_eq!(
             ns_a.ipv4_addrs("eth0"),
             std::slice::from_ref(&ip_a),
