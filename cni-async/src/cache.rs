@@ -41,10 +41,11 @@
 //!   crash-point enumeration does).
 //! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to
 //!   `<dir>/corrupt/` with a warning and treated as absent; they are never
-//!   silently trusted and never silently lost. An ADD's lock step leaves
-//!   one in place (it may be all that is left of an attachment, which the
-//!   ADD's rollback must then keep, and the next ADD's too) and moves it
-//!   aside only when it writes its own record.
+//!   silently trusted. An ADD's lock step leaves one in place (it may be
+//!   all that is left of an attachment, which the ADD's rollback must then
+//!   keep, and the next ADD's too; an exclusive ADD refuses it), and a
+//!   plain ADD that succeeds replaces it with its own record, with a
+//!   warning.
 //! - **Records are checked** against the attachment asked for: file names are
 //!   ambiguous when names contain `-`, the fields inside are not. A record for
 //!   another attachment is left alone.
@@ -478,8 +479,8 @@ impl ResultCache {
     /// this ADD, which its rollback must leave alone. Unlike
     /// [`ResultCache::lock_unused`], a corrupt file is left in place, and
     /// refused as an attachment when `fresh` (in doubt, it is one; a DEL
-    /// moves it aside): otherwise [`ResultCache::write_holding`] moves it
-    /// aside once the ADD succeeded.
+    /// moves it aside): otherwise [`ResultCache::write_holding`] replaces
+    /// it once the ADD succeeded.
     pub(crate) async fn lock_for_add(
         &self,
         network: &str,
@@ -654,7 +655,7 @@ impl ResultCache {
     /// the attachment can start before the record is in place. Returns the
     /// lock (unless the blocking task itself was lost) and the outcome.
     /// With `prior` [`Prior::Corrupt`], the corrupt file the ADD found is
-    /// moved aside first (kept for a human, as a read keeps it).
+    /// replaced (with a warning); it stays if the write fails.
     pub(crate) async fn write_holding(
         &self,
         rec: &CacheRecord,
@@ -667,17 +668,13 @@ impl ResultCache {
         };
         let bytes = rec.encode();
         let write = move |cache: &ResultCache| {
-            let aside = (prior == Prior::Corrupt)
-                .then(|| move_aside(cache, &path, "corrupt record replaced by an ADD"))
-                .flatten();
+            // A corrupt file found by the lock step is replaced by the
+            // rename, never moved aside first: if the write fails, it stays
+            // as the sign that something is attached (and moving it back
+            // would be one more step a crash can cut).
             let written = write_atomic(cache, &path, &bytes, cache.durable);
-            if let (Err(_), Some(aside)) = (&written, aside) {
-                // The ADD fails unrecorded and is not rolled back: the
-                // corrupt file goes back, the one sign left that something
-                // is attached, for the next ADD's rollback to respect.
-                if let Err(e) = cache.storage.rename(&aside, &path) {
-                    tracing::warn!(file = %aside.display(), error = %e, "corrupt cache entry could not be put back");
-                }
+            if written.is_ok() && prior == Prior::Corrupt {
+                tracing::warn!(file = %path.display(), "corrupt cache entry replaced by this ADD's record");
             }
             written
         };
@@ -985,8 +982,8 @@ pub(crate) enum Prior {
     Link,
     /// A corrupt file, left in place: no proof that nothing
     /// is attached, so it must stay as evidence until the ADD succeeds
-    /// (then [`ResultCache::write_holding`] moves it aside) or a DEL moves
-    /// it aside. Moved aside earlier, a failed ADD would leave nothing, and
+    /// (then [`ResultCache::write_holding`] replaces it) or a DEL moves it
+    /// aside. Moved aside earlier, a failed ADD would leave nothing, and
     /// the next ADD's rollback would delete what was attached.
     Corrupt,
 }
