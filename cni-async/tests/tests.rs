@@ -34,6 +34,7 @@ mod exec_pipes;
 mod exec_spawn;
 mod exec_spawn_attack;
 mod multi_bridge;
+mod multi_concurrent;
 mod multi_fake;
 mod multi_runtime_real;
 mod multi_sandbox;
