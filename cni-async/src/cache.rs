@@ -41,7 +41,11 @@
 //!   crash-point enumeration does).
 //! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to
 //!   `<dir>/corrupt/` with a warning and treated as absent; they are never
-//!   silently trusted and never silently lost.
+//!   silently trusted. An ADD's lock step leaves one in place (it may be
+//!   all that is left of an attachment, which the ADD's rollback must then
+//!   keep, and the next ADD's too; an exclusive ADD refuses it), and a
+//!   plain ADD that succeeds replaces it with its own record, with a
+//!   warning.
 //! - **Records are checked** against the attachment asked for: file names are
 //!   ambiguous when names contain `-`, the fields inside are not. A record for
 //!   another attachment is left alone.
@@ -190,7 +194,22 @@ impl ResultCache {
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
         let path = self.path(network, container_id, ifname)?;
-        read_entry(self, &path, network, container_id, ifname)
+        read_entry(self, &path, network, container_id, ifname, true)
+    }
+
+    /// [`ResultCache::read_blocking`], but a corrupt file is left where it
+    /// is (and reads as none): for a check made before an ADD, whose own
+    /// lock step must still find it. Moved aside there, it would be gone
+    /// as evidence that something was attached, and the ADD's rollback
+    /// would delete the attachment.
+    pub fn read_in_place_blocking(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<CacheEntry>, Error> {
+        let path = self.path(network, container_id, ifname)?;
+        read_entry(self, &path, network, container_id, ifname, false)
     }
 
     /// Writes `rec` atomically and durably (temp file, `fsync`, `rename`,
@@ -434,28 +453,6 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<AttachmentLock, Error> {
-        self.lock_for_add(network, container_id, ifname, timeout, false)
-            .await
-            .map(|(lock, _)| lock)
-    }
-
-    /// [`ResultCache::lock_unused`]; with `fresh`, this attachment's own
-    /// record (or a legacy bare result) is refused too
-    /// ([`Error::AlreadyAttached`]): what an exclusive ADD does
-    /// ([`AddRequest::exclusive`](crate::ops::AddRequest)). The check is
-    /// made under the lock, so of concurrent callers on one attachment,
-    /// each sees what the one before it left. Answers the lock and whether
-    /// the attachment's own record (or a legacy bare result) was there:
-    /// an attachment made before this ADD, which its rollback must leave
-    /// alone.
-    pub(crate) async fn lock_for_add(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-        timeout: Duration,
-        fresh: bool,
-    ) -> Result<(AttachmentLock, bool), Error> {
         let (net, cid, ifn) = (
             network.to_owned(),
             container_id.to_owned(),
@@ -466,7 +463,43 @@ impl ResultCache {
             container_id,
             ifname,
             timeout,
-            move |cache, path| check_not_taken(cache, path, &net, &cid, &ifn, fresh),
+            move |cache, path| check_not_taken(cache, path, (&net, &cid, &ifn), false, false),
+        )
+        .await
+        .map(|(lock, _)| lock)
+    }
+
+    /// [`ResultCache::lock_unused`]; with `fresh`, this attachment's own
+    /// record (or a legacy bare result) is refused too
+    /// ([`Error::AlreadyAttached`]): what an exclusive ADD does
+    /// ([`AddRequest::exclusive`](crate::ops::AddRequest)). The check is
+    /// made under the lock, so of concurrent callers on one attachment,
+    /// each sees what the one before it left. Answers the lock and what of
+    /// the attachment was there ([`Prior`]): an attachment made before
+    /// this ADD, which its rollback must leave alone. Unlike
+    /// [`ResultCache::lock_unused`], a corrupt file is left in place, and
+    /// refused as an attachment when `fresh` (in doubt, it is one; a DEL
+    /// moves it aside): otherwise [`ResultCache::write_holding`] replaces
+    /// it once the ADD succeeded.
+    pub(crate) async fn lock_for_add(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+        fresh: bool,
+    ) -> Result<(AttachmentLock, Prior), Error> {
+        let (net, cid, ifn) = (
+            network.to_owned(),
+            container_id.to_owned(),
+            ifname.to_owned(),
+        );
+        self.lock_then(
+            network,
+            container_id,
+            ifname,
+            timeout,
+            move |cache, path| check_not_taken(cache, path, (&net, &cid, &ifn), fresh, true),
         )
         .await
     }
@@ -483,6 +516,34 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
+        self.lock_and_read_moving(network, container_id, ifname, timeout, true)
+            .await
+    }
+
+    /// [`ResultCache::lock_and_read`], leaving a corrupt file in place
+    /// (read as none): what a CHECK does, which changes nothing. Moved
+    /// aside, it would be gone as evidence that something was attached,
+    /// and a later ADD's rollback would delete the attachment
+    /// ([`Prior::Corrupt`]).
+    pub(crate) async fn lock_and_read_in_place(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+    ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
+        self.lock_and_read_moving(network, container_id, ifname, timeout, false)
+            .await
+    }
+
+    async fn lock_and_read_moving(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        timeout: Duration,
+        move_corrupt: bool,
+    ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
         let (net, cid, ifn) = (
             network.to_owned(),
             container_id.to_owned(),
@@ -493,7 +554,7 @@ impl ResultCache {
             container_id,
             ifname,
             timeout,
-            move |cache, path| Ok(read_entry(cache, path, &net, &cid, &ifn)),
+            move |cache, path| Ok(read_entry(cache, path, &net, &cid, &ifn, move_corrupt)),
         )
         .await
     }
@@ -593,23 +654,37 @@ impl ResultCache {
     /// released only when the write has finished, so no other operation on
     /// the attachment can start before the record is in place. Returns the
     /// lock (unless the blocking task itself was lost) and the outcome.
+    /// With `prior` [`Prior::Corrupt`], the corrupt file the ADD found is
+    /// replaced (with a warning); it stays if the write fails.
     pub(crate) async fn write_holding(
         &self,
         rec: &CacheRecord,
         lock: AttachmentLock,
+        prior: Prior,
     ) -> (Option<AttachmentLock>, Result<(), Error>) {
         let path = match self.path(&rec.network_name, &rec.container_id, &rec.if_name) {
             Ok(p) => p,
             Err(e) => return (Some(lock), Err(e)),
         };
         let bytes = rec.encode();
+        let write = move |cache: &ResultCache| {
+            // A corrupt file found by the lock step is replaced by the
+            // rename, never moved aside first: if the write fails, it stays
+            // as the sign that something is attached (and moving it back
+            // would be one more step a crash can cut).
+            let written = write_atomic(cache, &path, &bytes, cache.durable);
+            if written.is_ok() && prior == Prior::Corrupt {
+                tracing::warn!(file = %path.display(), "corrupt cache entry replaced by this ADD's record");
+            }
+            written
+        };
         if self.inline {
-            let r = write_atomic(self, &path, &bytes, self.durable);
+            let r = write(self);
             return (Some(lock), r);
         }
         let this = self.clone();
         let task = tokio::task::spawn_blocking(move || {
-            let r = write_atomic(&this, &path, &bytes, this.durable);
+            let r = write(&this);
             (lock, r)
         });
         match task.await {
@@ -642,7 +717,7 @@ impl ResultCache {
         let this = self.clone();
         blocking(self.inline, move || {
             // Check ownership first: never delete another attachment's record.
-            if read_entry(&this, &path, &net, &cid, &ifn)?.is_none() {
+            if read_entry(&this, &path, &net, &cid, &ifn, true)?.is_none() {
                 return Ok(());
             }
             match this.storage.remove(&path) {
@@ -811,20 +886,28 @@ fn write_atomic(cache: &ResultCache, path: &Path, bytes: &[u8], fsync: bool) -> 
     durable::write_atomic_on(storage, path, bytes, 0o600, fsync).map_err(durable_err)
 }
 
-fn move_aside(cache: &ResultCache, path: &Path, reason: &str) {
+/// Moves a corrupt entry to `corrupt/` with a warning; answers where to,
+/// `None` (with a warning) when it could not.
+fn move_aside(cache: &ResultCache, path: &Path, reason: &str) -> Option<PathBuf> {
     match durable::move_aside(&*cache.storage, path, &cache.dir.join(CORRUPT_DIR)) {
-        Ok(target) => tracing::warn!(
-            file = %path.display(),
-            moved_to = %target.display(),
-            %reason,
-            "corrupt cache entry moved aside"
-        ),
-        Err(e) => tracing::warn!(
-            file = %path.display(),
-            %reason,
-            error = %Chain(&e),
-            "corrupt cache entry could not be moved aside"
-        ),
+        Ok(target) => {
+            tracing::warn!(
+                file = %path.display(),
+                moved_to = %target.display(),
+                %reason,
+                "corrupt cache entry moved aside"
+            );
+            Some(target)
+        }
+        Err(e) => {
+            tracing::warn!(
+                file = %path.display(),
+                %reason,
+                error = %Chain(&e),
+                "corrupt cache entry could not be moved aside"
+            );
+            None
+        }
     }
 }
 
@@ -832,28 +915,43 @@ fn move_aside(cache: &ResultCache, path: &Path, reason: &str) {
 enum Slot {
     /// No file.
     Empty,
-    /// A corrupt or symlinked file, moved aside: nothing usable, but maybe
-    /// what is left of an attachment made earlier.
-    MovedAside,
+    /// A corrupt file: nothing usable, but maybe what is left
+    /// of an attachment made earlier. Moved aside, unless the reader asked
+    /// to keep it in place.
+    Corrupt,
+    /// A symbolic link, always moved aside.
+    Link,
     /// This attachment's record, or a legacy bare result.
     Ours(CacheEntry),
     /// The record of another attachment whose names collide with ours.
     Theirs(CacheRecord),
 }
 
+/// Reads the file at `path` as seen by one attachment; a corrupt or
+/// symlinked file is moved aside when `move_corrupt`, else left where it
+/// is (an ADD's lock step: see [`Prior::Corrupt`]).
 fn read_slot(
     cache: &ResultCache,
     path: &Path,
     network: &str,
     container_id: &str,
     ifname: &str,
+    move_corrupt: bool,
 ) -> Result<Slot, Error> {
+    let corrupt = |reason: &str| {
+        if move_corrupt {
+            move_aside(cache, path, reason);
+        } else {
+            tracing::warn!(file = %path.display(), %reason, "corrupt cache entry kept in place until an ADD replaces it or a DEL moves it aside");
+        }
+        Ok(Slot::Corrupt)
+    };
     let bytes = match read_nofollow(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Slot::Empty),
         Err(e) if is_symlink_refusal(&e) => {
             move_aside(cache, path, "is a symbolic link");
-            return Ok(Slot::MovedAside);
+            return Ok(Slot::Link);
         }
         Err(e) => return Err(io_err(path, "read", e)),
     };
@@ -866,27 +964,54 @@ fn read_slot(
             }
         },
         Ok(legacy) => Ok(Slot::Ours(legacy)),
-        Err(e) => {
-            move_aside(cache, path, &e.to_string());
-            Ok(Slot::MovedAside)
-        }
+        Err(e) => corrupt(&e.to_string()),
+    }
+}
+
+/// What an ADD's lock step found of its own attachment
+/// ([`ResultCache::lock_for_add`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Prior {
+    /// No file: nothing of this attachment was recorded.
+    Nothing,
+    /// Its record, or a legacy bare result.
+    Record,
+    /// A symbolic link, moved aside at once (never followed; neither this
+    /// library nor libcni writes one, so it is no sign of an attachment to
+    /// keep in place), counted as there before all the same.
+    Link,
+    /// A corrupt file, left in place: no proof that nothing
+    /// is attached, so it must stay as evidence until the ADD succeeds
+    /// (then [`ResultCache::write_holding`] replaces it) or a DEL moves it
+    /// aside. Moved aside earlier, a failed ADD would leave nothing, and
+    /// the next ADD's rollback would delete what was attached.
+    Corrupt,
+}
+
+impl Prior {
+    /// Something of this attachment was there before the ADD.
+    pub(crate) fn existed(self) -> bool {
+        self != Prior::Nothing
     }
 }
 
 /// The check of [`ResultCache::lock_unused`], on the calling thread.
 /// `Ok` unless `path` holds another attachment's record (or, when
-/// `fresh`, this attachment's own); `Ok(true)` when something of this
-/// attachment was there before (its record, a legacy result, a corrupt
-/// file).
+/// `fresh`, this attachment's own); answers what of this attachment was
+/// there before. A corrupt file is moved aside unless `keep_corrupt`.
 fn check_not_taken(
     cache: &ResultCache,
     path: &Path,
-    network: &str,
-    container_id: &str,
-    ifname: &str,
+    (network, container_id, ifname): (&str, &str, &str),
     fresh: bool,
-) -> Result<bool, Error> {
-    match read_slot(cache, path, network, container_id, ifname)? {
+    keep_corrupt: bool,
+) -> Result<Prior, Error> {
+    let already = || Error::AlreadyAttached {
+        network: network.to_owned(),
+        container_id: container_id.to_owned(),
+        ifname: ifname.to_owned(),
+    };
+    match read_slot(cache, path, network, container_id, ifname, !keep_corrupt)? {
         Slot::Theirs(rec) => Err(Error::AttachmentCollision {
             path: path.to_owned(),
             occupant: format!(
@@ -894,29 +1019,36 @@ fn check_not_taken(
                 rec.network_name, rec.container_id, rec.if_name
             ),
         }),
-        Slot::Ours(_) if fresh => Err(Error::AlreadyAttached {
-            network: network.to_owned(),
-            container_id: container_id.to_owned(),
-            ifname: ifname.to_owned(),
-        }),
-        Slot::Empty => Ok(false),
+        // In doubt, a corrupt record (kept in place) is an attachment too:
+        // an exclusive ADD that ran over it and succeeded (loopback does,
+        // again and again) would count as made by this call, and a
+        // sandbox's undo would take the working attachment down. A DEL
+        // moves it aside.
+        Slot::Ours(_) if fresh => Err(already()),
+        Slot::Corrupt if fresh && keep_corrupt => Err(already()),
+        Slot::Empty => Ok(Prior::Nothing),
+        Slot::Ours(_) => Ok(Prior::Record),
         // A corrupt record is no proof that nothing was attached: in doubt,
         // the rollback keeps it.
-        Slot::Ours(_) | Slot::MovedAside => Ok(true),
+        Slot::Corrupt => Ok(Prior::Corrupt),
+        Slot::Link => Ok(Prior::Link),
     }
 }
 
+/// This attachment's entry at `path`, if any; a corrupt file reads as
+/// none and is moved aside when `move_corrupt`.
 fn read_entry(
     cache: &ResultCache,
     path: &Path,
     network: &str,
     container_id: &str,
     ifname: &str,
+    move_corrupt: bool,
 ) -> Result<Option<CacheEntry>, Error> {
     Ok(
-        match read_slot(cache, path, network, container_id, ifname)? {
+        match read_slot(cache, path, network, container_id, ifname, move_corrupt)? {
             Slot::Ours(entry) => Some(entry),
-            Slot::Empty | Slot::MovedAside | Slot::Theirs(_) => None,
+            Slot::Empty | Slot::Corrupt | Slot::Link | Slot::Theirs(_) => None,
         },
     )
 }

@@ -18,6 +18,7 @@ use crate::support::netns::{
     TestNet, addrs_v4, bridge_ports, exec_ok, host_local_ips, link_exists_in, ping,
 };
 use crate::support::require_root;
+use cni_async::cache::ResultCache;
 use cni_async::multi::{MultiNetwork, Sandbox, SetupMode};
 use cni_async::{Cni, ErrorKind};
 use cni_core::error::Chain;
@@ -162,6 +163,65 @@ async fn a_failed_setup_in_another_sandboxs_namespace_leaves_its_lo_up() {
 
     multi.remove(&a).await.expect("remove of a");
     multi.remove(&p).await.expect("remove of the peer");
+    assert!(host_local_ips(&data_dir, &name).is_empty());
+    assert!(bridge_ports(net.bridge()).is_empty());
+}
+
+/// A set-up sandbox whose loopback record turned corrupt, set up again (a
+/// runtime's retry): in doubt, lo counts as attached. The loopback plugin
+/// would succeed again over it and eth0 be refused, and the undo of that
+/// "newly set up" lo took the working sandbox's lo down. The retry fails
+/// and the sandbox keeps working; its removal still cleans up all.
+#[tokio::test]
+async fn a_setup_run_again_over_a_corrupt_record_leaves_the_sandbox() {
+    require_root!();
+    let mut net = TestNet::new();
+    let data_dir = net.data_dir();
+    let name = format!("corr-{}", net.id());
+    let cni = Cni::builder()
+        .plugin_dirs([Path::new(REAL_PLUGINS)])
+        .cache_dir(net.cache_dir())
+        .build();
+    let multi = MultiNetwork::builder(cni.clone())
+        .loopback()
+        .network(net.bridge_list(&name))
+        .build()
+        .unwrap();
+    let (ns, peer) = (net.netns(), net.netns());
+    let a = Sandbox::new(format!("ca-{}", net.id()), ns.path().to_str().unwrap());
+    let p = Sandbox::new(format!("cp-{}", net.id()), peer.path().to_str().unwrap());
+    multi.setup(&a).await.expect("setup of a");
+    multi.setup(&p).await.expect("setup of the peer");
+    let addr = addrs_v4(&ns, "eth0");
+    let reserved = host_local_ips(&data_dir, &name);
+    let lo = cni
+        .cached_attachments(Some(&a.container_id))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.if_name == "lo")
+        .expect("a's loopback record");
+    let file = ResultCache::new(net.cache_dir())
+        .path(&lo.network_name, &a.container_id, "lo")
+        .unwrap();
+    std::fs::write(&file, b"{\"kind\":\"cniCacheV1\",").unwrap();
+
+    for attempt in 0..2 {
+        let err = multi.setup(&a).await.unwrap_err();
+        let at = format!("#{attempt}: {}", Chain(&err));
+        assert!(lo_up(&ns), "{at}: a's lo still up");
+        assert!(
+            ping(&ns, "127.0.0.1".parse().unwrap()),
+            "{at}: a's loopback answers"
+        );
+        assert_eq!(addrs_v4(&ns, "eth0"), addr, "{at}: a's eth0 kept");
+        assert_eq!(host_local_ips(&data_dir, &name), reserved, "{at}");
+        assert!(ping(&peer, addr[0].addr()), "{at}: the peer reaches a");
+    }
+
+    multi.remove(&a).await.expect("remove of a");
+    multi.remove(&p).await.expect("remove of the peer");
+    assert!(!file.exists(), "the corrupt record is still in results/");
     assert!(host_local_ips(&data_dir, &name).is_empty());
     assert!(bridge_ports(net.bridge()).is_empty());
 }

@@ -188,32 +188,82 @@ async fn an_exclusive_add_over_a_legacy_bare_result_is_refused_and_keeps_it() {
     assert!(rig.corrupt_files().is_empty(), "{:?}", rig.corrupt_files());
 }
 
-/// A corrupt file at the attachment's record is moved aside to
-/// `corrupt/` (as every ADD does) and counts as no record: the exclusive
-/// ADD runs and writes a fresh record; the garbage is kept for a human.
+/// A corrupt file at the attachment's record is, in doubt, an attachment:
+/// an exclusive ADD refuses it as already attached, runs nothing and
+/// leaves the file where it is (evidence for the next ADD too). A plain
+/// ADD runs over it and replaces it with its own record (a DEL would move
+/// it aside). Then the fresh record is refused.
 #[tokio::test]
-async fn an_exclusive_add_over_a_corrupt_record_moves_it_aside_and_runs() {
+async fn an_exclusive_add_over_a_corrupt_record_is_refused_and_keeps_it() {
     let rig = two_plugins();
     let cni = rig.cni();
     let file = rig.cache_file("excl", "c1", "eth0");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    std::fs::write(&file, b"{\"kind\":\"cniCacheV1\",").unwrap();
+    let garbage = b"{\"kind\":\"cniCacheV1\",";
+    std::fs::write(&file, garbage).unwrap();
     let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
 
+    let refused = cni.add_network_list(&list(), &rt).exclusive().await;
+    assert_already_attached(&refused);
+    assert!(rig.dir.invocations().is_empty(), "a plugin ran");
+    assert_eq!(std::fs::read(&file).unwrap(), garbage, "the file changed");
+    assert!(rig.corrupt_files().is_empty(), "{:?}", rig.corrupt_files());
+
     cni.add_network_list(&list(), &rt)
-        .exclusive()
         .await
-        .expect("an exclusive ADD over a corrupt record");
+        .expect("a plain ADD over a corrupt record");
     assert_eq!(rig.dir.invocations_of("ADD").len(), 2);
-    assert_eq!(rig.corrupt_files().len(), 1, "{:?}", rig.corrupt_files());
     let rec = rig
         .cache_json("excl", "c1", "eth0")
         .expect("a fresh record");
     assert_eq!(rec["containerId"], "c1", "{rec}");
-    // And that record is now refused.
     let refused = cni.add_network_list(&list(), &rt).exclusive().await;
     assert_already_attached(&refused);
     assert_eq!(rig.dir.invocations_of("ADD").len(), 2, "plugins ran again");
+}
+
+/// An ADD with rollback over a corrupt record whose own record cannot be
+/// written (the cache is full) fails without a rollback (the corrupt
+/// record may be all that is left of an attachment) and leaves the corrupt
+/// file where it was: moved aside before the write, it was gone, and the
+/// next ADD saw no record and rolled back, deleting what was attached.
+/// Needs root (mounts a tmpfs).
+#[tokio::test]
+async fn an_add_over_a_corrupt_record_that_cannot_write_keeps_the_record() {
+    crate::support::require_root!();
+    let rig = two_plugins();
+    let cache = cni_test_support::tmpfs::Tmpfs::mount(&rig.cache_dir);
+    let cni = rig.cni();
+    let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
+    // Everything of the attachment's in place (dirs, lock file), then its
+    // record turns corrupt and the cache fills up.
+    cni.add_network_list(&list(), &rt).await.unwrap();
+    std::fs::create_dir_all(rig.cache_dir.join("corrupt")).unwrap();
+    let file = rig.cache_file("excl", "c1", "eth0");
+    let garbage = b"{\"kind\":\"cniCacheV1\",";
+    std::fs::write(&file, garbage).unwrap();
+    rig.dir.clear_records();
+    cache.fill();
+
+    let err = cni
+        .add_network_list(&list(), &rt)
+        .rollback(true)
+        .await
+        .expect_err("no room for the record");
+    assert!(
+        matches!(&err, Error::Cache { source, .. } if source.raw_os_error() == Some(28)),
+        "{err:?}"
+    );
+    assert_eq!(rig.dir.invocations_of("ADD").len(), 2);
+    assert!(
+        rig.dir.invocations_of("DEL").is_empty(),
+        "rolled back over a corrupt record"
+    );
+    assert_eq!(
+        std::fs::read(&file).expect("the corrupt record is gone"),
+        garbage
+    );
+    assert!(rig.corrupt_files().is_empty(), "{:?}", rig.corrupt_files());
 }
 
 /// A symbolic link at the record's path is never followed, even to a

@@ -3,8 +3,13 @@
 //! the bridge plugin ("eth0 already exists") is not rolled back, with
 //! `.rollback(true)` nor with `.rollback_on_cancel()`: the record, the
 //! interface, its address and host-local's reservation stay, and the
-//! attachment still carries traffic. Real bridge and host-local in
-//! namespaces, a bridge and a subnet of the test's own. Needs root.
+//! attachment still carries traffic. So too over a corrupt record: it is
+//! no proof that nothing is attached, and it stays in place until an ADD
+//! replaces it or a DEL moves it aside, so an ADD run again after one that
+//! failed over it still leaves the attachment (a corrupt record moved aside
+//! by the first failed ADD let the second one's rollback DEL it). Real
+//! bridge and host-local in namespaces, a bridge and a subnet of the test's
+//! own. Needs root.
 #![cfg(feature = "netns")]
 
 use std::path::Path;
@@ -14,6 +19,7 @@ use crate::support::netns::{
 };
 use crate::support::require_root;
 use cni_async::Cni;
+use cni_async::cache::ResultCache;
 use cni_core::RuntimeConf;
 
 const REAL_PLUGINS: &str = "/usr/lib/cni";
@@ -84,6 +90,86 @@ async fn a_failed_add_over_an_existing_record_leaves_the_attachment() {
     cni.wait_detached().await;
 
     cni.del_network_list(&list, &rt).await.expect("DEL");
+    cni.del_network_list(&list, &peer_rt)
+        .await
+        .expect("peer DEL");
+    assert!(host_local_ips(&data_dir, &name).is_empty());
+    assert!(bridge_ports(net.bridge()).is_empty());
+}
+
+/// A working attachment whose record turned corrupt, then ADDs run again
+/// over it, each twice (a runtime's retries): exclusive ones (what
+/// `MultiNetwork::setup` and cnid run) and plain ones with rollback, each
+/// after a CHECK (which fails: no usable record). None may take the
+/// attachment down; the DEL that follows still cleans up all (without
+/// prevResult) and moves the corrupt file aside.
+#[tokio::test]
+async fn adds_run_again_over_a_corrupt_record_leave_the_attachment() {
+    require_root!();
+    let mut net = TestNet::new();
+    let data_dir = net.data_dir();
+    let name = format!("rbc-{}", net.id());
+    let list = net.bridge_list(&name);
+    let cni = Cni::builder()
+        .plugin_dirs([Path::new(REAL_PLUGINS)])
+        .cache_dir(net.cache_dir())
+        .build();
+    let (ns, peer) = (net.netns(), net.netns());
+    let rt = RuntimeConf::new(
+        format!("rbc-{}", net.id()),
+        ns.path().to_str().unwrap(),
+        "eth0",
+    );
+    let peer_rt = RuntimeConf::new(
+        format!("rbq-{}", net.id()),
+        peer.path().to_str().unwrap(),
+        "eth0",
+    );
+    cni.add_network_list(&list, &rt).await.expect("first ADD");
+    cni.add_network_list(&list, &peer_rt)
+        .await
+        .expect("peer ADD");
+    let addr = addrs_v4(&ns, "eth0");
+    assert_eq!(addr.len(), 1);
+    let reserved = host_local_ips(&data_dir, &name);
+    let file = ResultCache::new(net.cache_dir())
+        .path(&name, &rt.container_id, "eth0")
+        .unwrap();
+    std::fs::write(&file, b"{\"kind\":\"cniCacheV1\",").unwrap();
+
+    for how in ["exclusive", "rollback"] {
+        for attempt in 0..2 {
+            cni.check_network_list(&list, &rt)
+                .await
+                .expect_err("a CHECK without a usable record");
+            let add = cni.add_network_list(&list, &rt);
+            let outcome = match how {
+                "exclusive" => add.rollback(true).exclusive().await,
+                _ => add.rollback(true).await,
+            };
+            let err = outcome.expect_err("an ADD over an attachment fails");
+            let at = format!("{how} #{attempt}: {err:#}");
+            assert!(link_exists_in(ns.path(), "eth0"), "{at}: eth0 kept");
+            assert_eq!(addrs_v4(&ns, "eth0"), addr, "{at}: its address kept");
+            assert_eq!(
+                host_local_ips(&data_dir, &name),
+                reserved,
+                "{at}: the reservation kept"
+            );
+            assert!(ping(&peer, addr[0].addr()), "{at}: still reachable");
+        }
+    }
+
+    cni.del_network_list(&list, &rt).await.expect("DEL");
+    assert!(!file.exists(), "the corrupt record is still in results/");
+    assert_eq!(
+        std::fs::read_dir(net.cache_dir().join("corrupt"))
+            .unwrap()
+            .count(),
+        1,
+        "the corrupt record kept for a human"
+    );
+    assert!(!link_exists_in(ns.path(), "eth0"));
     cni.del_network_list(&list, &peer_rt)
         .await
         .expect("peer DEL");

@@ -109,3 +109,75 @@ async fn bridge_chain_add_check_ping_del_through_the_daemon() {
         assert!(m.contains(line), "missing {line:?} in\n{m}");
     }
 }
+
+/// An attachment whose cache record turned corrupt, then ADDed again
+/// through cnid (a runtime's retries, twice): each ADD fails (the bridge
+/// plugin refuses the eth0 that exists) and none takes the working
+/// attachment down. cnid's own check before the ADD moved the corrupt file
+/// aside, so the library's ADD saw no record and its rollback DELed eth0
+/// and freed the address. The DEL that follows cleans up all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adds_over_a_corrupt_record_leave_the_attachment() {
+    support::require_root!();
+    require_plugins();
+    let dirs = Dirs::new();
+    let bridge = LinkGuard::new();
+    let subnet = SubnetLease::new();
+    let br = bridge.name();
+    ip_ok(&["link", "add", "name", br, "type", "bridge"]);
+    ip_ok(&["link", "set", br, "up"]);
+    let data_dir = dirs.data.join("host-local");
+    dirs.conf(
+        "10-real.conflist",
+        &json!({
+            "cniVersion": "1.0.0",
+            "name": NET,
+            "plugins": [
+                {"type": "bridge", "bridge": br, "isGateway": false, "ipMasq": false,
+                 "ipam": {"type": "host-local", "dataDir": data_dir,
+                          "ranges": [[{"subnet": subnet.cidr(), "gateway": subnet.host(1).to_string()}]]}}
+            ]
+        }),
+    );
+    let daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let (ns_a, ns_b) = (Netns::new(), Netns::new());
+    let req_a = AttachmentRequest::new("corr-a", ns_a.path(), "eth0");
+    let req_b = AttachmentRequest::new("corr-b", ns_b.path(), "eth0");
+    let ip_a = ipv4_of(&client.add(NET, &req_a).await.expect("ADD a"));
+    client.add(NET, &req_b).await.expect("ADD b");
+    let reserved = host_local_ips(&data_dir, NET);
+    let cached = dirs.cached();
+    let file = cached
+        .iter()
+        .find(|n| n.contains("corr-a"))
+        .map(|n| dirs.cache.join("results").join(n))
+        .expect("a's record");
+    std::fs::write(&file, b"{\"kind\":\"cniCacheV1\",").unwrap();
+    let addr: std::net::Ipv4Addr = ip_a.split('/').next().unwrap().parse().unwrap();
+
+    for attempt in 0..2 {
+        let err = client.add(NET, &req_a).await.expect_err("ADD a again");
+        let at = format!("#{attempt}: {err}");
+        // In doubt, attached: refused as cnid refuses a recorded one.
+        assert_eq!(err.status(), Some(409), "{at}");
+        assert_eq!(
+            ns_a.ipv4_addrs("eth0"),
+            std::slice::from_ref(&ip_a),
+            "{at}: a's eth0 and address kept"
+        );
+        assert_eq!(
+            host_local_ips(&data_dir, NET),
+            reserved,
+            "{at}: reservations kept"
+        );
+        assert!(ns_b.ping(addr, 3), "{at}: b cannot reach a");
+    }
+
+    client.del(NET, &req_a).await.expect("DEL a");
+    client.del(NET, &req_b).await.expect("DEL b");
+    assert!(host_local_ips(&data_dir, NET).is_empty(), "IPs left");
+    assert!(bridge_ports(br).is_empty(), "ports left on the bridge");
+    assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
+    assert!(dirs.intents().is_empty());
+}

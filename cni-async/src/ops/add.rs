@@ -139,8 +139,9 @@ impl Cni {
             // to the blocking pool. `existed`: this attachment's record was
             // there before this ADD, so its plugins' state is not only this
             // call's, and no rollback may DEL it (a DEL cannot tell what
-            // this call made from what was there).
-            let (lock, existed) = self
+            // this call made from what was there). A corrupt record counts,
+            // and stays in place as that evidence until this ADD succeeds.
+            let (lock, prior) = self
                 .inner
                 .cache
                 .lock_for_add(
@@ -151,6 +152,7 @@ impl Cni {
                     exclusive,
                 )
                 .await?;
+            let existed = prior.existed();
             // What the namespace the plugins enter is (boot, nsfs inode,
             // the process's start time): what a later scan proves it gone
             // by. A few small reads of /proc, like the netns check above.
@@ -219,7 +221,7 @@ impl Cni {
             // The lock travels with the write: if this future is dropped
             // mid-write, the lock is released only once the write is done,
             // so a DEL cannot slip in before the record lands.
-            let (lock, written) = self.inner.cache.write_holding(&rec, lock).await;
+            let (lock, written) = self.inner.cache.write_holding(&rec, lock, prior).await;
             if let Err(e) = written {
                 // The attachment exists but is not recorded: a later DEL would
                 // run without prevResult. With rollback, undo it; otherwise

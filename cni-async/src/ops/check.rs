@@ -64,11 +64,17 @@ impl Cni {
         let deadline = self.deadline(Command::Check, opts);
         let span = tracing::info_span!("cni.check", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
-            // The lock and the read take one trip to the blocking pool.
+            // The lock and the read take one trip to the blocking pool. A
+            // corrupt record stays where it is: a CHECK changes nothing.
             let (_lock, read) = self
                 .inner
                 .cache
-                .lock_and_read(net.name, &rt.container_id, &rt.ifname, deadline.remaining())
+                .lock_and_read_in_place(
+                    net.name,
+                    &rt.container_id,
+                    &rt.ifname,
+                    deadline.remaining(),
+                )
                 .await?;
             let Some(cached) = result_of_entry(read?, net.version)? else {
                 return Err(Error::NotAttached {

@@ -55,6 +55,7 @@ pub mod log;
 pub mod netns;
 pub mod noop;
 pub mod process;
+pub mod tmpfs;
 
 /// Environment variable that turns a root-only test's skip into a failure.
 pub const REQUIRE_ROOT_VAR: &str = "CNIRS_TEST_REQUIRE_ROOT";

@@ -335,6 +335,10 @@ fn kind_of(e: &cni_async::Error) -> ErrorKind {
             .map(kind_of)
             .max()
             .unwrap_or(ErrorKind::Internal),
+        // The exclusive ADD's check under the attachment's lock: recorded
+        // meanwhile (by cnitool on the same cache, say), a corrupt record,
+        // or a colliding name. A refusal as cnid's own check gives (409).
+        E::AlreadyAttached { .. } | E::AttachmentCollision { .. } => ErrorKind::Conflict,
         _ => ErrorKind::Internal,
     }
 }

@@ -355,7 +355,9 @@ impl Intents {
                 intent.rt.ifname.as_str(),
             );
             if let Some(cache) = &this.cache {
-                match cache.read_blocking(net, cid, ifname) {
+                // A corrupt record stays in place for the ADD's lock step,
+                // which counts it as an attachment its rollback must keep.
+                match cache.read_in_place_blocking(net, cid, ifname) {
                     Ok(Some(_)) => return Ok(BeginAnswer::Cached),
                     Ok(None) => {}
                     Err(e) => return Err(BeginError::Cache(e)),
