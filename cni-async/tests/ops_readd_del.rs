@@ -108,7 +108,8 @@ async fn a_del_behind_a_failing_readd_deletes_the_attachment_after_it() {
         }
     );
     let err = add.expect_err("the second plugin refuses the ADD");
-    assert!(format!("{err:#}").contains("refused"), "{err:#}");
+    let chain = cni_async::Chain(&err).to_string();
+    assert!(chain.contains("refused"), "{chain}");
     del.expect("the DEL");
     assert_eq!(
         runs(&rig),

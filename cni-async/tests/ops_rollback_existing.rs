@@ -66,10 +66,8 @@ async fn a_failed_add_over_an_existing_record_leaves_the_attachment() {
             _ => add.rollback_on_cancel().await,
         }
         .expect_err("the bridge plugin refuses an eth0 that exists");
-        assert!(
-            format!("{err:#}").contains("already exists"),
-            "{how}: {err:#}"
-        );
+        let chain = cni_async::Chain(&err).to_string();
+        assert!(chain.contains("already exists"), "{how}: {chain}");
 
         assert!(link_exists_in(ns.path(), "eth0"), "{how}: eth0 kept");
         assert_eq!(addrs_v4(&ns, "eth0"), addr, "{how}: its address kept");
