@@ -240,7 +240,7 @@ fuzz: fuzz-build ## each fuzz target for FUZZ_SECONDS (600)
 # chain through `cnitool batch up|down`, against a loop of Go's cnitool and
 # the floor, at concurrency 1, 4 and 8) takes about 10 minutes here;
 # BENCH_FLAGS="--only batch1000 --batch1000-count 100" runs a quick one.
-# The burst section (issue 38: containerd's go-cni setting up 100 sandboxes
+# The burst section (containerd's go-cni setting up 100 sandboxes
 # at concurrency 16 and 32 through cnid-shim into cnid, against go-cni
 # straight on bridge + host-local + portmap, paired rounds) takes 5–10
 # minutes on a busy 2-CPU machine; BENCH_FLAGS="--only burst" runs it alone

@@ -15,7 +15,7 @@
 //! exited, and only an orphan still running at its deadline is killed, with
 //! a warning that the rollback repeats. A restart killed during that wait
 //! finds the same orphans and waits again. Meanwhile the restart serves
-//! everything else (issue 35: it served nothing, not even `/v1/health`):
+//! everything else (before, it served nothing, not even `/v1/health`):
 //! only the orphan's container, and its netns and ifname, wait.
 
 use std::fs;
