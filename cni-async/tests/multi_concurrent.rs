@@ -37,6 +37,7 @@ async fn a_second_setup_of_one_sandbox_at_once_is_refused_and_undoes_nothing() {
             .cache(ResultCache::new(&rig.cache_dir).with_inline_io(true))
             .exec(Arc::new(RawExec::new().with_kill_grace(RIG_KILL_GRACE)))
             .timeouts(Timeouts::uniform(Duration::from_secs(30)))
+            .check_netns(false)
             .build();
         let multi = MultiNetwork::builder(cni.clone())
             .network(conflist(

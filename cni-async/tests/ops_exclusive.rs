@@ -251,7 +251,7 @@ async fn an_add_over_a_corrupt_record_that_cannot_write_keeps_the_record() {
         .await
         .expect_err("no room for the record");
     assert!(
-        matches!(&err, Error::Cache { source, .. } if source.raw_os_error() == Some(28)),
+        matches!(err.innermost(), Error::Cache { source, .. } if source.raw_os_error() == Some(28)),
         "{err:?}"
     );
     assert_eq!(rig.dir.invocations_of("ADD").len(), 2);

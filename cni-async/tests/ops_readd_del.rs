@@ -40,6 +40,7 @@ fn inline_cni(rig: &Rig) -> Cni {
         .cache(ResultCache::new(&rig.cache_dir).with_inline_io(true))
         .exec(Arc::new(RawExec::new().with_kill_grace(RIG_KILL_GRACE)))
         .timeouts(Timeouts::uniform(Duration::from_secs(30)))
+        .check_netns(false)
         .build()
 }
 

@@ -24,8 +24,8 @@ fn now_ms() -> u64 {
     .unwrap()
 }
 
-/// A container reaped, ADDed again, whose record is then lost (corrupt,
-/// moved aside by a CHECK): the runtime's DEL runs the plugins without
+/// A container reaped, ADDed again, whose record then turns corrupt: the
+/// runtime's DEL runs the plugins without
 /// `prevResult` (as any DEL without its record does), so host-local
 /// releases the second ADD's address. The reap of the first attachment
 /// says nothing about the second.
@@ -51,20 +51,21 @@ async fn a_del_after_a_reap_and_a_new_add_runs_the_plugins() {
     client.add(NET, &req).await.expect("ADD again");
     assert_eq!(host_local_ips(&c.data_dir, NET).len(), 1);
     assert_eq!(ns2.ipv4_addrs("eth0").len(), 1);
-    // The record turns corrupt; the CHECK moves it aside.
+    // The record turns corrupt; a CHECK fails on it and leaves it in
+    // place (only a DEL moves a corrupt record aside).
     let record = dirs.cache.join(format!("results/{NET}-again-eth0"));
     std::fs::write(&record, b"{not json").unwrap();
     let _ = client.check(NET, &req).await;
-    assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
+
+    client.del(NET, &req).await.expect("DEL");
     assert!(
         std::fs::read_dir(dirs.cache.join("corrupt"))
             .map(|d| d.count())
             .unwrap_or(0)
             >= 1,
-        "the corrupt record was not moved aside"
+        "the DEL did not move the corrupt record aside"
     );
-
-    client.del(NET, &req).await.expect("DEL");
+    assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
     let log = daemon.log();
     assert!(
         !log.contains("already deleted by the stale-attachment reaper"),
