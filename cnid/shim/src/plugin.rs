@@ -330,7 +330,7 @@ impl Shim<'_> {
                     socket.display(),
                     fmt_duration(*after)
                 ),
-                "",
+                timeout_hint(verb),
             ),
             HttpError::Malformed { socket, what } => self.err(
                 code::INTERNAL,
@@ -494,6 +494,21 @@ pub fn same_parameters(a: &AttachmentInfo, req: &AttachmentRequest) -> bool {
     req.made(a)
 }
 
+/// What a runtime owes after the shim gave up waiting for cnid's answer.
+/// cnid runs an ADD with rollback: one it cannot finish by its deadline
+/// (the `timeout` the shim passed) is rolled back; one it finished late is
+/// cached, and the runtime's DEL after a failed ADD (what every runtime
+/// sends) removes it.
+fn timeout_hint(verb: Command) -> &'static str {
+    match verb {
+        Command::Add => {
+            "cnid rolls back an ADD it cannot finish by its deadline; one it finished late stays attached until DELed: DEL the attachment (harmless when it was rolled back)"
+        }
+        Command::Del => "the DEL may still finish in cnid; send it again (DEL is idempotent)",
+        _ => "try again later",
+    }
+}
+
 fn fmt_duration(d: Duration) -> String {
     if d.subsec_millis() == 0 {
         format!("{}s", d.as_secs())
@@ -576,6 +591,14 @@ mod tests {
         let err = error_of(&run(&env("GC"), &conf(json!({"cniVersion": "1.1.0"}))));
         assert_eq!(err.code, 7);
         assert!(err.msg.contains("cni.dev/valid-attachments"), "{err:?}");
+    }
+
+    #[test]
+    fn a_timed_out_add_says_what_the_runtime_owes() {
+        let add = timeout_hint(Command::Add);
+        assert!(add.contains("rolls back") && add.contains("DEL"), "{add}");
+        assert!(timeout_hint(Command::Del).contains("idempotent"));
+        assert_eq!(timeout_hint(Command::Check), "try again later");
     }
 
     #[test]
