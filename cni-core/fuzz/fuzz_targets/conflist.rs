@@ -7,7 +7,8 @@
 //! - a parsed list runs at a supported version and keeps its bytes;
 //! - the stdin of every plugin for ADD, DEL, CHECK, STATUS and GC is valid
 //!   JSON, equal to `plugin_stdin_value`, with `name` and `cniVersion` as
-//!   injected, no `capabilities`, no `cni.dev/` key except the two GC keys
+//!   injected, no `capabilities` for ADD, DEL and CHECK (unchanged for
+//!   STATUS and GC), no `cni.dev/` key except the two GC keys
 //!   (GC only), every other key of the plugin unchanged, `runtimeConfig`
 //!   exactly the enabled capabilities that have arguments (or the static one),
 //!   `prevResult` as given;
@@ -168,10 +169,21 @@ fn check_stdin(
         Some(&Value::from(version.to_string())),
         "{verb}: cniVersion"
     );
-    assert!(
-        !obj.contains_key("capabilities"),
-        "{verb}: capabilities passed"
-    );
+    // `capabilities` must not be set for the attachment verbs; STATUS and
+    // GC get it as the plugin has it (SPEC.md, "Deriving request
+    // configuration from plugin configuration").
+    if matches!(input, StdinInput::Attachment { .. }) {
+        assert!(
+            !obj.contains_key("capabilities"),
+            "{verb}: capabilities passed"
+        );
+    } else {
+        assert_eq!(
+            obj.get("capabilities"),
+            plugin.raw().get("capabilities"),
+            "{verb}: capabilities altered"
+        );
+    }
     for key in obj.keys().filter(|k| k.starts_with(RESERVED_PREFIX)) {
         let gc_key = key == VALID_ATTACHMENTS_KEY || key == LEGACY_ATTACHMENTS_KEY;
         assert!(
@@ -257,7 +269,7 @@ fn check_plugin(plugin: &PluginConfig, data: &[u8]) {
                 let bytes = plugin_stdin(list.name(), v, plugin, verb).expect("stdin builds");
                 let obj: Value = serde_json::from_slice(&bytes).expect("stdin is JSON");
                 assert_eq!(obj["cniVersion"], Value::from(v.to_string()));
-                assert!(obj.get("capabilities").is_none());
+                assert_eq!(obj.get("capabilities"), plugin.raw().get("capabilities"));
             }
         }
         (Err(_), Err(_)) => {}
