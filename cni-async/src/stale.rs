@@ -285,7 +285,13 @@ fn identified(netns: &str, ns: (u64, u64), id: &NetnsIdentity, host: &Host) -> N
         return Netns::Unseen;
     }
     // The kernel's answer, where it has one: the namespace by its id.
-    if let Some(alive) = id.handle.as_ref().and_then(|h| identity::ns_alive(h).ok()) {
+    // A handle that is not of the recorded namespace (damaged, forged)
+    // proves nothing: the kernel's ESTALE for it would say nothing of it.
+    let handle = id
+        .handle
+        .as_ref()
+        .filter(|h| identity::handle_is_of(h, ns.1));
+    if let Some(alive) = handle.and_then(|h| identity::ns_alive(h).ok()) {
         return if alive { Netns::Held } else { Netns::Gone };
     }
     match identity::holders(ns) {

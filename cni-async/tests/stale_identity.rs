@@ -191,3 +191,63 @@ async fn a_namespace_held_by_a_process_or_a_descriptor_is_kept() {
         );
     }
 }
+
+/// A namespace no process is in, no mount names and no descriptor of its
+/// nsfs file holds, but a socket made in it does (a tool that entered it,
+/// opened a socket and left): it still exists, with its interfaces, and
+/// is kept, whether the kernel is asked (its file handle) or `/proc` is
+/// searched (a record without a handle, as written before Linux 6.18;
+/// where `/proc` cannot be read whole, that search cannot tell: kept).
+#[tokio::test]
+async fn a_namespace_held_only_by_a_socket_is_kept() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    let ns = Netns::new();
+    attach(&cni, "socket", &ns.path()).await;
+    attach(&cni, "nohandle", &ns.path()).await;
+    rig.edit_record(NET, "nohandle", "eth0", |v| {
+        v["netnsIdentity"].as_object_mut().unwrap().remove("handle");
+    });
+    let sock = cni_test_support::netns::socket_in(ns.path());
+    drop(ns);
+    let found = scan(&cni).await;
+    for cid in ["socket", "nohandle"] {
+        let v = verdict_of(&found, cid);
+        assert!(matches!(v, Verdict::Kept(_)), "{cid}: {v:?}");
+    }
+    drop(sock);
+}
+
+/// A record whose file handle was damaged (its namespace's inode in it
+/// changed) while the namespace is held elsewhere: the kernel refuses the
+/// handle (`ESTALE`), which proves nothing about the recorded namespace.
+#[tokio::test]
+async fn a_damaged_handle_is_no_proof_that_a_held_namespace_is_gone() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    let ns = Netns::new();
+    attach(&cni, "damaged", &ns.path()).await;
+    let open = Killed(
+        std::process::Command::new("sleep")
+            .arg("3600")
+            .stdin(std::fs::File::open(ns.path()).unwrap())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    rig.edit_record(NET, "damaged", "eth0", |v| {
+        let h = v["netnsIdentity"]["handle"].as_str().unwrap().to_owned();
+        // The last hex digit flipped: another inode in the handle.
+        let mut b = h.into_bytes();
+        let last = b.last_mut().unwrap();
+        *last = if *last == b'0' { b'1' } else { b'0' };
+        v["netnsIdentity"]["handle"] = String::from_utf8(b).unwrap().into();
+    });
+    drop(ns);
+    let v = verdict_of(&scan(&cni).await, "damaged");
+    assert!(matches!(v, Verdict::Kept(_)), "{v:?}");
+    drop(open);
+}

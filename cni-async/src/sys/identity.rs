@@ -125,6 +125,24 @@ pub(crate) fn ns_alive(handle: &(i32, Vec<u8>)) -> io::Result<bool> {
 
 const HANDLE_MAX: usize = 128;
 
+/// `FILEID_NSFS`: the type of an nsfs file handle.
+const FILEID_NSFS: i32 = 0xf1;
+
+/// Whether `handle` is an nsfs file handle of the network namespace with
+/// inode `ino` (`struct nsfs_file_handle`: the namespace's 64-bit id, its
+/// type, its inode number). Only such a handle's `ESTALE` says anything
+/// of that namespace: the kernel refuses a handle whose type or inode is
+/// not its namespace's with `ESTALE` too, so a damaged or forged one
+/// would make a live namespace look gone.
+pub(crate) fn handle_is_of(handle: &(i32, Vec<u8>), ino: u64) -> bool {
+    let (kind, data) = handle;
+    if *kind != FILEID_NSFS || data.len() != 16 {
+        return false;
+    }
+    let word = |at: usize| u32::from_ne_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
+    word(8) == libc::CLONE_NEWNET as u32 && u64::from(word(12)) == ino
+}
+
 /// `struct file_handle` with room for its bytes.
 #[repr(C)]
 struct Handle {
@@ -464,6 +482,10 @@ mod tests {
         assert_eq!(netns_id(Path::new("/proc/self/ns/net")).unwrap(), Some(ns));
         assert_eq!(holders(ns), Holders::Held);
         if let Some(h) = &id.handle {
+            assert!(handle_is_of(h, ns.1));
+            assert!(!handle_is_of(h, ns.1 + 1));
+            assert!(!handle_is_of(&(h.0 + 1, h.1.clone()), ns.1));
+            assert!(!handle_is_of(&(h.0, h.1[..12].to_vec()), ns.1));
             assert!(ns_alive(h).unwrap());
             let mut gone = h.clone();
             // Another namespace id (the first 8 bytes): none by that id.
