@@ -31,7 +31,10 @@
 //! namespace's identity taken at ADD (`netnsIdentity`:
 //! [`cni_core::cache::NetnsIdentity`]): the boot id, the nsfs device and
 //! inode of the netns path and its nsfs file handle (Linux 6.18+), and for
-//! a `/proc/PID/ns/net` path the process's start time.
+//! a `/proc/PID/ns/net` path the process's start time. It is taken before
+//! the plugins run and kept only if the path is still that namespace (and
+//! process) after them: a namespace replaced at the path meanwhile may hold
+//! the attachment, so such a record names no namespace (its path decides).
 //!
 //! | record | what is found | verdict |
 //! |---|---|---|

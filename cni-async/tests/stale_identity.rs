@@ -251,3 +251,43 @@ async fn a_damaged_handle_is_no_proof_that_a_held_namespace_is_gone() {
     assert!(matches!(v, Verdict::Kept(_)), "{v:?}");
     drop(open);
 }
+
+/// The namespace at the path deleted and made again while the ADD's
+/// plugins run (after the identity was taken, before a plugin entered
+/// it): the attachment may be in the new namespace, so the record must
+/// not name the old one, whose being gone would get the live attachment
+/// reaped (its address released under it). Kept while the path is a
+/// namespace.
+#[tokio::test]
+async fn a_namespace_re_created_during_the_add_is_not_recorded_as_the_old_one() {
+    cni_test_support::require_root!();
+    let rig = Rig::new();
+    let gate = cni_test_support::gate::Gate::new(rig.dir.root());
+    rig.fake(
+        "a",
+        &Fake::new(Response::ok("")).on(
+            "ADD",
+            Response::ok(r#"{"cniVersion":"1.0.0","ips":[{"address":"10.79.0.6/24"}]}"#)
+                .with_shell(&gate.shell_wait()),
+        ),
+    );
+    let cni = rig.cni();
+    let ns = Netns::new();
+    let old = ino(&ns.path());
+    let add = {
+        let (cni, path) = (cni.clone(), ns.path());
+        tokio::spawn(async move { attach(&cni, "swapped", &path).await })
+    };
+    gate.wait_started(1).await;
+    assert!(ip(&["netns", "del", ns.name()]).status.success());
+    assert!(ip(&["netns", "add", ns.name()]).status.success());
+    assert_ne!(ino(&ns.path()), old);
+    gate.release();
+    add.await.unwrap();
+    let rec = rig.cache_json(NET, "swapped", "eth0").unwrap();
+    assert_ne!(rec["netnsIdentity"]["ino"], old, "{rec}");
+    assert_eq!(
+        verdict_of(&scan(&cni).await, "swapped"),
+        Verdict::Kept(Kept::NamespaceExists)
+    );
+}

@@ -212,6 +212,23 @@ pub(crate) fn identity_of(netns: &str) -> Option<NetnsIdentity> {
     Some(id)
 }
 
+/// `id`, taken before the plugins ran, if `netns` is still that namespace
+/// (and process) after them; otherwise `id` without a namespace: the
+/// namespace was replaced at the path meanwhile, and the attachment may be
+/// in either, so the record names neither (its path decides).
+pub(crate) fn unchanged(id: Option<NetnsIdentity>, netns: &str) -> Option<NetnsIdentity> {
+    let mut id = id?;
+    if id.ns.is_some() {
+        let now = identity_of(netns);
+        if now.map(|n| (n.ns, n.pid_start_time)) != Some((id.ns, id.pid_start_time)) {
+            id.ns = None;
+            id.handle = None;
+            id.pid_start_time = None;
+        }
+    }
+    Some(id)
+}
+
 /// Whether the caller sees what the host sees: it is in the initial pid
 /// namespace (its `/proc` lists every process) and in the mount namespace
 /// of pid 1 (its paths are the host's). The mount namespaces are compared
