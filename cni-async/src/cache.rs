@@ -1154,8 +1154,9 @@ pub struct ScannedRecord {
     /// `netns` (empty when absent).
     #[serde(default)]
     pub netns: String,
-    /// `netnsIdentity` ([`record::NetnsIdentity`]; `None` when absent or
-    /// malformed).
+    /// `netnsIdentity` ([`record::NetnsIdentity`]; `None` when absent;
+    /// one with an empty boot id when there but unreadable: damaged or
+    /// forged, which proves nothing either way).
     #[serde(
         default,
         rename = "netnsIdentity",
@@ -1169,7 +1170,10 @@ fn lenient_identity<'de, D: serde::Deserializer<'de>>(
 ) -> Result<Option<record::NetnsIdentity>, D::Error> {
     use serde::Deserialize as _;
     let v = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(v.as_ref().and_then(record::NetnsIdentity::from_value))
+    Ok(match v {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => Some(record::NetnsIdentity::from_value(&v).unwrap_or_default()),
+    })
 }
 
 impl ScannedRecord {

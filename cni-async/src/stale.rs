@@ -45,6 +45,7 @@
 //! | identity, this boot | not at its path, no handle, and not everything could be searched (a `/proc` entry unreadable, not the initial pid namespace) | kept ([`Kept::Unknown`]) |
 //! | identity, this boot | not at its path, and its handle is stale (`ESTALE`), or (no handle) held by nothing | [`Verdict::Waiting`], stale ([`StaleReason::NamespaceGone`]) once seen so for `stale_after` |
 //! | none (libcni's, older ones), or no namespace identified at ADD | the path is a network namespace now | kept ([`Kept::NamespaceExists`]), whatever the record's mtime |
+//! | there but unreadable (damaged, forged) | | kept ([`Kept::Unknown`]) |
 //! | none | the path cannot be looked at | kept ([`Kept::Unknown`]) |
 //! | none | not a network namespace, record's mtime before the boot time | stale ([`StaleReason::Rebooted`]) |
 //! | none | not a network namespace, written in this boot | waiting, then stale ([`StaleReason::NamespaceGone`]) |
@@ -255,6 +256,9 @@ fn judge_one(
         return (netns_state(netns, host.sees_host_mounts), earlier);
     };
     match host.boot_id.as_deref() {
+        // An identity there but unreadable (damaged, forged): not a
+        // record without one, whose path and mtime would decide.
+        _ if id.boot_id.is_empty() => (Netns::Unknown, false),
         None => (Netns::Unknown, false),
         Some(b) if b != id.boot_id => (Netns::Gone, true),
         Some(_) => match id.ns {
@@ -347,7 +351,8 @@ pub struct Candidate {
     pub netns: String,
     /// The record file's mtime.
     pub written: Option<SystemTime>,
-    /// The recorded namespace identity (`None` for records without one).
+    /// The recorded namespace identity (`None` for records without one;
+    /// one with an empty boot id when it is there but unreadable).
     pub identity: Option<NetnsIdentity>,
     /// The verdict.
     pub verdict: Verdict,

@@ -291,3 +291,48 @@ async fn a_namespace_re_created_during_the_add_is_not_recorded_as_the_old_one() 
         Verdict::Kept(Kept::NamespaceExists)
     );
 }
+
+/// A record whose `netnsIdentity` is there but unreadable (damaged,
+/// forged: a number for the boot id, a bad handle) is no record without
+/// identity: its path and mtime (here no namespace, written before the
+/// boot, as after a clock step) prove nothing. Kept, and nothing panics.
+#[tokio::test]
+async fn a_malformed_identity_is_kept_whatever_the_path_and_the_clock() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    let gone = rig.dir.scratch("gone");
+    let gone = gone.to_str().unwrap();
+    let bad = [
+        json!({"bootId": 7}),
+        json!({"bootId": "", "ino": 1}),
+        json!({"bootId": "x", "dev": 4}),
+        json!({"bootId": "x", "dev": 4, "ino": 5, "handle": "241:zz"}),
+        json!({"bootId": "x", "dev": -1, "ino": 5}),
+        json!("text"),
+        json!([1, 2]),
+    ];
+    for (i, b) in bad.iter().enumerate() {
+        let cid = format!("bad{i}");
+        attach(&cni, &cid, gone).await;
+        rig.edit_record(NET, &cid, "eth0", |v| v["netnsIdentity"] = b.clone());
+        let f = std::fs::File::options()
+            .write(true)
+            .open(rig.cache_file(NET, &cid, "eth0"))
+            .unwrap();
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(86_400))
+            .unwrap();
+    }
+    let found = scan(&cni).await;
+    for (i, b) in bad.iter().enumerate() {
+        assert_eq!(
+            verdict_of(&found, &format!("bad{i}")),
+            Verdict::Kept(Kept::Unknown),
+            "{b}"
+        );
+    }
+    // A runtime's DEL still works from such a record.
+    let rt = RuntimeConf::new("bad0", gone, "eth0");
+    let list = conflist(json!({"cniVersion":"1.0.0","name": NET,"plugins":[{"type":"a"}]}));
+    cni.del_network_list(&list, &rt).await.expect("DEL");
+}
