@@ -336,3 +336,68 @@ async fn a_malformed_identity_is_kept_whatever_the_path_and_the_clock() {
     let list = conflist(json!({"cniVersion":"1.0.0","name": NET,"plugins":[{"type":"a"}]}));
     cni.del_network_list(&list, &rt).await.expect("DEL");
 }
+
+/// A namespace held only by a thread of a process whose other threads
+/// are elsewhere, or only by a bind mount in another mount namespace (a
+/// runtime with a private `/run`): not at its path, still alive, kept,
+/// by the kernel's word (its handle) and by the `/proc` search.
+#[tokio::test]
+async fn a_namespace_held_only_by_a_thread_or_a_mount_elsewhere_is_kept() {
+    use std::io::BufRead;
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    // A thread of this process in it, until told to leave.
+    let ns = Netns::new();
+    attach(&cni, "thread", &ns.path()).await;
+    attach(&cni, "thread-nohandle", &ns.path()).await;
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (leave, leave_rx) = std::sync::mpsc::channel::<()>();
+    let file = std::fs::File::open(ns.path()).unwrap();
+    let thread = std::thread::spawn(move || {
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        drop(file);
+        entered_tx.send(()).unwrap();
+        let _ = leave_rx.recv();
+    });
+    entered.recv().unwrap();
+    drop(ns);
+    // A bind mount of it in a mount namespace of another process.
+    let ns2 = Netns::new();
+    attach(&cni, "mount", &ns2.path()).await;
+    attach(&cni, "mount-nohandle", &ns2.path()).await;
+    // Records as written before Linux 6.18: the /proc search decides.
+    for cid in ["thread-nohandle", "mount-nohandle"] {
+        rig.edit_record(NET, cid, "eth0", |v| {
+            v["netnsIdentity"].as_object_mut().unwrap().remove("handle");
+        });
+    }
+    let target = rig.dir.scratch("bound");
+    std::fs::write(&target, b"").unwrap();
+    let script = format!(
+        "mount --bind '{}' '{}' && echo ok && exec sleep 3600",
+        ns2.path(),
+        target.display()
+    );
+    let mut child = Killed(
+        std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ok");
+    drop(ns2);
+
+    let found = scan(&cni).await;
+    for cid in ["thread", "mount", "thread-nohandle", "mount-nohandle"] {
+        assert_eq!(verdict_of(&found, cid), Verdict::Kept(Kept::Held), "{cid}");
+    }
+    drop(leave);
+    thread.join().unwrap();
+    drop(child);
+}
