@@ -18,8 +18,11 @@
 //!   for each network's step, after that step's gate, so that it never
 //!   holds a slot while it waits for a gate a GC holds, nor a GC's
 //!   gate while it waits for a slot). The daemon's own background work
-//!   (the reaper's DELs) takes at most a quarter of the slots and never
-//!   one a runtime operation waits for (`slots`).
+//!   (the reaper's DELs, periodic CHECKs) takes at most a quarter of the
+//!   slots and never one a runtime operation waits for (`slots`); still
+//!   queued, it gives way to a runtime request of its container, which
+//!   would otherwise wait behind it for a background slot (a reap is
+//!   queued again by the reaper's next pass).
 //! - **Coalescing**: a DEL identical to the last queued operation of its
 //!   container (also a DEL, same network, interface, netns and arguments,
 //!   not started yet) does not queue again; it waits for that one and gets
@@ -90,8 +93,7 @@ pub(crate) struct Op {
     /// The daemon's background work (a reap, a periodic CHECK): a
     /// background slot.
     background: bool,
-    /// A periodic CHECK: dropped while queued when a runtime request of
-    /// its container arrives.
+    /// A periodic CHECK (for what a dropped one is told).
     periodic: bool,
     /// For DEL: what makes two DELs identical.
     del_key: Option<RuntimeConf>,
@@ -260,10 +262,21 @@ impl Scheduler {
         let start = match &op.attachment {
             Some((cid, _)) => match st.containers.get_mut(cid) {
                 Some(q) => {
-                    if !background {
-                        superseded.extend(q.iter().filter(|o| o.periodic).cloned());
-                    }
                     q.push_back(op.clone());
+                    // Background work still queued gives way: the runtime
+                    // request must not wait behind it for a background
+                    // slot (the reaps may all be waiting for one). Also
+                    // the one the driver took and waits a slot for (out
+                    // of the queue, not started).
+                    if !background {
+                        superseded.extend(
+                            st.ops
+                                .values()
+                                .filter(|o| o.background)
+                                .filter(|o| o.attachment.as_ref().is_some_and(|(c, _)| c == cid))
+                                .cloned(),
+                        );
+                    }
                     Start::Nothing
                 }
                 None => {
@@ -281,12 +294,16 @@ impl Scheduler {
             None => Start::Network(op.clone(), None),
         };
         drop(st);
-        // A periodic CHECK still queued gives way to the runtime's request.
         for o in superseded {
+            let what = if o.periodic {
+                "periodic CHECK"
+            } else {
+                "stale-attachment reap"
+            };
             self.cancel_queued(&o, || {
-                ApiError::internal(
-                    "periodic CHECK dropped: a runtime request of its container arrived",
-                )
+                ApiError::internal(format!(
+                    "{what} dropped: a runtime request of its container arrived"
+                ))
             });
         }
         Ok((waiter, start))
