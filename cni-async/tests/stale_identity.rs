@@ -401,3 +401,35 @@ async fn a_namespace_held_only_by_a_thread_or_a_mount_elsewhere_is_kept() {
     thread.join().unwrap();
     drop(child);
 }
+
+/// A namespace recorded through a symbolic link (`/proc/PID/ns/net`, a
+/// runtime's link to its `/run/netns/NAME`) gets the nsfs file handle of
+/// the namespace the link leads to, not of the link: the kernel's word
+/// then decides, here that the namespace of a process gone is gone
+/// (without a handle only the `/proc` search could, which cannot tell
+/// where `/proc` cannot be read whole).
+#[tokio::test]
+async fn a_namespace_recorded_through_a_link_gets_its_own_handle() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    let p = ProcNs::new();
+    attach(&cni, "proc", &p.path()).await;
+    let ns = Netns::new();
+    let link = rig.dir.scratch("link");
+    std::os::unix::fs::symlink(ns.path(), &link).unwrap();
+    attach(&cni, "link", link.to_str().unwrap()).await;
+    for cid in ["proc", "link"] {
+        let id = &rig.cache_json(NET, cid, "eth0").unwrap()["netnsIdentity"];
+        // FILEID_NSFS (0xf1): an nsfs handle.
+        assert!(
+            id["handle"].as_str().is_some_and(|h| h.starts_with("241:")),
+            "{cid}: {id}"
+        );
+    }
+    drop(p);
+    assert_eq!(
+        verdict_of(&scan(&cni).await, "proc"),
+        Verdict::Stale(StaleReason::NamespaceGone)
+    );
+}

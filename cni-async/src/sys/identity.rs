@@ -53,9 +53,11 @@ pub(crate) fn netns_id(path: &Path) -> io::Result<Option<(u64, u64)>> {
     }
 }
 
-/// The nsfs file handle of the namespace at `path` (`name_to_handle_at`):
-/// its type and bytes; `None` where the kernel has none for nsfs (before
-/// Linux 6.18) or the path cannot be looked at.
+/// The nsfs file handle of the namespace at `path` (`name_to_handle_at`,
+/// a final symbolic link followed: `/proc/PID/ns/net` and a runtime's link
+/// lead to the namespace, whose handle this is, not the link's): its type
+/// and bytes; `None` where the kernel has none for nsfs (before Linux
+/// 6.18) or the path cannot be looked at.
 pub(crate) fn ns_handle(path: &Path) -> Option<(i32, Vec<u8>)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
@@ -73,7 +75,7 @@ pub(crate) fn ns_handle(path: &Path) -> Option<(i32, Vec<u8>)> {
             c.as_ptr(),
             (&raw mut h).cast::<libc::file_handle>(),
             &raw mut mount_id,
-            0,
+            libc::AT_SYMLINK_FOLLOW,
         )
     };
     if r != 0 {
