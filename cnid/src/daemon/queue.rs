@@ -19,10 +19,11 @@
 //!   holds a slot while it waits for a gate a GC holds, nor a GC's
 //!   gate while it waits for a slot). The daemon's own background work
 //!   (the reaper's DELs, periodic CHECKs) takes at most a quarter of the
-//!   slots and never one a runtime operation waits for (`slots`); still
-//!   queued, it gives way to a runtime request of its container, which
-//!   would otherwise wait behind it for a background slot (a reap is
-//!   queued again by the reaper's next pass).
+//!   slots and never one a runtime operation waits for (`slots`). Not
+//!   started yet when a runtime request of its container arrives (which
+//!   would wait behind it for a background slot), a periodic CHECK is
+//!   dropped and a reap takes a runtime slot instead: the runtime request
+//!   may depend on it (an ADD of the reaped attachment).
 //! - **Coalescing**: a DEL identical to the last queued operation of its
 //!   container (also a DEL, same network, interface, netns and arguments,
 //!   not started yet) does not queue again; it waits for that one and gets
@@ -93,7 +94,8 @@ pub(crate) struct Op {
     /// The daemon's background work (a reap, a periodic CHECK): a
     /// background slot.
     background: bool,
-    /// A periodic CHECK (for what a dropped one is told).
+    /// A periodic CHECK: dropped while queued when a runtime request of
+    /// its container arrives.
     periodic: bool,
     /// For DEL: what makes two DELs identical.
     del_key: Option<RuntimeConf>,
@@ -106,6 +108,9 @@ pub(crate) struct Op {
     state: Mutex<OpState>,
     result: watch::Sender<Option<Arc<Outcome>>>,
     cancel: CancellationToken,
+    /// Background work a runtime request of its container waits behind:
+    /// it takes a runtime slot from then on, not a background one.
+    promoted: CancellationToken,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -254,6 +259,7 @@ impl Scheduler {
             }),
             result: tx,
             cancel: CancellationToken::new(),
+            promoted: CancellationToken::new(),
         });
         st.ops.insert(op.id, op.clone());
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
@@ -263,11 +269,12 @@ impl Scheduler {
             Some((cid, _)) => match st.containers.get_mut(cid) {
                 Some(q) => {
                     q.push_back(op.clone());
-                    // Background work still queued gives way: the runtime
-                    // request must not wait behind it for a background
-                    // slot (the reaps may all be waiting for one). Also
-                    // the one the driver took and waits a slot for (out
-                    // of the queue, not started).
+                    // The runtime request must not wait behind background
+                    // work for a background slot (the reaps may all be
+                    // waiting for one): a periodic CHECK still queued is
+                    // dropped, a reap takes a runtime slot. Also the one
+                    // the driver took and waits a slot for (out of the
+                    // queue, not started).
                     if !background {
                         superseded.extend(
                             st.ops
@@ -295,16 +302,15 @@ impl Scheduler {
         };
         drop(st);
         for o in superseded {
-            let what = if o.periodic {
-                "periodic CHECK"
+            if o.periodic {
+                self.cancel_queued(&o, || {
+                    ApiError::internal(
+                        "periodic CHECK dropped: a runtime request of its container arrived",
+                    )
+                });
             } else {
-                "stale-attachment reap"
-            };
-            self.cancel_queued(&o, || {
-                ApiError::internal(format!(
-                    "{what} dropped: a runtime request of its container arrived"
-                ))
-            });
+                o.promoted.cancel();
+            }
         }
         Ok((waiter, start))
     }
@@ -367,7 +373,10 @@ impl Scheduler {
             let permit = if op.sandbox {
                 None
             } else if op.background {
-                Some(self.slots.background().await?)
+                tokio::select! {
+                    slot = self.slots.background() => Some(slot?),
+                    () = op.promoted.cancelled() => Some(self.slots.runtime().await?),
+                }
             } else {
                 Some(self.slots.runtime().await?)
             };
