@@ -5,13 +5,13 @@
 //! reap's DEL never hands plugins a path.
 
 use crate::daemon_reaper::NET;
-use crate::support::reaper::{chain, reaps_logged};
 use crate::support;
 use crate::support::daemon::{Daemon, Dirs, before_this_boot};
 use crate::support::gate::Gate;
 use crate::support::netns::{
     LinkGuard, Netns, ProcNs, SubnetLease, addrs_v4, host_local_ips, ip, ip_ok,
 };
+use crate::support::reaper::{chain, reaps_logged};
 use crate::support::tool::CNITOOL;
 use cnid::api::AttachmentRequest;
 use serde_json::json;
