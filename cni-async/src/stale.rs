@@ -41,7 +41,7 @@
 //! | no netns | | kept ([`Kept::NoNetns`]) |
 //! | identity, another boot id | | stale at once ([`StaleReason::Rebooted`]) |
 //! | identity, this boot | the path is the recorded namespace (same device and inode; for `/proc/PID/...` the same start time too) | kept ([`Kept::NamespaceExists`]) |
-//! | identity, this boot | not at its path, and its file handle still opens it (anything holds it), or (no handle) held by a process or thread, a bind mount in any mount namespace, or an open descriptor | kept ([`Kept::Held`]) |
+//! | identity, this boot | not at its path, and its file handle still opens it (anything holds it), or (no handle) held by a process or thread, a bind mount in any mount namespace, an open descriptor, or a socket made in it | kept ([`Kept::Held`]) |
 //! | identity, this boot | not at its path, no handle, and not everything could be searched (a `/proc` entry unreadable, not the initial pid namespace) | kept ([`Kept::Unknown`]) |
 //! | identity, this boot | not at its path, and its handle is stale (`ESTALE`), or (no handle) held by nothing | [`Verdict::Waiting`], stale ([`StaleReason::NamespaceGone`]) once seen so for `stale_after` |
 //! | none (libcni's, older ones), or no namespace identified at ADD | the path is a network namespace now | kept ([`Kept::NamespaceExists`]), whatever the record's mtime |

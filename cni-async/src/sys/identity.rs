@@ -6,7 +6,8 @@
 //! reopens a namespace while anything holds it, and fails with `ESTALE`
 //! once it is gone; the handle holds the namespace's 64-bit id, never
 //! reused), and otherwise searched for in `/proc` (a process or thread in
-//! it, a bind mount of it in any mount namespace, an open descriptor).
+//! it, a bind mount of it in any mount namespace, an open descriptor of
+//! it or a socket made in it).
 //!
 //! # Caveats
 //! - What is not visible from here is not evidence: a `/proc` entry that
@@ -436,7 +437,9 @@ impl Search {
         mountinfo_holds(&info, self.ns.1)
     }
 
-    /// The process has a descriptor of the namespace open.
+    /// The process has a descriptor of the namespace open, or a socket
+    /// made in it (a socket holds its namespace: a tool that entered it,
+    /// opened one and left).
     fn open(&mut self, pid: &str) -> bool {
         let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
             Ok(f) => f,
@@ -449,12 +452,50 @@ impl Search {
         for fd in fds.filter_map(Result::ok) {
             match std::fs::read_link(fd.path()) {
                 Ok(l) if l.as_os_str() == want.as_str() => return true,
+                Ok(l) if l.as_os_str().as_encoded_bytes().starts_with(b"socket:[") => {
+                    let num = |s: &std::ffi::OsStr| s.to_str().and_then(|s| s.parse().ok());
+                    let (Some(p), Some(f)) = (num(pid.as_ref()), num(&fd.file_name())) else {
+                        continue;
+                    };
+                    match socket_netns(p, f) {
+                        Ok(ns) if ns.1 == self.ns.1 => return true,
+                        Ok(_) => {}
+                        // Closed meanwhile: holds nothing.
+                        Err(e) if e.raw_os_error() == Some(libc::EBADF) => {}
+                        Err(e) => self.unreadable(&e),
+                    }
+                }
                 Ok(_) => {}
                 Err(e) => self.unreadable(&e),
             }
         }
         false
     }
+}
+
+/// The network namespace (device, inode) of socket `fd` of process
+/// `pid`: the socket is duplicated (`pidfd_getfd`, which needs the right
+/// to ptrace the process) and asked (`SIOCGSKNS`).
+fn socket_netns(pid: i32, fd: i32) -> io::Result<(u64, u64)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const SIOCGSKNS: libc::c_ulong = 0x894C;
+    let owned = |r: libc::c_long| -> io::Result<OwnedFd> {
+        let r = i32::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just returned to us, owned from here on.
+        Ok(unsafe { OwnedFd::from_raw_fd(r) })
+    };
+    // SAFETY: plain syscalls on integers; the descriptors are owned above.
+    let pidfd = owned(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    let sock = owned(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })?;
+    // SAFETY: SIOCGSKNS takes no argument and returns a new descriptor.
+    let ns = owned(libc::c_long::from(unsafe {
+        libc::ioctl(sock.as_raw_fd(), SIOCGSKNS as _)
+    }))?;
+    let m = std::fs::File::from(ns).metadata()?;
+    Ok((m.dev(), m.ino()))
 }
 
 /// Whether a `mountinfo` lists an nsfs mount of network namespace `ino`
@@ -481,6 +522,30 @@ mod tests {
         let me = start_time(std::process::id()).unwrap().unwrap();
         assert!(me > 0);
         assert_eq!(start_time(u32::MAX).unwrap(), None);
+    }
+
+    /// A namespace held only by a socket made in it (no task in it, no
+    /// mount or descriptor of its nsfs file) is held.
+    #[test]
+    fn a_socket_holds_its_namespace() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let (sock, ns) = std::thread::spawn(|| {
+            // SAFETY: unshare on this thread only (CLONE_NEWNET).
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+            let ns = netns_id(Path::new("/proc/thread-self/ns/net"))
+                .unwrap()
+                .unwrap();
+            (std::net::UdpSocket::bind("0.0.0.0:0").unwrap(), ns)
+        })
+        .join()
+        .unwrap();
+        use std::os::fd::AsRawFd;
+        let me = i32::try_from(std::process::id()).unwrap();
+        assert_eq!(socket_netns(me, sock.as_raw_fd()).unwrap(), ns);
+        assert_eq!(holders(ns), Holders::Held);
+        drop(sock);
     }
 
     #[test]
