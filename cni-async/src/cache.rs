@@ -1176,8 +1176,8 @@ pub type AttachmentKey = (String, String, String);
 ///
 /// How it finds what changed:
 /// - [`RecordScan::default`]: a listing of `results/` at every scan (by
-///   file name and inode, from the listing alone, no `stat` per file), so
-///   a scan costs a listing of every record.
+///   file name, inode and change time: a `stat` per file), so a scan costs
+///   a listing and a `stat` of every record.
 /// - [`RecordScan::watched`] (feature `watch`): an inotify watch on
 ///   `results/` names the entries changed since the last scan, and a scan
 ///   looks at those only (a `stat` and a read each), so it costs the
@@ -1192,14 +1192,14 @@ pub type AttachmentKey = (String, String, String);
 ///   inotify misses other hosts' changes.
 ///
 /// # Caveats
-/// Without a watch (or between a lost watch and the next), a record
-/// rewritten in place (libcni writes with `O_TRUNC`, keeping the inode)
-/// is not read again; libcni rewrites a record only when the same
-/// attachment (network, container, ifname) is added again. A watch sees
-/// such a rewrite when the writer closes the file.
+/// A record rewritten in place (libcni writes with `O_TRUNC`, keeping the
+/// inode; it does so when the same attachment is added again) is read
+/// again: a listing sees its change time move, a watch sees the writer
+/// close it. A record read while half written is read again at the next
+/// scan after the write ends.
 #[derive(Debug, Default)]
 pub struct RecordScan {
-    seen: std::collections::BTreeMap<std::ffi::OsString, (u64, Option<AttachmentKey>)>,
+    seen: std::collections::BTreeMap<std::ffi::OsString, (Stamp, Option<AttachmentKey>)>,
     /// Full listings of `results/` so far.
     listings: u64,
     #[cfg(feature = "watch")]
@@ -1255,19 +1255,30 @@ impl RecordScan {
             if let Some((_, Some(key))) = self.seen.remove(&name) {
                 changes.removed.push(key);
             }
-            let ino = match std::fs::symlink_metadata(results.join(&name)) {
-                Ok(m) => m.ino(),
+            let stamp = match std::fs::symlink_metadata(results.join(&name)) {
+                Ok(m) => stamp(&m),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 // There, but not for us to read: as a listing would have it.
-                Err(_) => 0,
+                Err(_) => (0, 0, 0),
             };
             let rec = name.to_str().and_then(|n| scan_listed(results, n));
             let key = rec.as_ref().map(ScannedRecord::key);
             changes.added.extend(rec);
-            self.seen.insert(name, (ino, key));
+            self.seen.insert(name, (stamp, key));
         }
         changes
     }
+}
+
+/// What tells a record file's contents apart from one scan to the next:
+/// its inode and its change time (`ctime`, seconds and nanoseconds). The
+/// inode alone misses a record rewritten in place (libcni writes with
+/// `O_TRUNC`) and a new record given the inode of one just deleted; the
+/// change time moves with every write and cannot be set back.
+type Stamp = (u64, i64, i64);
+
+fn stamp(m: &std::fs::Metadata) -> Stamp {
+    (m.ino(), m.ctime(), m.ctime_nsec())
 }
 
 /// The identity and netns of a record, read without keeping its result
@@ -1286,8 +1297,9 @@ pub struct ScannedRecord {
     /// `netns` (empty when absent).
     #[serde(default)]
     pub netns: String,
-    /// `netnsIdentity` ([`record::NetnsIdentity`]; `None` when absent or
-    /// malformed).
+    /// `netnsIdentity` ([`record::NetnsIdentity`]; `None` when absent;
+    /// one with an empty boot id when there but unreadable: damaged or
+    /// forged, which proves nothing either way).
     #[serde(
         default,
         rename = "netnsIdentity",
@@ -1301,7 +1313,10 @@ fn lenient_identity<'de, D: serde::Deserializer<'de>>(
 ) -> Result<Option<record::NetnsIdentity>, D::Error> {
     use serde::Deserialize as _;
     let v = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(v.as_ref().and_then(record::NetnsIdentity::from_value))
+    Ok(match v {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => Some(record::NetnsIdentity::from_value(&v).unwrap_or_default()),
+    })
 }
 
 impl ScannedRecord {
@@ -1381,13 +1396,21 @@ impl ResultCache {
         let mut now = std::collections::BTreeMap::new();
         for entry in entries.filter_map(Result::ok) {
             let name = entry.file_name();
-            let ino = entry.ino();
             if name.as_encoded_bytes().first() == Some(&b'.') {
                 continue;
             }
+            // Stat before the read: a write after it moves the change
+            // time, and the next scan reads the record again.
+            let stamp = match entry.metadata() {
+                Ok(m) => stamp(&m),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // There, but not for us to look at: its inode from the
+                // listing (a record we cannot read is left out anyway).
+                Err(_) => (entry.ino(), 0, 0),
+            };
             match scan.seen.remove(&name) {
-                Some((old, key)) if old == ino && !reread_all => {
-                    now.insert(name, (ino, key));
+                Some((old, key)) if old == stamp && !reread_all => {
+                    now.insert(name, (stamp, key));
                 }
                 before => {
                     if let Some((_, Some(key))) = before {
@@ -1396,7 +1419,7 @@ impl ResultCache {
                     let rec = name.to_str().and_then(|n| scan_listed(&results, n));
                     let key = rec.as_ref().map(ScannedRecord::key);
                     changes.added.extend(rec);
-                    now.insert(name, (ino, key));
+                    now.insert(name, (stamp, key));
                 }
             }
         }

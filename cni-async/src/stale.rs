@@ -31,17 +31,21 @@
 //! namespace's identity taken at ADD (`netnsIdentity`:
 //! [`cni_core::cache::NetnsIdentity`]): the boot id, the nsfs device and
 //! inode of the netns path and its nsfs file handle (Linux 6.18+), and for
-//! a `/proc/PID/ns/net` path the process's start time.
+//! a `/proc/PID/ns/net` path the process's start time. It is taken before
+//! the plugins run and kept only if the path is still that namespace (and
+//! process) after them: a namespace replaced at the path meanwhile may hold
+//! the attachment, so such a record names no namespace (its path decides).
 //!
 //! | record | what is found | verdict |
 //! |---|---|---|
 //! | no netns | | kept ([`Kept::NoNetns`]) |
 //! | identity, another boot id | | stale at once ([`StaleReason::Rebooted`]) |
 //! | identity, this boot | the path is the recorded namespace (same device and inode; for `/proc/PID/...` the same start time too) | kept ([`Kept::NamespaceExists`]) |
-//! | identity, this boot | not at its path, and its file handle still opens it (anything holds it), or (no handle) held by a process or thread, a bind mount in any mount namespace, or an open descriptor | kept ([`Kept::Held`]) |
+//! | identity, this boot | not at its path, and its file handle still opens it (anything holds it), or (no handle) held by a process or thread, a bind mount in any mount namespace, an open descriptor, or a socket made in it | kept ([`Kept::Held`]) |
 //! | identity, this boot | not at its path, no handle, and not everything could be searched (a `/proc` entry unreadable, not the initial pid namespace) | kept ([`Kept::Unknown`]) |
 //! | identity, this boot | not at its path, and its handle is stale (`ESTALE`), or (no handle) held by nothing | [`Verdict::Waiting`], stale ([`StaleReason::NamespaceGone`]) once seen so for `stale_after` |
 //! | none (libcni's, older ones), or no namespace identified at ADD | the path is a network namespace now | kept ([`Kept::NamespaceExists`]), whatever the record's mtime |
+//! | there but unreadable (damaged, forged) | | kept ([`Kept::Unknown`]) |
 //! | none | the path cannot be looked at | kept ([`Kept::Unknown`]) |
 //! | none | not a network namespace, record's mtime before the boot time | stale ([`StaleReason::Rebooted`]) |
 //! | none | not a network namespace, written in this boot | waiting, then stale ([`StaleReason::NamespaceGone`]) |
@@ -252,6 +256,9 @@ fn judge_one(
         return (netns_state(netns, host.sees_host_mounts), earlier);
     };
     match host.boot_id.as_deref() {
+        // An identity there but unreadable (damaged, forged): not a
+        // record without one, whose path and mtime would decide.
+        _ if id.boot_id.is_empty() => (Netns::Unknown, false),
         None => (Netns::Unknown, false),
         Some(b) if b != id.boot_id => (Netns::Gone, true),
         Some(_) => match id.ns {
@@ -285,7 +292,13 @@ fn identified(netns: &str, ns: (u64, u64), id: &NetnsIdentity, host: &Host) -> N
         return Netns::Unseen;
     }
     // The kernel's answer, where it has one: the namespace by its id.
-    if let Some(alive) = id.handle.as_ref().and_then(|h| identity::ns_alive(h).ok()) {
+    // A handle that is not of the recorded namespace (damaged, forged)
+    // proves nothing: the kernel's ESTALE for it would say nothing of it.
+    let handle = id
+        .handle
+        .as_ref()
+        .filter(|h| identity::handle_is_of(h, ns.1));
+    if let Some(alive) = handle.and_then(|h| identity::ns_alive(h).ok()) {
         return if alive { Netns::Held } else { Netns::Gone };
     }
     match identity::holders(ns) {
@@ -338,7 +351,8 @@ pub struct Candidate {
     pub netns: String,
     /// The record file's mtime.
     pub written: Option<SystemTime>,
-    /// The recorded namespace identity (`None` for records without one).
+    /// The recorded namespace identity (`None` for records without one;
+    /// one with an empty boot id when it is there but unreadable).
     pub identity: Option<NetnsIdentity>,
     /// The verdict.
     pub verdict: Verdict,

@@ -1,4 +1,5 @@
-//! Attacks on `cni_async::stale`'s reap: another tool's ADD of the same
+//! Attacks on `cni_async::stale`'s reap: another reaper of the same
+//! attachment at once; another tool's ADD of the same
 //! container and ifname landing between the reap's checks and its DEL.
 
 use std::ffi::CString;
@@ -209,4 +210,55 @@ async fn a_reap_never_hands_plugins_a_path_that_is_not_its_namespace() {
     assert_eq!(netns_of("file"), "");
     assert_eq!(netns_of("missing"), "");
     assert!(cni.cache().list(None).await.unwrap().is_empty());
+}
+
+/// Two reapers (two cnids, or cnid and `cnitool gc --stale`, each with its
+/// own `Cni` on one cache) reap the same stale attachment at once: the
+/// second waits for the attachment's lock while the first's DEL runs,
+/// then finds the record gone. One DEL runs, the record is removed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reapers_of_one_attachment_run_one_del() {
+    let rig = Rig::new();
+    let gate = cni_test_support::gate::Gate::new(rig.dir.root());
+    rig.fake(
+        "a",
+        &Fake::new(Response::ok(""))
+            .on(
+                "ADD",
+                Response::ok(r#"{"cniVersion":"1.0.0","ips":[{"address":"10.78.0.6/24"}]}"#),
+            )
+            .on("DEL", Response::ok("").with_shell(&gate.shell_wait())),
+    );
+    let (first, second) = (rig.cni(), rig.cni());
+    let gone = rig.dir.scratch("gone");
+    attach(&first, "c2", &gone).await;
+    let scan = || async {
+        StaleScanner::with_boot_time(None, Some(Duration::ZERO))
+            .scan(first.cache())
+            .await
+            .unwrap()
+    };
+    let (a, b) = (scan().await[0].clone(), scan().await[0].clone());
+    assert!(a.verdict.stale().is_some() && a == b);
+    rig.dir.clear_records();
+
+    let one = {
+        let cni = first.clone();
+        tokio::spawn(async move { cni.reap_stale(&a, &CallOptions::default()).await })
+    };
+    gate.wait_started(1).await;
+    let watch = OpenWatch::new(&rig.lock_file(NET, "c2", "eth0"));
+    let two = {
+        let cni = second.clone();
+        tokio::spawn(async move { cni.reap_stale(&b, &CallOptions::default()).await })
+    };
+    tokio::task::spawn_blocking(move || watch.wait())
+        .await
+        .unwrap();
+    gate.release();
+    let mut got = [one.await.unwrap().unwrap(), two.await.unwrap().unwrap()];
+    got.sort_by_key(|r| format!("{r:?}"));
+    assert_eq!(got, [Reaped::Changed, Reaped::Deleted]);
+    assert_eq!(rig.dir.invocations_of("DEL").len(), 1);
+    assert!(first.cache().list(None).await.unwrap().is_empty());
 }

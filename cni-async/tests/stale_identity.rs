@@ -191,3 +191,244 @@ async fn a_namespace_held_by_a_process_or_a_descriptor_is_kept() {
         );
     }
 }
+
+/// A namespace no process is in, no mount names and no descriptor of its
+/// nsfs file holds, but a socket made in it does (a tool that entered it,
+/// opened a socket and left): it still exists, with its interfaces, and
+/// is kept, whether the kernel is asked (its file handle) or `/proc` is
+/// searched (a record without a handle, as written before Linux 6.18:
+/// every socket's namespace is asked).
+#[tokio::test]
+async fn a_namespace_held_only_by_a_socket_is_kept() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    let ns = Netns::new();
+    attach(&cni, "socket", &ns.path()).await;
+    attach(&cni, "nohandle", &ns.path()).await;
+    rig.edit_record(NET, "nohandle", "eth0", |v| {
+        v["netnsIdentity"].as_object_mut().unwrap().remove("handle");
+    });
+    let sock = cni_test_support::netns::socket_in(ns.path());
+    drop(ns);
+    let found = scan(&cni).await;
+    for cid in ["socket", "nohandle"] {
+        assert_eq!(verdict_of(&found, cid), Verdict::Kept(Kept::Held), "{cid}");
+    }
+    drop(sock);
+}
+
+/// A record whose file handle was damaged (its namespace's inode in it
+/// changed) while the namespace is held elsewhere: the kernel refuses the
+/// handle (`ESTALE`), which proves nothing about the recorded namespace.
+#[tokio::test]
+async fn a_damaged_handle_is_no_proof_that_a_held_namespace_is_gone() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    let ns = Netns::new();
+    attach(&cni, "damaged", &ns.path()).await;
+    let open = Killed(
+        std::process::Command::new("sleep")
+            .arg("3600")
+            .stdin(std::fs::File::open(ns.path()).unwrap())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    rig.edit_record(NET, "damaged", "eth0", |v| {
+        let h = v["netnsIdentity"]["handle"].as_str().unwrap().to_owned();
+        // The last hex digit flipped: another inode in the handle.
+        let mut b = h.into_bytes();
+        let last = b.last_mut().unwrap();
+        *last = if *last == b'0' { b'1' } else { b'0' };
+        v["netnsIdentity"]["handle"] = String::from_utf8(b).unwrap().into();
+    });
+    drop(ns);
+    let v = verdict_of(&scan(&cni).await, "damaged");
+    assert!(matches!(v, Verdict::Kept(_)), "{v:?}");
+    drop(open);
+}
+
+/// The namespace at the path deleted and made again while the ADD's
+/// plugins run (after the identity was taken, before a plugin entered
+/// it): the attachment may be in the new namespace, so the record must
+/// not name the old one, whose being gone would get the live attachment
+/// reaped (its address released under it). Kept while the path is a
+/// namespace.
+#[tokio::test]
+async fn a_namespace_re_created_during_the_add_is_not_recorded_as_the_old_one() {
+    cni_test_support::require_root!();
+    let rig = Rig::new();
+    let gate = cni_test_support::gate::Gate::new(rig.dir.root());
+    rig.fake(
+        "a",
+        &Fake::new(Response::ok("")).on(
+            "ADD",
+            Response::ok(r#"{"cniVersion":"1.0.0","ips":[{"address":"10.79.0.6/24"}]}"#)
+                .with_shell(&gate.shell_wait()),
+        ),
+    );
+    let cni = rig.cni();
+    let ns = Netns::new();
+    let old = ino(&ns.path());
+    let add = {
+        let (cni, path) = (cni.clone(), ns.path());
+        tokio::spawn(async move { attach(&cni, "swapped", &path).await })
+    };
+    gate.wait_started(1).await;
+    assert!(ip(&["netns", "del", ns.name()]).status.success());
+    assert!(ip(&["netns", "add", ns.name()]).status.success());
+    assert_ne!(ino(&ns.path()), old);
+    gate.release();
+    add.await.unwrap();
+    let rec = rig.cache_json(NET, "swapped", "eth0").unwrap();
+    assert_ne!(rec["netnsIdentity"]["ino"], old, "{rec}");
+    assert_eq!(
+        verdict_of(&scan(&cni).await, "swapped"),
+        Verdict::Kept(Kept::NamespaceExists)
+    );
+}
+
+/// A record whose `netnsIdentity` is there but unreadable (damaged,
+/// forged: a number for the boot id, a bad handle) is no record without
+/// identity: its path and mtime (here no namespace, written before the
+/// boot, as after a clock step) prove nothing. Kept, and nothing panics.
+#[tokio::test]
+async fn a_malformed_identity_is_kept_whatever_the_path_and_the_clock() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    let gone = rig.dir.scratch("gone");
+    let gone = gone.to_str().unwrap();
+    let bad = [
+        json!({"bootId": 7}),
+        json!({"bootId": "", "ino": 1}),
+        json!({"bootId": "x", "dev": 4}),
+        json!({"bootId": "x", "dev": 4, "ino": 5, "handle": "241:zz"}),
+        json!({"bootId": "x", "dev": -1, "ino": 5}),
+        json!("text"),
+        json!([1, 2]),
+    ];
+    for (i, b) in bad.iter().enumerate() {
+        let cid = format!("bad{i}");
+        attach(&cni, &cid, gone).await;
+        rig.edit_record(NET, &cid, "eth0", |v| v["netnsIdentity"] = b.clone());
+        let f = std::fs::File::options()
+            .write(true)
+            .open(rig.cache_file(NET, &cid, "eth0"))
+            .unwrap();
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(86_400))
+            .unwrap();
+    }
+    let found = scan(&cni).await;
+    for (i, b) in bad.iter().enumerate() {
+        assert_eq!(
+            verdict_of(&found, &format!("bad{i}")),
+            Verdict::Kept(Kept::Unknown),
+            "{b}"
+        );
+    }
+    // A runtime's DEL still works from such a record.
+    let rt = RuntimeConf::new("bad0", gone, "eth0");
+    let list = conflist(json!({"cniVersion":"1.0.0","name": NET,"plugins":[{"type":"a"}]}));
+    cni.del_network_list(&list, &rt).await.expect("DEL");
+}
+
+/// A namespace held only by a thread of a process whose other threads
+/// are elsewhere, or only by a bind mount in another mount namespace (a
+/// runtime with a private `/run`): not at its path, still alive, kept,
+/// by the kernel's word (its handle) and by the `/proc` search.
+#[tokio::test]
+async fn a_namespace_held_only_by_a_thread_or_a_mount_elsewhere_is_kept() {
+    use std::io::BufRead;
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    // A thread of this process in it, until told to leave.
+    let ns = Netns::new();
+    attach(&cni, "thread", &ns.path()).await;
+    attach(&cni, "thread-nohandle", &ns.path()).await;
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (leave, leave_rx) = std::sync::mpsc::channel::<()>();
+    let file = std::fs::File::open(ns.path()).unwrap();
+    let thread = std::thread::spawn(move || {
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        drop(file);
+        entered_tx.send(()).unwrap();
+        let _ = leave_rx.recv();
+    });
+    entered.recv().unwrap();
+    drop(ns);
+    // A bind mount of it in a mount namespace of another process.
+    let ns2 = Netns::new();
+    attach(&cni, "mount", &ns2.path()).await;
+    attach(&cni, "mount-nohandle", &ns2.path()).await;
+    // Records as written before Linux 6.18: the /proc search decides.
+    for cid in ["thread-nohandle", "mount-nohandle"] {
+        rig.edit_record(NET, cid, "eth0", |v| {
+            v["netnsIdentity"].as_object_mut().unwrap().remove("handle");
+        });
+    }
+    let target = rig.dir.scratch("bound");
+    std::fs::write(&target, b"").unwrap();
+    let script = format!(
+        "mount --bind '{}' '{}' && echo ok && exec sleep 3600",
+        ns2.path(),
+        target.display()
+    );
+    let mut child = Killed(
+        std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ok");
+    drop(ns2);
+
+    let found = scan(&cni).await;
+    for cid in ["thread", "mount", "thread-nohandle", "mount-nohandle"] {
+        assert_eq!(verdict_of(&found, cid), Verdict::Kept(Kept::Held), "{cid}");
+    }
+    drop(leave);
+    thread.join().unwrap();
+    drop(child);
+}
+
+/// A namespace recorded through a symbolic link (`/proc/PID/ns/net`, a
+/// runtime's link to its `/run/netns/NAME`) gets the nsfs file handle of
+/// the namespace the link leads to, not of the link: the kernel's word
+/// then decides, here that the namespace of a process gone is gone
+/// (without a handle only the `/proc` search could, which cannot tell
+/// where `/proc` cannot be read whole).
+#[tokio::test]
+async fn a_namespace_recorded_through_a_link_gets_its_own_handle() {
+    cni_test_support::require_root!();
+    let rig = rig();
+    let cni = rig.cni();
+    let p = ProcNs::new();
+    attach(&cni, "proc", &p.path()).await;
+    let ns = Netns::new();
+    let link = rig.dir.scratch("link");
+    std::os::unix::fs::symlink(ns.path(), &link).unwrap();
+    attach(&cni, "link", link.to_str().unwrap()).await;
+    for cid in ["proc", "link"] {
+        let id = &rig.cache_json(NET, cid, "eth0").unwrap()["netnsIdentity"];
+        // FILEID_NSFS (0xf1): an nsfs handle.
+        assert!(
+            id["handle"].as_str().is_some_and(|h| h.starts_with("241:")),
+            "{cid}: {id}"
+        );
+    }
+    drop(p);
+    assert_eq!(
+        verdict_of(&scan(&cni).await, "proc"),
+        Verdict::Stale(StaleReason::NamespaceGone)
+    );
+}

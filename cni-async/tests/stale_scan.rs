@@ -210,3 +210,44 @@ async fn a_reap_dels_with_the_cached_record_unless_it_changed_or_the_namespace_i
         .collect();
     assert_eq!(left, vec!["back".to_owned()]);
 }
+
+/// A record rewritten in place (Go libcni writes with `O_TRUNC`, keeping
+/// the inode, when the same attachment is added again; a file system may
+/// also give a new record the inode of one just deleted) is read again by
+/// a scanner that read it before: judged on what it says now, not on the
+/// namespace it named then. Otherwise a re-added attachment whose new
+/// namespace died would never be reaped (and every reap of it would find
+/// the record "changed").
+#[tokio::test]
+async fn a_record_rewritten_in_place_is_judged_again() {
+    let rig = rig();
+    let cni = rig.cni();
+    let alive = rig.dir.scratch("alive");
+    std::os::unix::fs::symlink("/proc/self/ns/net", &alive).unwrap();
+    attach(&cni, "inplace", &alive).await;
+    let mut scanner = StaleScanner::with_boot_time(None, Some(Duration::ZERO));
+    let found = scanner.scan(cni.cache()).await.unwrap();
+    assert_eq!(
+        verdict_of(&found, "inplace"),
+        Verdict::Kept(Kept::NamespaceExists)
+    );
+    // Added again by libcni in a namespace that is gone by now: same
+    // file, no identity, another netns.
+    let gone = rig.dir.scratch("gone");
+    rig.edit_record(NET, "inplace", "eth0", |v| {
+        v.as_object_mut().unwrap().remove("netnsIdentity");
+        v["netns"] = gone.to_str().unwrap().into();
+    });
+    let found = scanner.scan(cni.cache()).await.unwrap();
+    assert_eq!(found[0].netns, gone.to_str().unwrap());
+    assert_eq!(
+        verdict_of(&found, "inplace"),
+        Verdict::Stale(StaleReason::NamespaceGone)
+    );
+    assert_eq!(
+        cni.reap_stale(&found[0], &CallOptions::default())
+            .await
+            .unwrap(),
+        Reaped::Deleted
+    );
+}

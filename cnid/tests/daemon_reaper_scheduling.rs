@@ -407,3 +407,77 @@ async fn a_freed_slot_goes_to_the_waiting_runtime_request_before_a_reap() {
         "the reap went ahead of the waiting runtime ADD: {runs:?}"
     );
 }
+
+/// `--max-parallel 4` (one background slot), four stale attachments whose
+/// DEL hangs: one reap runs, three wait for the background slot. A
+/// runtime request for the container of a waiting reap (an ADD on another
+/// network, real bridge + host-local) must not wait behind that reap for
+/// the background slot: the reap takes a runtime slot and runs while the
+/// first still holds the background one, then the ADD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_request_is_not_held_behind_its_containers_waiting_reap() {
+    crate::support::require_root!();
+    const HANG: &str = "dsched8h";
+    const NET: &str = "dsched8";
+    let dirs = Dirs::new();
+    let gate = Gate::new(dirs.root());
+    del_gated_plugin(&dirs, "hang", &gate);
+    dirs.conf(
+        "10-hang.conflist",
+        &json!({"cniVersion": "1.0.0", "name": HANG, "plugins": [{"type": "hang"}]}),
+    );
+    let c = chain(&dirs, NET, &[]);
+    let daemon = Daemon::start(&dirs, &["--stale-after", "1s", "--max-parallel", "4"]);
+    let client = daemon.client().await;
+    let nss: Vec<Netns> = (0..4).map(|_| Netns::new()).collect();
+    for (i, ns) in nss.iter().enumerate() {
+        client
+            .add(
+                HANG,
+                &AttachmentRequest::new(format!("hold{i}"), ns.path(), "eth0"),
+            )
+            .await
+            .expect("ADD");
+    }
+    drop(nss);
+    gate.wait_started(1).await;
+    eventually_async(LIMIT, "four reaps queued or running", || async {
+        client
+            .operations(None)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|o| o.request_id.starts_with("reap-"))
+            .count()
+            == 4
+    })
+    .await;
+    let ops = client.operations(None).await.unwrap();
+    let waiting = ops
+        .iter()
+        .find(|o| o.request_id.starts_with("reap-") && o.state == "queued")
+        .and_then(|o| o.container_id.clone())
+        .expect("a queued reap");
+
+    let ns = Netns::new();
+    let mut req = AttachmentRequest::new(&waiting, ns.path(), "eth1");
+    req.timeout_ms = Some(60_000);
+    let add = {
+        let (client, req) = (client.clone(), req.clone());
+        tokio::spawn(async move { client.add(NET, &req).await })
+    };
+    // The waiting reap runs its plugin though the background slot is
+    // still held by the first.
+    gate.wait_started(2).await;
+    gate.release();
+    let res = add
+        .await
+        .unwrap()
+        .expect("the runtime's ADD after its container's reap");
+    assert_eq!(
+        ns.ipv4_addrs("eth1"),
+        vec![crate::support::shim::ipv4_of(&res)]
+    );
+    client.del(NET, &req).await.expect("DEL");
+    assert!(host_local_ips(&c.data_dir, NET).is_empty());
+}

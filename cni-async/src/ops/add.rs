@@ -216,6 +216,9 @@ impl Cni {
                 self.roll_back_abandoned(&net, net.plugins, rt, prev_value.as_ref(), existed).await;
                 return Ok(None);
             }
+            // A namespace replaced at the path while the plugins ran: the
+            // record must not name the one that was there before them.
+            let identity = crate::sys::identity::unchanged(identity, &rt.netns);
             let rec = CacheRecord::new(net.name, rt, net.cache_bytes.to_vec(), prev_value)
                 .with_identity(identity);
             // The lock travels with the write: if this future is dropped

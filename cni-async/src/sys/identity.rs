@@ -6,7 +6,8 @@
 //! reopens a namespace while anything holds it, and fails with `ESTALE`
 //! once it is gone; the handle holds the namespace's 64-bit id, never
 //! reused), and otherwise searched for in `/proc` (a process or thread in
-//! it, a bind mount of it in any mount namespace, an open descriptor).
+//! it, a bind mount of it in any mount namespace, an open descriptor of
+//! it or a socket made in it).
 //!
 //! # Caveats
 //! - What is not visible from here is not evidence: a `/proc` entry that
@@ -53,9 +54,11 @@ pub(crate) fn netns_id(path: &Path) -> io::Result<Option<(u64, u64)>> {
     }
 }
 
-/// The nsfs file handle of the namespace at `path` (`name_to_handle_at`):
-/// its type and bytes; `None` where the kernel has none for nsfs (before
-/// Linux 6.18) or the path cannot be looked at.
+/// The nsfs file handle of the namespace at `path` (`name_to_handle_at`,
+/// a final symbolic link followed: `/proc/PID/ns/net` and a runtime's link
+/// lead to the namespace, whose handle this is, not the link's): its type
+/// and bytes; `None` where the kernel has none for nsfs (before Linux
+/// 6.18) or the path cannot be looked at.
 pub(crate) fn ns_handle(path: &Path) -> Option<(i32, Vec<u8>)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
@@ -73,7 +76,7 @@ pub(crate) fn ns_handle(path: &Path) -> Option<(i32, Vec<u8>)> {
             c.as_ptr(),
             (&raw mut h).cast::<libc::file_handle>(),
             &raw mut mount_id,
-            0,
+            libc::AT_SYMLINK_FOLLOW,
         )
     };
     if r != 0 {
@@ -124,6 +127,24 @@ pub(crate) fn ns_alive(handle: &(i32, Vec<u8>)) -> io::Result<bool> {
 }
 
 const HANDLE_MAX: usize = 128;
+
+/// `FILEID_NSFS`: the type of an nsfs file handle.
+const FILEID_NSFS: i32 = 0xf1;
+
+/// Whether `handle` is an nsfs file handle of the network namespace with
+/// inode `ino` (`struct nsfs_file_handle`: the namespace's 64-bit id, its
+/// type, its inode number). Only such a handle's `ESTALE` says anything
+/// of that namespace: the kernel refuses a handle whose type or inode is
+/// not its namespace's with `ESTALE` too, so a damaged or forged one
+/// would make a live namespace look gone.
+pub(crate) fn handle_is_of(handle: &(i32, Vec<u8>), ino: u64) -> bool {
+    let (kind, data) = handle;
+    if *kind != FILEID_NSFS || data.len() != 16 {
+        return false;
+    }
+    let word = |at: usize| u32::from_ne_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
+    word(8) == libc::CLONE_NEWNET as u32 && u64::from(word(12)) == ino
+}
 
 /// `struct file_handle` with room for its bytes.
 #[repr(C)]
@@ -190,6 +211,23 @@ pub(crate) fn identity_of(netns: &str) -> Option<NetnsIdentity> {
     if id.ns.is_some() && netns_id(Path::new(netns)).ok().flatten() != id.ns {
         id.ns = None;
         id.handle = None;
+    }
+    Some(id)
+}
+
+/// `id`, taken before the plugins ran, if `netns` is still that namespace
+/// (and process) after them; otherwise `id` without a namespace: the
+/// namespace was replaced at the path meanwhile, and the attachment may be
+/// in either, so the record names neither (its path decides).
+pub(crate) fn unchanged(id: Option<NetnsIdentity>, netns: &str) -> Option<NetnsIdentity> {
+    let mut id = id?;
+    if id.ns.is_some() {
+        let now = identity_of(netns);
+        if now.map(|n| (n.ns, n.pid_start_time)) != Some((id.ns, id.pid_start_time)) {
+            id.ns = None;
+            id.handle = None;
+            id.pid_start_time = None;
+        }
     }
     Some(id)
 }
@@ -399,7 +437,9 @@ impl Search {
         mountinfo_holds(&info, self.ns.1)
     }
 
-    /// The process has a descriptor of the namespace open.
+    /// The process has a descriptor of the namespace open, or a socket
+    /// made in it (a socket holds its namespace: a tool that entered it,
+    /// opened one and left).
     fn open(&mut self, pid: &str) -> bool {
         let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
             Ok(f) => f,
@@ -412,12 +452,50 @@ impl Search {
         for fd in fds.filter_map(Result::ok) {
             match std::fs::read_link(fd.path()) {
                 Ok(l) if l.as_os_str() == want.as_str() => return true,
+                Ok(l) if l.as_os_str().as_encoded_bytes().starts_with(b"socket:[") => {
+                    let num = |s: &std::ffi::OsStr| s.to_str().and_then(|s| s.parse().ok());
+                    let (Some(p), Some(f)) = (num(pid.as_ref()), num(&fd.file_name())) else {
+                        continue;
+                    };
+                    match socket_netns(p, f) {
+                        Ok(ns) if ns.1 == self.ns.1 => return true,
+                        Ok(_) => {}
+                        // Closed meanwhile: holds nothing.
+                        Err(e) if e.raw_os_error() == Some(libc::EBADF) => {}
+                        Err(e) => self.unreadable(&e),
+                    }
+                }
                 Ok(_) => {}
                 Err(e) => self.unreadable(&e),
             }
         }
         false
     }
+}
+
+/// The network namespace (device, inode) of socket `fd` of process
+/// `pid`: the socket is duplicated (`pidfd_getfd`, which needs the right
+/// to ptrace the process) and asked (`SIOCGSKNS`).
+fn socket_netns(pid: i32, fd: i32) -> io::Result<(u64, u64)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const SIOCGSKNS: libc::c_ulong = 0x894C;
+    let owned = |r: libc::c_long| -> io::Result<OwnedFd> {
+        let r = i32::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just returned to us, owned from here on.
+        Ok(unsafe { OwnedFd::from_raw_fd(r) })
+    };
+    // SAFETY: plain syscalls on integers; the descriptors are owned above.
+    let pidfd = owned(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    let sock = owned(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })?;
+    // SAFETY: SIOCGSKNS takes no argument and returns a new descriptor.
+    let ns = owned(libc::c_long::from(unsafe {
+        libc::ioctl(sock.as_raw_fd(), SIOCGSKNS as _)
+    }))?;
+    let m = std::fs::File::from(ns).metadata()?;
+    Ok((m.dev(), m.ino()))
 }
 
 /// Whether a `mountinfo` lists an nsfs mount of network namespace `ino`
@@ -446,6 +524,30 @@ mod tests {
         assert_eq!(start_time(u32::MAX).unwrap(), None);
     }
 
+    /// A namespace held only by a socket made in it (no task in it, no
+    /// mount or descriptor of its nsfs file) is held.
+    #[test]
+    fn a_socket_holds_its_namespace() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let (sock, ns) = std::thread::spawn(|| {
+            // SAFETY: unshare on this thread only (CLONE_NEWNET).
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+            let ns = netns_id(Path::new("/proc/thread-self/ns/net"))
+                .unwrap()
+                .unwrap();
+            (std::net::UdpSocket::bind("0.0.0.0:0").unwrap(), ns)
+        })
+        .join()
+        .unwrap();
+        use std::os::fd::AsRawFd;
+        let me = i32::try_from(std::process::id()).unwrap();
+        assert_eq!(socket_netns(me, sock.as_raw_fd()).unwrap(), ns);
+        assert_eq!(holders(ns), Holders::Held);
+        drop(sock);
+    }
+
     #[test]
     fn mountinfo_nsfs_roots() {
         let info = "36 25 0:4 net:[4026532290] /run/netns/x rw,relatime shared:5 - nsfs nsfs rw\n\
@@ -464,6 +566,10 @@ mod tests {
         assert_eq!(netns_id(Path::new("/proc/self/ns/net")).unwrap(), Some(ns));
         assert_eq!(holders(ns), Holders::Held);
         if let Some(h) = &id.handle {
+            assert!(handle_is_of(h, ns.1));
+            assert!(!handle_is_of(h, ns.1 + 1));
+            assert!(!handle_is_of(&(h.0 + 1, h.1.clone()), ns.1));
+            assert!(!handle_is_of(&(h.0, h.1[..12].to_vec()), ns.1));
             assert!(ns_alive(h).unwrap());
             let mut gone = h.clone();
             // Another namespace id (the first 8 bytes): none by that id.

@@ -645,6 +645,20 @@ pub fn host_uses(net: Ipv4Net) -> bool {
     has_addr || has_route
 }
 
+/// A UDP socket made in the network namespace at `path` (by a thread that
+/// enters it and exits): the socket holds the namespace while it is open,
+/// though no process or thread is in it, no mount names it and no
+/// descriptor is of its nsfs file.
+pub fn socket_in(path: impl AsRef<Path>) -> std::net::UdpSocket {
+    let ns = File::open(path.as_ref()).expect("open the netns");
+    std::thread::spawn(move || {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        std::net::UdpSocket::bind("0.0.0.0:0").expect("a socket in the netns")
+    })
+    .join()
+    .expect("the socket thread")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

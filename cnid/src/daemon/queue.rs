@@ -18,8 +18,12 @@
 //!   for each network's step, after that step's gate, so that it never
 //!   holds a slot while it waits for a gate a GC holds, nor a GC's
 //!   gate while it waits for a slot). The daemon's own background work
-//!   (the reaper's DELs) takes at most a quarter of the slots and never
-//!   one a runtime operation waits for (`slots`).
+//!   (the reaper's DELs, periodic CHECKs) takes at most a quarter of the
+//!   slots and never one a runtime operation waits for (`slots`). Not
+//!   started yet when a runtime request of its container arrives (which
+//!   would wait behind it for a background slot), a periodic CHECK is
+//!   dropped and a reap takes a runtime slot instead: the runtime request
+//!   may depend on it (an ADD of the reaped attachment).
 //! - **Coalescing**: a DEL identical to the last queued operation of its
 //!   container (also a DEL, same network, interface, netns and arguments,
 //!   not started yet) does not queue again; it waits for that one and gets
@@ -111,6 +115,9 @@ pub(crate) struct Op {
     state: Mutex<OpState>,
     result: watch::Sender<Option<Arc<Outcome>>>,
     cancel: CancellationToken,
+    /// Background work a runtime request of its container waits behind:
+    /// it takes a runtime slot from then on, not a background one.
+    promoted: CancellationToken,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -317,6 +324,7 @@ impl Scheduler {
             }),
             result: tx,
             cancel: CancellationToken::new(),
+            promoted: CancellationToken::new(),
         });
         st.ops.insert(op.id, op.clone());
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
@@ -329,10 +337,21 @@ impl Scheduler {
                         st.hold_on_slot(cid, rt);
                     }
                 }
-                let q = st.containers.entry(cid.clone()).or_default();
+                // The runtime request must not wait behind background work
+                // for a background slot (the reaps may all be waiting for
+                // one): a periodic CHECK still queued is dropped, a reap
+                // takes a runtime slot. Also the one the driver took and
+                // waits a slot for (out of the queue, not started).
                 if !background {
-                    superseded.extend(q.iter().filter(|o| o.periodic).cloned());
+                    superseded.extend(
+                        st.ops
+                            .values()
+                            .filter(|o| o.background)
+                            .filter(|o| o.attachment.as_ref().is_some_and(|(c, _)| c == cid))
+                            .cloned(),
+                    );
                 }
+                let q = st.containers.entry(cid.clone()).or_default();
                 if first {
                     q.push_front(op.clone());
                 } else {
@@ -353,13 +372,16 @@ impl Scheduler {
             None => Start::Network(op.clone(), None),
         };
         drop(st);
-        // A periodic CHECK still queued gives way to the runtime's request.
         for o in superseded {
-            self.cancel_queued(&o, || {
-                ApiError::internal(
-                    "periodic CHECK dropped: a runtime request of its container arrived",
-                )
-            });
+            if o.periodic {
+                self.cancel_queued(&o, || {
+                    ApiError::internal(
+                        "periodic CHECK dropped: a runtime request of its container arrived",
+                    )
+                });
+            } else {
+                o.promoted.cancel();
+            }
         }
         Ok((waiter, start))
     }
@@ -533,7 +555,10 @@ impl Scheduler {
             let permit = if op.sandbox {
                 None
             } else if op.background {
-                Some(self.slots.background().await?)
+                tokio::select! {
+                    slot = self.slots.background() => Some(slot?),
+                    () = op.promoted.cancelled() => Some(self.slots.runtime().await?),
+                }
             } else {
                 Some(self.slots.runtime().await?)
             };

@@ -17,11 +17,14 @@
 //!   queue under its network's shared gate (`Work::Reap`), like a DEL: it
 //!   never runs alongside a runtime's DEL, ADD or CHECK of that container,
 //!   nor during a GC of the network. When it runs it checks again that the
-//!   record is the one scanned and its namespace still gone. It does not
-//!   coalesce with a runtime's DEL: a runtime's DEL queued behind it finds
-//!   the attachment reaped and answers success without running the
-//!   plugins again ([`Engine::reaped_already`]); one queued ahead of it
-//!   leaves the reap nothing to do. Either way one DEL runs.
+//!   record is the one scanned and its namespace still gone. Not
+//!   started when a runtime request of its container arrives, it takes a
+//!   runtime slot from then on: the request would otherwise wait behind
+//!   it for a background slot. It does not coalesce with a runtime's DEL: a
+//!   runtime's DEL queued behind it finds the attachment reaped and
+//!   answers success without running the plugins again
+//!   ([`Engine::reaped_already`]); one queued ahead of it leaves the reap
+//!   nothing to do. Either way one DEL runs.
 //! - **Background work.** A reap runs in a background slot (`slots`): at
 //!   most a quarter of `--max-parallel` (at least one) reaps run at once,
 //!   and a reap never takes a slot a runtime request waits for.
