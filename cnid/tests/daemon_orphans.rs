@@ -474,3 +474,97 @@ fn queued(daemon: &Daemon, container: &str, verb: &str) -> bool {
             .any(|o| o["verb"] == verb && o["state"] == "queued")
     })
 }
+
+/// Another container's unfinished ADD on the orphan's netns and ifname
+/// (its plugin already gone) is held with the orphan and rolled back once
+/// the orphan is gone, at once: its rollback, first in its own held queue,
+/// is not waited for before that queue is released (which waited for the
+/// rollback's whole deadline, then answered it 504 and left the cut ADD's
+/// allocation in place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_add_on_an_orphans_slot_is_rolled_back_when_the_orphan_ends() {
+    require_root!();
+    let late = Late::new();
+    // `quick`: its ADD blocks at a gate of its own, its DEL is recorded
+    // with the `late` plugin's.
+    let quick_gate = Gate::new(late.dirs.root());
+    let quick_pid = late.dirs.data.join("quick.pid");
+    late.dirs.plugin(
+        "quick",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD) echo $$ > {pid}
+{wait}
+  echo '{{"cniVersion":"1.0.0"}}';;
+DEL) echo "DEL $CNI_CONTAINERID $CNI_ARGS" >> {dels};;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+            pid = quick_pid.display(),
+            wait = quick_gate.shell_wait(),
+            dels = late.dels.display(),
+        ),
+    );
+    late.dirs.conf(
+        "20-quick.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "quick", "plugins": [{"type": "quick"}]}),
+    );
+    let mut daemon = Daemon::start(&late.dirs, &[]);
+    let client = daemon.client().await;
+    let orphan_add = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let req = AttachmentRequest::new("slot-a", "/proc/self/ns/net", "eth0");
+            client.add(NET, &req).await
+        }
+    });
+    late.gate.wait_started(1).await;
+    // Another container on the same netns and ifname (forced past the
+    // owner check).
+    let cut_add = tokio::spawn(async move {
+        let mut req = AttachmentRequest::new("slot-b", "/proc/self/ns/net", "eth0");
+        req.force = true;
+        client.add("quick", &req).await
+    });
+    quick_gate.wait_started(1).await;
+    let pid: u32 = fs::read_to_string(&quick_pid)
+        .expect("quick's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let read_pid = |p: &Path| -> Option<u32> { fs::read_to_string(p).ok()?.trim().parse().ok() };
+    eventually(Duration::from_secs(30), "late's pid files", || {
+        read_pid(&late.pid_file).is_some() && read_pid(&late.helper_file).is_some()
+    });
+    let running = Running(vec![
+        read_pid(&late.pid_file).expect("pid"),
+        read_pid(&late.helper_file).expect("pid"),
+    ]);
+    daemon.kill9();
+    orphan_add.abort();
+    cut_add.abort();
+    // slot-b's plugin ends before the restart: only slot-a's is an orphan.
+    quick_gate.release();
+    eventually(Duration::from_secs(30), "quick's ADD gone", || !alive(pid));
+    assert_eq!(
+        late.dirs.intents(),
+        ["orph:slot-a:eth0.json", "quick:slot-b:eth0.json"]
+    );
+
+    let mut daemon = restart_waiting(&late.dirs);
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    assert!(alive(running.plugin()), "slot-a's orphan runs");
+    late.gate.release();
+    // Both rollbacks run once the orphan is gone, well within the DEL's
+    // deadline (60 s).
+    eventually(
+        Duration::from_secs(15) + LOAD_MARGIN,
+        "both unfinished ADDs rolled back",
+        || late.dirs.intents().is_empty(),
+    );
+    let dels = fs::read_to_string(&late.dels).unwrap_or_default();
+    let log = daemon.log();
+    assert!(dels.contains("DEL slot-a "), "{dels:?}\n{log}");
+    assert!(dels.contains("DEL slot-b "), "{dels:?}\n{log}");
+    assert!(!log.contains("deadline expired while queued"), "{log}");
+}

@@ -733,10 +733,19 @@ impl Engine {
         unfinished: Vec<Unfinished>,
         killed: bool,
     ) {
-        let rollbacks: Vec<_> = unfinished
-            .into_iter()
-            .filter_map(|u| self.queue_rollback(u, killed, true))
-            .collect();
+        // Only the container's own rollbacks are waited for below: one of
+        // a container held with it (its unfinished ADD on the orphan's
+        // netns and ifname) is first in that container's queue, which
+        // runs only once released with it.
+        let mut rollbacks = Vec::new();
+        for u in unfinished {
+            let own = u.intent.rt.container_id == container_id;
+            if let Some(r) = self.queue_rollback(u, killed, true)
+                && own
+            {
+                rollbacks.push(r);
+            }
+        }
         let (start, with) = self.sched.release(container_id);
         self.start_drivers(start);
         if with.is_empty() {
