@@ -568,3 +568,61 @@ esac"#,
     assert!(dels.contains("DEL slot-b "), "{dels:?}\n{log}");
     assert!(!log.contains("deadline expired while queued"), "{log}");
 }
+
+/// A process a plugin left running in a process group of its own (not a
+/// session: `setpgid`, as Go's `Setpgid` or a shell's job control do)
+/// inherits the plugin's environment, mark included, but is no plugin the
+/// daemon ran: a restart neither holds its container for it nor kills it
+/// at the ADD's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_helper_in_a_group_of_its_own_is_no_orphan() {
+    require_root!();
+    let dirs = Dirs::new();
+    let helper_file = dirs.data.join("helper.pid");
+    dirs.plugin(
+        "forker",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD)
+  perl -e 'setpgrp(0, 0); open(my $f, ">", $ARGV[0]) or die; print $f "$$\n"; close $f; exec "sleep", "1000"' {helper} < /dev/null > /dev/null 2>&1 &
+  while [ ! -s {helper} ]; do sleep 0.01; done
+  echo '{{"cniVersion":"1.0.0"}}';;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+            helper = helper_file.display(),
+        ),
+    );
+    dirs.conf(
+        "10-forker.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "forker", "plugins": [{"type": "forker"}]}),
+    );
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let req = AttachmentRequest::new("helped", "/proc/self/ns/net", "eth0");
+    client.add("forker", &req).await.expect("ADD");
+    let pid: u32 = fs::read_to_string(&helper_file)
+        .expect("helper pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let helper = Running(vec![pid]);
+    assert!(alive(pid));
+    assert!(
+        environ_var(pid, "CNID_STATE_DIR").is_some(),
+        "the helper carries the mark"
+    );
+    daemon.kill9();
+
+    let mut daemon = Daemon::start(&dirs, &[]);
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    let log = daemon.log();
+    assert!(
+        !log.contains(WAITING),
+        "the helper was taken for an orphan:\n{log}"
+    );
+    // Its container is not held: a CHECK is answered at once.
+    let client = daemon.client().await;
+    client.check("forker", &req).await.expect("CHECK");
+    assert!(alive(helper.0[0]), "the helper runs on:\n{}", daemon.log());
+}
