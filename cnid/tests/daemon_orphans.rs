@@ -626,3 +626,116 @@ esac"#,
     client.check("forker", &req).await.expect("CHECK");
     assert!(alive(helper.0[0]), "the helper runs on:\n{}", daemon.log());
 }
+
+/// An ADD cut by a `kill -9` inside the real chain (`[bridge
+/// (host-local), gate]`, held in the gate), sent again by the client to
+/// the restart: held behind the orphan, which finishes; the cut ADD is
+/// rolled back first, then the resent one runs. Exactly one attachment,
+/// one reservation (the result's, on the namespace's `eth0`), one veth;
+/// its DEL leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_add_cut_inside_the_real_chain_gets_one_attachment_and_one_address() {
+    use crate::support::netns::{
+        LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok,
+    };
+    use crate::support::soak::OrphanSweep;
+    require_root!();
+    crate::support::require_plugins(&["bridge", "host-local"]);
+    const RES: &str = "res";
+    let dirs = Dirs::new();
+    let _sweep = OrphanSweep(dirs.root().display().to_string());
+    let bridge = LinkGuard::new();
+    let subnet = SubnetLease::new();
+    let br = bridge.name();
+    ip_ok(&["link", "add", "name", br, "type", "bridge"]);
+    ip_ok(&["link", "set", br, "up"]);
+    let data_dir = dirs.data.join("host-local");
+    let gate = Gate::new(dirs.root());
+    dirs.plugin(
+        "resgate",
+        &format!(
+            r#"conf=$(cat)
+case "$CNI_COMMAND" in
+ADD)
+{}
+printf '%s' "$conf" | perl -MJSON::PP -0777 -e 'print encode_json(decode_json(<STDIN>)->{{prevResult}})';;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+            gate.shell_wait()
+        ),
+    );
+    dirs.conf(
+        "10-res.conflist",
+        &json!({
+            "cniVersion": "1.0.0",
+            "name": RES,
+            "plugins": [
+                {"type": "bridge", "bridge": br, "isGateway": false, "ipMasq": false,
+                 "ipam": {"type": "host-local", "dataDir": data_dir,
+                          "ranges": [[{"subnet": subnet.cidr()}]]}},
+                {"type": "resgate"}
+            ]
+        }),
+    );
+    let ns = Netns::new();
+    let req = AttachmentRequest::new("resent", ns.path(), "eth0");
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let add = tokio::spawn({
+        let (client, req) = (client.clone(), req.clone());
+        async move { client.add(RES, &req).await }
+    });
+    gate.wait_started(1).await;
+    daemon.kill9();
+    let cut = host_local_ips(&data_dir, RES);
+    assert_eq!(cut.len(), 1, "the cut ADD reserved an address: {cut:?}");
+
+    // The client sends the ADD again to the restart (the socket file of
+    // the killed cnid refuses it meanwhile); it waits for the orphan.
+    let mut daemon = restart_waiting(&dirs);
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    eventually(
+        Duration::from_secs(30) + LOAD_MARGIN,
+        "the resent ADD queued behind the orphan",
+        || queued(&daemon, "resent", "ADD"),
+    );
+    assert!(!add.is_finished());
+    gate.release();
+    let result = add
+        .await
+        .expect("task")
+        .unwrap_or_else(|e| panic!("the resent ADD: {e:?}\n{}", daemon.log()));
+
+    let ips = host_local_ips(&data_dir, RES);
+    let log = daemon.log();
+    assert_eq!(ips.len(), 1, "one reservation: {ips:?}\n{log}");
+    let address = result["ips"][0]["address"].as_str().unwrap_or_default();
+    assert!(
+        address.starts_with(&format!("{}/", ips[0])),
+        "the result's address {address:?} is the reservation {ips:?}\n{log}"
+    );
+    let shown = ns.exec("ip", &["-o", "addr", "show", "eth0"]);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains(&format!(" {address} ")),
+        "eth0 has {address}: {}",
+        String::from_utf8_lossy(&shown.stdout)
+    );
+    assert_eq!(
+        bridge_ports(br).len(),
+        1,
+        "one veth: {:?}",
+        bridge_ports(br)
+    );
+    let client = daemon.client().await;
+    let listed = client
+        .attachments(Some("resent"))
+        .await
+        .expect("attachments");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(log.contains("unfinished ADD rolled back"), "{log}");
+
+    client.del(RES, &req).await.expect("DEL");
+    assert!(host_local_ips(&data_dir, RES).is_empty());
+    assert!(bridge_ports(br).is_empty());
+    assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
+}
