@@ -739,3 +739,38 @@ esac"#,
     assert!(bridge_ports(br).is_empty());
     assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
 }
+
+/// A GC while an orphan still runs the ADD its container's unfinished
+/// intent records leaves that intent alone: the orphan holds no gate in
+/// the restarted daemon, so a DEL then would run beside it (what it
+/// allocates afterwards freed by nobody but the rollback). The rollback
+/// after the orphan deletes it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gc_while_an_orphan_runs_leaves_its_unfinished_add_to_the_rollback() {
+    require_root!();
+    let (late, running, daemon, client) = restart_with_an_orphan("late-gc").await;
+    let req = cnid::api::GcRequest {
+        valid_attachments: Vec::new(),
+        timeout_ms: None,
+    };
+    let answer = client.gc(NET, &req).await.expect("GC");
+    let dels = fs::read_to_string(&late.dels).unwrap_or_default();
+    assert!(
+        answer.deleted.iter().all(|a| a.container_id != "late-gc"),
+        "GC deleted the orphan's ADD: {answer:?}\n{}",
+        daemon.log()
+    );
+    assert_eq!(dels, "", "no DEL ran beside the orphan");
+    assert!(alive(running.plugin()));
+    assert_eq!(late.dirs.intents(), ["orph:late-gc:eth0.json"]);
+
+    late.gate.release();
+    eventually(Duration::from_secs(30), "the rollback", || {
+        late.dirs.intents().is_empty()
+    });
+    assert_eq!(
+        fs::read_to_string(&late.dels).unwrap_or_default(),
+        "DEL late-gc \n"
+    );
+    assert!(names(&late.resources).is_empty(), "the rollback freed it");
+}

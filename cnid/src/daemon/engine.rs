@@ -563,13 +563,21 @@ impl Engine {
         let mut deleted = Vec::new();
         let mut failed: Vec<GcFailure> = Vec::new();
         // ADDs that failed and could not be rolled back: stale unless valid.
-        // (The network's gate is held exclusively: no ADD of it is running.)
+        // (The network's gate is held exclusively: no ADD of it is running
+        // here. One a killed daemon's orphaned plugin still runs holds no
+        // gate: its container is held, and its rollback follows the
+        // orphan; a DEL now would run beside the plugin.)
         for intent in self.intents.of_network(list.name()).await {
             let key = GcAttachment {
                 container_id: intent.rt.container_id.clone(),
                 ifname: intent.rt.ifname.clone(),
             };
             if keep.contains(&key) {
+                continue;
+            }
+            if self.sched.held(&key.container_id) {
+                tracing::info!(container = %key.container_id, ifname = %key.ifname,
+                    "GC leaves an unfinished ADD an orphaned plugin may still run to its rollback");
                 continue;
             }
             let res = match NetworkConfigList::from_bytes(&intent.config, None) {

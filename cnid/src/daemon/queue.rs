@@ -417,6 +417,12 @@ impl Scheduler {
         }
     }
 
+    /// Whether `container_id` is held (an orphaned plugin of a killed
+    /// daemon may still work on it).
+    pub(crate) fn held(&self, container_id: &str) -> bool {
+        self.state().is_held(container_id)
+    }
+
     /// Holds a container (an orphaned plugin runs its operation) and the
     /// orphan's netns and ifname (`netns` empty: none); with no container
     /// (an orphan of a GC), everything is held.
