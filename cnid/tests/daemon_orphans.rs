@@ -774,3 +774,43 @@ async fn a_gc_while_an_orphan_runs_leaves_its_unfinished_add_to_the_rollback() {
     );
     assert!(names(&late.resources).is_empty(), "the rollback freed it");
 }
+
+/// SIGTERM while an orphan holds its container: the held request is
+/// answered (the queue is drained, as every queued one is at a stop),
+/// cnid stops without waiting for the orphan and without killing it, and
+/// the unfinished ADD stays for the next start, which finds the same
+/// orphan and rolls the ADD back after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_an_orphan_holds_its_container_keeps_it_for_the_next_start() {
+    require_root!();
+    let (late, running, mut daemon, client) = restart_with_an_orphan("late-term").await;
+    let req = AttachmentRequest::new("late-term", "/proc/self/ns/net", "eth0");
+    let del = tokio::spawn(async move { client.del(NET, &req).await });
+    eventually(Duration::from_secs(30), "the DEL held", || {
+        queued(&daemon, "late-term", "DEL")
+    });
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(10) + LOAD_MARGIN);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "cnid stops at once: {status:?}\n{}",
+        daemon.log()
+    );
+    let answered = del.await.expect("task");
+    assert!(answered.is_err(), "the held DEL did not run: {answered:?}");
+    assert!(alive(running.plugin()), "the orphan was not killed");
+    assert_eq!(late.dirs.intents(), ["orph:late-term:eth0.json"]);
+    assert_eq!(fs::read_to_string(&late.dels).unwrap_or_default(), "");
+
+    let mut daemon = restart_waiting(&late.dirs);
+    late.gate.release();
+    daemon.wait_ready(Duration::from_secs(30));
+    eventually(Duration::from_secs(30), "the rollback", || {
+        late.dirs.intents().is_empty()
+    });
+    assert_eq!(
+        fs::read_to_string(&late.dels).unwrap_or_default(),
+        "DEL late-term \n"
+    );
+    assert!(names(&late.resources).is_empty());
+}
