@@ -814,3 +814,107 @@ async fn sigterm_while_an_orphan_holds_its_container_keeps_it_for_the_next_start
     );
     assert!(names(&late.resources).is_empty());
 }
+
+/// A GC's orphan holds every queue; an unfinished ADD of a container no
+/// orphan works on is rolled back after it, with a deadline counted from
+/// then: queued at the start, the rollback's deadline ran out while the
+/// GC's orphan (whose own may be longer) held it, and the ADD stayed
+/// until the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_add_waits_out_a_gc_orphan_and_is_still_rolled_back() {
+    require_root!();
+    let dirs = Dirs::new();
+    let gc_gate = Gate::new(dirs.root());
+    let add_gate = Gate::new(dirs.root());
+    let add_pid = dirs.data.join("add.pid");
+    let dels = dirs.data.join("dels");
+    dirs.plugin(
+        "gcgate",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+GC)
+{wait};;
+VERSION) echo '{{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}}';;
+esac"#,
+            wait = gc_gate.shell_wait()
+        ),
+    );
+    dirs.plugin(
+        "addgate",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD) echo $$ > {pid}
+{wait}
+  echo '{{"cniVersion":"1.0.0"}}';;
+DEL) echo "DEL $CNI_CONTAINERID" >> {dels};;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+            pid = add_pid.display(),
+            wait = add_gate.shell_wait(),
+            dels = dels.display(),
+        ),
+    );
+    dirs.conf(
+        "10-gcnet.conflist",
+        &json!({"cniVersion": "1.1.0", "name": "gcnet", "plugins": [{"type": "gcgate"}]}),
+    );
+    dirs.conf(
+        "20-addnet.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "addnet", "plugins": [{"type": "addgate"}]}),
+    );
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let add = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let req = AttachmentRequest::new("gc-held", "/proc/self/ns/net", "eth0");
+            client.add("addnet", &req).await
+        }
+    });
+    add_gate.wait_started(1).await;
+    let gc = tokio::spawn(async move {
+        let req = cnid::api::GcRequest {
+            valid_attachments: Vec::new(),
+            timeout_ms: None,
+        };
+        client.gc("gcnet", &req).await
+    });
+    gc_gate.wait_started(1).await;
+    daemon.kill9();
+    add.abort();
+    gc.abort();
+    // The ADD's plugin ends with no daemon: only the GC's is an orphan.
+    let pid: u32 = fs::read_to_string(&add_pid)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    add_gate.release();
+    eventually(Duration::from_secs(30), "the ADD's plugin gone", || {
+        !alive(pid)
+    });
+    assert_eq!(dirs.intents(), ["addnet:gc-held:eth0.json"]);
+
+    // A DEL deadline of 1 s: it runs out while the GC's orphan holds.
+    let mut daemon = Daemon::spawn_with(&dirs, &["--timeout-del", "1s"], |_| {});
+    daemon.wait_log(WAITING, Duration::from_secs(30));
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    // Let the rollback's deadline pass, counted from the start (an
+    // elapsed time, not an ordering: the bug needs it, the fix ignores it).
+    tokio::time::sleep(Duration::from_secs(1) + LOAD_MARGIN).await;
+    gc_gate.release();
+    eventually(
+        Duration::from_secs(15) + LOAD_MARGIN,
+        "the unfinished ADD rolled back after the GC's orphan",
+        || dirs.intents().is_empty(),
+    );
+    let log = daemon.log();
+    assert_eq!(
+        fs::read_to_string(&dels).unwrap_or_default(),
+        "DEL gc-held\n",
+        "{log}"
+    );
+    assert!(!log.contains("deadline expired while queued"), "{log}");
+}

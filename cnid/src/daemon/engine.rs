@@ -659,7 +659,8 @@ impl Engine {
     /// any request, except those of the containers an orphaned plugin of
     /// the dead daemon still works on (its container, or its netns and
     /// ifname): those are returned, by the orphan's container, for
-    /// [`Engine::release_orphaned`] once that orphan is gone. Returns how
+    /// [`Engine::release_orphaned`] once that orphan is gone (all of them,
+    /// under `""`, while a GC's orphan holds every queue). Returns how
     /// many were queued, and the deferred ones.
     pub(crate) fn recover(
         self: &Arc<Self>,
@@ -675,6 +676,12 @@ impl Engine {
             Err(e) => tracing::warn!(error = %e, "cannot remove leftover ADD intent temp files"),
         }
         let found = self.intents.scan()?;
+        // A GC's orphan holds every queue: a rollback queued now would
+        // wait for it, its deadline running (the GC's may be longer), so
+        // the others are deferred to its release too.
+        let gc_orphan = orphans
+            .iter()
+            .any(|o| super::orphans::hold_key(o) == Some(""));
         let mut n = 0;
         let mut deferred: HashMap<String, Vec<Unfinished>> = HashMap::new();
         for f in found {
@@ -720,6 +727,9 @@ impl Engine {
                         .entry(o.container_id.clone())
                         .or_default()
                         .push(unfinished);
+                }
+                None if gc_orphan => {
+                    deferred.entry(String::new()).or_default().push(unfinished);
                 }
                 None => {
                     if self.queue_rollback(unfinished, false, false).is_some() {
