@@ -55,8 +55,9 @@
 //! and start time, so a pid reused while we wait is never taken for it.
 //! A plugin that rewrites its own `argv` (a process title) is not
 //! recognised as one.
-//! A group is signalled only while it is seen alive (a pid stays taken
-//! while it names a live group); the new daemon's own plugins run
+//! A group is signalled only while it is seen alive and its pid is not
+//! another process's (a pid stays taken while it names a live group, so
+//! a reused one proves the group gone); the new daemon's own plugins run
 //! meanwhile, so a group that died between that check and the signal
 //! would need its pid reused at once (a full wrap of the pid space) for
 //! the signal to reach one of ours.
@@ -213,6 +214,13 @@ impl Orphan {
     /// pid) still runs.
     fn alive(&self) -> bool {
         matches!(stat(self.pid), Some(s) if s.start == self.start && s.state != 'Z' && s.state != 'X')
+    }
+
+    /// Whether its process group is gone: no process in it, or its pid
+    /// taken by another process (a pid is never reused while a group of
+    /// that id lives), which must not be signalled for it.
+    fn group_gone(&self) -> bool {
+        !group_alive(self.pid) || stat(self.pid).is_some_and(|s| s.start != self.start)
     }
 
     fn overdue(&self, now_ms: u64) -> bool {
@@ -389,7 +397,7 @@ pub(crate) async fn settle(
                     left.push((o, Phase::Terminated(now)));
                 }
                 Phase::Running => left.push((o, phase)),
-                Phase::Terminated(_) | Phase::Killed(_) if !group_alive(o.pid) => {
+                Phase::Terminated(_) | Phase::Killed(_) if o.group_gone() => {
                     gone(&o, true);
                     settled.killed.push(o);
                 }
@@ -431,6 +439,41 @@ pub(crate) async fn settle(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
+
+    #[test]
+    fn a_pid_reused_by_another_group_leader_is_not_the_orphans_group() {
+        // A group leader (as every plugin of the new daemon is) with the
+        // pid of an orphan whose group died: its start time differs.
+        let mut child = std::process::Command::new("sleep")
+            .arg("1000")
+            .process_group(0)
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let s = stat(pid).expect("its stat");
+        let orphan = |start| Orphan {
+            pid,
+            start,
+            deadline_ms: Some(0),
+            command: "ADD".into(),
+            container_id: "c".into(),
+            ifname: "eth0".into(),
+            netns: String::new(),
+            plugin: "sleep".into(),
+        };
+        assert!(!orphan(s.start).group_gone(), "the orphan itself");
+        assert!(
+            group_alive(pid),
+            "the group lives: a bare group check would signal it"
+        );
+        assert!(
+            orphan(s.start.saturating_sub(1)).group_gone(),
+            "another process with the orphan's pid: its group is gone"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 
     #[test]
     fn our_own_process_is_never_an_orphan() {
