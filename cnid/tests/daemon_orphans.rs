@@ -474,3 +474,447 @@ fn queued(daemon: &Daemon, container: &str, verb: &str) -> bool {
             .any(|o| o["verb"] == verb && o["state"] == "queued")
     })
 }
+
+/// Another container's unfinished ADD on the orphan's netns and ifname
+/// (its plugin already gone) is held with the orphan and rolled back once
+/// the orphan is gone, at once: its rollback, first in its own held queue,
+/// is not waited for before that queue is released (which waited for the
+/// rollback's whole deadline, then answered it 504 and left the cut ADD's
+/// allocation in place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_add_on_an_orphans_slot_is_rolled_back_when_the_orphan_ends() {
+    require_root!();
+    let late = Late::new();
+    // `quick`: its ADD blocks at a gate of its own, its DEL is recorded
+    // with the `late` plugin's.
+    let quick_gate = Gate::new(late.dirs.root());
+    let quick_pid = late.dirs.data.join("quick.pid");
+    late.dirs.plugin(
+        "quick",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD) echo $$ > {pid}
+{wait}
+  echo '{{"cniVersion":"1.0.0"}}';;
+DEL) echo "DEL $CNI_CONTAINERID $CNI_ARGS" >> {dels};;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+            pid = quick_pid.display(),
+            wait = quick_gate.shell_wait(),
+            dels = late.dels.display(),
+        ),
+    );
+    late.dirs.conf(
+        "20-quick.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "quick", "plugins": [{"type": "quick"}]}),
+    );
+    let mut daemon = Daemon::start(&late.dirs, &[]);
+    let client = daemon.client().await;
+    let orphan_add = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let req = AttachmentRequest::new("slot-a", "/proc/self/ns/net", "eth0");
+            client.add(NET, &req).await
+        }
+    });
+    late.gate.wait_started(1).await;
+    // Another container on the same netns and ifname (forced past the
+    // owner check).
+    let cut_add = tokio::spawn(async move {
+        let mut req = AttachmentRequest::new("slot-b", "/proc/self/ns/net", "eth0");
+        req.force = true;
+        client.add("quick", &req).await
+    });
+    quick_gate.wait_started(1).await;
+    let pid: u32 = fs::read_to_string(&quick_pid)
+        .expect("quick's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let read_pid = |p: &Path| -> Option<u32> { fs::read_to_string(p).ok()?.trim().parse().ok() };
+    eventually(Duration::from_secs(30), "late's pid files", || {
+        read_pid(&late.pid_file).is_some() && read_pid(&late.helper_file).is_some()
+    });
+    let running = Running(vec![
+        read_pid(&late.pid_file).expect("pid"),
+        read_pid(&late.helper_file).expect("pid"),
+    ]);
+    daemon.kill9();
+    orphan_add.abort();
+    cut_add.abort();
+    // slot-b's plugin ends before the restart: only slot-a's is an orphan.
+    quick_gate.release();
+    eventually(Duration::from_secs(30), "quick's ADD gone", || !alive(pid));
+    assert_eq!(
+        late.dirs.intents(),
+        ["orph:slot-a:eth0.json", "quick:slot-b:eth0.json"]
+    );
+
+    let mut daemon = restart_waiting(&late.dirs);
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    assert!(alive(running.plugin()), "slot-a's orphan runs");
+    late.gate.release();
+    // Both rollbacks run once the orphan is gone, well within the DEL's
+    // deadline (60 s).
+    eventually(
+        Duration::from_secs(15) + LOAD_MARGIN,
+        "both unfinished ADDs rolled back",
+        || late.dirs.intents().is_empty(),
+    );
+    let dels = fs::read_to_string(&late.dels).unwrap_or_default();
+    let log = daemon.log();
+    assert!(dels.contains("DEL slot-a "), "{dels:?}\n{log}");
+    assert!(dels.contains("DEL slot-b "), "{dels:?}\n{log}");
+    assert!(!log.contains("deadline expired while queued"), "{log}");
+}
+
+/// A process a plugin left running in a process group of its own (not a
+/// session: `setpgid`, as Go's `Setpgid` or a shell's job control do)
+/// inherits the plugin's environment, mark included, but is no plugin the
+/// daemon ran: a restart neither holds its container for it nor kills it
+/// at the ADD's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_helper_in_a_group_of_its_own_is_no_orphan() {
+    require_root!();
+    let dirs = Dirs::new();
+    let helper_file = dirs.data.join("helper.pid");
+    dirs.plugin(
+        "forker",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD)
+  perl -e 'setpgrp(0, 0); open(my $f, ">", $ARGV[0]) or die; print $f "$$\n"; close $f; exec "sleep", "1000"' {helper} < /dev/null > /dev/null 2>&1 &
+  while [ ! -s {helper} ]; do sleep 0.01; done
+  echo '{{"cniVersion":"1.0.0"}}';;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+            helper = helper_file.display(),
+        ),
+    );
+    dirs.conf(
+        "10-forker.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "forker", "plugins": [{"type": "forker"}]}),
+    );
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let req = AttachmentRequest::new("helped", "/proc/self/ns/net", "eth0");
+    client.add("forker", &req).await.expect("ADD");
+    let pid: u32 = fs::read_to_string(&helper_file)
+        .expect("helper pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let helper = Running(vec![pid]);
+    assert!(alive(pid));
+    assert!(
+        environ_var(pid, "CNID_STATE_DIR").is_some(),
+        "the helper carries the mark"
+    );
+    daemon.kill9();
+
+    let mut daemon = Daemon::start(&dirs, &[]);
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    let log = daemon.log();
+    assert!(
+        !log.contains(WAITING),
+        "the helper was taken for an orphan:\n{log}"
+    );
+    // Its container is not held: a CHECK is answered at once.
+    let client = daemon.client().await;
+    client.check("forker", &req).await.expect("CHECK");
+    assert!(alive(helper.0[0]), "the helper runs on:\n{}", daemon.log());
+}
+
+/// An ADD cut by a `kill -9` inside the real chain (`[bridge
+/// (host-local), gate]`, held in the gate), sent again by the client to
+/// the restart: held behind the orphan, which finishes; the cut ADD is
+/// rolled back first, then the resent one runs. Exactly one attachment,
+/// one reservation (the result's, on the namespace's `eth0`), one veth;
+/// its DEL leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_add_cut_inside_the_real_chain_gets_one_attachment_and_one_address() {
+    use crate::support::netns::{
+        LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok,
+    };
+    use crate::support::soak::OrphanSweep;
+    require_root!();
+    crate::support::require_plugins(&["bridge", "host-local"]);
+    const RES: &str = "res";
+    let dirs = Dirs::new();
+    let _sweep = OrphanSweep(dirs.root().display().to_string());
+    let bridge = LinkGuard::new();
+    let subnet = SubnetLease::new();
+    let br = bridge.name();
+    ip_ok(&["link", "add", "name", br, "type", "bridge"]);
+    ip_ok(&["link", "set", br, "up"]);
+    let data_dir = dirs.data.join("host-local");
+    let gate = Gate::new(dirs.root());
+    dirs.plugin(
+        "resgate",
+        &format!(
+            r#"conf=$(cat)
+case "$CNI_COMMAND" in
+ADD)
+{}
+printf '%s' "$conf" | perl -MJSON::PP -0777 -e 'print encode_json(decode_json(<STDIN>)->{{prevResult}})';;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+            gate.shell_wait()
+        ),
+    );
+    dirs.conf(
+        "10-res.conflist",
+        &json!({
+            "cniVersion": "1.0.0",
+            "name": RES,
+            "plugins": [
+                {"type": "bridge", "bridge": br, "isGateway": false, "ipMasq": false,
+                 "ipam": {"type": "host-local", "dataDir": data_dir,
+                          "ranges": [[{"subnet": subnet.cidr()}]]}},
+                {"type": "resgate"}
+            ]
+        }),
+    );
+    let ns = Netns::new();
+    let req = AttachmentRequest::new("resent", ns.path(), "eth0");
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let add = tokio::spawn({
+        let (client, req) = (client.clone(), req.clone());
+        async move { client.add(RES, &req).await }
+    });
+    gate.wait_started(1).await;
+    daemon.kill9();
+    let cut = host_local_ips(&data_dir, RES);
+    assert_eq!(cut.len(), 1, "the cut ADD reserved an address: {cut:?}");
+
+    // The client sends the ADD again to the restart (the socket file of
+    // the killed cnid refuses it meanwhile); it waits for the orphan.
+    let mut daemon = restart_waiting(&dirs);
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    eventually(
+        Duration::from_secs(30) + LOAD_MARGIN,
+        "the resent ADD queued behind the orphan",
+        || queued(&daemon, "resent", "ADD"),
+    );
+    assert!(!add.is_finished());
+    gate.release();
+    let result = add
+        .await
+        .expect("task")
+        .unwrap_or_else(|e| panic!("the resent ADD: {e:?}\n{}", daemon.log()));
+
+    let ips = host_local_ips(&data_dir, RES);
+    let log = daemon.log();
+    assert_eq!(ips.len(), 1, "one reservation: {ips:?}\n{log}");
+    let address = result["ips"][0]["address"].as_str().unwrap_or_default();
+    assert!(
+        address.starts_with(&format!("{}/", ips[0])),
+        "the result's address {address:?} is the reservation {ips:?}\n{log}"
+    );
+    let shown = ns.exec("ip", &["-o", "addr", "show", "eth0"]);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains(&format!(" {address} ")),
+        "eth0 has {address}: {}",
+        String::from_utf8_lossy(&shown.stdout)
+    );
+    assert_eq!(
+        bridge_ports(br).len(),
+        1,
+        "one veth: {:?}",
+        bridge_ports(br)
+    );
+    let client = daemon.client().await;
+    let listed = client
+        .attachments(Some("resent"))
+        .await
+        .expect("attachments");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(log.contains("unfinished ADD rolled back"), "{log}");
+
+    client.del(RES, &req).await.expect("DEL");
+    assert!(host_local_ips(&data_dir, RES).is_empty());
+    assert!(bridge_ports(br).is_empty());
+    assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
+}
+
+/// A GC while an orphan still runs the ADD its container's unfinished
+/// intent records leaves that intent alone: the orphan holds no gate in
+/// the restarted daemon, so a DEL then would run beside it (what it
+/// allocates afterwards freed by nobody but the rollback). The rollback
+/// after the orphan deletes it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gc_while_an_orphan_runs_leaves_its_unfinished_add_to_the_rollback() {
+    require_root!();
+    let (late, running, daemon, client) = restart_with_an_orphan("late-gc").await;
+    let req = cnid::api::GcRequest {
+        valid_attachments: Vec::new(),
+        timeout_ms: None,
+    };
+    let answer = client.gc(NET, &req).await.expect("GC");
+    let dels = fs::read_to_string(&late.dels).unwrap_or_default();
+    assert!(
+        answer.deleted.iter().all(|a| a.container_id != "late-gc"),
+        "GC deleted the orphan's ADD: {answer:?}\n{}",
+        daemon.log()
+    );
+    assert_eq!(dels, "", "no DEL ran beside the orphan");
+    assert!(alive(running.plugin()));
+    assert_eq!(late.dirs.intents(), ["orph:late-gc:eth0.json"]);
+
+    late.gate.release();
+    eventually(Duration::from_secs(30), "the rollback", || {
+        late.dirs.intents().is_empty()
+    });
+    assert_eq!(
+        fs::read_to_string(&late.dels).unwrap_or_default(),
+        "DEL late-gc \n"
+    );
+    assert!(names(&late.resources).is_empty(), "the rollback freed it");
+}
+
+/// SIGTERM while an orphan holds its container: the held request is
+/// answered (the queue is drained, as every queued one is at a stop),
+/// cnid stops without waiting for the orphan and without killing it, and
+/// the unfinished ADD stays for the next start, which finds the same
+/// orphan and rolls the ADD back after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_an_orphan_holds_its_container_keeps_it_for_the_next_start() {
+    require_root!();
+    let (late, running, mut daemon, client) = restart_with_an_orphan("late-term").await;
+    let req = AttachmentRequest::new("late-term", "/proc/self/ns/net", "eth0");
+    let del = tokio::spawn(async move { client.del(NET, &req).await });
+    eventually(Duration::from_secs(30), "the DEL held", || {
+        queued(&daemon, "late-term", "DEL")
+    });
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(10) + LOAD_MARGIN);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "cnid stops at once: {status:?}\n{}",
+        daemon.log()
+    );
+    let answered = del.await.expect("task");
+    assert!(answered.is_err(), "the held DEL did not run: {answered:?}");
+    assert!(alive(running.plugin()), "the orphan was not killed");
+    assert_eq!(late.dirs.intents(), ["orph:late-term:eth0.json"]);
+    assert_eq!(fs::read_to_string(&late.dels).unwrap_or_default(), "");
+
+    let mut daemon = restart_waiting(&late.dirs);
+    late.gate.release();
+    daemon.wait_ready(Duration::from_secs(30));
+    eventually(Duration::from_secs(30), "the rollback", || {
+        late.dirs.intents().is_empty()
+    });
+    assert_eq!(
+        fs::read_to_string(&late.dels).unwrap_or_default(),
+        "DEL late-term \n"
+    );
+    assert!(names(&late.resources).is_empty());
+}
+
+/// A GC's orphan holds every queue; an unfinished ADD of a container no
+/// orphan works on is rolled back after it, with a deadline counted from
+/// then: queued at the start, the rollback's deadline ran out while the
+/// GC's orphan (whose own may be longer) held it, and the ADD stayed
+/// until the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_add_waits_out_a_gc_orphan_and_is_still_rolled_back() {
+    require_root!();
+    let dirs = Dirs::new();
+    let gc_gate = Gate::new(dirs.root());
+    let add_gate = Gate::new(dirs.root());
+    let add_pid = dirs.data.join("add.pid");
+    let dels = dirs.data.join("dels");
+    dirs.plugin(
+        "gcgate",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+GC)
+{wait};;
+VERSION) echo '{{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}}';;
+esac"#,
+            wait = gc_gate.shell_wait()
+        ),
+    );
+    dirs.plugin(
+        "addgate",
+        &format!(
+            r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD) echo $$ > {pid}
+{wait}
+  echo '{{"cniVersion":"1.0.0"}}';;
+DEL) echo "DEL $CNI_CONTAINERID" >> {dels};;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+            pid = add_pid.display(),
+            wait = add_gate.shell_wait(),
+            dels = dels.display(),
+        ),
+    );
+    dirs.conf(
+        "10-gcnet.conflist",
+        &json!({"cniVersion": "1.1.0", "name": "gcnet", "plugins": [{"type": "gcgate"}]}),
+    );
+    dirs.conf(
+        "20-addnet.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "addnet", "plugins": [{"type": "addgate"}]}),
+    );
+    let mut daemon = Daemon::start(&dirs, &[]);
+    let client = daemon.client().await;
+    let add = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let req = AttachmentRequest::new("gc-held", "/proc/self/ns/net", "eth0");
+            client.add("addnet", &req).await
+        }
+    });
+    add_gate.wait_started(1).await;
+    let gc = tokio::spawn(async move {
+        let req = cnid::api::GcRequest {
+            valid_attachments: Vec::new(),
+            timeout_ms: None,
+        };
+        client.gc("gcnet", &req).await
+    });
+    gc_gate.wait_started(1).await;
+    daemon.kill9();
+    add.abort();
+    gc.abort();
+    // The ADD's plugin ends with no daemon: only the GC's is an orphan.
+    let pid: u32 = fs::read_to_string(&add_pid)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    add_gate.release();
+    eventually(Duration::from_secs(30), "the ADD's plugin gone", || {
+        !alive(pid)
+    });
+    assert_eq!(dirs.intents(), ["addnet:gc-held:eth0.json"]);
+
+    // A DEL deadline of 1 s: it runs out while the GC's orphan holds.
+    let mut daemon = Daemon::spawn_with(&dirs, &["--timeout-del", "1s"], |_| {});
+    daemon.wait_log(WAITING, Duration::from_secs(30));
+    daemon.wait_ready(Duration::from_secs(10) + LOAD_MARGIN);
+    // Let the rollback's deadline pass, counted from the start (an
+    // elapsed time, not an ordering: the bug needs it, the fix ignores it).
+    tokio::time::sleep(Duration::from_secs(1) + LOAD_MARGIN).await;
+    gc_gate.release();
+    eventually(
+        Duration::from_secs(15) + LOAD_MARGIN,
+        "the unfinished ADD rolled back after the GC's orphan",
+        || dirs.intents().is_empty(),
+    );
+    let log = daemon.log();
+    assert_eq!(
+        fs::read_to_string(&dels).unwrap_or_default(),
+        "DEL gc-held\n",
+        "{log}"
+    );
+    assert!(!log.contains("deadline expired while queued"), "{log}");
+}

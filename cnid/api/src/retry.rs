@@ -7,9 +7,11 @@
 //!   replaced), the backlog was full (`EAGAIN`), or it was reset while it
 //!   waited in the backlog of a listener that closed (a copy of a killed
 //!   cnid's listener held for a moment by a child between fork and exec);
-//! - the socket file was missing, for up to [`MISSING_SOCKET_GRACE`]: the
-//!   moment a restart replaces it. One missing longer is a cnid that is not
-//!   running (a clean stop removes it);
+//! - the socket file was missing, for up to [`MISSING_SOCKET_GRACE`] from
+//!   the first attempt that found it missing (not from the request's
+//!   start: a request cut by a restart meets the next one's moment too):
+//!   the moment a restart replaces it. One missing longer is a cnid that
+//!   is not running (a clean stop removes it);
 //! - the connection was reset, or the pipe broke, before any byte of an
 //!   answer: cnid reads a request's whole body before it queues anything,
 //!   and the kernel resets a connection closed with bytes unread.
@@ -82,7 +84,9 @@ impl Failure {
 #[derive(Debug, Clone)]
 pub struct Retries {
     until: Instant,
-    missing_until: Instant,
+    /// When the socket was first found missing, in this run of missing
+    /// sockets (another failure ends the run).
+    missing_since: Option<Instant>,
     unanswered: u32,
     pause: Duration,
 }
@@ -90,10 +94,9 @@ pub struct Retries {
 impl Retries {
     /// Retries for a request with `window` to go (its deadline).
     pub fn new(window: Duration) -> Retries {
-        let now = Instant::now();
         Retries {
-            until: now + window,
-            missing_until: now + MISSING_SOCKET_GRACE.min(window),
+            until: Instant::now() + window,
+            missing_since: None,
             unanswered: 0,
             pause: PAUSE,
         }
@@ -102,11 +105,20 @@ impl Retries {
     /// After `failure`: how long to pause before the next attempt, or
     /// `None` when there is none.
     pub fn next(&mut self, failure: Failure) -> Option<Duration> {
-        let now = Instant::now();
+        self.next_at(failure, Instant::now())
+    }
+
+    fn next_at(&mut self, failure: Failure, now: Instant) -> Option<Duration> {
+        if failure != Failure::Missing {
+            self.missing_since = None;
+        }
         let go = match failure {
             Failure::Final => false,
             Failure::NotRead => true,
-            Failure::Missing => now < self.missing_until,
+            Failure::Missing => {
+                let since = *self.missing_since.get_or_insert(now);
+                now < since + MISSING_SOCKET_GRACE
+            }
             Failure::Unanswered => {
                 self.unanswered += 1;
                 self.unanswered <= MAX_UNANSWERED
@@ -130,6 +142,26 @@ impl Retries {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_socket_gets_its_grace_from_when_it_went_missing() {
+        // A request cut by one restart (sent again, refused while the
+        // next cnid starts) that meets the socket missing long after it
+        // began: the moment a restart replaces it is still waited out.
+        let mut r = Retries::new(Duration::from_secs(60));
+        let later = Instant::now() + 3 * MISSING_SOCKET_GRACE;
+        assert!(r.next_at(Failure::Unanswered, later).is_some());
+        assert!(r.next_at(Failure::NotRead, later).is_some());
+        assert!(
+            r.next_at(Failure::Missing, later).is_some(),
+            "the grace starts when the socket is first found missing"
+        );
+        let end = later + MISSING_SOCKET_GRACE;
+        assert!(r.next_at(Failure::Missing, end).is_none(), "then it ends");
+        // A socket back in between (refused) starts a new run.
+        assert!(r.next_at(Failure::NotRead, end).is_some());
+        assert!(r.next_at(Failure::Missing, end).is_some());
+    }
 
     #[test]
     fn what_a_restart_does_is_retried_and_nothing_else() {
@@ -156,9 +188,13 @@ mod tests {
     #[test]
     fn a_missing_socket_for_the_grace_unanswered_three_times_nothing_past_the_deadline() {
         let mut r = Retries::new(Duration::from_secs(60));
-        assert!(r.next(Failure::Missing).is_some());
-        r.missing_until = Instant::now();
-        assert!(r.next(Failure::Missing).is_none(), "past the grace");
+        let now = Instant::now();
+        assert!(r.next_at(Failure::Missing, now).is_some());
+        assert!(
+            r.next_at(Failure::Missing, now + MISSING_SOCKET_GRACE)
+                .is_none(),
+            "past the grace"
+        );
         for _ in 0..MAX_UNANSWERED {
             assert!(r.next(Failure::Unanswered).is_some());
         }

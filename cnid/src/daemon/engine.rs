@@ -563,13 +563,21 @@ impl Engine {
         let mut deleted = Vec::new();
         let mut failed: Vec<GcFailure> = Vec::new();
         // ADDs that failed and could not be rolled back: stale unless valid.
-        // (The network's gate is held exclusively: no ADD of it is running.)
+        // (The network's gate is held exclusively: no ADD of it is running
+        // here. One a killed daemon's orphaned plugin still runs holds no
+        // gate: its container is held, and its rollback follows the
+        // orphan; a DEL now would run beside the plugin.)
         for intent in self.intents.of_network(list.name()).await {
             let key = GcAttachment {
                 container_id: intent.rt.container_id.clone(),
                 ifname: intent.rt.ifname.clone(),
             };
             if keep.contains(&key) {
+                continue;
+            }
+            if self.sched.held(&key.container_id) {
+                tracing::info!(container = %key.container_id, ifname = %key.ifname,
+                    "GC leaves an unfinished ADD an orphaned plugin may still run to its rollback");
                 continue;
             }
             let res = match NetworkConfigList::from_bytes(&intent.config, None) {
@@ -651,7 +659,8 @@ impl Engine {
     /// any request, except those of the containers an orphaned plugin of
     /// the dead daemon still works on (its container, or its netns and
     /// ifname): those are returned, by the orphan's container, for
-    /// [`Engine::release_orphaned`] once that orphan is gone. Returns how
+    /// [`Engine::release_orphaned`] once that orphan is gone (all of them,
+    /// under `""`, while a GC's orphan holds every queue). Returns how
     /// many were queued, and the deferred ones.
     pub(crate) fn recover(
         self: &Arc<Self>,
@@ -667,6 +676,12 @@ impl Engine {
             Err(e) => tracing::warn!(error = %e, "cannot remove leftover ADD intent temp files"),
         }
         let found = self.intents.scan()?;
+        // A GC's orphan holds every queue: a rollback queued now would
+        // wait for it, its deadline running (the GC's may be longer), so
+        // the others are deferred to its release too.
+        let gc_orphan = orphans
+            .iter()
+            .any(|o| super::orphans::hold_key(o) == Some(""));
         let mut n = 0;
         let mut deferred: HashMap<String, Vec<Unfinished>> = HashMap::new();
         for f in found {
@@ -713,6 +728,9 @@ impl Engine {
                         .or_default()
                         .push(unfinished);
                 }
+                None if gc_orphan => {
+                    deferred.entry(String::new()).or_default().push(unfinished);
+                }
                 None => {
                     if self.queue_rollback(unfinished, false, false).is_some() {
                         n += 1;
@@ -733,10 +751,19 @@ impl Engine {
         unfinished: Vec<Unfinished>,
         killed: bool,
     ) {
-        let rollbacks: Vec<_> = unfinished
-            .into_iter()
-            .filter_map(|u| self.queue_rollback(u, killed, true))
-            .collect();
+        // Only the container's own rollbacks are waited for below: one of
+        // a container held with it (its unfinished ADD on the orphan's
+        // netns and ifname) is first in that container's queue, which
+        // runs only once released with it.
+        let mut rollbacks = Vec::new();
+        for u in unfinished {
+            let own = u.intent.rt.container_id == container_id;
+            if let Some(r) = self.queue_rollback(u, killed, true)
+                && own
+            {
+                rollbacks.push(r);
+            }
+        }
         let (start, with) = self.sched.release(container_id);
         self.start_drivers(start);
         if with.is_empty() {

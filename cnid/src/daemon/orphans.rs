@@ -12,15 +12,18 @@
 //! address's file and then writes the container ID into it: killed between
 //! the two, it leaves an empty reservation that no DEL frees). So:
 //!
-//! - [`MarkedExec`] puts `CNID_STATE_DIR=<canonical state dir>` and
+//! - [`MarkedExec`] puts `CNID_STATE_DIR=<canonical state dir>`,
 //!   `CNID_DEADLINE_MS=<its deadline>` (`CLOCK_MONOTONIC`, in ms: the same
 //!   clock in every process of this boot, and orphans never outlive a
-//!   boot) in the environment of every plugin the daemon runs;
+//!   boot) and `CNID_PLUGIN=<the path it runs>` in the environment of
+//!   every plugin the daemon runs;
 //! - [`find_orphans`], called at start while the state dir is locked (so
 //!   no other live daemon uses it) and before any plugin runs, finds every
 //!   plugin still running with that mark: a process that leads its own
 //!   process group but not a session of its own (a plugin, as we start
-//!   them) and is not a zombie. The start holds the queue of each one's
+//!   them), runs the command `CNID_PLUGIN` names (not a helper a plugin
+//!   started in a group of its own, which inherits the environment) and is
+//!   not a zombie. The start holds the queue of each one's
 //!   container (and its netns and ifname; a GC's orphan holds every
 //!   container's queue: its network is not known) and defers the rollback
 //!   of that container's unfinished ADDs, then serves everything else;
@@ -50,8 +53,11 @@
 //! Linux only (`/proc`). The mark is visible to plugins, like the rest of
 //! the daemon's environment they inherit. A leader is recognised by its pid
 //! and start time, so a pid reused while we wait is never taken for it.
-//! A group is signalled only while it is seen alive (a pid stays taken
-//! while it names a live group); the new daemon's own plugins run
+//! A plugin that rewrites its own `argv` (a process title) is not
+//! recognised as one.
+//! A group is signalled only while it is seen alive and its pid is not
+//! another process's (a pid stays taken while it names a live group, so
+//! a reused one proves the group gone); the new daemon's own plugins run
 //! meanwhile, so a group that died between that check and the signal
 //! would need its pid reused at once (a full wrap of the pid space) for
 //! the signal to reach one of ours.
@@ -68,6 +74,10 @@ use futures::future::BoxFuture;
 pub(crate) const MARK: &str = "CNID_STATE_DIR";
 /// The variable holding a plugin's deadline: `CLOCK_MONOTONIC` in ms.
 pub(crate) const DEADLINE: &str = "CNID_DEADLINE_MS";
+/// The variable holding the path the daemon ran the plugin by: what it
+/// left running with its environment is a plugin only when that path is
+/// its command (not a helper it started in a group of its own).
+pub(crate) const PLUGIN: &str = "CNID_PLUGIN";
 /// How often the orphans are checked while waiting for them.
 const POLL: Duration = Duration::from_millis(20);
 /// How long we wait after SIGKILL.
@@ -113,15 +123,19 @@ impl PluginExec for MarkedExec {
             // is at most that moment early.
             let timeout_ms = u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX);
             let deadline = monotonic_ms().saturating_add(timeout_ms);
-            let mut env = Vec::with_capacity(req.env.len() + 2);
+            let mut env = Vec::with_capacity(req.env.len() + 3);
             env.extend(
                 req.env
                     .iter()
-                    .filter(|(k, _)| k != MARK && k != DEADLINE)
+                    .filter(|(k, _)| k != MARK && k != DEADLINE && k != PLUGIN)
                     .cloned(),
             );
             env.push((MARK.to_owned(), self.value.clone()));
             env.push((DEADLINE.to_owned(), deadline.to_string()));
+            env.push((
+                PLUGIN.to_owned(),
+                req.plugin_path.to_string_lossy().into_owned(),
+            ));
             let marked = ExecRequest::new(
                 req.plugin_path,
                 req.plugin_type,
@@ -202,6 +216,13 @@ impl Orphan {
         matches!(stat(self.pid), Some(s) if s.start == self.start && s.state != 'Z' && s.state != 'X')
     }
 
+    /// Whether its process group is gone: no process in it, or its pid
+    /// taken by another process (a pid is never reused while a group of
+    /// that id lives), which must not be signalled for it.
+    fn group_gone(&self) -> bool {
+        !group_alive(self.pid) || stat(self.pid).is_some_and(|s| s.start != self.start)
+    }
+
     fn overdue(&self, now_ms: u64) -> bool {
         self.deadline_ms.is_none_or(|d| now_ms >= d)
     }
@@ -225,13 +246,24 @@ fn orphan(pid: u32, entry: &[u8]) -> Option<Orphan> {
             .find_map(|v| v.strip_prefix(prefix.as_bytes()))
             .map(|v| String::from_utf8_lossy(v).into_owned())
     };
-    let plugin = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .ok()
-        .and_then(|c| {
-            c.split(|b| *b == 0)
-                .next()
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-        })
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    // The daemon ran the plugin by its path: its `argv[0]`, or a later
+    // argument when an interpreter runs it (`#!/bin/sh`, `#!/usr/bin/env
+    // sh`). A process with the environment and another command is what a
+    // plugin started in a group of its own: no plugin of ours. (Without
+    // the variable, a plugin of an older cnid: taken as one.)
+    let plugin_var = format!("{PLUGIN}=");
+    if let Some(path) = vars
+        .iter()
+        .find_map(|v| v.strip_prefix(plugin_var.as_bytes()))
+        && !argv.iter().take(3).any(|a| a == &path)
+    {
+        return None;
+    }
+    let plugin = argv
+        .first()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
         .unwrap_or_default();
     Some(Orphan {
         pid,
@@ -365,7 +397,7 @@ pub(crate) async fn settle(
                     left.push((o, Phase::Terminated(now)));
                 }
                 Phase::Running => left.push((o, phase)),
-                Phase::Terminated(_) | Phase::Killed(_) if !group_alive(o.pid) => {
+                Phase::Terminated(_) | Phase::Killed(_) if o.group_gone() => {
                     gone(&o, true);
                     settled.killed.push(o);
                 }
@@ -407,6 +439,41 @@ pub(crate) async fn settle(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
+
+    #[test]
+    fn a_pid_reused_by_another_group_leader_is_not_the_orphans_group() {
+        // A group leader (as every plugin of the new daemon is) with the
+        // pid of an orphan whose group died: its start time differs.
+        let mut child = std::process::Command::new("sleep")
+            .arg("1000")
+            .process_group(0)
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let s = stat(pid).expect("its stat");
+        let orphan = |start| Orphan {
+            pid,
+            start,
+            deadline_ms: Some(0),
+            command: "ADD".into(),
+            container_id: "c".into(),
+            ifname: "eth0".into(),
+            netns: String::new(),
+            plugin: "sleep".into(),
+        };
+        assert!(!orphan(s.start).group_gone(), "the orphan itself");
+        assert!(
+            group_alive(pid),
+            "the group lives: a bare group check would signal it"
+        );
+        assert!(
+            orphan(s.start.saturating_sub(1)).group_gone(),
+            "another process with the orphan's pid: its group is gone"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 
     #[test]
     fn our_own_process_is_never_an_orphan() {

@@ -160,6 +160,10 @@ struct SchedState {
     driving: std::collections::HashSet<String>,
     /// Held containers: their queue waits for [`Scheduler::release`].
     held: std::collections::HashSet<String>,
+    /// The containers an orphan of their own holds, until their release:
+    /// one also held with another orphan's slot stays held until both
+    /// are released.
+    holders: std::collections::HashSet<String>,
     /// Held (netns, ifname) slots and the container holding each: a
     /// request of another container there is held with it.
     held_slots: Vec<HeldSlot>,
@@ -435,6 +439,12 @@ impl Scheduler {
         }
     }
 
+    /// Whether `container_id` is held (an orphaned plugin of a killed
+    /// daemon may still work on it).
+    pub(crate) fn held(&self, container_id: &str) -> bool {
+        self.state().is_held(container_id)
+    }
+
     /// Holds a container (an orphaned plugin runs its operation) and the
     /// orphan's netns and ifname (`netns` empty: none); with no container
     /// (an orphan of a GC), everything is held.
@@ -445,6 +455,7 @@ impl Scheduler {
             return;
         }
         st.held.insert(container_id.to_owned());
+        st.holders.insert(container_id.to_owned());
         if !netns.is_empty() {
             st.held_slots.push(HeldSlot {
                 netns: netns.to_owned(),
@@ -488,11 +499,20 @@ impl Scheduler {
             let all: Vec<String> = st.containers.keys().cloned().collect();
             return (Self::startable(&mut st, all), Vec::new());
         }
-        st.held.remove(container_id);
+        st.holders.remove(container_id);
         let (mine, others): (Vec<HeldSlot>, Vec<HeldSlot>) = std::mem::take(&mut st.held_slots)
             .into_iter()
             .partition(|s| s.holder == container_id);
         st.held_slots = others;
+        // Held with another orphan's slot too (a request of it on that
+        // orphan's netns and ifname): that orphan's release frees it.
+        if !st
+            .held_slots
+            .iter()
+            .any(|s| s.with.iter().any(|c| c == container_id))
+        {
+            st.held.remove(container_id);
+        }
         let mut with: Vec<String> = mine.into_iter().flat_map(|s| s.with).collect();
         with.sort();
         with.dedup();
@@ -509,10 +529,13 @@ impl Scheduler {
         let mut st = self.state();
         let mut freed = Vec::new();
         for c in with {
-            let still = st
-                .held_slots
-                .iter()
-                .any(|s| s.holder == c || s.with.contains(&c));
+            // Its own orphan (with or without a slot) or another slot
+            // still holds it.
+            let still = st.holders.contains(&c)
+                || st
+                    .held_slots
+                    .iter()
+                    .any(|s| s.holder == c || s.with.contains(&c));
             if !still {
                 st.held.remove(&c);
                 freed.push(c);
@@ -918,6 +941,48 @@ mod tests {
         assert!(s.next_for("c2").is_none(), "still held until release_with");
         assert_eq!(s.release_with(vec!["c2".into()]), vec!["c2".to_owned()]);
         assert!(s.next_for("c2").is_some());
+    }
+
+    fn del_on(cid: &str, netns: &str, ifname: &str) -> NewOp {
+        let mut op = del(cid, "n");
+        op.work = Work::Del {
+            list: None,
+            rt: RuntimeConf::new(cid, netns, ifname),
+        };
+        op
+    }
+
+    #[tokio::test]
+    async fn a_container_held_by_two_orphans_waits_for_both() {
+        // c1's orphan works on /run/netns/a eth0; c2's own orphan (a DEL
+        // without a netns) holds c2; a request of c2 on c1's slot is held
+        // with c1's orphan too.
+        let s = sched(4);
+        s.hold("c1", "/run/netns/a", "eth0");
+        s.hold("c2", "", "eth0");
+        let (_w, start) = s.enqueue(del_on("c2", "/run/netns/a", "eth0")).unwrap();
+        assert!(matches!(start, Start::Nothing));
+        // c2's own orphan ends first: c1's still works on the slot.
+        let (start, with) = s.release("c2");
+        assert!(start.is_empty(), "c2 ran beside c1's orphan: {start:?}");
+        assert!(with.is_empty());
+        assert!(s.next_for("c2").is_none(), "still held with c1's orphan");
+        let (start, with) = s.release("c1");
+        assert!(start.is_empty());
+        assert_eq!(s.release_with(with), vec!["c2".to_owned()]);
+
+        // The other order: c1's orphan ends first; c2's own still runs.
+        let s = sched(4);
+        s.hold("c1", "/run/netns/a", "eth0");
+        s.hold("c2", "", "eth0");
+        let (_w, _) = s.enqueue(del_on("c2", "/run/netns/a", "eth0")).unwrap();
+        let (_, with) = s.release("c1");
+        assert_eq!(with, vec!["c2".to_owned()]);
+        let start = s.release_with(with);
+        assert!(start.is_empty(), "c2 ran beside its own orphan: {start:?}");
+        assert!(s.next_for("c2").is_none(), "still held by its own orphan");
+        let (start, _) = s.release("c2");
+        assert_eq!(start, vec!["c2".to_owned()]);
     }
 
     #[tokio::test]
