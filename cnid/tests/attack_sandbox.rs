@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::support::daemon::{Daemon, Dirs, eventually};
 use crate::support::gate::Gate;
+use crate::support::netns::Netns;
 use cnid::api::{SandboxNetwork, SandboxRequest};
 use serde_json::json;
 
@@ -240,6 +241,7 @@ fn dels(dirs: &Dirs) -> Vec<String> {
 /// plugin ran its DEL once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_del_racing_the_reaper_deletes_each_network_once() {
+    crate::support::require_root!();
     let dirs = Dirs::new();
     let gate = Gate::new(dirs.root());
     let alloc = allocating_network(
@@ -253,9 +255,12 @@ async fn a_sandbox_del_racing_the_reaper_deletes_each_network_once() {
     allocating_network(&dirs, "20-b.conflist", "atksgb", "allocgb", "", "");
     let daemon = Daemon::start(&dirs, &["--stale-after", "100ms"]);
     let client = daemon.client().await;
+    // A namespace of its own, which can really go: the reaper acts only on
+    // one proven gone.
+    let ns = Netns::new();
     let request = SandboxRequest {
         container_id: "sb-reap".into(),
-        netns: dirs.netns("sb-reap"),
+        netns: ns.path(),
         networks: vec![SandboxNetwork::new("atksga"), SandboxNetwork::new("atksgb")],
         ..Default::default()
     };
@@ -263,7 +268,7 @@ async fn a_sandbox_del_racing_the_reaper_deletes_each_network_once() {
     assert_eq!(allocated(&alloc).len(), 2);
     // The namespace goes away without a DEL: the reaper's DEL of the first
     // network is held in its plugin.
-    std::fs::remove_file(&request.netns).unwrap();
+    drop(ns);
     gate.wait_started(1).await;
     let del = {
         let socket = dirs.socket.clone();
