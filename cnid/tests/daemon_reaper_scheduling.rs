@@ -10,9 +10,56 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::support::daemon::{Daemon, Dirs, del_gated_plugin, eventually_async, recording_plugin};
 use crate::support::gate::Gate;
 use crate::support::netns::{Netns, bridge_ports, host_local_ips, link_exists_in};
-use crate::support::reaper::{LIMIT, chain, metric, reaps_logged, simulate_reboot};
+use crate::support::reaper::{Chain, LIMIT, chain, metric, reaps_logged, simulate_reboot};
 use cnid::api::AttachmentRequest;
+use cnid::client::Client;
 use serde_json::json;
+
+/// Network `hang` (a plugin whose DEL waits at the gate) and network `net`
+/// (real bridge + host-local), cnid with `--max-parallel 4` (one
+/// background slot) and `--stale-after 1s`, and four attachments
+/// `<prefix>0..3` of `hang` whose namespaces are gone: once this returns,
+/// the four reaps are queued and one of them is in its plugin.
+async fn four_hanging_reaps(
+    dirs: &Dirs,
+    hang: &str,
+    net: &str,
+    prefix: &str,
+) -> (Gate, Chain, Daemon, Client) {
+    let gate = Gate::new(dirs.root());
+    del_gated_plugin(dirs, "hang", &gate);
+    dirs.conf(
+        "10-hang.conflist",
+        &json!({"cniVersion": "1.0.0", "name": hang, "plugins": [{"type": "hang"}]}),
+    );
+    let c = chain(dirs, net, &[]);
+    let daemon = Daemon::start(dirs, &["--stale-after", "1s", "--max-parallel", "4"]);
+    let client = daemon.client().await;
+    let nss: Vec<Netns> = (0..4).map(|_| Netns::new()).collect();
+    for (i, ns) in nss.iter().enumerate() {
+        client
+            .add(
+                hang,
+                &AttachmentRequest::new(format!("{prefix}{i}"), ns.path(), "eth0"),
+            )
+            .await
+            .expect("ADD");
+    }
+    drop(nss);
+    gate.wait_started(1).await;
+    eventually_async(LIMIT, "four reaps queued or running", || async {
+        client
+            .operations(None)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|o| o.request_id.starts_with("reap-"))
+            .count()
+            == 4
+    })
+    .await;
+    (gate, c, daemon, client)
+}
 
 fn now_ms() -> u64 {
     u64::try_from(
@@ -92,39 +139,7 @@ async fn hanging_reaps_leave_the_runtime_its_slots() {
     const HANG: &str = "dsched6h";
     const NET: &str = "dsched6";
     let dirs = Dirs::new();
-    let gate = Gate::new(dirs.root());
-    del_gated_plugin(&dirs, "hang", &gate);
-    dirs.conf(
-        "10-hang.conflist",
-        &json!({"cniVersion": "1.0.0", "name": HANG, "plugins": [{"type": "hang"}]}),
-    );
-    let c = chain(&dirs, NET, &[]);
-    let daemon = Daemon::start(&dirs, &["--stale-after", "1s", "--max-parallel", "4"]);
-    let client = daemon.client().await;
-    let nss: Vec<Netns> = (0..4).map(|_| Netns::new()).collect();
-    for (i, ns) in nss.iter().enumerate() {
-        client
-            .add(
-                HANG,
-                &AttachmentRequest::new(format!("hang{i}"), ns.path(), "eth0"),
-            )
-            .await
-            .expect("ADD");
-    }
-    drop(nss);
-    // Every reap queued, one of them in its plugin.
-    gate.wait_started(1).await;
-    eventually_async(LIMIT, "four reaps queued or running", || async {
-        client
-            .operations(None)
-            .await
-            .unwrap()
-            .iter()
-            .filter(|o| o.request_id.starts_with("reap-"))
-            .count()
-            == 4
-    })
-    .await;
+    let (gate, c, _daemon, client) = four_hanging_reaps(&dirs, HANG, NET, "hang").await;
 
     let ns = Netns::new();
     let mut req = AttachmentRequest::new("runtime", ns.path(), "eth0");
@@ -420,38 +435,7 @@ async fn a_runtime_request_is_not_held_behind_its_containers_waiting_reap() {
     const HANG: &str = "dsched8h";
     const NET: &str = "dsched8";
     let dirs = Dirs::new();
-    let gate = Gate::new(dirs.root());
-    del_gated_plugin(&dirs, "hang", &gate);
-    dirs.conf(
-        "10-hang.conflist",
-        &json!({"cniVersion": "1.0.0", "name": HANG, "plugins": [{"type": "hang"}]}),
-    );
-    let c = chain(&dirs, NET, &[]);
-    let daemon = Daemon::start(&dirs, &["--stale-after", "1s", "--max-parallel", "4"]);
-    let client = daemon.client().await;
-    let nss: Vec<Netns> = (0..4).map(|_| Netns::new()).collect();
-    for (i, ns) in nss.iter().enumerate() {
-        client
-            .add(
-                HANG,
-                &AttachmentRequest::new(format!("hold{i}"), ns.path(), "eth0"),
-            )
-            .await
-            .expect("ADD");
-    }
-    drop(nss);
-    gate.wait_started(1).await;
-    eventually_async(LIMIT, "four reaps queued or running", || async {
-        client
-            .operations(None)
-            .await
-            .unwrap()
-            .iter()
-            .filter(|o| o.request_id.starts_with("reap-"))
-            .count()
-            == 4
-    })
-    .await;
+    let (gate, c, _daemon, client) = four_hanging_reaps(&dirs, HANG, NET, "hold").await;
     let ops = client.operations(None).await.unwrap();
     let waiting = ops
         .iter()
