@@ -442,7 +442,9 @@ impl ResultCache {
     /// not hold the record of *another* attachment (`a-b`+`c` and
     /// `a`+`b-c` share a file name; a missing file, a record of this
     /// attachment, a legacy bare result or a corrupt file, moved aside,
-    /// are all fine): what an ADD does before running its plugins. On
+    /// are all fine). The library's own ADD no longer uses it: its lock
+    /// step leaves a corrupt file in place (it may be a working
+    /// attachment's record). On
     /// [`Error::AttachmentCollision`] (or a failed read) the lock is
     /// released as dropping an [`AttachmentLock`] releases it (the lock
     /// file stays, since the record's path holds a file).
