@@ -292,7 +292,7 @@ bench: setup shim ## the benchmarks; writes the tables of BENCHMARKS.md (root)
 #   share/fish/vendor_completions.d: completions of cnid and cnitool
 #   share/doc/cnid/      API.md, LICENSE
 # Man pages and completions are printed by the installed binaries from
-# their clap definitions (hidden `--generate`, cnid/src/generate.rs). Not
+# their clap definitions (hidden `--generate`, cnid/cli/src/generate.rs). Not
 # installed: cni-noop (benchmark plugin), the examples, test binaries.
 # INSTALL_FROM=DIR installs the binaries found in DIR instead of building
 # (the tests install target/debug; a dynamically linked cnitool or
@@ -343,9 +343,9 @@ INSTALL_CNITOOL = $(if $(INSTALL_FROM),$(INSTALL_FROM)/cnitool,$(CNITOOL_STATIC)
 # build is reused; `-p cnid` resolves them differently and rebuilt cnid and
 # its dependencies); cnitool and cnid-shim statically linked, in one
 # build: one compile of the dependencies they share (as two builds, each
-# package's own feature set compiled them twice: cnitool's tokio has
-# rt-multi-thread, its nix inotify, resource and time, the shim's not, and
-# so every crate above them differed). The shim built so has the same size
+# package's own feature set compiled them twice: cnitool's tokio and nix
+# have features the shim's have not (signal; inotify), and so every crate
+# above them differed). The shim built so has the same size
 # as built alone (4,156,680 bytes): what it does not call is not linked.
 install-build: ## the release binaries make install installs (two cargo builds)
 	$(if $(INSTALL_FROM),,$(CARGO) build --release --workspace --bin cnid)

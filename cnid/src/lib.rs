@@ -2,20 +2,25 @@
 //!
 //! - [`daemon`]: the daemon (HTTP/1.1 + JSON on a Unix socket, per-container
 //!   serialization, crash-safe ADD, reload, metrics); the `cnid` binary runs it.
-//! - [`client`]: a typed async client of the daemon.
+//! - [`client`]: a typed async client of the daemon; the package
+//!   `cnid-client` (`cnid/client`), re-exported. An embedder that only
+//!   talks to a running cnid depends on `cnid-client` alone.
 //! - [`api`]: the wire types both share (`API.md` documents the endpoints);
 //!   the package `cnid-api` (`cnid/api`), re-exported.
 //! - [`decode`]: the daemon's decoding and validation of requests (pure;
 //!   `cnid_api::decode`, re-exported).
 //! - [`generate`]: man pages and shell completions from the binaries' clap
-//!   definitions (`--generate`, for `make install`).
+//!   definitions (`--generate`, for `make install`), and [`logfmt`], how
+//!   the binaries write log fields; the package `cnid-cli` (`cnid/cli`),
+//!   re-exported, which cnitool shares.
 //! - [`shim`]: `cnid-shim`, the CNI plugin that hands a runtime's calls to
 //!   the daemon (blocking, no async runtime); the package `cnid-shim`
 //!   (`cnid/shim`), re-exported.
 //!
 //! The binaries: `cnid` (the daemon), `cnitool` (package `cnitool`,
 //! `cnid/cnitool`: the command line, locally or through the daemon with
-//! `--socket`) and `cnid-shim` (package `cnid-shim`, `cnid/shim`). The
+//! `--socket`; it depends on `cnid-client` and `cnid-cli`, not on this
+//! crate) and `cnid-shim` (package `cnid-shim`, `cnid/shim`). The
 //! library the daemon runs plugins with is `cni-async` (its `Cni` and
 //! `MultiNetwork`); `cnid/API.md` documents the endpoints and
 //! `ARCHITECTURE.md` the path of a request.
@@ -37,8 +42,7 @@
 
 pub use cnid_api as api;
 pub use cnid_api::decode;
-pub mod client;
+pub use cnid_cli::{generate, logfmt};
+pub use cnid_client as client;
 pub mod daemon;
-pub mod generate;
-pub mod logfmt;
 pub use cnid_shim as shim;

@@ -434,8 +434,13 @@ fn readme_cargo_snippet_names_real_crates_and_features() {
         let Some((name, table)) = line.split_once(" = {") else {
             continue;
         };
-        let dir = match (inline_str(table, "path"), inline_str(table, "git")) {
-            (Some(path), _) => Path::new(path).file_name().unwrap().to_owned(),
+        // A path is the checkout's (`../cni-rs/...`): the rest is the
+        // crate's directory in this workspace (`cni-async`, `cnid/client`).
+        let dir: PathBuf = match (inline_str(table, "path"), inline_str(table, "git")) {
+            (Some(path), _) => Path::new(path)
+                .strip_prefix("../cni-rs")
+                .unwrap_or_else(|_| panic!("{line}: the path is not under ../cni-rs"))
+                .to_owned(),
             (None, Some(_)) => name.into(),
             (None, None) => continue,
         };

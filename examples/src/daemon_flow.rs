@@ -1,6 +1,6 @@
 //! The flow of the `daemon-client` example, shared with `demo`: two
 //! sandboxes on a network, through a running cnid and its typed client
-//! ([`cnid::client::Client`]). It is the `in-process` example's flow with
+//! ([`cnid_client::Client`]). It is the `in-process` example's flow with
 //! the daemon running the plugins:
 //!
 //! 1. the network as the daemon loaded it (`GET /v1/networks/{name}`);
@@ -35,8 +35,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use cni_async::netns::NetnsGuard;
 use cni_core::result::CniResult;
 use cni_core::{NetworkConfigList, Version};
-use cnid::api::{AttachmentInfo, AttachmentRequest};
-use cnid::client::{Client, ClientError};
+use cnid_client::api::{AttachmentInfo, AttachmentRequest};
+use cnid_client::{Client, ClientError};
 use futures::future::join_all;
 use ipnet::IpNet;
 

@@ -544,7 +544,15 @@ fn harness_interrupted_during_setup_leaves_nothing_behind() {
 }
 
 /// The crates whose sources make up the `cnid` binary.
-const CNID_SOURCES: &[&str] = &["cni-core", "cni-async", "cnid"];
+const CNID_SOURCES: &[&str] = &[
+    "cni-core",
+    "cni-async",
+    "cnid",
+    "cnid/api",
+    "cnid/cli",
+    "cnid/client",
+    "cnid/shim",
+];
 
 /// The newest modification time of the files under `dir`.
 fn newest_under(dir: &Path) -> Option<std::time::SystemTime> {

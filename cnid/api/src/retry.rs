@@ -1,5 +1,5 @@
 //! When a client sends a request again because cnid restarted: the one
-//! policy of `cnid::client` (async) and cnid-shim's blocking client.
+//! policy of `cnid-client` (async) and cnid-shim's blocking client.
 //!
 //! A request is sent again, with a short backoff and within its deadline,
 //! when cnid cannot have acted on it:

@@ -17,7 +17,7 @@ use cni_async::{CallOptions, Cni, GcSummary};
 use cni_core::result::CniResult;
 use cni_core::version::PluginInfo;
 use cni_core::{NetworkConfigList, RuntimeConf, Version};
-use cnid::api::{ConfigError, NetworkInfo, NetworksResponse};
+use cnid_api::{ConfigError, NetworkInfo, NetworksResponse};
 
 use crate::setup::Settings;
 
@@ -106,7 +106,7 @@ impl Backend for Local {
         match added {
             Err(e) if matches!(e.innermost(), cni_async::Error::AlreadyAttached { .. }) => {
                 Err(crate::report::ToolError::new(
-                    cnid::api::code::ALREADY_ATTACHED,
+                    cnid_api::code::ALREADY_ATTACHED,
                     e.innermost().to_string(),
                 )
                 .into())

@@ -1,6 +1,6 @@
 //! The daemon backend: with `--socket PATH` (or `CNID_SOCKET`), `add`,
 //! `check`, `del`, `gc` and `status` are sent to cnid on that socket with
-//! the typed client ([`cnid::client::Client`]) instead of running plugins
+//! the typed client ([`cnid_client::Client`]) instead of running plugins
 //! here. Its code (and hyper's) is touched only by these runs, so it adds
 //! nothing to the memory of a local `cnitool add`. The daemon loads the
 //! network from its own conf dir and runs the
@@ -26,7 +26,7 @@
 //! meanwhile (or is down when the command starts and comes back within
 //! the request's deadline, `CNI_TIMEOUT` or cnid's default) is not a
 //! failure: the client sends again what cnid cannot have acted on
-//! (`cnid::client`'s module docs); a socket file that stays missing for a
+//! (`cnid_client`'s crate docs); a socket file that stays missing for a
 //! second is a cnid that is not running, reported as such.
 
 use std::path::PathBuf;
@@ -37,8 +37,8 @@ use cni_async::GcSummary;
 use cni_core::result::CniResult;
 use cni_core::version::PluginInfo;
 use cni_core::{RuntimeConf, Version};
-use cnid::api::{AttachmentRequest, GcRequest, NetworksResponse};
-use cnid::client::{Client, ClientError};
+use cnid_api::{AttachmentRequest, GcRequest, NetworksResponse};
+use cnid_client::{Client, ClientError};
 
 use crate::backend::{Backend, Local};
 use crate::report::ToolError;

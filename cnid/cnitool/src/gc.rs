@@ -3,7 +3,7 @@
 //! whose network namespace is gone ([`cni_async::stale`], as cnid's reaper).
 
 use cni_async::stale::{Reaped, StaleScanner};
-use cnid::api::GcResponse;
+use cnid_api::GcResponse;
 use serde::Serialize;
 
 use crate::backend::Backend;

@@ -64,9 +64,9 @@ use crate::setup::{Env, Settings};
 /// usage errors).
 pub fn main() -> ExitCode {
     let json_env = report::json_errors_from_env();
-    // `--generate man|complete-*` (make install): see cnid::generate.
+    // `--generate man|complete-*` (make install): see cnid_cli::generate.
     if let Some(status) =
-        cnid::generate::intercept(<Cli as clap::CommandFactory>::command, &manual::EXTRAS)
+        cnid_cli::generate::intercept(<Cli as clap::CommandFactory>::command, &manual::EXTRAS)
     {
         return status;
     }

@@ -44,7 +44,7 @@ pub(crate) fn init_logging(json_errors: bool) {
         }
     };
     let fmt = tracing_subscriber::fmt::layer()
-        .fmt_fields(cnid::logfmt::escaping_fields())
+        .fmt_fields(cnid_cli::logfmt::escaping_fields())
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
     let _ = tracing_subscriber::registry()

@@ -1,7 +1,7 @@
 //! What cnitool's man page and bash completion say beyond its clap
-//! definitions (`cnitool --generate ...`, see `cnid::generate`).
+//! definitions (`cnitool --generate ...`, see `cnid_cli::generate`).
 
-use cnid::generate::Extras;
+use cnid_cli::generate::Extras;
 
 /// The extras of `cnitool.1` and of the bash completion.
 pub(crate) const EXTRAS: Extras = Extras {

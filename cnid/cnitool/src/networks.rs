@@ -1,6 +1,6 @@
 //! `cnitool networks`: the networks of the conf dir (or cnid's).
 
-use cnid::api::NetworksResponse;
+use cnid_api::NetworksResponse;
 
 use crate::backend::Backend;
 use crate::report;
@@ -80,7 +80,7 @@ fn render(r: &NetworksResponse) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cnid::api::{ConfigError, NetworkInfo};
+    use cnid_api::{ConfigError, NetworkInfo};
 
     #[test]
     fn default_first_then_unusable_files() {

@@ -1,6 +1,7 @@
 //! The `in-process` example through a running cnid: two sandboxes on the
 //! bundled bridge network, ADDed, pinged, CHECKed, listed and DELed by the
-//! daemon, with the typed client `cnid::client::Client`.
+//! daemon, with the typed client `cnid_client::Client` (the package
+//! `cnid-client`: the client alone, without the daemon).
 //!
 //! ```text
 //! sudo cnid --socket /tmp/cnid.sock --conf-dir examples/net.d --state-dir /tmp/cnid-state &

@@ -40,7 +40,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Parser;
 use cni_async::netns::Netns;
 use cni_core::{NetworkConfigList, confdir};
-use cnid::client::Client;
+use cnid_client::Client;
 use common::{HostLocalDirs, Interrupt, Signals};
 use daemon_flow::{Flow, heading};
 use nix::sys::signal::{Signal, kill};

@@ -20,7 +20,7 @@ use tracing_subscriber::fmt::format::{FormatFields, Writer, debug_fn};
 ///
 /// ```
 /// tracing_subscriber::fmt()
-///     .fmt_fields(cnid::logfmt::escaping_fields())
+///     .fmt_fields(cnid_cli::logfmt::escaping_fields())
 ///     .with_writer(std::io::stderr)
 ///     .init();
 /// // Written as `ifname=\u{1b}[2J`.

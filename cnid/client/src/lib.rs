@@ -1,4 +1,8 @@
-//! A typed async client for cnid's API, on hyper 1 over a Unix socket.
+//! A typed async client for cnid's API, on hyper 1 over a Unix socket,
+//! and the wire types it speaks ([`api`], the package `cnid-api`,
+//! re-exported): what an embedder or a command line (cnitool's
+//! `--socket`) needs to talk to a running cnid, without the daemon's code.
+//! `cnid` re-exports this crate as `cnid::client`.
 //!
 //! Every endpoint has a method; an error answer of the daemon comes back as
 //! [`ClientError::Api`] with the HTTP status and the CNI error object
@@ -12,9 +16,9 @@
 //! for that request.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), cnid::client::ClientError> {
-//! use cnid::api::AttachmentRequest;
-//! use cnid::client::Client;
+//! # async fn demo() -> Result<(), cnid_client::ClientError> {
+//! use cnid_client::Client;
+//! use cnid_client::api::AttachmentRequest;
 //!
 //! let client = Client::connect("/run/cnid/cnid.sock").await?;
 //! let req = AttachmentRequest::new("c1", "/run/netns/c1", "eth0");
@@ -42,6 +46,9 @@
 //! finished (or rolled back) regardless. A request sent again gets a new
 //! deadline at the restarted cnid: the whole call may take its retries
 //! plus the request's deadline.
+#![warn(missing_docs)]
+
+pub use cnid_api as api;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -59,9 +66,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::api::{
-    self, AttachmentInfo, AttachmentRequest, AttachmentsResponse, GcRequest, GcResponse,
-    HealthResponse, NetworkInfo, NetworksResponse, OperationInfo, OperationsResponse,
-    SandboxRequest, SandboxResult, StatusRequest, encode,
+    AttachmentInfo, AttachmentRequest, AttachmentsResponse, GcRequest, GcResponse, HealthResponse,
+    NetworkInfo, NetworksResponse, OperationInfo, OperationsResponse, SandboxRequest,
+    SandboxResult, StatusRequest, encode,
 };
 
 /// How long an idle connection is kept for reuse.
@@ -730,7 +737,7 @@ impl Client {
     /// after `after` (the `next` of the previous page).
     ///
     /// ```no_run
-    /// # async fn demo(client: cnid::client::Client) -> Result<(), cnid::client::ClientError> {
+    /// # async fn demo(client: cnid_client::Client) -> Result<(), cnid_client::ClientError> {
     /// let mut after = None;
     /// loop {
     ///     let page = client.attachments_page(None, after.as_deref(), Some(500)).await?;
