@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::HttpSettings;
-use super::conns::{Admit, Conns, Phase, Slot};
+use super::conns::{Admit, Conn, Conns, Phase};
 use super::responses::{fresh_request_id, raw_answer, status_of};
 use super::routes::handle;
 use crate::daemon::engine::Engine;
@@ -94,7 +94,7 @@ fn accept(
     settings: &Arc<HttpSettings>,
     stop: &CancellationToken,
     tracker: &TaskTracker,
-) -> Option<Arc<Slot>> {
+) -> Option<Arc<Conn>> {
     let (uid, gid) = match stream.peer_cred() {
         Ok(c) => (c.uid(), c.gid()),
         Err(e) => {
@@ -182,7 +182,7 @@ fn accept(
 struct ConnGuard {
     engine: Arc<Engine>,
     conns: Arc<Conns>,
-    slot: Arc<Slot>,
+    slot: Arc<Conn>,
 }
 
 impl Drop for ConnGuard {
@@ -215,7 +215,7 @@ enum ConnEnd {
 /// request is being answered).
 async fn connection(
     stream: UnixStream,
-    slot: Arc<Slot>,
+    slot: Arc<Conn>,
     engine: Arc<Engine>,
     settings: Arc<HttpSettings>,
     stop: CancellationToken,

@@ -19,7 +19,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::HttpSettings;
-use super::conns::{Phase, Slot};
+use super::conns::{Conn, Phase};
 use super::responses::{Resp, error_response, fresh_request_id, outcome_response, to_json};
 use crate::api::{self, HealthResponse, OperationsResponse};
 use crate::daemon::engine::{Engine, SandboxOps};
@@ -53,7 +53,7 @@ fn request_id(req: &Request<Incoming>) -> String {
 pub(super) async fn handle(
     engine: Arc<Engine>,
     settings: &HttpSettings,
-    slot: &Slot,
+    slot: &Conn,
     req: Request<Incoming>,
 ) -> Resp {
     // The head is in; the body (if any) is bounded like the head was.
@@ -152,7 +152,7 @@ async fn read_body(
 async fn route(
     engine: &Arc<Engine>,
     settings: &HttpSettings,
-    slot: &Slot,
+    slot: &Conn,
     rid: &str,
     req: Request<Incoming>,
 ) -> Result<Resp, ApiError> {
