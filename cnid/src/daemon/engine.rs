@@ -278,37 +278,34 @@ impl Engine {
         rt: &RuntimeConf,
         opts: CallOptions,
     ) -> Result<CniResult, cni_async::Error> {
-        let (net, version) = (list.name(), list.version());
+        let net = list.name();
         let (cid, ifname) = (rt.container_id.as_str(), rt.ifname.as_str());
         let intent = Intent::new(net, rt, list.cache_bytes());
         let pending = match self.intents.begin(&intent).await {
             Ok(BeginAnswer::Recorded(p)) => p,
             Ok(BeginAnswer::Cached) => {
-                return Err(ApiError::already_attached(
+                return Err(cni_async::Error::hook(ApiError::already_attached(
                     net,
                     cid,
                     ifname,
                     "a cached ADD result exists",
-                )
-                .into_cni(version));
+                )));
             }
             Ok(BeginAnswer::Open) => {
-                return Err(ApiError::already_attached(
+                return Err(cni_async::Error::hook(ApiError::already_attached(
                     net,
                     cid,
                     ifname,
                     "an earlier ADD failed and could not be rolled back",
-                )
-                .into_cni(version));
+                )));
             }
             Err(BeginError::Cache(e)) => return Err(e),
             Err(BeginError::Journal(e)) => {
-                return Err(ApiError::new(
+                return Err(cni_async::Error::hook(ApiError::new(
                     ErrorKind::Io,
                     cni_code::IO_FAILURE,
                     format!("cannot record the ADD before running plugins: {e}"),
-                )
-                .into_cni(version));
+                )));
             }
         };
         // Exclusive: the check above is cnid's journal and cache; this one
@@ -349,12 +346,13 @@ impl Engine {
                     if undo.is_err() {
                         let _ = self.intents.write(&intent).await;
                     }
-                    Err(ApiError::new(
+                    Err(cni_async::Error::hook(ApiError::new(
                         ErrorKind::Io,
                         cni_code::IO_FAILURE,
-                        format!("ADD succeeded but could not be committed to the journal ({e}); the attachment was deleted again"),
-                    )
-                    .into_cni(version))
+                        format!(
+                            "ADD succeeded but could not be committed to the journal ({e}); the attachment was deleted again"
+                        ),
+                    )))
                 }
             },
             Err(e) => {
@@ -1026,7 +1024,9 @@ impl StepHook for SandboxSteps<'_> {
         opts: CallOptions,
     ) -> Result<CniResult, cni_async::Error> {
         let Some(list) = step.list else {
-            return Err(ApiError::unknown_network(step.network).into_cni(Version::CURRENT));
+            return Err(cni_async::Error::hook(ApiError::unknown_network(
+                step.network,
+            )));
         };
         let _permit = self.engine.sched.permit().await;
         let result = self.engine.add_result(list, step.rt, opts).await?;
@@ -1050,7 +1050,9 @@ impl StepHook for SandboxSteps<'_> {
         opts: CallOptions,
     ) -> Result<(), cni_async::Error> {
         let Some(list) = step.list else {
-            return Err(ApiError::unknown_network(step.network).into_cni(Version::CURRENT));
+            return Err(cni_async::Error::hook(ApiError::unknown_network(
+                step.network,
+            )));
         };
         let _permit = self.engine.sched.permit().await;
         self.engine

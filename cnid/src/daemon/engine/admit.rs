@@ -273,7 +273,7 @@ impl Engine {
                 failed_version.get_or_insert(version);
                 errors.push(cni_async::Error::Context {
                     context: format!("network {network:?}"),
-                    source: Box::new(e.clone().into_cni(version)),
+                    source: Box::new(cni_async::Error::hook(e.clone())),
                 });
             }
         }
