@@ -104,8 +104,8 @@ fn accept(
     };
     let conns = &settings.conns;
     if !settings.peers.allows(uid, gid) {
-        engine.metrics.refused.fetch_add(1, Ordering::Relaxed);
-        engine.metrics.http_response(403);
+        engine.metrics().refused.fetch_add(1, Ordering::Relaxed);
+        engine.metrics().http_response(403);
         if let Some(suppressed) = settings.warnings.refused.pass() {
             tracing::warn!(
                 uid,
@@ -133,7 +133,10 @@ fn accept(
             phase,
             waited,
         } => {
-            engine.metrics.conn_replaced.fetch_add(1, Ordering::Relaxed);
+            engine
+                .metrics()
+                .conn_replaced
+                .fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = settings.warnings.replaced.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
@@ -148,8 +151,11 @@ fn accept(
             (slot, Some(victim))
         }
         Admit::Full => {
-            engine.metrics.conn_rejected.fetch_add(1, Ordering::Relaxed);
-            engine.metrics.http_response(503);
+            engine
+                .metrics()
+                .conn_rejected
+                .fetch_add(1, Ordering::Relaxed);
+            engine.metrics().http_response(503);
             if let Some(suppressed) = settings.warnings.full.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
@@ -189,7 +195,7 @@ impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.conns.remove(&self.slot);
         self.engine
-            .metrics
+            .metrics()
             .connections
             .fetch_sub(1, Ordering::Relaxed);
     }
@@ -220,7 +226,7 @@ async fn connection(
     settings: Arc<HttpSettings>,
     stop: CancellationToken,
 ) {
-    let open = engine.metrics.connections.fetch_add(1, Ordering::Relaxed) + 1;
+    let open = engine.metrics().connections.fetch_add(1, Ordering::Relaxed) + 1;
     settings
         .trim
         .connections(usize::try_from(open).unwrap_or(0));
@@ -286,7 +292,7 @@ async fn connection(
     match end {
         ConnEnd::TimedOut => {
             engine
-                .metrics
+                .metrics()
                 .conn_timed_out
                 .fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = settings.warnings.timed_out.pass() {
