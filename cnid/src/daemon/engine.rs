@@ -115,18 +115,15 @@ impl Submitter {
         version: Version,
         work: Work,
     ) -> Result<Waiter, ApiError> {
-        let deadline = Instant::now() + self.engine.p.deadlines.defaults.for_command(work.verb());
-        let (claim, trace) = (None, Default::default());
-        let new = NewOp {
+        self.engine.submit(NewOp {
+            deadline: Instant::now() + self.engine.p.deadlines.defaults.for_command(work.verb()),
             request_id,
             network,
             version,
             work,
-            deadline,
-            claim,
-            trace,
-        };
-        self.engine.submit(new)
+            claim: None,
+            trace: Default::default(),
+        })
     }
 
     /// Runs `task` among the daemon's tasks (drained at shutdown).

@@ -897,13 +897,7 @@ mod tests {
     #[tokio::test]
     async fn a_queued_periodic_check_gives_way_to_a_runtime_request() {
         let s = sched(4);
-        let list = Arc::new(
-            cni_core::NetworkConfigList::from_bytes(
-                br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
-                None,
-            )
-            .unwrap(),
-        );
+        let list = list();
         let (_running, _) = s.enqueue(del("c1", "n")).unwrap();
         let mut check = del("c1", "n");
         check.work = Work::PeriodicCheck {
@@ -921,16 +915,20 @@ mod tests {
         assert_eq!(verbs, ["DEL", "DEL"]);
     }
 
+    fn list() -> Arc<cni_core::NetworkConfigList> {
+        Arc::new(
+            cni_core::NetworkConfigList::from_bytes(
+                br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
+                None,
+            )
+            .unwrap(),
+        )
+    }
+
     fn periodic(cid: &str) -> NewOp {
         let mut op = del(cid, "n");
         op.work = Work::PeriodicCheck {
-            list: Arc::new(
-                cni_core::NetworkConfigList::from_bytes(
-                    br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
-                    None,
-                )
-                .unwrap(),
-            ),
+            list: list(),
             rt: RuntimeConf::new(cid, "/x", "eth0"),
         };
         op
@@ -1081,13 +1079,7 @@ mod tests {
         let s = sched(1);
         let mut first = del("c1", "n");
         first.work = Work::Check {
-            list: Arc::new(
-                cni_core::NetworkConfigList::from_bytes(
-                    br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
-                    None,
-                )
-                .unwrap(),
-            ),
+            list: list(),
             rt: RuntimeConf::new("c1", "/x", "eth0"),
         };
         let (_w1, _) = s.enqueue(first).unwrap();
