@@ -15,7 +15,7 @@
 //! | [`Error::Timeout`] | 11 (try again later) |
 //! | [`Error::PluginNotFound`] | 7 (invalid network config: it names a plugin that is not installed) |
 //! | [`Error::Spawn`], [`Error::OutputTooLarge`], [`Error::Io`] | 5 (I/O failure) |
-//! | [`Error::Hook`] | the runtime's own code, in its error object |
+//! | `Error::Hook` (feature `daemon`) | the code of the runtime's own error object |
 //! | [`Error::AttachmentCollision`], [`Error::AlreadyAttached`] | 4 (invalid environment variables: the container ID and interface name an attachment already uses) |
 //! | [`Error::Operation`], [`Error::Context`] | the wrapped error's |
 //!
@@ -114,7 +114,8 @@ pub enum ErrorKind {
     /// An I/O failure: the cache, a file, starting or talking to a plugin,
     /// a network namespace.
     Io,
-    /// Anything else (an encoding failure, an empty [`Error::Multiple`]).
+    /// Anything else (an encoding failure, an empty [`Error::Multiple`],
+    /// a step hook's own error, whose kind is the runtime's).
     Other,
 }
 
@@ -437,17 +438,13 @@ pub enum Error {
 
     /// A step of a sandbox operation that the runtime's own hook
     /// ([`crate::multi::StepHook`]) refused or failed around the plugins
-    /// (cnid: "already attached", its journal could not be written), with
-    /// the kind and the error object the runtime answers.
-    #[error("{}", error.msg)]
-    Hook {
-        /// What kind of failure it is.
-        kind: ErrorKind,
-        /// The error object (code, message, details).
-        error: Box<ErrorObject>,
-        /// The plugin whose failure it reports, with the verb it ran.
-        plugin: Option<(String, Command)>,
-    },
+    /// (cnid: "already attached", its journal could not be written): the
+    /// runtime's own error, carried untouched ([`Error::hook`]) and handed
+    /// back by [`Error::hook_error`]. The library reads only its error
+    /// object and plugin, to write the error objects of its wrappers.
+    #[cfg(feature = "daemon")]
+    #[error("{0}")]
+    Hook(Box<dyn crate::multi::HookError>),
 
     /// An ADD failed and so did the rollback that followed it.
     #[error("{}; rollback also failed: {}", Chain(&**error), Chain(&**rollback))]
@@ -703,7 +700,8 @@ impl Error {
             Error::AttachmentCollision { .. } | Error::AlreadyAttached { .. } => {
                 ErrorKind::Conflict
             }
-            Error::Hook { kind, .. } => *kind,
+            #[cfg(feature = "daemon")]
+            Error::Hook(_) => ErrorKind::Other,
             Error::RollbackFailed { error, .. } => error.kind(),
             Error::Multiple { errors, .. } => errors.first().map_or(ErrorKind::Other, Error::kind),
             Error::Context { source, .. } | Error::Operation { source, .. } => source.kind(),
@@ -742,10 +740,8 @@ impl Error {
             | Error::NotReadyLimitedConnectivity { plugin_type, .. } => {
                 Some((plugin_type.as_str(), Command::Status))
             }
-            Error::Hook {
-                plugin: Some((plugin_type, command)),
-                ..
-            } => Some((plugin_type.as_str(), *command)),
+            #[cfg(feature = "daemon")]
+            Error::Hook(hook) => hook.failed_plugin(),
             Error::Context { source, .. } | Error::Operation { source, .. } => {
                 source.failed_plugin()
             }
@@ -779,7 +775,8 @@ impl Error {
             Error::AttachmentCollision { .. } | Error::AlreadyAttached { .. } => {
                 code::INVALID_ENVIRONMENT_VARIABLES
             }
-            Error::Hook { error, .. } => error.code,
+            #[cfg(feature = "daemon")]
+            Error::Hook(hook) => hook.to_error_object("").code,
             Error::NotAttached { .. } => code::UNKNOWN_CONTAINER,
             Error::Unsupported { .. } => code::INCOMPATIBLE_VERSION,
             Error::NotReady { .. } => code::PLUGIN_NOT_AVAILABLE,
@@ -811,12 +808,8 @@ impl Error {
                 Chain(self).to_string(),
                 stderr.trim_end(),
             ),
-            Error::Hook { error, .. } => ErrorObject::new(
-                cni_version,
-                error.code,
-                error.msg.clone(),
-                error.details.clone(),
-            ),
+            #[cfg(feature = "daemon")]
+            Error::Hook(hook) => hook.to_error_object(cni_version),
             Error::Timeout { stderr_so_far, .. } => ErrorObject::new(
                 cni_version,
                 self.code(),
@@ -888,6 +881,23 @@ impl Error {
             Error::RollbackFailed { .. } => true,
             Error::Context { source, .. } => source.del_owed(),
             _ => false,
+        }
+    }
+
+    /// A step hook's own error ([`crate::multi::StepHook`]), carried
+    /// untouched through the sandbox orchestration.
+    #[cfg(feature = "daemon")]
+    pub fn hook(error: impl crate::multi::HookError) -> Error {
+        Error::Hook(Box::new(error))
+    }
+
+    /// The step hook's own error this is, when it is one of type `E`
+    /// (this error itself, not one it wraps).
+    #[cfg(feature = "daemon")]
+    pub fn hook_error<E: crate::multi::HookError>(&self) -> Option<&E> {
+        match self {
+            Error::Hook(hook) => (&**hook as &(dyn std::error::Error + 'static)).downcast_ref(),
+            _ => None,
         }
     }
 

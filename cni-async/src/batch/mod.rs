@@ -362,7 +362,7 @@ impl Job {
 }
 
 /// The members while an operation runs, shared with its tasks.
-struct Slots {
+struct Members {
     /// `None` once a member was taken out (torn down).
     members: Vec<Option<BatchMember>>,
     /// Set when the operation ended or was abandoned: a namespace created
@@ -370,9 +370,9 @@ struct Slots {
     closed: bool,
 }
 
-type Shared = Arc<Mutex<Slots>>;
+type Shared = Arc<Mutex<Members>>;
 
-fn lock(slots: &Mutex<Slots>) -> MutexGuard<'_, Slots> {
+fn lock(slots: &Mutex<Members>) -> MutexGuard<'_, Members> {
     slots.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

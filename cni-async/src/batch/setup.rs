@@ -167,7 +167,7 @@ impl BatchBuilder {
             progress: Progress::new(self.count, self.callback),
             release_failed: self.release_failed,
         });
-        let slots = Arc::new(Mutex::new(Slots {
+        let slots = Arc::new(Mutex::new(Members {
             members,
             closed: false,
         }));
@@ -296,7 +296,7 @@ async fn release(slots: &Shared, index: usize, name: &str) {
     );
 }
 
-fn record_failure(job: &Job, slots: &Mutex<Slots>, index: usize, name: &str, error: Error) {
+fn record_failure(job: &Job, slots: &Mutex<Members>, index: usize, name: &str, error: Error) {
     tracing::warn!(netns = name, error = %Chain(&error), "batch: namespace setup failed");
     job.progress
         .emit(BatchEventKind::Failed, index, name, Some(&error), false);

@@ -47,7 +47,7 @@ impl Batch {
         stop: impl Future<Output = ()>,
     ) -> Result<TeardownEnd, Error> {
         let members = std::mem::take(&mut self.members);
-        let slots = Arc::new(Mutex::new(Slots {
+        let slots = Arc::new(Mutex::new(Members {
             members: members.into_iter().map(Some).collect(),
             closed: true,
         }));
@@ -122,7 +122,7 @@ async fn teardown_all(job: Arc<Job>, slots: Shared) -> Vec<Error> {
     per_member.into_iter().flatten().collect()
 }
 
-async fn teardown_one(job: &Job, slots: &Mutex<Slots>, index: usize) -> Vec<Error> {
+async fn teardown_one(job: &Job, slots: &Mutex<Members>, index: usize) -> Vec<Error> {
     let Some((name, attempted, sandbox)) = lock(slots).members[index]
         .as_ref()
         .map(|m| (m.name.clone(), m.attempted, m.sandbox(job)))
@@ -214,7 +214,7 @@ pub(super) fn blocking_teardown(job: &Arc<Job>, members: Vec<BatchMember>) {
     if members.iter().all(|m| m.netns.is_none() && !m.attempted) {
         return;
     }
-    let slots: Shared = Arc::new(Mutex::new(Slots {
+    let slots: Shared = Arc::new(Mutex::new(Members {
         members: members.into_iter().map(Some).collect(),
         closed: true,
     }));

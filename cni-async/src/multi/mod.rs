@@ -43,10 +43,11 @@
 //! reads `network "NAME" (ifname IFNAME) VERB`, so the failing network is
 //! always named.
 //!
-//! Setup, removal and CHECK are one orchestration ([`setup_steps`],
-//! [`remove_steps`], [`check_steps`]) that a runtime doing more around
-//! each network's step (cnid: its ADD journal) runs with steps of its own
-//! ([`StepHook`]); the GC gates are [`NetworkGates`].
+//! Setup, removal and CHECK are one orchestration that a runtime doing
+//! more around each network's step (cnid: its ADD journal) runs with steps
+//! of its own: with the feature `daemon`, `StepHook`, `setup_steps`,
+//! `remove_steps`, `check_steps` and the GC gates (`NetworkGates`) are
+//! public.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cni_async::Error> {
@@ -122,18 +123,26 @@
 //!   every client.
 
 mod builder;
+// Public with the feature `daemon` (a runtime with steps of its own);
+// without it, what `MultiNetwork` runs itself.
+#[cfg_attr(not(feature = "daemon"), allow(unreachable_pub, dead_code))]
 mod gate;
 mod operations;
 mod request;
 mod result;
+#[cfg_attr(not(feature = "daemon"), allow(unreachable_pub, dead_code))]
 mod steps;
 
 pub use builder::{MultiNetworkBuilder, NetworkAttachment, SetupMode};
+#[cfg(not(feature = "daemon"))]
+use gate::NetworkGates;
+#[cfg(feature = "daemon")]
 pub use gate::{GateKind, GateTicket, NetworkGates};
 pub use operations::{LiveContainers, NetworkGc};
 pub use request::{KubernetesPod, NetworkRequest, Sandbox};
 pub use result::{InterfaceConfig, IpInfo, MultiResult, NetworkResult};
-pub use steps::{SandboxStep, StepHook, check_steps, remove_steps, setup_steps};
+#[cfg(feature = "daemon")]
+pub use steps::{HookError, SandboxStep, StepHook, check_steps, remove_steps, setup_steps};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@ use cni_core::{CapabilityArgs, CniArgs, Command, RuntimeConf, validate};
 
 use super::builder::invalid_set;
 use super::request::set_pair;
-use super::steps::{context, remove_into};
+use super::steps::{SandboxStep, StepHook, check_steps, context, remove_into, setup_steps};
 use super::*;
 use crate::error::Errors;
 use crate::{CallOptions, Cni, Error, GcSummary};

@@ -7,7 +7,9 @@
 //! runtime that does more around each step (cnid: its ADD journal, its
 //! owners table, a deadline shared by all the steps) implements
 //! [`StepHook`] and calls [`setup_steps`], [`remove_steps`] and
-//! [`check_steps`] itself.
+//! [`check_steps`] itself (feature `daemon`). What such a hook refuses
+//! itself is its own error ([`HookError`]), carried untouched in
+//! [`Error::Hook`] and handed back by [`Error::hook_error`].
 
 use std::future::Future;
 
@@ -30,6 +32,22 @@ pub struct SandboxStep<'a> {
     pub list: Option<&'a NetworkConfigList>,
     /// The runtime configuration (container ID, netns, ifname, arguments).
     pub rt: &'a RuntimeConf,
+}
+
+/// An error a [`StepHook`] answers with itself (a refusal of the
+/// runtime's own, around the plugins), returned as [`Error::hook`]: the
+/// orchestration carries it untouched, reading only its error object and
+/// plugin to write those of the errors that wrap it, and hands it back
+/// ([`Error::hook_error`], by its type).
+#[cfg(feature = "daemon")]
+pub trait HookError: std::error::Error + Send + Sync + 'static {
+    /// Its CNI error object (code, msg, details), written in `cni_version`.
+    fn to_error_object(&self, cni_version: &str) -> cni_core::ErrorObject;
+
+    /// The plugin whose failure it reports, with the verb it ran.
+    fn failed_plugin(&self) -> Option<(&str, Command)> {
+        None
+    }
 }
 
 /// What each step of [`setup_steps`], [`remove_steps`] and [`check_steps`]

@@ -14,7 +14,7 @@
 //!   work (`Work::PeriodicCheck`): it takes a background slot (`slots`,
 //!   the share reaps use), and one still queued when a runtime request of
 //!   its container arrives is dropped (`queue`).
-//! - **Reporting**: a failed CHECK marks the attachment drifted
+//! - **Reporting** (`drift`): a failed CHECK marks the attachment drifted
 //!   (`/v1/attachments`: `"state": "drifted"`, `checkError`), counted in
 //!   `cnid_drifted_attachments`, with one log line when it drifts and one
 //!   when its CHECK passes again (not one per round). A DEL or ADD of the
@@ -27,81 +27,49 @@
 //! CHECK deadline): a runtime request of its container arriving then
 //! waits for it, as behind any operation of the container.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use cni_async::cache::{AttachmentKey, ResultCache};
 use cni_core::Version;
 use tokio_util::sync::CancellationToken;
 
-use super::engine::Engine;
-use super::error::ErrorKind;
-use super::operation::{NewOp, Work};
-
-type Key = (String, String, String);
-
-fn key(network: &str, container_id: &str, ifname: &str) -> Key {
-    (
-        network.to_owned(),
-        container_id.to_owned(),
-        ifname.to_owned(),
-    )
-}
-
-/// Drifted attachments, shared with the engine (listing, DEL, ADD).
-#[derive(Debug, Default)]
-pub(crate) struct DriftView {
-    inner: Mutex<HashMap<Key, Drift>>,
-}
-
-/// A drifted attachment: the failing CHECK's error, since when.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Drift {
-    pub(crate) error: String,
-    pub(crate) since: SystemTime,
-}
-
-impl DriftView {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Drift>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The attachment's drift, if its last periodic CHECK failed.
-    pub(crate) fn state(&self, network: &str, container_id: &str, ifname: &str) -> Option<Drift> {
-        self.lock()
-            .get(&key(network, container_id, ifname))
-            .cloned()
-    }
-
-    /// The attachment was deleted or attached again: its drift is gone.
-    pub(crate) fn forget(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-        metrics: &super::metrics::Metrics,
-    ) {
-        let mut v = self.lock();
-        if v.remove(&key(network, container_id, ifname)).is_some() {
-            metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
-        }
-    }
-}
+use super::drift::DriftView;
+use super::engine::Submitter;
+use super::metrics::Metrics;
+use super::networks::Networks;
+use super::operation::Work;
+use super::stale_view::{StaleView, key};
 
 /// The periodic CHECK's rounds.
 #[derive(Debug)]
 pub(crate) struct Checker {
-    engine: Arc<Engine>,
+    submit: Submitter,
+    cache: ResultCache,
+    networks: Arc<Networks>,
+    metrics: Arc<Metrics>,
+    drift: Arc<DriftView>,
+    stale: Arc<StaleView>,
     every: Duration,
     queued: u64,
-    inflight: Arc<Mutex<HashSet<Key>>>,
+    inflight: Arc<Mutex<HashSet<AttachmentKey>>>,
 }
 
 impl Checker {
-    pub(crate) fn new(engine: Arc<Engine>, every: Duration) -> Self {
+    pub(crate) fn new(
+        submit: Submitter,
+        (cache, networks, metrics): (ResultCache, Arc<Networks>, Arc<Metrics>),
+        (drift, stale): (Arc<DriftView>, Arc<StaleView>),
+        every: Duration,
+    ) -> Self {
         Checker {
-            engine,
+            submit,
+            cache,
+            networks,
+            metrics,
+            drift,
+            stale,
             every,
             queued: 0,
             inflight: Arc::default(),
@@ -116,7 +84,7 @@ impl Checker {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep_until(round.into()) => {}
             }
-            let records = match self.engine.cni.cache().list(None).await {
+            let records = match self.cache.list(None).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(error = %cni_core::error::Chain(&e), "periodic CHECK: cannot list the cache; round skipped");
@@ -124,7 +92,7 @@ impl Checker {
                     continue;
                 }
             };
-            self.prune(&records);
+            self.drift.prune(&records, &self.metrics);
             let step = self.every / u32::try_from(records.len().max(1)).unwrap_or(u32::MAX);
             for (i, rec) in records.into_iter().enumerate() {
                 let at = round + step * u32::try_from(i).unwrap_or(u32::MAX);
@@ -140,36 +108,21 @@ impl Checker {
         }
     }
 
-    /// Drift of attachments no longer cached is forgotten.
-    fn prune(&self, records: &[cni_core::cache::CacheRecord]) {
-        let cached: HashSet<Key> = records
-            .iter()
-            .map(|r| key(&r.network_name, &r.container_id, &r.if_name))
-            .collect();
-        let mut v = self.engine.drift.lock();
-        v.retain(|k, _| cached.contains(k));
-        self.engine
-            .metrics
-            .drifted
-            .store(v.len() as i64, Ordering::Relaxed);
-    }
-
     /// Queues a CHECK of `rec`, unless it is skipped (module docs).
     fn check(&mut self, rec: cni_core::cache::CacheRecord) {
-        let engine = &self.engine;
         let (net, cid, ifname) = (&rec.network_name, &rec.container_id, &rec.if_name);
         let k = key(net, cid, ifname);
-        let Some(loaded) = engine.networks.get(net) else {
+        let Some(loaded) = self.networks.get(net) else {
             return;
         };
         let list = loaded.list.clone();
         if list.disable_check()
             || list.version() < Version::V0_4_0
-            || engine.stale.state(net, cid, ifname).is_some()
+            || self.stale.state(net, cid, ifname).is_some()
             // Gone since the reaper's last scan: the reaper's to judge.
             || rec.netns.is_empty()
             || std::fs::symlink_metadata(&rec.netns).is_err()
-            || !engine.sched.list(Some(cid)).is_empty()
+            || self.submit.busy(cid)
             || self
                 .inflight
                 .lock()
@@ -179,93 +132,35 @@ impl Checker {
             return;
         }
         self.queued += 1;
-        let waiter = engine.submit(NewOp {
-            request_id: format!("check-{}", self.queued),
-            network: net.clone(),
-            version: list.version(),
-            work: Work::PeriodicCheck {
-                list,
-                rt: rec.runtime_conf(),
-            },
-            deadline: Instant::now() + engine.deadlines.defaults.check,
-            claim: None,
-            // cnid's own work: no request's trace.
-            trace: Default::default(),
-        });
-        let Ok(waiter) = waiter else {
+        let work = Work::PeriodicCheck {
+            list: list.clone(),
+            rt: rec.runtime_conf(),
+        };
+        let request_id = format!("check-{}", self.queued);
+        let Ok(waiter) = self
+            .submit
+            .submit(request_id, net.clone(), list.version(), work)
+        else {
             return;
         };
         self.inflight
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(k.clone());
-        let (engine, inflight) = (engine.clone(), self.inflight.clone());
-        self.engine.tracker.spawn(async move {
+        let (inflight, drift) = (self.inflight.clone(), self.drift.clone());
+        let (cache, metrics) = (self.cache.clone(), self.metrics.clone());
+        self.submit.spawn(async move {
             let outcome = waiter.wait().await;
             inflight
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&k);
-            engine.checked(&k, outcome.as_ref());
+            let cached = || {
+                cache
+                    .path(&k.0, &k.1, &k.2)
+                    .is_ok_and(|p| std::fs::symlink_metadata(p).is_ok())
+            };
+            drift.checked(&k, outcome.as_ref(), cached, &metrics);
         });
-    }
-}
-
-impl Engine {
-    /// A periodic CHECK's outcome: drift recorded or cleared, logged once
-    /// per change, counted.
-    fn checked(&self, k: &Key, outcome: &super::operation::Outcome) {
-        let (net, cid, ifname) = (&k.0, &k.1, &k.2);
-        match outcome {
-            Ok(_) => {
-                self.metrics.checks[0].fetch_add(1, Ordering::Relaxed);
-                let mut v = self.drift.lock();
-                if v.remove(k).is_some() {
-                    self.metrics
-                        .drifted
-                        .store(v.len() as i64, Ordering::Relaxed);
-                    drop(v);
-                    tracing::info!(network = %net, container = %cid, ifname = %ifname,
-                        "attachment no longer drifted: its periodic CHECK passes");
-                }
-            }
-            Err(e) if e.kind == ErrorKind::PluginFailed => {
-                self.metrics.checks[1].fetch_add(1, Ordering::Relaxed);
-                // Gone meanwhile (a DEL ran after the CHECK): no drift.
-                let cached = self
-                    .cni
-                    .cache()
-                    .path(net, cid, ifname)
-                    .is_ok_and(|p| std::fs::symlink_metadata(p).is_ok());
-                if !cached {
-                    return;
-                }
-                let error = match e.plugin_label() {
-                    None => e.error.msg.clone(),
-                    Some(plugin) => format!("plugin {plugin}: {}", e.error.msg),
-                };
-                let mut v = self.drift.lock();
-                let new = !v.contains_key(k);
-                v.entry(k.clone())
-                    .and_modify(|d| d.error.clone_from(&error))
-                    .or_insert_with(|| Drift {
-                        error: error.clone(),
-                        since: SystemTime::now(),
-                    });
-                self.metrics
-                    .drifted
-                    .store(v.len() as i64, Ordering::Relaxed);
-                drop(v);
-                if new {
-                    tracing::warn!(network = %net, container = %cid, ifname = %ifname,
-                        error = %cni_core::validate::Escaped(&error),
-                        "attachment drifted: its periodic CHECK fails (nothing is repaired)");
-                }
-            }
-            Err(e) => {
-                tracing::debug!(network = %net, container = %cid, ifname = %ifname, error = %e.error.msg,
-                    "periodic CHECK did not run to a verdict");
-            }
-        }
     }
 }

@@ -3,6 +3,7 @@
 //! cannot stop an operation half way).
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,17 +16,20 @@ use cni_core::stdin::GcAttachment;
 use cni_core::{Command, NetworkConfigList, RuntimeConf, Version};
 use tokio_util::task::TaskTracker;
 
+use super::drift::DriftView;
 use super::error::{ApiError, ErrorKind};
 use super::intents::{BeginAnswer, BeginError, Intent, IntentFile, Intents};
 use super::metrics::Metrics;
 use super::networks::Networks;
 use super::operation::{Done, NewOp, Outcome, SandboxNet, Work};
 use super::queue::{Op, Scheduler, Start, Waiter};
+use super::stale_view::{StaleView, key};
 use crate::api::{
     GcFailed, GcResponse, SandboxInterface, SandboxIp, SandboxNetworkResult, SandboxResult,
 };
 
 mod admit;
+mod reap;
 
 pub(crate) use admit::SandboxOps;
 
@@ -55,9 +59,19 @@ impl Deadlines {
 }
 
 /// The daemon's state shared by the server, the scheduler's tasks and the
-/// lifecycle.
+/// lifecycle: built from its [`Parts`], reached through its methods.
 #[derive(Debug)]
 pub(crate) struct Engine {
+    p: Parts,
+    started: Instant,
+    /// Rollbacks of unfinished ADDs queued by this start (their request
+    /// ids).
+    recoveries: std::sync::atomic::AtomicUsize,
+}
+
+/// What an [`Engine`] is made of (the lifecycle builds them).
+#[derive(Debug)]
+pub(crate) struct Parts {
     pub(crate) cni: Cni,
     pub(crate) networks: Arc<Networks>,
     pub(crate) intents: Intents,
@@ -65,26 +79,62 @@ pub(crate) struct Engine {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) deadlines: Deadlines,
     pub(crate) tracker: TaskTracker,
-    pub(crate) started: Instant,
     /// Networks needed to be ready (see `Config::min_networks`).
     pub(crate) min_networks: usize,
     /// Which container owns which netns and ifname.
     pub(crate) owners: super::owners::Owners,
-    /// Whether [`Engine::check_owner`] refuses anything.
+    /// Whether the owners' check (`Engine::claim_owners`) refuses anything.
     pub(crate) check_netns_owner: bool,
     /// The records this start kept for the next (could not restore), by
     /// attachment, until an operation on the attachment put them back
     /// ([`Engine::restore_kept`]).
     pub(crate) kept: std::sync::Mutex<Vec<CacheRecord>>,
     /// What the stale-attachment reaper found and did (`reaper`).
-    pub(crate) stale: super::reaper::StaleView,
+    pub(crate) stale: Arc<StaleView>,
     /// Attachments whose periodic CHECK fails (`checker`).
-    pub(crate) drift: super::checker::DriftView,
+    pub(crate) drift: Arc<DriftView>,
     /// The slots of operations running plugins in a burst (`pace`).
     pub(crate) pace: super::pace::Pace,
-    /// Rollbacks of unfinished ADDs queued by this start (their request
-    /// ids).
-    pub(crate) recoveries: std::sync::atomic::AtomicUsize,
+}
+
+/// What the engine hands its background workers (the reaper, the periodic
+/// CHECK): queue their work, run the tasks that wait for it, see whether
+/// a container has operations; nothing else of the engine.
+#[derive(Debug, Clone)]
+pub(crate) struct Submitter {
+    engine: Arc<Engine>,
+}
+
+impl Submitter {
+    /// Queues background work (a reap, a periodic CHECK) with its verb's
+    /// default deadline, no claim and no request's trace.
+    pub(crate) fn submit(
+        &self,
+        request_id: String,
+        network: String,
+        version: Version,
+        work: Work,
+    ) -> Result<Waiter, ApiError> {
+        self.engine.submit(NewOp {
+            deadline: Instant::now() + self.engine.p.deadlines.defaults.for_command(work.verb()),
+            request_id,
+            network,
+            version,
+            work,
+            claim: None,
+            trace: Default::default(),
+        })
+    }
+
+    /// Runs `task` among the daemon's tasks (drained at shutdown).
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.engine.p.tracker.spawn(task);
+    }
+
+    /// Whether `container_id` has an operation queued or running.
+    pub(crate) fn busy(&self, container_id: &str) -> bool {
+        !self.engine.p.sched.list(Some(container_id)).is_empty()
+    }
 }
 
 /// An ADD that never completed, found at start: its intent and its
@@ -146,6 +196,49 @@ fn sandbox_result(m: &MultiResult) -> SandboxResult {
 }
 
 impl Engine {
+    pub(crate) fn new(p: Parts) -> Arc<Self> {
+        let recoveries = Default::default();
+        Arc::new(Engine {
+            p,
+            started: Instant::now(),
+            recoveries,
+        })
+    }
+
+    /// The handle of the background workers.
+    pub(crate) fn submitter(self: &Arc<Self>) -> Submitter {
+        Submitter {
+            engine: self.clone(),
+        }
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.p.metrics
+    }
+
+    pub(crate) fn networks(&self) -> &Networks {
+        &self.p.networks
+    }
+
+    pub(crate) fn scheduler(&self) -> &Scheduler {
+        &self.p.sched
+    }
+
+    /// The networks' readiness judge: the `Cni` that looks up their
+    /// plugins and how many networks must be usable.
+    pub(crate) fn readiness_of(&self) -> (&Cni, usize) {
+        (&self.p.cni, self.p.min_networks)
+    }
+
+    pub(crate) fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Whether the stale-attachment reaper sees the host's mounts.
+    pub(crate) fn sees_host_mounts(&self) -> bool {
+        self.p.stale.sees_host_mounts()
+    }
+
     /// Queues an operation and starts what must run it.
     pub(crate) fn submit(self: &Arc<Self>, new: NewOp) -> Result<Waiter, ApiError> {
         self.submit_at(new, false)
@@ -154,22 +247,22 @@ impl Engine {
     /// [`Engine::submit`]; `first`: ahead of its container's queue.
     fn submit_at(self: &Arc<Self>, new: NewOp, first: bool) -> Result<Waiter, ApiError> {
         let (waiter, start) = if first {
-            self.sched.enqueue_first(new)?
+            self.p.sched.enqueue_first(new)?
         } else {
-            self.sched.enqueue(new)?
+            self.p.sched.enqueue(new)?
         };
         match start {
             Start::Nothing => {}
             Start::Driver(cid) => {
                 let this = self.clone();
-                self.tracker.spawn(async move { this.drive(cid).await });
+                self.p.tracker.spawn(async move { this.drive(cid).await });
             }
             Start::Network(op, ticket) => {
                 let this = self.clone();
-                self.tracker.spawn(async move {
-                    if let Some(claim) = this.sched.acquire(&op, ticket).await {
+                self.p.tracker.spawn(async move {
+                    if let Some(claim) = this.p.sched.acquire(&op, ticket).await {
                         let outcome = Box::pin(this.run(&op)).await;
-                        this.sched.complete(&op, claim, outcome);
+                        this.p.sched.complete(&op, claim, outcome);
                     }
                 });
             }
@@ -183,10 +276,10 @@ impl Engine {
     /// chain), and only the few operations that run need one, not every
     /// container waiting for its turn.
     async fn drive(self: Arc<Self>, container_id: String) {
-        while let Some((op, ticket)) = self.sched.next_for(&container_id) {
-            if let Some(claim) = self.sched.acquire(&op, ticket).await {
+        while let Some((op, ticket)) = self.p.sched.next_for(&container_id) {
+            if let Some(claim) = self.p.sched.acquire(&op, ticket).await {
                 let outcome = Box::pin(self.run(&op)).await;
-                self.sched.complete(&op, claim, outcome);
+                self.p.sched.complete(&op, claim, outcome);
             }
         }
     }
@@ -194,7 +287,10 @@ impl Engine {
     /// Runs an operation in a pacing slot (`pace`): its deadline is read
     /// after the wait for one.
     async fn run(&self, op: &Arc<Op>) -> Outcome {
-        self.pace.run(|| op.remaining(), || self.run_now(op)).await
+        self.p
+            .pace
+            .run(|| op.remaining(), || self.run_now(op))
+            .await
     }
 
     async fn run_now(&self, op: &Arc<Op>) -> Outcome {
@@ -228,6 +324,7 @@ impl Engine {
                     .map(|()| Done::Nothing)
                     .map_err(|e| ApiError::from_cni(&e, op.version)),
                 Work::Check { list, rt } | Work::PeriodicCheck { list, rt } => self
+                    .p
                     .cni
                     .check_network_list(&list, &rt)
                     .options(&opts)
@@ -235,6 +332,7 @@ impl Engine {
                     .map(|()| Done::Nothing)
                     .map_err(|e| ApiError::from_cni(&e, list.version())),
                 Work::Status { list } => self
+                    .p
                     .cni
                     .status_network_list(&list)
                     .options(&opts)
@@ -278,37 +376,34 @@ impl Engine {
         rt: &RuntimeConf,
         opts: CallOptions,
     ) -> Result<CniResult, cni_async::Error> {
-        let (net, version) = (list.name(), list.version());
+        let net = list.name();
         let (cid, ifname) = (rt.container_id.as_str(), rt.ifname.as_str());
         let intent = Intent::new(net, rt, list.cache_bytes());
-        let pending = match self.intents.begin(&intent).await {
+        let pending = match self.p.intents.begin(&intent).await {
             Ok(BeginAnswer::Recorded(p)) => p,
             Ok(BeginAnswer::Cached) => {
-                return Err(ApiError::already_attached(
+                return Err(cni_async::Error::hook(ApiError::already_attached(
                     net,
                     cid,
                     ifname,
                     "a cached ADD result exists",
-                )
-                .into_cni(version));
+                )));
             }
             Ok(BeginAnswer::Open) => {
-                return Err(ApiError::already_attached(
+                return Err(cni_async::Error::hook(ApiError::already_attached(
                     net,
                     cid,
                     ifname,
                     "an earlier ADD failed and could not be rolled back",
-                )
-                .into_cni(version));
+                )));
             }
             Err(BeginError::Cache(e)) => return Err(e),
             Err(BeginError::Journal(e)) => {
-                return Err(ApiError::new(
+                return Err(cni_async::Error::hook(ApiError::new(
                     ErrorKind::Io,
                     cni_code::IO_FAILURE,
                     format!("cannot record the ADD before running plugins: {e}"),
-                )
-                .into_cni(version));
+                )));
             }
         };
         // Exclusive: the check above is cnid's journal and cache; this one
@@ -316,6 +411,7 @@ impl Engine {
         // process recorded meanwhile (cnitool on the same cache) is refused
         // too, never run over, nor deleted by a sandbox's undo.
         let add = self
+            .p
             .cni
             .add_network_list(list, rt)
             .options(&opts)
@@ -324,20 +420,21 @@ impl Engine {
             // The cache wrote the record without fsync (see `run`): the
             // commit line carries the record the ADD wrote (the library
             // hands it over), and is what makes it durable.
-            Ok(added) => match self.intents.commit(pending, &added.record).await {
+            Ok(added) => match self.p.intents.commit(pending, &added.record).await {
                 Ok(()) => {
                     // Attached again: a reap of it before is forgotten,
                     // so its DEL runs the plugins.
-                    self.forget_reap(net, rt);
-                    self.drift.forget(net, cid, ifname, &self.metrics);
+                    let k = key(net, cid, ifname);
+                    self.p.stale.forget(&k);
+                    self.p.drift.forget(&k, &self.p.metrics);
                     // Before the claim goes: the owners table learns of the
                     // attachment from the cache, as of any other (so it also
                     // sees the record go, whoever deletes it).
-                    if self.check_netns_owner
-                        && let Err(e) = self.owners.refresh().await
+                    if self.p.check_netns_owner
+                        && let Err(e) = self.p.owners.refresh().await
                     {
                         tracing::warn!(error = %cni_core::error::Chain(&e), "cannot read the cache for netns owners");
-                        self.owners.insert(net, rt);
+                        self.p.owners.insert(net, rt);
                     }
                     Ok(added.result)
                 }
@@ -345,16 +442,17 @@ impl Engine {
                     // Not durable, and a restart would DEL an attachment the
                     // caller believes made: undo it now and say so.
                     tracing::error!(error = %e, "cannot commit the ADD to the journal; deleting the attachment again");
-                    let undo = self.cni.del_network_list(list, rt).await;
+                    let undo = self.p.cni.del_network_list(list, rt).await;
                     if undo.is_err() {
-                        let _ = self.intents.write(&intent).await;
+                        let _ = self.p.intents.write(&intent).await;
                     }
-                    Err(ApiError::new(
+                    Err(cni_async::Error::hook(ApiError::new(
                         ErrorKind::Io,
                         cni_code::IO_FAILURE,
-                        format!("ADD succeeded but could not be committed to the journal ({e}); the attachment was deleted again"),
-                    )
-                    .into_cni(version))
+                        format!(
+                            "ADD succeeded but could not be committed to the journal ({e}); the attachment was deleted again"
+                        ),
+                    )))
                 }
             },
             Err(e) => {
@@ -365,12 +463,12 @@ impl Engine {
                 // refuse the next ADD (409) for nothing.
                 let undone = !e.del_owed();
                 if undone {
-                    if let Err(e) = self.intents.finish(pending).await {
+                    if let Err(e) = self.p.intents.finish(pending).await {
                         tracing::warn!(error = %e, "cannot end the intent of a rolled-back ADD");
                     }
                 } else {
                     tracing::warn!(error = %cni_core::error::Chain(&e), "ADD failed and was not fully undone; its intent stays until a DEL succeeds");
-                    if let Err(e) = self.intents.keep(pending, &intent).await {
+                    if let Err(e) = self.p.intents.keep(pending, &intent).await {
                         tracing::error!(error = %e, "cannot keep the intent of an ADD not undone; the next start deletes it");
                     }
                 }
@@ -465,17 +563,18 @@ impl Engine {
             return Ok(());
         }
         let res = match list {
-            Some(list) => self.cni.del_network_list(list, rt).options(&opts).await,
+            Some(list) => self.p.cni.del_network_list(list, rt).options(&opts).await,
             // Not in the conf dir: the configuration stored at ADD.
-            None => match self.cni.del_cached(network, rt).options(&opts).await {
+            None => match self.p.cni.del_cached(network, rt).options(&opts).await {
                 Err(e) if e.kind() == cni_async::ErrorKind::NotAttached => {
                     match self
+                        .p
                         .intents
                         .read(network, &rt.container_id, &rt.ifname)
                         .await
                     {
                         Some(intent) => match NetworkConfigList::from_bytes(&intent.config, None) {
-                            Ok(l) => self.cni.del_network_list(&l, rt).options(&opts).await,
+                            Ok(l) => self.p.cni.del_network_list(&l, rt).options(&opts).await,
                             Err(e) => Err(e.into()),
                         },
                         None => {
@@ -501,8 +600,9 @@ impl Engine {
     /// After a successful DEL of an attachment (a runtime's or the
     /// reaper's): its ADD intent and commit line are forgotten, its netns
     /// and ifname owned by nobody.
-    pub(super) async fn deleted(&self, network: &str, rt: &RuntimeConf) {
+    async fn deleted(&self, network: &str, rt: &RuntimeConf) {
         match self
+            .p
             .intents
             .remove(network, &rt.container_id, &rt.ifname)
             .await
@@ -511,9 +611,9 @@ impl Engine {
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "cannot remove an ADD intent after DEL"),
         }
-        self.owners.remove(network, &rt.container_id, &rt.ifname);
-        self.drift
-            .forget(network, &rt.container_id, &rt.ifname, &self.metrics);
+        self.p.owners.remove(network, &rt.container_id, &rt.ifname);
+        let k = key(network, &rt.container_id, &rt.ifname);
+        self.p.drift.forget(&k, &self.p.metrics);
     }
 
     /// GC of one network, under its exclusive gate. The request's deadline
@@ -538,7 +638,7 @@ impl Engine {
         }
         let total = opts
             .timeout
-            .unwrap_or_else(|| self.deadlines.defaults.for_command(Command::Gc));
+            .unwrap_or_else(|| self.p.deadlines.defaults.for_command(Command::Gc));
         let deadline = Instant::now() + total;
         // What is left (possibly nothing: the library then starts no plugin
         // and answers with a timeout).
@@ -549,6 +649,7 @@ impl Engine {
         // Records this start kept for the next are attachments too: put
         // back, so the library's GC sees (and deletes) the stale ones.
         let kept: Vec<(String, String)> = self
+            .p
             .kept
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -567,7 +668,7 @@ impl Engine {
         // here. One a killed daemon's orphaned plugin still runs holds no
         // gate: its container is held, and its rollback follows the
         // orphan; a DEL now would run beside the plugin.)
-        for intent in self.intents.of_network(list.name()).await {
+        for intent in self.p.intents.of_network(list.name()).await {
             let key = GcAttachment {
                 container_id: intent.rt.container_id.clone(),
                 ifname: intent.rt.ifname.clone(),
@@ -575,14 +676,15 @@ impl Engine {
             if keep.contains(&key) {
                 continue;
             }
-            if self.sched.held(&key.container_id) {
+            if self.p.sched.held(&key.container_id) {
                 tracing::info!(container = %key.container_id, ifname = %key.ifname,
                     "GC leaves an unfinished ADD an orphaned plugin may still run to its rollback");
                 continue;
             }
             let res = match NetworkConfigList::from_bytes(&intent.config, None) {
                 Ok(l) => {
-                    self.cni
+                    self.p
+                        .cni
                         .del_network_list(&l, &intent.rt)
                         .options(&left())
                         .await
@@ -592,6 +694,7 @@ impl Engine {
             match res {
                 Ok(()) => {
                     let _ = self
+                        .p
                         .intents
                         .remove(list.name(), &key.container_id, &key.ifname)
                         .await;
@@ -607,9 +710,14 @@ impl Engine {
                 }
             }
         }
-        let gc = self.cni.gc_network_list(list, valid).options(&left()).await;
+        let gc = self
+            .p
+            .cni
+            .gc_network_list(list, valid)
+            .options(&left())
+            .await;
         // What it deleted is forgotten as a DEL's attachment is.
-        if let Err(e) = self.intents.forget_removed(list.name()).await {
+        if let Err(e) = self.p.intents.forget_removed(list.name()).await {
             tracing::warn!(error = %e, "cannot forget the journal's commit lines of the attachments GC deleted");
         }
         match gc {
@@ -621,7 +729,9 @@ impl Engine {
                 }
                 // Their netns and ifname are free now, as after a DEL.
                 for d in &deleted {
-                    self.owners.remove(list.name(), &d.container_id, &d.ifname);
+                    self.p
+                        .owners
+                        .remove(list.name(), &d.container_id, &d.ifname);
                 }
                 for f in summary.failed {
                     if !failed.iter().any(|g| g.attachment == f.attachment) {
@@ -655,19 +765,44 @@ impl Engine {
         }
     }
 
-    /// At start: DELs every ADD that never completed, in the queue ahead of
-    /// any request, except those of the containers an orphaned plugin of
-    /// the dead daemon still works on (its container, or its netns and
-    /// ifname): those are returned, by the orphan's container, for
+    /// At start: holds the containers the dead daemon's orphaned plugins
+    /// work on, reads the owners, then DELs every ADD that never
+    /// completed, in the queue ahead of any request, except those of the
+    /// containers an orphan still works on (its container, or its netns
+    /// and ifname): those are returned, by the orphan's container, for
     /// [`Engine::release_orphaned`] once that orphan is gone (all of them,
     /// under `""`, while a GC's orphan holds every queue). Returns how
     /// many were queued, and the deferred ones.
-    pub(crate) fn recover(
+    pub(crate) async fn recover(
         self: &Arc<Self>,
         orphans: &[super::orphans::Orphan],
     ) -> std::io::Result<(usize, HashMap<String, Vec<Unfinished>>)> {
+        for o in orphans {
+            if let Some(key) = super::orphans::hold_key(o) {
+                self.p.sched.hold(key, &o.netns, &o.ifname);
+            }
+        }
+        // Who owns which netns and ifname, before any request: the
+        // rollbacks keep off other containers' interfaces (each admission
+        // then reads what changed); the records a later start restores
+        // own theirs now.
+        if self.p.check_netns_owner {
+            if let Err(e) = self.p.owners.refresh().await {
+                tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
+            }
+            let kept = self
+                .p
+                .kept
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for rec in kept {
+                let rt = RuntimeConf::new(&rec.container_id, &rec.netns, &rec.if_name);
+                self.p.owners.insert(&rec.network_name, &rt);
+            }
+        }
         // Before any request: no ADD is recording its intent yet.
-        match self.intents.remove_leftovers() {
+        match self.p.intents.remove_leftovers() {
             Ok(0) => {}
             Ok(n) => tracing::info!(
                 count = n,
@@ -675,7 +810,7 @@ impl Engine {
             ),
             Err(e) => tracing::warn!(error = %e, "cannot remove leftover ADD intent temp files"),
         }
-        let found = self.intents.scan()?;
+        let found = self.p.intents.scan()?;
         // A GC's orphan holds every queue: a rollback queued now would
         // wait for it, its deadline running (the GC's may be longer), so
         // the others are deferred to its release too.
@@ -717,7 +852,8 @@ impl Engine {
             match orphan {
                 Some(o) => {
                     if o.container_id != unfinished.intent.rt.container_id {
-                        self.sched
+                        self.p
+                            .sched
                             .hold_with(&o.container_id, &unfinished.intent.rt.container_id);
                     }
                     tracing::warn!(network = %unfinished.intent.network, container = %unfinished.intent.rt.container_id,
@@ -764,7 +900,7 @@ impl Engine {
                 rollbacks.push(r);
             }
         }
-        let (start, with) = self.sched.release(container_id);
+        let (start, with) = self.p.sched.release(container_id);
         self.start_drivers(start);
         if with.is_empty() {
             return;
@@ -773,11 +909,11 @@ impl Engine {
         // after its rollbacks, as they would have after a rollback that
         // claimed the slot before they came.
         let this = self.clone();
-        self.tracker.spawn(async move {
+        self.p.tracker.spawn(async move {
             for r in rollbacks {
                 let _ = r.await;
             }
-            let start = this.sched.release_with(with);
+            let start = this.p.sched.release_with(with);
             this.start_drivers(start);
         });
     }
@@ -785,7 +921,7 @@ impl Engine {
     fn start_drivers(self: &Arc<Self>, containers: Vec<String>) {
         for cid in containers {
             let this = self.clone();
-            self.tracker.spawn(async move { this.drive(cid).await });
+            self.p.tracker.spawn(async move { this.drive(cid).await });
         }
     }
 
@@ -807,15 +943,20 @@ impl Engine {
             tracing::warn!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
                 "found an ADD that never completed (daemon killed?); deleting it");
         }
-        let deadline = Instant::now() + self.deadlines.defaults.del;
+        let deadline = Instant::now() + self.p.deadlines.defaults.del;
         // Another container's attachment on the netns and ifname (made
         // by another tool while we were down): the interface is its;
         // the rollback runs without the netns, as the library's own
         // rollback does (`cni_async::ops`), and releases only what the
         // cut ADD held.
         let mut rt = intent.rt.clone();
-        if self.check_netns_owner
-            && let Some(owner) = self.owners.others(&rt).into_iter().find(|o| !o.in_progress)
+        if self.p.check_netns_owner
+            && let Some(owner) = self
+                .p
+                .owners
+                .others(&rt)
+                .into_iter()
+                .find(|o| !o.in_progress)
         {
             tracing::warn!(network = %intent.network, container = %rt.container_id, ifname = %rt.ifname,
                 owner = %owner.container_id, owner_network = %owner.network,
@@ -828,9 +969,11 @@ impl Engine {
         // is done, instead of running at once on the interface the
         // rollback tears down.
         let claim = self
+            .p
             .check_netns_owner
             .then(|| {
-                self.owners
+                self.p
+                    .owners
                     .admit([(intent.network.as_str(), &rt)], true)
                     .ok()
             })
@@ -854,10 +997,10 @@ impl Engine {
             },
             first,
         );
-        let metrics = self.metrics.clone();
+        let metrics = self.p.metrics.clone();
         match waiter {
             Ok(w) => {
-                Some(self.tracker.spawn(async move {
+                Some(self.p.tracker.spawn(async move {
                     let out = w.wait().await;
                     match out.as_ref() {
                         Ok(_) => {
@@ -890,7 +1033,7 @@ impl Engine {
     /// kept.
     async fn restore_kept(&self, network: &str, container_id: &str, ifname: &str) {
         let rec = {
-            let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            let kept = self.p.kept.lock().unwrap_or_else(|e| e.into_inner());
             if kept.is_empty() {
                 return;
             }
@@ -901,7 +1044,7 @@ impl Engine {
                 None => return,
             }
         };
-        let cache = self.cni.cache();
+        let cache = self.p.cni.cache();
         let Ok(path) = cache.path(network, container_id, ifname) else {
             return;
         };
@@ -915,7 +1058,8 @@ impl Engine {
                 "restored the cached result of an ADD answered before the machine went down (kept since the start)"
             );
         }
-        self.kept
+        self.p
+            .kept
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|r| {
@@ -934,6 +1078,7 @@ impl Engine {
         page: cni_async::cache::ListPage,
     ) -> Result<crate::api::AttachmentsResponse, ApiError> {
         let (recs, next) = self
+            .p
             .owners
             .page(container_id, page)
             .await
@@ -944,6 +1089,7 @@ impl Engine {
                 .into_iter()
                 .map(|r| {
                     let reap = self
+                        .p
                         .stale
                         .state(&r.network_name, &r.container_id, &r.if_name);
                     // The reaper's word first: a CHECK of a namespace
@@ -951,7 +1097,8 @@ impl Engine {
                     let drift = reap
                         .is_none()
                         .then(|| {
-                            self.drift
+                            self.p
+                                .drift
                                 .state(&r.network_name, &r.container_id, &r.if_name)
                         })
                         .flatten();
@@ -995,11 +1142,11 @@ struct SandboxSteps<'e> {
 
 impl StepHook for SandboxSteps<'_> {
     fn cni(&self) -> &Cni {
-        &self.engine.cni
+        &self.engine.p.cni
     }
 
     fn gates(&self) -> &NetworkGates {
-        self.engine.sched.gates()
+        self.engine.p.sched.gates()
     }
 
     fn options(&self, _: Command) -> CallOptions {
@@ -1015,7 +1162,7 @@ impl StepHook for SandboxSteps<'_> {
 
     fn undo_options(&self) -> CallOptions {
         CallOptions {
-            timeout: Some(self.engine.deadlines.defaults.for_command(Command::Del)),
+            timeout: Some(self.engine.p.deadlines.defaults.for_command(Command::Del)),
             rollback: false,
         }
     }
@@ -1026,9 +1173,11 @@ impl StepHook for SandboxSteps<'_> {
         opts: CallOptions,
     ) -> Result<CniResult, cni_async::Error> {
         let Some(list) = step.list else {
-            return Err(ApiError::unknown_network(step.network).into_cni(Version::CURRENT));
+            return Err(cni_async::Error::hook(ApiError::unknown_network(
+                step.network,
+            )));
         };
-        let _permit = self.engine.sched.permit().await;
+        let _permit = self.engine.p.sched.permit().await;
         let result = self.engine.add_result(list, step.rt, opts).await?;
         self.set_up
             .lock()
@@ -1038,7 +1187,7 @@ impl StepHook for SandboxSteps<'_> {
     }
 
     async fn del(&self, step: SandboxStep<'_>, opts: CallOptions) -> Result<(), cni_async::Error> {
-        let _permit = self.engine.sched.permit().await;
+        let _permit = self.engine.p.sched.permit().await;
         self.engine
             .del(step.network, step.list, step.rt, opts)
             .await
@@ -1050,10 +1199,13 @@ impl StepHook for SandboxSteps<'_> {
         opts: CallOptions,
     ) -> Result<(), cni_async::Error> {
         let Some(list) = step.list else {
-            return Err(ApiError::unknown_network(step.network).into_cni(Version::CURRENT));
+            return Err(cni_async::Error::hook(ApiError::unknown_network(
+                step.network,
+            )));
         };
-        let _permit = self.engine.sched.permit().await;
+        let _permit = self.engine.p.sched.permit().await;
         self.engine
+            .p
             .cni
             .check_network_list(list, step.rt)
             .options(&opts)

@@ -219,24 +219,17 @@ impl ApiError {
         ApiError::new(ErrorKind::Internal, cni_code::INTERNAL, msg)
     }
 
-    /// The response for an error of the operations layer.
+    /// The response for an error of the operations layer. cnid's own
+    /// refusals in it (a sandbox step's, [`cni_async::Error::hook`]) come
+    /// back as they went.
     pub(crate) fn from_cni(e: &cni_async::Error, version: Version) -> Self {
+        if let Some(own) = e.hook_error::<ApiError>() {
+            return own.clone().in_version(version);
+        }
         ApiError {
             kind: kind_of(e),
             error: e.to_error_object(&version.to_string()),
             plugin: e.failed_plugin().map(|(p, c)| (p.to_owned(), c)),
-        }
-    }
-
-    /// This refusal as the library's error of a step hook
-    /// ([`cni_async::Error::Hook`]), in `version`: how cnid's own
-    /// refusals of an ADD go through the library's sandbox orchestration;
-    /// [`ApiError::from_cni`] turns it back into this.
-    pub(crate) fn into_cni(self, version: Version) -> cni_async::Error {
-        cni_async::Error::Hook {
-            kind: hook_kind(self.kind),
-            plugin: self.plugin.clone(),
-            error: Box::new(self.in_version(version).error),
         }
     }
 
@@ -257,62 +250,35 @@ impl From<RequestError> for ApiError {
     }
 }
 
-/// The library's kind that carries cnid's `kind` through
-/// [`cni_async::Error::Hook`] ([`ApiError::into_cni`]); [`hook_kind_back`]
-/// is the way back. One to one, so a kind comes back as it went
-/// (`tests::hook_kinds_come_back_as_they_went`), with two losses on
-/// purpose:
-/// - `ShuttingDown` goes as `Busy` and comes back `Busy`: the library has
-///   no shutdown of its own to name, and the answer is the same (503 with
-///   `Retry-After`, code 11; the error object, "cnid is shutting down",
-///   goes and comes back whole); only the kind in cnid's log line differs.
-///   It crosses only in a sandbox's STATUS, whose networks' failures merge
-///   in one [`cni_async::Errors`].
-/// - `Forbidden`, `MethodNotAllowed` and `TooLarge` refuse a request before
-///   any operation exists, so they never cross; they would go as `Other`
-///   and come back as `Internal`, as `Internal` does.
-///
-/// An exhaustive match: a new kind must say how it crosses.
-fn hook_kind(kind: ErrorKind) -> cni_async::ErrorKind {
-    use cni_async::ErrorKind as Lib;
-    match kind {
-        ErrorKind::InvalidRequest => Lib::InvalidInput,
-        ErrorKind::NotFound => Lib::NetworkNotFound,
-        ErrorKind::Conflict => Lib::Conflict,
-        ErrorKind::Io => Lib::Io,
-        ErrorKind::PluginFailed => Lib::Plugin,
-        ErrorKind::NotReady => Lib::NotReady,
-        ErrorKind::Busy | ErrorKind::ShuttingDown => Lib::Busy,
-        ErrorKind::DeadlineExpired => Lib::Timeout,
-        ErrorKind::Internal
-        | ErrorKind::Forbidden
-        | ErrorKind::MethodNotAllowed
-        | ErrorKind::TooLarge => Lib::Other,
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.error.msg)
     }
 }
 
-/// cnid's kind of a [`cni_async::Error::Hook`] of `kind`: the inverse of
-/// [`hook_kind`] (hooks are cnid's own errors; any other kind is
-/// `Internal`).
-fn hook_kind_back(kind: cni_async::ErrorKind) -> ErrorKind {
-    use cni_async::ErrorKind as Lib;
-    match kind {
-        Lib::InvalidInput => ErrorKind::InvalidRequest,
-        Lib::NetworkNotFound => ErrorKind::NotFound,
-        Lib::Conflict => ErrorKind::Conflict,
-        Lib::Io => ErrorKind::Io,
-        Lib::Plugin => ErrorKind::PluginFailed,
-        Lib::NotReady => ErrorKind::NotReady,
-        Lib::Busy => ErrorKind::Busy,
-        Lib::Timeout => ErrorKind::DeadlineExpired,
-        _ => ErrorKind::Internal,
+impl std::error::Error for ApiError {}
+
+/// cnid's refusals in a sandbox's steps (`engine`'s `SandboxSteps`): the
+/// library carries them untouched ([`cni_async::Error::hook`]) and writes
+/// the error objects of its wrappers from theirs.
+impl cni_async::multi::HookError for ApiError {
+    fn to_error_object(&self, cni_version: &str) -> ErrorObject {
+        let mut error = self.error.clone();
+        cni_version.clone_into(&mut error.cni_version);
+        error
+    }
+
+    fn failed_plugin(&self) -> Option<(&str, cni_core::Command)> {
+        self.plugin.as_ref().map(|(p, c)| (p.as_str(), *c))
     }
 }
 
 fn kind_of(e: &cni_async::Error) -> ErrorKind {
     use cni_async::Error as E;
     match e {
-        E::Hook { kind, .. } => hook_kind_back(*kind),
+        E::Hook(_) => e
+            .hook_error::<ApiError>()
+            .map_or(ErrorKind::Internal, |own| own.kind),
         E::Core(c) => kind_of_status(decode::core_status(c)),
         E::Plugin { .. }
         | E::PluginOutput { .. }
@@ -395,11 +361,11 @@ mod tests {
         assert_eq!((api.kind, api.error.code), (ErrorKind::NotFound, 3));
     }
 
-    /// Every kind cnid's refusals carry through the library comes back as
-    /// it went, error object and plugin whole; the losses [`hook_kind`]
-    /// explains are the only ones.
+    /// cnid's refusals come back from the library as they went: kind
+    /// (every one), error object (in the version asked for) and plugin;
+    /// merged with others, the most severe kind answers.
     #[test]
-    fn hook_kinds_come_back_as_they_went() {
+    fn refusals_come_back_as_they_went() {
         use ErrorKind as K;
         let all = [
             K::InvalidRequest,
@@ -419,29 +385,34 @@ mod tests {
         for kind in all {
             let mut sent = ApiError::new(kind, 11, format!("refused as {kind:?}"));
             sent.plugin = Some(("bridge".into(), Command::Add));
-            let back = ApiError::from_cni(&sent.clone().into_cni(Version::V1_0_0), Version::V1_0_0);
-            let expected = match kind {
-                K::ShuttingDown => K::Busy,
-                K::Forbidden | K::MethodNotAllowed | K::TooLarge => K::Internal,
-                other => other,
+            let lib = cni_async::Error::hook(sent.clone());
+            let back = ApiError::from_cni(&lib, Version::V1_0_0);
+            assert_eq!(back.kind, kind);
+            assert_eq!(back.error, sent.clone().in_version(Version::V1_0_0).error);
+            assert_eq!(back.plugin, Some(("bridge".into(), Command::Add)));
+            // Wrapped as the orchestration wraps a step's error: the
+            // wrapper's object is the library's, the kind and plugin cnid's.
+            let wrapped = cni_async::Error::Context {
+                context: "network \"n\" (ifname eth0) ADD".into(),
+                source: Box::new(cni_async::Error::hook(sent.clone())),
             };
-            assert_eq!(back.kind, expected, "{kind:?}");
+            let back = ApiError::from_cni(&wrapped, Version::V1_0_0);
+            assert_eq!((back.kind, back.error.code), (kind, 11), "{kind:?}");
             assert_eq!(
-                back.error,
-                sent.in_version(Version::V1_0_0).error,
-                "{kind:?}"
+                back.error.msg,
+                format!("network \"n\" (ifname eth0) ADD: refused as {kind:?}")
             );
-            assert_eq!(
-                back.plugin,
-                Some(("bridge".into(), Command::Add)),
-                "{kind:?}"
-            );
+            assert_eq!(back.plugin, Some(("bridge".into(), Command::Add)));
             // Merged with others, as a sandbox's STATUS merges its networks'.
             let mut merged = cni_async::Errors::new("status");
-            merged.push(ApiError::new(K::NotFound, 7, "other").into_cni(Version::V1_0_0));
-            merged.push(ApiError::new(kind, 11, "this").into_cni(Version::V1_0_0));
+            merged.push(cni_async::Error::hook(ApiError::new(
+                K::NotFound,
+                7,
+                "other",
+            )));
+            merged.push(cni_async::Error::hook(ApiError::new(kind, 11, "this")));
             let merged = ApiError::from_cni(&merged.into_result().unwrap_err(), Version::V1_0_0);
-            assert_eq!(merged.kind, expected.max(K::NotFound), "{kind:?} merged");
+            assert_eq!(merged.kind, kind.max(K::NotFound), "{kind:?} merged");
         }
     }
 }

@@ -70,6 +70,7 @@ use tokio_util::task::TaskTracker;
 
 mod auth;
 mod checker;
+mod drift;
 mod engine;
 mod error;
 mod http;
@@ -85,6 +86,7 @@ pub mod pace;
 mod queue;
 mod reaper;
 mod slots;
+mod stale_view;
 mod tuning;
 
 pub use auth::PeerPolicy;
@@ -448,36 +450,43 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     let tracker = TaskTracker::new();
     let stop = CancellationToken::new();
     let cni_cache = cni.cache().clone();
-    let kept = intents.carried_records();
-    let engine = Arc::new(engine::Engine {
+    let (stale, drift) = (Arc::default(), Arc::default());
+    let journal = intents.clone();
+    let engine = engine::Engine::new(engine::Parts {
         cni,
         networks: networks.clone(),
+        kept: std::sync::Mutex::new(intents.carried_records()),
         intents,
         sched: Arc::new(queue::Scheduler::new(config.max_parallel, metrics.clone())),
-        metrics,
+        metrics: metrics.clone(),
         deadlines: engine::Deadlines {
             defaults: config.timeouts,
             max: config.max_timeout,
         },
         tracker: tracker.clone(),
-        started: Instant::now(),
         min_networks: config.min_networks,
-        owners: owners::Owners::new(cni_cache),
+        owners: owners::Owners::new(cni_cache.clone()),
         check_netns_owner: config.check_netns_owner,
-        kept: std::sync::Mutex::new(kept),
-        stale: reaper::StaleView::default(),
-        drift: checker::DriftView::default(),
+        stale: Arc::clone(&stale),
+        drift: Arc::clone(&drift),
         pace: pace::Pace::new(config.plugin_slots),
-        recoveries: std::sync::atomic::AtomicUsize::new(0),
     });
-    before_requests(&engine, &config, &mark, &stop).await;
-    start_reaper(&engine, &config, &tracker, &stop).await;
+    before_requests(&engine, &mark, &tracker, &stop).await;
+    let shared = (cni_cache, networks.clone(), metrics);
+    let reaper = reaper::Reaper::new(
+        engine.submitter(),
+        shared.clone(),
+        stale.clone(),
+        config.stale_after,
+    );
+    start_reaper(reaper, &config, &tracker, &stop).await;
     if let Some(every) = config.check_every {
         tracing::info!(
             every_ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
             "periodic CHECK of every attachment on"
         );
-        tracker.spawn(checker::Checker::new(engine.clone(), every).run(stop.clone()));
+        let checker = checker::Checker::new(engine.submitter(), shared, (drift, stale), every);
+        tracker.spawn(checker.run(stop.clone()));
     }
     let watch = networks::Watch::start(networks, config.watch);
     tracker.spawn(watch.run(stop.clone()));
@@ -487,6 +496,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         .ok()
         .and_then(|a| a.as_pathname().map(Path::to_path_buf))
         .unwrap_or_else(|| config.socket.clone());
+    tracker.spawn(journal.clone().flush_loop(stop.clone()));
     let server = start_serving(&config, nofile, listener, &engine, &tracker, &stop);
     announce_ready(&engine, &config, &socket).await;
 
@@ -499,7 +509,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         "shutting down: no new requests; finishing running operations"
     );
     let drained = shut_down(
-        &engine,
+        (&engine, &journal),
         &config,
         (server, created.as_deref()),
         &tracker,
@@ -599,48 +609,23 @@ fn take_listener(config: &Config) -> Result<(UnixListener, Option<PathBuf>), Err
 }
 
 /// What must be done before any request is served: the plugins a killed
-/// predecessor left running are found and their containers held, the
-/// owners table is read, and the ADDs that never completed are queued for
-/// their rollback, first in their containers' queues; those an orphan
-/// works on wait (held) until it is gone, in a task of their own, while
+/// predecessor left running are found (their containers held, the owners
+/// read, the ADDs that never completed queued for their rollback, first
+/// in their containers' queues: `Engine::recover`); those an orphan works
+/// on wait (held) until it is gone, in a task of their own, while
 /// everything else is served.
 async fn before_requests(
     engine: &Arc<engine::Engine>,
-    config: &Config,
     mark: &str,
+    tracker: &TaskTracker,
     stop: &CancellationToken,
 ) {
     // Plugins a killed predecessor left running would race the recovery
     // and the requests on their attachments: those wait for them.
     let found = orphans::find_orphans(mark).await;
-    for o in &found {
-        if let Some(key) = orphans::hold_key(o) {
-            engine.sched.hold(key, &o.netns, &o.ifname);
-        }
-    }
-    // Who owns which netns and ifname, before any request: the rollbacks
-    // keep off other containers' interfaces (each admission then reads
-    // what changed).
-    if config.check_netns_owner
-        && let Err(e) = engine.owners.refresh().await
-    {
-        tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
-    }
-    // The records a later start restores own their netns and ifname now.
-    if config.check_netns_owner {
-        let kept = engine
-            .kept
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for rec in kept {
-            let rt = cni_core::RuntimeConf::new(&rec.container_id, &rec.netns, &rec.if_name);
-            engine.owners.insert(&rec.network_name, &rt);
-        }
-    }
     // Unfinished ADDs go first in their containers' queues; an orphan's
     // once it is gone.
-    let mut deferred = match engine.recover(&found) {
+    let mut deferred = match engine.recover(&found).await {
         Ok((n, deferred)) => {
             if n > 0 {
                 tracing::warn!(count = n, "rolling back ADDs that never completed");
@@ -664,7 +649,7 @@ async fn before_requests(
     }
     let engine = engine.clone();
     let stop = stop.clone();
-    engine.tracker.clone().spawn(async move {
+    tracker.spawn(async move {
         orphans::settle(found, RawExec::DEFAULT_KILL_GRACE, stop, |o, killed| {
             let Some(key) = orphans::hold_key(o) else {
                 return;
@@ -689,12 +674,11 @@ async fn before_requests(
 /// earlier boot left whose namespaces are gone (ahead of any request),
 /// then its passes while cnid runs.
 async fn start_reaper(
-    engine: &Arc<engine::Engine>,
+    mut stale_reaper: reaper::Reaper,
     config: &Config,
     tracker: &TaskTracker,
     stop: &CancellationToken,
 ) {
-    let mut stale_reaper = reaper::Reaper::new(engine.clone(), config.stale_after);
     match stale_reaper.pass().await {
         0 => {}
         n => tracing::warn!(
@@ -741,7 +725,6 @@ fn start_serving(
         warnings: http::conns::Warnings::new(),
         trim: Arc::new(memory::HeapTrim::default()),
     });
-    tracker.spawn(engine.intents.clone().flush_loop(stop.clone()));
     tracker.spawn(memory::trim_heap(
         settings.trim.clone(),
         settings.conns.clone(),
@@ -759,11 +742,8 @@ fn start_serving(
 /// Says whether cnid is ready (without running plugins: probes do that),
 /// in the log and to systemd.
 async fn announce_ready(engine: &engine::Engine, config: &Config, socket: &Path) {
-    match engine
-        .networks
-        .readiness_at_start(&engine.cni, engine.min_networks)
-        .await
-    {
+    let (cni, min) = engine.readiness_of();
+    match engine.networks().readiness_at_start(cni, min).await {
         Ok(_) => {
             tracing::info!(socket = %socket.display(), conf_dir = %config.conf_dir.display(),
             cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(), "cnid ready")
@@ -787,7 +767,7 @@ async fn announce_ready(engine: &engine::Engine, config: &Config, socket: &Path)
 /// running operations up to the shutdown bound or a second signal.
 /// Returns whether they all finished.
 async fn shut_down(
-    engine: &engine::Engine,
+    (engine, journal): (&engine::Engine, &intents::Intents),
     config: &Config,
     (server, created): (tokio::task::JoinHandle<()>, Option<&std::path::Path>),
     tracker: &TaskTracker,
@@ -801,7 +781,7 @@ async fn shut_down(
         let _ = listen::notify(ns, "STOPPING=1");
     }
     stop.cancel();
-    let cancelled = engine.sched.stop_accepting();
+    let cancelled = engine.scheduler().stop_accepting();
     if cancelled > 0 {
         tracing::info!(count = cancelled, "queued operations refused");
     }
@@ -822,7 +802,7 @@ async fn shut_down(
         _ = int.recv() => { tracing::error!("second signal: exiting now"); false }
     };
     if drained {
-        engine.intents.close();
+        journal.close();
         tracing::info!("all operations finished; bye");
     }
     drained

@@ -156,6 +156,10 @@ struct SchedState {
     containers: HashMap<String, VecDeque<Arc<Op>>>,
     /// Queued and running operations, by id (arrival order).
     ops: BTreeMap<u64, Arc<Op>>,
+    /// The background operations of `ops` by container, kept with `ops`
+    /// ([`SchedState::insert`], [`SchedState::remove`]): what a runtime
+    /// request of the container supersedes, found without a scan of `ops`.
+    background: HashMap<String, Vec<Arc<Op>>>,
     /// The containers whose driver runs.
     driving: std::collections::HashSet<String>,
     /// Held containers: their queue waits for [`Scheduler::release`].
@@ -181,6 +185,28 @@ struct HeldSlot {
 }
 
 impl SchedState {
+    fn insert(&mut self, op: &Arc<Op>) {
+        self.ops.insert(op.id, op.clone());
+        if let (true, Some((cid, _))) = (op.background, &op.attachment) {
+            self.background
+                .entry(cid.clone())
+                .or_default()
+                .push(op.clone());
+        }
+    }
+
+    fn remove(&mut self, op: &Op) {
+        self.ops.remove(&op.id);
+        if let (true, Some((cid, _))) = (op.background, &op.attachment)
+            && let Some(ops) = self.background.get_mut(cid)
+        {
+            ops.retain(|o| o.id != op.id);
+            if ops.is_empty() {
+                self.background.remove(cid);
+            }
+        }
+    }
+
     fn is_held(&self, container_id: &str) -> bool {
         self.hold_all || self.held.contains(container_id)
     }
@@ -330,7 +356,7 @@ impl Scheduler {
             cancel: CancellationToken::new(),
             promoted: CancellationToken::new(),
         });
-        st.ops.insert(op.id, op.clone());
+        st.insert(&op);
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
         let waiter = Waiter::new(self.clone(), op.clone(), new.deadline, false);
         let mut superseded = Vec::new();
@@ -346,14 +372,8 @@ impl Scheduler {
                 // one): a periodic CHECK still queued is dropped, a reap
                 // takes a runtime slot. Also the one the driver took and
                 // waits a slot for (out of the queue, not started).
-                if !background {
-                    superseded.extend(
-                        st.ops
-                            .values()
-                            .filter(|o| o.background)
-                            .filter(|o| o.attachment.as_ref().is_some_and(|(c, _)| c == cid))
-                            .cloned(),
-                    );
+                if !background && let Some(ops) = st.background.get(cid) {
+                    superseded.extend(ops.iter().cloned());
                 }
                 let q = st.containers.entry(cid.clone()).or_default();
                 if first {
@@ -635,7 +655,7 @@ impl Scheduler {
                 ok = outcome.is_ok(),
                 "operation finished but its client went away: nobody got the answer");
         }
-        self.state().ops.remove(&op.id);
+        self.state().remove(op);
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.metrics.operation_done(op.verb, queued, ran, code);
         op.publish(outcome);
@@ -648,7 +668,7 @@ impl Scheduler {
     /// container's queue reaches it.
     fn finish_queued(&self, op: &Op) {
         drop(op.take_claim());
-        self.state().ops.remove(&op.id);
+        self.state().remove(op);
         self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -877,13 +897,7 @@ mod tests {
     #[tokio::test]
     async fn a_queued_periodic_check_gives_way_to_a_runtime_request() {
         let s = sched(4);
-        let list = Arc::new(
-            cni_core::NetworkConfigList::from_bytes(
-                br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
-                None,
-            )
-            .unwrap(),
-        );
+        let list = list();
         let (_running, _) = s.enqueue(del("c1", "n")).unwrap();
         let mut check = del("c1", "n");
         check.work = Work::PeriodicCheck {
@@ -899,6 +913,81 @@ mod tests {
         assert!(e.error.msg.contains("periodic CHECK dropped"), "{e:?}");
         let verbs: Vec<String> = s.list(Some("c1")).into_iter().map(|o| o.verb).collect();
         assert_eq!(verbs, ["DEL", "DEL"]);
+    }
+
+    fn list() -> Arc<cni_core::NetworkConfigList> {
+        Arc::new(
+            cni_core::NetworkConfigList::from_bytes(
+                br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
+                None,
+            )
+            .unwrap(),
+        )
+    }
+
+    fn periodic(cid: &str) -> NewOp {
+        let mut op = del(cid, "n");
+        op.work = Work::PeriodicCheck {
+            list: list(),
+            rt: RuntimeConf::new(cid, "/x", "eth0"),
+        };
+        op
+    }
+
+    /// The background operations a runtime request looks for, by container.
+    fn background_of(s: &Scheduler, cid: &str) -> usize {
+        s.state().background.get(cid).map_or(0, Vec::len)
+    }
+
+    /// The count of background operations per container follows every way
+    /// an operation leaves: dropped by a runtime request, cancelled by its
+    /// waiter, out of time while queued, run to its end, refused at
+    /// shutdown; and one the driver took out of the queue (not started)
+    /// is still found by a runtime request.
+    #[tokio::test]
+    async fn background_count_follows_every_way_out() {
+        let s = sched(4);
+        // Dropped by a runtime request of its container.
+        let (dropped, _) = s.enqueue(periodic("c1")).unwrap();
+        assert_eq!(background_of(&s, "c1"), 1);
+        let (_runtime, _) = s.enqueue(del("c1", "m")).unwrap();
+        assert!(dropped.wait().await.is_err());
+        assert_eq!(background_of(&s, "c1"), 0);
+        // Its waiter went away.
+        let (gone, _) = s.enqueue(periodic("c2")).unwrap();
+        assert_eq!(background_of(&s, "c2"), 1);
+        drop(gone);
+        assert_eq!(background_of(&s, "c2"), 0);
+        // Ran to its end.
+        let (w, _) = s.enqueue(periodic("c3")).unwrap();
+        let (op, ticket) = s.next_for("c3").unwrap();
+        let turn = s.acquire(&op, ticket).await.unwrap();
+        assert_eq!(background_of(&s, "c3"), 1, "running: still counted");
+        s.complete(&op, turn, Ok(Done::Nothing));
+        assert!(w.wait().await.is_ok());
+        assert_eq!(background_of(&s, "c3"), 0);
+        // Out of time while queued.
+        let mut late = periodic("c4");
+        late.deadline = Instant::now();
+        let (w, _) = s.enqueue(late).unwrap();
+        let (op, ticket) = s.next_for("c4").unwrap();
+        assert!(s.acquire(&op, ticket).await.is_none());
+        assert!(w.wait().await.is_err());
+        assert_eq!(background_of(&s, "c4"), 0);
+        // Taken by its driver, not started: a runtime request drops it.
+        let (taken, _) = s.enqueue(periodic("c5")).unwrap();
+        let (_op, _ticket) = s.next_for("c5").unwrap();
+        let (_runtime, _) = s.enqueue(del("c5", "m")).unwrap();
+        let out = taken.wait().await;
+        let e = out.as_ref().as_ref().unwrap_err();
+        assert!(e.error.msg.contains("periodic CHECK dropped"), "{e:?}");
+        assert_eq!(background_of(&s, "c5"), 0);
+        // Refused at shutdown.
+        let (w, _) = s.enqueue(periodic("c6")).unwrap();
+        assert_eq!(s.stop_accepting(), 3, "c1's, c5's runtime DELs and c6's");
+        assert!(w.wait().await.is_err());
+        assert_eq!(background_of(&s, "c6"), 0);
+        assert!(s.state().background.is_empty());
     }
 
     #[tokio::test]
@@ -990,13 +1079,7 @@ mod tests {
         let s = sched(1);
         let mut first = del("c1", "n");
         first.work = Work::Check {
-            list: Arc::new(
-                cni_core::NetworkConfigList::from_bytes(
-                    br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"x"}]}"#,
-                    None,
-                )
-                .unwrap(),
-            ),
+            list: list(),
             rt: RuntimeConf::new("c1", "/x", "eth0"),
         };
         let (_w1, _) = s.enqueue(first).unwrap();

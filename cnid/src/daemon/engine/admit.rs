@@ -49,7 +49,8 @@ impl Engine {
     /// The version error objects about `network` are written in: its list's,
     /// or the current one when it is not loaded.
     pub(crate) fn version_of(&self, network: &str) -> Version {
-        self.networks
+        self.p
+            .networks
             .get(network)
             .as_ref()
             .map_or(Version::CURRENT, |n| n.list.version())
@@ -68,7 +69,7 @@ impl Engine {
     ) -> Result<NewOp, ApiError> {
         let started = Instant::now();
         let admitted = self.admit_untimed(request_id, verb, network, decoded).await;
-        self.metrics.admitted(verb, started.elapsed());
+        self.p.metrics.admitted(verb, started.elapsed());
         admitted
     }
 
@@ -79,7 +80,7 @@ impl Engine {
         network: String,
         decoded: DecodedRequest,
     ) -> Result<NewOp, ApiError> {
-        let loaded = self.networks.get(&network);
+        let loaded = self.p.networks.get(&network);
         let version = loaded
             .as_ref()
             .map_or(Version::CURRENT, |n| n.list.version());
@@ -87,7 +88,7 @@ impl Engine {
             loaded
                 .as_ref()
                 .map(|n| n.list.clone())
-                .ok_or_else(|| self.networks.not_found(&network))
+                .ok_or_else(|| self.p.networks.not_found(&network))
         };
         let mut claim = None;
         let (work, timeout_ms) = match decoded {
@@ -127,6 +128,7 @@ impl Engine {
             ),
         };
         let timeout = self
+            .p
             .deadlines
             .for_request(verb, timeout_ms)
             .map_err(|e| e.in_version(version))?;
@@ -154,7 +156,7 @@ impl Engine {
     ) -> Result<SandboxOps, ApiError> {
         let started = Instant::now();
         let admitted = self.admit_sandbox_untimed(request_id, verb, decoded).await;
-        self.metrics.admitted(verb, started.elapsed());
+        self.p.metrics.admitted(verb, started.elapsed());
         admitted
     }
 
@@ -168,7 +170,7 @@ impl Engine {
             let rt = decoded.default_rt("eth0");
             netns_exists(&rt, verb)?;
         }
-        let snap = self.networks.snapshot();
+        let snap = self.p.networks.snapshot();
         let mut nets: Vec<SandboxNet> = Vec::new();
         if decoded.loopback {
             nets.push(SandboxNet {
@@ -184,7 +186,7 @@ impl Engine {
                     cni_code::INVALID_NETWORK_CONFIG,
                     format!(
                         "no default network: no usable network configuration in {}",
-                        self.networks.dir().display()
+                        self.p.networks.dir().display()
                     ),
                 ));
             };
@@ -198,7 +200,7 @@ impl Engine {
             let list = snap.get(name).map(|n| n.list.clone());
             // DEL of a network gone from the conf dir uses the cached config.
             if list.is_none() && verb != Command::Del {
-                return Err(self.networks.not_found(name));
+                return Err(self.p.networks.not_found(name));
             }
             nets.push(SandboxNet {
                 name: name.clone(),
@@ -207,7 +209,7 @@ impl Engine {
             });
         }
         drop(snap);
-        let timeout = self.deadlines.for_request(verb, decoded.timeout_ms)?;
+        let timeout = self.p.deadlines.for_request(verb, decoded.timeout_ms)?;
         let deadline = Instant::now() + timeout;
         if verb == Command::Status {
             let ops = nets
@@ -273,7 +275,7 @@ impl Engine {
                 failed_version.get_or_insert(version);
                 errors.push(cni_async::Error::Context {
                     context: format!("network {network:?}"),
-                    source: Box::new(e.clone().into_cni(version)),
+                    source: Box::new(cni_async::Error::hook(e.clone())),
                 });
             }
         }
@@ -299,17 +301,17 @@ impl Engine {
         slots: &[(&str, &RuntimeConf)],
         force: bool,
     ) -> Result<Option<crate::daemon::owners::Claim>, ApiError> {
-        if !self.check_netns_owner {
+        if !self.p.check_netns_owner {
             return Ok(None);
         }
-        if let Err(e) = self.owners.refresh().await {
+        if let Err(e) = self.p.owners.refresh().await {
             tracing::warn!(error = %cni_core::error::Chain(&e), "cannot read the cache for netns owners; checking against what was read before");
         }
-        match self.owners.admit(slots.iter().copied(), force) {
+        match self.p.owners.admit(slots.iter().copied(), force) {
             Ok(claim) => {
                 if force {
                     for (network, rt) in slots {
-                        for owner in self.owners.others(rt) {
+                        for owner in self.p.owners.others(rt) {
                             tracing::warn!(network, container = %rt.container_id, ifname = %rt.ifname,
                                 owner = %owner.container_id, owner_network = %owner.network,
                                 "{verb} forced on the netns and interface of another container");

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::HttpSettings;
-use super::conns::{Admit, Conns, Phase, Slot};
+use super::conns::{Admit, Conn, Conns, Phase};
 use super::responses::{fresh_request_id, raw_answer, status_of};
 use super::routes::handle;
 use crate::daemon::engine::Engine;
@@ -94,7 +94,7 @@ fn accept(
     settings: &Arc<HttpSettings>,
     stop: &CancellationToken,
     tracker: &TaskTracker,
-) -> Option<Arc<Slot>> {
+) -> Option<Arc<Conn>> {
     let (uid, gid) = match stream.peer_cred() {
         Ok(c) => (c.uid(), c.gid()),
         Err(e) => {
@@ -104,8 +104,8 @@ fn accept(
     };
     let conns = &settings.conns;
     if !settings.peers.allows(uid, gid) {
-        engine.metrics.refused.fetch_add(1, Ordering::Relaxed);
-        engine.metrics.http_response(403);
+        engine.metrics().refused.fetch_add(1, Ordering::Relaxed);
+        engine.metrics().http_response(403);
         if let Some(suppressed) = settings.warnings.refused.pass() {
             tracing::warn!(
                 uid,
@@ -133,7 +133,10 @@ fn accept(
             phase,
             waited,
         } => {
-            engine.metrics.conn_replaced.fetch_add(1, Ordering::Relaxed);
+            engine
+                .metrics()
+                .conn_replaced
+                .fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = settings.warnings.replaced.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
@@ -148,8 +151,11 @@ fn accept(
             (slot, Some(victim))
         }
         Admit::Full => {
-            engine.metrics.conn_rejected.fetch_add(1, Ordering::Relaxed);
-            engine.metrics.http_response(503);
+            engine
+                .metrics()
+                .conn_rejected
+                .fetch_add(1, Ordering::Relaxed);
+            engine.metrics().http_response(503);
             if let Some(suppressed) = settings.warnings.full.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
@@ -182,14 +188,14 @@ fn accept(
 struct ConnGuard {
     engine: Arc<Engine>,
     conns: Arc<Conns>,
-    slot: Arc<Slot>,
+    slot: Arc<Conn>,
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.conns.remove(&self.slot);
         self.engine
-            .metrics
+            .metrics()
             .connections
             .fetch_sub(1, Ordering::Relaxed);
     }
@@ -215,12 +221,12 @@ enum ConnEnd {
 /// request is being answered).
 async fn connection(
     stream: UnixStream,
-    slot: Arc<Slot>,
+    slot: Arc<Conn>,
     engine: Arc<Engine>,
     settings: Arc<HttpSettings>,
     stop: CancellationToken,
 ) {
-    let open = engine.metrics.connections.fetch_add(1, Ordering::Relaxed) + 1;
+    let open = engine.metrics().connections.fetch_add(1, Ordering::Relaxed) + 1;
     settings
         .trim
         .connections(usize::try_from(open).unwrap_or(0));
@@ -286,7 +292,7 @@ async fn connection(
     match end {
         ConnEnd::TimedOut => {
             engine
-                .metrics
+                .metrics()
                 .conn_timed_out
                 .fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = settings.warnings.timed_out.pass() {

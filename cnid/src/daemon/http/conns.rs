@@ -70,7 +70,7 @@ impl Phase {
 
 /// One admitted connection.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct Conn {
     id: u64,
     phase: AtomicU8,
     /// Milliseconds since [`Conns::epoch`] when the phase began.
@@ -81,7 +81,7 @@ pub(crate) struct Slot {
     closed: CancellationToken,
 }
 
-impl Slot {
+impl Conn {
     /// Enters `phase` now, and wakes the connection's watchdog. From `Head`
     /// to `Body` the clock keeps running: the first request of a
     /// connection, head and body, must arrive within one request timeout
@@ -139,12 +139,12 @@ pub(crate) struct Limits {
 #[derive(Debug)]
 pub(crate) enum Admit {
     /// Below the cap.
-    Admitted(Arc<Slot>),
+    Admitted(Arc<Conn>),
     /// At the cap: `slot` took the place of `victim`, which was told to
     /// close (it had been in `phase` for `waited`).
     Replaced {
-        slot: Arc<Slot>,
-        victim: Arc<Slot>,
+        slot: Arc<Conn>,
+        victim: Arc<Conn>,
         phase: Phase,
         waited: Duration,
     },
@@ -158,7 +158,7 @@ pub(crate) struct Conns {
     cap: usize,
     epoch: Instant,
     next_id: AtomicU64,
-    table: Mutex<HashMap<u64, Arc<Slot>>>,
+    table: Mutex<HashMap<u64, Arc<Conn>>>,
     lingering: AtomicUsize,
 }
 
@@ -182,7 +182,7 @@ impl Conns {
         self.table().len()
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -193,7 +193,7 @@ impl Conns {
     /// request to arrive; that one is told to close. Ties go to the older
     /// connection.
     pub(crate) fn admit(&self) -> Admit {
-        let slot = Arc::new(Slot {
+        let slot = Arc::new(Conn {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             phase: AtomicU8::new(Phase::Head as u8),
             since_ms: AtomicU64::new(0),
@@ -237,7 +237,7 @@ impl Conns {
 
     /// Forgets a connection whose socket is closed (the table no longer
     /// has it when it was replaced).
-    pub(crate) fn remove(&self, slot: &Slot) {
+    pub(crate) fn remove(&self, slot: &Conn) {
         self.table().remove(&slot.id);
         slot.closed.cancel();
     }

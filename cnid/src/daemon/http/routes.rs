@@ -19,7 +19,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::HttpSettings;
-use super::conns::{Phase, Slot};
+use super::conns::{Conn, Phase};
 use super::responses::{Resp, error_response, fresh_request_id, outcome_response, to_json};
 use crate::api::{self, HealthResponse, OperationsResponse};
 use crate::daemon::engine::{Engine, SandboxOps};
@@ -53,7 +53,7 @@ fn request_id(req: &Request<Incoming>) -> String {
 pub(super) async fn handle(
     engine: Arc<Engine>,
     settings: &HttpSettings,
-    slot: &Slot,
+    slot: &Conn,
     req: Request<Incoming>,
 ) -> Resp {
     // The head is in; the body (if any) is bounded like the head was.
@@ -68,7 +68,7 @@ pub(super) async fn handle(
     if let Ok(v) = HeaderValue::from_str(&rid) {
         resp.headers_mut().insert(api::REQUEST_ID_HEADER, v);
     }
-    engine.metrics.http_response(resp.status().as_u16());
+    engine.metrics().http_response(resp.status().as_u16());
     if hyper::body::Body::size_hint(resp.body()).exact() > Some(MMAP_THRESHOLD as u64) {
         // Building a large answer (a page of big results, say) fragments
         // the heap.
@@ -152,7 +152,7 @@ async fn read_body(
 async fn route(
     engine: &Arc<Engine>,
     settings: &HttpSettings,
-    slot: &Slot,
+    slot: &Conn,
     rid: &str,
     req: Request<Incoming>,
 ) -> Result<Resp, ApiError> {
@@ -171,7 +171,7 @@ async fn route(
     if path == "/metrics" {
         return match method {
             Method::GET => {
-                let mut r = Response::new(Full::new(Bytes::from(engine.metrics.render())));
+                let mut r = Response::new(Full::new(Bytes::from(engine.metrics().render())));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -208,25 +208,21 @@ async fn route(
         }
         ["networks"] => {
             want(Method::GET)?;
+            let (cni, min) = engine.readiness_of();
             Ok(to_json(
                 StatusCode::OK,
-                &engine
-                    .networks
-                    .describe(&engine.cni, engine.min_networks)
-                    .await,
+                &engine.networks().describe(cni, min).await,
             ))
         }
         ["networks", name] => {
             want(Method::GET)?;
             let name = decode_network_name(name)?;
             let n = engine
-                .networks
+                .networks()
                 .get(&name)
-                .ok_or_else(|| engine.networks.not_found(&name))?;
-            let unusable = engine
-                .networks
-                .unusable(&engine.cni, engine.min_networks)
-                .await;
+                .ok_or_else(|| engine.networks().not_found(&name))?;
+            let (cni, min) = engine.readiness_of();
+            let unusable = engine.networks().unusable(cni, min).await;
             Ok(to_json(
                 StatusCode::OK,
                 &networks::mark(networks::info(&n, true), &unusable),
@@ -280,7 +276,7 @@ async fn route(
             Ok(to_json(
                 StatusCode::OK,
                 &OperationsResponse {
-                    operations: engine.sched.list(cid.as_deref()),
+                    operations: engine.scheduler().list(cid.as_deref()),
                 },
             ))
         }
@@ -291,15 +287,12 @@ async fn route(
 /// `GET /v1/health` (liveness: 200 while serving) and, `with_readiness`,
 /// `GET /v1/health/ready` (200 when ready, else 503 with the reason).
 async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
-    let snap = engine.networks.snapshot();
-    let m = &engine.metrics;
-    let accepting = engine.sched.accepting();
+    let snap = engine.networks().snapshot();
+    let m = &engine.metrics();
+    let accepting = engine.scheduler().accepting();
     let (ready, reason) = if with_readiness {
-        match engine
-            .networks
-            .readiness(&engine.cni, engine.min_networks)
-            .await
-        {
+        let (cni, min) = engine.readiness_of();
+        match engine.networks().readiness(cni, min).await {
             Ok(r) if accepting => (Some(true), r.degraded()),
             Ok(_) => (Some(false), Some("shutting down".to_owned())),
             Err(e) => (Some(false), Some(e.reason)),
@@ -307,7 +300,7 @@ async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
     } else {
         (None, None)
     };
-    let stale_reaper = (with_readiness && !engine.stale.sees_host_mounts()).then(|| {
+    let stale_reaper = (with_readiness && !engine.sees_host_mounts()).then(|| {
         "limited: cnid does not see the host's mounts and processes; only attachments of an earlier boot are reaped".to_owned()
     });
     HealthResponse {
@@ -321,7 +314,7 @@ async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
         config_errors: networks::errors(&snap).len() as u64,
         in_flight: u64::try_from(m.in_flight.load(Ordering::Relaxed)).unwrap_or(0),
         queued: u64::try_from(m.queued.load(Ordering::Relaxed)).unwrap_or(0),
-        uptime_seconds: engine.started.elapsed().as_secs(),
+        uptime_seconds: engine.uptime().as_secs(),
     }
 }
 

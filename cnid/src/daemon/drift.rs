@@ -1,0 +1,116 @@
+//! Drifted attachments: those whose periodic CHECK (`checker`) fails,
+//! shared by the checker (which records each CHECK's outcome) and the
+//! engine (the listing; a DEL or ADD of the attachment forgets its
+//! drift).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use cni_async::cache::AttachmentKey;
+
+use super::error::ErrorKind;
+use super::metrics::Metrics;
+use super::operation::Outcome;
+use super::stale_view::key;
+
+/// Drifted attachments (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct DriftView {
+    inner: Mutex<HashMap<AttachmentKey, Drift>>,
+}
+
+/// A drifted attachment: the failing CHECK's error, since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Drift {
+    pub(crate) error: String,
+    pub(crate) since: SystemTime,
+}
+
+impl DriftView {
+    fn lock(&self) -> MutexGuard<'_, HashMap<AttachmentKey, Drift>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The attachment's drift, if its last periodic CHECK failed.
+    pub(crate) fn state(&self, network: &str, container_id: &str, ifname: &str) -> Option<Drift> {
+        self.lock()
+            .get(&key(network, container_id, ifname))
+            .cloned()
+    }
+
+    /// The attachment was deleted or attached again: its drift is gone.
+    pub(crate) fn forget(&self, k: &AttachmentKey, metrics: &Metrics) {
+        let mut v = self.lock();
+        if v.remove(k).is_some() {
+            metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
+        }
+    }
+
+    /// Drift of attachments no longer cached is forgotten.
+    pub(crate) fn prune(&self, records: &[cni_core::cache::CacheRecord], metrics: &Metrics) {
+        let cached: HashSet<AttachmentKey> = records
+            .iter()
+            .map(|r| key(&r.network_name, &r.container_id, &r.if_name))
+            .collect();
+        let mut v = self.lock();
+        v.retain(|k, _| cached.contains(k));
+        metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
+    }
+
+    /// A periodic CHECK's outcome: drift recorded or cleared, logged once
+    /// per change, counted. `cached`: whether the attachment's record is
+    /// still there (one deleted after the CHECK has no drift).
+    pub(crate) fn checked(
+        &self,
+        k: &AttachmentKey,
+        outcome: &Outcome,
+        cached: impl FnOnce() -> bool,
+        metrics: &Metrics,
+    ) {
+        let (net, cid, ifname) = (&k.0, &k.1, &k.2);
+        match outcome {
+            Ok(_) => {
+                metrics.checks[0].fetch_add(1, Ordering::Relaxed);
+                let mut v = self.lock();
+                if v.remove(k).is_some() {
+                    metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
+                    drop(v);
+                    tracing::info!(network = %net, container = %cid, ifname = %ifname,
+                        "attachment no longer drifted: its periodic CHECK passes");
+                }
+            }
+            Err(e) if e.kind == ErrorKind::PluginFailed => {
+                metrics.checks[1].fetch_add(1, Ordering::Relaxed);
+                // Gone meanwhile (a DEL ran after the CHECK): no drift.
+                if !cached() {
+                    return;
+                }
+                let error = match e.plugin_label() {
+                    None => e.error.msg.clone(),
+                    Some(plugin) => format!("plugin {plugin}: {}", e.error.msg),
+                };
+                let mut v = self.lock();
+                let new = !v.contains_key(k);
+                v.entry(k.clone())
+                    .and_modify(|d| d.error.clone_from(&error))
+                    .or_insert_with(|| Drift {
+                        error: error.clone(),
+                        since: SystemTime::now(),
+                    });
+                metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
+                drop(v);
+                if new {
+                    tracing::warn!(network = %net, container = %cid, ifname = %ifname,
+                        error = %cni_core::validate::Escaped(&error),
+                        "attachment drifted: its periodic CHECK fails (nothing is repaired)");
+                }
+            }
+            Err(e) => {
+                tracing::debug!(network = %net, container = %cid, ifname = %ifname, error = %e.error.msg,
+                    "periodic CHECK did not run to a verdict");
+            }
+        }
+    }
+}
