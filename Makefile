@@ -271,6 +271,9 @@ bench: setup shim ## the benchmarks; writes the tables of BENCHMARKS.md (root)
 	rm -f $(BENCH_TARGET)/bench/bin/cni-noop-c
 	if command -v $(CC) >/dev/null && $(CC) -O2 -static -o $(BENCH_TARGET)/bench/bin/cni-noop-c cnid/benches/noop/c/noop.c; then :; \
 	else echo "bench: no static C noop ($(CC) -static failed): its rows are skipped" >&2; fi
+	rm -f $(BENCH_TARGET)/bench/bin/cni-empty-c
+	if command -v $(CC) >/dev/null && $(CC) -O2 -static -o $(BENCH_TARGET)/bench/bin/cni-empty-c cnid/benches/overhead/empty.c; then :; \
+	else echo "bench: no static empty C program ($(CC) -static failed): the shim start-up rows are skipped" >&2; fi
 	rm -f $(BENCH_TARGET)/bench/bin/cni-floor-c
 	if command -v $(CC) >/dev/null && $(CC) -O2 -static -o $(BENCH_TARGET)/bench/bin/cni-floor-c cnid/benches/overhead/floor_driver.c; then :; \
 	else echo "bench: no static C driver ($(CC) -static failed): goal 2 is judged against the in-process floor" >&2; fi

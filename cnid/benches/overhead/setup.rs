@@ -49,6 +49,9 @@ pub(crate) struct Bins {
     /// `cni-floor-c` by `make bench`), when the bin dir has it: issue 25's
     /// goal 2 is judged against it.
     pub(crate) driver: Option<PathBuf>,
+    /// An empty static C program (`empty.c`, `cni-empty-c`): the reference
+    /// of cnid-shim's start-up.
+    pub(crate) empty_c: Option<PathBuf>,
 }
 
 /// The C driver's file name in the bin dir.
@@ -70,6 +73,7 @@ impl Bins {
                     .filter(|(_, p)| p.is_file())
                     .collect(),
                 driver: Some(d.join(DRIVER_FILE)).filter(|p| p.is_file()),
+                empty_c: Some(d.join("cni-empty-c")).filter(|p| p.is_file()),
             },
             None => Bins {
                 // Other packages' binaries (cnitool, cnid-shim): cargo
@@ -81,6 +85,7 @@ impl Bins {
                 shim: Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnid-shim"),
                 noop_variants: Vec::new(),
                 driver: None,
+                empty_c: None,
             },
         };
         for b in [&bins.cnitool, &bins.cnid, &bins.noop, &bins.shim] {
@@ -434,8 +439,8 @@ impl Daemon {
         Ok(Daemon { child, socket, log })
     }
 
-    pub(crate) fn pid(&self) -> i32 {
-        self.child.id() as i32
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub(crate) fn log_tail(&self) -> String {
@@ -446,23 +451,17 @@ impl Daemon {
 
     /// `VmRSS` and `VmHWM` in KiB, from `/proc`.
     pub(crate) fn rss_kib(&self) -> anyhow::Result<(u64, u64)> {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        let field = |key: &str| -> anyhow::Result<u64> {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .with_context(|| format!("{key} in /proc/{}/status", self.pid()))
-        };
-        Ok((field("VmRSS:")?, field("VmHWM:")?))
+        let f = |k| crate::procs::status_kib(self.pid(), k);
+        f("VmRSS:")
+            .zip(f("VmHWM:"))
+            .with_context(|| format!("/proc/{}/status", self.pid()))
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         // SAFETY: kill has no memory preconditions; the pid is our child's.
-        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
             if let Ok(Some(_)) = self.child.try_wait() {

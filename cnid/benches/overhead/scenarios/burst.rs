@@ -1,4 +1,4 @@
-//! A burst of pods: containerd's go-cni (`cnid/tests/go/gocni`, the calls
+//! A burst of pods (`--only burst`, root): containerd's go-cni (`cnid/tests/go/gocni`, the calls
 //! of containerd's CRI plugin) setting up N sandboxes (100 by default) at
 //! concurrency C (16 and 32), then removing them, through `cnid-shim` into
 //! cnid, against go-cni straight on the same chain. No Kubernetes: what a
@@ -40,17 +40,20 @@
 //! - Normal scheduling policy (a burst is about throughput on a busy
 //!   node); the load average is recorded per round.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use cni_async::netns::{NETNS_RUN_DIR, Netns};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::report::{self, Findings, Table};
+use crate::Cx;
+use crate::procs::{histogram_means, metrics, proc_cpu};
+use crate::report::{self, Findings, Table, row};
 use crate::setup::{Bins, Daemon, REAL_PLUGIN_DIR, RealNet, Storage, Tree};
 use crate::stats::{Summary, quantile};
 
@@ -58,14 +61,16 @@ use crate::stats::{Summary, quantile};
 const NETWORK: &str = "bench-burst";
 const CONF_FILE: &str = "40-burst.conflist";
 
-/// The section's sizes (as the batch1000 section's) and its cnid.
+/// The section's sizes and its cnid.
 #[derive(Debug, Clone)]
-pub(crate) struct Plan {
-    pub(crate) size: crate::batch1000::Plan,
+struct Plan {
+    count: usize,
+    concurrency: Vec<usize>,
+    reps: usize,
     /// Where cnid's cache and state are (and both runners' libcni caches).
-    pub(crate) storage: Storage,
+    storage: Storage,
     /// More arguments for cnid (`--burst-cnid-args`).
-    pub(crate) cnid_args: Vec<String>,
+    cnid_args: Vec<String>,
 }
 
 /// The two runners.
@@ -135,84 +140,12 @@ struct Round {
     load: String,
 }
 
-/// User + system time of `pid` itself and of its reaped children, seconds
-/// (`/proc/PID/stat` fields 14–17).
-pub(crate) fn proc_cpu(pid: i32) -> anyhow::Result<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("read /proc/{pid}/stat"))?;
-    // After "pid (comm) ": field 3 (state) is at index 0.
-    let rest = stat
-        .rsplit_once(") ")
-        .map(|(_, r)| r)
-        .with_context(|| format!("/proc/{pid}/stat: {stat:?}"))?;
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(4)
-        .map(|v| v.parse().unwrap_or(0))
-        .collect();
-    anyhow::ensure!(f.len() == 4, "/proc/{pid}/stat: {stat:?}");
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Ok(((f[0] + f[1]) as f64 / hz, (f[2] + f[3]) as f64 / hz))
-}
-
-/// The `_sum` and `_count` of cnid's histograms (`/metrics`), by series
-/// (`name{labels}`).
-fn histograms(socket: &Path) -> anyhow::Result<std::collections::BTreeMap<String, (f64, f64)>> {
-    let ans = cnid::shim::http::request(
-        socket,
-        "GET",
-        "/metrics",
-        &[],
-        None,
-        (
-            std::time::Duration::from_secs(30),
-            std::time::Duration::from_secs(30),
-        ),
-    )?;
+/// cnid's `/metrics` samples.
+fn histograms(socket: &Path) -> anyhow::Result<BTreeMap<String, f64>> {
+    let deadlines = (Duration::from_secs(30), Duration::from_secs(30));
+    let ans = cnid::shim::http::request(socket, "GET", "/metrics", &[], None, deadlines)?;
     anyhow::ensure!(ans.status == 200, "GET /metrics: HTTP {}", ans.status);
-    let text = String::from_utf8_lossy(&ans.body);
-    let mut m = std::collections::BTreeMap::<String, (f64, f64)>::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = value.parse::<f64>() else {
-            continue;
-        };
-        let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
-        let labels = labels.trim_end_matches('}');
-        let (base, which) = if let Some(b) = name.strip_suffix("_sum") {
-            (b, 0)
-        } else if let Some(b) = name.strip_suffix("_count") {
-            (b, 1)
-        } else {
-            continue;
-        };
-        let e = m.entry(format!("{base}{{{labels}}}")).or_default();
-        if which == 0 {
-            e.0 = v;
-        } else {
-            e.1 = v;
-        }
-    }
-    Ok(m)
-}
-
-/// Mean (ms) and count per series of what changed between two snapshots.
-fn histogram_means(
-    before: &std::collections::BTreeMap<String, (f64, f64)>,
-    after: &std::collections::BTreeMap<String, (f64, f64)>,
-) -> Vec<(String, f64, f64)> {
-    after
-        .iter()
-        .filter_map(|(k, (sum, count))| {
-            let (s0, c0) = before.get(k).copied().unwrap_or_default();
-            let n = count - c0;
-            (n > 0.0).then(|| (k.clone(), (sum - s0) / n * 1e3, n))
-        })
-        .collect()
+    Ok(metrics(&String::from_utf8_lossy(&ans.body)))
 }
 
 /// The dirs of one runner: go-cni's conf dir, plugin path and cache.
@@ -428,8 +361,36 @@ fn round(
     r
 }
 
-/// The section.
-pub(crate) fn section(
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let Some(gocni) = &cx.gocni else {
+        return Ok(None);
+    };
+    if !cx.root {
+        cx.skipped
+            .push("the burst section needs root (namespaces, a bridge)".into());
+        return Ok(None);
+    }
+    let a = &cx.args;
+    let plan = Plan {
+        count: a.burst_count.unwrap_or(if a.quick { 32 } else { 100 }),
+        concurrency: a.burst_concurrency.clone().unwrap_or_else(|| vec![16, 32]),
+        reps: a.burst_reps.unwrap_or(if a.quick { 1 } else { 3 }),
+        storage: if a.burst_tmpfs {
+            Storage::Tmpfs
+        } else {
+            Storage::Disk
+        },
+        cnid_args: a
+            .burst_cnid_args
+            .iter()
+            .flat_map(|s| s.split_whitespace())
+            .map(str::to_owned)
+            .collect(),
+    };
+    run(&cx.bins, gocni, &cx.tree, &plan, &mut cx.findings).map(Some)
+}
+
+fn run(
     bins: &Bins,
     gocni: &Path,
     tree: &Tree,
@@ -457,7 +418,7 @@ pub(crate) fn section(
         direct,
         cnid,
     };
-    let n = plan.size.count;
+    let n = plan.count;
     // Warm-up: one small round each (page cache, cnid's first connection).
     for way in [Way::Direct, Way::Cnid] {
         round(&ctx, way, "w", n.min(16), 8)
@@ -504,10 +465,10 @@ pub(crate) fn section(
          operation, plugin run or admission",
         &["concurrency", "series", "mean ms", "count"],
     );
-    for &c in &plan.size.concurrency {
+    for &c in &plan.concurrency {
         let before = histograms(&daemon.socket)?;
         let mut rounds: [Vec<Round>; 2] = Default::default();
-        for rep in 0..plan.size.reps {
+        for rep in 0..plan.reps {
             let order = if rep % 2 == 0 {
                 [Way::Direct, Way::Cnid]
             } else {
@@ -536,12 +497,13 @@ pub(crate) fn section(
         }
         let after = histograms(&daemon.socket)?;
         for (series, mean, n) in histogram_means(&before, &after) {
-            account.row(vec![
-                c.to_string(),
+            row!(
+                account,
+                c,
                 format!("`{series}`"),
-                format!("{mean:.1}"),
-                format!("{n:.0}"),
-            ]);
+                format!("{:.1}", mean * 1e3),
+                format!("{n:.0}")
+            );
         }
         let [d, v] = &rounds;
         let mut cells = vec![c.to_string()];
@@ -619,7 +581,7 @@ pub(crate) fn section(
          repetitions, via cnid first in odd ones); a ratio divides adjacent rounds. p50 and p95 \
          of the per-sandbox go-cni call (Setup: loopback + the network; Remove), total = the \
          burst's wall time. Normal scheduling policy.",
-        plan.size.reps
+        plan.reps
     ));
     cpu.note(
         "go-cni's children: loopback and, direct, the chain's plugins; via cnid, cnid-shim. \
@@ -650,24 +612,4 @@ pub(crate) fn section(
     drop(daemon);
     drop(net);
     Ok(s)
-}
-
-/// The default plan.
-pub(crate) fn plan(
-    quick: bool,
-    count: Option<usize>,
-    concurrency: Option<Vec<usize>>,
-    reps: Option<usize>,
-    storage: Storage,
-    cnid_args: Vec<String>,
-) -> Plan {
-    Plan {
-        size: crate::batch1000::Plan {
-            count: count.unwrap_or(if quick { 32 } else { 100 }),
-            concurrency: concurrency.unwrap_or_else(|| vec![16, 32]),
-            reps: reps.unwrap_or(if quick { 1 } else { 3 }).max(1),
-        },
-        storage,
-        cnid_args,
-    }
 }

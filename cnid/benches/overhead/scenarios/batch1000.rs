@@ -1,5 +1,5 @@
-//! Issue 25 item 4, second bullet: a batch of N namespaces (1,000 by
-//! default, `--batch1000-count`) on the real chain, through the shipped
+//! A batch of N namespaces (`--only batch1000`, root; 1,000 by default,
+//! `--batch1000-count`) on the real chain, through the shipped
 //! `cnitool batch up|down`, against a loop of Go's cnitool and the floor.
 //!
 //! Three runners, each setting up N namespaces (create + ADD) and then
@@ -40,18 +40,18 @@
 //!   throughput with several processes at once); on a shared machine the
 //!   ratios move with the load (recorded per run).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use cni_async::netns::{NETNS_RUN_DIR, Netns};
 
-use crate::batch::{self, BatchRun};
+use super::batch::{self, BatchRun};
+use crate::Cx;
 use crate::chains::cnitool_env;
-use crate::memory::{GNU_TIME, peak_rss_kib};
+use crate::procs::{gnu_time, peak_rss_kib};
 use crate::report::{self, Findings, Table};
 use crate::setup::{Bins, RealNet, Tree};
 use crate::stats::Summary;
@@ -79,11 +79,6 @@ struct Run {
     load: String,
 }
 
-/// The bench network (its bridge, subnet, namespaces) for this section.
-pub(crate) fn network(tree: &Tree) -> anyhow::Result<RealNet> {
-    RealNet::create_as(tree, "cnk", NETWORK, CONF_FILE, 20)
-}
-
 /// Where a runner's cache is: the tree's (on disk), one per tool.
 fn cache_dir(tree: &Tree, tool: &str) -> anyhow::Result<PathBuf> {
     let d = tree.root().join(format!("batch1000-cache-{tool}"));
@@ -92,89 +87,8 @@ fn cache_dir(tree: &Tree, tool: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// The environment of both cnitools.
-fn env(tree: &Tree, cache: &Path) -> anyhow::Result<Vec<(std::ffi::OsString, std::ffi::OsString)>> {
-    let cni_path = std::env::join_paths(&tree.plugin_dirs)?;
-    Ok(cnitool_env(tree, &cni_path, cache))
-}
-
-/// `VmHWM` (KiB) of `pid`, from `/proc`.
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// Runs `cnitool ARGS` under GNU time: wall time, `%M` and the highest
-/// own `VmHWM` seen (KiB), stdout.
-fn timed_cnitool(
-    bins: &Bins,
-    args: &[&str],
-    env: &[(std::ffi::OsString, std::ffi::OsString)],
-    scratch: &Path,
-) -> anyhow::Result<(Duration, u64, u64, Vec<u8>)> {
-    let time_out = scratch.join("batch1000-time.out");
-    let started = Instant::now();
-    let child = Command::new(GNU_TIME)
-        .arg("-f")
-        .arg("%M")
-        .arg("-o")
-        .arg(&time_out)
-        .arg(&bins.cnitool)
-        .args(args)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running {GNU_TIME} (apt-get install time)"))?;
-    // GNU time's child is cnitool: sample its VmHWM until it exits.
-    let time_pid = child.id();
-    let stop = Arc::new(AtomicBool::new(false));
-    let hwm = Arc::new(AtomicU64::new(0));
-    let sampler = {
-        let (stop, hwm) = (stop.clone(), hwm.clone());
-        std::thread::spawn(move || {
-            let children = format!("/proc/{time_pid}/task/{time_pid}/children");
-            let mut pid = None;
-            while !stop.load(Ordering::Relaxed) {
-                if pid.is_none() {
-                    pid = std::fs::read_to_string(&children)
-                        .ok()
-                        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok());
-                }
-                if let Some(k) = pid.and_then(vm_hwm) {
-                    hwm.fetch_max(k, Ordering::Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        })
-    };
-    let out = child.wait_with_output();
-    let wall = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    let _ = sampler.join();
-    let out = out?;
-    if !out.status.success() {
-        bail!(
-            "cnitool {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let text = std::fs::read_to_string(&time_out)?;
-    let max_rss = text
-        .lines()
-        .rev()
-        .find_map(|l| l.trim().parse().ok())
-        .with_context(|| format!("no RSS figure in {text:?}"))?;
-    Ok((wall, max_rss, hwm.load(Ordering::Relaxed), out.stdout))
+fn env(tree: &Tree, tool: &str) -> anyhow::Result<Vec<(OsString, OsString)>> {
+    cnitool_env(tree, &cache_dir(tree, tool)?)
 }
 
 /// cnitool batch up, then down.
@@ -185,7 +99,7 @@ fn ours(
     count: usize,
     concurrency: usize,
 ) -> anyhow::Result<(BatchRun, [(u64, u64); 2])> {
-    let env = env(tree, &cache_dir(tree, "cnitool")?)?;
+    let env = env(tree, "cnitool")?;
     let (n, c) = (count.to_string(), concurrency.to_string());
     let mut rss = [(0, 0); 2];
     let run = batch::measure(|| {
@@ -201,10 +115,10 @@ fn ours(
             prefix,
             "--quiet",
         ];
-        let (setup, m, h, out) = timed_cnitool(bins, &up, &env, tree.root())?;
-        rss[0] = (m, h);
+        let up = gnu_time(&bins.cnitool, &up, &env, None, tree.root())?;
+        rss[0] = (up.max_rss, up.hwm);
         let summary: serde_json::Value =
-            serde_json::from_slice(&out).context("cnitool batch up's summary")?;
+            serde_json::from_slice(&up.stdout).context("cnitool batch up's summary")?;
         if summary["attached"].as_u64() != Some(count as u64) {
             bail!(
                 "cnitool batch up: {} of {count} attached",
@@ -221,9 +135,9 @@ fn ours(
             &c,
             "--quiet",
         ];
-        let (teardown, m, h, _) = timed_cnitool(bins, &down, &env, tree.root())?;
-        rss[1] = (m, h);
-        Ok((setup, teardown))
+        let down = gnu_time(&bins.cnitool, &down, &env, None, tree.root())?;
+        rss[1] = (down.max_rss, down.hwm);
+        Ok((up.wall, down.wall))
     });
     match run {
         Ok(r) => Ok((r, rss)),
@@ -261,7 +175,7 @@ done
 /// last exits.
 fn go_loops(
     go: &Path,
-    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    env: &[(OsString, OsString)],
     prefix: &str,
     count: usize,
     concurrency: usize,
@@ -309,7 +223,7 @@ fn go_run(
     count: usize,
     concurrency: usize,
 ) -> anyhow::Result<BatchRun> {
-    let env = env(tree, &cache_dir(tree, "go")?)?;
+    let env = env(tree, "go")?;
     let run = batch::measure(|| {
         let setup = go_loops(go, &env, prefix, count, concurrency, "up")?;
         let teardown = go_loops(go, &env, prefix, count, concurrency, "down")?;
@@ -332,30 +246,20 @@ fn single_rss(
     runs: usize,
 ) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
     let (mut add, mut del, mut ours) = (Vec::new(), Vec::new(), Vec::new());
-    let genv = env(tree, &cache_dir(tree, "go")?)?;
-    let oenv = env(tree, &cache_dir(tree, "cnitool")?)?;
+    let (genv, oenv) = (env(tree, "go")?, env(tree, "cnitool")?);
     for i in 0..runs {
         let name = format!("{prefix}{i}");
         let ns = Netns::create(&name)?;
         drop(ns);
         let path = format!("{NETNS_RUN_DIR}/{name}");
         let r = (|| -> anyhow::Result<()> {
-            add.push(peak_rss_kib(go, &["add", NETWORK, &path], &genv, None, tree.root())? as f64);
-            del.push(peak_rss_kib(go, &["del", NETWORK, &path], &genv, None, tree.root())? as f64);
-            ours.push(peak_rss_kib(
-                &bins.cnitool,
-                &["add", NETWORK, &path],
-                &oenv,
-                None,
-                tree.root(),
-            )? as f64);
-            peak_rss_kib(
-                &bins.cnitool,
-                &["del", NETWORK, &path],
-                &oenv,
-                None,
-                tree.root(),
-            )?;
+            let rss = |p: &Path, verb: &str, env| {
+                peak_rss_kib(p, &[verb, NETWORK, &path], env, None, tree.root())
+            };
+            add.push(rss(go, "add", &genv)?);
+            del.push(rss(go, "del", &genv)?);
+            ours.push(rss(&bins.cnitool, "add", &oenv)?);
+            rss(&bins.cnitool, "del", &oenv)?;
             Ok(())
         })();
         Netns::delete_named(&name)?;
@@ -416,8 +320,28 @@ fn run_one(
     Ok(Run { batch, rss, load })
 }
 
-/// The section.
-pub(crate) fn section(
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let skip = match (&cx.go, cx.root) {
+        (None, _) => "the batch of 1,000 (batch1000): it needs Go's cnitool (see above)",
+        (_, false) => "the batch of 1,000 (batch1000) needs root",
+        (Some(go), true) => {
+            let a = &cx.args;
+            let plan = Plan {
+                count: a
+                    .batch1000_count
+                    .unwrap_or(if a.quick { 100 } else { 1000 }),
+                concurrency: a.batch1000_concurrency.clone(),
+                reps: a.batch1000_reps.unwrap_or(if a.quick { 1 } else { 2 }),
+            };
+            let net = RealNet::create_as(&cx.tree, "cnk", NETWORK, CONF_FILE, 20)?;
+            return run(&cx.bins, go, &cx.tree, &net, &plan, &mut cx.findings).map(Some);
+        }
+    };
+    cx.skipped.push(skip.into());
+    Ok(None)
+}
+
+fn run(
     bins: &Bins,
     go: &Path,
     tree: &Tree,
@@ -563,8 +487,8 @@ pub(crate) fn section(
         let s = Summary::min_max(v);
         format!("{:.0} ({:.0}–{:.0})", s.median, s.p10, s.p90)
     };
-    findings.put("batch1000/rss/up".into(), Summary::min_max(&rss_up));
-    findings.put("batch1000/rss/go-add".into(), Summary::min_max(&gadd));
+    findings.put("batch1000/rss/up", Summary::min_max(&rss_up));
+    findings.put("batch1000/rss/go-add", Summary::min_max(&gadd));
     mem.row(vec![
         format!("cnitool batch up, {n} namespaces"),
         mm0(&rss_up),
@@ -612,18 +536,4 @@ pub(crate) fn section(
         mem.markdown(),
         c = "C",
     ))
-}
-
-/// Checks `--batch1000-concurrency`.
-pub(crate) fn parse_concurrency(s: &str) -> anyhow::Result<Vec<usize>> {
-    s.split(',')
-        .map(|c| {
-            let v: usize = c
-                .trim()
-                .parse()
-                .with_context(|| format!("concurrency {c:?}"))?;
-            anyhow::ensure!((1..=64).contains(&v), "concurrency {v}: 1 to 64");
-            Ok(v)
-        })
-        .collect()
 }

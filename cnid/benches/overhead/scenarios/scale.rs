@@ -1,4 +1,4 @@
-//! Issue 25 item 4, node scale: cnid with 0, 1,000 and 10,000 attachments
+//! Node scale (`--only scale`): cnid with 0, 1,000 and 10,000 attachments
 //! in its cache and ADD journal (as after a `kill -9` of a cnid that made
 //! them within the last 30 s: one `commit` line per record, this boot's).
 //!
@@ -19,9 +19,8 @@
 //! With `--scale-baseline CNID` the same runs alternate, per size, with
 //! that cnid binary (a build before a change): one paired run.
 
-use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -32,12 +31,14 @@ use cnid::api::{AttachmentRequest, GcRequest};
 use cnid::client::Client;
 use tokio::runtime::Runtime;
 
+use crate::Cx;
 use crate::chains::NOOP_NETNS;
-use crate::report::{Findings, Table};
+use crate::procs::{metrics, threads_cpu_ns};
+use crate::report::{Table, section as md};
 use crate::setup::{Bins, Daemon, NOOP1, Tree};
 use crate::stats::Summary;
 
-/// The goals of issue 25 item 4.
+/// The goals: at 10,000 attachments, and the admission at any size.
 pub(crate) const READY_GOAL_S: f64 = 1.0;
 pub(crate) const RSS_GOAL_MIB: f64 = 64.0;
 pub(crate) const ADMISSION_GOAL_MS: f64 = 0.1;
@@ -149,47 +150,21 @@ fn start_ready(
     }
 }
 
-/// The run time of all of `pid`'s threads so far (ns, `schedstat`).
-fn cpu_ns(pid: i32) -> anyhow::Result<u64> {
-    let mut sum = 0;
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let path = t?.path().join("schedstat");
-        if let Ok(s) = std::fs::read_to_string(&path) {
-            sum += s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    Ok(sum)
-}
-
-/// The ADD row of cnid's admission histogram in a `/metrics` text: the
-/// sum (seconds), the count, and the count within [`ADMISSION_GOAL_MS`]
-/// (its `le="0.0001"` bucket); `None` when cnid has no such metric.
-fn admission_counts(metrics: &str) -> Option<(f64, f64, f64)> {
-    let value = |head: &str| {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(head))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-    };
-    const NAME: &str = "cnid_admission_duration_seconds";
-    // The bucket's bound as cnid writes it: `ADMISSION_GOAL_MS` in seconds.
-    let goal = format!("{NAME}_bucket{{verb=\"ADD\",le=\"0.0001\"}} ");
-    Some((
-        value(&format!("{NAME}_sum{{verb=\"ADD\"}} "))?,
-        value(&format!("{NAME}_count{{verb=\"ADD\"}} "))?,
-        value(&goal)?,
-    ))
-}
-
 /// The ADDs' admission between two `/metrics` texts: mean seconds and
-/// the share within the goal.
+/// the share within [`ADMISSION_GOAL_MS`] (its `le="0.0001"` bucket, as
+/// cnid writes it); `None` when cnid has no such metric or no new ADD.
 fn admission_between(before: &str, after: &str) -> Option<(f64, f64)> {
-    let (s0, n0, g0) = admission_counts(before)?;
-    let (s1, n1, g1) = admission_counts(after)?;
+    const NAME: &str = "cnid_admission_duration_seconds";
+    let get = |text: &str| {
+        let m = metrics(text);
+        let v = |s: &str| m.get(&format!("{NAME}{s}")).copied();
+        Some((
+            v("_sum{verb=\"ADD\"}")?,
+            v("_count{verb=\"ADD\"}")?,
+            v("_bucket{verb=\"ADD\",le=\"0.0001\"}")?,
+        ))
+    };
+    let ((s0, n0, g0), (s1, n1, g1)) = (get(before)?, get(after)?);
     let n = n1 - n0;
     (n > 0.0).then(|| ((s1 - s0) / n, (g1 - g0) / n))
 }
@@ -256,7 +231,7 @@ fn run_one(
         tokio.block_on(client.del(NOOP1, &probe(j)))?;
     }
     let metrics0 = tokio.block_on(client.metrics())?;
-    let cpu0 = cpu_ns(daemon.pid())?;
+    let cpu0 = threads_cpu_ns(daemon.pid())?;
     let mut add = Vec::with_capacity(probes);
     for j in 0..probes {
         let req = probe(j + 5);
@@ -267,7 +242,7 @@ fn run_one(
         add.push(t.elapsed().as_secs_f64());
         tokio.block_on(client.del(NOOP1, &req))?;
     }
-    let cpu_per_op = (cpu_ns(daemon.pid())? - cpu0) as f64 / 1e9 / probes as f64;
+    let cpu_per_op = (threads_cpu_ns(daemon.pid())? - cpu0) as f64 / 1e9 / probes as f64;
     let admission = admission_between(&metrics0, &tokio.block_on(client.metrics())?);
     let t = Instant::now();
     let listed = tokio.block_on(page_all(&client, None))?;
@@ -311,15 +286,10 @@ fn run_one(
     })
 }
 
-/// The section; `baseline`: another cnid binary run alongside.
-pub(crate) fn section(
-    bins: &Bins,
-    tree: &Tree,
-    tokio: &Runtime,
-    quick: bool,
-    baseline: Option<&PathBuf>,
-    findings: &mut Findings,
-) -> anyhow::Result<String> {
+/// The section; `--scale-baseline`: another cnid binary run alongside.
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let (bins, tree, tokio, quick) = (&cx.bins, &cx.tree, &cx.tokio, cx.args.quick);
+    let findings = &mut cx.findings;
     let sizes: &[usize] = if quick {
         &[0, 1000]
     } else {
@@ -327,7 +297,7 @@ pub(crate) fn section(
     };
     let probes = if quick { 30 } else { 200 };
     let mut builds: Vec<(&str, Bins)> = Vec::new();
-    if let Some(b) = baseline {
+    if let Some(b) = &cx.args.scale_baseline {
         builds.push((
             "baseline",
             Bins {
@@ -422,20 +392,21 @@ pub(crate) fn section(
         "{probes} ADD+DEL pairs of fresh containers per size (noop ×1, `{NOOP_NETNS}`), after 5 \
          for warm-up; CPU is the sum of cnid's threads' run time (`/proc/PID/task/*/schedstat`) \
          over them; the measured admission is cnid's `cnid_admission_duration_seconds{{verb=\"ADD\"}}` \
-         (wall time of `Engine::admit`) over the same ADDs. Goals (issue 25 item 4, at {LARGEST}): \
+         (wall time of `Engine::admit`) over the same ADDs. Goals (at {LARGEST}): \
          ready ≤ {READY_GOAL_S} s, RSS ≤ {RSS_GOAL_MIB} MiB, admission ≤ {ADMISSION_GOAL_MS} ms \
          at any size."
     ));
-    let mut s = String::from(INTRO);
-    let _ = write!(s, "{}", t.markdown());
-    Ok(s)
+    Ok(Some(md(
+        "Node scale: cnid with 10,000 attachments",
+        INTRO,
+        &[t],
+    )))
 }
 
-const INTRO: &str = "### Node scale: cnid with 10,000 attachments (issue 25)\n\n\
-Per size N: N `cniCacheV1` records of `bench-noop1` in a fresh cache dir and a commit line for \
+const INTRO: &str = "Per size N: N `cniCacheV1` records of `bench-noop1` in a fresh cache dir and a commit line for \
 each in cnid's ADD journal (as a `kill -9` would leave them within 30 s of the ADDs; start-up \
 flushes their records, then empties the journal), each on its own netns path, which does not \
 exist (`--stale-after 0`: the reaper leaves them). cnid is spawned and `GET /v1/health/ready` \
 polled every 1 ms; then ADD+DEL of fresh containers, a full paging of `GET /v1/attachments`, \
 a restart (SIGTERM, then a start from the cache alone), and at the largest N a GC of the network \
-with no valid attachments (every cached one is deleted, noop plugin).\n\n";
+with no valid attachments (every cached one is deleted, noop plugin).";
