@@ -227,10 +227,10 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             // Floor and runtime alternate which goes first.
             for is_floor in [rep % 2 == 0, rep % 2 != 0] {
                 let r = if is_floor {
-                    let prefix = format!("{}f{c}{st}r{rep}-", net.prefix());
+                    let prefix = format!("{}f{c}{st}r{rep}-", net.prefix);
                     floor_batch(&list, &cx.tree, &prefix, n, c)
                 } else {
-                    let prefix = format!("{}b{c}{st}r{rep}-", net.prefix());
+                    let prefix = format!("{}b{c}{st}r{rep}-", net.prefix);
                     runtime_batch(&list, &cx.tree, storage, &cx.tokio, &prefix, n, c)
                 };
                 runs[usize::from(!is_floor)].push(r.context(label.clone())?);

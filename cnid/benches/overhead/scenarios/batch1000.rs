@@ -15,7 +15,7 @@
 //!   k, k+C, ...: `ip netns add NAME && go-cnitool add NET
 //!   /run/netns/NAME`, then `go-cnitool del ... && ip netns del NAME`, as
 //!   a shell harness does it (Go's cnitool creates no namespaces).
-//! - **floor**: [`crate::batch::floor_batch`] on C threads, namespaces made
+//! - **floor**: [`super::batch::floor_batch`] on C threads, namespaces made
 //!   in this process (`Netns::create`), plugins spawned directly.
 //!
 //! The network is its own: a bridge `cnk<pid>`, a /20 of 10.24x.y.0 (room
@@ -41,7 +41,7 @@
 //!   ratios move with the load (recorded per run).
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -52,55 +52,287 @@ use super::batch::{self, BatchRun};
 use crate::Cx;
 use crate::chains::cnitool_env;
 use crate::procs::{gnu_time, peak_rss_kib};
-use crate::report::{self, Findings, Table};
-use crate::setup::{Bins, RealNet, Tree};
+use crate::report::{Table, load_average, row, section as md};
+use crate::setup::{RealNet, Tree};
 use crate::stats::Summary;
 
 /// The network's name and file.
-pub(crate) const NETWORK: &str = "bench-batch1000";
+const NETWORK: &str = "bench-batch1000";
 const CONF_FILE: &str = "30-batch1000.conflist";
 
-/// The section's sizes.
-#[derive(Debug, Clone)]
-pub(crate) struct Plan {
-    pub(crate) count: usize,
-    pub(crate) concurrency: Vec<usize>,
-    pub(crate) reps: usize,
-}
-
-/// The runners, in their order of the first repetition.
+/// The runners, in their order of the first repetition, and their keys.
 const RUNNERS: [&str; 3] = ["floor", "cnitool batch", "Go cnitool loop"];
+const KEYS: [&str; 3] = ["floor", "cnitool", "go"];
 
 /// One run's figures, with the peak RSS of cnitool batch's up and down
-/// (KiB: `%M`, own `VmHWM`).
+/// (KiB: `%M`, own `VmHWM`) and the load average at its start.
 struct Run {
     batch: BatchRun,
     rss: Option<[(u64, u64); 2]>,
     load: String,
 }
 
-/// Where a runner's cache is: the tree's (on disk), one per tool.
-fn cache_dir(tree: &Tree, tool: &str) -> anyhow::Result<PathBuf> {
+/// The environment of a cnitool (`tool`: ours or Go's), its cache on disk.
+fn env(tree: &Tree, tool: &str) -> anyhow::Result<Vec<(OsString, OsString)>> {
     let d = tree.root().join(format!("batch1000-cache-{tool}"));
     std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
-    Ok(d)
+    cnitool_env(tree, &d)
 }
 
-/// The environment of both cnitools.
-fn env(tree: &Tree, tool: &str) -> anyhow::Result<Vec<(OsString, OsString)>> {
-    cnitool_env(tree, &cache_dir(tree, tool)?)
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let go = match (cx.go.clone(), cx.root) {
+        (Some(go), true) => go,
+        (go, _) => {
+            let why = if go.is_none() {
+                ": it needs Go's cnitool (see above)"
+            } else {
+                " needs root"
+            };
+            cx.skipped
+                .push(format!("the batch of 1,000 (batch1000){why}"));
+            return Ok(None);
+        }
+    };
+    let a = &cx.args;
+    let n = a
+        .batch1000_count
+        .unwrap_or(if a.quick { 100 } else { 1000 });
+    let reps = a.batch1000_reps.unwrap_or(if a.quick { 1 } else { 2 });
+    let net = RealNet::new(&cx.tree, "cnk", 20, Some((NETWORK, CONF_FILE)))?;
+    let per_s = |d: Duration| n as f64 / d.as_secs_f64();
+    let title = format!(
+        "{n} namespaces on the real chain (bridge {}, {}), cache on disk",
+        net.bridge, net.subnet
+    );
+    let mut rates = Table::new(
+        &title,
+        &[
+            "concurrency",
+            "runner",
+            "setup ns/s, median (min–max)",
+            "teardown ns/s, median (min–max)",
+            "total ms/ns, median (min–max)",
+            "CPU ms/ns (all processes)",
+            "load average at start",
+        ],
+    );
+    let mut ratios = Table::new(
+        "ratios, per repetition (same concurrency, adjacent runs)",
+        &[
+            "concurrency",
+            "cnitool batch ÷ floor, setup / teardown / total time",
+            "Go loop ÷ cnitool batch, setup / teardown / total time",
+        ],
+    );
+    // cnitool batch's peak RSS: %M and VmHWM of up, then of down.
+    let mut rss: [Vec<f64>; 4] = Default::default();
+    for &c in &cx.args.batch1000_concurrency {
+        let mut runs: [Vec<Run>; 3] = Default::default();
+        for rep in 0..reps {
+            for which in if rep % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] } {
+                let started = Instant::now();
+                let r = run_one(cx, &net, &go, which, &format!("c{c}r{rep}"), n, c)
+                    .with_context(|| format!("batch1000 c={c} rep {rep}: {}", RUNNERS[which]))?;
+                let (setup, teardown) = (per_s(r.batch.setup), per_s(r.batch.teardown));
+                let took = started.elapsed().as_secs_f64();
+                eprintln!(
+                    "overhead: batch1000 c={c} rep {rep} {}: {took:.1} s (setup {setup:.0}/s, teardown {teardown:.0}/s; load {})",
+                    RUNNERS[which], r.load
+                );
+                for (i, k) in r
+                    .rss
+                    .iter()
+                    .flatten()
+                    .flat_map(|(m, h)| [*m, *h])
+                    .enumerate()
+                {
+                    rss[i].push(k as f64);
+                }
+                runs[which].push(r);
+            }
+        }
+        let mm = |v: &[f64], d: usize| Summary::min_max(v).fmt(1.0, d);
+        for (which, rs) in runs.iter().enumerate() {
+            let per =
+                |f: fn(&BatchRun) -> Duration| rs.iter().map(|r| f(&r.batch)).collect::<Vec<_>>();
+            let setup: Vec<f64> = per(|b| b.setup).into_iter().map(per_s).collect();
+            let teardown: Vec<f64> = per(|b| b.teardown).into_iter().map(per_s).collect();
+            let ms_per_ns = |f| {
+                per(f)
+                    .iter()
+                    .map(|d| d.as_secs_f64() * 1e3 / n as f64)
+                    .collect::<Vec<_>>()
+            };
+            let key = KEYS[which];
+            cx.findings.put(
+                format!("batch1000/c{c}/{key}/setup_rate"),
+                Summary::min_max(&setup),
+            );
+            cx.findings.put(
+                format!("batch1000/c{c}/{key}/teardown_rate"),
+                Summary::min_max(&teardown),
+            );
+            let loads: Vec<&str> = rs.iter().map(|r| r.load.as_str()).collect();
+            let (total, cpu) = (ms_per_ns(BatchRun::total), ms_per_ns(BatchRun::cpu));
+            row!(
+                rates,
+                c,
+                RUNNERS[which],
+                mm(&setup, 0),
+                mm(&teardown, 0),
+                mm(&total, 2),
+                mm(&cpu, 2),
+                loads.join("; ")
+            );
+        }
+        let mut cells = vec![c.to_string()];
+        for (a, b, key) in [(1, 0, "cnitool-over-floor"), (2, 1, "go-over-cnitool")] {
+            let mut three = Vec::new();
+            for (what, f) in [
+                ("setup", (|r| r.setup) as fn(&BatchRun) -> Duration),
+                ("teardown", |r| r.teardown),
+                ("total", BatchRun::total),
+            ] {
+                let v: Vec<f64> = runs[a]
+                    .iter()
+                    .zip(&runs[b])
+                    .map(|(x, y)| f(&x.batch).as_secs_f64() / f(&y.batch).as_secs_f64())
+                    .collect();
+                let s = Summary::min_max(&v);
+                cx.findings.put(format!("batch1000/c{c}/{key}/{what}"), s);
+                three.push(s.ratio());
+            }
+            cells.push(three.join(" / "));
+        }
+        ratios.row(cells);
+    }
+    // Go's cnitool's peak RSS for one `add` and one `del` on the chain, and
+    // ours for one `add`, for scale.
+    let (tree, bins) = (&cx.tree, &cx.bins);
+    let (genv, oenv) = (env(tree, "go")?, env(tree, "cnitool")?);
+    let mut one: [Vec<f64>; 3] = Default::default();
+    for i in 0..5 {
+        let name = format!("{}m-{i}", net.prefix);
+        drop(Netns::create(&name)?);
+        let path = format!("{NETNS_RUN_DIR}/{name}");
+        let rss = |p: &Path, verb: &str, env| {
+            peak_rss_kib(p, &[verb, NETWORK, &path], env, None, tree.root())
+        };
+        let r = (|| -> anyhow::Result<()> {
+            one[0].push(rss(&go, "add", &genv)?);
+            one[1].push(rss(&go, "del", &genv)?);
+            one[2].push(rss(&bins.cnitool, "add", &oenv)?);
+            rss(&bins.cnitool, "del", &oenv).map(drop)
+        })();
+        Netns::delete_named(&name)?;
+        r?;
+    }
+    let mut mem = Table::new(
+        "peak RSS, KiB, median (min–max)",
+        &[
+            "process",
+            "GNU time %M (largest of it and its plugins)",
+            "own VmHWM, sampled",
+        ],
+    );
+    let mm0 = |v: &[f64]| Summary::min_max(v).fmt(1.0, 0);
+    cx.findings
+        .put("batch1000/rss/up", Summary::min_max(&rss[0]));
+    cx.findings
+        .put("batch1000/rss/go-add", Summary::min_max(&one[0]));
+    row!(
+        mem,
+        format!("cnitool batch up, {n} namespaces"),
+        mm0(&rss[0]),
+        mm0(&rss[1])
+    );
+    row!(
+        mem,
+        format!("cnitool batch down, {n} namespaces"),
+        mm0(&rss[2]),
+        mm0(&rss[3])
+    );
+    row!(mem, "Go cnitool add, one namespace", mm0(&one[0]), "–");
+    row!(mem, "Go cnitool del, one namespace", mm0(&one[1]), "–");
+    row!(mem, "cnitool add, one namespace", mm0(&one[2]), "–");
+    rates.note(format!(
+        "{reps} repetitions per concurrency, runners alternating (floor, cnitool batch, Go loop; \
+         then reversed). Setup = create the namespace + ADD; teardown = DEL + delete it. CPU \
+         is user + system of this process and every process it reaped (cnitool, sh, ip, the \
+         plugins). Normal scheduling policy."
+    ));
+    mem.note(
+        "%M of a process includes its largest reaped child's (the bridge plugin's); \
+         VmHWM is the process's own, read from /proc every 5 ms while it runs.",
+    );
+    Ok(Some(md(
+        &format!("Batch of {n}: cnitool batch against a loop of Go's cnitool and the floor"),
+        "`cnitool batch up|down` (one process each) against C shell loops of Go's cnitool \
+         (`ip netns add` + `go-cnitool add`; `go-cnitool del` + `ip netns del`) and the floor \
+         on as many threads, on the real chain (loopback, bridge/host-local, tuning; no \
+         gateway, no masquerade).",
+        &[rates, ratios, mem],
+    )))
 }
 
-/// cnitool batch up, then down.
+/// Runs runner `which` once: N namespaces set up and torn down at
+/// concurrency `c`; none may be left.
+fn run_one(
+    cx: &Cx,
+    net: &RealNet,
+    go: &Path,
+    which: usize,
+    tag: &str,
+    n: usize,
+    c: usize,
+) -> anyhow::Result<Run> {
+    let (tree, load) = (&cx.tree, load_average());
+    let prefix = format!("{}{}{tag}-", net.prefix, ["f", "o", "g"][which]);
+    let (batch, rss) = match which {
+        0 => (
+            batch::floor_batch(&tree.load(NETWORK)?, tree, &prefix, n, c)?,
+            None,
+        ),
+        1 => {
+            let (b, r) = ours(cx, &prefix, n, c)?;
+            (b, Some(r))
+        }
+        _ => {
+            let env = env(tree, "go")?;
+            let run = batch::measure(|| {
+                Ok((
+                    go_loops(go, &env, &prefix, n, c, "up")?,
+                    go_loops(go, &env, &prefix, n, c, "down")?,
+                ))
+            });
+            if run.is_err() {
+                let _ = go_loops(go, &env, &prefix, n, c, "clean");
+            }
+            (run?, None)
+        }
+    };
+    let left = Netns::list_named()?
+        .into_iter()
+        .filter(|x| x.starts_with(&prefix))
+        .count();
+    anyhow::ensure!(
+        left == 0,
+        "{}: {left} namespaces left after teardown",
+        RUNNERS[which]
+    );
+    Ok(Run { batch, rss, load })
+}
+
+/// cnitool batch up, then down, each under GNU time.
 fn ours(
-    bins: &Bins,
-    tree: &Tree,
+    cx: &Cx,
     prefix: &str,
     count: usize,
-    concurrency: usize,
+    c: usize,
 ) -> anyhow::Result<(BatchRun, [(u64, u64); 2])> {
+    let (tree, cnitool) = (&cx.tree, &cx.bins.cnitool);
     let env = env(tree, "cnitool")?;
-    let (n, c) = (count.to_string(), concurrency.to_string());
+    let (n, c) = (count.to_string(), c.to_string());
     let mut rss = [(0, 0); 2];
     let run = batch::measure(|| {
         let up = [
@@ -115,7 +347,7 @@ fn ours(
             prefix,
             "--quiet",
         ];
-        let up = gnu_time(&bins.cnitool, &up, &env, None, tree.root())?;
+        let up = gnu_time(cnitool, &up, &env, None, tree.root())?;
         rss[0] = (up.max_rss, up.hwm);
         let summary: serde_json::Value =
             serde_json::from_slice(&up.stdout).context("cnitool batch up's summary")?;
@@ -135,25 +367,22 @@ fn ours(
             &c,
             "--quiet",
         ];
-        let down = gnu_time(&bins.cnitool, &down, &env, None, tree.root())?;
+        let down = gnu_time(cnitool, &down, &env, None, tree.root())?;
         rss[1] = (down.max_rss, down.hwm);
         Ok((up.wall, down.wall))
     });
-    match run {
-        Ok(r) => Ok((r, rss)),
-        Err(e) => {
-            // Leave nothing of this run behind.
-            let _ = Command::new(&bins.cnitool)
-                .args(["batch", "down", NETWORK, "--prefix", prefix, "--quiet"])
-                .env_clear()
-                .envs(env.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-            Err(e)
-        }
+    if run.is_err() {
+        // Leave nothing of this run behind.
+        let _ = Command::new(cnitool)
+            .args(["batch", "down", NETWORK, "--prefix", prefix, "--quiet"])
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
+    Ok((run?, rss))
 }
 
 /// One shell loop of the Go runner: `$1` first index, `$2` step, `$3`
@@ -171,36 +400,34 @@ while [ "$i" -lt "$3" ]; do
 done
 "#;
 
-/// `concurrency` shell loops of `verb` at once; the wall time until the
-/// last exits.
+/// `c` shell loops of `verb` at once; the wall time until the last exits.
 fn go_loops(
     go: &Path,
     env: &[(OsString, OsString)],
     prefix: &str,
     count: usize,
-    concurrency: usize,
+    c: usize,
     verb: &str,
 ) -> anyhow::Result<Duration> {
     let started = Instant::now();
-    let (n, c) = (count.to_string(), concurrency.to_string());
-    let children = (0..concurrency.min(count))
-        .map(|k| {
-            Command::new("sh")
-                .arg("-c")
-                .arg(GO_LOOP)
-                .arg("sh")
-                .args([&k.to_string(), &c, &n, prefix, verb])
-                .arg(go)
-                .arg(NETWORK)
-                .env_clear()
-                .envs(env.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::null())
+    let (n, step) = (count.to_string(), c.to_string());
+    let mut children = Vec::new();
+    for k in 0..c.min(count) {
+        let args = [&k.to_string(), &step, &n, prefix, verb];
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", GO_LOOP, "sh"])
+            .args(args)
+            .arg(go)
+            .arg(NETWORK);
+        cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        children.push(
+            cmd.stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
-                .context("sh")
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+                .context("sh")?,
+        );
+    }
     let mut failed = None;
     for child in children {
         let out = child.wait_with_output()?;
@@ -213,327 +440,4 @@ fn go_loops(
         Some(e) if verb != "clean" => bail!("Go cnitool loop ({verb}) failed: {e}"),
         _ => Ok(wall),
     }
-}
-
-/// The Go runner: up, then down.
-fn go_run(
-    go: &Path,
-    tree: &Tree,
-    prefix: &str,
-    count: usize,
-    concurrency: usize,
-) -> anyhow::Result<BatchRun> {
-    let env = env(tree, "go")?;
-    let run = batch::measure(|| {
-        let setup = go_loops(go, &env, prefix, count, concurrency, "up")?;
-        let teardown = go_loops(go, &env, prefix, count, concurrency, "down")?;
-        Ok((setup, teardown))
-    });
-    if run.is_err() {
-        let _ = go_loops(go, &env, prefix, count, concurrency, "clean");
-    }
-    run
-}
-
-/// Go's cnitool's peak RSS (KiB) for one `add` and one `del` on the
-/// chain, `runs` times each; and ours for one `add`, for scale.
-#[allow(clippy::type_complexity)]
-fn single_rss(
-    bins: &Bins,
-    go: &Path,
-    tree: &Tree,
-    prefix: &str,
-    runs: usize,
-) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
-    let (mut add, mut del, mut ours) = (Vec::new(), Vec::new(), Vec::new());
-    let (genv, oenv) = (env(tree, "go")?, env(tree, "cnitool")?);
-    for i in 0..runs {
-        let name = format!("{prefix}{i}");
-        let ns = Netns::create(&name)?;
-        drop(ns);
-        let path = format!("{NETNS_RUN_DIR}/{name}");
-        let r = (|| -> anyhow::Result<()> {
-            let rss = |p: &Path, verb: &str, env| {
-                peak_rss_kib(p, &[verb, NETWORK, &path], env, None, tree.root())
-            };
-            add.push(rss(go, "add", &genv)?);
-            del.push(rss(go, "del", &genv)?);
-            ours.push(rss(&bins.cnitool, "add", &oenv)?);
-            rss(&bins.cnitool, "del", &oenv)?;
-            Ok(())
-        })();
-        Netns::delete_named(&name)?;
-        r?;
-    }
-    Ok((add, del, ours))
-}
-
-/// What every run works with.
-struct Ctx<'a> {
-    bins: &'a Bins,
-    go: &'a Path,
-    tree: &'a Tree,
-    net: &'a RealNet,
-}
-
-/// Runs runner `which` once.
-fn run_one(
-    ctx: &Ctx<'_>,
-    which: usize,
-    tag: &str,
-    count: usize,
-    concurrency: usize,
-) -> anyhow::Result<Run> {
-    let Ctx {
-        bins,
-        go,
-        tree,
-        net,
-    } = *ctx;
-    let load = report::load_average();
-    let prefix = format!("{}{}{tag}-", net.prefix(), ["f", "o", "g"][which]);
-    let (batch, rss) = match which {
-        0 => {
-            let list = tree.load(NETWORK)?;
-            (
-                batch::floor_batch(&list, tree, &prefix, count, concurrency)?,
-                None,
-            )
-        }
-        1 => {
-            let (b, r) = ours(bins, tree, &prefix, count, concurrency)?;
-            (b, Some(r))
-        }
-        _ => (go_run(go, tree, &prefix, count, concurrency)?, None),
-    };
-    let left: Vec<String> = Netns::list_named()?
-        .into_iter()
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
-    if !left.is_empty() {
-        bail!(
-            "{}: {} namespaces left after teardown",
-            RUNNERS[which],
-            left.len()
-        );
-    }
-    Ok(Run { batch, rss, load })
-}
-
-pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
-    let skip = match (&cx.go, cx.root) {
-        (None, _) => "the batch of 1,000 (batch1000): it needs Go's cnitool (see above)",
-        (_, false) => "the batch of 1,000 (batch1000) needs root",
-        (Some(go), true) => {
-            let a = &cx.args;
-            let plan = Plan {
-                count: a
-                    .batch1000_count
-                    .unwrap_or(if a.quick { 100 } else { 1000 }),
-                concurrency: a.batch1000_concurrency.clone(),
-                reps: a.batch1000_reps.unwrap_or(if a.quick { 1 } else { 2 }),
-            };
-            let net = RealNet::create_as(&cx.tree, "cnk", NETWORK, CONF_FILE, 20)?;
-            return run(&cx.bins, go, &cx.tree, &net, &plan, &mut cx.findings).map(Some);
-        }
-    };
-    cx.skipped.push(skip.into());
-    Ok(None)
-}
-
-fn run(
-    bins: &Bins,
-    go: &Path,
-    tree: &Tree,
-    net: &RealNet,
-    plan: &Plan,
-    findings: &mut Findings,
-) -> anyhow::Result<String> {
-    let n = plan.count;
-    let ctx = Ctx {
-        bins,
-        go,
-        tree,
-        net,
-    };
-    let per_s = |d: Duration| n as f64 / d.as_secs_f64();
-    let mut rates = Table::new(
-        &format!(
-            "{n} namespaces on the real chain (bridge {}, {}), cache on disk",
-            net.bridge(),
-            net.subnet()
-        ),
-        &[
-            "concurrency",
-            "runner",
-            "setup ns/s, median (min–max)",
-            "teardown ns/s, median (min–max)",
-            "total ms/ns, median (min–max)",
-            "CPU ms/ns (all processes)",
-            "load average at start",
-        ],
-    );
-    let mut ratios = Table::new(
-        "ratios, per repetition (same concurrency, adjacent runs)",
-        &[
-            "concurrency",
-            "cnitool batch ÷ floor, setup / teardown / total time",
-            "Go loop ÷ cnitool batch, setup / teardown / total time",
-        ],
-    );
-    let mut rss_up: Vec<f64> = Vec::new();
-    let mut rss_down: Vec<f64> = Vec::new();
-    let mut hwm_up: Vec<f64> = Vec::new();
-    let mut hwm_down: Vec<f64> = Vec::new();
-    for &c in &plan.concurrency {
-        let mut runs: [Vec<Run>; 3] = Default::default();
-        for rep in 0..plan.reps {
-            let order: Vec<usize> = if rep % 2 == 0 {
-                vec![0, 1, 2]
-            } else {
-                vec![2, 1, 0]
-            };
-            for which in order {
-                let started = Instant::now();
-                let tag = format!("c{c}r{rep}");
-                let r = run_one(&ctx, which, &tag, n, c)
-                    .with_context(|| format!("batch1000 c={c} rep {rep}: {}", RUNNERS[which]))?;
-                eprintln!(
-                    "overhead: batch1000 c={c} rep {rep} {}: {:.1} s (setup {:.0}/s, teardown {:.0}/s; load {})",
-                    RUNNERS[which],
-                    started.elapsed().as_secs_f64(),
-                    per_s(r.batch.setup),
-                    per_s(r.batch.teardown),
-                    r.load
-                );
-                if let Some([(mu, hu), (md, hd)]) = r.rss {
-                    rss_up.push(mu as f64);
-                    hwm_up.push(hu as f64);
-                    rss_down.push(md as f64);
-                    hwm_down.push(hd as f64);
-                }
-                runs[which].push(r);
-            }
-        }
-        let mm = |v: &[f64], d: usize| {
-            let s = Summary::min_max(v);
-            format!("{:.d$} ({:.d$}–{:.d$})", s.median, s.p10, s.p90, d = d)
-        };
-        for (which, name) in RUNNERS.iter().enumerate() {
-            let rs = &runs[which];
-            let setup: Vec<f64> = rs.iter().map(|r| per_s(r.batch.setup)).collect();
-            let teardown: Vec<f64> = rs.iter().map(|r| per_s(r.batch.teardown)).collect();
-            let total: Vec<f64> = rs
-                .iter()
-                .map(|r| r.batch.total().as_secs_f64() * 1e3 / n as f64)
-                .collect();
-            let cpu: Vec<f64> = rs
-                .iter()
-                .map(|r| r.batch.cpu().as_secs_f64() * 1e3 / n as f64)
-                .collect();
-            let key = ["floor", "cnitool", "go"][which];
-            findings.put(
-                format!("batch1000/c{c}/{key}/setup_rate"),
-                Summary::min_max(&setup),
-            );
-            findings.put(
-                format!("batch1000/c{c}/{key}/teardown_rate"),
-                Summary::min_max(&teardown),
-            );
-            rates.row(vec![
-                c.to_string(),
-                (*name).into(),
-                mm(&setup, 0),
-                mm(&teardown, 0),
-                mm(&total, 2),
-                mm(&cpu, 2),
-                rs.iter()
-                    .map(|r| r.load.clone())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            ]);
-        }
-        let ratio = |a: usize, b: usize, f: fn(&BatchRun) -> Duration| {
-            let v: Vec<f64> = runs[a]
-                .iter()
-                .zip(&runs[b])
-                .map(|(x, y)| f(&x.batch).as_secs_f64() / f(&y.batch).as_secs_f64())
-                .collect();
-            Summary::min_max(&v)
-        };
-        let three = |a: usize, b: usize, key: &str, findings: &mut Findings| {
-            let s = ratio(a, b, |r| r.setup);
-            let t = ratio(a, b, |r| r.teardown);
-            let all = ratio(a, b, BatchRun::total);
-            findings.put(format!("batch1000/c{c}/{key}/setup"), s);
-            findings.put(format!("batch1000/c{c}/{key}/teardown"), t);
-            findings.put(format!("batch1000/c{c}/{key}/total"), all);
-            format!("{} / {} / {}", s.ratio(), t.ratio(), all.ratio())
-        };
-        let ours_floor = three(1, 0, "cnitool-over-floor", findings);
-        let go_ours = three(2, 1, "go-over-cnitool", findings);
-        ratios.row(vec![c.to_string(), ours_floor, go_ours]);
-    }
-    let (gadd, gdel, oadd) = single_rss(bins, go, tree, &format!("{}m-", net.prefix()), 5)?;
-    let mut mem = Table::new(
-        "peak RSS, KiB, median (min–max)",
-        &[
-            "process",
-            "GNU time %M (largest of it and its plugins)",
-            "own VmHWM, sampled",
-        ],
-    );
-    let mm0 = |v: &[f64]| {
-        let s = Summary::min_max(v);
-        format!("{:.0} ({:.0}–{:.0})", s.median, s.p10, s.p90)
-    };
-    findings.put("batch1000/rss/up", Summary::min_max(&rss_up));
-    findings.put("batch1000/rss/go-add", Summary::min_max(&gadd));
-    mem.row(vec![
-        format!("cnitool batch up, {n} namespaces"),
-        mm0(&rss_up),
-        mm0(&hwm_up),
-    ]);
-    mem.row(vec![
-        format!("cnitool batch down, {n} namespaces"),
-        mm0(&rss_down),
-        mm0(&hwm_down),
-    ]);
-    mem.row(vec![
-        "Go cnitool add, one namespace".into(),
-        mm0(&gadd),
-        "–".into(),
-    ]);
-    mem.row(vec![
-        "Go cnitool del, one namespace".into(),
-        mm0(&gdel),
-        "–".into(),
-    ]);
-    mem.row(vec![
-        "cnitool add, one namespace".into(),
-        mm0(&oadd),
-        "–".into(),
-    ]);
-    rates.note(format!(
-        "{} repetitions per concurrency, runners alternating (floor, cnitool batch, Go loop; \
-         then reversed). Setup = create the namespace + ADD; teardown = DEL + delete it. CPU \
-         is user + system of this process and every process it reaped (cnitool, sh, ip, the \
-         plugins). Normal scheduling policy.",
-        plan.reps
-    ));
-    mem.note(
-        "%M of a process includes its largest reaped child's (the bridge plugin's); \
-         VmHWM is the process's own, read from /proc every 5 ms while it runs.",
-    );
-    Ok(format!(
-        "### Batch of {n}: cnitool batch against a loop of Go's cnitool and the floor\n\n\
-         `cnitool batch up|down` (one process each) against {c} shell loops of Go's cnitool \
-         (`ip netns add` + `go-cnitool add`; `go-cnitool del` + `ip netns del`) and the floor \
-         on as many threads, on the real chain (loopback, bridge/host-local, tuning; no \
-         gateway, no masquerade).\n\n{}\n{}\n{}",
-        rates.markdown(),
-        ratios.markdown(),
-        mem.markdown(),
-        c = "C",
-    ))
 }

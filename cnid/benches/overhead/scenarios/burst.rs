@@ -1,5 +1,5 @@
-//! A burst of pods (`--only burst`, root): containerd's go-cni (`cnid/tests/go/gocni`, the calls
-//! of containerd's CRI plugin) setting up N sandboxes (100 by default) at
+//! A burst of pods (`--only burst`, root): containerd's go-cni
+//! (`cnid/tests/go/gocni`, the calls of containerd's CRI plugin) setting up N sandboxes (100 by default) at
 //! concurrency C (16 and 32), then removing them, through `cnid-shim` into
 //! cnid, against go-cni straight on the same chain. No Kubernetes: what a
 //! node feels when many pods land on it at once, with the runtime's own
@@ -53,41 +53,16 @@ use serde_json::json;
 
 use crate::Cx;
 use crate::procs::{histogram_means, metrics, proc_cpu};
-use crate::report::{self, Findings, Table, row};
-use crate::setup::{Bins, Daemon, REAL_PLUGIN_DIR, RealNet, Storage, Tree};
+use crate::report::{Table, load_average, row, section as md};
+use crate::setup::{Daemon, REAL_PLUGIN_DIR, RealNet, Storage};
 use crate::stats::{Summary, quantile};
 
 /// The network's name (in cnid's conf dir and go-cni's direct one).
 const NETWORK: &str = "bench-burst";
 const CONF_FILE: &str = "40-burst.conflist";
 
-/// The section's sizes and its cnid.
-#[derive(Debug, Clone)]
-struct Plan {
-    count: usize,
-    concurrency: Vec<usize>,
-    reps: usize,
-    /// Where cnid's cache and state are (and both runners' libcni caches).
-    storage: Storage,
-    /// More arguments for cnid (`--burst-cnid-args`).
-    cnid_args: Vec<String>,
-}
-
-/// The two runners.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Way {
-    Direct,
-    Cnid,
-}
-
-impl Way {
-    fn key(self) -> &'static str {
-        match self {
-            Way::Direct => "direct",
-            Way::Cnid => "cnid",
-        }
-    }
-}
+/// The two runners: go-cni straight on the chain, and through cnid.
+const WAYS: [&str; 2] = ["direct", "cnid"];
 
 /// What go-cni prints (`cnid/tests/go/gocni`).
 #[derive(Debug, Deserialize)]
@@ -96,9 +71,7 @@ struct GoReport {
     sandboxes: Vec<GoSandbox>,
     wall_ms: f64,
     failed: usize,
-    #[serde(rename = "cpuSelfMs")]
     cpu_self_ms: f64,
-    #[serde(rename = "cpuChildrenMs")]
     cpu_children_ms: f64,
 }
 
@@ -107,53 +80,33 @@ struct GoSandbox {
     id: String,
     #[serde(default)]
     ips: Vec<String>,
-    ms: std::collections::BTreeMap<String, f64>,
+    ms: BTreeMap<String, f64>,
     #[serde(default)]
     error: String,
 }
 
-/// One half (setup or removal) of a round.
-#[derive(Debug, Clone, Default)]
+/// One half (setup or removal) of a round: the per-sandbox call times
+/// (sorted), the burst's wall time (go-cni's clock), and CPU: go-cni
+/// itself, its reaped children, cnid itself, cnid's reaped children
+/// (seconds).
 struct Half {
-    /// Per-sandbox call times, seconds, sorted.
     calls: Vec<f64>,
-    /// Wall time of the burst, seconds (go-cni's own clock).
     wall: f64,
-    /// CPU seconds: go-cni itself, its reaped children, cnid itself, cnid's
-    /// reaped children.
-    go_self: f64,
-    go_children: f64,
-    cnid_self: f64,
-    cnid_children: f64,
+    cpu: [f64; 4],
 }
 
-impl Half {
-    fn p(&self, q: f64) -> f64 {
-        quantile(&self.calls, q)
-    }
-}
+/// A figure of a half.
+type Fig = fn(&Half) -> f64;
 
-/// One round: setup, then removal, of N sandboxes by one runner.
-struct Round {
-    setup: Half,
-    remove: Half,
-    load: String,
-}
+/// The figures of a half: p50, p95 and total.
+const FIGS: [(&str, Fig); 3] = [
+    ("p50", |h| quantile(&h.calls, 0.5)),
+    ("p95", |h| quantile(&h.calls, 0.95)),
+    ("total", |h| h.wall),
+];
 
-/// cnid's `/metrics` samples.
-fn histograms(socket: &Path) -> anyhow::Result<BTreeMap<String, f64>> {
-    let deadlines = (Duration::from_secs(30), Duration::from_secs(30));
-    let ans = cnid::shim::http::request(socket, "GET", "/metrics", &[], None, deadlines)?;
-    anyhow::ensure!(ans.status == 200, "GET /metrics: HTTP {}", ans.status);
-    Ok(metrics(&String::from_utf8_lossy(&ans.body)))
-}
-
-/// The dirs of one runner: go-cni's conf dir, plugin path and cache.
-struct Side {
-    conf: PathBuf,
-    plugin_path: String,
-    cache: PathBuf,
-}
+/// go-cni's conf dir, plugin path and cache dir of one runner.
+struct Side(PathBuf, String, PathBuf);
 
 /// Everything the rounds work with.
 struct Ctx<'a> {
@@ -161,208 +114,11 @@ struct Ctx<'a> {
     net: &'a RealNet,
     daemon: &'a Daemon,
     host_ip: String,
-    direct: Side,
-    cnid: Side,
-}
-
-impl Ctx<'_> {
-    fn side(&self, way: Way) -> &Side {
-        match way {
-            Way::Direct => &self.direct,
-            Way::Cnid => &self.cnid,
-        }
-    }
-}
-
-/// Writes the chain (cnid's conf dir and the direct one) and makes the
-/// dirs; the shim's list is written by [`shim_list`] once cnid runs.
-fn prepare(
-    bins: &Bins,
-    tree: &Tree,
-    net: &RealNet,
-    storage: Storage,
-) -> anyhow::Result<(Side, Side)> {
-    let root = tree.root().join("burst");
-    let caches = tree.cache(storage).with_file_name("burst");
-    let data = caches.join("host-local");
-    let chain = json!({
-        "cniVersion": "1.0.0",
-        "name": NETWORK,
-        "plugins": [
-            {"type": "bridge", "bridge": net.bridge(), "isGateway": false, "ipMasq": false,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": net.subnet()}]],
-                      "dataDir": data}},
-            {"type": "portmap", "capabilities": {"portMappings": true}}
-        ]
-    });
-    tree.write_conf(CONF_FILE, &chain)?;
-    let direct = Side {
-        conf: root.join("direct-net.d"),
-        plugin_path: REAL_PLUGIN_DIR.into(),
-        cache: caches.join("direct-cache"),
-    };
-    let shim_bin = root.join("shim-bin");
-    let cnid = Side {
-        conf: root.join("cnid-net.d"),
-        plugin_path: format!("{}:{REAL_PLUGIN_DIR}", shim_bin.display()),
-        cache: caches.join("cnid-cache"),
-    };
-    for d in [
-        &direct.conf,
-        &direct.cache,
-        &cnid.conf,
-        &cnid.cache,
-        &shim_bin,
-    ] {
-        std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
-    }
-    std::fs::write(
-        direct.conf.join(CONF_FILE),
-        serde_json::to_vec_pretty(&chain)?,
-    )?;
-    cni_test_support::executable::copy_executable(&bins.shim, &shim_bin.join("cnid-shim"), 0o755);
-    Ok((direct, cnid))
-}
-
-/// Writes the shim's list for the network into `side`'s conf dir, as
-/// `cnid-shim config` writes it from the running cnid.
-fn shim_list(bins: &Bins, side: &Side, socket: &Path) -> anyhow::Result<()> {
-    let out = Command::new(&bins.shim)
-        .args(["config", "--socket"])
-        .arg(socket)
-        .args(["--network", NETWORK, "--timeout", "120s"])
-        .env_remove("CNI_COMMAND")
-        .stdin(Stdio::null())
-        .output()
-        .context("cnid-shim config")?;
-    if !out.status.success() {
-        bail!(
-            "cnid-shim config: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    std::fs::write(side.conf.join("00-cnid.conflist"), &out.stdout)?;
-    Ok(())
-}
-
-/// Runs go-cni's `phase` over `sandboxes` at `concurrency`, with cnid's CPU
-/// read around it.
-fn half(
-    ctx: &Ctx<'_>,
-    way: Way,
-    phase: &str,
-    sandboxes: &[OsString],
-    concurrency: usize,
-) -> anyhow::Result<(Half, GoReport)> {
-    let side = ctx.side(way);
-    let (c0, k0) = proc_cpu(ctx.daemon.pid())?;
-    let out = Command::new(ctx.gocni)
-        .arg("-conf-dir")
-        .arg(&side.conf)
-        .arg("-plugin-dir")
-        .arg(&side.plugin_path)
-        .arg("-cache-dir")
-        .arg(&side.cache)
-        .args(["-phase", phase, "-parallel", &concurrency.to_string()])
-        .args(["-host-ip", &ctx.host_ip])
-        .args(sandboxes)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .stdin(Stdio::null())
-        .output()
-        .context("run gocni")?;
-    let (c1, k1) = proc_cpu(ctx.daemon.pid())?;
-    let rep: GoReport = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "gocni {phase} ({}): no report; stderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-    })?;
-    if rep.failed > 0 || !out.status.success() {
-        let first = rep.sandboxes.iter().find(|s| !s.error.is_empty());
-        bail!(
-            "gocni {phase} via {}: {} of {} failed ({}); first: {}",
-            way.key(),
-            rep.failed,
-            rep.sandboxes.len(),
-            out.status,
-            first.map_or("?".into(), |s| format!("{}: {}", s.id, s.error))
-        );
-    }
-    let mut calls: Vec<f64> = rep
-        .sandboxes
-        .iter()
-        .map(|s| s.ms.get(phase).copied().unwrap_or(f64::NAN) / 1e3)
-        .collect();
-    calls.sort_by(f64::total_cmp);
-    let h = Half {
-        calls,
-        wall: rep.wall_ms / 1e3,
-        go_self: rep.cpu_self_ms / 1e3,
-        go_children: rep.cpu_children_ms / 1e3,
-        cnid_self: c1 - c0,
-        cnid_children: k1 - k0,
-    };
-    Ok((h, rep))
-}
-
-/// One round of `way`: namespaces, setup, removal, namespaces deleted.
-fn round(
-    ctx: &Ctx<'_>,
-    way: Way,
-    tag: &str,
-    count: usize,
-    concurrency: usize,
-) -> anyhow::Result<Round> {
-    let load = report::load_average();
-    let prefix = format!("{}{}{tag}-", ctx.net.prefix(), &way.key()[..1]);
-    let names: Vec<String> = (0..count).map(|i| format!("{prefix}{i}")).collect();
-    let r = (|| {
-        for n in &names {
-            drop(Netns::create(n)?);
-        }
-        let sandboxes: Vec<OsString> = names
-            .iter()
-            .map(|n| format!("{n}={NETNS_RUN_DIR}/{n}").into())
-            .collect();
-        let (setup, rep) = half(ctx, way, "setup", &sandboxes, concurrency)?;
-        let mut ips: Vec<&String> = rep.sandboxes.iter().flat_map(|s| &s.ips).collect();
-        ips.sort();
-        ips.dedup();
-        if ips.len() != count {
-            bail!(
-                "via {}: {} distinct eth0 addresses for {count} sandboxes",
-                way.key(),
-                ips.len()
-            );
-        }
-        let (remove, _) = half(ctx, way, "remove", &sandboxes, concurrency)?;
-        Ok(Round {
-            setup,
-            remove,
-            load: load.clone(),
-        })
-    })();
-    if r.is_err() {
-        // Leave no attachment behind: a removal of every sandbox, errors
-        // ignored (the namespaces go next, and the bridge with the net).
-        let sandboxes: Vec<OsString> = names
-            .iter()
-            .map(|n| format!("{n}={NETNS_RUN_DIR}/{n}").into())
-            .collect();
-        let _ = half(ctx, way, "remove", &sandboxes, concurrency);
-    }
-    for n in &names {
-        if Path::new(NETNS_RUN_DIR).join(n).exists() {
-            Netns::delete_named(n)?;
-        }
-    }
-    r
+    sides: [Side; 2],
 }
 
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
-    let Some(gocni) = &cx.gocni else {
+    let Some(gocni) = cx.gocni.clone() else {
         return Ok(None);
     };
     if !cx.root {
@@ -371,62 +127,97 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         return Ok(None);
     }
     let a = &cx.args;
-    let plan = Plan {
-        count: a.burst_count.unwrap_or(if a.quick { 32 } else { 100 }),
-        concurrency: a.burst_concurrency.clone().unwrap_or_else(|| vec![16, 32]),
-        reps: a.burst_reps.unwrap_or(if a.quick { 1 } else { 3 }),
-        storage: if a.burst_tmpfs {
-            Storage::Tmpfs
-        } else {
-            Storage::Disk
-        },
-        cnid_args: a
-            .burst_cnid_args
-            .iter()
-            .flat_map(|s| s.split_whitespace())
-            .map(str::to_owned)
-            .collect(),
+    let n = a.burst_count.unwrap_or(if a.quick { 32 } else { 100 });
+    let reps = a.burst_reps.unwrap_or(if a.quick { 1 } else { 3 });
+    let storage = if a.burst_tmpfs {
+        Storage::Tmpfs
+    } else {
+        Storage::Disk
     };
-    run(&cx.bins, gocni, &cx.tree, &plan, &mut cx.findings).map(Some)
-}
-
-fn run(
-    bins: &Bins,
-    gocni: &Path,
-    tree: &Tree,
-    plan: &Plan,
-    findings: &mut Findings,
-) -> anyhow::Result<String> {
+    let cnid_args: Vec<&str> = a
+        .burst_cnid_args
+        .iter()
+        .flat_map(|s| s.split_whitespace())
+        .collect();
     // A /22: room for 1,022 sandboxes.
-    let net = RealNet::bridge_only("cnu", 22, &["loopback", "bridge", "host-local", "portmap"])?;
+    let net = RealNet::new(&cx.tree, "cnu", 22, None)?;
     let host_ip = net
-        .subnet()
+        .subnet
         .split_once('/')
-        .and_then(|(a, _)| a.rsplit_once('.'))
+        .and_then(|(a, _)| a.rsplit_once('.'));
+    let host_ip = host_ip
         .map(|(head, _)| format!("{head}.1"))
         .context("the subnet's .1")?;
-    // cnid's conf dir holds the network before it starts.
-    let (direct, cnid) = prepare(bins, tree, &net, plan.storage)?;
-    let extra: Vec<&str> = plan.cnid_args.iter().map(String::as_str).collect();
-    let daemon = Daemon::start(bins, tree, plan.storage, "burst", &extra)?;
-    shim_list(bins, &cnid, &daemon.socket)?;
+    // The chain, in cnid's conf dir (before it starts) and the direct one.
+    let (root, caches) = (
+        cx.tree.root().join("burst"),
+        cx.tree.cache(storage).with_file_name("burst"),
+    );
+    let ipam = json!({"type": "host-local", "ranges": [[{"subnet": net.subnet}]], "dataDir": caches.join("host-local")});
+    let plugins = json!([
+        {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false, "ipam": ipam},
+        {"type": "portmap", "capabilities": {"portMappings": true}}
+    ]);
+    let chain = json!({"cniVersion": "1.0.0", "name": NETWORK, "plugins": plugins});
+    cx.tree.write_conf(CONF_FILE, &chain)?;
+    let shim_bin = root.join("shim-bin");
+    let sides = [
+        Side(
+            root.join("direct-net.d"),
+            REAL_PLUGIN_DIR.into(),
+            caches.join("direct-cache"),
+        ),
+        Side(
+            root.join("cnid-net.d"),
+            format!("{}:{REAL_PLUGIN_DIR}", shim_bin.display()),
+            caches.join("cnid-cache"),
+        ),
+    ];
+    for d in sides.iter().flat_map(|s| [&s.0, &s.2]).chain([&shim_bin]) {
+        std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
+    }
+    std::fs::write(
+        sides[0].0.join(CONF_FILE),
+        serde_json::to_vec_pretty(&chain)?,
+    )?;
+    cni_test_support::executable::copy_executable(
+        &cx.bins.shim,
+        &shim_bin.join("cnid-shim"),
+        0o755,
+    );
+    let daemon = Daemon::start(&cx.bins, &cx.tree, storage, "burst", &cnid_args)?;
+    // The shim's list, as `cnid-shim config` writes it from the running cnid.
+    let out = Command::new(&cx.bins.shim)
+        .args(["config", "--socket"])
+        .arg(&daemon.socket)
+        .args(["--network", NETWORK, "--timeout", "120s"])
+        .env_remove("CNI_COMMAND")
+        .stdin(Stdio::null())
+        .output()
+        .context("cnid-shim config")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "cnid-shim config: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    std::fs::write(sides[1].0.join("00-cnid.conflist"), &out.stdout)?;
     let ctx = Ctx {
-        gocni,
+        gocni: &gocni,
         net: &net,
         daemon: &daemon,
         host_ip,
-        direct,
-        cnid,
+        sides,
     };
-    let n = plan.count;
     // Warm-up: one small round each (page cache, cnid's first connection).
-    for way in [Way::Direct, Way::Cnid] {
+    for way in [0, 1] {
         round(&ctx, way, "w", n.min(16), 8)
-            .with_context(|| format!("burst warm-up via {}", way.key()))
+            .with_context(|| format!("burst warm-up via {}", WAYS[way]))
             .map_err(|e| e.context(daemon.log_tail()))?;
     }
+    let title =
+        format!("{n} sandboxes, via cnid ÷ direct, median (min–max) of the repetitions' ratios");
     let mut ratios = Table::new(
-        &format!("{n} sandboxes, via cnid ÷ direct, median (min–max) of the repetitions' ratios"),
+        &title,
         &[
             "concurrency",
             "setup p50",
@@ -465,151 +256,240 @@ fn run(
          operation, plugin run or admission",
         &["concurrency", "series", "mean ms", "count"],
     );
-    for &c in &plan.concurrency {
+    let concurrency = cx
+        .args
+        .burst_concurrency
+        .clone()
+        .unwrap_or_else(|| vec![16, 32]);
+    for c in concurrency {
         let before = histograms(&daemon.socket)?;
-        let mut rounds: [Vec<Round>; 2] = Default::default();
-        for rep in 0..plan.reps {
-            let order = if rep % 2 == 0 {
-                [Way::Direct, Way::Cnid]
-            } else {
-                [Way::Cnid, Way::Direct]
-            };
-            for way in order {
+        // Per way, per repetition: [setup, removal] and the load at start.
+        let mut rounds: [Vec<([Half; 2], String)>; 2] = Default::default();
+        for rep in 0..reps {
+            for way in if rep % 2 == 0 { [0, 1] } else { [1, 0] } {
                 let t = Instant::now();
                 let r = round(&ctx, way, &format!("c{c}r{rep}"), n, c)
-                    .with_context(|| format!("burst c={c} rep {rep} via {}", way.key()))
+                    .with_context(|| format!("burst c={c} rep {rep} via {}", WAYS[way]))
                     .map_err(|e| e.context(daemon.log_tail()))?;
+                let figs = |h: &Half| FIGS.map(|(_, f)| format!("{:.0}", f(h) * 1e3)).join("/");
                 eprintln!(
-                    "overhead: burst c={c} rep {rep} {}: setup p50 {:.0} p95 {:.0} total {:.0} ms; \
-                     teardown p50 {:.0} p95 {:.0} total {:.0} ms; {:.1} s; load {}",
-                    way.key(),
-                    r.setup.p(0.5) * 1e3,
-                    r.setup.p(0.95) * 1e3,
-                    r.setup.wall * 1e3,
-                    r.remove.p(0.5) * 1e3,
-                    r.remove.p(0.95) * 1e3,
-                    r.remove.wall * 1e3,
+                    "overhead: burst c={c} rep {rep} {}: setup {} teardown {} ms (p50/p95/total); {:.1} s; load {}",
+                    WAYS[way],
+                    figs(&r.0[0]),
+                    figs(&r.0[1]),
                     t.elapsed().as_secs_f64(),
-                    r.load
+                    r.1
                 );
-                rounds[way as usize].push(r);
+                rounds[way].push(r);
             }
         }
-        let after = histograms(&daemon.socket)?;
-        for (series, mean, n) in histogram_means(&before, &after) {
+        for (series, mean, count) in histogram_means(&before, &histograms(&daemon.socket)?) {
             row!(
                 account,
                 c,
                 format!("`{series}`"),
                 format!("{:.1}", mean * 1e3),
-                format!("{n:.0}")
+                format!("{count:.0}")
             );
         }
-        let [d, v] = &rounds;
         let mut cells = vec![c.to_string()];
-        for (verb, pick) in [
-            ("setup", (|r: &Round| &r.setup) as fn(&Round) -> &Half),
-            ("teardown", |r: &Round| &r.remove),
-        ] {
-            for (fig, f) in [
-                ("p50", (|h: &Half| h.p(0.5)) as fn(&Half) -> f64),
-                ("p95", |h: &Half| h.p(0.95)),
-                ("total", |h: &Half| h.wall),
-            ] {
-                let r: Vec<f64> = v
+        for (h, verb) in ["setup", "teardown"].into_iter().enumerate() {
+            for (fig, f) in FIGS {
+                let r: Vec<f64> = rounds[1]
                     .iter()
-                    .zip(d)
-                    .map(|(a, b)| f(pick(a)) / f(pick(b)))
+                    .zip(&rounds[0])
+                    .map(|(v, d)| f(&v.0[h]) / f(&d.0[h]))
                     .collect();
                 let s = Summary::min_max(&r);
-                findings.put(format!("burst/c{c}/{verb}/{fig}"), s);
+                cx.findings.put(format!("burst/c{c}/{verb}/{fig}"), s);
                 cells.push(s.ratio());
             }
         }
         ratios.row(cells);
-        for (way, rs) in [(Way::Direct, d), (Way::Cnid, v)] {
-            let med = |f: &dyn Fn(&Round) -> f64| {
-                Summary::min_max(&rs.iter().map(f).collect::<Vec<_>>()).median
+        for (way, rs) in rounds.iter().enumerate() {
+            let med = |f: &dyn Fn(&[Half; 2]) -> f64| {
+                Summary::min_max(&rs.iter().map(|r| f(&r.0)).collect::<Vec<_>>()).median
             };
-            let three = |pick: fn(&Round) -> &Half| {
-                format!(
-                    "{:.0} / {:.0} / {:.0}",
-                    med(&|r| pick(r).p(0.5)) * 1e3,
-                    med(&|r| pick(r).p(0.95)) * 1e3,
-                    med(&|r| pick(r).wall) * 1e3
-                )
+            let three = |h: usize| {
+                FIGS.map(|(_, f)| format!("{:.0}", med(&|r| f(&r[h])) * 1e3))
+                    .join(" / ")
             };
-            abs.row(vec![
-                c.to_string(),
-                way.key().into(),
-                three(|r| &r.setup),
-                three(|r| &r.remove),
-                rs.iter()
-                    .map(|r| r.load.clone())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            ]);
-            for (verb, pick) in [
-                ("ADD", (|r: &Round| &r.setup) as fn(&Round) -> &Half),
-                ("DEL", |r: &Round| &r.remove),
-            ] {
-                let per = |f: fn(&Half) -> f64| med(&|r| f(pick(r))) * 1e3 / n as f64;
-                let parts = [
-                    per(|h| h.go_self),
-                    per(|h| h.go_children),
-                    per(|h| h.cnid_self),
-                    per(|h| h.cnid_children),
-                ];
+            let loads: Vec<&str> = rs.iter().map(|r| r.1.as_str()).collect();
+            row!(abs, c, WAYS[way], three(0), three(1), loads.join("; "));
+            for (h, verb) in ["ADD", "DEL"].into_iter().enumerate() {
+                let parts: [f64; 4] =
+                    std::array::from_fn(|k| med(&|r| r[h].cpu[k]) * 1e3 / n as f64);
                 for (k, val) in ["go_self", "go_children", "cnid_self", "cnid_children"]
                     .iter()
                     .zip(parts)
                 {
-                    findings.put(
-                        format!("burst/c{c}/{}/{verb}/cpu/{k}", way.key()),
+                    cx.findings.put(
+                        format!("burst/c{c}/{}/{verb}/cpu/{k}", WAYS[way]),
                         Summary::min_max(&[val]),
                     );
                 }
-                let mut row = vec![c.to_string(), way.key().into(), verb.into()];
-                row.extend(parts.iter().map(|x| format!("{x:.2}")));
-                row.push(format!("{:.2}", parts.iter().sum::<f64>()));
-                cpu.row(row);
+                let mut cells = vec![c.to_string(), WAYS[way].into(), verb.into()];
+                cells.extend(
+                    parts
+                        .iter()
+                        .chain([&parts.iter().sum::<f64>()])
+                        .map(|x| format!("{x:.2}")),
+                );
+                cpu.row(cells);
             }
         }
     }
     ratios.note(format!(
-        "{} repetitions per concurrency; in each, one round per runner (direct first in even \
+        "{reps} repetitions per concurrency; in each, one round per runner (direct first in even \
          repetitions, via cnid first in odd ones); a ratio divides adjacent rounds. p50 and p95 \
          of the per-sandbox go-cni call (Setup: loopback + the network; Remove), total = the \
-         burst's wall time. Normal scheduling policy.",
-        plan.reps
+         burst's wall time. Normal scheduling policy."
     ));
     cpu.note(
         "go-cni's children: loopback and, direct, the chain's plugins; via cnid, cnid-shim. \
          cnid's: from /proc/PID/stat (utime + stime, cutime + cstime) around each half.",
     );
-    let s = format!(
-        "### Burst: go-cni through cnid-shim into cnid against go-cni straight on the chain\n\n\
-         containerd's go-cni (`cnid/tests/go/gocni`: loopback + the default network, the pod's \
+    let intro = format!(
+        "containerd's go-cni (`cnid/tests/go/gocni`: loopback + the default network, the pod's \
          labels, portMappings) sets up {n} sandboxes at concurrency C in real namespaces on \
          bridge {} ({}) + host-local + portmap (no gateway, no masquerade, host IP of the port \
-         mapping {}), then removes them; cnid with {}, {} (cnid's cache and \
-         state, both runners' libcni caches, host-local's data dir). \
-         `cargo bench -p cnid --bench overhead -- --only burst`.\n\n{}\n{}\n{}\n{}",
-        net.bridge(),
-        net.subnet(),
+         mapping {}), then removes them; cnid with {}, {} (cnid's cache and state, both \
+         runners' libcni caches, host-local's data dir). \
+         `cargo bench -p cnid --bench overhead -- --only burst`.",
+        net.bridge,
+        net.subnet,
         ctx.host_ip,
-        if plan.cnid_args.is_empty() {
+        if cnid_args.is_empty() {
             "its default options".to_owned()
         } else {
-            format!("`{}`", plan.cnid_args.join(" "))
+            format!("`{}`", cnid_args.join(" "))
         },
-        plan.storage.label(),
-        ratios.markdown(),
-        abs.markdown(),
-        cpu.markdown(),
-        account.markdown()
+        storage.label(),
     );
-    drop(daemon);
-    drop(net);
-    Ok(s)
+    let title = "Burst: go-cni through cnid-shim into cnid against go-cni straight on the chain";
+    Ok(Some(md(title, &intro, &[ratios, abs, cpu, account])))
+}
+
+/// cnid's `/metrics` samples.
+fn histograms(socket: &Path) -> anyhow::Result<BTreeMap<String, f64>> {
+    let deadlines = (Duration::from_secs(30), Duration::from_secs(30));
+    let ans = cnid::shim::http::request(socket, "GET", "/metrics", &[], None, deadlines)?;
+    anyhow::ensure!(ans.status == 200, "GET /metrics: HTTP {}", ans.status);
+    Ok(metrics(&String::from_utf8_lossy(&ans.body)))
+}
+
+/// Runs go-cni's `phase` over `sandboxes` at `concurrency` via `way`, with
+/// cnid's CPU read around it.
+fn half(
+    ctx: &Ctx<'_>,
+    way: usize,
+    phase: &str,
+    sandboxes: &[OsString],
+    c: usize,
+) -> anyhow::Result<(Half, GoReport)> {
+    let Side(conf, plugin_path, cache) = &ctx.sides[way];
+    let (c0, k0) = proc_cpu(ctx.daemon.pid())?;
+    let out = Command::new(ctx.gocni)
+        .arg("-conf-dir")
+        .arg(conf)
+        .args(["-plugin-dir", plugin_path, "-cache-dir"])
+        .arg(cache)
+        .args([
+            "-phase",
+            phase,
+            "-parallel",
+            &c.to_string(),
+            "-host-ip",
+            &ctx.host_ip,
+        ])
+        .args(sandboxes)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .output()
+        .context("run gocni")?;
+    let (c1, k1) = proc_cpu(ctx.daemon.pid())?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rep: GoReport = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "gocni {phase} ({}): no report; stderr: {}",
+            out.status,
+            stderr.trim()
+        )
+    })?;
+    if rep.failed > 0 || !out.status.success() {
+        let first = rep.sandboxes.iter().find(|s| !s.error.is_empty());
+        let first = first.map_or("?".into(), |s| format!("{}: {}", s.id, s.error));
+        let (failed, of, st) = (rep.failed, rep.sandboxes.len(), out.status);
+        bail!(
+            "gocni {phase} via {}: {failed} of {of} failed ({st}); first: {first}",
+            WAYS[way]
+        );
+    }
+    let mut calls: Vec<f64> = rep
+        .sandboxes
+        .iter()
+        .map(|s| s.ms.get(phase).copied().unwrap_or(f64::NAN) / 1e3)
+        .collect();
+    calls.sort_by(f64::total_cmp);
+    let cpu = [
+        rep.cpu_self_ms / 1e3,
+        rep.cpu_children_ms / 1e3,
+        c1 - c0,
+        k1 - k0,
+    ];
+    Ok((
+        Half {
+            calls,
+            wall: rep.wall_ms / 1e3,
+            cpu,
+        },
+        rep,
+    ))
+}
+
+/// One round of `way`: namespaces, setup, removal, namespaces deleted.
+fn round(
+    ctx: &Ctx<'_>,
+    way: usize,
+    tag: &str,
+    count: usize,
+    c: usize,
+) -> anyhow::Result<([Half; 2], String)> {
+    let load = load_average();
+    let prefix = format!("{}{}{tag}-", ctx.net.prefix, &WAYS[way][..1]);
+    let names: Vec<String> = (0..count).map(|i| format!("{prefix}{i}")).collect();
+    let sandboxes: Vec<OsString> = names
+        .iter()
+        .map(|n| format!("{n}={NETNS_RUN_DIR}/{n}").into())
+        .collect();
+    let r = (|| {
+        for n in &names {
+            drop(Netns::create(n)?);
+        }
+        let (setup, rep) = half(ctx, way, "setup", &sandboxes, c)?;
+        let mut ips: Vec<&String> = rep.sandboxes.iter().flat_map(|s| &s.ips).collect();
+        ips.sort();
+        ips.dedup();
+        if ips.len() != count {
+            bail!(
+                "via {}: {} distinct eth0 addresses for {count} sandboxes",
+                WAYS[way],
+                ips.len()
+            );
+        }
+        let (remove, _) = half(ctx, way, "remove", &sandboxes, c)?;
+        Ok(([setup, remove], load))
+    })();
+    if r.is_err() {
+        // Leave no attachment behind: a removal of every sandbox, errors
+        // ignored (the namespaces go next, and the bridge with the net).
+        let _ = half(ctx, way, "remove", &sandboxes, c);
+    }
+    for n in &names {
+        if Path::new(NETNS_RUN_DIR).join(n).exists() {
+            Netns::delete_named(n)?;
+        }
+    }
+    r
 }

@@ -24,7 +24,7 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         )?;
         let client = cx.tokio.block_on(Client::connect(&daemon.socket))?;
         let list = tree.load(REAL)?;
-        let ns = cni_async::netns::Netns::create(&format!("{}real", net.prefix()))?;
+        let ns = cni_async::netns::Netns::create(&format!("{}real", net.prefix))?;
         let path = ns.path().display().to_string();
         let mut runners = vec![
             Runner::floor(&list, &path, tree)?,
@@ -40,8 +40,8 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         let title = format!(
             "loopback + bridge/host-local + tuning, {} (bridge {}, {})",
             storage.label(),
-            net.bridge(),
-            net.subnet()
+            net.bridge,
+            net.subnet
         );
         tables.push(chains::tabulate(
             &s?,

@@ -131,7 +131,7 @@ fn start_ready(
     tag: &str,
 ) -> anyhow::Result<(Daemon, Duration)> {
     let t = Instant::now();
-    let d = Daemon::spawn_on(
+    let d = Daemon::spawn(
         bins,
         tree,
         cache,

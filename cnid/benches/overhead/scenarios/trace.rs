@@ -104,7 +104,7 @@ pub(crate) fn cnid_loop(
             cnid: cnid.clone(),
             ..cx.bins.clone()
         };
-        let d = Daemon::start_on(&bins, tree, &cache, &state, tag, &[])?;
+        let d = Daemon::spawn(&bins, tree, &cache, &state, tag, &[])?.listening()?;
         let client = cx.tokio.block_on(Client::connect(&d.socket))?;
         if let (Some((tname, tid, ctx)), true) = (traced, running.is_empty()) {
             runners.push(Runner::cnid(name, id, client.clone(), NOOP1, NOOP_NETNS));
