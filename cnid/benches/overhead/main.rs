@@ -177,25 +177,35 @@ fn run(args: Args) -> anyhow::Result<()> {
     let root = unsafe { libc::geteuid() == 0 };
     let go_dir = Args::target_dir().join("bench").join("go");
     let mut skipped = Vec::new();
-    let mut built = |wanted: bool, what: &str, r: anyhow::Result<Result<PathBuf, String>>| {
-        if !wanted {
-            return Ok(None);
-        }
-        r.map(|r| r.map_err(|why| skipped.push(format!("{what}: {why}"))).ok())
-    };
     // Go's programs are built before SCHED_FIFO is switched on: Go's
     // compiler, its threads spinning at a real-time priority, held both
-    // CPUs for minutes in a first try.
+    // CPUs for minutes in a first try. Without them, the report says why.
+    let mut build = |wanted: bool, program: &str, out: &str, what: &str| -> anyhow::Result<_> {
+        Ok(
+            match wanted
+                .then(|| go::build(&go_dir, program, out))
+                .transpose()?
+            {
+                Some(Err(why)) => {
+                    skipped.push(format!("{what}: {why}"));
+                    None
+                }
+                built => built.and_then(Result::ok),
+            },
+        )
+    };
     let want_go = (args.wants(Section::Noop) || args.wants(Section::Batch1000)) && !args.no_go;
-    let go = built(
+    let go = build(
         want_go,
+        "cnitool",
+        "go-cnitool",
         "the comparison with Go's cnitool",
-        go::build(&go_dir, "cnitool", "go-cnitool"),
     )?;
-    let gocni = built(
+    let gocni = build(
         args.wants(Section::Burst),
+        "gocni",
+        "gocni",
         "the burst section (go-cni)",
-        go::build(&go_dir, "gocni", "gocni"),
     )?;
     // Other load on a shared 2-CPU machine delays wake-ups by a scheduler
     // slice (~4 ms) at random; SCHED_FIFO (inherited by the plugins,
