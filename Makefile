@@ -231,6 +231,8 @@ fuzz: fuzz-build ## each fuzz target for FUZZ_SECONDS (600)
 # with the C noop as the plugin (issue 25). The floor also runs as a
 # process, the static C driver (cnid/benches/overhead/floor_driver.c, built
 # the same way as cni-floor-c): issue 25's goal 2 is judged against it.
+# cnid-shim's start-up is measured against an empty static C program
+# (cnid/benches/overhead/empty.c, built the same way as cni-empty-c).
 # The scale section (issue 25 item 4: cnid with 0, 1,000 and 10,000
 # attachments in its cache and journal) takes 1–3 minutes with a baseline
 # on a 2-CPU machine, most of it the GCs of 10,000 attachments
