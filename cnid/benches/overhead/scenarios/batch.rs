@@ -1,6 +1,6 @@
-//! Scenario 5 (`--only batch`, root): batch throughput. N namespaces on the real chain, at a
-//! given concurrency: create each namespace and ADD it (setup), then DEL
-//! each and delete the namespace (teardown).
+//! Scenario 5 (`--only batch`, root): batch throughput. N namespaces on
+//! the real chain, at a given concurrency: create each namespace and ADD
+//! it (setup), then DEL each and delete the namespace (teardown).
 //!
 //! - runtime: `cni_async::batch::BatchBuilder` (a current-thread runtime;
 //!   namespaces are created on the blocking pool).

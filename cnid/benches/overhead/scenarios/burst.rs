@@ -1,7 +1,8 @@
 //! A burst of pods (`--only burst`, root): containerd's go-cni
-//! (`cnid/tests/go/gocni`, the calls of containerd's CRI plugin) setting up N sandboxes (100 by default) at
-//! concurrency C (16 and 32), then removing them, through `cnid-shim` into
-//! cnid, against go-cni straight on the same chain. No Kubernetes: what a
+//! (`cnid/tests/go/gocni`, the calls of containerd's CRI plugin) setting
+//! up N sandboxes (100 by default) at concurrency C (16 and 32), then
+//! removing them, through `cnid-shim` into cnid, against go-cni straight
+//! on the same chain. No Kubernetes: what a
 //! node feels when many pods land on it at once, with the runtime's own
 //! client library.
 //!

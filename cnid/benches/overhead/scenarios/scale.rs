@@ -34,7 +34,7 @@ use tokio::runtime::Runtime;
 use crate::Cx;
 use crate::chains::NOOP_NETNS;
 use crate::procs::{metrics, threads_cpu_ns};
-use crate::report::{Table, section as md};
+use crate::report::{Table, row, section as md};
 use crate::setup::{Bins, Daemon, NOOP1, Tree};
 use crate::stats::Summary;
 
@@ -296,17 +296,16 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         &[0, 1000, LARGEST]
     };
     let probes = if quick { 30 } else { 200 };
-    let mut builds: Vec<(&str, Bins)> = Vec::new();
-    if let Some(b) = &cx.args.scale_baseline {
-        builds.push((
+    let baseline = cx.args.scale_baseline.iter().map(|b| {
+        (
             "baseline",
             Bins {
                 cnid: b.clone(),
                 ..bins.clone()
             },
-        ));
-    }
-    builds.push(("this build", bins.clone()));
+        )
+    });
+    let builds: Vec<(&str, Bins)> = baseline.chain([("this build", bins.clone())]).collect();
     let mut t = Table::new(
         "cnid with N attachments in its cache and ADD journal (cache and state on disk)",
         &[
@@ -325,67 +324,54 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let mut cpu_at_zero: Vec<f64> = vec![f64::NAN; builds.len()];
     for &n in sizes {
         for (b, (label, bins)) in builds.iter().enumerate() {
-            let tag = format!("s{n}-{b}");
             eprintln!("overhead: scale, {label}, {n} attachments");
             let gc = n == *sizes.last().unwrap_or(&0);
-            let r = run_one(bins, tree, tokio, n, probes, gc, &tag)?;
+            let r = run_one(bins, tree, tokio, n, probes, gc, &format!("s{n}-{b}"))?;
             if n == 0 {
                 cpu_at_zero[b] = r.cpu_per_op;
             }
-            let admission = r.cpu_per_op - cpu_at_zero[b];
-            let add = Summary::of(&r.add);
-            let mib = |k: u64| k as f64 / 1024.0;
+            let over_zero = r.cpu_per_op - cpu_at_zero[b];
+            let (mib, ms) = (
+                |k: u64| k as f64 / 1024.0,
+                |d: Duration| d.as_secs_f64() * 1e3,
+            );
             if b == builds.len() - 1 {
-                let key = |what: &str| format!("scale/{what}/{n}");
-                findings.put(key("ready"), Summary::of(&[r.ready_journal.as_secs_f64()]));
-                findings.put(
-                    key("ready_cache"),
-                    Summary::of(&[r.ready_cache.as_secs_f64()]),
-                );
-                findings.put(key("rss"), Summary::of(&[mib(r.rss_kib)]));
-                findings.put(key("cpu_over_zero"), Summary::of(&[admission]));
+                let mut put = |what: &str, v: f64| {
+                    findings.put(format!("scale/{what}/{n}"), Summary::of(&[v]))
+                };
+                put("ready", r.ready_journal.as_secs_f64());
+                put("ready_cache", r.ready_cache.as_secs_f64());
+                put("rss", mib(r.rss_kib));
+                put("cpu_over_zero", over_zero);
                 if let Some((mean, within)) = r.admission {
-                    findings.put(key("admission"), Summary::of(&[mean]));
-                    findings.put(key("admission_within"), Summary::of(&[within]));
+                    put("admission", mean);
+                    put("admission_within", within);
                 }
             }
-            t.row(vec![
-                (*label).into(),
-                format!("{n}"),
-                format!(
-                    "{:.0} / {:.0} ms",
-                    r.ready_journal.as_secs_f64() * 1e3,
-                    r.ready_cache.as_secs_f64() * 1e3
-                ),
+            row!(
+                t,
+                label,
+                n,
+                format!("{:.0} / {:.0} ms", ms(r.ready_journal), ms(r.ready_cache)),
                 format!("{:.1} / {:.1} MiB", mib(r.rss_kib), mib(r.hwm_kib)),
                 format!("{:.2} ms", r.cpu_per_op * 1e3),
                 if n == 0 {
                     "–".into()
                 } else {
-                    format!("{:+.2} ms", admission * 1e3)
+                    format!("{:+.2} ms", over_zero * 1e3)
                 },
-                match r.admission {
-                    Some((mean, within)) => {
-                        format!("{:.3} ms; {:.0}%", mean * 1e3, within * 100.0)
-                    }
-                    None => "– (no metric)".into(),
-                },
-                format!(
-                    "{:.2} ({:.2}–{:.2}) ms",
-                    add.median * 1e3,
-                    add.p10 * 1e3,
-                    add.p90 * 1e3
-                ),
-                format!(
-                    "{:.0} / {:.0} ms",
-                    r.page100.as_secs_f64() * 1e3,
-                    r.page1000.as_secs_f64() * 1e3
-                ),
-                match r.gc {
-                    Some((d, deleted)) => format!("{:.1} s ({deleted} deleted)", d.as_secs_f64()),
-                    None => "–".into(),
-                },
-            ]);
+                r.admission.map_or("– (no metric)".into(), |(m, w)| format!(
+                    "{:.3} ms; {:.0}%",
+                    m * 1e3,
+                    w * 100.0
+                )),
+                format!("{} ms", Summary::of(&r.add).fmt(1e3, 2)),
+                format!("{:.0} / {:.0} ms", ms(r.page100), ms(r.page1000)),
+                r.gc.map_or("–".into(), |(d, k)| format!(
+                    "{:.1} s ({k} deleted)",
+                    d.as_secs_f64()
+                )),
+            );
         }
     }
     t.note(format!(
@@ -403,8 +389,8 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     )))
 }
 
-const INTRO: &str = "Per size N: N `cniCacheV1` records of `bench-noop1` in a fresh cache dir and a commit line for \
-each in cnid's ADD journal (as a `kill -9` would leave them within 30 s of the ADDs; start-up \
+const INTRO: &str = "Per size N: N `cniCacheV1` records of `bench-noop1` in a fresh cache \
+dir and a commit line for each in cnid's ADD journal (as a `kill -9` would leave them within 30 s of the ADDs; start-up \
 flushes their records, then empties the journal), each on its own netns path, which does not \
 exist (`--stale-after 0`: the reaper leaves them). cnid is spawned and `GET /v1/health/ready` \
 polled every 1 ms; then ADD+DEL of fresh containers, a full paging of `GET /v1/attachments`, \
