@@ -74,14 +74,20 @@ pub(crate) enum Runner {
     },
 }
 
-impl Runner {
-    pub(crate) fn floor(
-        list: &NetworkConfigList,
-        netns: &str,
-        tree: &Tree,
-    ) -> anyhow::Result<Runner> {
-        let rt = RuntimeConf::new("bench-floor", netns, "eth0");
-        let chain = FloorChain::new(list, &rt, &tree.plugin_dirs)?;
+/// Where runners run a chain: the network, the netns path, the tree and the
+/// cache's storage.
+#[derive(Clone, Copy)]
+pub(crate) struct On<'a> {
+    pub(crate) list: &'a NetworkConfigList,
+    pub(crate) netns: &'a str,
+    pub(crate) tree: &'a Tree,
+    pub(crate) storage: Storage,
+}
+
+impl On<'_> {
+    pub(crate) fn floor(self) -> anyhow::Result<Runner> {
+        let rt = RuntimeConf::new("bench-floor", self.netns, "eth0");
+        let chain = FloorChain::new(self.list, &rt, &self.tree.plugin_dirs)?;
         Ok(Runner::Floor {
             chain,
             result: Vec::new(),
@@ -89,15 +95,9 @@ impl Runner {
     }
 
     /// The C driver at `driver`, its plans and result file in `dir`.
-    pub(crate) fn driver(
-        driver: &Path,
-        list: &NetworkConfigList,
-        netns: &str,
-        tree: &Tree,
-        dir: &Path,
-    ) -> anyhow::Result<Runner> {
-        let rt = RuntimeConf::new("bench-driver", netns, "eth0");
-        let plans = FloorChain::new(list, &rt, &tree.plugin_dirs)?.write_plans(dir)?;
+    pub(crate) fn driver(self, driver: &Path, dir: &Path) -> anyhow::Result<Runner> {
+        let rt = RuntimeConf::new("bench-driver", self.netns, "eth0");
+        let plans = FloorChain::new(self.list, &rt, &self.tree.plugin_dirs)?.write_plans(dir)?;
         let result = dir.join("result");
         let prep = |i: usize| {
             let (plan, env) = &plans[i];
@@ -115,29 +115,24 @@ impl Runner {
         })
     }
 
-    pub(crate) fn in_process(
-        list: &NetworkConfigList,
-        netns: &str,
-        tree: &Tree,
-        storage: Storage,
-        inline: bool,
-        posix: bool,
-    ) -> Runner {
+    pub(crate) fn in_process(self, inline: bool, posix: bool) -> Runner {
         let exec = cni_async::exec::RawExec::new().with_posix_spawn(posix);
+        let cache = ResultCache::new(self.tree.cache(self.storage)).with_inline_io(inline);
+        let plugin_dirs = self.tree.plugin_dirs.iter().cloned();
         let cni = Cni::builder()
             .exec(std::sync::Arc::new(exec))
-            .plugin_dirs(tree.plugin_dirs.iter().cloned())
-            .cache(ResultCache::new(tree.cache(storage)).with_inline_io(inline))
+            .plugin_dirs(plugin_dirs)
+            .cache(cache)
             .build();
         let id = match (inline, posix) {
             (true, _) => "bench-inproc-inline",
             (false, true) => "bench-inproc-posix",
             (false, false) => "bench-inproc",
         };
-        let rt = RuntimeConf::new(id, netns, "eth0");
+        let (list, rt) = (self.list.clone(), RuntimeConf::new(id, self.netns, "eth0"));
         Runner::InProcess {
             cni,
-            list: list.clone(),
+            list,
             rt,
             inline,
             posix,
@@ -147,22 +142,16 @@ impl Runner {
     /// A cnitool (`name`: ours, "cnitool", or [`GO_CNITOOL`], whose cache
     /// is a dir of its own beside ours; both derive the same container ID
     /// from the netns path), with the same environment.
-    pub(crate) fn cnitool(
-        name: &'static str,
-        path: &Path,
-        network: &str,
-        netns: &str,
-        tree: &Tree,
-        storage: Storage,
-    ) -> anyhow::Result<Runner> {
-        let mut cache = tree.cache(storage);
+    pub(crate) fn cnitool(self, name: &'static str, path: &Path) -> anyhow::Result<Runner> {
+        let mut cache = self.tree.cache(self.storage);
         if name == GO_CNITOOL {
             cache.set_file_name("cache-go");
             std::fs::create_dir_all(&cache)?;
         }
-        let env = cnitool_env(tree, &cache)?;
+        let env = cnitool_env(self.tree, &cache)?;
+        let network = self.list.name();
         let prep = |verb: &str| {
-            let args = [verb, network, netns].map(OsStr::new);
+            let args = [verb, network, self.netns].map(OsStr::new);
             Prepared::new(path, &args, &env, format!("{name} {verb} {network}"))
         };
         let verbs = [prep("add")?, prep("check")?, prep("del")?];
@@ -174,22 +163,18 @@ impl Runner {
     }
 
     /// A cnid runner named `name`, attaching container `id`.
-    pub(crate) fn cnid(
-        name: &'static str,
-        id: &str,
-        client: Client,
-        network: &str,
-        netns: &str,
-    ) -> Runner {
-        let req = AttachmentRequest::new(id, netns, "eth0");
+    pub(crate) fn cnid(self, name: &'static str, id: &str, client: Client) -> Runner {
+        let req = AttachmentRequest::new(id, self.netns, "eth0");
         Runner::Cnid {
             name,
             client,
-            network: network.to_owned(),
+            network: self.list.name().to_owned(),
             req,
         }
     }
+}
 
+impl Runner {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Runner::Floor { .. } => "floor",

@@ -10,7 +10,7 @@ use std::time::Instant;
 use cnid::client::Client;
 
 use crate::Cx;
-use crate::chains::{self, GO_CNITOOL, NOOP_NETNS, Runner};
+use crate::chains::{self, GO_CNITOOL, NOOP_NETNS, On};
 use crate::report::{Findings, Table, row, section as md};
 use crate::setup::{Bins, C_NOOP, Daemon, NOOP1, NOOP8, Storage, Tree};
 use crate::spawn::{Prepared, env_with};
@@ -44,24 +44,33 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         let daemon = Daemon::start(&cx.bins, &cx.tree, storage, storage.short(), &[])?;
         let client = cx.tokio.block_on(Client::connect(&daemon.socket))?;
         for (network, iterations, tag) in sizes {
-            let (tree, bins) = (&cx.tree, &cx.bins);
-            let list = tree.load(network)?;
+            let list = cx.tree.load(network)?;
+            let on = On {
+                list: &list,
+                netns: NOOP_NETNS,
+                tree: &cx.tree,
+                storage,
+            };
             let mut runners = vec![
-                Runner::floor(&list, NOOP_NETNS, tree)?,
-                Runner::in_process(&list, NOOP_NETNS, tree, storage, false, false),
-                Runner::in_process(&list, NOOP_NETNS, tree, storage, true, false),
-                Runner::in_process(&list, NOOP_NETNS, tree, storage, false, true),
-                Runner::cnitool("cnitool", &bins.cnitool, network, NOOP_NETNS, tree, storage)?,
-                Runner::cnid("cnid", "bench-cnid", client.clone(), network, NOOP_NETNS),
+                on.floor()?,
+                on.in_process(false, false),
+                on.in_process(true, false),
+                on.in_process(false, true),
+                on.cnitool("cnitool", &cx.bins.cnitool)?,
+                on.cnid("cnid", "bench-cnid", client.clone()),
             ];
-            if let Some(d) = &bins.driver {
-                let dir = tree.cache(storage).with_file_name(format!("driver-{tag}"));
-                runners.push(Runner::driver(d, &list, NOOP_NETNS, tree, &dir)?);
+            if let Some(d) = &cx.bins.driver {
+                runners.push(
+                    on.driver(
+                        d,
+                        &cx.tree
+                            .cache(storage)
+                            .with_file_name(format!("driver-{tag}")),
+                    )?,
+                );
             }
             if let Some(go) = &go {
-                runners.push(Runner::cnitool(
-                    GO_CNITOOL, go, network, NOOP_NETNS, tree, storage,
-                )?);
+                runners.push(on.cnitool(GO_CNITOOL, go)?);
             }
             let label = format!("{tag}, {}", storage.label());
             let s = chains::run_loop(&mut runners, &cx.tokio, cx.sizes.warmup, iterations, &label)
@@ -86,29 +95,33 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         let ctree = Tree::new(&cbins)?;
         for (network, iterations, tag) in sizes.map(|(n, i, t)| (n, i, format!("c{t}"))) {
             let list = ctree.load(network)?;
-            let disk = Storage::Disk;
+            let on = On {
+                list: &list,
+                netns: NOOP_NETNS,
+                tree: &ctree,
+                storage: Storage::Disk,
+            };
             let mut runners = vec![
-                Runner::floor(&list, NOOP_NETNS, &ctree)?,
-                Runner::cnitool(
-                    "cnitool",
-                    &cx.bins.cnitool,
-                    network,
-                    NOOP_NETNS,
-                    &ctree,
-                    disk,
-                )?,
-                Runner::cnitool(GO_CNITOOL, go, network, NOOP_NETNS, &ctree, disk)?,
+                on.floor()?,
+                on.cnitool("cnitool", &cx.bins.cnitool)?,
+                on.cnitool(GO_CNITOOL, go)?,
             ];
             if let Some(d) = &cx.bins.driver {
-                let dir = ctree.cache(disk).with_file_name(format!("driver-{tag}"));
-                runners.push(Runner::driver(d, &list, NOOP_NETNS, &ctree, &dir)?);
+                runners.push(
+                    on.driver(
+                        d,
+                        &ctree
+                            .cache(Storage::Disk)
+                            .with_file_name(format!("driver-{tag}")),
+                    )?,
+                );
             }
-            let label = format!("{tag}, C noop, {}", disk.label());
+            let label = format!("{tag}, C noop, {}", Storage::Disk.label());
             let s = chains::run_loop(&mut runners, &cx.tokio, cx.sizes.warmup, iterations, &label)?;
             let title = format!(
                 "C noop (static) ×{}, {}",
                 list.plugins().len(),
-                disk.label()
+                Storage::Disk.label()
             );
             tables.push(chains::tabulate(
                 &s,

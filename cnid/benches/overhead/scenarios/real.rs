@@ -6,7 +6,7 @@
 use cnid::client::Client;
 
 use crate::Cx;
-use crate::chains::{self, Runner};
+use crate::chains::{self, On};
 use crate::report::section as md;
 use crate::setup::{Daemon, REAL, Storage};
 
@@ -26,11 +26,17 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         let list = tree.load(REAL)?;
         let ns = cni_async::netns::Netns::create(&format!("{}real", net.prefix))?;
         let path = ns.path().display().to_string();
+        let on = On {
+            list: &list,
+            netns: &path,
+            tree,
+            storage,
+        };
         let mut runners = vec![
-            Runner::floor(&list, &path, tree)?,
-            Runner::in_process(&list, &path, tree, storage, false, false),
-            Runner::cnitool("cnitool", &bins.cnitool, REAL, &path, tree, storage)?,
-            Runner::cnid("cnid", "bench-cnid", client, REAL, &path),
+            on.floor()?,
+            on.in_process(false, false),
+            on.cnitool("cnitool", &bins.cnitool)?,
+            on.cnid("cnid", "bench-cnid", client),
         ];
         let label = format!("real chain, {}", storage.label());
         let s = chains::run_loop(&mut runners, &cx.tokio, 2, cx.sizes.real, &label)

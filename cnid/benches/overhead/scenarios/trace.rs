@@ -19,7 +19,7 @@ use cnid::client::Client;
 
 use crate::Cx;
 use crate::chains::Col::{Diff, Time};
-use crate::chains::{self, Col, NOOP_NETNS, Runner};
+use crate::chains::{self, Col, NOOP_NETNS, On};
 use crate::report::{Table, section as md};
 use crate::setup::{Bins, Daemon, NOOP1, Storage};
 
@@ -85,10 +85,13 @@ pub(crate) fn cnid_loop(
 ) -> anyhow::Result<Table> {
     let tree = &cx.tree;
     let list = tree.load(NOOP1)?;
-    let mut runners = vec![
-        Runner::floor(&list, NOOP_NETNS, tree)?,
-        Runner::in_process(&list, NOOP_NETNS, tree, storage, false, false),
-    ];
+    let on = On {
+        list: &list,
+        netns: NOOP_NETNS,
+        tree,
+        storage,
+    };
+    let mut runners = vec![on.floor()?, on.in_process(false, false)];
     let mut running = Vec::new();
     for (name, id, cnid, tag) in daemons {
         let root = tree.cache(storage);
@@ -107,16 +110,10 @@ pub(crate) fn cnid_loop(
         let d = Daemon::spawn(&bins, tree, &cache, &state, tag, &[])?.listening()?;
         let client = cx.tokio.block_on(Client::connect(&d.socket))?;
         if let (Some((tname, tid, ctx)), true) = (traced, running.is_empty()) {
-            runners.push(Runner::cnid(name, id, client.clone(), NOOP1, NOOP_NETNS));
-            runners.push(Runner::cnid(
-                tname,
-                tid,
-                client.with_trace(ctx),
-                NOOP1,
-                NOOP_NETNS,
-            ));
+            runners.push(on.cnid(name, id, client.clone()));
+            runners.push(on.cnid(tname, tid, client.with_trace(ctx)));
         } else {
-            runners.push(Runner::cnid(name, id, client, NOOP1, NOOP_NETNS));
+            runners.push(on.cnid(name, id, client));
         }
         running.push(d);
     }
