@@ -259,17 +259,15 @@ pub(crate) fn cnitool_env(tree: &Tree, cache: &Path) -> anyhow::Result<Vec<(OsSt
 /// The samples of one loop: per runner, per verb, one time per iteration.
 pub(crate) struct Samples {
     pub(crate) names: Vec<&'static str>,
-    pub(crate) times: Vec<Vec<Vec<f64>>>,
+    pub(crate) times: Vec<Vec<[f64; 3]>>,
 }
 
 impl Samples {
     /// The series of runner `r` for `verb` (`ADD`, `CHECK`, `DEL`, `ADD+DEL`).
     pub(crate) fn series(&self, r: usize, verb: &str) -> Vec<f64> {
-        let t = &self.times[r];
-        match VERBS.iter().position(|x| *x == verb) {
-            Some(i) => t[i].clone(),
-            None => t[0].iter().zip(&t[2]).map(|(a, d)| a + d).collect(),
-        }
+        let i = VERBS.iter().position(|x| *x == verb);
+        let pick = |t: &[f64; 3]| i.map_or(t[0] + t[2], |i| t[i]);
+        self.times[r].iter().map(pick).collect()
     }
 
     pub(crate) fn index(&self, name: &str) -> anyhow::Result<usize> {
@@ -296,12 +294,7 @@ pub(crate) fn run_loop(
         iterations,
         Order::Shuffle,
         label,
-        |r, _| {
-            runners[r]
-                .cycle(tokio)
-                .with_context(|| names[r])
-                .map(Vec::from)
-        },
+        |r, _| runners[r].cycle(tokio).with_context(|| names[r]),
     )?;
     Ok(Samples { names, times })
 }
@@ -387,7 +380,7 @@ pub(crate) fn tabulate(s: &Samples, title: &str, key: &str, findings: &mut Findi
             }
         }
     }
-    table.note(format!("{} iterations after warm-up", s.times[0][0].len()));
+    table.note(format!("{} iterations after warm-up", s.times[0].len()));
     table
 }
 

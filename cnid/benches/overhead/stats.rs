@@ -112,17 +112,17 @@ pub(crate) enum Order {
 }
 
 /// Runs `warmup + n` rounds of programs `0..k`; `run(r, i)` runs program
-/// `r` in round `i` and returns its times (one per slot: a verb, say).
-/// Returns `[program][slot][round]` of the rounds after the warm-up.
-pub(crate) fn rounds(
+/// `r` in round `i`. Returns what each program's runs after the warm-up
+/// returned, `[program][round]`.
+pub(crate) fn rounds<T>(
     k: usize,
     warmup: usize,
     n: usize,
     order: Order,
     label: &str,
-    mut run: impl FnMut(usize, usize) -> anyhow::Result<Vec<f64>>,
-) -> anyhow::Result<Vec<Vec<Vec<f64>>>> {
-    let mut times: Vec<Vec<Vec<f64>>> = vec![Vec::new(); k];
+    mut run: impl FnMut(usize, usize) -> anyhow::Result<T>,
+) -> anyhow::Result<Vec<Vec<T>>> {
+    let mut out: Vec<Vec<T>> = (0..k).map(|_| Vec::with_capacity(n)).collect();
     let mut seq: Vec<usize> = (0..k).collect();
     let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
     let started = Instant::now();
@@ -141,18 +141,15 @@ pub(crate) fn rounds(
         for &r in &seq {
             let t = run(r, i).with_context(|| format!("{label} (iteration {i})"))?;
             if i >= warmup {
-                times[r].resize(t.len(), Vec::new());
-                for (slot, x) in times[r].iter_mut().zip(t) {
-                    slot.push(x);
-                }
+                out[r].push(t);
             }
         }
     }
     eprintln!(
         "overhead: {label}: {n} iterations in {:.1} s",
-        started.elapsed().as_secs_f64()
+        secs(started)
     );
-    Ok(times)
+    Ok(out)
 }
 
 /// Seconds since `t`.

@@ -28,7 +28,7 @@ use crate::floor::FloorChain;
 use crate::report::{Table, row, section as md};
 use crate::setup::{REAL, Storage, Tree};
 use crate::spawn::cpu_times;
-use crate::stats::Summary;
+use crate::stats::{Order, Summary, rounds};
 
 /// One batch run.
 #[derive(Debug, Clone, Copy)]
@@ -220,26 +220,15 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         } else {
             cx.sizes.batch_reps.min(2)
         };
-        let mut runs: [Vec<BatchRun>; 2] = Default::default();
-        for rep in 0..reps {
-            let label = format!("batch c={c} {st} rep {rep}");
-            let started = Instant::now();
-            // Floor and runtime alternate which goes first.
-            for is_floor in [rep % 2 == 0, rep % 2 != 0] {
-                let r = if is_floor {
-                    let prefix = format!("{}f{c}{st}r{rep}-", net.prefix);
-                    floor_batch(&list, &cx.tree, &prefix, n, c)
-                } else {
-                    let prefix = format!("{}b{c}{st}r{rep}-", net.prefix);
-                    runtime_batch(&list, &cx.tree, storage, &cx.tokio, &prefix, n, c)
-                };
-                runs[usize::from(!is_floor)].push(r.context(label.clone())?);
+        // Floor and runtime, in turn first.
+        let label = format!("batch c={c} {st}");
+        let runs = rounds(2, 0, reps, Order::Rotate, &label, |r, rep| {
+            let prefix = format!("{}{}{c}{st}r{rep}-", net.prefix, ["f", "b"][r]);
+            match r {
+                0 => floor_batch(&list, &cx.tree, &prefix, n, c),
+                _ => runtime_batch(&list, &cx.tree, storage, &cx.tokio, &prefix, n, c),
             }
-            eprintln!(
-                "overhead: {label}: {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-        }
+        })?;
         let per_ns = |v: &[BatchRun], f: fn(&BatchRun) -> Duration| -> Vec<f64> {
             v.iter().map(|r| f(r).as_secs_f64() / n as f64).collect()
         };

@@ -56,7 +56,7 @@ use crate::Cx;
 use crate::procs::{histogram_means, metrics, proc_cpu};
 use crate::report::{Table, load_average, row, section as md};
 use crate::setup::{Daemon, REAL_PLUGIN_DIR, RealNet, Storage};
-use crate::stats::{Summary, quantile};
+use crate::stats::{Order, Summary, quantile, rounds, secs};
 
 /// The network's name (in cnid's conf dir and go-cni's direct one).
 const NETWORK: &str = "bench-burst";
@@ -265,25 +265,22 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     for c in concurrency {
         let before = histograms(&daemon.socket)?;
         // Per way, per repetition: [setup, removal] and the load at start.
-        let mut rounds: [Vec<([Half; 2], String)>; 2] = Default::default();
-        for rep in 0..reps {
-            for way in if rep % 2 == 0 { [0, 1] } else { [1, 0] } {
-                let t = Instant::now();
-                let r = round(&ctx, way, &format!("c{c}r{rep}"), n, c)
-                    .with_context(|| format!("burst c={c} rep {rep} via {}", WAYS[way]))
-                    .map_err(|e| e.context(daemon.log_tail()))?;
-                let figs = |h: &Half| FIGS.map(|(_, f)| format!("{:.0}", f(h) * 1e3)).join("/");
-                eprintln!(
-                    "overhead: burst c={c} rep {rep} {}: setup {} teardown {} ms (p50/p95/total); {:.1} s; load {}",
-                    WAYS[way],
-                    figs(&r.0[0]),
-                    figs(&r.0[1]),
-                    t.elapsed().as_secs_f64(),
-                    r.1
-                );
-                rounds[way].push(r);
-            }
-        }
+        // Per way, per repetition: [setup, removal] and the load at start;
+        // direct and via cnid in turn first.
+        let label = format!("burst c={c}");
+        let rounds = rounds(2, 0, reps, Order::Rotate, &label, |way, rep| {
+            let t = Instant::now();
+            let r = round(&ctx, way, &format!("c{c}r{rep}"), n, c)
+                .with_context(|| format!("rep {rep} via {}", WAYS[way]))
+                .map_err(|e| e.context(daemon.log_tail()))?;
+            let figs = |h: &Half| FIGS.map(|(_, f)| format!("{:.0}", f(h) * 1e3)).join("/");
+            let (setup, teardown, took) = (figs(&r.0[0]), figs(&r.0[1]), secs(t));
+            eprintln!(
+                "overhead: burst c={c} rep {rep} {}: setup {setup} teardown {teardown} ms (p50/p95/total); {took:.1} s; load {}",
+                WAYS[way], r.1
+            );
+            Ok(r)
+        })?;
         for (series, mean, count) in histogram_means(&before, &histograms(&daemon.socket)?) {
             row!(
                 account,

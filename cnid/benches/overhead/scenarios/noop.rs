@@ -158,14 +158,14 @@ fn startup(bins: &Bins, go: &std::path::Path, n: usize, f: &mut Findings) -> any
         let s = Instant::now();
         // Both tools exit non-zero after printing their usage.
         progs[k].run(&[], &mut out)?;
-        Ok(vec![secs(s)])
+        Ok(secs(s))
     })?;
     for (k, key) in ["true", "cnitool", "go"].iter().enumerate() {
-        f.put(format!("startup/{key}/wall"), Summary::of(&t[k][0]));
+        f.put(format!("startup/{key}/wall"), Summary::of(&t[k]));
     }
     f.put(
         "startup/go-over-cnitool/ratio",
-        Summary::ratios(&t[2][0], &t[1][0]),
+        Summary::ratios(&t[2], &t[1]),
     );
     Ok(())
 }

@@ -53,9 +53,19 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             if !exit.success() {
                 bail!("{} failed ({})", prepared[r].label(), exit.describe());
             }
-            Ok(vec![wall, exit.cpu.as_secs_f64()])
+            Ok((wall, exit.cpu.as_secs_f64()))
         },
     )?;
+    // Wall and CPU times per program.
+    let t: Vec<[Vec<f64>; 2]> = t
+        .iter()
+        .map(|v| {
+            [
+                v.iter().map(|x| x.0).collect(),
+                v.iter().map(|x| x.1).collect(),
+            ]
+        })
+        .collect();
     let truth = &t[progs.len() - 1][0];
     let f = &mut cx.findings;
     f.put("own/noop-true/wall", Summary::diffs(&t[0][0], truth));

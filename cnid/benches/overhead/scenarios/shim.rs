@@ -150,7 +150,7 @@ fn startup(cx: &mut Cx, shim: &Path, empty: &Path) -> anyhow::Result<Table> {
                     String::from_utf8_lossy(&out)
                 );
             }
-            Ok(vec![wall])
+            Ok(wall)
         },
     )?;
     let p50_p90 = |v: &[f64]| {
@@ -160,10 +160,10 @@ fn startup(cx: &mut Cx, shim: &Path, empty: &Path) -> anyhow::Result<Table> {
             Summary::q(v, 0.9) * 1e3
         )
     };
-    let diff: Vec<f64> = t[0][0].iter().zip(&t[1][0]).map(|(s, c)| s - c).collect();
+    let diff: Vec<f64> = t[0].iter().zip(&t[1]).map(|(s, c)| s - c).collect();
     let f = &mut cx.findings;
-    f.put("shim/startup/shim", Summary::of(&t[0][0]));
-    f.put("shim/startup/empty-c", Summary::of(&t[1][0]));
+    f.put("shim/startup/shim", Summary::of(&t[0]));
+    f.put("shim/startup/empty-c", Summary::of(&t[1]));
     f.put("shim/startup/over-c", Summary::of(&diff));
     let mut table = Table::new(
         "cnid-shim start-up against an empty static C program",
@@ -176,10 +176,10 @@ fn startup(cx: &mut Cx, shim: &Path, empty: &Path) -> anyhow::Result<Table> {
     row!(
         table,
         "cnid-shim, CNI_COMMAND=VERSION",
-        p50_p90(&t[0][0]),
+        p50_p90(&t[0]),
         p50_p90(&diff)
     );
-    row!(table, "empty static C program", p50_p90(&t[1][0]), "–");
+    row!(table, "empty static C program", p50_p90(&t[1]), "–");
     table.note(format!(
         "{} rotating pairs after 20 of warm-up, both spawned as the floor spawns plugins \
          (the shim's VERSION is answered without cnid); the difference is per pair. {} ({}).",
