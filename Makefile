@@ -231,6 +231,8 @@ fuzz: fuzz-build ## each fuzz target for FUZZ_SECONDS (600)
 # with the C noop as the plugin (issue 25). The floor also runs as a
 # process, the static C driver (cnid/benches/overhead/floor_driver.c, built
 # the same way as cni-floor-c): issue 25's goal 2 is judged against it.
+# cnid-shim's start-up is measured against an empty static C program
+# (cnid/benches/overhead/empty.c, built the same way as cni-empty-c).
 # The scale section (issue 25 item 4: cnid with 0, 1,000 and 10,000
 # attachments in its cache and journal) takes 1–3 minutes with a baseline
 # on a 2-CPU machine, most of it the GCs of 10,000 attachments
@@ -271,6 +273,9 @@ bench: setup shim ## the benchmarks; writes the tables of BENCHMARKS.md (root)
 	rm -f $(BENCH_TARGET)/bench/bin/cni-noop-c
 	if command -v $(CC) >/dev/null && $(CC) -O2 -static -o $(BENCH_TARGET)/bench/bin/cni-noop-c cnid/benches/noop/c/noop.c; then :; \
 	else echo "bench: no static C noop ($(CC) -static failed): its rows are skipped" >&2; fi
+	rm -f $(BENCH_TARGET)/bench/bin/cni-empty-c
+	if command -v $(CC) >/dev/null && $(CC) -O2 -static -o $(BENCH_TARGET)/bench/bin/cni-empty-c cnid/benches/overhead/empty.c; then :; \
+	else echo "bench: no static empty C program ($(CC) -static failed): the shim start-up rows are skipped" >&2; fi
 	rm -f $(BENCH_TARGET)/bench/bin/cni-floor-c
 	if command -v $(CC) >/dev/null && $(CC) -O2 -static -o $(BENCH_TARGET)/bench/bin/cni-floor-c cnid/benches/overhead/floor_driver.c; then :; \
 	else echo "bench: no static C driver ($(CC) -static failed): goal 2 is judged against the in-process floor" >&2; fi

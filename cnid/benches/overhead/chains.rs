@@ -23,10 +23,10 @@ use cnid::client::Client;
 use tokio::runtime::Runtime;
 
 use crate::floor::{FloorChain, PLAN_VERBS};
-use crate::report::{Findings, Table};
-use crate::setup::{Bins, Storage, Tree};
+use crate::report::{Findings, Table, row};
+use crate::setup::{Storage, Tree};
 use crate::spawn::{Prepared, env_with};
-use crate::stats::Summary;
+use crate::stats::{Order, Summary, rounds, secs};
 
 /// The runner name of Go's cnitool.
 pub(crate) const GO_CNITOOL: &str = "Go cnitool";
@@ -36,32 +36,32 @@ pub(crate) const DRIVER: &str = "C driver";
 
 /// The verbs of one iteration, in order.
 pub(crate) const VERBS: [&str; 3] = ["ADD", "CHECK", "DEL"];
+/// The verbs and ADD+DEL, as tabulated.
+pub(crate) const ALL_VERBS: [&str; 4] = ["ADD", "CHECK", "DEL", "ADD+DEL"];
 
 /// Who runs the chain.
 pub(crate) enum Runner {
     /// The floor (see [`crate::floor`]).
     Floor { chain: FloorChain, result: Vec<u8> },
-    /// `cni_async::Cni` in this process, on a current-thread runtime.
+    /// `cni_async::Cni` in this process, on a current-thread runtime; cache
+    /// I/O on the calling thread when `inline`
+    /// (`ResultCache::with_inline_io`), plugins started by `tokio::process`
+    /// when `posix` (`RawExec::with_posix_spawn`).
     InProcess {
         cni: Cni,
         list: NetworkConfigList,
         rt: RuntimeConf,
-        /// Cache I/O on the calling thread (`ResultCache::with_inline_io`).
         inline: bool,
-        /// Plugins started by `tokio::process` (`RawExec::with_posix_spawn`).
         posix: bool,
     },
-    /// `cnitool add|check|del` as a process (spawned like a plugin): ours,
-    /// or Go's on libcni (`name` says which); or the floor as a process,
-    /// the static C driver (`floor_driver.c`, issue 25's floor) running the
-    /// floor's steps from its plan files, whose ADD output goes to `result`
-    /// (untimed) for its CHECK and DEL to read, as a runtime reads its
-    /// cache.
-    Cnitool {
+    /// A program per verb, spawned like a plugin: our cnitool or Go's
+    /// (`name` says which); or the floor as a process, the static C driver
+    /// (`floor_driver.c`) running the floor's steps from its plan files,
+    /// whose ADD output goes to `result` (untimed) for its CHECK and DEL
+    /// to read, as a runtime reads its cache.
+    Process {
         name: &'static str,
-        add: Prepared,
-        check: Prepared,
-        del: Prepared,
+        verbs: [Prepared; 3],
         result: Option<PathBuf>,
     },
     /// A request to a running `cnid` with the typed client (`name`: which
@@ -74,29 +74,30 @@ pub(crate) enum Runner {
     },
 }
 
-impl Runner {
-    pub(crate) fn floor(
-        list: &NetworkConfigList,
-        netns: &str,
-        tree: &Tree,
-    ) -> anyhow::Result<Runner> {
-        let rt = RuntimeConf::new("bench-floor", netns, "eth0");
+/// Where runners run a chain: the network, the netns path, the tree and the
+/// cache's storage.
+#[derive(Clone, Copy)]
+pub(crate) struct On<'a> {
+    pub(crate) list: &'a NetworkConfigList,
+    pub(crate) netns: &'a str,
+    pub(crate) tree: &'a Tree,
+    pub(crate) storage: Storage,
+}
+
+impl On<'_> {
+    pub(crate) fn floor(self) -> anyhow::Result<Runner> {
+        let rt = RuntimeConf::new("bench-floor", self.netns, "eth0");
+        let chain = FloorChain::new(self.list, &rt, &self.tree.plugin_dirs)?;
         Ok(Runner::Floor {
-            chain: FloorChain::new(list, &rt, &tree.plugin_dirs)?,
+            chain,
             result: Vec::new(),
         })
     }
 
     /// The C driver at `driver`, its plans and result file in `dir`.
-    pub(crate) fn driver(
-        driver: &Path,
-        list: &NetworkConfigList,
-        netns: &str,
-        tree: &Tree,
-        dir: &Path,
-    ) -> anyhow::Result<Runner> {
-        let rt = RuntimeConf::new("bench-driver", netns, "eth0");
-        let plans = FloorChain::new(list, &rt, &tree.plugin_dirs)?.write_plans(dir)?;
+    pub(crate) fn driver(self, driver: &Path, dir: &Path) -> anyhow::Result<Runner> {
+        let rt = RuntimeConf::new("bench-driver", self.netns, "eth0");
+        let plans = FloorChain::new(self.list, &rt, &self.tree.plugin_dirs)?.write_plans(dir)?;
         let result = dir.join("result");
         let prep = |i: usize| {
             let (plan, env) = &plans[i];
@@ -106,187 +107,114 @@ impl Runner {
             }
             Prepared::new(driver, &args, env, format!("C driver {}", PLAN_VERBS[i]))
         };
-        Ok(Runner::Cnitool {
+        let verbs = [prep(0)?, prep(1)?, prep(2)?];
+        Ok(Runner::Process {
             name: DRIVER,
-            add: prep(0)?,
-            check: prep(1)?,
-            del: prep(2)?,
+            verbs,
             result: Some(result),
         })
     }
 
-    pub(crate) fn in_process(
-        list: &NetworkConfigList,
-        netns: &str,
-        tree: &Tree,
-        storage: Storage,
-        inline: bool,
-    ) -> Runner {
-        Runner::in_process_spawn(list, netns, tree, storage, inline, false)
-    }
-
-    /// [`Runner::in_process`], plugins started by `tokio::process` when `posix`.
-    pub(crate) fn in_process_spawn(
-        list: &NetworkConfigList,
-        netns: &str,
-        tree: &Tree,
-        storage: Storage,
-        inline: bool,
-        posix: bool,
-    ) -> Runner {
+    pub(crate) fn in_process(self, inline: bool, posix: bool) -> Runner {
         let exec = cni_async::exec::RawExec::new().with_posix_spawn(posix);
+        let cache = ResultCache::new(self.tree.cache(self.storage)).with_inline_io(inline);
+        let plugin_dirs = self.tree.plugin_dirs.iter().cloned();
         let cni = Cni::builder()
             .exec(std::sync::Arc::new(exec))
-            .plugin_dirs(tree.plugin_dirs.iter().cloned())
-            .cache(ResultCache::new(tree.cache(storage)).with_inline_io(inline))
+            .plugin_dirs(plugin_dirs)
+            .cache(cache)
             .build();
         let id = match (inline, posix) {
             (true, _) => "bench-inproc-inline",
             (false, true) => "bench-inproc-posix",
             (false, false) => "bench-inproc",
         };
+        let (list, rt) = (self.list.clone(), RuntimeConf::new(id, self.netns, "eth0"));
         Runner::InProcess {
             cni,
-            list: list.clone(),
-            rt: RuntimeConf::new(id, netns, "eth0"),
+            list,
+            rt,
             inline,
             posix,
         }
     }
 
-    pub(crate) fn cnitool(
-        bins: &Bins,
-        network: &str,
-        netns: &str,
-        tree: &Tree,
-        storage: Storage,
-    ) -> anyhow::Result<Runner> {
-        Runner::any_cnitool("cnitool", &bins.cnitool, network, netns, tree, storage)
-    }
-
-    /// Go's cnitool (see [`crate::go`]), with the same environment and its
-    /// own cache dir beside ours (both derive the same container ID from
-    /// the netns path).
-    pub(crate) fn go_cnitool(
-        path: &std::path::Path,
-        network: &str,
-        netns: &str,
-        tree: &Tree,
-        storage: Storage,
-    ) -> anyhow::Result<Runner> {
-        Runner::any_cnitool(GO_CNITOOL, path, network, netns, tree, storage)
-    }
-
-    fn any_cnitool(
-        name: &'static str,
-        path: &std::path::Path,
-        network: &str,
-        netns: &str,
-        tree: &Tree,
-        storage: Storage,
-    ) -> anyhow::Result<Runner> {
-        let cni_path = std::env::join_paths(&tree.plugin_dirs)?;
-        let mut cache = tree.cache(storage);
+    /// A cnitool (`name`: ours, "cnitool", or [`GO_CNITOOL`], whose cache
+    /// is a dir of its own beside ours; both derive the same container ID
+    /// from the netns path), with the same environment.
+    pub(crate) fn cnitool(self, name: &'static str, path: &Path) -> anyhow::Result<Runner> {
+        let mut cache = self.tree.cache(self.storage);
         if name == GO_CNITOOL {
             cache.set_file_name("cache-go");
             std::fs::create_dir_all(&cache)?;
         }
-        let env = cnitool_env(tree, &cni_path, &cache);
+        let env = cnitool_env(self.tree, &cache)?;
+        let network = self.list.name();
         let prep = |verb: &str| {
-            Prepared::new(
-                path,
-                &[OsStr::new(verb), OsStr::new(network), OsStr::new(netns)],
-                &env,
-                format!("{name} {verb} {network}"),
-            )
+            let args = [verb, network, self.netns].map(OsStr::new);
+            Prepared::new(path, &args, &env, format!("{name} {verb} {network}"))
         };
-        Ok(Runner::Cnitool {
+        let verbs = [prep("add")?, prep("check")?, prep("del")?];
+        Ok(Runner::Process {
             name,
-            add: prep("add")?,
-            check: prep("check")?,
-            del: prep("del")?,
+            verbs,
             result: None,
         })
     }
 
-    pub(crate) fn cnid(client: Client, network: &str, netns: &str) -> Runner {
-        Runner::cnid_as("cnid", "bench-cnid", client, network, netns)
-    }
-
-    /// A cnid runner named `name` (another build beside the one under
-    /// test), attaching container `id`.
-    pub(crate) fn cnid_as(
-        name: &'static str,
-        id: &str,
-        client: Client,
-        network: &str,
-        netns: &str,
-    ) -> Runner {
+    /// A cnid runner named `name`, attaching container `id`.
+    pub(crate) fn cnid(self, name: &'static str, id: &str, client: Client) -> Runner {
+        let req = AttachmentRequest::new(id, self.netns, "eth0");
         Runner::Cnid {
             name,
             client,
-            network: network.to_owned(),
-            req: AttachmentRequest::new(id, netns, "eth0"),
+            network: self.list.name().to_owned(),
+            req,
         }
     }
+}
 
+impl Runner {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Runner::Floor { .. } => "floor",
-            Runner::InProcess {
-                inline: false,
-                posix: false,
-                ..
-            } => "in-process",
-            Runner::InProcess {
-                inline: false,
-                posix: true,
-                ..
-            } => "in-process, tokio::process",
             Runner::InProcess { inline: true, .. } => "in-process, inline I/O",
-            Runner::Cnitool { name, .. } | Runner::Cnid { name, .. } => name,
+            Runner::InProcess { posix: true, .. } => "in-process, tokio::process",
+            Runner::InProcess { .. } => "in-process",
+            Runner::Process { name, .. } | Runner::Cnid { name, .. } => name,
         }
     }
 
     /// ADD, CHECK, DEL; the time of each, in seconds.
     fn cycle(&mut self, tokio: &Runtime) -> anyhow::Result<[f64; 3]> {
-        let mut t = [0.0; 3];
-        match self {
-            Runner::Floor { chain, result } => {
-                let s = Instant::now();
-                chain.add(result)?;
-                t[0] = s.elapsed().as_secs_f64();
-                let s = Instant::now();
-                chain.check(result)?;
-                t[1] = s.elapsed().as_secs_f64();
-                let s = Instant::now();
-                chain.del(result)?;
-                t[2] = s.elapsed().as_secs_f64();
-            }
-            Runner::InProcess { cni, list, rt, .. } => {
-                let s = Instant::now();
-                tokio.block_on(cni.add_network_list(list, rt).into_future())?;
-                t[0] = s.elapsed().as_secs_f64();
-                let s = Instant::now();
-                tokio.block_on(cni.check_network_list(list, rt).into_future())?;
-                t[1] = s.elapsed().as_secs_f64();
-                let s = Instant::now();
-                tokio.block_on(cni.del_network_list(list, rt).into_future())?;
-                t[2] = s.elapsed().as_secs_f64();
-            }
-            Runner::Cnitool {
-                add,
-                check,
-                del,
-                result,
+        Ok(match self {
+            Runner::Floor { chain, result } => [
+                time(|| chain.add(result))?,
+                time(|| chain.check(result))?,
+                time(|| chain.del(result))?,
+            ],
+            Runner::InProcess { cni, list, rt, .. } => [
+                time(|| Ok(tokio.block_on(cni.add_network_list(list, rt).into_future())?))?,
+                time(|| Ok(tokio.block_on(cni.check_network_list(list, rt).into_future())?))?,
+                time(|| Ok(tokio.block_on(cni.del_network_list(list, rt).into_future())?))?,
+            ],
+            Runner::Cnid {
+                client,
+                network,
+                req,
                 ..
-            } => {
-                let mut out = Vec::new();
-                for (i, p) in [add, check, del].into_iter().enumerate() {
+            } => [
+                time(|| Ok(tokio.block_on(client.add(network, req))?))?,
+                time(|| Ok(tokio.block_on(client.check(network, req))?))?,
+                time(|| Ok(tokio.block_on(client.del(network, req))?))?,
+            ],
+            Runner::Process { verbs, result, .. } => {
+                let (mut t, mut out) = ([0.0; 3], Vec::new());
+                for (i, p) in verbs.iter().enumerate() {
                     out.clear();
                     let s = Instant::now();
                     let exit = p.run(&[], &mut out)?;
-                    t[i] = s.elapsed().as_secs_f64();
+                    t[i] = secs(s);
                     if !exit.success() {
                         bail!("{} failed ({})", p.label(), exit.describe());
                     }
@@ -298,38 +226,26 @@ impl Runner {
                             .with_context(|| format!("writing {}", result.display()))?;
                     }
                 }
+                t
             }
-            Runner::Cnid {
-                client,
-                network,
-                req,
-                ..
-            } => {
-                let s = Instant::now();
-                tokio.block_on(client.add(network, req))?;
-                t[0] = s.elapsed().as_secs_f64();
-                let s = Instant::now();
-                tokio.block_on(client.check(network, req))?;
-                t[1] = s.elapsed().as_secs_f64();
-                let s = Instant::now();
-                tokio.block_on(client.del(network, req))?;
-                t[2] = s.elapsed().as_secs_f64();
-            }
-        }
-        Ok(t)
+        })
     }
+}
+
+/// How long `f` took, in seconds.
+fn time<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<f64> {
+    let s = Instant::now();
+    f()?;
+    Ok(secs(s))
 }
 
 /// cnitool's environment: ours without anything that would change what it
 /// does, plus where things are.
-pub(crate) fn cnitool_env(
-    tree: &Tree,
-    cni_path: &OsStr,
-    cache: &std::path::Path,
-) -> Vec<(OsString, OsString)> {
-    env_with(&[
+pub(crate) fn cnitool_env(tree: &Tree, cache: &Path) -> anyhow::Result<Vec<(OsString, OsString)>> {
+    let cni_path = std::env::join_paths(&tree.plugin_dirs)?;
+    Ok(env_with(&[
         ("NETCONFPATH", Some(tree.conf.as_os_str())),
-        ("CNI_PATH", Some(cni_path)),
+        ("CNI_PATH", Some(&cni_path)),
         ("CNI_CACHE_DIR", Some(cache.as_os_str())),
         ("CNI_IFNAME", None),
         ("CNI_ARGS", None),
@@ -337,43 +253,32 @@ pub(crate) fn cnitool_env(
         ("CNI_TIMEOUT", None),
         ("CNITOOL_JSON_ERRORS", None),
         ("RUST_LOG", None),
-    ])
+    ]))
 }
 
 /// The samples of one loop: per runner, per verb, one time per iteration.
 pub(crate) struct Samples {
     pub(crate) names: Vec<&'static str>,
-    pub(crate) times: Vec<[Vec<f64>; 3]>,
+    pub(crate) times: Vec<Vec<[f64; 3]>>,
 }
 
 impl Samples {
-    /// ADD+DEL per iteration of runner `r`.
-    fn add_del(&self, r: usize) -> Vec<f64> {
-        self.times[r][0]
-            .iter()
-            .zip(&self.times[r][2])
-            .map(|(a, d)| a + d)
-            .collect()
-    }
-
     /// The series of runner `r` for `verb` (`ADD`, `CHECK`, `DEL`, `ADD+DEL`).
     pub(crate) fn series(&self, r: usize, verb: &str) -> Vec<f64> {
-        match verb {
-            "ADD+DEL" => self.add_del(r),
-            v => VERBS
-                .iter()
-                .position(|x| *x == v)
-                .map(|i| self.times[r][i].clone())
-                .unwrap_or_default(),
-        }
+        let i = VERBS.iter().position(|x| *x == verb);
+        let pick = |t: &[f64; 3]| i.map_or(t[0] + t[2], |i| t[i]);
+        self.times[r].iter().map(pick).collect()
     }
 
-    pub(crate) fn index(&self, name: &str) -> Option<usize> {
-        self.names.iter().position(|n| *n == name)
+    pub(crate) fn index(&self, name: &str) -> anyhow::Result<usize> {
+        self.names
+            .iter()
+            .position(|n| *n == name)
+            .with_context(|| format!("no runner {name:?}"))
     }
 }
 
-/// Runs `warmup + iterations` iterations; runner 0 must be the floor.
+/// Runs `warmup + iterations` shuffled rounds; runner 0 must be the floor.
 pub(crate) fn run_loop(
     runners: &mut [Runner],
     tokio: &Runtime,
@@ -382,35 +287,16 @@ pub(crate) fn run_loop(
     label: &str,
 ) -> anyhow::Result<Samples> {
     assert!(matches!(runners.first(), Some(Runner::Floor { .. })));
-    let k = runners.len();
-    let mut times: Vec<[Vec<f64>; 3]> = (0..k).map(|_| Default::default()).collect();
-    let started = Instant::now();
-    let mut order: Vec<usize> = (0..k).collect();
-    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
-    for i in 0..warmup + iterations {
-        // Fisher–Yates.
-        for j in (1..k).rev() {
-            order.swap(j, (rng.next() % (j as u64 + 1)) as usize);
-        }
-        for &r in &order {
-            let t = runners[r]
-                .cycle(tokio)
-                .with_context(|| format!("{label}: {} (iteration {i})", runners[r].name()))?;
-            if i >= warmup {
-                for v in 0..3 {
-                    times[r][v].push(t[v]);
-                }
-            }
-        }
-    }
-    eprintln!(
-        "overhead: {label}: {iterations} iterations in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(Samples {
-        names: runners.iter().map(Runner::name).collect(),
-        times,
-    })
+    let names: Vec<&'static str> = runners.iter().map(Runner::name).collect();
+    let times = rounds(
+        runners.len(),
+        warmup,
+        iterations,
+        Order::Shuffle,
+        label,
+        |r, _| runners[r].cycle(tokio).with_context(|| names[r]),
+    )?;
+    Ok(Samples { names, times })
 }
 
 /// One table for one loop, and its figures recorded under `key`
@@ -427,93 +313,115 @@ pub(crate) fn tabulate(s: &Samples, title: &str, key: &str, findings: &mut Findi
         ],
     );
     for (r, name) in s.names.iter().enumerate() {
-        for verb in ["ADD", "CHECK", "DEL", "ADD+DEL"] {
-            let mine = s.series(r, verb);
-            let floor = s.series(0, verb);
+        for verb in ALL_VERBS {
+            let (mine, floor) = (s.series(r, verb), s.series(0, verb));
             let time = Summary::of(&mine);
             findings.put(format!("{key}/{name}/{verb}/time"), time);
             if r == 0 {
-                table.row(vec![
-                    name.to_string(),
-                    verb.into(),
-                    time.ms(),
-                    "1".into(),
-                    "–".into(),
-                ]);
+                row!(table, name, verb, time.ms(), "1", "–");
                 continue;
             }
-            let ratio = Summary::ratios(&mine, &floor);
-            let added = Summary::diffs(&mine, &floor);
+            let (ratio, added) = (
+                Summary::ratios(&mine, &floor),
+                Summary::diffs(&mine, &floor),
+            );
             findings.put(format!("{key}/{name}/{verb}/ratio"), ratio);
             findings.put(format!("{key}/{name}/{verb}/added"), added);
-            table.row(vec![
-                name.to_string(),
-                verb.into(),
-                time.ms(),
-                ratio.ratio(),
-                added.ms(),
-            ]);
+            row!(table, name, verb, time.ms(), ratio.ratio(), added.ms());
         }
     }
-    if let (Some(c), Some(p)) = (s.index("cnid"), s.index("in-process")) {
-        for verb in ["ADD", "CHECK", "DEL"] {
-            let d = Summary::diffs(&s.series(c, verb), &s.series(p, verb));
-            findings.put(format!("{key}/cnid-inproc/{verb}/added"), d);
-            table.row(vec![
-                "cnid − in-process".into(),
-                verb.into(),
-                "".into(),
-                "".into(),
-                d.ms(),
-            ]);
-        }
-    }
-    if let (Some(g), Some(c)) = (s.index(GO_CNITOOL), s.index("cnitool")) {
-        for verb in ["ADD", "CHECK", "DEL", "ADD+DEL"] {
-            let r = Summary::ratios(&s.series(g, verb), &s.series(c, verb));
-            findings.put(format!("{key}/go-over-cnitool/{verb}/ratio"), r);
-            table.row(vec![
-                "Go cnitool ÷ cnitool".into(),
-                verb.into(),
-                "".into(),
-                r.ratio(),
-                "".into(),
-            ]);
-        }
-    }
-    // Ours over the floor as a process; Go's over it: what no tool can
-    // beat Go's cnitool by on this machine.
-    for (tool, tag) in [("cnitool", "cnitool"), (GO_CNITOOL, "go")] {
-        let (Some(c), Some(d)) = (s.index(tool), s.index(DRIVER)) else {
+    // Pairs of runners: differences (cnid over in-process), ratios (Go's
+    // cnitool over ours; ours and Go's over the floor as a process, the
+    // most any tool can beat Go's cnitool by on this machine).
+    let pairs: [(&str, &str, &str, &str, bool); 4] = [
+        (
+            "cnid − in-process",
+            "cnid",
+            "in-process",
+            "cnid-inproc",
+            false,
+        ),
+        (
+            "Go cnitool ÷ cnitool",
+            GO_CNITOOL,
+            "cnitool",
+            "go-over-cnitool",
+            true,
+        ),
+        (
+            "cnitool ÷ C driver",
+            "cnitool",
+            DRIVER,
+            "cnitool-over-driver",
+            true,
+        ),
+        (
+            "Go cnitool ÷ C driver",
+            GO_CNITOOL,
+            DRIVER,
+            "go-over-driver",
+            true,
+        ),
+    ];
+    for (label, a, b, tag, ratio) in pairs {
+        let (Ok(a), Ok(b)) = (s.index(a), s.index(b)) else {
             continue;
         };
-        for verb in ["ADD", "CHECK", "DEL", "ADD+DEL"] {
-            let r = Summary::ratios(&s.series(c, verb), &s.series(d, verb));
-            findings.put(format!("{key}/{tag}-over-driver/{verb}/ratio"), r);
-            table.row(vec![
-                format!("{tool} ÷ C driver"),
-                verb.into(),
-                "".into(),
-                r.ratio(),
-                "".into(),
-            ]);
+        for verb in if ratio { &ALL_VERBS[..] } else { &VERBS[..] } {
+            let (x, y) = (s.series(a, verb), s.series(b, verb));
+            if ratio {
+                let r = Summary::ratios(&x, &y);
+                findings.put(format!("{key}/{tag}/{verb}/ratio"), r);
+                row!(table, label, verb, "", r.ratio(), "");
+            } else {
+                let d = Summary::diffs(&x, &y);
+                findings.put(format!("{key}/{tag}/{verb}/added"), d);
+                row!(table, label, verb, "", "", d.ms());
+            }
         }
     }
-    table.note(format!("{} iterations after warm-up", s.times[0][0].len()));
+    table.note(format!("{} iterations after warm-up", s.times[0].len()));
     table
+}
+
+/// A column of [`compare`]: a runner's times, or the per-iteration
+/// difference `a − b` of two runners, recorded as `KEY/VERB/TAG`.
+pub(crate) enum Col {
+    Time(&'static str, &'static str),
+    Diff(&'static str, &'static str, &'static str, &'static str),
+}
+
+/// A table of ADD, CHECK and DEL rows with `cols` (cnid builds or
+/// requests against each other in one loop).
+pub(crate) fn compare(
+    s: &Samples,
+    title: &str,
+    cols: &[Col],
+    key: &str,
+    findings: &mut Findings,
+) -> anyhow::Result<Table> {
+    let mut header = vec!["verb"];
+    header.extend(cols.iter().map(|c| match c {
+        Col::Time(h, _) | Col::Diff(h, ..) => *h,
+    }));
+    let mut t = Table::new(title, &header);
+    for verb in VERBS {
+        let mut cells = vec![verb.to_owned()];
+        for c in cols {
+            cells.push(match *c {
+                Col::Time(_, r) => Summary::of(&s.series(s.index(r)?, verb)).ms(),
+                Col::Diff(_, a, b, tag) => {
+                    let d =
+                        Summary::diffs(&s.series(s.index(a)?, verb), &s.series(s.index(b)?, verb));
+                    findings.put(format!("{key}/{verb}/{tag}"), d);
+                    d.ms()
+                }
+            });
+        }
+        t.row(cells);
+    }
+    Ok(t)
 }
 
 /// The netns path the noop chains are given (they never enter it).
 pub(crate) const NOOP_NETNS: &str = "/proc/self/ns/net";
-
-/// A small deterministic generator for the run order.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}

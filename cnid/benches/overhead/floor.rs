@@ -7,7 +7,7 @@
 //! `/dev/null`.
 //!
 //! [`FloorChain::write_plans`] hands the same steps to the floor as a
-//! process (`floor_driver.c`, issue 25's static C driver).
+//! process (`floor_driver.c`, the static C driver).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;

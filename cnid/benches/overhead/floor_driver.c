@@ -1,5 +1,5 @@
 /*
- * The floor as a process (issue 25's "static C driver"): the least a
+ * The floor as a process (the "static C driver"): the least a
  * runtime that is a program of its own must do to run a chain. `make bench`
  * builds it with `$(CC) -O2 -static` (as cni-noop-c); the overhead
  * benchmark runs it like cnitool, in the same loops.

@@ -61,6 +61,24 @@ impl Table {
     }
 }
 
+/// A row of cells, each anything `Display`: `row!(table, "ADD", 1.5, x.ms())`.
+macro_rules! row {
+    ($t:expr, $($cell:expr),+ $(,)?) => {
+        $t.row(vec![$(($cell).to_string()),+])
+    };
+}
+pub(crate) use row;
+
+/// A report section: `### title`, the intro, the tables.
+pub(crate) fn section(title: &str, intro: &str, tables: &[Table]) -> String {
+    let mut s = format!("### {title}\n\n");
+    if !intro.is_empty() {
+        let _ = write!(s, "{}\n\n", intro.trim_end());
+    }
+    let md: Vec<String> = tables.iter().map(Table::markdown).collect();
+    s + &md.join("\n")
+}
+
 /// Named figures, for the targets table.
 #[derive(Default)]
 pub(crate) struct Findings {
@@ -68,8 +86,8 @@ pub(crate) struct Findings {
 }
 
 impl Findings {
-    pub(crate) fn put(&mut self, key: String, s: Summary) {
-        self.map.insert(key, s);
+    pub(crate) fn put(&mut self, key: impl Into<String>, s: Summary) {
+        self.map.insert(key.into(), s);
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<Summary> {
@@ -241,7 +259,7 @@ pub(crate) fn update_marked(path: &Path, body: &str) -> anyhow::Result<()> {
 
 /// "static" when the ELF file has no program interpreter (`PT_INTERP`),
 /// "dynamic" when it has one.
-fn linkage(path: &Path) -> &'static str {
+pub(crate) fn linkage(path: &Path) -> &'static str {
     let Ok(b) = std::fs::read(path) else {
         return "?";
     };

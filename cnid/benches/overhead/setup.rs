@@ -41,67 +41,57 @@ pub(crate) struct Bins {
     pub(crate) noop: PathBuf,
     /// As shipped, statically linked (`make shim`) when from a bin dir.
     pub(crate) shim: PathBuf,
-    /// Other builds of the noop plugin found in the bin dir, measured
-    /// beside `noop` (issue 25): `cni-noop-c` (C, static, `make bench`
-    /// builds it when a C compiler is there) and `cni-noop-dynamic`.
+    /// Other builds of the noop plugin in the bin dir, measured beside
+    /// `noop`: [`NOOP_VARIANTS`].
     pub(crate) noop_variants: Vec<(&'static str, PathBuf)>,
-    /// The floor as a process (`floor_driver.c` built static as
-    /// `cni-floor-c` by `make bench`), when the bin dir has it: issue 25's
-    /// goal 2 is judged against it.
+    /// The floor as a process (`floor_driver.c`, `cni-floor-c`): the goal
+    /// of cnitool's ADD is judged against it.
     pub(crate) driver: Option<PathBuf>,
+    /// An empty static C program (`empty.c`, `cni-empty-c`): the reference
+    /// of cnid-shim's start-up.
+    pub(crate) empty_c: Option<PathBuf>,
 }
 
-/// The C driver's file name in the bin dir.
-pub(crate) const DRIVER_FILE: &str = "cni-floor-c";
-
 impl Bins {
-    /// From `dir` when given (binaries built by `cargo build --release`,
-    /// as shipped), else the ones cargo built for this benchmark.
+    /// From `dir` when given (built by `make bench` as shipped), else the
+    /// ones cargo built next to cnid's.
     pub(crate) fn find(dir: Option<&Path>) -> anyhow::Result<Bins> {
-        let bins = match dir {
-            Some(d) => Bins {
-                cnitool: d.join("cnitool"),
-                cnid: d.join("cnid"),
-                noop: d.join("cni-noop"),
-                shim: d.join("cnid-shim"),
-                noop_variants: NOOP_VARIANTS
-                    .iter()
-                    .map(|(label, file)| (*label, d.join(file)))
-                    .filter(|(_, p)| p.is_file())
-                    .collect(),
-                driver: Some(d.join(DRIVER_FILE)).filter(|p| p.is_file()),
-            },
-            None => Bins {
-                // Other packages' binaries (cnitool, cnid-shim): cargo
-                // builds them with the workspace (`make bench`), next to
-                // cnid's.
-                cnitool: Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnitool"),
-                cnid: env!("CARGO_BIN_EXE_cnid").into(),
-                noop: cni_test_support::noop::build_noop().map_err(anyhow::Error::msg)?,
-                shim: Path::new(env!("CARGO_BIN_EXE_cnid")).with_file_name("cnid-shim"),
-                noop_variants: Vec::new(),
-                driver: None,
-            },
+        let cargo = Path::new(env!("CARGO_BIN_EXE_cnid"));
+        let d = dir.unwrap_or(cargo.parent().context("cargo's bin dir")?);
+        let optional = |file: &str| Some(d.join(file)).filter(|p| p.is_file() && dir.is_some());
+        let noop = match dir {
+            Some(d) => d.join("cni-noop"),
+            None => cni_test_support::noop::build_noop().map_err(anyhow::Error::msg)?,
+        };
+        let bins = Bins {
+            cnitool: d.join("cnitool"),
+            cnid: d.join("cnid"),
+            noop,
+            shim: d.join("cnid-shim"),
+            noop_variants: NOOP_VARIANTS
+                .iter()
+                .filter_map(|(l, f)| Some((*l, optional(f)?)))
+                .collect(),
+            driver: optional("cni-floor-c"),
+            empty_c: optional("cni-empty-c"),
         };
         for b in [&bins.cnitool, &bins.cnid, &bins.noop, &bins.shim] {
-            if !b.is_file() {
-                bail!(
-                    "{} not found (build with `cargo build --release -p cnid -p cnitool -p cnid-shim --bins -p cni-noop`)",
-                    b.display()
-                );
-            }
+            anyhow::ensure!(
+                b.is_file(),
+                "{} not found (build with `cargo build --release -p cnid -p cnitool -p cnid-shim --bins -p cni-noop`)",
+                b.display()
+            );
         }
         Ok(bins)
     }
 }
 
-/// Where the cache (and cnid's state dir) lives.
+/// Where the cache (and cnid's state dir) lives: a dir on the disk
+/// (`/var/tmp`), every cache write fsynced as by default, or on tmpfs
+/// (`/dev/shm`), the same code with fsync free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Storage {
-    /// A dir on the disk (`/var/tmp`): every cache write and removal is
-    /// fsynced, as by default.
     Disk,
-    /// A dir on tmpfs (`/dev/shm`): the same code, but fsync costs nothing.
     Tmpfs,
 }
 
@@ -121,13 +111,12 @@ impl Storage {
     }
 }
 
-/// The temp tree.
+/// The temp tree: `bin` (the plugin dir holding `noop`), `conf` (the conf
+/// dir), and per storage a `cache` and a `state` dir.
 pub(crate) struct Tree {
     disk: tempfile::TempDir,
     shm: tempfile::TempDir,
-    /// The plugin dir holding `noop`.
     pub(crate) bin: PathBuf,
-    /// The conf dir.
     pub(crate) conf: PathBuf,
     /// The plugin dirs the runtimes use: `bin`, then the reference plugins.
     pub(crate) plugin_dirs: Vec<PathBuf>,
@@ -135,59 +124,38 @@ pub(crate) struct Tree {
 
 impl Tree {
     pub(crate) fn new(bins: &Bins) -> anyhow::Result<Tree> {
-        let disk = tempfile::Builder::new()
-            .prefix("cni-bench-")
-            .tempdir_in("/var/tmp")
-            .context("temp dir in /var/tmp")?;
-        let shm = tempfile::Builder::new()
-            .prefix("cni-bench-")
-            .tempdir_in("/dev/shm")
-            .context("temp dir in /dev/shm")?;
-        let bin = disk.path().join("bin");
-        let conf = disk.path().join("net.d");
+        let temp = |dir| {
+            tempfile::Builder::new()
+                .prefix("cni-bench-")
+                .tempdir_in(dir)
+                .with_context(|| format!("temp dir in {dir}"))
+        };
+        let (disk, shm) = (temp("/var/tmp")?, temp("/dev/shm")?);
+        let (bin, conf) = (disk.path().join("bin"), disk.path().join("net.d"));
         for d in [&bin, &conf] {
             fs::create_dir_all(d)?;
         }
-        for s in [Storage::Disk, Storage::Tmpfs] {
-            let root = match s {
-                Storage::Disk => disk.path(),
-                Storage::Tmpfs => shm.path(),
-            };
+        for root in [disk.path(), shm.path()] {
             fs::create_dir_all(root.join("cache"))?;
             fs::create_dir_all(root.join("state"))?;
         }
-        // A copy, not a link: the plugin's page cache and path are ours.
-        let noop = bin.join("noop");
-        // Through the test support's writer: never "text file busy".
-        cni_test_support::executable::copy_executable(&bins.noop, &noop, 0o755);
+        // A copy, not a link: the plugin's page cache and path are ours;
+        // through the test support's writer: never "text file busy".
+        cni_test_support::executable::copy_executable(&bins.noop, &bin.join("noop"), 0o755);
+        let plugin_dirs = vec![bin.clone(), PathBuf::from(REAL_PLUGIN_DIR)];
         let tree = Tree {
-            plugin_dirs: vec![bin.clone(), PathBuf::from(REAL_PLUGIN_DIR)],
+            plugin_dirs,
             disk,
             shm,
             bin,
             conf,
         };
-        let noop = |extra: Value| {
-            let mut p = json!({"type": "noop"});
-            if let (Some(p), Some(e)) = (p.as_object_mut(), extra.as_object()) {
-                p.extend(e.clone());
-            }
-            p
-        };
-        tree.write_conf(
-            "10-noop1.conflist",
-            &json!({"cniVersion": "1.0.0", "name": NOOP1, "plugins": [noop(json!({}))]}),
-        )?;
-        let eight: Vec<Value> = (0..8).map(|_| noop(json!({}))).collect();
-        tree.write_conf(
-            "11-noop8.conflist",
-            &json!({"cniVersion": "1.0.0", "name": NOOP8, "plugins": eight}),
-        )?;
-        tree.write_conf(
-            "12-slow.conflist",
-            &json!({"cniVersion": "1.0.0", "name": SLOW,
-                    "plugins": [noop(json!({"sleepMs": SLOW_ADD_MS}))]}),
-        )?;
+        let list = |name: &str, plugins: Value| json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins});
+        let noop = json!({"type": "noop"});
+        tree.write_conf("10-noop1.conflist", &list(NOOP1, json!([noop])))?;
+        tree.write_conf("11-noop8.conflist", &list(NOOP8, json!(vec![noop; 8])))?;
+        let slow = json!([{"type": "noop", "sleepMs": SLOW_ADD_MS}]);
+        tree.write_conf("12-slow.conflist", &list(SLOW, slow))?;
         Ok(tree)
     }
 
@@ -211,8 +179,10 @@ impl Tree {
     }
 
     pub(crate) fn write_conf(&self, file: &str, conf: &Value) -> anyhow::Result<()> {
-        fs::write(self.conf.join(file), serde_json::to_vec_pretty(conf)?)?;
-        Ok(())
+        Ok(fs::write(
+            self.conf.join(file),
+            serde_json::to_vec_pretty(conf)?,
+        )?)
     }
 
     pub(crate) fn load(&self, name: &str) -> anyhow::Result<NetworkConfigList> {
@@ -237,108 +207,85 @@ pub(crate) fn ip(args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The real chain's own bridge, subnet and namespaces. Dropping it deletes
-/// every namespace whose name starts with [`RealNet::prefix`] and the
-/// bridge (the veths go with the namespaces).
+/// A bridge network of the benchmark's own: bridge `TAG<pid>` (fixed MAC:
+/// Linux otherwise gives a bridge the lowest MAC of its ports, and the
+/// bridge plugin's CHECK fails when it changes) on a free `10.24x.y.0/LEN`,
+/// namespaces `TAG<pid>-…`. Dropping it deletes every namespace with that
+/// prefix and the bridge (the veths go with the namespaces).
 pub(crate) struct RealNet {
-    prefix: String,
-    bridge: String,
-    subnet: String,
+    pub(crate) prefix: String,
+    pub(crate) bridge: String,
+    pub(crate) subnet: String,
 }
 
 impl RealNet {
-    /// Picks a bridge name and a free `10.24x.y.0/24`, creates the bridge
-    /// (fixed MAC: Linux otherwise gives a bridge the lowest MAC of its
-    /// ports, and the bridge plugin's CHECK fails when it changes) and
-    /// writes the `bench-real` network: loopback, bridge with host-local,
-    /// tuning. No gateway, no masquerade, no route out.
+    /// The `bench-real` network: loopback, bridge with host-local, tuning;
+    /// no gateway, no masquerade, no route out.
     pub(crate) fn create(tree: &Tree) -> anyhow::Result<RealNet> {
-        RealNet::create_as(tree, "cnb", REAL, "20-real.conflist", 24)
+        RealNet::new(tree, "cnb", 24, Some((REAL, "20-real.conflist")))
     }
 
-    /// [`RealNet::create`] on a bridge `TAG<pid>`, namespaces `TAG<pid>-…`,
-    /// a free `10.24x.y.0/LEN` (`LEN` 16 to 24) and its own host-local data
-    /// dir in the tree, as network `network` in `file`.
-    pub(crate) fn create_as(
+    /// A bridge on a /`len` (16 to 24); with `chain`, the real chain on it
+    /// written as network `chain.0` in file `chain.1` of the conf dir (its
+    /// own host-local data dir in the tree).
+    pub(crate) fn new(
         tree: &Tree,
         tag: &str,
-        network: &str,
-        file: &str,
         len: u32,
+        chain: Option<(&str, &str)>,
     ) -> anyhow::Result<RealNet> {
-        let net = RealNet::bridge_only(tag, len, &["loopback", "bridge", "host-local", "tuning"])?;
-        let data = tree.root().join(format!("host-local-{tag}"));
-        tree.write_conf(
-            file,
-            &json!({
-                "cniVersion": "1.0.0",
-                "name": network,
-                "plugins": [
-                    {"type": "loopback"},
-                    {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false,
-                     "ipam": {"type": "host-local", "ranges": [[{"subnet": net.subnet}]],
-                              "dataDir": data}},
-                    {"type": "tuning", "sysctl": {"net.core.somaxconn": "512"}}
-                ]
-            }),
-        )?;
-        Ok(net)
-    }
-
-    /// The bridge `TAG<pid>` on a free `10.24x.y.0/LEN` (`LEN` 16 to 24),
-    /// namespaces `TAG<pid>-…`, no network written: the caller writes its
-    /// own chain, of `plugins` (checked to be in the reference plugins' dir).
-    pub(crate) fn bridge_only(tag: &str, len: u32, plugins: &[&str]) -> anyhow::Result<RealNet> {
         anyhow::ensure!((16..=24).contains(&len), "subnet length /{len}: 16 to 24");
-        for p in plugins {
+        for p in ["loopback", "bridge", "host-local", "tuning", "portmap"] {
             if !Path::new(REAL_PLUGIN_DIR).join(p).exists() {
                 bail!("{REAL_PLUGIN_DIR}/{p} is missing: run `make setup`");
             }
         }
-        let pid = std::process::id();
-        let used = Command::new("ip")
-            .args(["-o", "-4", "addr", "show"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
-            + &Command::new("ip")
-                .args(["-4", "route", "show"])
+        let out = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
                 .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
+                .map(|o| o.stdout)
+                .unwrap_or_default()
+        };
+        let used = String::from_utf8_lossy(
+            &[
+                out(&["-o", "-4", "addr", "show"]),
+                out(&["-4", "route", "show"]),
+            ]
+            .concat(),
+        )
+        .into_owned();
         // Third octets per subnet, aligned to it.
-        let span = 1u32 << (24 - len);
-        let blocks = 256 / span;
+        let (pid, span) = (std::process::id(), 1u32 << (24 - len));
         let (a, b) = (0..100u32)
-            .map(|i| {
-                let n = pid.wrapping_add(i.wrapping_mul(7919));
-                (240 + n % 10, ((n / 10) % blocks) * span)
-            })
+            .map(|i| pid.wrapping_add(i.wrapping_mul(7919)))
+            .map(|n| (240 + n % 10, ((n / 10) % (256 / span)) * span))
             .filter(|&(_, b)| b > 0 || span > 1)
             .find(|&(a, b)| (b..b + span).all(|c| !used.contains(&format!("10.{a}.{c}."))))
             .with_context(|| format!("no free 10.24x.y.0/{len}"))?;
+        let (bridge, subnet) = (format!("{tag}{pid}"), format!("10.{a}.{b}.0/{len}"));
+        ip(&["link", "add", "name", &bridge, "type", "bridge"])?;
         let net = RealNet {
-            prefix: format!("{tag}{pid}-"),
-            bridge: format!("{tag}{pid}"),
-            subnet: format!("10.{a}.{b}.0/{len}"),
+            prefix: format!("{bridge}-"),
+            bridge,
+            subnet,
         };
-        ip(&["link", "add", "name", &net.bridge, "type", "bridge"])?;
         ip(&["link", "set", &net.bridge, "address", "02:cb:00:00:00:01"])?;
         ip(&["link", "set", &net.bridge, "up"])?;
+        if let Some((network, file)) = chain {
+            let ipam = json!({"type": "host-local", "ranges": [[{"subnet": net.subnet}]],
+                              "dataDir": tree.root().join(format!("host-local-{tag}"))});
+            let plugins = json!([
+                {"type": "loopback"},
+                {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false, "ipam": ipam},
+                {"type": "tuning", "sysctl": {"net.core.somaxconn": "512"}}
+            ]);
+            tree.write_conf(
+                file,
+                &json!({"cniVersion": "1.0.0", "name": network, "plugins": plugins}),
+            )?;
+        }
         Ok(net)
-    }
-
-    /// The prefix of every namespace name of this run.
-    pub(crate) fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    pub(crate) fn bridge(&self) -> &str {
-        &self.bridge
-    }
-
-    pub(crate) fn subnet(&self) -> &str {
-        &self.subnet
     }
 }
 
@@ -365,6 +312,8 @@ pub(crate) struct Daemon {
 }
 
 impl Daemon {
+    /// A cnid on the tree's cache dir on `storage` and a state dir `tag`
+    /// there, listening.
     pub(crate) fn start(
         bins: &Bins,
         tree: &Tree,
@@ -373,34 +322,11 @@ impl Daemon {
         extra: &[&str],
     ) -> anyhow::Result<Daemon> {
         let state = tree.state(storage).join(tag);
-        Daemon::start_on(bins, tree, &tree.cache(storage), &state, tag, extra)
-    }
-
-    /// [`Daemon::start`] on `cache` and `state`: started and listening.
-    pub(crate) fn start_on(
-        bins: &Bins,
-        tree: &Tree,
-        cache: &Path,
-        state: &Path,
-        tag: &str,
-        extra: &[&str],
-    ) -> anyhow::Result<Daemon> {
-        let mut d = Daemon::spawn_on(bins, tree, cache, state, tag, extra)?;
-        let start = Instant::now();
-        while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
-            if let Some(st) = d.child.try_wait()? {
-                bail!("cnid exited at start ({st}): {}", d.log_tail());
-            }
-            if start.elapsed() > Duration::from_secs(15) {
-                bail!("cnid not listening after 15 s: {}", d.log_tail());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(d)
+        Daemon::spawn(bins, tree, &tree.cache(storage), &state, tag, extra)?.listening()
     }
 
     /// A cnid on `cache` and `state`, not waited for.
-    pub(crate) fn spawn_on(
+    pub(crate) fn spawn(
         bins: &Bins,
         tree: &Tree,
         cache: &Path,
@@ -415,18 +341,18 @@ impl Daemon {
         cmd.arg("--socket")
             .arg(&socket)
             .arg("--conf-dir")
-            .arg(&tree.conf)
-            .arg("--cache-dir")
+            .arg(&tree.conf);
+        cmd.arg("--cache-dir")
             .arg(cache)
             .arg("--state-dir")
             .arg(state);
         for d in &tree.plugin_dirs {
             cmd.arg("--plugin-dir").arg(d);
         }
+        for v in ["NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID"] {
+            cmd.env_remove(v);
+        }
         cmd.args(extra)
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env_remove("LISTEN_PID")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file);
@@ -434,8 +360,25 @@ impl Daemon {
         Ok(Daemon { child, socket, log })
     }
 
-    pub(crate) fn pid(&self) -> i32 {
-        self.child.id() as i32
+    /// Waits until it accepts connections on its socket (15 s at most).
+    pub(crate) fn listening(mut self) -> anyhow::Result<Daemon> {
+        let start = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            if let Some(st) = self.child.try_wait()? {
+                bail!("cnid exited at start ({st}): {}", self.log_tail());
+            }
+            anyhow::ensure!(
+                start.elapsed() < Duration::from_secs(15),
+                "cnid not listening after 15 s: {}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(self)
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub(crate) fn log_tail(&self) -> String {
@@ -446,23 +389,17 @@ impl Daemon {
 
     /// `VmRSS` and `VmHWM` in KiB, from `/proc`.
     pub(crate) fn rss_kib(&self) -> anyhow::Result<(u64, u64)> {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        let field = |key: &str| -> anyhow::Result<u64> {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .with_context(|| format!("{key} in /proc/{}/status", self.pid()))
-        };
-        Ok((field("VmRSS:")?, field("VmHWM:")?))
+        let f = |k| crate::procs::status_kib(self.pid(), k);
+        f("VmRSS:")
+            .zip(f("VmHWM:"))
+            .with_context(|| format!("/proc/{}/status", self.pid()))
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         // SAFETY: kill has no memory preconditions; the pid is our child's.
-        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
             if let Ok(Some(_)) = self.child.try_wait() {

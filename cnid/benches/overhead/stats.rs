@@ -1,4 +1,12 @@
-//! Medians and spreads.
+//! Medians and spreads, and the paired loop every latency scenario runs:
+//! each round runs every program once, in a rotating or shuffled order, so
+//! each follows every other equally often (what one leaves behind, such as
+//! the kernel's deferred veth teardown, falls on whoever comes next), and
+//! figures are taken per round (ratios and differences of the same round).
+
+use std::time::Instant;
+
+use anyhow::Context;
 
 /// The `q` quantile of sorted data, linearly interpolated.
 pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
@@ -75,6 +83,13 @@ impl Summary {
         )
     }
 
+    /// `p`-quantile of a sample.
+    pub(crate) fn q(data: &[f64], p: f64) -> f64 {
+        let mut v = data.to_vec();
+        v.sort_by(f64::total_cmp);
+        quantile(&v, p)
+    }
+
     /// Milliseconds, from seconds.
     pub(crate) fn ms(&self) -> String {
         let d = if self.median.abs() >= 0.1 { 2 } else { 3 };
@@ -85,6 +100,61 @@ impl Summary {
     pub(crate) fn ratio(&self) -> String {
         format!("{:.2}x ({:.2}–{:.2})", self.median, self.p10, self.p90)
     }
+}
+
+/// How a round orders the programs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Order {
+    /// Round `i` starts at program `i % k`.
+    Rotate,
+    /// A Fisher–Yates shuffle per round (fixed seed).
+    Shuffle,
+}
+
+/// Runs `warmup + n` rounds of programs `0..k`; `run(r, i)` runs program
+/// `r` in round `i`. Returns what each program's runs after the warm-up
+/// returned, `[program][round]`.
+pub(crate) fn rounds<T>(
+    k: usize,
+    warmup: usize,
+    n: usize,
+    order: Order,
+    label: &str,
+    mut run: impl FnMut(usize, usize) -> anyhow::Result<T>,
+) -> anyhow::Result<Vec<Vec<T>>> {
+    let mut out: Vec<Vec<T>> = (0..k).map(|_| Vec::with_capacity(n)).collect();
+    let mut seq: Vec<usize> = (0..k).collect();
+    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+    let started = Instant::now();
+    for i in 0..warmup + n {
+        match order {
+            Order::Rotate => seq = (0..k).map(|j| (i + j) % k).collect(),
+            Order::Shuffle => {
+                for j in (1..k).rev() {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    seq.swap(j, (rng % (j as u64 + 1)) as usize);
+                }
+            }
+        }
+        for &r in &seq {
+            let t = run(r, i).with_context(|| format!("{label} (iteration {i})"))?;
+            if i >= warmup {
+                out[r].push(t);
+            }
+        }
+    }
+    eprintln!(
+        "overhead: {label}: {n} iterations in {:.1} s",
+        secs(started)
+    );
+    Ok(out)
+}
+
+/// Seconds since `t`.
+pub(crate) fn secs(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
 }
 
 /// A check of the arithmetic above, run by `cargo test` (which runs this

@@ -1,4 +1,4 @@
-//! Issue 25 item 4, node scale: cnid with 0, 1,000 and 10,000 attachments
+//! Node scale (`--only scale`): cnid with 0, 1,000 and 10,000 attachments
 //! in its cache and ADD journal (as after a `kill -9` of a cnid that made
 //! them within the last 30 s: one `commit` line per record, this boot's).
 //!
@@ -19,9 +19,8 @@
 //! With `--scale-baseline CNID` the same runs alternate, per size, with
 //! that cnid binary (a build before a change): one paired run.
 
-use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -32,12 +31,14 @@ use cnid::api::{AttachmentRequest, GcRequest};
 use cnid::client::Client;
 use tokio::runtime::Runtime;
 
+use crate::Cx;
 use crate::chains::NOOP_NETNS;
-use crate::report::{Findings, Table};
+use crate::procs::{metrics, threads_cpu_ns};
+use crate::report::{Table, row, section as md};
 use crate::setup::{Bins, Daemon, NOOP1, Tree};
 use crate::stats::Summary;
 
-/// The goals of issue 25 item 4.
+/// The goals: at 10,000 attachments, and the admission at any size.
 pub(crate) const READY_GOAL_S: f64 = 1.0;
 pub(crate) const RSS_GOAL_MIB: f64 = 64.0;
 pub(crate) const ADMISSION_GOAL_MS: f64 = 0.1;
@@ -130,7 +131,7 @@ fn start_ready(
     tag: &str,
 ) -> anyhow::Result<(Daemon, Duration)> {
     let t = Instant::now();
-    let d = Daemon::spawn_on(
+    let d = Daemon::spawn(
         bins,
         tree,
         cache,
@@ -149,47 +150,21 @@ fn start_ready(
     }
 }
 
-/// The run time of all of `pid`'s threads so far (ns, `schedstat`).
-fn cpu_ns(pid: i32) -> anyhow::Result<u64> {
-    let mut sum = 0;
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let path = t?.path().join("schedstat");
-        if let Ok(s) = std::fs::read_to_string(&path) {
-            sum += s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    Ok(sum)
-}
-
-/// The ADD row of cnid's admission histogram in a `/metrics` text: the
-/// sum (seconds), the count, and the count within [`ADMISSION_GOAL_MS`]
-/// (its `le="0.0001"` bucket); `None` when cnid has no such metric.
-fn admission_counts(metrics: &str) -> Option<(f64, f64, f64)> {
-    let value = |head: &str| {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(head))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-    };
-    const NAME: &str = "cnid_admission_duration_seconds";
-    // The bucket's bound as cnid writes it: `ADMISSION_GOAL_MS` in seconds.
-    let goal = format!("{NAME}_bucket{{verb=\"ADD\",le=\"0.0001\"}} ");
-    Some((
-        value(&format!("{NAME}_sum{{verb=\"ADD\"}} "))?,
-        value(&format!("{NAME}_count{{verb=\"ADD\"}} "))?,
-        value(&goal)?,
-    ))
-}
-
 /// The ADDs' admission between two `/metrics` texts: mean seconds and
-/// the share within the goal.
+/// the share within [`ADMISSION_GOAL_MS`] (its `le="0.0001"` bucket, as
+/// cnid writes it); `None` when cnid has no such metric or no new ADD.
 fn admission_between(before: &str, after: &str) -> Option<(f64, f64)> {
-    let (s0, n0, g0) = admission_counts(before)?;
-    let (s1, n1, g1) = admission_counts(after)?;
+    const NAME: &str = "cnid_admission_duration_seconds";
+    let get = |text: &str| {
+        let m = metrics(text);
+        let v = |s: &str| m.get(&format!("{NAME}{s}")).copied();
+        Some((
+            v("_sum{verb=\"ADD\"}")?,
+            v("_count{verb=\"ADD\"}")?,
+            v("_bucket{verb=\"ADD\",le=\"0.0001\"}")?,
+        ))
+    };
+    let ((s0, n0, g0), (s1, n1, g1)) = (get(before)?, get(after)?);
     let n = n1 - n0;
     (n > 0.0).then(|| ((s1 - s0) / n, (g1 - g0) / n))
 }
@@ -256,7 +231,7 @@ fn run_one(
         tokio.block_on(client.del(NOOP1, &probe(j)))?;
     }
     let metrics0 = tokio.block_on(client.metrics())?;
-    let cpu0 = cpu_ns(daemon.pid())?;
+    let cpu0 = threads_cpu_ns(daemon.pid())?;
     let mut add = Vec::with_capacity(probes);
     for j in 0..probes {
         let req = probe(j + 5);
@@ -267,7 +242,7 @@ fn run_one(
         add.push(t.elapsed().as_secs_f64());
         tokio.block_on(client.del(NOOP1, &req))?;
     }
-    let cpu_per_op = (cpu_ns(daemon.pid())? - cpu0) as f64 / 1e9 / probes as f64;
+    let cpu_per_op = (threads_cpu_ns(daemon.pid())? - cpu0) as f64 / 1e9 / probes as f64;
     let admission = admission_between(&metrics0, &tokio.block_on(client.metrics())?);
     let t = Instant::now();
     let listed = tokio.block_on(page_all(&client, None))?;
@@ -311,32 +286,26 @@ fn run_one(
     })
 }
 
-/// The section; `baseline`: another cnid binary run alongside.
-pub(crate) fn section(
-    bins: &Bins,
-    tree: &Tree,
-    tokio: &Runtime,
-    quick: bool,
-    baseline: Option<&PathBuf>,
-    findings: &mut Findings,
-) -> anyhow::Result<String> {
+/// The section; `--scale-baseline`: another cnid binary run alongside.
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let (bins, tree, tokio, quick) = (&cx.bins, &cx.tree, &cx.tokio, cx.args.quick);
+    let findings = &mut cx.findings;
     let sizes: &[usize] = if quick {
         &[0, 1000]
     } else {
         &[0, 1000, LARGEST]
     };
     let probes = if quick { 30 } else { 200 };
-    let mut builds: Vec<(&str, Bins)> = Vec::new();
-    if let Some(b) = baseline {
-        builds.push((
+    let baseline = cx.args.scale_baseline.iter().map(|b| {
+        (
             "baseline",
             Bins {
                 cnid: b.clone(),
                 ..bins.clone()
             },
-        ));
-    }
-    builds.push(("this build", bins.clone()));
+        )
+    });
+    let builds: Vec<(&str, Bins)> = baseline.chain([("this build", bins.clone())]).collect();
     let mut t = Table::new(
         "cnid with N attachments in its cache and ADD journal (cache and state on disk)",
         &[
@@ -355,87 +324,75 @@ pub(crate) fn section(
     let mut cpu_at_zero: Vec<f64> = vec![f64::NAN; builds.len()];
     for &n in sizes {
         for (b, (label, bins)) in builds.iter().enumerate() {
-            let tag = format!("s{n}-{b}");
             eprintln!("overhead: scale, {label}, {n} attachments");
             let gc = n == *sizes.last().unwrap_or(&0);
-            let r = run_one(bins, tree, tokio, n, probes, gc, &tag)?;
+            let r = run_one(bins, tree, tokio, n, probes, gc, &format!("s{n}-{b}"))?;
             if n == 0 {
                 cpu_at_zero[b] = r.cpu_per_op;
             }
-            let admission = r.cpu_per_op - cpu_at_zero[b];
-            let add = Summary::of(&r.add);
-            let mib = |k: u64| k as f64 / 1024.0;
+            let over_zero = r.cpu_per_op - cpu_at_zero[b];
+            let (mib, ms) = (
+                |k: u64| k as f64 / 1024.0,
+                |d: Duration| d.as_secs_f64() * 1e3,
+            );
             if b == builds.len() - 1 {
-                let key = |what: &str| format!("scale/{what}/{n}");
-                findings.put(key("ready"), Summary::of(&[r.ready_journal.as_secs_f64()]));
-                findings.put(
-                    key("ready_cache"),
-                    Summary::of(&[r.ready_cache.as_secs_f64()]),
-                );
-                findings.put(key("rss"), Summary::of(&[mib(r.rss_kib)]));
-                findings.put(key("cpu_over_zero"), Summary::of(&[admission]));
+                let mut put = |what: &str, v: f64| {
+                    findings.put(format!("scale/{what}/{n}"), Summary::of(&[v]))
+                };
+                put("ready", r.ready_journal.as_secs_f64());
+                put("ready_cache", r.ready_cache.as_secs_f64());
+                put("rss", mib(r.rss_kib));
+                put("cpu_over_zero", over_zero);
                 if let Some((mean, within)) = r.admission {
-                    findings.put(key("admission"), Summary::of(&[mean]));
-                    findings.put(key("admission_within"), Summary::of(&[within]));
+                    put("admission", mean);
+                    put("admission_within", within);
                 }
             }
-            t.row(vec![
-                (*label).into(),
-                format!("{n}"),
-                format!(
-                    "{:.0} / {:.0} ms",
-                    r.ready_journal.as_secs_f64() * 1e3,
-                    r.ready_cache.as_secs_f64() * 1e3
-                ),
+            row!(
+                t,
+                label,
+                n,
+                format!("{:.0} / {:.0} ms", ms(r.ready_journal), ms(r.ready_cache)),
                 format!("{:.1} / {:.1} MiB", mib(r.rss_kib), mib(r.hwm_kib)),
                 format!("{:.2} ms", r.cpu_per_op * 1e3),
                 if n == 0 {
                     "–".into()
                 } else {
-                    format!("{:+.2} ms", admission * 1e3)
+                    format!("{:+.2} ms", over_zero * 1e3)
                 },
-                match r.admission {
-                    Some((mean, within)) => {
-                        format!("{:.3} ms; {:.0}%", mean * 1e3, within * 100.0)
-                    }
-                    None => "– (no metric)".into(),
-                },
-                format!(
-                    "{:.2} ({:.2}–{:.2}) ms",
-                    add.median * 1e3,
-                    add.p10 * 1e3,
-                    add.p90 * 1e3
-                ),
-                format!(
-                    "{:.0} / {:.0} ms",
-                    r.page100.as_secs_f64() * 1e3,
-                    r.page1000.as_secs_f64() * 1e3
-                ),
-                match r.gc {
-                    Some((d, deleted)) => format!("{:.1} s ({deleted} deleted)", d.as_secs_f64()),
-                    None => "–".into(),
-                },
-            ]);
+                r.admission.map_or("– (no metric)".into(), |(m, w)| format!(
+                    "{:.3} ms; {:.0}%",
+                    m * 1e3,
+                    w * 100.0
+                )),
+                format!("{} ms", Summary::of(&r.add).fmt(1e3, 2)),
+                format!("{:.0} / {:.0} ms", ms(r.page100), ms(r.page1000)),
+                r.gc.map_or("–".into(), |(d, k)| format!(
+                    "{:.1} s ({k} deleted)",
+                    d.as_secs_f64()
+                )),
+            );
         }
     }
     t.note(format!(
         "{probes} ADD+DEL pairs of fresh containers per size (noop ×1, `{NOOP_NETNS}`), after 5 \
          for warm-up; CPU is the sum of cnid's threads' run time (`/proc/PID/task/*/schedstat`) \
          over them; the measured admission is cnid's `cnid_admission_duration_seconds{{verb=\"ADD\"}}` \
-         (wall time of `Engine::admit`) over the same ADDs. Goals (issue 25 item 4, at {LARGEST}): \
+         (wall time of `Engine::admit`) over the same ADDs. Goals (at {LARGEST}): \
          ready ≤ {READY_GOAL_S} s, RSS ≤ {RSS_GOAL_MIB} MiB, admission ≤ {ADMISSION_GOAL_MS} ms \
          at any size."
     ));
-    let mut s = String::from(INTRO);
-    let _ = write!(s, "{}", t.markdown());
-    Ok(s)
+    Ok(Some(md(
+        "Node scale: cnid with 10,000 attachments",
+        INTRO,
+        &[t],
+    )))
 }
 
-const INTRO: &str = "### Node scale: cnid with 10,000 attachments (issue 25)\n\n\
-Per size N: N `cniCacheV1` records of `bench-noop1` in a fresh cache dir and a commit line for \
-each in cnid's ADD journal (as a `kill -9` would leave them within 30 s of the ADDs; start-up \
+const INTRO: &str = "Per size N: N `cniCacheV1` records of `bench-noop1` in a fresh cache \
+dir and a commit line for each in cnid's ADD journal (as a `kill -9` would leave them within 30 s of the ADDs; start-up \
 flushes their records, then empties the journal), each on its own netns path, which does not \
 exist (`--stale-after 0`: the reaper leaves them). cnid is spawned and `GET /v1/health/ready` \
 polled every 1 ms; then ADD+DEL of fresh containers, a full paging of `GET /v1/attachments`, \
 a restart (SIGTERM, then a start from the cache alone), and at the largest N a GC of the network \
-with no valid attachments (every cached one is deleted, noop plugin).\n\n";
+with no valid attachments (every cached one is deleted, noop plugin).";

@@ -1,6 +1,6 @@
-//! Scenario 5: batch throughput. N namespaces on the real chain, at a
-//! given concurrency: create each namespace and ADD it (setup), then DEL
-//! each and delete the namespace (teardown).
+//! Scenario 5 (`--only batch`, root): batch throughput. N namespaces on
+//! the real chain, at a given concurrency: create each namespace and ADD
+//! it (setup), then DEL each and delete the namespace (teardown).
 //!
 //! - runtime: `cni_async::batch::BatchBuilder` (a current-thread runtime;
 //!   namespaces are created on the blocking pool).
@@ -23,9 +23,12 @@ use cni_async::{Cni, cache::ResultCache};
 use cni_core::NetworkConfigList;
 use tokio::runtime::Runtime;
 
+use crate::Cx;
 use crate::floor::FloorChain;
-use crate::setup::{Storage, Tree};
+use crate::report::{Table, row, section as md};
+use crate::setup::{REAL, Storage, Tree};
 use crate::spawn::cpu_times;
+use crate::stats::{Order, Summary, rounds};
 
 /// One batch run.
 #[derive(Debug, Clone, Copy)]
@@ -186,4 +189,98 @@ pub(crate) fn runtime_batch(
         }
         Ok((t1 - t0, t2 - t1))
     })
+}
+
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let Some(net) = &cx.real else { return Ok(None) };
+    let list = cx.tree.load(REAL)?;
+    let n = cx.sizes.batch_count;
+    let mut t = Table::new(
+        &format!("{n} namespaces on the real chain"),
+        &[
+            "concurrency",
+            "cache",
+            "runner",
+            "setup ms/ns",
+            "teardown ms/ns",
+            "total ms/ns, median (min–max)",
+            "× floor, median (min–max)",
+            "CPU ms/ns (own + plugins)",
+        ],
+    );
+    for (c, storage) in [
+        (1usize, Storage::Disk),
+        (4, Storage::Disk),
+        (4, Storage::Tmpfs),
+        (16, Storage::Disk),
+    ] {
+        let st = storage.short();
+        let reps = if c == 4 {
+            cx.sizes.batch_reps
+        } else {
+            cx.sizes.batch_reps.min(2)
+        };
+        // Floor and runtime, in turn first.
+        let label = format!("batch c={c} {st}");
+        let runs = rounds(2, 0, reps, Order::Rotate, &label, |r, rep| {
+            let prefix = format!("{}{}{c}{st}r{rep}-", net.prefix, ["f", "b"][r]);
+            match r {
+                0 => floor_batch(&list, &cx.tree, &prefix, n, c),
+                _ => runtime_batch(&list, &cx.tree, storage, &cx.tokio, &prefix, n, c),
+            }
+        })?;
+        let per_ns = |v: &[BatchRun], f: fn(&BatchRun) -> Duration| -> Vec<f64> {
+            v.iter().map(|r| f(r).as_secs_f64() / n as f64).collect()
+        };
+        let floor_total = per_ns(&runs[0], BatchRun::total);
+        for (i, (name, key)) in [("floor", "floor"), ("cni-async batch", "runtime")]
+            .into_iter()
+            .enumerate()
+        {
+            let total = per_ns(&runs[i], BatchRun::total);
+            let (cpu, own) = (
+                per_ns(&runs[i], BatchRun::cpu),
+                per_ns(&runs[i], |r| r.cpu_self),
+            );
+            let ratio: Vec<f64> = total.iter().zip(&floor_total).map(|(a, b)| a / b).collect();
+            let f = &mut cx.findings;
+            f.put(format!("batch/c{c}/{st}/{key}/total"), Summary::of(&total));
+            f.put(
+                format!("batch/c{c}/{st}/{key}/ratio"),
+                Summary::min_max(&ratio),
+            );
+            f.put(format!("batch/c{c}/{st}/{key}/cpu"), Summary::of(&cpu));
+            let med = |v: &[f64]| Summary::of(v).median * 1e3;
+            let (cpu, own) = (med(&cpu), med(&own));
+            row!(
+                t,
+                c,
+                if i == 0 { "–" } else { st },
+                name,
+                format!("{:.2}", med(&per_ns(&runs[i], |r| r.setup))),
+                format!("{:.2}", med(&per_ns(&runs[i], |r| r.teardown))),
+                Summary::min_max(&total).fmt(1e3, 2),
+                if i == 0 {
+                    "1".into()
+                } else {
+                    Summary::min_max(&ratio).ratio()
+                },
+                format!("{cpu:.2} ({own:.2} + {:.2})", cpu - own),
+            );
+        }
+    }
+    t.note(format!(
+        "Setup = create the namespace + ADD; teardown = DEL + delete the namespace. Floor and \
+         runtime alternate ({} runs at concurrency 4, up to 2 at 1 and 16); the ratio pairs each \
+         runtime run with the floor run next to it. Cache \"tmpfs\": the same with the cache on \
+         tmpfs (fsync free). \"own\" CPU is this process's (all threads, namespace creation \
+         included on both sides); \"plugins\" is the reaped children's.",
+        cx.sizes.batch_reps
+    ));
+    Ok(Some(md(
+        "Scenario 5: batch throughput",
+        "`cni_async::batch::BatchBuilder` against the floor run by as many threads as the \
+         concurrency, both creating namespaces with `Netns::create`.",
+        &[t],
+    )))
 }

@@ -1,4 +1,4 @@
-//! Scenario 6: the criterion micro-benchmarks of cni-core
+//! Scenario 6 (`--only core`): the criterion micro-benchmarks of cni-core
 //! (`cargo bench -p cni-core --bench core`), read back from criterion's
 //! output dir (`target/criterion/<id>/new/sample.json`): per-iteration
 //! time of every sample, so the table has the same median and p10–p90 as
@@ -10,6 +10,8 @@ use std::time::SystemTime;
 use anyhow::Context;
 use serde_json::Value;
 
+use crate::Cx;
+use crate::report::{Table, row, section as md};
 use crate::stats::Summary;
 
 /// The order the benchmarks are listed in (others follow, sorted).
@@ -26,10 +28,10 @@ const ORDER: [&str; 9] = [
 ];
 
 /// One benchmark: per-iteration time in seconds.
-pub(crate) struct CoreBench {
-    pub(crate) id: String,
-    pub(crate) time: Summary,
-    pub(crate) modified: Option<SystemTime>,
+struct CoreBench {
+    id: String,
+    time: Summary,
+    modified: Option<SystemTime>,
 }
 
 fn load_one(dir: &Path) -> anyhow::Result<Summary> {
@@ -59,7 +61,7 @@ fn load_one(dir: &Path) -> anyhow::Result<Summary> {
 }
 
 /// Every benchmark found under `criterion_dir`.
-pub(crate) fn load(criterion_dir: &Path) -> Vec<CoreBench> {
+fn load(criterion_dir: &Path) -> Vec<CoreBench> {
     let Ok(entries) = std::fs::read_dir(criterion_dir) else {
         return Vec::new();
     };
@@ -78,4 +80,40 @@ pub(crate) fn load(criterion_dir: &Path) -> Vec<CoreBench> {
     let rank = |id: &str| ORDER.iter().position(|o| *o == id).unwrap_or(ORDER.len());
     out.sort_by(|a, b| rank(&a.id).cmp(&rank(&b.id)).then(a.id.cmp(&b.id)));
     out
+}
+
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let dir = cx
+        .args
+        .criterion_dir
+        .clone()
+        .unwrap_or_else(|| crate::cli::Args::target_dir().join("criterion"));
+    let core = load(&dir);
+    const TITLE: &str = "Scenario 6: cni-core micro-benchmarks";
+    if core.is_empty() {
+        let why = format!(
+            "No criterion results in {} (run `cargo bench -p cni-core --bench core` first).",
+            dir.display()
+        );
+        return Ok(Some(md(TITLE, &why, &[])));
+    }
+    let mut t = Table::new(
+        "criterion, per iteration (samples' p10–p90)",
+        &["benchmark", "µs, median (p10–p90)"],
+    );
+    for b in &core {
+        cx.findings.put(format!("core/{}", b.id), b.time);
+        row!(t, format!("`{}`", b.id), b.time.fmt(1e6, 2));
+    }
+    let newest = core.iter().filter_map(|b| b.modified).max();
+    let age = newest
+        .and_then(|m| m.elapsed().ok())
+        .map_or("?".into(), |d| format!("{:.0} min", d.as_secs_f64() / 60.0));
+    t.note(format!(
+        "`per_plugin_add_work` is everything cni-core does for one plugin of an ADD chain: \
+         build its stdin (6-plugin list, prevResult of 3 interfaces and 2 addresses), parse \
+         its result, convert it, serialize it for the next plugin. Results from {}, {age} old.",
+        dir.display()
+    ));
+    Ok(Some(md(TITLE, "", &[t])))
 }

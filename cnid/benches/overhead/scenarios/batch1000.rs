@@ -1,0 +1,443 @@
+//! A batch of N namespaces (`--only batch1000`, root; 1,000 by default,
+//! `--batch1000-count`) on the real chain, through the shipped
+//! `cnitool batch up|down`, against a loop of Go's cnitool and the floor.
+//!
+//! Three runners, each setting up N namespaces (create + ADD) and then
+//! tearing them down (DEL + delete), at concurrency C (1, 4 and 8 by
+//! default, `--batch1000-concurrency`), alternating per repetition (order
+//! floor, cnitool, Go, then reversed, ...):
+//!
+//! - **cnitool batch**: `cnitool batch up NET --count N --concurrency C
+//!   --prefix P --quiet`, then `cnitool batch down NET --prefix P
+//!   --concurrency C --quiet`, each one process (the shipped binary, run
+//!   under GNU time for its peak RSS). It creates the namespaces itself.
+//! - **Go cnitool loop**: C shell loops at once, loop k taking namespaces
+//!   k, k+C, ...: `ip netns add NAME && go-cnitool add NET
+//!   /run/netns/NAME`, then `go-cnitool del ... && ip netns del NAME`, as
+//!   a shell harness does it (Go's cnitool creates no namespaces).
+//! - **floor**: [`super::batch::floor_batch`] on C threads, namespaces made
+//!   in this process (`Netns::create`), plugins spawned directly.
+//!
+//! The network is its own: a bridge `cnk<pid>`, a /20 of 10.24x.y.0 (room
+//! for 4,094 members), its own host-local data dir and caches in the temp
+//! tree (on disk, so the cache writes are flushed, as by default), no
+//! gateway, no masquerade, no route out. Every namespace is named
+//! `cnk<pid>-…`; the network's drop deletes any left (and the bridge), and
+//! a failed run is torn down before the error is returned.
+//!
+//! Peak RSS: cnitool batch's as GNU time's `%M` (which is the largest of
+//! the process and its reaped plugins) and its own `VmHWM`, sampled from
+//! `/proc` every 5 ms while it runs; Go's cnitool per process (`%M` of
+//! one `add` and one `del` on the same chain, a few runs).
+//!
+//! # Caveats
+//!
+//! - The Go loop pays for a process (`ip`) per namespace created and
+//!   deleted; cnitool batch and the floor create them in-process. That is
+//!   the difference between the tools as a harness uses them, not a
+//!   handicap of libcni.
+//! - Batch runs use the normal scheduling policy (their point is
+//!   throughput with several processes at once); on a shared machine the
+//!   ratios move with the load (recorded per run).
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use cni_async::netns::{NETNS_RUN_DIR, Netns};
+
+use super::batch::{self, BatchRun};
+use crate::Cx;
+use crate::chains::cnitool_env;
+use crate::procs::{gnu_time, peak_rss_kib};
+use crate::report::{Table, load_average, row, section as md};
+use crate::setup::{RealNet, Tree};
+use crate::stats::Summary;
+
+/// The network's name and file.
+const NETWORK: &str = "bench-batch1000";
+const CONF_FILE: &str = "30-batch1000.conflist";
+
+/// The runners, in their order of the first repetition, and their keys.
+const RUNNERS: [&str; 3] = ["floor", "cnitool batch", "Go cnitool loop"];
+const KEYS: [&str; 3] = ["floor", "cnitool", "go"];
+
+/// One run's figures, with the peak RSS of cnitool batch's up and down
+/// (KiB: `%M`, own `VmHWM`) and the load average at its start.
+struct Run {
+    batch: BatchRun,
+    rss: Option<[(u64, u64); 2]>,
+    load: String,
+}
+
+/// The environment of a cnitool (`tool`: ours or Go's), its cache on disk.
+fn env(tree: &Tree, tool: &str) -> anyhow::Result<Vec<(OsString, OsString)>> {
+    let d = tree.root().join(format!("batch1000-cache-{tool}"));
+    std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
+    cnitool_env(tree, &d)
+}
+
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let go = match (cx.go.clone(), cx.root) {
+        (Some(go), true) => go,
+        (go, _) => {
+            let why = if go.is_none() {
+                ": it needs Go's cnitool (see above)"
+            } else {
+                " needs root"
+            };
+            cx.skipped
+                .push(format!("the batch of 1,000 (batch1000){why}"));
+            return Ok(None);
+        }
+    };
+    let a = &cx.args;
+    let n = a
+        .batch1000_count
+        .unwrap_or(if a.quick { 100 } else { 1000 });
+    let reps = a.batch1000_reps.unwrap_or(if a.quick { 1 } else { 2 });
+    let net = RealNet::new(&cx.tree, "cnk", 20, Some((NETWORK, CONF_FILE)))?;
+    let per_s = |d: Duration| n as f64 / d.as_secs_f64();
+    let title = format!(
+        "{n} namespaces on the real chain (bridge {}, {}), cache on disk",
+        net.bridge, net.subnet
+    );
+    let mut rates = Table::new(
+        &title,
+        &[
+            "concurrency",
+            "runner",
+            "setup ns/s, median (min–max)",
+            "teardown ns/s, median (min–max)",
+            "total ms/ns, median (min–max)",
+            "CPU ms/ns (all processes)",
+            "load average at start",
+        ],
+    );
+    let mut ratios = Table::new(
+        "ratios, per repetition (same concurrency, adjacent runs)",
+        &[
+            "concurrency",
+            "cnitool batch ÷ floor, setup / teardown / total time",
+            "Go loop ÷ cnitool batch, setup / teardown / total time",
+        ],
+    );
+    // cnitool batch's peak RSS: %M and VmHWM of up, then of down.
+    let mut rss: [Vec<f64>; 4] = Default::default();
+    for &c in &cx.args.batch1000_concurrency {
+        let mut runs: [Vec<Run>; 3] = Default::default();
+        for rep in 0..reps {
+            for which in if rep % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] } {
+                let started = Instant::now();
+                let r = run_one(cx, &net, &go, which, &format!("c{c}r{rep}"), n, c)
+                    .with_context(|| format!("batch1000 c={c} rep {rep}: {}", RUNNERS[which]))?;
+                let (setup, teardown) = (per_s(r.batch.setup), per_s(r.batch.teardown));
+                let took = started.elapsed().as_secs_f64();
+                eprintln!(
+                    "overhead: batch1000 c={c} rep {rep} {}: {took:.1} s (setup {setup:.0}/s, teardown {teardown:.0}/s; load {})",
+                    RUNNERS[which], r.load
+                );
+                for (i, k) in r
+                    .rss
+                    .iter()
+                    .flatten()
+                    .flat_map(|(m, h)| [*m, *h])
+                    .enumerate()
+                {
+                    rss[i].push(k as f64);
+                }
+                runs[which].push(r);
+            }
+        }
+        let mm = |v: &[f64], d: usize| Summary::min_max(v).fmt(1.0, d);
+        for (which, rs) in runs.iter().enumerate() {
+            let per =
+                |f: fn(&BatchRun) -> Duration| rs.iter().map(|r| f(&r.batch)).collect::<Vec<_>>();
+            let setup: Vec<f64> = per(|b| b.setup).into_iter().map(per_s).collect();
+            let teardown: Vec<f64> = per(|b| b.teardown).into_iter().map(per_s).collect();
+            let ms_per_ns = |f| {
+                per(f)
+                    .iter()
+                    .map(|d| d.as_secs_f64() * 1e3 / n as f64)
+                    .collect::<Vec<_>>()
+            };
+            let key = KEYS[which];
+            cx.findings.put(
+                format!("batch1000/c{c}/{key}/setup_rate"),
+                Summary::min_max(&setup),
+            );
+            cx.findings.put(
+                format!("batch1000/c{c}/{key}/teardown_rate"),
+                Summary::min_max(&teardown),
+            );
+            let loads: Vec<&str> = rs.iter().map(|r| r.load.as_str()).collect();
+            let (total, cpu) = (ms_per_ns(BatchRun::total), ms_per_ns(BatchRun::cpu));
+            row!(
+                rates,
+                c,
+                RUNNERS[which],
+                mm(&setup, 0),
+                mm(&teardown, 0),
+                mm(&total, 2),
+                mm(&cpu, 2),
+                loads.join("; ")
+            );
+        }
+        let mut cells = vec![c.to_string()];
+        for (a, b, key) in [(1, 0, "cnitool-over-floor"), (2, 1, "go-over-cnitool")] {
+            let mut three = Vec::new();
+            for (what, f) in [
+                ("setup", (|r| r.setup) as fn(&BatchRun) -> Duration),
+                ("teardown", |r| r.teardown),
+                ("total", BatchRun::total),
+            ] {
+                let v: Vec<f64> = runs[a]
+                    .iter()
+                    .zip(&runs[b])
+                    .map(|(x, y)| f(&x.batch).as_secs_f64() / f(&y.batch).as_secs_f64())
+                    .collect();
+                let s = Summary::min_max(&v);
+                cx.findings.put(format!("batch1000/c{c}/{key}/{what}"), s);
+                three.push(s.ratio());
+            }
+            cells.push(three.join(" / "));
+        }
+        ratios.row(cells);
+    }
+    // Go's cnitool's peak RSS for one `add` and one `del` on the chain, and
+    // ours for one `add`, for scale.
+    let (tree, bins) = (&cx.tree, &cx.bins);
+    let (genv, oenv) = (env(tree, "go")?, env(tree, "cnitool")?);
+    let mut one: [Vec<f64>; 3] = Default::default();
+    for i in 0..5 {
+        let name = format!("{}m-{i}", net.prefix);
+        drop(Netns::create(&name)?);
+        let path = format!("{NETNS_RUN_DIR}/{name}");
+        let rss = |p: &Path, verb: &str, env| {
+            peak_rss_kib(p, &[verb, NETWORK, &path], env, None, tree.root())
+        };
+        let r = (|| -> anyhow::Result<()> {
+            one[0].push(rss(&go, "add", &genv)?);
+            one[1].push(rss(&go, "del", &genv)?);
+            one[2].push(rss(&bins.cnitool, "add", &oenv)?);
+            rss(&bins.cnitool, "del", &oenv).map(drop)
+        })();
+        Netns::delete_named(&name)?;
+        r?;
+    }
+    let mut mem = Table::new(
+        "peak RSS, KiB, median (min–max)",
+        &[
+            "process",
+            "GNU time %M (largest of it and its plugins)",
+            "own VmHWM, sampled",
+        ],
+    );
+    let mm0 = |v: &[f64]| Summary::min_max(v).fmt(1.0, 0);
+    cx.findings
+        .put("batch1000/rss/up", Summary::min_max(&rss[0]));
+    cx.findings
+        .put("batch1000/rss/go-add", Summary::min_max(&one[0]));
+    row!(
+        mem,
+        format!("cnitool batch up, {n} namespaces"),
+        mm0(&rss[0]),
+        mm0(&rss[1])
+    );
+    row!(
+        mem,
+        format!("cnitool batch down, {n} namespaces"),
+        mm0(&rss[2]),
+        mm0(&rss[3])
+    );
+    row!(mem, "Go cnitool add, one namespace", mm0(&one[0]), "–");
+    row!(mem, "Go cnitool del, one namespace", mm0(&one[1]), "–");
+    row!(mem, "cnitool add, one namespace", mm0(&one[2]), "–");
+    rates.note(format!(
+        "{reps} repetitions per concurrency, runners alternating (floor, cnitool batch, Go loop; \
+         then reversed). Setup = create the namespace + ADD; teardown = DEL + delete it. CPU \
+         is user + system of this process and every process it reaped (cnitool, sh, ip, the \
+         plugins). Normal scheduling policy."
+    ));
+    mem.note(
+        "%M of a process includes its largest reaped child's (the bridge plugin's); \
+         VmHWM is the process's own, read from /proc every 5 ms while it runs.",
+    );
+    Ok(Some(md(
+        &format!("Batch of {n}: cnitool batch against a loop of Go's cnitool and the floor"),
+        "`cnitool batch up|down` (one process each) against C shell loops of Go's cnitool \
+         (`ip netns add` + `go-cnitool add`; `go-cnitool del` + `ip netns del`) and the floor \
+         on as many threads, on the real chain (loopback, bridge/host-local, tuning; no \
+         gateway, no masquerade).",
+        &[rates, ratios, mem],
+    )))
+}
+
+/// Runs runner `which` once: N namespaces set up and torn down at
+/// concurrency `c`; none may be left.
+fn run_one(
+    cx: &Cx,
+    net: &RealNet,
+    go: &Path,
+    which: usize,
+    tag: &str,
+    n: usize,
+    c: usize,
+) -> anyhow::Result<Run> {
+    let (tree, load) = (&cx.tree, load_average());
+    let prefix = format!("{}{}{tag}-", net.prefix, ["f", "o", "g"][which]);
+    let (batch, rss) = match which {
+        0 => (
+            batch::floor_batch(&tree.load(NETWORK)?, tree, &prefix, n, c)?,
+            None,
+        ),
+        1 => {
+            let (b, r) = ours(cx, &prefix, n, c)?;
+            (b, Some(r))
+        }
+        _ => {
+            let env = env(tree, "go")?;
+            let run = batch::measure(|| {
+                Ok((
+                    go_loops(go, &env, &prefix, n, c, "up")?,
+                    go_loops(go, &env, &prefix, n, c, "down")?,
+                ))
+            });
+            if run.is_err() {
+                let _ = go_loops(go, &env, &prefix, n, c, "clean");
+            }
+            (run?, None)
+        }
+    };
+    let left = Netns::list_named()?
+        .into_iter()
+        .filter(|x| x.starts_with(&prefix))
+        .count();
+    anyhow::ensure!(
+        left == 0,
+        "{}: {left} namespaces left after teardown",
+        RUNNERS[which]
+    );
+    Ok(Run { batch, rss, load })
+}
+
+/// cnitool batch up, then down, each under GNU time.
+fn ours(
+    cx: &Cx,
+    prefix: &str,
+    count: usize,
+    c: usize,
+) -> anyhow::Result<(BatchRun, [(u64, u64); 2])> {
+    let (tree, cnitool) = (&cx.tree, &cx.bins.cnitool);
+    let env = env(tree, "cnitool")?;
+    let (n, c) = (count.to_string(), c.to_string());
+    let mut rss = [(0, 0); 2];
+    let run = batch::measure(|| {
+        let up = [
+            "batch",
+            "up",
+            NETWORK,
+            "--count",
+            &n,
+            "--concurrency",
+            &c,
+            "--prefix",
+            prefix,
+            "--quiet",
+        ];
+        let up = gnu_time(cnitool, &up, &env, None, tree.root())?;
+        rss[0] = (up.max_rss, up.hwm);
+        let summary: serde_json::Value =
+            serde_json::from_slice(&up.stdout).context("cnitool batch up's summary")?;
+        if summary["attached"].as_u64() != Some(count as u64) {
+            bail!(
+                "cnitool batch up: {} of {count} attached",
+                summary["attached"]
+            );
+        }
+        let down = [
+            "batch",
+            "down",
+            NETWORK,
+            "--prefix",
+            prefix,
+            "--concurrency",
+            &c,
+            "--quiet",
+        ];
+        let down = gnu_time(cnitool, &down, &env, None, tree.root())?;
+        rss[1] = (down.max_rss, down.hwm);
+        Ok((up.wall, down.wall))
+    });
+    if run.is_err() {
+        // Leave nothing of this run behind.
+        let _ = Command::new(cnitool)
+            .args(["batch", "down", NETWORK, "--prefix", prefix, "--quiet"])
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    Ok((run?, rss))
+}
+
+/// One shell loop of the Go runner: `$1` first index, `$2` step, `$3`
+/// count, `$4` prefix, `$5` up|down|clean, `$6` Go's cnitool, `$7` the
+/// network.
+const GO_LOOP: &str = r#"i=$1
+while [ "$i" -lt "$3" ]; do
+  n="$4$i"
+  case "$5" in
+    up) ip netns add "$n" && "$6" add "$7" "/run/netns/$n" >/dev/null || exit 1 ;;
+    down) "$6" del "$7" "/run/netns/$n" && ip netns del "$n" || exit 1 ;;
+    clean) "$6" del "$7" "/run/netns/$n" 2>/dev/null; ip netns del "$n" 2>/dev/null ;;
+  esac
+  i=$((i + $2))
+done
+"#;
+
+/// `c` shell loops of `verb` at once; the wall time until the last exits.
+fn go_loops(
+    go: &Path,
+    env: &[(OsString, OsString)],
+    prefix: &str,
+    count: usize,
+    c: usize,
+    verb: &str,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let (n, step) = (count.to_string(), c.to_string());
+    let mut children = Vec::new();
+    for k in 0..c.min(count) {
+        let args = [&k.to_string(), &step, &n, prefix, verb];
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", GO_LOOP, "sh"])
+            .args(args)
+            .arg(go)
+            .arg(NETWORK);
+        cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        children.push(
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("sh")?,
+        );
+    }
+    let mut failed = None;
+    for child in children {
+        let out = child.wait_with_output()?;
+        if !out.status.success() && failed.is_none() {
+            failed = Some(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+        }
+    }
+    let wall = started.elapsed();
+    match failed {
+        Some(e) if verb != "clean" => bail!("Go cnitool loop ({verb}) failed: {e}"),
+        _ => Ok(wall),
+    }
+}

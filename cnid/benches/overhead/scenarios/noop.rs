@@ -1,0 +1,231 @@
+//! Scenarios 1–3 (`--only noop`): noop chains of 1 and 8 plugins run by the
+//! floor, in-process (`cni_async::Cni`), by `cnitool` as a process, through
+//! `cnid`, by the floor as a process (the static C driver) and by Go's
+//! cnitool, cache on disk and on tmpfs; the same with the static C noop as
+//! the plugin (floor, cnitool, Go's cnitool, the C driver); and the tools'
+//! start-up, for the table against Go's cnitool.
+
+use std::time::Instant;
+
+use cnid::client::Client;
+
+use crate::Cx;
+use crate::chains::{self, GO_CNITOOL, NOOP_NETNS, On};
+use crate::report::{Findings, Table, row, section as md};
+use crate::setup::{Bins, C_NOOP, Daemon, NOOP1, NOOP8, Storage, Tree};
+use crate::spawn::{Prepared, env_with};
+use crate::stats::{Order, Summary, rounds, secs};
+
+const INTRO: &str = "Each iteration: ADD, CHECK, DEL of one attachment by the floor, by \
+`cni_async::Cni` in this process (current-thread runtime; cache I/O on tokio's blocking pool, \
+the default, and inline on the calling thread, `ResultCache::with_inline_io`, as cnitool runs \
+it; and with the plugins started by `tokio::process` instead of our own spawn, \
+`RawExec::with_posix_spawn`), by `cnitool` as a process, and through `cnid` (typed client, one \
+kept-alive connection), in shuffled order. `× floor` and `added ms` are per iteration against \
+the floor of the same iteration. The floor has no CHECK-specific work; a runtime's CHECK reads \
+the cache, its ADD writes it (temp file, fsync, rename, fsync of the dir) and its DEL removes \
+it (no fsync: a resurrected record only costs a repeat DEL); cnid instead appends a `begin` \
+line to its journal before the plugins and a `commit` line carrying the record after them, \
+each fdatasync'd, and writes the cache record without fsync (crash safety and durability with \
+two flushes). The tmpfs rows run the same code with the cache (and cnid's state dir) on tmpfs, \
+where fsync is free.";
+
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let go = cx.go.clone();
+    if let Some(go) = &go {
+        startup(&cx.bins, go, cx.sizes.own_run, &mut cx.findings)?;
+    }
+    let mut tables = Vec::new();
+    let sizes = [
+        (NOOP1, cx.sizes.noop1, "noop1"),
+        (NOOP8, cx.sizes.noop8, "noop8"),
+    ];
+    for storage in [Storage::Disk, Storage::Tmpfs] {
+        let daemon = Daemon::start(&cx.bins, &cx.tree, storage, storage.short(), &[])?;
+        let client = cx.tokio.block_on(Client::connect(&daemon.socket))?;
+        for (network, iterations, tag) in sizes {
+            let list = cx.tree.load(network)?;
+            let on = On {
+                list: &list,
+                netns: NOOP_NETNS,
+                tree: &cx.tree,
+                storage,
+            };
+            let mut runners = vec![
+                on.floor()?,
+                on.in_process(false, false),
+                on.in_process(true, false),
+                on.in_process(false, true),
+                on.cnitool("cnitool", &cx.bins.cnitool)?,
+                on.cnid("cnid", "bench-cnid", client.clone()),
+            ];
+            if let Some(d) = &cx.bins.driver {
+                runners.push(
+                    on.driver(
+                        d,
+                        &cx.tree
+                            .cache(storage)
+                            .with_file_name(format!("driver-{tag}")),
+                    )?,
+                );
+            }
+            if let Some(go) = &go {
+                runners.push(on.cnitool(GO_CNITOOL, go)?);
+            }
+            let label = format!("{tag}, {}", storage.label());
+            let s = chains::run_loop(&mut runners, &cx.tokio, cx.sizes.warmup, iterations, &label)
+                .map_err(|e| e.context(daemon.log_tail()))?;
+            let title = format!("noop ×{}, {}", list.plugins().len(), storage.label());
+            tables.push(chains::tabulate(
+                &s,
+                &title,
+                &format!("{tag}/{}", storage.short()),
+                &mut cx.findings,
+            ));
+        }
+    }
+    // The same with the static C noop as the plugin (the cheapest plugin
+    // process there is): floor, cnitool and Go's cnitool, cache on disk.
+    let c_noop = cx.bins.noop_variants.iter().find(|(l, _)| *l == C_NOOP);
+    if let (Some(go), Some((_, c))) = (&go, c_noop) {
+        let cbins = Bins {
+            noop: c.clone(),
+            ..cx.bins.clone()
+        };
+        let ctree = Tree::new(&cbins)?;
+        for (network, iterations, tag) in sizes.map(|(n, i, t)| (n, i, format!("c{t}"))) {
+            let list = ctree.load(network)?;
+            let on = On {
+                list: &list,
+                netns: NOOP_NETNS,
+                tree: &ctree,
+                storage: Storage::Disk,
+            };
+            let mut runners = vec![
+                on.floor()?,
+                on.cnitool("cnitool", &cx.bins.cnitool)?,
+                on.cnitool(GO_CNITOOL, go)?,
+            ];
+            if let Some(d) = &cx.bins.driver {
+                runners.push(
+                    on.driver(
+                        d,
+                        &ctree
+                            .cache(Storage::Disk)
+                            .with_file_name(format!("driver-{tag}")),
+                    )?,
+                );
+            }
+            let label = format!("{tag}, C noop, {}", Storage::Disk.label());
+            let s = chains::run_loop(&mut runners, &cx.tokio, cx.sizes.warmup, iterations, &label)?;
+            let title = format!(
+                "C noop (static) ×{}, {}",
+                list.plugins().len(),
+                Storage::Disk.label()
+            );
+            tables.push(chains::tabulate(
+                &s,
+                &title,
+                &format!("{tag}/disk"),
+                &mut cx.findings,
+            ));
+        }
+    }
+    let mut s = md(
+        "Scenarios 1–3: noop chains (in-process, cnitool, cnid)",
+        INTRO,
+        &tables,
+    );
+    if go.is_some() {
+        s = format!("{s}\n{}", go_section(&cx.findings));
+    }
+    Ok(Some(s))
+}
+
+/// Tool start-up without arguments (each prints its usage and exits):
+/// `/bin/true`, our cnitool and Go's, spawned as the floor spawns plugins,
+/// in rotating order, `n` runs each after 20 of warm-up.
+fn startup(bins: &Bins, go: &std::path::Path, n: usize, f: &mut Findings) -> anyhow::Result<()> {
+    let env = env_with(&[]);
+    let progs = [
+        Prepared::new("/bin/true".as_ref(), &[], &env, "/bin/true")?,
+        Prepared::new(&bins.cnitool, &[], &env, "cnitool")?,
+        Prepared::new(go, &[], &env, GO_CNITOOL)?,
+    ];
+    let mut out = Vec::new();
+    let t = rounds(3, 20, n, Order::Rotate, "start-up", |k, _| {
+        out.clear();
+        let s = Instant::now();
+        // Both tools exit non-zero after printing their usage.
+        progs[k].run(&[], &mut out)?;
+        Ok(secs(s))
+    })?;
+    for (k, key) in ["true", "cnitool", "go"].iter().enumerate() {
+        f.put(format!("startup/{key}/wall"), Summary::of(&t[k]));
+    }
+    f.put(
+        "startup/go-over-cnitool/ratio",
+        Summary::ratios(&t[2], &t[1]),
+    );
+    Ok(())
+}
+
+/// The table against Go's cnitool, from what the start-up run and the noop
+/// loops recorded.
+fn go_section(f: &Findings) -> String {
+    let mut t = Table::new(
+        "cnitool against Go's cnitool (libcni), same run",
+        &[
+            "step",
+            "cnitool ms, median (p10–p90)",
+            "Go cnitool ms, median (p10–p90)",
+            "Go / ours, per-iteration ratio, median (p10–p90)",
+        ],
+    );
+    let mut add = |what: String, ours: &str, go: &str, ratio: &str| {
+        if let (Some(o), Some(g), Some(r)) = (f.get(ours), f.get(go), f.get(ratio)) {
+            row!(t, what, o.ms(), g.ms(), r.ratio());
+        }
+    };
+    add(
+        "tool start-up, no arguments".into(),
+        "startup/cnitool/wall",
+        "startup/go/wall",
+        "startup/go-over-cnitool/ratio",
+    );
+    for s in ["disk", "tmpfs"] {
+        for (tag, what) in [
+            ("noop1", "noop ×1"),
+            ("noop8", "noop ×8"),
+            ("cnoop1", "C noop ×1"),
+            ("cnoop8", "C noop ×8"),
+        ] {
+            for verb in ["ADD", "CHECK", "DEL"] {
+                let k = |x: &str| format!("{tag}/{s}/{x}/{verb}/");
+                add(
+                    format!("{verb}, {what}, cache on {s}"),
+                    &(k("cnitool") + "time"),
+                    &(k(GO_CNITOOL) + "time"),
+                    &(k("go-over-cnitool") + "ratio"),
+                );
+            }
+        }
+    }
+    if let Some(s) = f.get("startup/true/wall") {
+        t.note(format!(
+            "`/bin/true` in the start-up run: {} ms. Both tools run with the same environment, \
+             conf dir and plugin dir (CNI_PATH, NETCONFPATH, CNI_CACHE_DIR; Go's cache in its own \
+             dir), the netns path `{NOOP_NETNS}`, in the same shuffled loops as the floor and the \
+             other runners (SCHED_FIFO when root).",
+            s.ms()
+        ));
+    }
+    md(
+        "Against Go's cnitool",
+        "Go's side: `cnid/tests/go/cnitool`, a cnitool on Go's libcni with the reference tool's \
+         interface (Debian ships libcni's source in golang-github-appc-cni-dev but not the \
+         reference `cnitool/` dir), built with `GO111MODULE=off GOPATH=/usr/share/gocode \
+         CGO_ENABLED=0 go build`.",
+        &[t],
+    )
+}

@@ -1,0 +1,104 @@
+//! The floor's unit (`--only floor`): one plugin process. The noop plugin's
+//! ADD against `/bin/true`, and beside them the other noop builds in the
+//! bin dir (the static C one, the dynamic one), all spawned as the floor
+//! spawns plugins, in one rotating loop.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::bail;
+
+use crate::Cx;
+use crate::report::{Table, row, section as md};
+use crate::spawn::{Prepared, env_with};
+use crate::stats::{Order, Summary, rounds, secs};
+
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let env = env_with(&[
+        ("CNI_COMMAND", Some(OsStr::new("ADD"))),
+        ("CNI_IFNAME", Some(OsStr::new("eth0"))),
+        ("CNI_NETNS", Some(OsStr::new("/proc/self/ns/net"))),
+        ("CNI_CONTAINERID", Some(OsStr::new("bench"))),
+    ]);
+    // (label, findings key, program); the benchmark's plugin first,
+    // /bin/true last.
+    let noop = cx.tree.bin.join("noop");
+    let mut progs = vec![(
+        "cni-noop ADD (the plugin of the loops below)",
+        "noop".to_owned(),
+        noop.as_path(),
+    )];
+    for (label, path) in &cx.bins.noop_variants {
+        progs.push((label, format!("noop-variant/{label}"), path));
+    }
+    progs.push(("/bin/true", "true".to_owned(), Path::new("/bin/true")));
+    let prepared: Vec<Prepared> = progs
+        .iter()
+        .map(|(l, _, p)| Prepared::new(p, &[], &env, *l))
+        .collect::<Result<_, _>>()?;
+    let stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"bench-noop1","type":"noop"}"#;
+    let mut out = Vec::new();
+    let t = rounds(
+        progs.len(),
+        20,
+        cx.sizes.own_run,
+        Order::Rotate,
+        "plugin runs",
+        |r, _| {
+            out.clear();
+            let s = Instant::now();
+            let exit = prepared[r].run(&[stdin], &mut out)?;
+            let wall = secs(s);
+            if !exit.success() {
+                bail!("{} failed ({})", prepared[r].label(), exit.describe());
+            }
+            Ok((wall, exit.cpu.as_secs_f64()))
+        },
+    )?;
+    // Wall and CPU times per program.
+    let t: Vec<[Vec<f64>; 2]> = t
+        .iter()
+        .map(|v| {
+            [
+                v.iter().map(|x| x.0).collect(),
+                v.iter().map(|x| x.1).collect(),
+            ]
+        })
+        .collect();
+    let truth = &t[progs.len() - 1][0];
+    let f = &mut cx.findings;
+    f.put("own/noop-true/wall", Summary::diffs(&t[0][0], truth));
+    let mut table = Table::new(
+        "the noop plugin ADD against /bin/true, all spawned as the floor spawns plugins",
+        &[
+            "program",
+            "spawn to reap, ms median (p10–p90)",
+            "child CPU, ms mean",
+            "− /bin/true, ms median (p10–p90)",
+        ],
+    );
+    for (r, (label, key, _)) in progs.iter().enumerate() {
+        let w = Summary::of(&t[r][0]);
+        f.put(format!("own/{key}/wall"), w);
+        let over = if r == progs.len() - 1 {
+            "–".into()
+        } else {
+            Summary::diffs(&t[r][0], truth).ms()
+        };
+        let cpu = t[r][1].iter().sum::<f64>() / t[r][1].len().max(1) as f64;
+        row!(table, label, w.ms(), format!("{:.3}", cpu * 1e3), over);
+    }
+    table.note(format!(
+        "{} rotating runs each. `/bin/true` is the cost of any process start on this machine \
+         (posix_spawn, exec, dynamic loading of libc); a plugin's own run is what it adds. \
+         `make bench` builds cni-noop statically linked (glibc, crt-static, `no_main`), \
+         as the plugin of every noop loop.",
+        truth.len()
+    ));
+    Ok(Some(md(
+        "The floor's unit: one plugin process",
+        "",
+        &[table],
+    )))
+}

@@ -1,0 +1,295 @@
+//! Scenario 7 (`--only shim`): what `cnid-shim` costs.
+//!
+//! - **Added to a request.** The same ADD, CHECK and DEL of the noop ×1
+//!   network sent straight to cnid (a fresh connection with the shim's own
+//!   blocking client, and the answer parsed: what a runtime that spoke
+//!   cnid's API would do) and through `cnid-shim` spawned as a runtime
+//!   spawns a plugin (posix_spawn, stdin, stdout to EOF, wait4). Per
+//!   iteration and verb the two go in alternating order and the difference
+//!   is taken pairwise; p50 and p99 of it are the figures.
+//! - **Start-up.** The runtime execs the shim once per pod and call: exec of
+//!   `cnid-shim` with `CNI_COMMAND=VERSION` (answered by the shim itself, no
+//!   daemon) against exec of an empty static C program (`empty.c`, built as
+//!   `cni-empty-c` like the C noop), spawn to reap, in paired rotation.
+//! - **Peak RSS** of the shim's ADD (GNU time).
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use cnid::api::AttachmentRequest;
+use cnid::shim::http;
+use serde_json::json;
+
+use crate::Cx;
+use crate::chains::{NOOP_NETNS, VERBS};
+use crate::procs::peak_rss_kib;
+use crate::report::{Table, row, section as md};
+use crate::setup::{Daemon, NOOP1, Storage};
+use crate::spawn::{Prepared, env_with};
+use crate::stats::{Order, Summary, rounds, secs};
+
+pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
+    let shim = cx.bins.shim.clone();
+    // tmpfs: the fsyncs are the same both ways and only add noise.
+    let daemon = Daemon::start(&cx.bins, &cx.tree, Storage::Tmpfs, "shim", &[])?;
+    let input = stdin(NOOP1, &daemon.socket);
+    let [direct, through] = measure(
+        &shim,
+        &daemon.socket,
+        &input,
+        cx.sizes.warmup * 4,
+        cx.sizes.shim,
+    )
+    .map_err(|e| e.context(daemon.log_tail()))?;
+    let mut t = Table::new(
+        "cnid-shim against the same request sent straight to cnid (noop ×1, cache on tmpfs)",
+        &[
+            "verb",
+            "direct ms, p50 (p99)",
+            "through cnid-shim ms, p50 (p99)",
+            "added ms, p50 (p99)",
+        ],
+    );
+    let p50_p99 = |v: &[f64]| {
+        format!(
+            "{:.3} ({:.3})",
+            Summary::q(v, 0.5) * 1e3,
+            Summary::q(v, 0.99) * 1e3
+        )
+    };
+    for (v, verb) in VERBS.iter().enumerate() {
+        let added: Vec<f64> = through[v]
+            .iter()
+            .zip(&direct[v])
+            .map(|(s, d)| s - d)
+            .collect();
+        cx.findings
+            .put(format!("shim/{verb}/added"), Summary::of(&added));
+        cx.findings.put(
+            format!("shim/{verb}/added-p99"),
+            Summary::of(&[Summary::q(&added, 0.99)]),
+        );
+        row!(
+            t,
+            verb,
+            p50_p99(&direct[v]),
+            p50_p99(&through[v]),
+            p50_p99(&added)
+        );
+    }
+    // Peak RSS of the shim's ADD (each followed by a DEL).
+    let mut rss = Vec::new();
+    for i in 0..cx.sizes.rss_runs {
+        let env = |verb: &str| shim_env(verb, &format!("shim-rss{i}"), "eth0");
+        rss.push(peak_rss_kib(
+            &shim,
+            &[],
+            &env("ADD"),
+            Some(&input),
+            cx.tree.root(),
+        )?);
+        peak_rss_kib(&shim, &[], &env("DEL"), Some(&input), cx.tree.root())?;
+    }
+    cx.findings.put("rss/shim/add", Summary::of(&rss));
+    let r = Summary::min_max(&rss);
+    t.note(format!(
+        "{} iterations; per iteration and verb the direct request and the shim run in \
+         alternating order, and \"added\" is their difference in that iteration. Direct: a \
+         fresh connection with the shim's own blocking client, the answer parsed. Shim: \
+         spawned as the floor spawns plugins ({}). Peak RSS of the shim's ADD: {:.0} KiB \
+         (min–max of {} runs {:.0}–{:.0}; GNU time).",
+        direct[0].len(),
+        shim.display(),
+        r.median,
+        rss.len(),
+        r.p10,
+        r.p90,
+    ));
+    let mut tables = vec![t];
+    match cx.bins.empty_c.clone() {
+        Some(empty) => tables.push(startup(cx, &shim, &empty)?),
+        None => cx
+            .skipped
+            .push("cnid-shim's start-up against a static C program (no cni-empty-c)".into()),
+    }
+    Ok(Some(md(
+        "Scenario 7: cnid-shim",
+        "What the CNI plugin that hands a runtime's calls to cnid adds to the same request sent \
+         straight to cnid, and what its start-up costs against a static C program's.",
+        &tables,
+    )))
+}
+
+/// The shim's start-up (VERSION) against the empty static C program's.
+fn startup(cx: &mut Cx, shim: &Path, empty: &Path) -> anyhow::Result<Table> {
+    let env = shim_env("VERSION", "shim-version", "eth0");
+    let progs = [
+        Prepared::new(shim, &[], &env, "cnid-shim VERSION")?,
+        Prepared::new(empty, &[], &env, "empty static C program")?,
+    ];
+    let input: &[u8] = br#"{"cniVersion":"1.0.0"}"#;
+    let mut out = Vec::new();
+    let t = rounds(
+        2,
+        20,
+        cx.sizes.own_run,
+        Order::Rotate,
+        "cnid-shim start-up",
+        |r, _| {
+            out.clear();
+            let s = Instant::now();
+            let exit = progs[r].run(&[input], &mut out)?;
+            let wall = secs(s);
+            if !exit.success() || (r == 0 && out.is_empty()) {
+                bail!(
+                    "{} failed ({}): {}",
+                    progs[r].label(),
+                    exit.describe(),
+                    String::from_utf8_lossy(&out)
+                );
+            }
+            Ok(wall)
+        },
+    )?;
+    let p50_p90 = |v: &[f64]| {
+        format!(
+            "{:.3} ({:.3})",
+            Summary::q(v, 0.5) * 1e3,
+            Summary::q(v, 0.9) * 1e3
+        )
+    };
+    let diff: Vec<f64> = t[0].iter().zip(&t[1]).map(|(s, c)| s - c).collect();
+    let f = &mut cx.findings;
+    f.put("shim/startup/shim", Summary::of(&t[0]));
+    f.put("shim/startup/empty-c", Summary::of(&t[1]));
+    f.put("shim/startup/over-c", Summary::of(&diff));
+    let mut table = Table::new(
+        "cnid-shim start-up against an empty static C program",
+        &[
+            "program",
+            "spawn to reap ms, p50 (p90)",
+            "− empty C program ms, p50 (p90)",
+        ],
+    );
+    row!(
+        table,
+        "cnid-shim, CNI_COMMAND=VERSION",
+        p50_p90(&t[0]),
+        p50_p90(&diff)
+    );
+    row!(table, "empty static C program", p50_p90(&t[1]), "–");
+    table.note(format!(
+        "{} rotating pairs after 20 of warm-up, both spawned as the floor spawns plugins \
+         (the shim's VERSION is answered without cnid); the difference is per pair. {} ({}).",
+        diff.len(),
+        shim.display(),
+        crate::report::linkage(shim),
+    ));
+    Ok(table)
+}
+
+/// The shim's environment for one call.
+fn shim_env(
+    verb: &str,
+    container: &str,
+    ifname: &str,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    env_with(&[
+        ("CNI_COMMAND", Some(OsStr::new(verb))),
+        ("CNI_CONTAINERID", Some(OsStr::new(container))),
+        ("CNI_NETNS", Some(OsStr::new(NOOP_NETNS))),
+        ("CNI_IFNAME", Some(OsStr::new(ifname))),
+        ("CNI_ARGS", Some(OsStr::new(""))),
+        ("CNI_PATH", Some(OsStr::new("/nonexistent"))),
+    ])
+}
+
+fn stdin(network: &str, socket: &Path) -> Vec<u8> {
+    let conf = json!({"cniVersion": "1.0.0", "name": network, "type": "cnid-shim", "socket": socket, "timeout": "60s"});
+    serde_json::to_vec(&conf).expect("JSON")
+}
+
+fn direct(socket: &Path, network: &str, verb: &str, container: &str) -> anyhow::Result<()> {
+    // eth1: the direct and the shim attachment of an iteration are made
+    // side by side in the one placeholder netns, and cnid refuses a second
+    // container's ADD on a (netns, ifname) already owned.
+    let mut req = AttachmentRequest::new(container, NOOP_NETNS, "eth1");
+    req.timeout_ms = Some(60_000);
+    let body = serde_json::to_vec(&req)?;
+    let path = format!("/v1/networks/{network}/{}", verb.to_ascii_lowercase());
+    let deadlines = (Duration::from_secs(90), Duration::from_secs(60));
+    let ans = http::request(
+        socket,
+        "POST",
+        &path,
+        &[("x-request-id", "bench-direct")],
+        Some(&body),
+        deadlines,
+    )?;
+    if !(200..300).contains(&ans.status) {
+        bail!(
+            "direct {verb}: HTTP {}: {}",
+            ans.status,
+            String::from_utf8_lossy(&ans.body)
+        );
+    }
+    if verb == "ADD" {
+        let _: serde_json::Value = serde_json::from_slice(&ans.body)?;
+    }
+    Ok(())
+}
+
+/// `warmup + iterations` iterations of ADD, CHECK, DEL both ways: per verb,
+/// the direct request's times and the shim's, seconds, paired.
+fn measure(
+    shim: &Path,
+    socket: &Path,
+    input: &[u8],
+    warmup: usize,
+    iterations: usize,
+) -> anyhow::Result<[[Vec<f64>; 3]; 2]> {
+    let mut s: [[Vec<f64>; 3]; 2] = Default::default();
+    let mut out = Vec::new();
+    let started = Instant::now();
+    for i in 0..warmup + iterations {
+        let (cd, cs) = (format!("shim-d{i}"), format!("shim-s{i}"));
+        for (v, verb) in VERBS.iter().enumerate() {
+            let call = Prepared::new(
+                shim,
+                &[],
+                &shim_env(verb, &cs, "eth0"),
+                format!("cnid-shim {verb}"),
+            )?;
+            let mut t = [0.0; 2];
+            for half in 0..2 {
+                let st = Instant::now();
+                if (i + v + half) % 2 == 0 {
+                    direct(socket, NOOP1, verb, &cd).with_context(|| format!("iteration {i}"))?;
+                    t[0] = secs(st);
+                } else {
+                    out.clear();
+                    let exit = call.run(&[input], &mut out)?;
+                    t[1] = secs(st);
+                    if !exit.success() {
+                        bail!(
+                            "cnid-shim {verb} failed ({}): {}",
+                            exit.describe(),
+                            String::from_utf8_lossy(&out)
+                        );
+                    }
+                }
+            }
+            if i >= warmup {
+                s[0][v].push(t[0]);
+                s[1][v].push(t[1]);
+            }
+        }
+    }
+    eprintln!(
+        "overhead: cnid-shim: {iterations} iterations in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(s)
+}
