@@ -644,7 +644,7 @@ impl DurableDirs {
 /// the cache dir's parents too.
 ///
 /// Neither flush is needed, and none is made, when the parent's inode has
-/// not changed since this boot began (its ctime, [`crate::stale::boot_time`]):
+/// not changed since this boot began (its ctime, [`crate::sys::boot_time`]):
 /// no entry was made, removed or renamed in it since, and the parent itself
 /// was neither made nor renamed; what a reboot left is on disk (the same
 /// rule stops the walk up). That keeps
@@ -764,7 +764,7 @@ fn unchanged_since_boot(dir: &Path) -> bool {
             u64::try_from(meta.ctime()).unwrap_or(0),
             u32::try_from(meta.ctime_nsec()).unwrap_or(0),
         );
-    older_than_boot(changed, crate::stale::boot_time())
+    older_than_boot(changed, crate::sys::boot_time())
 }
 
 /// `changed` more than two seconds before `boot`.

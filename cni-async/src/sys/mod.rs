@@ -17,10 +17,14 @@
 //! - `spawn`: starting a plugin (`clone3`, vfork style, with a pidfd) and
 //!   reaping it by its pidfd.
 //! - `nsfs`: whether a path is a network namespace (statfs, `NS_GET_NSTYPE`).
-//! - `identity`: the boot id ([`boot_id`]), a namespace's nsfs device and
-//!   inode, a process's start time, whether the caller sees the host's
-//!   mounts ([`sees_host_mounts`]) and whether anything holds a namespace.
+//! - `boot`: this boot's id ([`boot_id`]) and when it began ([`boot_time`]).
+//! - `procstat`: the one reader of `/proc/PID/stat` ([`proc_stat`]: state,
+//!   process group, session, start time).
+//! - `identity`: a namespace's nsfs device and inode, a process's start
+//!   time, whether the caller sees the host's mounts ([`sees_host_mounts`])
+//!   and whether anything holds a namespace.
 
+mod boot;
 mod fs;
 pub(crate) mod identity;
 #[cfg(feature = "watch")]
@@ -29,9 +33,12 @@ pub(crate) mod inotify;
 pub(crate) mod netns;
 pub(crate) mod nsfs;
 pub(crate) mod process;
+mod procstat;
 pub(crate) mod spawn;
 
+pub use boot::{boot_id, boot_time};
 pub use fs::on_memory_fs;
-pub use identity::{boot_id, sees_host_mounts};
+pub use identity::sees_host_mounts;
 pub use nix::sys::signal::Signal;
 pub use process::{group_alive, own_process_group, pid_alive, signal_group};
+pub use procstat::{ProcStat, proc_stat};
