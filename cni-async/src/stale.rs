@@ -85,8 +85,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use cni_core::cache::{NetnsIdentity, proc_netns_pid};
 
-use crate::cache::{RecordScan, ResultCache, ScannedRecord};
+use crate::cache::ResultCache;
 use crate::error::Error;
+use crate::store::{RecordScan, ScannedRecord};
 use crate::sys::identity::{self, Holders};
 
 /// Why a stale attachment is stale.
@@ -195,7 +196,7 @@ pub enum Netns {
 /// `earlier_boot` says the record was written before this boot,
 /// `gone_for` how long the namespace has been seen gone, `stale_after`
 /// how long that must be for a record of this boot (`None`: never).
-pub fn verdict(
+pub(crate) fn verdict(
     netns: Netns,
     earlier_boot: bool,
     gone_for: Duration,
@@ -349,8 +350,8 @@ type Key = (String, String, String);
 
 /// Lists a cache's attachments with their verdicts, remembering from scan
 /// to scan since when each namespace has been seen gone. The records are
-/// followed with [`ResultCache::scan_blocking`]: a scan reads only the
-/// record files new or replaced since the last one, and only their
+/// followed from scan to scan: a scan reads only the
+/// record files new or replaced since the last one, and keeps only their
 /// identity and netns (not their results), so it costs a directory
 /// listing and a `stat` per attachment, plus a search of `/proc` for each
 /// namespace of this boot not at its path.
@@ -369,7 +370,7 @@ struct ScanState {
 }
 
 impl StaleScanner {
-    /// A scanner for this boot ([`crate::sys::boot_id`], [`crate::sys::boot_time`]);
+    /// A scanner for this boot (its boot id and boot time);
     /// `stale_after`: how long a namespace of this boot's record must be
     /// seen gone (`None`: only earlier boots' records are ever stale).
     pub fn new(stale_after: Option<Duration>) -> Self {
@@ -408,7 +409,7 @@ impl StaleScanner {
         let dir = cache.results_dir();
         let mut state = std::mem::take(&mut self.state);
         let (state, res) = tokio::task::spawn_blocking(move || {
-            let res = cache.scan_blocking(&mut state.scan).map(|changes| {
+            let res = cache.store.scan(&mut state.scan).map(|changes| {
                 for k in changes.removed {
                     state.records.remove(&k);
                 }

@@ -36,18 +36,6 @@ pub fn group_alive(pgid: u32) -> bool {
     }
 }
 
-/// Whether process `pid` exists (`kill(pid, 0)`; a process we may not
-/// signal counts, and so does a zombie). Pid 0 names none.
-pub fn pid_alive(pid: u32) -> bool {
-    match i32::try_from(pid) {
-        Ok(raw) if raw > 0 => !matches!(
-            nix::sys::signal::kill(Pid::from_raw(raw), None),
-            Err(Errno::ESRCH)
-        ),
-        _ => false,
-    }
-}
-
 /// The process group of this process (`getpgrp`).
 pub fn own_process_group() -> u32 {
     nix::unistd::getpgrp().as_raw().unsigned_abs()

@@ -66,8 +66,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cni_async::daemon::{ProcStat, Signal, group_alive, proc_stat, signal_group};
 use cni_async::exec::{ExecOutput, ExecRequest, PluginExec};
-use cni_async::sys::{ProcStat, Signal, group_alive, proc_stat, signal_group};
 use futures::future::BoxFuture;
 
 /// The variable marking the plugins of the daemon of one state dir.
@@ -270,7 +270,7 @@ fn find(value: &str) -> Vec<Orphan> {
 }
 
 fn signal(groups: &[u32], sig: Signal) {
-    let ours = cni_async::sys::own_process_group();
+    let ours = cni_async::daemon::own_process_group();
     for &g in groups {
         // signal_group refuses 0 and 1 itself.
         if g != ours {
