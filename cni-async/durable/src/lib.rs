@@ -109,3 +109,18 @@ impl From<Failure> for io::Error {
         io::Error::new(f.source.kind(), f.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// The names in `dir`, sorted (for the tests of what a call left).
+    pub(crate) fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+}

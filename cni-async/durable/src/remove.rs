@@ -113,17 +113,9 @@ fn pid_alive(pid: u32) -> bool {
 mod tests {
     use super::*;
     use crate::Disk;
+    use crate::tests::names;
     use std::fs::File;
     use std::time::SystemTime;
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v.sort();
-        v
-    }
 
     #[test]
     fn leftovers_are_temp_files_only() {

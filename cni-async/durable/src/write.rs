@@ -186,16 +186,8 @@ fn write_steps(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::names;
     use std::os::unix::fs::PermissionsExt;
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v.sort();
-        v
-    }
 
     #[test]
     fn temp_names_are_hidden_unique_and_recognised() {
