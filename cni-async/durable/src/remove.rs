@@ -18,8 +18,8 @@ pub fn remove_leftovers(storage: &(impl Storage + ?Sized), dir: &Path) -> Result
 }
 
 /// In a dir shared with other writers (the result cache's `results/`):
-/// removes the temp files of [`write_atomic`] whose writer died, and
-/// returns how many. Only a regular file named exactly as [`temp_path`]
+/// removes the temp files of [`write_atomic`](crate::write_atomic) whose writer died, and
+/// returns how many. Only a regular file named exactly as [`temp_path`](crate::temp_path)
 /// names them (`.<name>.tmp-<pid>-<n>`), whose `pid` names no process
 /// (`kill(pid, 0)`), and last modified at least `min_age` ago: a
 /// writer in another pid namespace shows a pid that may name no process

@@ -120,7 +120,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, fsync: bool) -> Result
 /// size; not its times) and its dir `fsync`ed after it: the order that
 /// makes the new content, not an empty file, what a power loss leaves.
 /// The dir itself must be durable already (see
-/// [`ensure_private_dir_durable`]). Without `fsync` the write is still
+/// cni-async's `ensure_private_dir_durable`). Without `fsync` the write is still
 /// atomic for any crash of the process, just not across a power loss. On
 /// failure the temp file is removed (through `storage`: a process that
 /// died there leaves it, as a `kill -9` does) and `path` is as it was.
