@@ -58,7 +58,7 @@
 //!   starts did.
 //!
 //! And every call site of [`Storage`] in the journal's code and in the
-//! cache's (`cni-async/src/cache.rs`), of its methods and of
+//! cache's (`cni-async/src/store/`: `entry.rs`, `lock.rs`, `flush.rs`), of its methods and of
 //! `cni_async::daemon::durable`'s functions over it, is crashed at by some
 //! operation: a new one cannot slip in untested.
 //!
