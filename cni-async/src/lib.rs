@@ -12,14 +12,14 @@
 //! | ADD, DEL, CHECK, STATUS, GC one network list (libcni's `CNIConfig`) | [`Cni`], built with [`CniBuilder`] ([`Cni::builder`]); the verbs [`Cni::add_network_list`], [`Cni::del_network_list`], [`Cni::check_network_list`], [`Cni::status_network_list`], [`Cni::gc_network_list`] return requests ([`AddRequest`], ...) that take `.timeout(..)`, `.rollback(..)` or `.options(&`[`CallOptions`]`)` before they are awaited; see [`ops`] |
 //! | attach a pod to several networks at once (go-cni) | [`MultiNetwork`] ([`MultiNetworkBuilder`]) and [`Sandbox`]; results in [`MultiResult`]; see [`multi`] |
 //! | a [`RuntimeConf`](cni_core::RuntimeConf) with a Kubernetes pod's `CNI_ARGS` (`K8S_POD_NAME`, ... as containerd sets them) | [`Sandbox::with_kubernetes_pod`] ([`KubernetesPod`]), then [`Sandbox::runtime_conf`] |
-//! | typed capability args (`portMappings`, `bandwidth`, ...) | [`caps`] (defined in [`cni_core::caps`]) |
+//! | typed capability args (`portMappings`, `bandwidth`, ...) | [`cni_core::caps`] |
 //! | read or list cached attachments, share the cache with libcni | [`cache::ResultCache`] |
 //! | find cached attachments whose namespace is gone (reboot, lost DEL) and DEL them | [`stale::StaleScanner`], then [`Cni::reap_stale`]; see [`stale`] |
 //! | follow a conf dir and know when networks are ready (feature `watch`) | [`confwatch`] |
 //! | many namespaces attached at once, for harnesses and benchmarks (feature `netns`) | [`Batch`], built with [`BatchBuilder`]; see [`batch`] |
 //! | create, enter and delete network namespaces (feature `netns`) | [`netns`] |
-//! | crash-safe file writes (temp file, fdatasync, rename, dir fsync) | [`durable`] |
-//! | the few raw system calls (process-group signals, file system types) | [`sys`] |
+//! | crash-safe file writes (temp file, fdatasync, rename, dir fsync) | the `cni-durable` crate (std and libc only) |
+//! | what a daemon needs beside (the storage seam, deferred flushes and scans of the cache, process-group signals, the boot id; feature `daemon`) | `daemon` |
 //! | run plugins another way (a test double, a timing wrapper) | the [`PluginExec`] trait; [`RawExec`] is the real one |
 //! | branch on what kind of failure an [`Error`] is | [`Error::kind`] and [`ErrorKind`] |
 //!
@@ -39,7 +39,7 @@
 //! use std::time::Duration;
 //!
 //! use cni_async::Cni;
-//! use cni_async::caps::{Capabilities, PortMapping};
+//! use cni_core::caps::{Capabilities, PortMapping};
 //! use cni_core::{RuntimeConf, confdir};
 //!
 //! let cni = Cni::builder()
@@ -99,6 +99,9 @@
 //!
 //! - `watch`: [`confwatch`], the conf-dir watcher (inotify).
 //! - `netns`: [`netns`] and [`batch`], namespaces for harnesses and tests.
+//! - `daemon`: `daemon`, what only a daemon (cnid) needs: the cache's
+//!   storage seam, deferred flushes and incremental scans, and the few
+//!   system helpers it calls itself.
 #![warn(missing_docs)]
 
 #[cfg(feature = "netns")]
@@ -106,7 +109,8 @@ pub mod batch;
 pub mod cache;
 #[cfg(feature = "watch")]
 pub mod confwatch;
-pub mod durable;
+#[cfg(feature = "daemon")]
+pub mod daemon;
 pub mod error;
 pub mod exec;
 pub mod multi;
@@ -115,14 +119,12 @@ pub mod netns;
 pub mod nscheck;
 pub mod ops;
 pub mod stale;
-pub mod storage;
-pub mod sys;
+mod store;
+pub(crate) mod sys;
 pub mod trace;
 
 #[cfg(feature = "netns")]
 pub use batch::{Batch, BatchBuilder, BatchEvent, BatchEventKind};
-/// Typed capability arguments, defined in [`cni_core::caps`].
-pub use cni_core::caps;
 /// An error and its causes on one line (`error: cause: cause`), defined in
 /// [`cni_core::error::Chain`]: what to print for an [`Error`].
 pub use cni_core::error::Chain;

@@ -3,7 +3,7 @@
 //! that crashed or lost its state between ADD and DEL). Left alone they
 //! hold their IPAM reservations forever ("no IP addresses available in
 //! range set"). This module finds them ([`StaleScanner::scan`]) and DELs
-//! them ([`Cni::reap_stale`]) with the cached configuration, the cached
+//! them ([`Cni::reap_stale`](crate::Cni::reap_stale)) with the cached configuration, the cached
 //! result as `prevResult` and the cached args, and **no netns path**
 //! (CNI_NETNS empty: the namespace is gone by definition, and the path may
 //! hold someone else's namespace by then; the spec lets plugins see no
@@ -72,7 +72,7 @@
 //!   namespace at the recorded path with the recorded inode counts as the
 //!   recorded one (kept: the safe side).
 //! - A process may enter or open the namespace after the search: the
-//!   namespace it holds then is not gone, and [`Cni::reap_stale`] judges
+//!   namespace it holds then is not gone, and [`Cni::reap_stale`](crate::Cni::reap_stale) judges
 //!   the record again just before the DEL, and checks under the
 //!   attachment's lock that the record is exactly the scanned one (mtime,
 //!   netns and identity), so another tool's DEL and re-ADD in between is
@@ -83,12 +83,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use cni_core::RuntimeConf;
-use cni_core::cache::{CacheEntry, CacheRecord, NetnsIdentity, proc_netns_pid};
+use cni_core::cache::{NetnsIdentity, proc_netns_pid};
 
-use crate::cache::{RecordScan, ResultCache, ScannedRecord};
+use crate::cache::ResultCache;
 use crate::error::Error;
-use crate::ops::{CallOptions, Cni};
+use crate::store::{RecordScan, ScannedRecord};
 use crate::sys::identity::{self, Holders};
 
 /// Why a stale attachment is stale.
@@ -197,7 +196,7 @@ pub enum Netns {
 /// `earlier_boot` says the record was written before this boot,
 /// `gone_for` how long the namespace has been seen gone, `stale_after`
 /// how long that must be for a record of this boot (`None`: never).
-pub fn verdict(
+pub(crate) fn verdict(
     netns: Netns,
     earlier_boot: bool,
     gone_for: Duration,
@@ -234,15 +233,15 @@ pub fn netns_state(netns: &str, host: bool) -> Netns {
 
 /// What the caller knows of the host when judging.
 #[derive(Debug, Clone)]
-struct Host {
-    boot_id: Option<String>,
-    boot_time: Option<SystemTime>,
-    sees_host_mounts: bool,
+pub(crate) struct Host {
+    pub(crate) boot_id: Option<String>,
+    pub(crate) boot_time: Option<SystemTime>,
+    pub(crate) sees_host_mounts: bool,
 }
 
 /// Whether a record's namespace is gone, and whether it was written in an
 /// earlier boot: the table of the [module docs](self).
-fn judge_one(
+pub(crate) fn judge_one(
     netns: &str,
     identity: Option<&NetnsIdentity>,
     written: Option<SystemTime>,
@@ -308,24 +307,6 @@ fn identified(netns: &str, ns: (u64, u64), id: &NetnsIdentity, host: &Host) -> N
     }
 }
 
-/// When this boot began: `btime` of `/proc/stat` (whole seconds). `None`
-/// when it cannot be read: then no record counts as an earlier boot's.
-/// Only records without a boot id are dated by it.
-pub fn boot_time() -> Option<SystemTime> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    parse_btime(&stat)
-}
-
-fn parse_btime(stat: &str) -> Option<SystemTime> {
-    let secs = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse::<u64>()
-        .ok()?;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
-}
-
 /// Whether a record written at `written` was written before `boot`. The
 /// boot time is whole seconds and moves by one with clock adjustments; a
 /// reboot takes longer than the margin.
@@ -369,8 +350,8 @@ type Key = (String, String, String);
 
 /// Lists a cache's attachments with their verdicts, remembering from scan
 /// to scan since when each namespace has been seen gone. The records are
-/// followed with [`ResultCache::scan_blocking`]: a scan reads only the
-/// record files new or replaced since the last one, and only their
+/// followed from scan to scan: a scan reads only the
+/// record files new or replaced since the last one, and keeps only their
 /// identity and netns (not their results), so it costs a directory
 /// listing and a `stat` per attachment, plus a search of `/proc` for each
 /// namespace of this boot not at its path.
@@ -389,11 +370,11 @@ struct ScanState {
 }
 
 impl StaleScanner {
-    /// A scanner for this boot ([`crate::sys::boot_id`], [`boot_time`]);
+    /// A scanner for this boot (its boot id and boot time);
     /// `stale_after`: how long a namespace of this boot's record must be
     /// seen gone (`None`: only earlier boots' records are ever stale).
     pub fn new(stale_after: Option<Duration>) -> Self {
-        StaleScanner::with_boot_time(boot_time(), stale_after)
+        StaleScanner::with_boot_time(crate::sys::boot_time(), stale_after)
     }
 
     /// A scanner taking `boot` as this boot's start (for records without
@@ -428,7 +409,7 @@ impl StaleScanner {
         let dir = cache.results_dir();
         let mut state = std::mem::take(&mut self.state);
         let (state, res) = tokio::task::spawn_blocking(move || {
-            let res = cache.scan_blocking(&mut state.scan).map(|changes| {
+            let res = cache.store.scan(&mut state.scan).map(|changes| {
                 for k in changes.removed {
                     state.records.remove(&k);
                 }
@@ -497,7 +478,7 @@ fn mtime(cache: &ResultCache, network: &str, cid: &str, ifname: &str) -> Option<
         .and_then(|m| m.modified().ok())
 }
 
-/// What [`Cni::reap_stale`] did.
+/// What [`Cni::reap_stale`](crate::Cni::reap_stale) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reaped {
     /// The DEL ran and succeeded; the record is removed.
@@ -508,70 +489,6 @@ pub enum Reaped {
     /// Nothing done: the namespace is there again, held, or whether it is
     /// gone cannot be told any more.
     Alive,
-}
-
-impl Cni {
-    /// DELs a stale attachment `c` found by [`StaleScanner::scan`] with
-    /// its cached configuration, result (`prevResult`) and args, and no
-    /// netns path (CNI_NETNS empty: the namespace is gone, and its path
-    /// may be another namespace by now), and removes its record, unless
-    /// the record changed (is gone, or is not exactly the scanned one:
-    /// mtime, netns, identity) or the namespace is no longer proven gone.
-    /// A failed DEL leaves the record (a later reap or a DEL tries again).
-    pub async fn reap_stale(&self, c: &Candidate, opts: &CallOptions) -> Result<Reaped, Error> {
-        let Some(reason) = c.verdict.stale() else {
-            return Ok(Reaped::Alive);
-        };
-        let path = self.cache().path(&c.network, &c.container_id, &c.ifname)?;
-        // The record as it is now must be the scanned one.
-        let same_record = |r: &CacheRecord| {
-            r.netns == c.netns
-                && r.identity == c.identity
-                && std::fs::symlink_metadata(&path)
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|m| Some(m) == c.written)
-        };
-        match self
-            .cache()
-            .read(&c.network, &c.container_id, &c.ifname)
-            .await?
-        {
-            Some(CacheEntry::Record(r)) if same_record(&r) => {}
-            _ => return Ok(Reaped::Changed),
-        }
-        // Judged again: a namespace entered or opened since the scan is
-        // not gone. The scan's clock (stale_after) is not rerun: only
-        // whether the namespace is still proven gone.
-        let host = Host {
-            boot_id: crate::sys::boot_id().map(str::to_owned),
-            // A record without identity was dated by the scan (its mtime
-            // is unchanged); what is judged again is its path.
-            boot_time: None,
-            sees_host_mounts: identity::sees_host_mounts(),
-        };
-        let (netns, identity_, written) = (c.netns.clone(), c.identity.clone(), c.written);
-        let (ns, earlier) = tokio::task::spawn_blocking(move || {
-            judge_one(&netns, identity_.as_ref(), written, &host)
-        })
-        .await
-        .unwrap_or((Netns::Unknown, false));
-        let rebooted = earlier || c.identity.is_none();
-        if ns != Netns::Gone || (reason == StaleReason::Rebooted && !rebooted) {
-            return Ok(Reaped::Alive);
-        }
-        // The DEL checks again, under the attachment's lock, that the
-        // record is still exactly the scanned one: another tool's DEL and
-        // re-ADD may have come between the checks above and the lock.
-        let rt = RuntimeConf::new(&c.container_id, "", &c.ifname);
-        match self
-            .del_cached_expecting(&c.network, &rt, opts, Some(&same_record))
-            .await
-        {
-            Ok(()) => Ok(Reaped::Deleted),
-            Err(e) if e.kind() == crate::ErrorKind::NotAttached => Ok(Reaped::Changed),
-            Err(e) => Err(e),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -633,17 +550,6 @@ mod tests {
         // Unknown either way: this boot's (never reaped at once).
         assert!(!before_boot(None, Some(boot)));
         assert!(!before_boot(Some(before), None));
-    }
-
-    #[test]
-    fn btime_is_parsed_from_proc_stat() {
-        let stat = "cpu  1 2 3\nintr 5\nbtime 1700000000\nprocesses 9\n";
-        assert_eq!(
-            parse_btime(stat),
-            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
-        );
-        assert_eq!(parse_btime("cpu 1\n"), None);
-        assert!(boot_time().is_some_and(|b| b < SystemTime::now()));
     }
 
     #[test]

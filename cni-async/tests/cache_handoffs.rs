@@ -1,6 +1,6 @@
-//! Trips to tokio's blocking pool per operation (issue 15): ADD takes the
-//! attachment's lock and checks its slot in one trip
-//! ([`ResultCache::lock_unused`]), DEL and CHECK take it and read the record
+//! Trips to tokio's blocking pool per operation: ADD takes the
+//! attachment's lock and checks its slot in one trip (the crate's
+//! `lock_for_add`, tested with its unit tests), DEL and CHECK take it and read the record
 //! in one trip ([`ResultCache::lock_and_read`]); with inline I/O there is
 //! no trip at all. And the combined calls keep the semantics of the calls
 //! they replace: the collision error, the lock released (and its file kept
@@ -21,7 +21,7 @@ use std::future::{Future, IntoFuture};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cni_async::cache::ResultCache;
 use cni_async::{Cni, Error, ExecOutput, ExecRequest, PluginExec};
@@ -264,106 +264,6 @@ fn both_modes(test: impl AsyncFn(ResultCache, &std::path::Path)) {
 }
 
 const SECOND: Duration = Duration::from_secs(1);
-
-/// `a-b` + `c` and `a` + `b-c` share a file name: `lock_unused` for the
-/// second refuses, naming the occupant, and releases the lock; the lock
-/// file stays (a record is at its path), as after `lock` then
-/// its collision check.
-#[test]
-fn lock_unused_refuses_a_colliding_record_and_releases_the_lock() {
-    both_modes(async |cache, dir| {
-        cache.write(&record("a-b", "c", "eth0")).await.unwrap();
-        let before = std::fs::read(dir.join("results/a-b-c-eth0")).unwrap();
-
-        let err = cache
-            .lock_unused("a", "b-c", "eth0", SECOND)
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::AttachmentCollision { .. }), "{err}");
-        assert!(
-            err.to_string().contains("\"a-b\""),
-            "names the occupant: {err}"
-        );
-
-        assert!(dir.join("locks/a-b-c-eth0.lock").exists(), "lock file kept");
-        assert_eq!(
-            std::fs::read(dir.join("results/a-b-c-eth0")).unwrap(),
-            before
-        );
-        // Released: taken again at once, even while a fork in another
-        // test's thread holds a copy of the lock's open file (see
-        // `a_released_lock_is_free_while_a_forked_child_holds_its_file`).
-        let again = cache.lock("a-b", "c", "eth0", Duration::ZERO).await;
-        assert!(again.is_ok(), "{:?}", again.err());
-    });
-}
-
-/// A free slot, or this attachment's own record: the lock is held until
-/// dropped; dropping it without a record removes the lock file.
-#[test]
-fn lock_unused_holds_the_lock_on_a_free_or_own_slot() {
-    both_modes(async |cache, dir| {
-        let lock = cache.lock_unused("n", "c1", "eth0", SECOND).await.unwrap();
-        let busy = cache
-            .lock("n", "c1", "eth0", Duration::ZERO)
-            .await
-            .unwrap_err();
-        assert!(matches!(busy, Error::CacheLocked { .. }), "{busy}");
-        drop(lock);
-        assert!(
-            !dir.join("locks/n-c1-eth0.lock").exists(),
-            "unused lock file removed"
-        );
-
-        cache.write(&record("n", "c1", "eth0")).await.unwrap();
-        let lock = cache.lock_unused("n", "c1", "eth0", SECOND).await.unwrap();
-        drop(lock);
-        assert!(
-            dir.join("locks/n-c1-eth0.lock").exists(),
-            "lock file of a record kept"
-        );
-    });
-}
-
-/// While someone else holds the lock, neither call looks at the slot (a
-/// corrupt record stays where it is) and both give up with `CacheLocked`
-/// after the timeout, having retried meanwhile.
-#[test]
-fn combined_calls_wait_for_the_lock_and_never_touch_the_slot_without_it() {
-    both_modes(async |cache, dir| {
-        let record_path = dir.join("results/n-c1-eth0");
-        std::fs::create_dir_all(record_path.parent().unwrap()).unwrap();
-        std::fs::write(&record_path, b"not json").unwrap();
-        let held = cache.lock("n", "c1", "eth0", SECOND).await.unwrap();
-        let timeout = Duration::from_millis(200);
-
-        let started = Instant::now();
-        let err = cache
-            .lock_unused("n", "c1", "eth0", timeout)
-            .await
-            .unwrap_err();
-        let Error::CacheLocked { waited, .. } = err else {
-            panic!("lock_unused: {err}")
-        };
-        assert!(
-            waited >= timeout && started.elapsed() >= timeout,
-            "{waited:?}"
-        );
-
-        let err = cache
-            .lock_and_read("n", "c1", "eth0", timeout)
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, Error::CacheLocked { .. }),
-            "lock_and_read: {err}"
-        );
-
-        assert_eq!(std::fs::read(&record_path).unwrap(), b"not json");
-        assert!(!dir.join("corrupt").exists());
-        drop(held);
-    });
-}
 
 /// `lock_and_read` gives this attachment's record with the lock held; a
 /// corrupt record is moved aside and reads as none; a failed read is

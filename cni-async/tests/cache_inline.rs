@@ -35,7 +35,7 @@ fn inline_io_never_waits_for_the_blocking_pool() {
         );
         let work = async {
             let lock = cache
-                .lock_unused("net1", "c1", "eth0", Duration::from_secs(1))
+                .lock("net1", "c1", "eth0", Duration::from_secs(1))
                 .await?;
             cache.write(&rec).await?;
             let entry = cache.read("net1", "c1", "eth0").await?;

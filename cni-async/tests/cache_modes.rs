@@ -9,7 +9,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use crate::support::fake::{Fake, Response, Rig, conflist, runtime};
-use cni_async::cache::{PrivateDir, ResultCache, ensure_private_dir};
+use cni_durable::{PrivateDir, ensure_private_dir};
 use serde_json::json;
 
 fn mode(path: &Path) -> u32 {
@@ -45,8 +45,10 @@ async fn an_open_results_dir_is_tightened_on_write() {
     assert_eq!(mode(&rig.cache_dir), 0o755, "the cache dir keeps its mode");
 }
 
+#[cfg(feature = "daemon")]
 #[test]
 fn tighten_dirs_covers_every_dir_of_ours_that_exists() {
+    use cni_async::cache::ResultCache;
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
     mkdir(&cache, 0o755);

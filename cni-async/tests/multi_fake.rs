@@ -3,10 +3,10 @@
 //! results are aggregated, and how errors of several networks are reported.
 
 use crate::support::fake::{Fake, PluginDir, Response};
-use cni_async::caps::{Capabilities, PortMapping};
 use cni_async::multi::{MultiNetwork, Sandbox, SetupMode};
 use cni_async::{Cni, Error};
 use cni_core::NetworkConfigList;
+use cni_core::caps::{Capabilities, PortMapping};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
@@ -65,7 +65,7 @@ async fn port_mappings_reach_the_plugin_that_declares_them_exactly() {
                     PortMapping::tcp(8080, 80),
                     PortMapping::udp(5353, 53).with_host_ip("127.0.0.1".parse().unwrap()),
                 ])
-                .bandwidth(cni_async::caps::Bandwidth::symmetric(1000, 100)),
+                .bandwidth(cni_core::caps::Bandwidth::symmetric(1000, 100)),
         );
     let result = multi.setup(&sandbox).await.expect("setup");
     assert_eq!(

@@ -52,7 +52,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), cni_async::Error> {
 //! use cni_async::Cni;
-//! use cni_async::caps::{Capabilities, PortMapping};
+//! use cni_core::caps::{Capabilities, PortMapping};
 //! use cni_async::multi::{MultiNetwork, Sandbox, SetupMode};
 //!
 //! let cni = Cni::builder()

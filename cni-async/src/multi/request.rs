@@ -20,7 +20,7 @@ pub struct Sandbox {
     pub netns: String,
     /// Labels, passed as `CNI_ARGS` (`K=V;K=V`, in this order).
     pub labels: CniArgs,
-    /// Capability arguments (see [`crate::caps`]).
+    /// Capability arguments (see [`cni_core::caps`]).
     pub capability_args: CapabilityArgs,
     /// Put `IgnoreUnknown=1` in front of the labels when there are labels
     /// and none is named `IgnoreUnknown` (default true; see the module caveats).

@@ -78,6 +78,7 @@ mod cached;
 mod check;
 mod del;
 mod gc;
+mod reap;
 mod request;
 mod status;
 mod version;

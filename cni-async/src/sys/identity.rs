@@ -20,25 +20,13 @@
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::OnceLock;
 
 use cni_core::cache::{NetnsIdentity, proc_netns_pid};
 
+use super::boot::boot_id;
+
 /// The inode of the initial pid namespace (`PROC_PID_INIT_INO`).
 const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
-
-/// This boot's id (`/proc/sys/kernel/random/boot_id`, trimmed), read once
-/// per process; `None` when it cannot be read.
-pub fn boot_id() -> Option<&'static str> {
-    static ID: OnceLock<Option<String>> = OnceLock::new();
-    ID.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .ok()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-    })
-    .as_deref()
-}
 
 /// The nsfs device and inode of the network namespace at `path` (symbolic
 /// links followed): `Ok(None)` when the path is not one (missing, another
@@ -158,22 +146,7 @@ struct Handle {
 /// `/proc/PID/stat`, clock ticks since boot. `Ok(None)` when there is no
 /// such process.
 pub(crate) fn start_time(pid: u32) -> io::Result<Option<u64>> {
-    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    parse_start_time(&stat)
-        .map(Some)
-        .ok_or_else(|| io::Error::other(format!("/proc/{pid}/stat: no start time")))
-}
-
-/// Field 22 of a `/proc/PID/stat` line; the command (field 2) is in
-/// parentheses and may hold spaces and parentheses itself.
-fn parse_start_time(stat: &str) -> Option<u64> {
-    let after = &stat[stat.rfind(')')? + 1..];
-    // Fields 3.. follow the command: field 22 is the 20th of them.
-    after.split_whitespace().nth(19)?.parse().ok()
+    Ok(super::procstat::proc_stat(pid)?.map(|s| s.start_time))
 }
 
 /// What `netns` (a record's path) is now, as [`NetnsIdentity`] records it:
@@ -515,10 +488,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn start_time_is_field_22() {
-        let stat = "42 (a b) c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 91234 1000 50";
-        assert_eq!(parse_start_time(stat), Some(91234));
-        assert_eq!(parse_start_time("42 (x) S 1"), None);
+    fn start_time_of_a_process() {
         let me = start_time(std::process::id()).unwrap().unwrap();
         assert!(me > 0);
         assert_eq!(start_time(u32::MAX).unwrap(), None);

@@ -36,18 +36,6 @@ pub fn group_alive(pgid: u32) -> bool {
     }
 }
 
-/// Whether process `pid` exists (`kill(pid, 0)`; a process we may not
-/// signal counts, and so does a zombie). Pid 0 names none.
-pub fn pid_alive(pid: u32) -> bool {
-    match i32::try_from(pid) {
-        Ok(raw) if raw > 0 => !matches!(
-            nix::sys::signal::kill(Pid::from_raw(raw), None),
-            Err(Errno::ESRCH)
-        ),
-        _ => false,
-    }
-}
-
 /// The process group of this process (`getpgrp`).
 pub fn own_process_group() -> u32 {
     nix::unistd::getpgrp().as_raw().unsigned_abs()
@@ -69,26 +57,14 @@ pub(crate) fn live_group_members(pgid: u32) -> io::Result<Vec<u32>> {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        if let Some((state, pgrp)) = parse_stat(&stat)
-            && pgrp == pgid
-            && state != 'Z'
-            && state != 'X'
+        if let Some(s) = super::procstat::parse(&stat)
+            && s.pgrp == pgid
+            && !s.is_dead()
         {
             members.push(pid);
         }
     }
     Ok(members)
-}
-
-/// State and process group from the text of `/proc/PID/stat`
-/// (`pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses).
-pub(crate) fn parse_stat(stat: &str) -> Option<(char, u32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
 }
 
 fn send(pgid: u32, signal: Option<Signal>) -> io::Result<bool> {
@@ -136,12 +112,7 @@ mod tests {
     }
 
     #[test]
-    fn stat_parsing() {
-        assert_eq!(
-            parse_stat("42 (a) b (c)) S 1 40 40 0 -1 4194560"),
-            Some(('S', 40))
-        );
-        assert_eq!(parse_stat("garbage"), None);
+    fn own_group_is_alive() {
         let me = std::process::id();
         let ours = nix::unistd::getpgrp().as_raw() as u32;
         assert!(live_group_members(ours).unwrap().contains(&me));

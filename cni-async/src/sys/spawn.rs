@@ -451,11 +451,8 @@ mod tests {
         let mut out = String::new();
         std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut out).unwrap();
         // Not reaped yet: its /proc entry (a zombie's) still tells its group.
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", spawned.pid)).unwrap();
-        assert_eq!(
-            super::super::process::parse_stat(&stat).unwrap().1,
-            spawned.pid
-        );
+        let stat = crate::sys::proc_stat(spawned.pid).unwrap().unwrap();
+        assert_eq!(stat.pgrp, spawned.pid);
         let status = reap(spawned.pidfd.as_fd(), true).unwrap().unwrap();
         assert!(status.success());
         let x: Vec<_> = out.lines().filter(|l| l.starts_with("CNI_X=")).collect();

@@ -14,7 +14,7 @@
 //!
 //! The package (`cnid/shim`, re-exported as `cnid::shim`) needs no async
 //! runtime: it runs on `std`, `serde_json`, `cni-core`, `cnid-api` (the
-//! wire types) and `cni_async::durable` (blocking file writes) only.
+//! wire types) and `cni_durable` (blocking file writes) only.
 //!
 //! # The two conf dirs
 //! cnid must not read the runtime's conf dir: the runtime would run the

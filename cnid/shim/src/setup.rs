@@ -24,8 +24,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cni_async::durable;
 use cni_core::Version;
+use cni_durable as durable;
 use serde_json::{Map, Value, json};
 
 use super::conf::{DEFAULT_SOCKET, parse_duration, parse_timeout};

@@ -1,7 +1,7 @@
 //! The daemon's heap: glibc's allocator tuned at start
 //! ([`tune_allocator`]) and free heap given back to the system after a
 //! burst ([`HeapTrim`], [`trim_heap`]). The system calls are cni-async's
-//! (`cni_async::sys`).
+//! (`cni_async::daemon`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -60,7 +60,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cni_async::cache::{PrivateDir, ResultCache, ensure_private_dir};
+use cni_async::cache::ResultCache;
+use cni_async::daemon::durable::{PrivateDir, ensure_private_dir};
 use cni_async::exec::{PluginExec, RawExec};
 use cni_async::{Cni, Timeouts};
 use tokio::net::UnixListener;
@@ -379,7 +380,7 @@ fn lock_holder(file: &File) -> Option<String> {
 fn journal_outlives_cache(config: &Config) -> Result<(), String> {
     let memory = |p: &std::path::Path| {
         let existing = p.ancestors().find(|a| a.exists()).unwrap_or(p);
-        cni_async::sys::on_memory_fs(existing)
+        cni_async::daemon::on_memory_fs(existing)
             .map_err(|e| format!("cannot tell the file system of {}: {e}", existing.display()))
     };
     if memory(&config.state_dir)? && !memory(&config.cache_dir)? {

@@ -66,8 +66,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cni_async::daemon::{ProcStat, Signal, group_alive, proc_stat, signal_group};
 use cni_async::exec::{ExecOutput, ExecRequest, PluginExec};
-use cni_async::sys::{Signal, group_alive, signal_group};
 use futures::future::BoxFuture;
 
 /// The variable marking the plugins of the daemon of one state dir.
@@ -158,29 +158,10 @@ impl PluginExec for MarkedExec {
     }
 }
 
-/// What `/proc/PID/stat` says of a process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stat {
-    state: char,
-    pgrp: u32,
-    session: u32,
-    /// Clock ticks after boot: with the pid, the process's identity.
-    start: u64,
-}
-
-fn stat(pid: u32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt
-    // majflt cmajflt utime stime cutime cstime priority nice num_threads
-    // itrealvalue starttime ...`; comm may hold anything.
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(Stat {
-        state: f.first()?.chars().next()?,
-        pgrp: f.get(2)?.parse().ok()?,
-        session: f.get(3)?.parse().ok()?,
-        start: f.get(19)?.parse().ok()?,
-    })
+/// What `/proc/PID/stat` says of `pid` (the library's one reader of it);
+/// `None` when it is gone or cannot be read.
+fn stat(pid: u32) -> Option<ProcStat> {
+    proc_stat(pid).ok().flatten()
 }
 
 fn pids() -> Vec<u32> {
@@ -213,14 +194,14 @@ impl Orphan {
     /// Whether the plugin (this very process, not a later one with its
     /// pid) still runs.
     fn alive(&self) -> bool {
-        matches!(stat(self.pid), Some(s) if s.start == self.start && s.state != 'Z' && s.state != 'X')
+        matches!(stat(self.pid), Some(s) if s.start_time == self.start && !s.is_dead())
     }
 
     /// Whether its process group is gone: no process in it, or its pid
     /// taken by another process (a pid is never reused while a group of
     /// that id lives), which must not be signalled for it.
     fn group_gone(&self) -> bool {
-        !group_alive(self.pid) || stat(self.pid).is_some_and(|s| s.start != self.start)
+        !group_alive(self.pid) || stat(self.pid).is_some_and(|s| s.start_time != self.start)
     }
 
     fn overdue(&self, now_ms: u64) -> bool {
@@ -232,7 +213,7 @@ impl Orphan {
 /// not a session leader, with our mark.
 fn orphan(pid: u32, entry: &[u8]) -> Option<Orphan> {
     let s = stat(pid)?;
-    if s.pgrp != pid || s.session == pid || s.state == 'Z' || s.state == 'X' {
+    if s.pgrp != pid || s.session == pid || s.is_dead() {
         return None;
     }
     let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
@@ -267,7 +248,7 @@ fn orphan(pid: u32, entry: &[u8]) -> Option<Orphan> {
         .unwrap_or_default();
     Some(Orphan {
         pid,
-        start: s.start,
+        start: s.start_time,
         deadline_ms: var(DEADLINE).and_then(|d| d.parse().ok()),
         command: var("CNI_COMMAND").unwrap_or_default(),
         container_id: var("CNI_CONTAINERID").unwrap_or_default(),
@@ -289,7 +270,7 @@ fn find(value: &str) -> Vec<Orphan> {
 }
 
 fn signal(groups: &[u32], sig: Signal) {
-    let ours = cni_async::sys::own_process_group();
+    let ours = cni_async::daemon::own_process_group();
     for &g in groups {
         // signal_group refuses 0 and 1 itself.
         if g != ours {
@@ -462,13 +443,13 @@ mod tests {
             netns: String::new(),
             plugin: "sleep".into(),
         };
-        assert!(!orphan(s.start).group_gone(), "the orphan itself");
+        assert!(!orphan(s.start_time).group_gone(), "the orphan itself");
         assert!(
             group_alive(pid),
             "the group lives: a bare group check would signal it"
         );
         assert!(
-            orphan(s.start.saturating_sub(1)).group_gone(),
+            orphan(s.start_time.saturating_sub(1)).group_gone(),
             "another process with the orphan's pid: its group is gone"
         );
         let _ = child.kill();
@@ -483,6 +464,6 @@ mod tests {
         let me = std::process::id();
         let s = stat(me).expect("our own stat");
         assert!(group_alive(s.pgrp));
-        assert!(s.start > 0);
+        assert!(s.start_time > 0);
     }
 }

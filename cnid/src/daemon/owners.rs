@@ -7,7 +7,7 @@
 //! - **Attachments**, `(network, container, ifname) → netns`, indexed by
 //!   `(netns, ifname)`: every record in the shared result cache, whoever
 //!   wrote it (cnid, cnitool, a libcni runtime). Each admission first
-//!   brings it up to date with [`cni_async::cache::RecordScan`], watched
+//!   brings it up to date with [`cni_async::daemon::RecordScan`], watched
 //!   with inotify ([`RecordScan::watched`]): only the record files created,
 //!   replaced, rewritten or removed since the last admission are read, so
 //!   an attachment another tool made or deleted while cnid runs counts from
@@ -42,7 +42,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
-use cni_async::cache::{AttachmentKey, ListPage, RecordScan, ResultCache, ScannedRecord};
+use cni_async::cache::{ListPage, ResultCache};
+use cni_async::daemon::{AttachmentKey, RecordScan, ScannedRecord};
 use cni_core::RuntimeConf;
 use cni_core::cache::CacheRecord;
 

@@ -58,8 +58,8 @@
 //!   starts did.
 //!
 //! And every call site of [`Storage`] in the journal's code and in the
-//! cache's (`cni-async/src/cache.rs`), of its methods and of
-//! `cni_async::durable`'s functions over it, is crashed at by some
+//! cache's (`cni-async/src/store/`: `entry.rs`, `lock.rs`, `flush.rs`), of its methods and of
+//! `cni_async::daemon::durable`'s functions over it, is crashed at by some
 //! operation: a new one cannot slip in untested.
 //!
 //! A killed daemon's temp files carry its pid, which the test shares:
@@ -196,7 +196,13 @@ async fn add(i: &Intents, sim: &SimDisk, w: &mut World, cid: &str, gate: Gate) {
         Ok(other) => panic!("{cid}: {other:?}"),
         Err(_) => return, // answered with an error; no plugin ran
     };
-    let lock = match cache.lock_unused("n", cid, "eth0", WAIT).await {
+    // The lock and a look at the slot under it, a corrupt record moved
+    // aside (names never collide here).
+    let lock = match cache
+        .lock_and_read("n", cid, "eth0", WAIT)
+        .await
+        .map(|(l, _)| l)
+    {
         Ok(lock) => lock,
         Err(_) if sim.dead() => return,
         Err(_) => {
@@ -264,7 +270,7 @@ async fn lib_add(dir: &Path, sim: &Arc<SimDisk>, w: &mut World, cid: &str) {
         .with_inline_io(true);
     w.tried.insert(cid.to_owned());
     w.unjournaled.insert(cid.to_owned());
-    let Ok(lock) = cache.lock_unused("n", cid, "eth0", WAIT).await else {
+    let Ok((lock, _)) = cache.lock_and_read("n", cid, "eth0", WAIT).await else {
         return;
     };
     w.alloc.insert(cid.to_owned());
@@ -684,7 +690,7 @@ async fn restart_and_check(dir: &Path, mut w: World, boot: &str, kept_all: bool,
         .into_iter()
         .filter(|(p, _)| !p.starts_with(&corrupt))
         .chain(footprint(&cache.results_dir()))
-        .chain(footprint(&cache.dir().join(cni_async::cache::LOCKS_DIR)))
+        .chain(footprint(&cache.dir().join(cni_async::daemon::LOCKS_DIR)))
         .collect();
     assert!(left.is_empty(), "{at}: files left: {left:?}");
 }
@@ -923,7 +929,7 @@ async fn enumerate_combined(
 
 /// The call sites of [`Storage`] in the journal's code (not its tests):
 /// `file:line` of each method call on a `storage`, and of each call of
-/// `cni_async::durable`'s functions that go through one (they are
+/// `cni_async::daemon::durable`'s functions that go through one (they are
 /// `#[track_caller]`: the simulated disk names their caller's line).
 fn storage_call_sites() -> BTreeSet<String> {
     const METHODS: [&str; 14] = [
@@ -961,8 +967,16 @@ fn storage_call_sites() -> BTreeSet<String> {
         ("files.rs", include_str!("files.rs")),
         ("recover.rs", include_str!("recover.rs")),
         (
-            "cache.rs",
-            include_str!("../../../../cni-async/src/cache.rs"),
+            "entry.rs",
+            include_str!("../../../../cni-async/src/store/entry.rs"),
+        ),
+        (
+            "lock.rs",
+            include_str!("../../../../cni-async/src/store/lock.rs"),
+        ),
+        (
+            "flush.rs",
+            include_str!("../../../../cni-async/src/store/flush.rs"),
         ),
     ] {
         let code = src.split("\n#[cfg(test)]\nmod tests").next().unwrap();

@@ -91,7 +91,7 @@
 //! `record` (the line format), `log` (appends, compaction, the flush
 //! task), `files` (the intent files) and `recover` (start-up recovery).
 //! Their writes, flushes, truncations, renames and removals go through
-//! one seam, [`Storage`] (`cni_async::storage`, the result cache's too);
+//! one seam, [`Storage`] (`cni_async::daemon::Storage`, the result cache's too);
 //! `storage`'s tests fail each I/O point of an ADD and of recovery in
 //! turn, `crashes.rs` crashes every operation at each of them, the
 //! cache's included, on the simulated disk (`simdisk.rs`).
@@ -123,8 +123,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use cni_async::cache::ResultCache;
-use cni_async::durable;
-use cni_async::storage::{Disk, Storage};
+use cni_async::daemon::durable;
+use cni_async::daemon::{Disk, Storage};
 use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::{CapabilityArgs, CniArgs, RuntimeConf, validate};
 use serde_json::{Map, Value, json};
@@ -215,7 +215,7 @@ pub(crate) struct Pending(u64);
 
 /// This boot's id; empty when it cannot be read.
 fn boot_id() -> String {
-    cni_async::sys::boot_id().unwrap_or_default().to_owned()
+    cni_async::daemon::boot_id().unwrap_or_default().to_owned()
 }
 
 fn key(network: &str, container_id: &str, ifname: &str) -> String {

@@ -589,7 +589,7 @@ mod tests {
     }
 
     /// The index of the first call of a start on `rebooted_with_two_records`
-    /// of `kind` made by the cache (`cache.rs`), found by a start on a
+    /// of `kind` made by the cache (its store's `entry.rs`), found by a start on a
     /// copy of that state.
     async fn first_cache_call(kind: &str, results: bool) -> usize {
         let dry = tempfile::tempdir().unwrap();
@@ -597,7 +597,7 @@ mod tests {
         on_sim(dry.path(), "boot-b", &sim).prepare().unwrap();
         sim.calls()
             .iter()
-            .position(|c| c.kind == kind && c.site.starts_with("cache.rs"))
+            .position(|c| c.kind == kind && c.site.starts_with("entry.rs"))
             .unwrap_or_else(|| panic!("no {kind}: {:?}", sim.calls()))
     }
 

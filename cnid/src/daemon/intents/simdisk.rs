@@ -1,4 +1,4 @@
-//! A simulated disk for the tests: a [`Storage`] (`cni_async::storage`)
+//! A simulated disk for the tests: a [`Storage`] (`cni_async::daemon::Storage`)
 //! over a real dir (so the reads, which are not behind the seam, see what
 //! was written) with a shadow of what is durable, which models the two
 //! kinds of crash. The journal and the result cache both go through it.
@@ -20,7 +20,7 @@
 //! - [`SimDisk::fork`] copies the disk, what is durable of it included:
 //!   many restarts from one state without making it again.
 //!
-//! Composite operations (`cni_async::durable`'s atomic write: create,
+//! Composite operations (`cni_async::daemon::durable`'s atomic write: create,
 //! write, `fdatasync`, rename, `fsync` of the dir) are made of the
 //! primitive calls, each an I/O point of its own. Every call is recorded
 //! with its kind, the file's name and its call site (`#[track_caller]`,
@@ -468,7 +468,10 @@ impl Storage for SimDisk {
     #[track_caller]
     fn sync_file(&self, path: &Path) -> io::Result<bool> {
         self.call("fsync", path, Location::caller())?;
-        match cni_async::storage::no_follow().read(true).open(path) {
+        match cni_async::daemon::durable::no_follow()
+            .read(true)
+            .open(path)
+        {
             Ok(f) => self.sync_file_data(&f).map(|()| true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e),

@@ -1,6 +1,6 @@
 //! The journal's I/O through the storage seam: every write, flush,
 //! truncation, rename and removal of the journal and of the intent files
-//! goes through the [`Storage`] of `cni_async::storage` (the result cache's
+//! goes through the [`Storage`] of `cni_async::daemon` (the result cache's
 //! seam too; [`Disk`] but in tests), so that a test can see each I/O
 //! point, fail it, or crash at it on the simulated disk (`simdisk.rs`).
 //! Here: each I/O point of an ADD and of recovery failed in turn (as a

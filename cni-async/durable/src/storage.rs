@@ -1,5 +1,5 @@
 //! The storage seam: every write, flush, truncation, rename and removal of
-//! the result cache ([`crate::cache`], through [`crate::durable`]) and of
+//! cni-async's result cache (through this crate's functions) and of
 //! cnid's ADD journal goes through one [`Storage`], so that a test can see
 //! each I/O point, fail it, or stand a simulated disk behind it (cnid's
 //! crash-point enumeration does: its simulated disk keeps only what was
@@ -7,7 +7,7 @@
 //! default everywhere.
 //!
 //! The trait has the primitive calls only; what is built of them has one
-//! implementation, in [`crate::durable`] (the atomic write: temp file,
+//! implementation, in this crate (the atomic write: temp file,
 //! `fdatasync`, `rename`, `fsync` of the dir; the flush of created dirs;
 //! the removal of temp files), generic over the storage.
 //!
@@ -15,12 +15,12 @@
 //! last component (`O_NOFOLLOW`), every descriptor is `O_CLOEXEC`, files
 //! it creates get the mode asked for (0600 where none is), subject to the
 //! umask. Not behind the seam: reads (they change nothing on disk), the
-//! creation and `chmod` of dirs ([`crate::durable::ensure_private_dir`];
+//! creation and `chmod` of dirs ([`crate::ensure_private_dir`];
 //! the flush of a created dir, and its removal when that flush fails, are
 //! behind it) and `flock`.
 //!
 //! Each method is `#[track_caller]` (a hidden argument, no I/O), and so is
-//! every function of [`crate::durable`] that calls them: a simulated disk
+//! every function of this crate that calls them: a simulated disk
 //! can name the call site in the caller's code that a crash hit.
 //!
 //! # Cost
@@ -242,8 +242,8 @@ impl Storage for Disk {
 /// keeps. Needed after `syncfs`: it reports a file system's write-back
 /// error once, to the first `syncfs` caller after it, so one another
 /// program made (`sync -f`, a package manager) took it, and the data of
-/// the files named was lost all the same (found by the attack on issue
-/// 25 item 4, on an ext4 whose write-back failed); the file's own error
+/// the files named was lost all the same (seen on an ext4 whose
+/// write-back failed); the file's own error
 /// stays until an `fsync` or this check of it takes it. Entries gone
 /// meanwhile, links and other kinds are skipped.
 fn written_back(dir: &Path) -> io::Result<()> {

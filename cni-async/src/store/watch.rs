@@ -1,4 +1,4 @@
-//! An inotify watch on `results/` for [`super::RecordScan::watched`]
+//! An inotify watch on `results/` for [`super::scan::RecordScan::watched`]
 //! (feature `watch`): which record files changed since the last scan, so
 //! that a scan reads those instead of listing the whole dir.
 //!
@@ -38,7 +38,7 @@ use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
 /// The live watch, and what it reported since the last scan.
-pub(super) struct ResultsWatch {
+pub(crate) struct ResultsWatch {
     /// `None`: no live watch (not set up yet, the dir missing, inotify
     /// failing, or events lost); the next scan lists the dir.
     live: Option<(Inotify, (u64, u64))>,
@@ -55,7 +55,7 @@ pub(super) struct ResultsWatch {
 
 /// What [`ResultsWatch::take`] says a scan must look at.
 #[derive(Debug)]
-pub(super) enum Since {
+pub(crate) enum Since {
     /// The live watch's reports: the names changed since the last scan.
     Changed(BTreeSet<OsString>),
     /// List the dir whole; with `reread`, read every entry again, not only
@@ -92,7 +92,7 @@ fn dir_id(dir: &Path) -> Option<(u64, u64)> {
 }
 
 impl ResultsWatch {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         ResultsWatch {
             live: None,
             pending: BTreeSet::new(),
@@ -101,19 +101,10 @@ impl ResultsWatch {
         }
     }
 
-    /// Consumes the queued events (without waiting). Returns whether the
-    /// watch is live and nothing changed: a scan now would find nothing.
-    /// One `stat` of `dir` (is it still the watched dir?) and one `read`.
-    pub(super) fn is_current(&mut self, dir: &Path) -> bool {
-        self.drain(dir);
-        self.live.is_some() && self.pending.is_empty()
-    }
-
-    /// Consumes the queued events (without waiting), as
-    /// [`ResultsWatch::is_current`]; when the watch is live and at most
+    /// Consumes the queued events (without waiting); when the watch is live and at most
     /// `max` names changed, takes them (the scan then rereads only those).
     /// `None` leaves them pending for [`ResultsWatch::take`].
-    pub(super) fn take_few(&mut self, dir: &Path, max: usize) -> Option<BTreeSet<OsString>> {
+    pub(crate) fn take_few(&mut self, dir: &Path, max: usize) -> Option<BTreeSet<OsString>> {
         self.drain(dir);
         (self.live.is_some() && self.pending.len() <= max)
             .then(|| std::mem::take(&mut self.pending))
@@ -121,7 +112,7 @@ impl ResultsWatch {
 
     /// Puts back names taken by [`ResultsWatch::take_few`] that the caller
     /// did not read after all: the next scan reads them.
-    pub(super) fn give_back(&mut self, names: BTreeSet<OsString>) {
+    pub(crate) fn give_back(&mut self, names: BTreeSet<OsString>) {
         self.pending.extend(names);
     }
 
@@ -172,7 +163,7 @@ impl ResultsWatch {
     /// whole dir (a new watch is then set up first, when it can be: `dir`
     /// missing or inotify refusing leaves none, and the scan after lists
     /// again), which reads every entry again after a lost watch.
-    pub(super) fn take(&mut self, dir: &Path) -> Since {
+    pub(crate) fn take(&mut self, dir: &Path) -> Since {
         self.drain(dir);
         if self.live.is_some() {
             return Since::Changed(std::mem::take(&mut self.pending));

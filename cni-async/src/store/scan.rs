@@ -1,0 +1,390 @@
+//! Following `results/` from one scan to the next, whoever writes the
+//! records (this process, cnitool, a libcni runtime): each scan reads only
+//! what changed since the last one ([`RecordScan`]), with the one reader
+//! of listed records (`listed.rs`).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use cni_core::cache as record;
+
+use super::listed::read_listed;
+#[cfg(feature = "watch")]
+use super::watch;
+use super::{Store, io_err};
+use crate::error::Error;
+
+/// An attachment's identity in the cache: (network, container ID, ifname).
+pub type AttachmentKey = (String, String, String);
+
+/// Follows the records in `results/` from one call of
+/// [`ResultCache::scan_blocking`](crate::cache::ResultCache::scan_blocking) to the next, whoever writes them (this
+/// process, cnitool, a libcni runtime): each call reads only the files
+/// that are new or were replaced since the last one, and reports the
+/// attachments whose files went away. It also keeps the file names in
+/// byte order, for paging ([`RecordScan::names_after`],
+/// [`ResultCache::list_page_from_blocking`](crate::cache::ResultCache::list_page_from_blocking)).
+///
+/// How it finds what changed:
+/// - [`RecordScan::default`]: a listing of `results/` at every scan (by
+///   file name, inode and change time: a `stat` per file), so a scan costs
+///   a listing and a `stat` of every record.
+/// - [`RecordScan::watched`] (feature `watch`): an inotify watch on
+///   `results/` names the entries changed since the last scan, and a scan
+///   looks at those only (a `stat` and a read each), so it costs the
+///   number of changes, whatever the number of records
+///   ([`ResultCache::scan_few`](crate::cache::ResultCache::scan_few) reads a few on the calling thread). The dir is listed whole at the
+///   first scan and again whenever events may have been lost (queue
+///   overflow, `results/` deleted, moved or replaced; every record is
+///   then read again) or no watch can be
+///   set up (`results/` missing, inotify limits): never fewer records seen
+///   than with a listing. Not for a cache on a network file system, where
+///   inotify misses other hosts' changes.
+///
+/// # Caveats
+/// A record rewritten in place (libcni writes with `O_TRUNC`, keeping the
+/// inode; it does so when the same attachment is added again) is read
+/// again: a listing sees its change time move, a watch sees the writer
+/// close it. A record read while half written is read again at the next
+/// scan after the write ends.
+#[derive(Debug, Default)]
+pub struct RecordScan {
+    seen: std::collections::BTreeMap<std::ffi::OsString, (Stamp, Option<AttachmentKey>)>,
+    /// Full listings of `results/` so far.
+    listings: u64,
+    #[cfg(feature = "watch")]
+    watch: Option<watch::ResultsWatch>,
+}
+
+impl RecordScan {
+    /// A scan that follows `results/` with inotify (see the type's docs).
+    #[cfg(feature = "watch")]
+    pub fn watched() -> Self {
+        RecordScan {
+            watch: Some(watch::ResultsWatch::new()),
+            ..RecordScan::default()
+        }
+    }
+
+    /// How many times a scan listed `results/` whole.
+    pub fn listings(&self) -> u64 {
+        self.listings
+    }
+
+    /// Up to `n` file names (in byte order) of the last scan sorting after
+    /// `after`, optionally only those that may be `container_id`'s (a
+    /// pre-filter on the name; the record's field decides): for
+    /// [`ResultCache::list_page_from_blocking`](crate::cache::ResultCache::list_page_from_blocking).
+    pub fn names_after(
+        &self,
+        after: Option<&str>,
+        container_id: Option<&str>,
+        n: usize,
+    ) -> Vec<String> {
+        use std::ffi::OsStr;
+        use std::ops::Bound;
+        let from = after.map_or(Bound::Unbounded, |a| Bound::Excluded(OsStr::new(a)));
+        self.seen
+            .range::<OsStr, _>((from, Bound::Unbounded))
+            .filter_map(|(name, _)| name.to_str())
+            .filter(|name| container_id.is_none_or(|cid| super::page::names_container(name, cid)))
+            .take(n)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Looks at `names` in `results` again (a watch reported them).
+    #[cfg(feature = "watch")]
+    fn reread(
+        &mut self,
+        results: &Path,
+        names: impl IntoIterator<Item = std::ffi::OsString>,
+    ) -> ScanChanges {
+        let mut changes = ScanChanges::default();
+        for name in names {
+            if let Some((_, Some(key))) = self.seen.remove(&name) {
+                changes.removed.push(key);
+            }
+            let stamp = match std::fs::symlink_metadata(results.join(&name)) {
+                Ok(m) => stamp(&m),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // There, but not for us to read: as a listing would have it.
+                Err(_) => (0, 0, 0),
+            };
+            let rec = name.to_str().and_then(|n| scanned(results, n));
+            let key = rec.as_ref().map(ScannedRecord::key);
+            changes.added.extend(rec);
+            self.seen.insert(name, (stamp, key));
+        }
+        changes
+    }
+}
+
+/// What tells a record file's contents apart from one scan to the next:
+/// its inode and its change time (`ctime`, seconds and nanoseconds). The
+/// inode alone misses a record rewritten in place (libcni writes with
+/// `O_TRUNC`) and a new record given the inode of one just deleted; the
+/// change time moves with every write and cannot be set back.
+type Stamp = (u64, i64, i64);
+
+fn stamp(m: &std::fs::Metadata) -> Stamp {
+    (m.ino(), m.ctime(), m.ctime_nsec())
+}
+
+/// The identity and netns of a record, kept without its result (a cached
+/// result can be megabytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedRecord {
+    /// `networkName`.
+    pub network_name: String,
+    /// `containerId`.
+    pub container_id: String,
+    /// `ifName`.
+    pub if_name: String,
+    /// `netns` (empty when absent).
+    pub netns: String,
+    /// `netnsIdentity` ([`record::NetnsIdentity`]; `None` when absent;
+    /// one with an empty boot id when there but unreadable: damaged or
+    /// forged, which proves nothing either way).
+    pub identity: Option<record::NetnsIdentity>,
+}
+
+impl ScannedRecord {
+    fn key(&self) -> AttachmentKey {
+        (
+            self.network_name.clone(),
+            self.container_id.clone(),
+            self.if_name.clone(),
+        )
+    }
+}
+
+/// The record in `results/<name>` as a scan keeps it, when it counts
+/// ([`read_listed`]).
+fn scanned(results: &Path, name: &str) -> Option<ScannedRecord> {
+    let listed = read_listed(results, name)?;
+    let rec = listed.record;
+    Some(ScannedRecord {
+        identity: if listed.identity_unreadable {
+            Some(record::NetnsIdentity::default())
+        } else {
+            rec.identity
+        },
+        network_name: rec.network_name,
+        container_id: rec.container_id,
+        if_name: rec.if_name,
+        netns: rec.netns,
+    })
+}
+
+/// What changed in the cache since the previous scan.
+#[derive(Debug, Default)]
+pub struct ScanChanges {
+    /// Records of files new or replaced since the previous scan.
+    pub added: Vec<ScannedRecord>,
+    /// Attachments whose record file is gone (or was replaced: its new
+    /// record, if usable, is in `added`).
+    pub removed: Vec<AttachmentKey>,
+}
+
+impl Store {
+    /// See [`RecordScan`]. Blocking (a directory listing, or with a live
+    /// watch only the entries it reported, plus a read of each new
+    /// record).
+    pub(crate) fn scan(&self, scan: &mut RecordScan) -> Result<ScanChanges, Error> {
+        use std::os::unix::fs::DirEntryExt;
+        let results = self.results_dir();
+        // After a lost watch every entry is read again: one rewritten in
+        // place (or read half written) keeps its inode.
+        #[cfg(feature = "watch")]
+        let reread_all = match scan.watch.as_mut().map(|w| w.take(&results)) {
+            Some(watch::Since::Changed(names)) => return Ok(scan.reread(&results, names)),
+            Some(watch::Since::List { reread }) => reread,
+            None => false,
+        };
+        #[cfg(not(feature = "watch"))]
+        let reread_all = false;
+        scan.listings += 1;
+        let entries = match std::fs::read_dir(&results) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let removed = std::mem::take(&mut scan.seen)
+                    .into_values()
+                    .filter_map(|(_, k)| k)
+                    .collect();
+                return Ok(ScanChanges {
+                    added: Vec::new(),
+                    removed,
+                });
+            }
+            Err(e) => return Err(io_err(&results, "read directory", e)),
+        };
+        let mut changes = ScanChanges::default();
+        let mut now = std::collections::BTreeMap::new();
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name();
+            if name.as_encoded_bytes().first() == Some(&b'.') {
+                continue;
+            }
+            // Stat before the read: a write after it moves the change
+            // time, and the next scan reads the record again.
+            let stamp = match entry.metadata() {
+                Ok(m) => stamp(&m),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // There, but not for us to look at: its inode from the
+                // listing (a record we cannot read is left out anyway).
+                Err(_) => (entry.ino(), 0, 0),
+            };
+            match scan.seen.remove(&name) {
+                Some((old, key)) if old == stamp && !reread_all => {
+                    now.insert(name, (stamp, key));
+                }
+                before => {
+                    if let Some((_, Some(key))) = before {
+                        changes.removed.push(key);
+                    }
+                    let rec = name.to_str().and_then(|n| scanned(&results, n));
+                    let key = rec.as_ref().map(ScannedRecord::key);
+                    changes.added.extend(rec);
+                    now.insert(name, (stamp, key));
+                }
+            }
+        }
+        changes.removed.extend(
+            std::mem::take(&mut scan.seen)
+                .into_values()
+                .filter_map(|(_, k)| k),
+        );
+        scan.seen = now;
+        Ok(changes)
+    }
+
+    /// Largest record file [`Store::scan_few`] reads; a bigger one
+    /// leaves the scan to [`Store::scan`]. cnid's own
+    /// records are a few KiB.
+    pub(crate) const SCAN_FEW_MAX_BYTES: u64 = 64 * 1024;
+
+    /// [`Store::scan`] when the watch makes it a few system
+    /// calls, for a caller that would otherwise hand it to the blocking
+    /// pool: the watch is live and reports at most `max` names changed
+    /// since the last scan (each one a `stat` and a read of one record
+    /// file, as cnid's own record writes on its workers are). `None`
+    /// (nothing scanned) otherwise: no live watch, or more changes; the
+    /// changes then stay for the next [`Store::scan`]. Also
+    /// `None` when one of the changed files is bigger than
+    /// [`Store::SCAN_FEW_MAX_BYTES`] (its read would hold the thread).
+    ///
+    /// A file that grows past the limit between the `stat` and the read is
+    /// read whole anyway (a writer racing the scan, rare).
+    /// cnid's admissions: a request's own ADD or DEL changes a name or
+    /// two, which the next admission's refresh reads here instead of
+    /// waiting for a pool thread.
+    pub(crate) fn scan_few(&self, scan: &mut RecordScan, max: usize) -> Option<ScanChanges> {
+        #[cfg(feature = "watch")]
+        if let Some(w) = scan.watch.as_mut() {
+            let results = self.results_dir();
+            let names = w.take_few(&results, max)?;
+            // A big file among them (another tool's record with a large
+            // result, or anything else dropped into `results/`) is read
+            // whole: not on the caller's thread, which may be an async
+            // worker. One `stat` each, before any is read.
+            let big = |n: &std::ffi::OsString| {
+                std::fs::symlink_metadata(results.join(n))
+                    .is_ok_and(|m| m.len() > Self::SCAN_FEW_MAX_BYTES)
+            };
+            if names.iter().any(big) {
+                w.give_back(names);
+                return None;
+            }
+            return Some(scan.reread(&results, names));
+        }
+        let _ = (scan, max);
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `cniCacheV1` record of `n/<cid>/eth0` in `netns`, with `pad`
+    /// bytes of result, written by rename as another tool would.
+    #[cfg(feature = "watch")]
+    fn put_record(dir: &Path, cid: &str, netns: &str, pad: usize) {
+        let results = dir.join(record::RESULTS_DIR);
+        std::fs::create_dir_all(&results).unwrap();
+        let name = record::file_name("n", cid, "eth0").unwrap();
+        let rec = serde_json::json!({
+            "kind": record::KIND_V1, "networkName": "n", "containerId": cid,
+            "ifName": "eth0", "netns": netns, "result": {"pad": "x".repeat(pad)},
+        });
+        let tmp = results.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(&rec).unwrap()).unwrap();
+        std::fs::rename(&tmp, results.join(&name)).unwrap();
+    }
+
+    /// a FIFO (no writer) and a symbolic link to an endless
+    /// device, named as records, among the few changes `scan_few` reads on
+    /// an async worker: neither is opened for long nor read (the open
+    /// does not wait for a writer, the link is not followed), nothing is
+    /// added, and the real record beside them is.
+    #[cfg(feature = "watch")]
+    #[test]
+    fn a_fifo_or_a_link_among_few_changes_is_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Store::new(tmp.path().to_owned());
+        put_record(tmp.path(), "c0", "/run/netns/n0", 0);
+        let mut scan = RecordScan::watched();
+        cache.scan(&mut scan).unwrap();
+        let results = tmp.path().join(record::RESULTS_DIR);
+        let fifo = results.join(record::file_name("n", "fifo", "eth0").unwrap());
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let link = results.join(record::file_name("n", "link", "eth0").unwrap());
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        put_record(tmp.path(), "real", "/run/netns/r", 0);
+        let few = cache.scan_few(&mut scan, 8).expect("three small changes");
+        let got: Vec<_> = few.added.iter().map(|r| r.container_id.as_str()).collect();
+        assert_eq!(got, ["real"]);
+        assert!(few.removed.is_empty());
+    }
+
+    /// `scan_few` (which cnid calls on an async worker) read a
+    /// changed record whole whatever its size: another tool's record of
+    /// megabytes held the worker for the read and parse. A file bigger
+    /// than [`Store::SCAN_FEW_MAX_BYTES`] among the changes leaves
+    /// them all to `scan_blocking`, which then reads them.
+    #[cfg(feature = "watch")]
+    #[test]
+    fn a_huge_changed_record_is_left_to_the_blocking_scan() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Store::new(tmp.path().to_owned());
+        put_record(tmp.path(), "c0", "/run/netns/n0", 0);
+        let mut scan = RecordScan::watched();
+        cache.scan(&mut scan).unwrap();
+        put_record(tmp.path(), "small", "/run/netns/s", 0);
+        put_record(
+            tmp.path(),
+            "huge",
+            "/run/netns/h",
+            Store::SCAN_FEW_MAX_BYTES as usize + 1,
+        );
+        assert!(
+            cache.scan_few(&mut scan, 8).is_none(),
+            "a record over the inline limit read on the caller's thread"
+        );
+        let changes = cache.scan(&mut scan).unwrap();
+        let mut got: Vec<_> = changes
+            .added
+            .iter()
+            .map(|r| r.container_id.as_str())
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, ["huge", "small"], "the names given back are scanned");
+        assert_eq!(scan.listings(), 1, "from the watch, not a listing");
+        // Small changes only: read inline again.
+        put_record(tmp.path(), "small", "/run/netns/s2", 0);
+        let few = cache.scan_few(&mut scan, 8).expect("one small change");
+        assert_eq!(few.added.len(), 1);
+        assert_eq!(few.added[0].netns, "/run/netns/s2");
+    }
+}
