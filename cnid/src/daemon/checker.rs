@@ -31,7 +31,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cni_async::cache::{AttachmentKey, ResultCache};
+use cni_async::cache::ResultCache;
+use cni_async::daemon::AttachmentKey;
 use cni_core::Version;
 use tokio_util::sync::CancellationToken;
 

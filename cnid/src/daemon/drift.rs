@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use cni_async::cache::AttachmentKey;
+use cni_async::daemon::AttachmentKey;
 
 use super::error::ErrorKind;
 use super::metrics::Metrics;

@@ -68,7 +68,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
-use cni_async::cache::{AttachmentKey, ResultCache};
+use cni_async::cache::ResultCache;
+use cni_async::daemon::AttachmentKey;
 use cni_async::stale::{Candidate, StaleScanner, Verdict};
 use cni_core::{RuntimeConf, Version};
 use tokio_util::sync::CancellationToken;

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use cni_async::cache::AttachmentKey;
+use cni_async::daemon::AttachmentKey;
 use cni_async::stale::Candidate;
 use tokio::sync::Notify;
 
