@@ -10,7 +10,7 @@
 use crate::support::daemon::before_this_boot;
 use crate::support::fake::Fake;
 use crate::support::netns::{
-    LinkGuard, NETNS_DIR, Netns, ProcNs, SubnetLease, host_local_ips, ip_ok,
+    LinkGuard, NETNS_DIR, ProcNs, SubnetLease, TempNetns, host_local_ips, ip_ok,
 };
 use crate::support::shim::go_tool;
 use crate::support::tool::{Run, Sandbox, expected_container_id};
@@ -174,7 +174,7 @@ fn gc_stale_outside_the_hosts_mounts_leaves_a_namespace_it_cannot_see() {
     let (_bridge, _subnet, data_dir) = real_network(&sb, net);
     let path = real_path(&sb);
     let env = [("CNI_PATH", path.as_str())];
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     sb.run_env(&["add", net, &ns.path()], &env).ok();
     let ip = ns.ipv4_addrs("eth0");
     assert_eq!(ip.len(), 1);
@@ -243,7 +243,7 @@ fn go_libcni_dels_a_record_with_identity() {
     let net = "gcstalego1";
     let (_bridge, _subnet, data_dir) = real_network(&sb, net);
     let path = real_path(&sb);
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     sb.run_env(&["add", net, &ns.path()], &[("CNI_PATH", path.as_str())])
         .ok();
     let cid = expected_container_id(&ns.path());
@@ -277,7 +277,7 @@ fn a_go_libcni_record_is_reaped_only_by_the_rules_without_identity() {
     let path = real_path(&sb);
     let env = [("CNI_PATH", path.as_str())];
     let p = ProcNs::new();
-    let gone = Netns::new();
+    let gone = TempNetns::new();
     go_cnitool(&sb, &go, &["add", net, &p.path()]).ok();
     go_cnitool(&sb, &go, &["add", net, &gone.path()]).ok();
     let ip = p.ipv4_addrs("eth0");

@@ -636,7 +636,7 @@ esac"#,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_add_cut_inside_the_real_chain_gets_one_attachment_and_one_address() {
     use crate::support::netns::{
-        LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok,
+        LinkGuard, SubnetLease, TempNetns, bridge_ports, host_local_ips, ip_ok,
     };
     use crate::support::soak::OrphanSweep;
     require_root!();
@@ -677,7 +677,7 @@ esac"#,
             ]
         }),
     );
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let req = AttachmentRequest::new("resent", ns.path(), "eth0");
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
