@@ -12,8 +12,6 @@
 //! subnet of the test's own. Needs root.
 #![cfg(feature = "netns")]
 
-use std::path::Path;
-
 use crate::support::netns::{
     TestNet, addrs_v4, bridge_ports, exec_ok, host_local_ips, link_exists_in, ping,
 };
@@ -24,8 +22,6 @@ use cni_async::netns::Netns;
 use cni_async::{Cni, ErrorKind};
 use cni_core::error::Chain;
 use ipnet::IpNet;
-
-const REAL_PLUGINS: &str = "/usr/lib/cni";
 
 /// Whether `lo` in `ns` is administratively up (`ip -o link show lo`
 /// lists `UP` among its flags).
@@ -46,10 +42,7 @@ async fn a_setup_run_again_is_refused_and_the_sandbox_keeps_working() {
     let data_dir = net.data_dir();
     let name = format!("retry-{}", net.id());
     let list = net.bridge_list(&name);
-    let cni = Cni::builder()
-        .plugin_dirs([Path::new(REAL_PLUGINS)])
-        .cache_dir(net.cache_dir())
-        .build();
+    let cni = net.real_cni();
 
     for (i, mode) in [SetupMode::Serial, SetupMode::Parallel]
         .into_iter()
@@ -137,10 +130,7 @@ impl TwoSandboxes {
     async fn new(tag: &str, tag_a: &str, tag_p: &str) -> Self {
         let mut net = TestNet::new();
         let name = format!("{tag}-{}", net.id());
-        let cni = Cni::builder()
-            .plugin_dirs([Path::new(REAL_PLUGINS)])
-            .cache_dir(net.cache_dir())
-            .build();
+        let cni = net.real_cni();
         let multi = MultiNetwork::builder(cni.clone())
             .loopback()
             .network(net.bridge_list(&name))

@@ -12,7 +12,7 @@
 //! own. Needs root.
 #![cfg(feature = "netns")]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::support::netns::{
     TestNet, addrs_v4, bridge_ports, host_local_ips, link_exists_in, ping,
@@ -23,8 +23,6 @@ use cni_async::cache::ResultCache;
 use cni_async::netns::Netns;
 use cni_core::{NetworkConfigList, RuntimeConf};
 use ipnet::IpNet;
-
-const REAL_PLUGINS: &str = "/usr/lib/cni";
 
 /// An attachment (`eth0` in `ns`) and a peer on the same bridge, both
 /// ADDed on real bridge + host-local: what each test runs ADDs again over.
@@ -51,10 +49,7 @@ impl Attached {
         let data_dir = net.data_dir();
         let name = format!("{tag}-{}", net.id());
         let list = net.bridge_list(&name);
-        let cni = Cni::builder()
-            .plugin_dirs([Path::new(REAL_PLUGINS)])
-            .cache_dir(net.cache_dir())
-            .build();
+        let cni = net.real_cni();
         let (ns, peer) = (net.netns(), net.netns());
         let rt = RuntimeConf::new(
             format!("{tag}-{}", net.id()),
