@@ -554,8 +554,7 @@ mod tests {
             // an I/O point too; after the start's flushes of the state
             // dir and of its parent, two more).
             let at = if temps() == 0 { 4 } else { 5 };
-            let sim =
-                Arc::new(super::super::tests::sim_disk::SimDisk::new(dir.path()).crash_at(at));
+            let sim = Arc::new(SimDisk::new(dir.path()).crash_at(at));
             let killed = Intents::new(dir.path()).with_storage(sim.clone());
             assert!(killed.prepare().is_err());
             assert_eq!(sim.crashed_at().unwrap().kind, "fdatasync");
