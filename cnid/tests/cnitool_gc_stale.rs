@@ -163,6 +163,17 @@ impl RealNet {
     }
 }
 
+/// Dates a cache record before this boot (as a clock stepped forward
+/// after the boot, or a record from another boot, shows it).
+fn date_before_boot(record: &std::path::Path) {
+    std::fs::File::options()
+        .write(true)
+        .open(record)
+        .unwrap()
+        .set_modified(before_this_boot())
+        .unwrap();
+}
+
 fn real_path(sb: &Sandbox) -> String {
     format!("{}:/usr/lib/cni", sb.plugins.bin().display())
 }
@@ -181,12 +192,7 @@ fn gc_stale_leaves_a_live_proc_namespace_whatever_its_records_mtime() {
     let ip = real.add(&sb, &p.path());
     let records = sb.cache_entries();
     assert_eq!(records.len(), 1);
-    std::fs::File::options()
-        .write(true)
-        .open(sb.cache_dir().join("results").join(&records[0]))
-        .unwrap()
-        .set_modified(before_this_boot())
-        .unwrap();
+    date_before_boot(&sb.cache_dir().join("results").join(&records[0]));
 
     let dry = sb
         .run_env(&["gc", "--stale", "--dry-run"], &env)
@@ -326,12 +332,7 @@ fn a_go_libcni_record_is_reaped_only_by_the_rules_without_identity() {
             v["netns"] = netns.into();
         }
         std::fs::write(&file, v.to_string()).unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&file)
-            .unwrap()
-            .set_modified(before_this_boot())
-            .unwrap();
+        date_before_boot(&file);
     }
     let dry = sb
         .run_env(&["gc", "--stale", "--dry-run"], &env)

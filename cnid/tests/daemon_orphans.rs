@@ -128,6 +128,17 @@ esac"#,
     }
 }
 
+/// Waits until the restarted `daemon` rolled the orphan's ADD back: its
+/// intent gone and the rollback logged.
+fn wait_rolled_back(late: &Late, daemon: &Daemon) {
+    eventually(Duration::from_secs(30), "the rollback", || {
+        late.dirs.intents().is_empty()
+    });
+    eventually(Duration::from_secs(30), "the rollback logged", || {
+        daemon.log().contains("unfinished ADD rolled back")
+    });
+}
+
 /// The pid a plugin wrote into `p`, once it did.
 fn read_pid(p: &Path) -> Option<u32> {
     fs::read_to_string(p).ok()?.trim().parse().ok()
@@ -273,12 +284,7 @@ async fn an_orphaned_plugin_finishes_before_the_restart_rolls_its_add_back() {
     assert_eq!(late.dirs.intents(), ["orph:late-1:eth0.json"]);
     late.gate.release();
     daemon.wait_ready(Duration::from_secs(30));
-    eventually(Duration::from_secs(30), "the rollback", || {
-        late.dirs.intents().is_empty()
-    });
-    eventually(Duration::from_secs(30), "the rollback logged", || {
-        daemon.log().contains("unfinished ADD rolled back")
-    });
+    wait_rolled_back(&late, &daemon);
     let log = daemon.log();
     println!(
         "orphans: the orphan finished its ADD ({:?}), resources left after the rollback {:?}, helper alive {}",
@@ -324,12 +330,7 @@ async fn an_orphan_still_running_at_its_deadline_is_killed_and_the_rollback_says
         Duration::from_secs(3) + LOAD_MARGIN * 2,
     );
     let ready_at = monotonic_ms();
-    eventually(Duration::from_secs(30), "the rollback", || {
-        late.dirs.intents().is_empty()
-    });
-    eventually(Duration::from_secs(30), "the rollback logged", || {
-        daemon.log().contains("unfinished ADD rolled back")
-    });
+    wait_rolled_back(&late, &daemon);
     let log = daemon.log();
     println!(
         "orphans: settled {} ms after the orphan's deadline; plugin alive {}, finished {:?}",
