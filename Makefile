@@ -135,12 +135,12 @@ deploy-check: ## the DaemonSet against Kubernetes' schema (strict), the Containe
 # answered 2xx, no reservation left), the load test (2,000 requests from 200 clients) and the journal's
 # crash-point enumeration with every first start killed in its turn too,
 # and every restart after a kill -9 killed in its turn before a power loss
-# (cnid/src/daemon/intents/crashes.rs; the soak profile: the dev one,
+# (cnid/src/daemon/intents/tests/crash_points.rs; the soak profile: the dev one,
 # optimised, one thread per CPU). Prints their figures;
 # docs/reliability.md keeps the last ones.
 soak: setup ## the crash and restart soaks, the load test and the crash enumeration at full size
 	SOAK_SCALE=full $(CARGO) test -p cnid --test integration -- --nocapture soak_crash:: soak_restart:: load::
-	CNID_CRASH_EXHAUSTIVE=1 $(CARGO) test --profile soak -p cnid --lib -- --nocapture intents::crashes::
+	CNID_CRASH_EXHAUSTIVE=1 $(CARGO) test --profile soak -p cnid --lib -- --nocapture intents::tests::crash_points::
 
 # The suite on a busy machine, as developers run it before they stop: this
 # checkout's suite (make unit) while a second copy of it runs from another

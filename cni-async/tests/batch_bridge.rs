@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::fake::PluginDir;
 use crate::support::gate::Gate;
-use crate::support::netns::{TestNet, bridge_ports, host_local_ips, ip_ok, links, ping, unique_id};
+use crate::support::netns::{
+    REAL_PLUGINS, TestNet, bridge_ports, host_local_ips, ip_ok, links, ping, unique_id,
+};
 use crate::support::require_root;
 use cni_async::batch::{Batch, BatchBuilder, BatchCounts, BatchEventKind};
 use cni_async::multi::{MultiNetwork, Sandbox};
@@ -22,8 +24,6 @@ use cni_core::NetworkConfigList;
 use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-
-const REAL_PLUGINS: &str = "/usr/lib/cni";
 
 /// A unique prefix, and a cleanup on the TestNet that deletes any namespace
 /// with it that is still there when the test ends (a safety net behind the

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::support::fake::{Fake, PluginDir, Response};
 use crate::support::netns::{
-    TestNet, bridge_ports, host_local_ips, ip_ok, links, unique_link_name,
+    REAL_PLUGINS, TestNet, bridge_ports, host_local_ips, ip_ok, links, unique_link_name,
 };
 use crate::support::require_root;
 use cni_async::multi::{MultiNetwork, Sandbox, SetupMode};
@@ -17,8 +17,6 @@ use cni_core::NetworkConfigList;
 use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-
-const REAL_PLUGINS: &str = "/usr/lib/cni";
 
 /// A bridge network on `bridge` with host-local in `subnet`: no gateway on
 /// the bridge, no masquerading, no routes.
@@ -80,10 +78,7 @@ async fn loopback_and_two_bridges_get_lo_eth0_eth1_and_come_off_again() {
     let ns_name = ns.name().expect("named").to_owned();
     let (name_a, name_b) = (format!("ma-{}", net.id()), format!("mb-{}", net.id()));
 
-    let cni = Cni::builder()
-        .plugin_dirs([REAL_PLUGINS])
-        .cache_dir(net.cache_dir())
-        .build();
+    let cni = net.real_cni();
     let multi = MultiNetwork::builder(cni.clone())
         .loopback()
         .network(bridge_list(&name_a, &bridge_a, subnet_a, &data_dir))

@@ -11,15 +11,12 @@ use crate::support::netns::{
     TestNet, addrs_v4, bridge_ports, host_local_ips, ping, unique_netns_name,
 };
 use crate::support::require_root;
-use cni_async::Cni;
 use cni_async::multi::{MultiNetwork, NetworkRequest, Sandbox};
 use cni_async::netns::NetnsGuard;
 use cni_core::CapabilityArgs;
 use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 use serde_json::json;
-
-const REAL_PLUGINS: &str = "/usr/lib/cni";
 
 fn caps(value: serde_json::Value) -> CapabilityArgs {
     CapabilityArgs(value.as_object().cloned().expect("an object"))
@@ -68,10 +65,7 @@ async fn two_networks_with_their_own_options_and_a_teardown_after_file_and_netns
     )
     .unwrap();
 
-    let cni = Cni::builder()
-        .plugin_dirs([REAL_PLUGINS])
-        .cache_dir(net.cache_dir())
-        .build();
+    let cni = net.real_cni();
     // The default network (the bridge) for sandboxes that name none; ptp by name.
     let multi = MultiNetwork::builder(cni.clone())
         .conf_dir(&confs, 1)

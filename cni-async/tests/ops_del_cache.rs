@@ -10,12 +10,10 @@
 
 use std::path::Path;
 
-use crate::support::netns::{TestNet, bridge_ports, host_local_ips, link_exists_in};
+use crate::support::netns::{REAL_PLUGINS, TestNet, bridge_ports, host_local_ips, link_exists_in};
 use crate::support::require_root;
 use cni_async::{Cni, Error};
 use cni_core::RuntimeConf;
-
-const REAL_PLUGINS: &str = "/usr/lib/cni";
 
 #[tokio::test]
 async fn del_with_the_cache_dir_a_file_runs_the_plugins_and_says_so() {
@@ -30,10 +28,7 @@ async fn del_with_the_cache_dir_a_file_runs_the_plugins_and_says_so() {
         ns.path().to_str().unwrap(),
         "eth0",
     );
-    let cni = Cni::builder()
-        .plugin_dirs([Path::new(REAL_PLUGINS)])
-        .cache_dir(net.cache_dir())
-        .build();
+    let cni = net.real_cni();
     cni.add_network_list(&list, &rt).await.expect("ADD");
     assert_eq!(host_local_ips(&data_dir, &name).len(), 1);
     assert_eq!(bridge_ports(net.bridge()).len(), 1);

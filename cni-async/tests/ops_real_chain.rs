@@ -4,20 +4,18 @@
 
 use crate::support;
 use crate::support::netns::{
-    TestNet, addrs_v4, bridge_ports, host_local_ips, link_exists, link_exists_in, ping,
+    REAL_PLUGINS, TestNet, addrs_v4, bridge_ports, host_local_ips, link_exists, link_exists_in,
+    ping,
 };
 use crate::support::require_root;
-use cni_async::Cni;
 use cni_core::{NetworkConfigList, RuntimeConf, Version};
 use serde_json::json;
-
-const PLUGIN_DIR: &str = "/usr/lib/cni";
 
 fn require_plugins() {
     for p in ["loopback", "bridge", "host-local", "tuning", "portmap"] {
         assert!(
-            std::path::Path::new(PLUGIN_DIR).join(p).exists(),
-            "the reference plugin {PLUGIN_DIR}/{p} is missing: run `make setup` (apt-get install containernetworking-plugins)"
+            std::path::Path::new(REAL_PLUGINS).join(p).exists(),
+            "the reference plugin {REAL_PLUGINS}/{p} is missing: run `make setup` (apt-get install containernetworking-plugins)"
         );
     }
 }
@@ -58,10 +56,7 @@ async fn bridge_chain_add_ping_check_del_releases_everything() {
     let list = chain(&net);
     assert_eq!(list.version(), Version::V1_0_0);
     net.precreate_bridge("02:cb:00:00:00:01");
-    let cni = Cni::builder()
-        .plugin_dirs([PLUGIN_DIR])
-        .cache_dir(net.cache_dir())
-        .build();
+    let cni = net.real_cni();
 
     let ns_a = net.netns();
     let ns_b = net.netns();
@@ -213,10 +208,7 @@ async fn rollback_of_a_failed_real_chain_frees_the_ip() {
         ]
     });
     let list = NetworkConfigList::from_value(&conf).unwrap();
-    let cni = Cni::builder()
-        .plugin_dirs([PLUGIN_DIR])
-        .cache_dir(net.cache_dir())
-        .build();
+    let cni = net.real_cni();
     let ns = net.netns();
     let rt = RuntimeConf::new(
         format!("rb-{}", net.id()),

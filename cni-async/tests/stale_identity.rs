@@ -14,7 +14,7 @@ use crate::support::fake::{Fake, Response, Rig, conflist};
 use cni_async::stale::{Candidate, Kept, Reaped, StaleReason, StaleScanner, Verdict};
 use cni_async::{CallOptions, Cni};
 use cni_core::RuntimeConf;
-use cni_test_support::netns::{Netns, ProcNs, ip};
+use cni_test_support::netns::{ProcNs, TempNetns, ip};
 use serde_json::json;
 
 const NET: &str = "staleid";
@@ -75,7 +75,7 @@ async fn a_namespace_re_created_at_the_same_path_is_not_the_recorded_one() {
     cni_test_support::require_root!();
     let rig = rig();
     let cni = rig.cni();
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     attach(&cni, "recreated", &ns.path()).await;
     let rec = rig.cache_json(NET, "recreated", "eth0").unwrap();
     assert_eq!(rec["netnsIdentity"]["ino"], ino(&ns.path()), "{rec}");
@@ -116,7 +116,7 @@ async fn a_reused_pid_is_not_the_recorded_process() {
         .expect("start time");
     // What the record of an earlier process with this PID holds: its
     // namespace (gone, nothing holds it) and its start time.
-    let dead = Netns::new();
+    let dead = TempNetns::new();
     attach(&cni, "dead", &dead.path()).await;
     let was = rig.cache_json(NET, "dead", "eth0").unwrap()["netnsIdentity"].clone();
     assert_eq!(was["ino"], ino(&dead.path()));
@@ -147,7 +147,7 @@ async fn a_namespace_held_by_a_process_or_a_descriptor_is_kept() {
     let rig = rig();
     let cni = rig.cni();
     // In it: a process.
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let inside = Killed(
         std::process::Command::new("ip")
             .args(["netns", "exec", ns.name(), "sleep", "3600"])
@@ -162,7 +162,7 @@ async fn a_namespace_held_by_a_process_or_a_descriptor_is_kept() {
         std::thread::yield_now();
     }
     // Open: a descriptor (sleep's stdin).
-    let ns2 = Netns::new();
+    let ns2 = TempNetns::new();
     let open = Killed(
         std::process::Command::new("sleep")
             .arg("3600")
@@ -203,7 +203,7 @@ async fn a_namespace_held_only_by_a_socket_is_kept() {
     cni_test_support::require_root!();
     let rig = rig();
     let cni = rig.cni();
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     attach(&cni, "socket", &ns.path()).await;
     attach(&cni, "nohandle", &ns.path()).await;
     rig.edit_record(NET, "nohandle", "eth0", |v| {
@@ -226,7 +226,7 @@ async fn a_damaged_handle_is_no_proof_that_a_held_namespace_is_gone() {
     cni_test_support::require_root!();
     let rig = rig();
     let cni = rig.cni();
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     attach(&cni, "damaged", &ns.path()).await;
     let open = Killed(
         std::process::Command::new("sleep")
@@ -271,7 +271,7 @@ async fn a_namespace_re_created_during_the_add_is_not_recorded_as_the_old_one() 
         ),
     );
     let cni = rig.cni();
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let old = ino(&ns.path());
     let add = {
         let (cni, path) = (cni.clone(), ns.path());
@@ -347,7 +347,7 @@ async fn a_namespace_held_only_by_a_thread_or_a_mount_elsewhere_is_kept() {
     let rig = rig();
     let cni = rig.cni();
     // A thread of this process in it, until told to leave.
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     attach(&cni, "thread", &ns.path()).await;
     attach(&cni, "thread-nohandle", &ns.path()).await;
     let (entered_tx, entered) = std::sync::mpsc::channel();
@@ -362,7 +362,7 @@ async fn a_namespace_held_only_by_a_thread_or_a_mount_elsewhere_is_kept() {
     entered.recv().unwrap();
     drop(ns);
     // A bind mount of it in a mount namespace of another process.
-    let ns2 = Netns::new();
+    let ns2 = TempNetns::new();
     attach(&cni, "mount", &ns2.path()).await;
     attach(&cni, "mount-nohandle", &ns2.path()).await;
     // Records as written before Linux 6.18: the /proc search decides.
@@ -414,7 +414,7 @@ async fn a_namespace_recorded_through_a_link_gets_its_own_handle() {
     let cni = rig.cni();
     let p = ProcNs::new();
     attach(&cni, "proc", &p.path()).await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let link = rig.dir.scratch("link");
     std::os::unix::fs::symlink(ns.path(), &link).unwrap();
     attach(&cni, "link", link.to_str().unwrap()).await;

@@ -309,6 +309,7 @@ impl NetworkConfigList {
                     origin: origin.to_string(),
                     network: name.clone(),
                     offered: cni_version.iter().chain(&cni_versions).cloned().collect(),
+                    highest: Version::CURRENT.to_string(),
                 };
             }
             let field = if cni_versions.is_empty() {

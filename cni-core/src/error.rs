@@ -146,7 +146,7 @@ impl ErrorObject {
         let value: serde_json::Value = serde_json::from_slice(stdout).ok()?;
         let obj = value.as_object()?;
         // Keys only a result (0.1.0 to 1.1.0) or a VERSION reply has.
-        if crate::result::RESULT_PARTS
+        if crate::result::parts::RESULT_PARTS
             .iter()
             .chain(&["supportedVersions"])
             .any(|k| obj.contains_key(*k))
@@ -358,9 +358,8 @@ pub enum Error {
     /// this runtime supports (in `cniVersion` and `cniVersions`): refused,
     /// saying what it asks for and the highest version supported.
     #[error(
-        "network configuration {origin} (network {network:?}) asks only for CNI versions newer than this runtime supports: {} (the highest supported is {})",
-        fmt_offered(offered),
-        crate::version::Version::CURRENT
+        "network configuration {origin} (network {network:?}) asks only for CNI versions newer than this runtime supports: {} (the highest supported is {highest})",
+        fmt_offered(offered)
     )]
     VersionsTooNew {
         /// Where it came from: a file path, or a description such as `<bytes>`.
@@ -369,6 +368,8 @@ pub enum Error {
         network: String,
         /// The versions it offers, as written (`cniVersion` first).
         offered: Vec<String>,
+        /// The highest version this runtime supports.
+        highest: String,
     },
 
     /// A plugin's `VERSION` reply does not decode.

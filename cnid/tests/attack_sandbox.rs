@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::daemon::{Daemon, Dirs, eventually};
 use crate::support::gate::Gate;
-use crate::support::netns::Netns;
+use crate::support::netns::TempNetns;
 use cnid::api::{SandboxNetwork, SandboxRequest};
 use serde_json::json;
 
@@ -257,7 +257,7 @@ async fn a_sandbox_del_racing_the_reaper_deletes_each_network_once() {
     let client = daemon.client().await;
     // A namespace of its own, which can really go: the reaper acts only on
     // one proven gone.
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let request = SandboxRequest {
         container_id: "sb-reap".into(),
         netns: ns.path(),

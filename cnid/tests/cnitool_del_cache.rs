@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use crate::support::netns::{
-    LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, link_exists_in, unique_id,
+    LinkGuard, SubnetLease, TempNetns, bridge_ports, host_local_ips, link_exists_in, unique_id,
 };
 use crate::support::require_root;
 use crate::support::tool::Sandbox;
@@ -28,7 +28,7 @@ fn del_with_the_cache_dir_a_file_runs_the_plugins_and_warns() {
     let sb = Sandbox::new();
     let subnet = SubnetLease::new();
     let bridge = LinkGuard::new();
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let network = format!("delcache-{}", unique_id());
     let data_dir = sb.root().join("host-local");
     sb.conf(

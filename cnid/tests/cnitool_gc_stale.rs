@@ -10,7 +10,7 @@
 use crate::support::daemon::before_this_boot;
 use crate::support::fake::Fake;
 use crate::support::netns::{
-    LinkGuard, NETNS_DIR, Netns, ProcNs, SubnetLease, host_local_ips, ip_ok,
+    LinkGuard, NETNS_DIR, ProcNs, SubnetLease, TempNetns, addrs_v4, host_local_ips, ip_ok,
 };
 use crate::support::shim::go_tool;
 use crate::support::tool::{Run, Sandbox, expected_container_id};
@@ -98,25 +98,80 @@ fn gc_needs_a_network_unless_stale() {
     assert!(err.contains("--stale"), "{err}");
 }
 
-/// A bridge + host-local network of the test's own for `sb` (run cnitool
-/// with [`real_path`] as `CNI_PATH`).
-fn real_network(sb: &Sandbox, net: &str) -> (LinkGuard, SubnetLease, std::path::PathBuf) {
-    crate::support::require_plugins(&["bridge", "host-local"]);
-    let bridge = LinkGuard::new();
-    let subnet = SubnetLease::new();
-    ip_ok(&["link", "add", "name", bridge.name(), "type", "bridge"]);
-    ip_ok(&["link", "set", bridge.name(), "up"]);
-    let data_dir = sb.root().join("host-local");
-    sb.conflist(
-        net,
-        "1.0.0",
-        &[
-            serde_json::json!({"type": "bridge", "bridge": bridge.name(), "isGateway": false,
-            "ipMasq": false, "ipam": {"type": "host-local", "dataDir": data_dir,
-            "ranges": [[{"subnet": subnet.cidr()}]]}}),
-        ],
-    );
-    (bridge, subnet, data_dir)
+/// A bridge + host-local network of the test's own for `sb`, and the
+/// `CNI_PATH` cnitool runs with on it ([`real_path`]).
+struct RealNet {
+    name: &'static str,
+    data_dir: std::path::PathBuf,
+    path: String,
+    _bridge: LinkGuard,
+    _subnet: SubnetLease,
+}
+
+impl RealNet {
+    fn new(sb: &Sandbox, name: &'static str) -> Self {
+        crate::support::require_plugins(&["bridge", "host-local"]);
+        let bridge = LinkGuard::new();
+        let subnet = SubnetLease::new();
+        ip_ok(&["link", "add", "name", bridge.name(), "type", "bridge"]);
+        ip_ok(&["link", "set", bridge.name(), "up"]);
+        let data_dir = sb.root().join("host-local");
+        sb.conflist(
+            name,
+            "1.0.0",
+            &[
+                serde_json::json!({"type": "bridge", "bridge": bridge.name(), "isGateway": false,
+                "ipMasq": false, "ipam": {"type": "host-local", "dataDir": data_dir,
+                "ranges": [[{"subnet": subnet.cidr()}]]}}),
+            ],
+        );
+        RealNet {
+            name,
+            data_dir,
+            path: real_path(sb),
+            _bridge: bridge,
+            _subnet: subnet,
+        }
+    }
+
+    fn env(&self) -> [(&'static str, &str); 1] {
+        [("CNI_PATH", self.path.as_str())]
+    }
+
+    /// `cnitool add` of the namespace at `netns`: its `eth0` gets one
+    /// IPv4 address, returned.
+    fn add(&self, sb: &Sandbox, netns: &str) -> Vec<String> {
+        sb.run_env(&["add", self.name, netns], &self.env()).ok();
+        let ip: Vec<String> = addrs_v4(netns, "eth0")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(ip.len(), 1);
+        ip
+    }
+
+    /// The addresses host-local holds.
+    fn reserved(&self) -> Vec<String> {
+        host_local_ips(&self.data_dir, self.name)
+    }
+
+    /// `cnitool del` of the namespace at `netns`: host-local holds nothing
+    /// after it.
+    fn del(&self, sb: &Sandbox, netns: &str) {
+        sb.run_env(&["del", self.name, netns], &self.env()).ok();
+        assert!(self.reserved().is_empty());
+    }
+}
+
+/// Dates a cache record before this boot (as a clock stepped forward
+/// after the boot, or a record from another boot, shows it).
+fn date_before_boot(record: &std::path::Path) {
+    std::fs::File::options()
+        .write(true)
+        .open(record)
+        .unwrap()
+        .set_modified(before_this_boot())
+        .unwrap();
 }
 
 fn real_path(sb: &Sandbox) -> String {
@@ -131,22 +186,13 @@ fn real_path(sb: &Sandbox) -> String {
 fn gc_stale_leaves_a_live_proc_namespace_whatever_its_records_mtime() {
     crate::support::require_root!();
     let sb = Sandbox::new();
-    let net = "gcstaleproc";
-    let (_bridge, _subnet, data_dir) = real_network(&sb, net);
-    let path = real_path(&sb);
-    let env = [("CNI_PATH", path.as_str())];
+    let real = RealNet::new(&sb, "gcstaleproc");
+    let env = real.env();
     let p = ProcNs::new();
-    sb.run_env(&["add", net, &p.path()], &env).ok();
-    let ip = p.ipv4_addrs("eth0");
-    assert_eq!(ip.len(), 1);
+    let ip = real.add(&sb, &p.path());
     let records = sb.cache_entries();
     assert_eq!(records.len(), 1);
-    std::fs::File::options()
-        .write(true)
-        .open(sb.cache_dir().join("results").join(&records[0]))
-        .unwrap()
-        .set_modified(before_this_boot())
-        .unwrap();
+    date_before_boot(&sb.cache_dir().join("results").join(&records[0]));
 
     let dry = sb
         .run_env(&["gc", "--stale", "--dry-run"], &env)
@@ -157,9 +203,8 @@ fn gc_stale_leaves_a_live_proc_namespace_whatever_its_records_mtime() {
     assert_eq!(done["stale"].as_array().unwrap().len(), 0, "{done}");
     assert_eq!(sb.cache_entries(), records);
     assert_eq!(p.ipv4_addrs("eth0"), ip);
-    assert_eq!(host_local_ips(&data_dir, net).len(), 1);
-    sb.run_env(&["del", net, &p.path()], &env).ok();
-    assert!(host_local_ips(&data_dir, net).is_empty());
+    assert_eq!(real.reserved().len(), 1);
+    real.del(&sb, &p.path());
 }
 
 /// `cnitool gc --stale` in a mount namespace that does not see the netns
@@ -170,14 +215,9 @@ fn gc_stale_leaves_a_live_proc_namespace_whatever_its_records_mtime() {
 fn gc_stale_outside_the_hosts_mounts_leaves_a_namespace_it_cannot_see() {
     crate::support::require_root!();
     let sb = Sandbox::new();
-    let net = "gcstalemnt";
-    let (_bridge, _subnet, data_dir) = real_network(&sb, net);
-    let path = real_path(&sb);
-    let env = [("CNI_PATH", path.as_str())];
-    let ns = Netns::new();
-    sb.run_env(&["add", net, &ns.path()], &env).ok();
-    let ip = ns.ipv4_addrs("eth0");
-    assert_eq!(ip.len(), 1);
+    let real = RealNet::new(&sb, "gcstalemnt");
+    let ns = TempNetns::new();
+    let ip = real.add(&sb, &ns.path());
 
     let tool = sb.cnitool(&["gc", "--stale"]);
     let mut cmd = std::process::Command::new("unshare");
@@ -188,7 +228,7 @@ fn gc_stale_outside_the_hosts_mounts_leaves_a_namespace_it_cannot_see() {
         ))
         .arg(tool.get_program())
         .args(tool.get_args())
-        .env("CNI_PATH", &path)
+        .env("CNI_PATH", &real.path)
         .stdin(std::process::Stdio::null());
     for (k, v) in tool.get_envs() {
         match v {
@@ -209,9 +249,8 @@ fn gc_stale_outside_the_hosts_mounts_leaves_a_namespace_it_cannot_see() {
     );
     assert_eq!(sb.cache_entries().len(), 1);
     assert_eq!(ns.ipv4_addrs("eth0"), ip);
-    assert_eq!(host_local_ips(&data_dir, net).len(), 1);
-    sb.run_env(&["del", net, &ns.path()], &env).ok();
-    assert!(host_local_ips(&data_dir, net).is_empty());
+    assert_eq!(real.reserved().len(), 1);
+    real.del(&sb, &ns.path());
 }
 
 /// Go's cnitool on libcni (`cnid/tests/go/cnitool`) with `sb`'s conf dir,
@@ -240,22 +279,20 @@ fn go_libcni_dels_a_record_with_identity() {
         return;
     };
     let sb = Sandbox::new();
-    let net = "gcstalego1";
-    let (_bridge, _subnet, data_dir) = real_network(&sb, net);
-    let path = real_path(&sb);
-    let ns = Netns::new();
-    sb.run_env(&["add", net, &ns.path()], &[("CNI_PATH", path.as_str())])
-        .ok();
+    let real = RealNet::new(&sb, "gcstalego1");
+    let net = real.name;
+    let ns = TempNetns::new();
+    real.add(&sb, &ns.path());
     let cid = expected_container_id(&ns.path());
     let rec = sb.cache_record(net, &cid, "eth0").expect("record");
     assert!(
         rec["netnsIdentity"]["bootId"].is_string() && rec["netnsIdentity"]["ino"].is_u64(),
         "{rec}"
     );
-    assert_eq!(host_local_ips(&data_dir, net).len(), 1);
+    assert_eq!(real.reserved().len(), 1);
     go_cnitool(&sb, &go, &["del", net, &ns.path()]).ok();
     assert!(sb.cache_entries().is_empty(), "{:?}", sb.cache_entries());
-    assert!(host_local_ips(&data_dir, net).is_empty());
+    assert!(real.reserved().is_empty());
     assert!(!ns.exec("ip", &["link", "show", "eth0"]).status.success());
 }
 
@@ -272,12 +309,10 @@ fn a_go_libcni_record_is_reaped_only_by_the_rules_without_identity() {
         return;
     };
     let sb = Sandbox::new();
-    let net = "gcstalego2";
-    let (_bridge, _subnet, data_dir) = real_network(&sb, net);
-    let path = real_path(&sb);
-    let env = [("CNI_PATH", path.as_str())];
+    let real = RealNet::new(&sb, "gcstalego2");
+    let (net, env) = (real.name, real.env());
     let p = ProcNs::new();
-    let gone = Netns::new();
+    let gone = TempNetns::new();
     go_cnitool(&sb, &go, &["add", net, &p.path()]).ok();
     go_cnitool(&sb, &go, &["add", net, &gone.path()]).ok();
     let ip = p.ipv4_addrs("eth0");
@@ -297,12 +332,7 @@ fn a_go_libcni_record_is_reaped_only_by_the_rules_without_identity() {
             v["netns"] = netns.into();
         }
         std::fs::write(&file, v.to_string()).unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&file)
-            .unwrap()
-            .set_modified(before_this_boot())
-            .unwrap();
+        date_before_boot(&file);
     }
     let dry = sb
         .run_env(&["gc", "--stale", "--dry-run"], &env)
@@ -319,7 +349,7 @@ fn a_go_libcni_record_is_reaped_only_by_the_rules_without_identity() {
         vec![format!("{net}-{}-eth0", expected_container_id(&p.path()))]
     );
     assert_eq!(p.ipv4_addrs("eth0"), ip);
-    assert_eq!(host_local_ips(&data_dir, net).len(), 1);
+    assert_eq!(real.reserved().len(), 1);
     go_cnitool(&sb, &go, &["del", net, &p.path()]).ok();
-    assert!(host_local_ips(&data_dir, net).is_empty());
+    assert!(real.reserved().is_empty());
 }

@@ -10,7 +10,7 @@ use crate::support;
 use std::path::Path;
 
 use crate::support::netns::{
-    LinkGuard, Netns, SubnetLease, host_local_ips, ip_json, link_exists, unique_id,
+    LinkGuard, SubnetLease, TempNetns, host_local_ips, ip_json, link_exists, unique_id,
 };
 use crate::support::require_root;
 use crate::support::tool::{Sandbox, expected_container_id};
@@ -61,8 +61,8 @@ fn bridge_network_between_two_namespaces() {
     let sb = Sandbox::new();
     let subnet = SubnetLease::new();
     let bridge = LinkGuard::new();
-    let ns1 = Netns::new();
-    let ns2 = Netns::new();
+    let ns1 = TempNetns::new();
+    let ns2 = TempNetns::new();
     let network = format!("cnitool-real-{}", unique_id());
     let data_dir = sb.root().join("host-local");
     let tuning_dir = sb.root().join("tuning");
@@ -196,7 +196,7 @@ fn a_check_after_the_bridge_mac_moved_says_how_to_avoid_it() {
     let sb = Sandbox::new();
     let subnet = SubnetLease::new();
     let bridge = LinkGuard::new();
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let network = format!("cnitool-mac-{}", unique_id());
     let data_dir = sb.root().join("host-local");
     let config = json!({

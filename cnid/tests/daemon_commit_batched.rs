@@ -12,7 +12,7 @@
 //!
 //! A real disk cannot lose what was not flushed: what a power loss would
 //! drop is modelled by the simulated disk (`cnid/src/daemon/intents/
-//! crashes.rs`, `recover.rs`); here only the journal's lines and the
+//! tests/crash_points.rs`, `recover.rs`); here only the journal's lines and the
 //! files the cache holds are checked.
 
 use crate::support;

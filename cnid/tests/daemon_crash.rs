@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::support::daemon::{Daemon, Dirs, eventually, kill_group};
 use crate::support::gate::Gate;
-use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips};
+use crate::support::netns::{LinkGuard, SubnetLease, TempNetns, bridge_ports, host_local_ips};
 use cnid::api::AttachmentRequest;
 use serde_json::json;
 
@@ -74,7 +74,7 @@ exit 0"#,
     );
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let req = AttachmentRequest::new("crash-1", ns.path(), "eth0");
     let add = tokio::spawn(async move { client.add(NET, &req).await });
 

@@ -105,15 +105,7 @@ esac"#,
         req.timeout_ms = timeout_ms;
         let add = tokio::spawn(async move { client.add(NET, &req).await });
         self.gate.wait_started(1).await;
-        let read_pid =
-            |p: &Path| -> Option<u32> { fs::read_to_string(p).ok()?.trim().parse().ok() };
-        eventually(Duration::from_secs(30), "the plugin's pid files", || {
-            read_pid(&self.pid_file).is_some() && read_pid(&self.helper_file).is_some()
-        });
-        let running = Running(vec![
-            read_pid(&self.pid_file).expect("pid"),
-            read_pid(&self.helper_file).expect("pid"),
-        ]);
+        let running = self.running();
         assert!(!add.is_finished(), "the ADD is held at the gate");
         daemon.kill9();
         // The client would send the ADD again to a restart (within its
@@ -121,6 +113,78 @@ esac"#,
         add.abort();
         assert!(alive(running.plugin()), "the plugin outlived the daemon");
         running
+    }
+
+    /// The pids of the plugin blocked at the gate and of its helper, once
+    /// both wrote them.
+    fn running(&self) -> Running {
+        eventually(Duration::from_secs(30), "the plugin's pid files", || {
+            read_pid(&self.pid_file).is_some() && read_pid(&self.helper_file).is_some()
+        });
+        Running(vec![
+            read_pid(&self.pid_file).expect("pid"),
+            read_pid(&self.helper_file).expect("pid"),
+        ])
+    }
+}
+
+/// Waits until the restarted `daemon` rolled the orphan's ADD back: its
+/// intent gone and the rollback logged.
+fn wait_rolled_back(late: &Late, daemon: &Daemon) {
+    eventually(Duration::from_secs(30), "the rollback", || {
+        late.dirs.intents().is_empty()
+    });
+    eventually(Duration::from_secs(30), "the rollback logged", || {
+        daemon.log().contains("unfinished ADD rolled back")
+    });
+}
+
+/// The pid a plugin wrote into `p`, once it did.
+fn read_pid(p: &Path) -> Option<u32> {
+    fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// A network of one plugin whose ADD writes its pid and blocks at a gate
+/// of its own, then answers an empty result, and whose DEL appends a line
+/// `DEL <record>` to `dels`.
+struct GatedAdd {
+    gate: Gate,
+    pid_file: PathBuf,
+}
+
+impl GatedAdd {
+    /// Plugin `plugin`, network `network` (conf file
+    /// `20-<network>.conflist`); `record` is the shell words the DEL line
+    /// holds (e.g. `$CNI_CONTAINERID`).
+    fn new(dirs: &Dirs, plugin: &str, network: &str, dels: &Path, record: &str) -> GatedAdd {
+        let gate = Gate::new(dirs.root());
+        let pid_file = dirs.data.join(format!("{plugin}.pid"));
+        dirs.plugin(
+            plugin,
+            &format!(
+                r#"cat > /dev/null
+case "$CNI_COMMAND" in
+ADD) echo $$ > {pid}
+{wait}
+  echo '{{"cniVersion":"1.0.0"}}';;
+DEL) echo "DEL {record}" >> {dels};;
+VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
+esac"#,
+                pid = pid_file.display(),
+                wait = gate.shell_wait(),
+                dels = dels.display(),
+            ),
+        );
+        dirs.conf(
+            &format!("20-{network}.conflist"),
+            &json!({"cniVersion": "1.0.0", "name": network, "plugins": [{"type": plugin}]}),
+        );
+        GatedAdd { gate, pid_file }
+    }
+
+    /// The pid of the plugin blocked at the gate.
+    fn pid(&self) -> u32 {
+        read_pid(&self.pid_file).expect("the gated ADD's pid")
     }
 }
 
@@ -220,12 +284,7 @@ async fn an_orphaned_plugin_finishes_before_the_restart_rolls_its_add_back() {
     assert_eq!(late.dirs.intents(), ["orph:late-1:eth0.json"]);
     late.gate.release();
     daemon.wait_ready(Duration::from_secs(30));
-    eventually(Duration::from_secs(30), "the rollback", || {
-        late.dirs.intents().is_empty()
-    });
-    eventually(Duration::from_secs(30), "the rollback logged", || {
-        daemon.log().contains("unfinished ADD rolled back")
-    });
+    wait_rolled_back(&late, &daemon);
     let log = daemon.log();
     println!(
         "orphans: the orphan finished its ADD ({:?}), resources left after the rollback {:?}, helper alive {}",
@@ -271,12 +330,7 @@ async fn an_orphan_still_running_at_its_deadline_is_killed_and_the_rollback_says
         Duration::from_secs(3) + LOAD_MARGIN * 2,
     );
     let ready_at = monotonic_ms();
-    eventually(Duration::from_secs(30), "the rollback", || {
-        late.dirs.intents().is_empty()
-    });
-    eventually(Duration::from_secs(30), "the rollback logged", || {
-        daemon.log().contains("unfinished ADD rolled back")
-    });
+    wait_rolled_back(&late, &daemon);
     let log = daemon.log();
     println!(
         "orphans: settled {} ms after the orphan's deadline; plugin alive {}, finished {:?}",
@@ -487,27 +541,12 @@ async fn an_unfinished_add_on_an_orphans_slot_is_rolled_back_when_the_orphan_end
     let late = Late::new();
     // `quick`: its ADD blocks at a gate of its own, its DEL is recorded
     // with the `late` plugin's.
-    let quick_gate = Gate::new(late.dirs.root());
-    let quick_pid = late.dirs.data.join("quick.pid");
-    late.dirs.plugin(
+    let quick = GatedAdd::new(
+        &late.dirs,
         "quick",
-        &format!(
-            r#"cat > /dev/null
-case "$CNI_COMMAND" in
-ADD) echo $$ > {pid}
-{wait}
-  echo '{{"cniVersion":"1.0.0"}}';;
-DEL) echo "DEL $CNI_CONTAINERID $CNI_ARGS" >> {dels};;
-VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
-esac"#,
-            pid = quick_pid.display(),
-            wait = quick_gate.shell_wait(),
-            dels = late.dels.display(),
-        ),
-    );
-    late.dirs.conf(
-        "20-quick.conflist",
-        &json!({"cniVersion": "1.0.0", "name": "quick", "plugins": [{"type": "quick"}]}),
+        "quick",
+        &late.dels,
+        "$CNI_CONTAINERID $CNI_ARGS",
     );
     let mut daemon = Daemon::start(&late.dirs, &[]);
     let client = daemon.client().await;
@@ -526,25 +565,14 @@ esac"#,
         req.force = true;
         client.add("quick", &req).await
     });
-    quick_gate.wait_started(1).await;
-    let pid: u32 = fs::read_to_string(&quick_pid)
-        .expect("quick's pid")
-        .trim()
-        .parse()
-        .expect("a pid");
-    let read_pid = |p: &Path| -> Option<u32> { fs::read_to_string(p).ok()?.trim().parse().ok() };
-    eventually(Duration::from_secs(30), "late's pid files", || {
-        read_pid(&late.pid_file).is_some() && read_pid(&late.helper_file).is_some()
-    });
-    let running = Running(vec![
-        read_pid(&late.pid_file).expect("pid"),
-        read_pid(&late.helper_file).expect("pid"),
-    ]);
+    quick.gate.wait_started(1).await;
+    let pid = quick.pid();
+    let running = late.running();
     daemon.kill9();
     orphan_add.abort();
     cut_add.abort();
     // slot-b's plugin ends before the restart: only slot-a's is an orphan.
-    quick_gate.release();
+    quick.gate.release();
     eventually(Duration::from_secs(30), "quick's ADD gone", || !alive(pid));
     assert_eq!(
         late.dirs.intents(),
@@ -636,7 +664,7 @@ esac"#,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_add_cut_inside_the_real_chain_gets_one_attachment_and_one_address() {
     use crate::support::netns::{
-        LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok,
+        LinkGuard, SubnetLease, TempNetns, bridge_ports, host_local_ips, ip_ok,
     };
     use crate::support::soak::OrphanSweep;
     require_root!();
@@ -677,7 +705,7 @@ esac"#,
             ]
         }),
     );
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let req = AttachmentRequest::new("resent", ns.path(), "eth0");
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
@@ -825,8 +853,6 @@ async fn an_unfinished_add_waits_out_a_gc_orphan_and_is_still_rolled_back() {
     require_root!();
     let dirs = Dirs::new();
     let gc_gate = Gate::new(dirs.root());
-    let add_gate = Gate::new(dirs.root());
-    let add_pid = dirs.data.join("add.pid");
     let dels = dirs.data.join("dels");
     dirs.plugin(
         "gcgate",
@@ -840,30 +866,11 @@ esac"#,
             wait = gc_gate.shell_wait()
         ),
     );
-    dirs.plugin(
-        "addgate",
-        &format!(
-            r#"cat > /dev/null
-case "$CNI_COMMAND" in
-ADD) echo $$ > {pid}
-{wait}
-  echo '{{"cniVersion":"1.0.0"}}';;
-DEL) echo "DEL $CNI_CONTAINERID" >> {dels};;
-VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}';;
-esac"#,
-            pid = add_pid.display(),
-            wait = add_gate.shell_wait(),
-            dels = dels.display(),
-        ),
-    );
     dirs.conf(
         "10-gcnet.conflist",
         &json!({"cniVersion": "1.1.0", "name": "gcnet", "plugins": [{"type": "gcgate"}]}),
     );
-    dirs.conf(
-        "20-addnet.conflist",
-        &json!({"cniVersion": "1.0.0", "name": "addnet", "plugins": [{"type": "addgate"}]}),
-    );
+    let add_gate = GatedAdd::new(&dirs, "addgate", "addnet", &dels, "$CNI_CONTAINERID");
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
     let add = tokio::spawn({
@@ -873,7 +880,7 @@ esac"#,
             client.add("addnet", &req).await
         }
     });
-    add_gate.wait_started(1).await;
+    add_gate.gate.wait_started(1).await;
     let gc = tokio::spawn(async move {
         let req = cnid::api::GcRequest {
             valid_attachments: Vec::new(),
@@ -886,12 +893,8 @@ esac"#,
     add.abort();
     gc.abort();
     // The ADD's plugin ends with no daemon: only the GC's is an orphan.
-    let pid: u32 = fs::read_to_string(&add_pid)
-        .expect("pid")
-        .trim()
-        .parse()
-        .expect("a pid");
-    add_gate.release();
+    let pid = add_gate.pid();
+    add_gate.gate.release();
     eventually(Duration::from_secs(30), "the ADD's plugin gone", || {
         !alive(pid)
     });

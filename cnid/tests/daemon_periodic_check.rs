@@ -7,7 +7,7 @@
 
 use crate::support::daemon::{Daemon, Dirs, del_gated_plugin, eventually_async, runs};
 use crate::support::gate::Gate;
-use crate::support::netns::Netns;
+use crate::support::netns::TempNetns;
 use crate::support::reaper::{LIMIT, chain, metric};
 use cnid::api::AttachmentRequest;
 use serde_json::json;
@@ -48,7 +48,7 @@ async fn drift_is_reported_once_and_cleared_and_nothing_else_is_checked() {
     );
     let daemon = Daemon::start(&dirs, &["--check-every", "1s"]);
     let client = daemon.client().await;
-    let (ns, ns_off, ns_busy) = (Netns::new(), Netns::new(), Netns::new());
+    let (ns, ns_off, ns_busy) = (TempNetns::new(), TempNetns::new(), TempNetns::new());
     let req = AttachmentRequest::new("pc-real", ns.path(), "eth0");
     let res = client.add(NET, &req).await.expect("ADD");
     let ip = crate::support::shim::ipv4_of(&res);

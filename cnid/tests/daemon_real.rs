@@ -7,7 +7,7 @@ use crate::support;
 
 use crate::support::daemon::{Daemon, Dirs};
 use crate::support::netns::{
-    LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok, link_exists,
+    LinkGuard, SubnetLease, TempNetns, bridge_ports, host_local_ips, ip_ok, link_exists,
 };
 use crate::support::shim::ipv4_of;
 use cnid::api::AttachmentRequest;
@@ -49,7 +49,7 @@ async fn bridge_chain_add_check_ping_del_through_the_daemon() {
     );
     let daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    let (ns_a, ns_b) = (Netns::new(), Netns::new());
+    let (ns_a, ns_b) = (TempNetns::new(), TempNetns::new());
     let req_a = AttachmentRequest::new("real-a", ns_a.path(), "eth0");
     let mut req_b = AttachmentRequest::new("real-b", ns_b.path(), "eth0");
     req_b.cni_args = "IgnoreUnknown=1;K8S_POD_NAME=b".into();
@@ -141,7 +141,7 @@ async fn adds_over_a_corrupt_record_leave_the_attachment() {
     );
     let daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    let (ns_a, ns_b) = (Netns::new(), Netns::new());
+    let (ns_a, ns_b) = (TempNetns::new(), TempNetns::new());
     let req_a = AttachmentRequest::new("corr-a", ns_a.path(), "eth0");
     let req_b = AttachmentRequest::new("corr-b", ns_b.path(), "eth0");
     let ip_a = ipv4_of(&client.add(NET, &req_a).await.expect("ADD a"));

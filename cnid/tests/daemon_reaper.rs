@@ -19,7 +19,7 @@ use crate::support::daemon::{
     this_boot_again,
 };
 use crate::support::gate::Gate;
-use crate::support::netns::{Netns, bridge_ports, host_local_ips};
+use crate::support::netns::{TempNetns, bridge_ports, host_local_ips};
 use crate::support::reaper::{
     LIMIT, chain, data_dir_leftovers, metric, reaps_logged, simulate_reboot,
 };
@@ -37,7 +37,7 @@ async fn after_a_reboot_the_start_releases_every_address_of_a_gone_namespace() {
     let c = chain(&dirs, NET, &[]);
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    let nss: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
+    let nss: Vec<TempNetns> = (0..3).map(|_| TempNetns::new()).collect();
     for (i, ns) in nss.iter().enumerate() {
         let req = AttachmentRequest::new(format!("reap-a{i}"), ns.path(), "eth0");
         client.add(NET, &req).await.expect("ADD");
@@ -81,7 +81,7 @@ async fn an_attachment_whose_namespace_exists_is_untouched_after_a_reboot() {
     let c = chain(&dirs, NET, &[]);
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    let (kept, gone) = (Netns::new(), Netns::new());
+    let (kept, gone) = (TempNetns::new(), TempNetns::new());
     let req_kept = AttachmentRequest::new("reap-kept", kept.path(), "eth0");
     let res = client.add(NET, &req_kept).await.expect("ADD kept");
     client
@@ -126,7 +126,7 @@ async fn a_namespace_deleted_without_del_is_reaped_after_stale_after() {
     let c = chain(&dirs, NET, &[]);
     let daemon = Daemon::start(&dirs, &["--stale-after", "2s"]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let req = AttachmentRequest::new("reap-b", ns.path(), "eth0");
     client.add(NET, &req).await.expect("ADD");
     assert_eq!(host_local_ips(&c.data_dir, NET).len(), 1);
@@ -181,7 +181,7 @@ async fn a_runtime_del_racing_the_reaper_runs_no_second_del() {
     let c = chain(&dirs, NET, &[json!({"type": "gated"})]);
     let daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let req = AttachmentRequest::new("reap-c", ns.path(), "eth0");
     client.add(NET, &req).await.expect("ADD");
     drop(ns);
@@ -250,7 +250,7 @@ printf '{"cniVersion":"1.0.0","code":999,"msg":"netns gone: cannot find the devi
     );
     let daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("refused", ns.path(), "eth0"))
         .await
@@ -267,7 +267,7 @@ printf '{"cniVersion":"1.0.0","code":999,"msg":"netns gone: cannot find the devi
     })
     .await;
     // A later attachment goes the same way: its reap needs later passes.
-    let ns2 = Netns::new();
+    let ns2 = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("later", ns2.path(), "eth0"))
         .await
@@ -312,7 +312,7 @@ async fn nothing_is_reaped_while_the_conf_dir_is_unreadable() {
     let c = chain(&dirs, NET, &[]);
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("reap-e", ns.path(), "eth0"))
         .await
@@ -354,7 +354,7 @@ async fn kill_9_during_a_reap_leaves_the_record_for_the_next_start() {
     );
     let mut daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("reap-k", ns.path(), "eth0"))
         .await
@@ -387,7 +387,7 @@ async fn a_record_restored_from_the_journal_after_a_reboot_is_reaped_at_start() 
     let c = chain(&dirs, NET, &[]);
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("reap-r", ns.path(), "eth0"))
         .await

@@ -8,7 +8,7 @@ use crate::support::daemon::{
     recording_plugin, runs,
 };
 use crate::support::gate::Gate;
-use crate::support::netns::Netns;
+use crate::support::netns::TempNetns;
 use cnid::api::AttachmentRequest;
 use serde_json::json;
 
@@ -31,7 +31,7 @@ async fn a_reap_that_timed_out_is_tried_again() {
     );
     let daemon = Daemon::start(&dirs, &["--stale-after", "1s", "--timeout-del", "1s"]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("reap-t", ns.path(), "eth0"))
         .await
@@ -99,7 +99,7 @@ printf '{{"cniVersion":"1.0.0","code":11,"msg":"del refused once"}}'; exit 1; fi
             .filter(|l| *l == "DEL")
             .count()
     };
-    let ns1 = Netns::new();
+    let ns1 = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("reap-f", ns1.path(), "eth0"))
         .await
@@ -112,7 +112,7 @@ printf '{{"cniVersion":"1.0.0","code":11,"msg":"del refused once"}}'; exit 1; fi
     assert_eq!(dels(), 1);
     std::fs::write(&fail_add, "").unwrap();
     std::fs::write(&fail_del, "").unwrap();
-    let ns2 = Netns::new();
+    let ns2 = TempNetns::new();
     let req = AttachmentRequest::new("reap-f", ns2.path(), "eth0");
     client.add(NET, &req).await.expect_err("ADD refused");
     // Its rollback ran and failed.
@@ -138,7 +138,7 @@ async fn start_up_reaps_left_undone_are_retried_with_stale_after_0() {
     );
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    let nss: Vec<Netns> = (0..3).map(|_| Netns::new()).collect();
+    let nss: Vec<TempNetns> = (0..3).map(|_| TempNetns::new()).collect();
     for (i, ns) in nss.iter().enumerate() {
         client
             .add(

@@ -9,7 +9,7 @@ use crate::support;
 use crate::support::daemon::{Daemon, Dirs, before_this_boot};
 use crate::support::gate::Gate;
 use crate::support::netns::{
-    LinkGuard, Netns, ProcNs, SubnetLease, addrs_v4, host_local_ips, ip, ip_ok,
+    LinkGuard, ProcNs, SubnetLease, TempNetns, addrs_v4, host_local_ips, ip, ip_ok,
 };
 use crate::support::reaper::{chain, reaps_logged};
 use crate::support::tool::CNITOOL;
@@ -52,7 +52,7 @@ async fn a_live_proc_namespace_survives_a_restart_whatever_its_records_mtime() {
     let live = AttachmentRequest::new("reap-proc", proc_ns.path(), "eth0");
     let res = client.add(NET, &live).await.expect("ADD live");
     let ip = support::shim::ipv4_of(&res);
-    let gone = Netns::new();
+    let gone = TempNetns::new();
     client
         .add(
             NET,
@@ -75,7 +75,7 @@ async fn a_live_proc_namespace_survives_a_restart_whatever_its_records_mtime() {
     assert_eq!(proc_ns.ipv4_addrs("eth0"), vec![ip.clone()]);
     let addr = ip.split('/').next().unwrap().to_owned();
     assert_eq!(host_local_ips(&c.data_dir, NET), vec![addr.clone()]);
-    let other = Netns::new();
+    let other = TempNetns::new();
     let req = AttachmentRequest::new("reap-next", other.path(), "eth0");
     let next = client.add(NET, &req).await.expect("ADD next");
     assert_ne!(
@@ -171,7 +171,7 @@ exit 0
     );
     let daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let name = ns.name().to_owned();
     let path = ns.path();
     client
@@ -256,8 +256,8 @@ async fn cnid_outside_the_hosts_mounts_reaps_only_by_boot_id() {
     let cnitool = |verb: &str, path: &str| {
         host_cnitool(&dirs, &dirs.cache, "/usr/lib/cni", verb, path);
     };
-    let live = Netns::new();
-    let control = Netns::new();
+    let live = TempNetns::new();
+    let control = TempNetns::new();
     cnitool("add", &live.path());
     cnitool("add", &control.path());
     let ip = live.ipv4_addrs("eth0");

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::support::daemon::{Daemon, Dirs, del_gated_plugin, eventually_async, recording_plugin};
 use crate::support::gate::Gate;
-use crate::support::netns::{Netns, bridge_ports, host_local_ips, link_exists_in};
+use crate::support::netns::{TempNetns, bridge_ports, host_local_ips, link_exists_in};
 use crate::support::reaper::{Chain, LIMIT, chain, metric, reaps_logged, simulate_reboot};
 use cnid::api::AttachmentRequest;
 use cnid::client::Client;
@@ -35,7 +35,7 @@ async fn four_hanging_reaps(
     let c = chain(dirs, net, &[]);
     let daemon = Daemon::start(dirs, &["--stale-after", "1s", "--max-parallel", "4"]);
     let client = daemon.client().await;
-    let nss: Vec<Netns> = (0..4).map(|_| Netns::new()).collect();
+    let nss: Vec<TempNetns> = (0..4).map(|_| TempNetns::new()).collect();
     for (i, ns) in nss.iter().enumerate() {
         client
             .add(
@@ -84,7 +84,7 @@ async fn a_del_after_a_reap_and_a_new_add_runs_the_plugins() {
     let c = chain(&dirs, NET, &[]);
     let daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
     let client = daemon.client().await;
-    let ns1 = Netns::new();
+    let ns1 = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("again", ns1.path(), "eth0"))
         .await
@@ -93,7 +93,7 @@ async fn a_del_after_a_reap_and_a_new_add_runs_the_plugins() {
     reaps_logged(&daemon, 1).await;
     assert!(host_local_ips(&c.data_dir, NET).is_empty());
 
-    let ns2 = Netns::new();
+    let ns2 = TempNetns::new();
     let req = AttachmentRequest::new("again", ns2.path(), "eth0");
     client.add(NET, &req).await.expect("ADD again");
     assert_eq!(host_local_ips(&c.data_dir, NET).len(), 1);
@@ -141,7 +141,7 @@ async fn hanging_reaps_leave_the_runtime_its_slots() {
     let dirs = Dirs::new();
     let (gate, c, _daemon, client) = four_hanging_reaps(&dirs, HANG, NET, "hang").await;
 
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let mut req = AttachmentRequest::new("runtime", ns.path(), "eth0");
     req.timeout_ms = Some(20_000);
     let res = client
@@ -202,7 +202,7 @@ printf '{{"cniVersion":"1.0.0","code":11,"msg":"ipam agent not up yet"}}'; exit 
     );
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("later", ns.path(), "eth0"))
         .await
@@ -245,7 +245,7 @@ async fn the_listing_shows_a_gone_namespace_before_the_reap() {
     // Passes every 10 s; the reap not before 40 s.
     let daemon = Daemon::start(&dirs, &["--stale-after", "40s"]);
     let client = daemon.client().await;
-    let (kept, gone) = (Netns::new(), Netns::new());
+    let (kept, gone) = (TempNetns::new(), TempNetns::new());
     for (id, ns) in [("kept", &kept), ("gone", &gone)] {
         client
             .add(NET, &AttachmentRequest::new(id, ns.path(), "eth0"))
@@ -298,7 +298,7 @@ async fn a_reap_of_a_locked_attachment_is_retried_once_unlocked() {
     dirs.recording_network("10-rec.conflist", NET, "1.0.0");
     let mut daemon = Daemon::start(&dirs, &[]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("locked", ns.path(), "eth0"))
         .await
@@ -366,7 +366,7 @@ async fn a_freed_slot_goes_to_the_waiting_runtime_request_before_a_reap() {
     );
     let daemon = Daemon::start(&dirs, &["--stale-after", "1s", "--max-parallel", "1"]);
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     client
         .add(NET, &AttachmentRequest::new("stale", ns.path(), "eth0"))
         .await
@@ -380,7 +380,7 @@ async fn a_freed_slot_goes_to_the_waiting_runtime_request_before_a_reap() {
                 .await
         })
     };
-    let (ns_holder, ns_second) = (Netns::new(), Netns::new());
+    let (ns_holder, ns_second) = (TempNetns::new(), TempNetns::new());
     let holder = add("holder", ns_holder.path());
     gate.wait_started(1).await;
     // The slot is held: the reap of the namespace dropped now waits.
@@ -443,7 +443,7 @@ async fn a_runtime_request_is_not_held_behind_its_containers_waiting_reap() {
         .and_then(|o| o.container_id.clone())
         .expect("a queued reap");
 
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let mut req = AttachmentRequest::new(&waiting, ns.path(), "eth1");
     req.timeout_ms = Some(60_000);
     let add = {

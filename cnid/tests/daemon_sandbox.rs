@@ -6,7 +6,9 @@
 //! network that leaves nothing behind.
 
 use crate::support::daemon::{Daemon, Dirs};
-use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
+use crate::support::netns::{
+    LinkGuard, SubnetLease, TempNetns, bridge_ports, host_local_ips, ip_ok,
+};
 use crate::support::require_root;
 use cni_core::CapabilityArgs;
 use cnid::api::{SandboxNetwork, SandboxRequest};
@@ -99,9 +101,9 @@ async fn two_sandboxes_on_three_networks_each_in_one_call() {
     require_root!();
     let (w, daemon) = world();
     let client = daemon.client().await;
-    let (ns_a, ns_b) = (Netns::new(), Netns::new());
+    let (ns_a, ns_b) = (TempNetns::new(), TempNetns::new());
     let static_ip = w.bridge_subnet.host(50);
-    let sandbox = |cid: &str, ns: &Netns, bridge_caps: CapabilityArgs| SandboxRequest {
+    let sandbox = |cid: &str, ns: &TempNetns, bridge_caps: CapabilityArgs| SandboxRequest {
         container_id: cid.into(),
         netns: ns.path(),
         loopback: true,
@@ -192,7 +194,7 @@ async fn the_default_network_when_none_is_named_and_a_failure_leaves_nothing() {
     require_root!();
     let (w, daemon) = world();
     let client = daemon.client().await;
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let plain = SandboxRequest {
         container_id: "sb-default".into(),
         netns: ns.path(),

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use crate::support::daemon::{Daemon, Dirs};
 use crate::support::executable::{copy_executable, write_executable};
 use crate::support::gate::LOAD_MARGIN;
-use crate::support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips};
+use crate::support::netns::{LinkGuard, SubnetLease, TempNetns, host_local_ips};
 use crate::support::require_root;
 use crate::support::tmpfs::Tmpfs;
 use cni_async::{CallOptions, Cni, Error, PluginExit, RawExec, Timeouts};
@@ -710,7 +710,7 @@ impl Runner {
         self.world.install(case);
         let list =
             NetworkConfigList::from_value(&self.world.conflist(case)).expect("conflist parses");
-        let mut ns = Some(Netns::new());
+        let mut ns = Some(TempNetns::new());
         let data_dir = self.world.data_dir();
         let net = net_name(case);
         let pids_file = self.world.pids_file(case);

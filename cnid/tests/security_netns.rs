@@ -9,7 +9,7 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 
 use crate::support::daemon::{Daemon, Dirs, RawAnswer, post, runs};
-use crate::support::netns::Netns;
+use crate::support::netns::TempNetns;
 use crate::support::require_root;
 use serde_json::json;
 
@@ -88,7 +88,7 @@ fn add_and_check_need_a_network_namespace_and_say_nothing_else() {
     // Network namespaces: a /proc link, a link to one, a real `ip netns`.
     let to_net = scratch.join("to-net-ns");
     symlink("/proc/self/ns/net", &to_net).unwrap();
-    let named = Netns::new();
+    let named = TempNetns::new();
     for (cid, netns) in [
         ("proc", "/proc/self/ns/net".to_owned()),
         ("pid", format!("/proc/{}/ns/net", std::process::id())),
@@ -139,7 +139,7 @@ fn check_after_the_namespace_is_gone_is_refused() {
     let dirs = Dirs::new();
     dirs.recording_network("10-ns.conflist", "ns", "1.0.0");
     let daemon = Daemon::start(&dirs, &[]);
-    let named = Netns::new();
+    let named = TempNetns::new();
     let netns = named.path();
     let r = post(&daemon.socket, "/v1/networks/ns/add", &body(&netns));
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));

@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Daemon, Dirs, eventually, get, kill_group};
-use crate::support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok, link_exists};
+use crate::support::netns::{
+    LinkGuard, SubnetLease, TempNetns, host_local_ips, ip_ok, link_exists,
+};
 use crate::support::require_root;
 use crate::support::shim::{
     Call, NOOP, bridge_ports, capture_plugin, captured_args, captured_runs, captured_stdin,
@@ -542,7 +544,7 @@ exec {noop}"#,
 
     /// Nothing of any attachment left: no IP, no bridge port, the veths
     /// gone, no eth0 in the namespaces, cnid's cache and intents empty.
-    fn assert_nothing_left(&self, veths: &[String], namespaces: &[&Netns]) {
+    fn assert_nothing_left(&self, veths: &[String], namespaces: &[&TempNetns]) {
         assert_eq!(
             host_local_ips(&self.data_dir, GATED),
             Vec::<String>::new(),
@@ -616,7 +618,7 @@ fn cnid_restarted_mid_add_rolls_it_back_and_answers_the_add_sent_again() {
     let g = GatedBridge::new();
     let _orphans = Orphans(vec![g.pid_file("restart")]);
     let mut daemon = Daemon::start(&g.dirs, &[]);
-    let ns = Netns::new();
+    let ns = TempNetns::new();
     let conf = plugin_conf(GATED, "1.0.0", &g.dirs.socket, json!({}));
     let add = Call::new("ADD", "restart", &ns.path(), &conf).spawn();
     g.wait_held("restart");
@@ -657,7 +659,7 @@ fn shim_killed_mid_add_then_del_or_a_retried_add_leaves_nothing_broken() {
     require_root!();
     let g = GatedBridge::new();
     let daemon = Daemon::start(&g.dirs, &[]);
-    let (ns_a, ns_b) = (Netns::new(), Netns::new());
+    let (ns_a, ns_b) = (TempNetns::new(), TempNetns::new());
     let conf = plugin_conf(GATED, "1.0.0", &g.dirs.socket, json!({}));
     // go-cni passes the labels from a map: the retry's CNI_ARGS order differs.
     let add_a = Call::new("ADD", "kill-a", &ns_a.path(), &conf);

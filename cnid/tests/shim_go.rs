@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::support::daemon::{Daemon, Dirs, get};
-use crate::support::netns::{LinkGuard, Netns, SubnetLease, host_local_ips, ip_ok, link_exists};
+use crate::support::netns::{
+    LinkGuard, SubnetLease, TempNetns, host_local_ips, ip_ok, link_exists,
+};
 use crate::support::require_root;
 use crate::support::shim::{
     Runtime, SHIM, bridge_ports, capture_plugin, captured_args, captured_runs, captured_stdin,
@@ -93,7 +95,7 @@ impl Setup {
         }
     }
 
-    fn cnitool(&self, tool: &Path, verb: &str, ns: &Netns) -> std::process::Output {
+    fn cnitool(&self, tool: &Path, verb: &str, ns: &TempNetns) -> std::process::Output {
         Command::new(tool)
             .args([verb, NET, &ns.path()])
             .env("NETCONFPATH", &self.rt.conf)
@@ -115,7 +117,7 @@ impl Setup {
         tool: &Path,
         phase: &str,
         parallel: usize,
-        sandboxes: &[(String, &Netns)],
+        sandboxes: &[(String, &TempNetns)],
     ) -> Value {
         let out = Command::new(tool)
             .arg("-conf-dir")
@@ -148,7 +150,7 @@ impl Setup {
     }
 
     /// Nothing left of any attachment.
-    fn assert_nothing_left(&self, veths: &[String], namespaces: &[&Netns]) {
+    fn assert_nothing_left(&self, veths: &[String], namespaces: &[&TempNetns]) {
         assert_eq!(
             host_local_ips(&self.data_dir, NET),
             Vec::<String>::new(),
@@ -179,7 +181,7 @@ impl Setup {
     }
 
     /// The container ID cnid knows for a netns.
-    fn container_of(&self, ns: &Netns) -> String {
+    fn container_of(&self, ns: &TempNetns) -> String {
         let att = get(&self.daemon.socket, "/v1/attachments").json();
         att["attachments"]
             .as_array()
@@ -204,7 +206,7 @@ fn libcni_cnitool_through_the_shim_on_the_real_bridge() {
         return;
     };
     let s = Setup::new();
-    let (ns_a, ns_b) = (Netns::new(), Netns::new());
+    let (ns_a, ns_b) = (TempNetns::new(), TempNetns::new());
     let mut ips = Vec::new();
     for ns in [&ns_a, &ns_b] {
         let out = s.cnitool(&tool, "add", ns);
@@ -260,7 +262,7 @@ fn go_cni_through_the_shim_on_the_real_bridge() {
     require_root!();
     let Some(tool) = go_tool("gocni") else { return };
     let s = Setup::new();
-    let (ns_a, ns_b) = (Netns::new(), Netns::new());
+    let (ns_a, ns_b) = (TempNetns::new(), TempNetns::new());
     let sandboxes = [("pod-a".to_owned(), &ns_a), ("pod-b".to_owned(), &ns_b)];
     let rep = s.gocni(&tool, "setup", 2, &sandboxes);
     let ips: Vec<String> = rep["sandboxes"]
@@ -329,8 +331,8 @@ fn go_cni_50_sandboxes_at_parallelism_8_through_the_shim() {
     const SANDBOXES: usize = 50;
     let Some(tool) = go_tool("gocni") else { return };
     let s = Setup::new();
-    let namespaces: Vec<Netns> = (0..SANDBOXES).map(|_| Netns::new()).collect();
-    let sandboxes: Vec<(String, &Netns)> = namespaces
+    let namespaces: Vec<TempNetns> = (0..SANDBOXES).map(|_| TempNetns::new()).collect();
+    let sandboxes: Vec<(String, &TempNetns)> = namespaces
         .iter()
         .enumerate()
         .map(|(i, ns)| (format!("sb-{i:02}"), ns))
@@ -378,6 +380,6 @@ fn go_cni_50_sandboxes_at_parallelism_8_through_the_shim() {
             assert!(w[0].2 <= w[1].1, "{id}: {} overlaps {}", w[0].0, w[1].0);
         }
     }
-    let ns_refs: Vec<&Netns> = namespaces.iter().collect();
+    let ns_refs: Vec<&TempNetns> = namespaces.iter().collect();
     s.assert_nothing_left(&[], &ns_refs);
 }

@@ -22,7 +22,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Daemon, Dirs};
-use crate::support::netns::{LinkGuard, Netns, SubnetLease, ip_ok};
+use crate::support::netns::{LinkGuard, SubnetLease, TempNetns, ip_ok};
 use crate::support::require_root;
 use crate::support::soak::{OrphanSweep, Rng, recovery_over, seed, support_logs};
 use cni_core::stdin::GcAttachment;
@@ -177,7 +177,7 @@ async fn kill_9_at_random_moments_leaks_nothing() {
             ]
         }),
     );
-    let namespaces: Vec<Netns> = (0..scale.containers).map(|_| Netns::new()).collect();
+    let namespaces: Vec<TempNetns> = (0..scale.containers).map(|_| TempNetns::new()).collect();
     let cid = |c: usize| format!("soak-{c}");
 
     // Kill points: after these operation indices were sent (sorted, distinct).

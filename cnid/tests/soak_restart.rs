@@ -36,7 +36,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::daemon::{Daemon, Dirs};
 use crate::support::gate::Gate;
-use crate::support::netns::{LinkGuard, Netns, SubnetLease, bridge_ports, host_local_ips, ip_ok};
+use crate::support::netns::{
+    LinkGuard, SubnetLease, TempNetns, bridge_ports, host_local_ips, ip_ok,
+};
 use crate::support::require_root;
 use crate::support::soak::{OrphanSweep, Rng, recovery_over, seed, support_logs};
 use cnid::api::AttachmentRequest;
@@ -170,7 +172,7 @@ async fn kill_9_and_immediate_restart_with_the_real_chain_leaks_no_reservation()
             ]
         }),
     );
-    let namespaces: Vec<Netns> = (0..ADDS).map(|_| Netns::new()).collect();
+    let namespaces: Vec<TempNetns> = (0..ADDS).map(|_| TempNetns::new()).collect();
     let lock = dirs.state.join("cnid.lock");
 
     let mut daemon = Daemon::start(&dirs, &[]);

@@ -60,6 +60,9 @@ pub fn ping(from: &Netns, ip: IpAddr) -> bool {
     cni_test_support::netns::ping(from.path(), ip)
 }
 
+/// Where the reference plugins are (Debian's containernetworking-plugins).
+pub const REAL_PLUGINS: &str = "/usr/lib/cni";
+
 /// One test's network resources, all removed on drop (also on panic): its
 /// namespaces, its bridge and other host links it was told about, its
 /// subnet leases, its temp dir, and whatever cleanups were deferred.
@@ -135,6 +138,15 @@ impl TestNet {
     /// A result-cache dir inside the temp dir (not created).
     pub fn cache_dir(&self) -> PathBuf {
         self.dir().join("cache")
+    }
+
+    /// A [`Cni`](cni_async::Cni) on the reference plugins
+    /// ([`REAL_PLUGINS`]) with this test's cache dir.
+    pub fn real_cni(&self) -> cni_async::Cni {
+        cni_async::Cni::builder()
+            .plugin_dirs([REAL_PLUGINS])
+            .cache_dir(self.cache_dir())
+            .build()
     }
 
     /// The bridge name reserved for this test (`cntID`, 11 bytes).

@@ -17,7 +17,7 @@
 //!   the holder exits, even on SIGKILL, so there are no stale leases; a
 //!   subnet with any address or route on the host (a leftover bridge, a
 //!   real network) is skipped;
-//! - [`Netns`] is a named namespace made with `ip netns add`, deleted on
+//! - [`TempNetns`] is a named namespace made with `ip netns add`, deleted on
 //!   drop; [`LinkGuard`] reserves a host link name and deletes the link.
 //!
 //! Questions about any namespace, given the path of its namespace file
@@ -324,24 +324,24 @@ fn parse_ip_addr_json(bytes: &[u8]) -> Result<Vec<IpNet>, String> {
 
 /// A named network namespace made with `ip netns add`, deleted on drop.
 #[derive(Debug)]
-pub struct Netns {
+pub struct TempNetns {
     name: String,
 }
 
-impl Default for Netns {
+impl Default for TempNetns {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Netns {
+impl TempNetns {
     /// Creates `cnt-<unique id>`.
-    pub fn new() -> Netns {
+    pub fn new() -> TempNetns {
         loop {
             let name = unique_netns_name();
             let out = ip(&["netns", "add", &name]);
             if out.status.success() {
-                return Netns { name };
+                return TempNetns { name };
             }
             // Lost a race with someone making the same name: next one.
             assert!(
@@ -389,7 +389,7 @@ impl Netns {
     }
 }
 
-impl Drop for Netns {
+impl Drop for TempNetns {
     fn drop(&mut self) {
         let out = ip(&["netns", "del", &self.name]);
         if !out.status.success() && Path::new(NETNS_DIR).join(&self.name).exists() {
@@ -422,7 +422,7 @@ impl ProcNs {
     /// once the process is in: from then on only the process holds it.
     pub fn new() -> ProcNs {
         use std::os::unix::fs::MetadataExt;
-        let ns = Netns::new();
+        let ns = TempNetns::new();
         let want = fs::metadata(ns.path()).expect("stat the new netns").ino();
         let child = Command::new("ip")
             .args(["netns", "exec", ns.name(), "sleep", "3600"])

@@ -80,6 +80,7 @@
 mod common;
 mod convert;
 mod json;
+pub(crate) mod parts;
 mod v02;
 mod v04;
 mod v1;
@@ -91,6 +92,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use common::{Dns, Interface, IpConfig, Route};
+pub use parts::RESULT_PARTS;
 pub use v1::Result100;
 pub use v02::{Ip020, Result020};
 pub use v04::Result040;
@@ -99,10 +101,6 @@ use crate::error::Error;
 use crate::version::{ResultFamily, Version};
 use convert::{Rich, RichRef};
 use json::{Reader, kind};
-
-/// The top-level keys of a result's parts in any version (0.1.0 to 1.1.0),
-/// `cniVersion` aside: an object with none of them is no result.
-pub const RESULT_PARTS: [&str; 6] = ["interfaces", "ips", "routes", "dns", "ip4", "ip6"];
 
 /// A result of any supported version (see the [module docs](self)).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

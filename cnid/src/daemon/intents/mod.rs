@@ -92,20 +92,15 @@
 //! task), `files` (the intent files) and `recover` (start-up recovery).
 //! Their writes, flushes, truncations, renames and removals go through
 //! one seam, [`Storage`] (`cni_async::daemon::Storage`, the result cache's too);
-//! `storage`'s tests fail each I/O point of an ADD and of recovery in
-//! turn, `crashes.rs` crashes every operation at each of them, the
-//! cache's included, on the simulated disk (`simdisk.rs`).
+//! the tests in `tests/` fail each I/O point of an ADD and of recovery
+//! in turn (`io_failures.rs`) and crash every operation at each of them,
+//! the cache's included (`crash_points.rs`), on the simulated disk
+//! (`sim_disk.rs`).
 
-#[cfg(test)]
-mod crashes;
 mod files;
 mod log;
 mod record;
 mod recover;
-#[cfg(test)]
-mod simdisk;
-#[cfg(test)]
-mod storage;
 
 pub(crate) use files::IntentFile;
 use log::*;
@@ -634,7 +629,7 @@ impl Intents {
 /// The tests' shared set-ups: journals, caches and ADDs as the engine makes them.
 #[cfg(test)]
 pub(super) mod testing {
-    use super::simdisk::SimDisk;
+    use super::tests::sim_disk::SimDisk;
     use super::*;
 
     pub(crate) fn open_names(dir: &Path) -> Vec<String> {
@@ -763,8 +758,14 @@ pub(super) mod testing {
     }
 }
 
+/// The front's tests; in `tests/`, the simulated disk and the tests
+/// that fail or crash the journal's and the cache's I/O on it.
 #[cfg(test)]
 mod tests {
+    mod crash_points;
+    mod io_failures;
+    pub(super) mod sim_disk;
+
     use super::*;
     use testing::*;
 
@@ -899,7 +900,7 @@ mod tests {
         assert!(cache.path("n", "c-1", "eth0").unwrap().exists());
     }
 
-    /// Found by the crash-point enumeration (`crashes.rs`): a DEL whose
+    /// Found by the crash-point enumeration (`tests/crash_points.rs`): a DEL whose
     /// `gone` line could not be appended (a full state file system)
     /// forgot the commit line in memory only; the journal kept it until
     /// its next compaction, which an idle daemon never makes, and any power
@@ -912,7 +913,7 @@ mod tests {
         let (cache, journal, intents) = deferred(dir.path(), "boot-a");
         committed_add(&intents, &cache, "c-1").await;
         cache.remove("n", "c-1", "eth0").await.unwrap();
-        let sim = Arc::new(super::simdisk::SimDisk::new(dir.path()).fail_at(0));
+        let sim = Arc::new(sim_disk::SimDisk::new(dir.path()).fail_at(0));
         let full = intents.clone().with_storage(sim.clone());
         assert!(full.remove("n", "c-1", "eth0").await.is_err(), "ENOSPC");
         assert_eq!(sim.calls()[0].kind, "write");

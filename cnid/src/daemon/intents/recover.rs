@@ -296,8 +296,8 @@ fn date_restored(path: &Path, when: SystemTime) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::intents::simdisk::{Cut, SimDisk};
     use crate::daemon::intents::testing::*;
+    use crate::daemon::intents::tests::sim_disk::{Cut, SimDisk};
 
     /// An ADD begun and not finished survives the daemon (a new `Intents`
     /// on the same dir, as after `kill -9`): the start turns it into an
@@ -519,7 +519,7 @@ mod tests {
         assert!(intents_after_del(dir.path()).await);
     }
 
-    /// Found by the crash-point enumeration (`crashes.rs`): a start
+    /// Found by the crash-point enumeration (`tests/crash_points.rs`): a start
     /// killed while it wrote an open ADD's intent file (its temp file
     /// written, not renamed yet) left the temp file, and each start killed
     /// there again left one more: they were removed only after recovery
@@ -554,7 +554,7 @@ mod tests {
             // an I/O point too; after the start's flushes of the state
             // dir and of its parent, two more).
             let at = if temps() == 0 { 4 } else { 5 };
-            let sim = Arc::new(super::super::simdisk::SimDisk::new(dir.path()).crash_at(at));
+            let sim = Arc::new(SimDisk::new(dir.path()).crash_at(at));
             let killed = Intents::new(dir.path()).with_storage(sim.clone());
             assert!(killed.prepare().is_err());
             assert_eq!(sim.crashed_at().unwrap().kind, "fdatasync");
@@ -601,7 +601,7 @@ mod tests {
             .unwrap_or_else(|| panic!("no {kind}: {:?}", sim.calls()))
     }
 
-    /// Found by the crash-point enumeration (`crashes.rs`): a start that
+    /// Found by the crash-point enumeration (`tests/crash_points.rs`): a start that
     /// restores records into a cache dir a power loss took away makes the
     /// dir again and flushes it into its parent; when that flush failed
     /// (a full disk), its record was kept for the next start, but the next

@@ -79,8 +79,7 @@
 //! disk (nothing crashes it); the operations are shared by one thread per
 //! CPU (`CNID_CRASH_THREADS`), each crash point independent of the others.
 
-use super::simdisk::{Cut, SimDisk};
-use super::testing::*;
+use super::sim_disk::{Cut, SimDisk};
 use super::*;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -774,7 +773,7 @@ async fn enumerate(op: Op, fail: Option<usize>, size: usize, nested: bool, v: &m
                 let dir = scratch();
                 let start = Arc::new(disk.fork(dir.path()));
                 start.arm_crash(m);
-                let _ = super::crashes::start(&daemon_on(dir.path(), boot, &start));
+                let _ = super::crash_points::start(&daemon_on(dir.path(), boot, &start));
                 let last = start.crashed_at().is_none();
                 if !last {
                     v.nested += 1;
@@ -962,21 +961,21 @@ fn storage_call_sites() -> BTreeSet<String> {
     ];
     let mut sites = BTreeSet::new();
     for (file, src) in [
-        ("mod.rs", include_str!("mod.rs")),
-        ("log.rs", include_str!("log.rs")),
-        ("files.rs", include_str!("files.rs")),
-        ("recover.rs", include_str!("recover.rs")),
+        ("mod.rs", include_str!("../mod.rs")),
+        ("log.rs", include_str!("../log.rs")),
+        ("files.rs", include_str!("../files.rs")),
+        ("recover.rs", include_str!("../recover.rs")),
         (
             "entry.rs",
-            include_str!("../../../../cni-async/src/store/entry.rs"),
+            include_str!("../../../../../cni-async/src/store/entry.rs"),
         ),
         (
             "lock.rs",
-            include_str!("../../../../cni-async/src/store/lock.rs"),
+            include_str!("../../../../../cni-async/src/store/lock.rs"),
         ),
         (
             "flush.rs",
-            include_str!("../../../../cni-async/src/store/flush.rs"),
+            include_str!("../../../../../cni-async/src/store/flush.rs"),
         ),
     ] {
         let code = src.split("\n#[cfg(test)]\nmod tests").next().unwrap();

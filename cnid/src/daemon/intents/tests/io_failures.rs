@@ -2,12 +2,11 @@
 //! truncation, rename and removal of the journal and of the intent files
 //! goes through the [`Storage`] of `cni_async::daemon` (the result cache's
 //! seam too; [`Disk`] but in tests), so that a test can see each I/O
-//! point, fail it, or crash at it on the simulated disk (`simdisk.rs`).
+//! point, fail it, or crash at it on the simulated disk (`sim_disk.rs`).
 //! Here: each I/O point of an ADD and of recovery failed in turn (as a
-//! full disk fails it); `crashes.rs` crashes them.
+//! full disk fails it); `crash_points.rs` crashes them.
 
-use super::simdisk::SimDisk;
-use super::testing::*;
+use super::sim_disk::SimDisk;
 use super::*;
 
 fn recorded(dir: &Path, fail_at: Option<usize>) -> (ResultCache, Arc<SimDisk>, Intents) {
@@ -220,7 +219,7 @@ async fn every_io_point_of_recovery_failed_in_turn_converges() {
 fn a_parent_dir_a_non_root_cnid_cannot_open_fails_nothing_and_is_warned_about_once() {
     use std::os::unix::fs::PermissionsExt;
     if !cni_test_support::process::alone(
-        "daemon::intents::storage::a_parent_dir_a_non_root_cnid_cannot_open_fails_nothing_and_is_warned_about_once",
+        "daemon::intents::tests::io_failures::a_parent_dir_a_non_root_cnid_cannot_open_fails_nothing_and_is_warned_about_once",
     ) {
         return;
     }
