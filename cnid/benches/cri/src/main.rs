@@ -163,6 +163,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         cnid_conf: &cnid_conf,
         cnid_pid: daemon.pid(),
         host_ip,
+        leases: &dir.join("host-local").join(NETWORK),
     };
     let res = measure(args, &ctx, &dir).await;
     let res = res.map_err(|e| e.context(format!("cnid's log:\n{}", daemon.log_tail())));

@@ -113,6 +113,21 @@ pub(crate) struct Ctx<'a> {
     pub(crate) cnid_conf: &'a Path,
     pub(crate) cnid_pid: i32,
     pub(crate) host_ip: String,
+    /// host-local's dir for the network: one file per address it gave.
+    pub(crate) leases: &'a Path,
+}
+
+/// The addresses host-local holds for the network (files named by IP).
+fn leases(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |rd| {
+        rd.flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.parse::<std::net::IpAddr>().is_ok())
+            })
+            .count()
+    })
 }
 
 /// Runs one round of `way`: `n` sandboxes at `concurrency`; `tag` names
@@ -200,6 +215,15 @@ async fn bursts(
     run.wall = t0.elapsed().as_secs_f64();
     let cpu1 = (proc_cpu(cd.pid())?, proc_cpu(ctx.cnid_pid)?);
     let failed_runs = n - ids.len();
+    // The chain really ran: one address per sandbox (checked untimed).
+    let held = leases(ctx.leases);
+    if first_err.is_none() && held != ids.len() {
+        first_err = Some(anyhow::anyhow!(
+            "{} sandboxes run but host-local holds {held} addresses in {}",
+            ids.len(),
+            ctx.leases.display()
+        ));
+    }
 
     let t1 = Instant::now();
     let mut tasks = Vec::with_capacity(ids.len());
@@ -232,6 +256,13 @@ async fn bursts(
     }
     remove.wall = t1.elapsed().as_secs_f64();
     let cpu2 = (proc_cpu(cd.pid())?, proc_cpu(ctx.cnid_pid)?);
+    let held = leases(ctx.leases);
+    if first_err.is_none() && held != 0 {
+        first_err = Some(anyhow::anyhow!(
+            "every sandbox removed but host-local still holds {held} addresses in {}",
+            ctx.leases.display()
+        ));
+    }
     if let Some(e) = first_err {
         bail!(
             "{tag}: {failed_runs} of {n} RunPodSandbox and {failed_removals} Stop+Remove failed; first: {e:#}"
