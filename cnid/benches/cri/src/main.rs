@@ -19,9 +19,15 @@
 //!
 //! - Root only; containerd and runc must be installed (`make bench-cri`
 //!   installs them with apt-get).
-//! - A failed run removes what it made: the sandboxes it knows, then any
-//!   shim of its containerd, process in its cgroup parent, mount under its
-//!   dir ([`containerd::sweep`]); what it could not remove is printed.
+//! - A failed round stops and removes the sandboxes it ran (their CNI DEL
+//!   included). Whatever the end (an error, Ctrl-C), the run's guards then
+//!   stop cnid and containerd and kill any shim of its containerd and any
+//!   process in its cgroup parent, unmount what is left under its dir
+//!   ([`containerd::sweep`]) and delete the dir and the bridge; what could
+//!   not be removed is printed. A sandbox that never got its StopPodSandbox
+//!   (a signal mid-round) had no CNI DEL: portmap's `CNI-DN-…` chain for it
+//!   stays in the nat table (a rule for the subnet's `.1`, which nothing
+//!   has).
 
 mod cnid;
 mod containerd;
@@ -88,7 +94,21 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = rt.block_on(run(&args)) {
+    // SIGINT or SIGTERM drops the run: its guards stop cnid and
+    // containerd, sweep what the sandboxes left and remove the temp dir.
+    let res = rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (mut int, mut term) = (
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        );
+        tokio::select! {
+            r = run(&args) => r,
+            _ = int.recv() => Err(anyhow::anyhow!("interrupted (SIGINT)")),
+            _ = term.recv() => Err(anyhow::anyhow!("terminated (SIGTERM)")),
+        }
+    });
+    if let Err(e) = res {
         eprintln!("cni-bench-cri: {e:#}");
         std::process::exit(1);
     }
@@ -116,7 +136,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     let shim_bin = std::fs::canonicalize(&args.shim)
         .with_context(|| format!("--shim {}", args.shim.display()))?;
 
-    let tmp = tempdir()?;
+    let mut tmp = tempdir(args.keep)?;
     let dir = tmp.path.clone();
     let bin_dir = dir.join("bin");
     let direct_conf = dir.join("direct-net.d");
@@ -157,6 +177,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         layout.runc = r.display().to_string();
     }
     std::fs::create_dir_all(&layout.dir)?;
+    tmp.sweep = Some(layout.clone());
     let ctx = Ctx {
         layout: &layout,
         direct_conf: &direct_conf,
@@ -168,22 +189,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     let res = measure(args, &ctx, &dir).await;
     let res = res.map_err(|e| e.context(format!("cnid's log:\n{}", daemon.log_tail())));
     drop(daemon);
-    let mut stuck = false;
-    for line in containerd::sweep(&layout) {
-        stuck |= line.starts_with("could not");
-        eprintln!("cni-bench-cri: cleanup: {line}");
-    }
-    if stuck {
-        // A mount still under it: removing the tree would reach into it.
-        eprintln!(
-            "cni-bench-cri: kept {} (a mount is left under it)",
-            dir.display()
-        );
-        std::mem::forget(tmp);
-    } else if args.keep {
-        eprintln!("cni-bench-cri: kept {}", dir.display());
-        std::mem::forget(tmp);
-    }
+    drop(tmp);
     drop(bridge);
     drop(lease);
     let md = res?;
@@ -271,19 +277,46 @@ fn which(tool: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The run's temp dir, removed on drop (mounts under it are swept first).
+/// The run's temp dir: on drop, what containerd's sandboxes left is swept
+/// ([`containerd::sweep`]), then the dir is removed unless kept.
 struct TempDir {
     path: PathBuf,
+    keep: bool,
+    sweep: Option<Layout>,
 }
 
-fn tempdir() -> anyhow::Result<TempDir> {
+fn tempdir(keep: bool) -> anyhow::Result<TempDir> {
     let path = std::env::temp_dir().join(format!("cnid-bench-cri-{}", std::process::id()));
     std::fs::create_dir(&path).with_context(|| format!("create {}", path.display()))?;
-    Ok(TempDir { path })
+    Ok(TempDir {
+        path,
+        keep,
+        sweep: None,
+    })
 }
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        let mut stuck = false;
+        for line in self
+            .sweep
+            .as_ref()
+            .map(containerd::sweep)
+            .unwrap_or_default()
+        {
+            stuck |= line.starts_with("could not");
+            eprintln!("cni-bench-cri: cleanup: {line}");
+        }
+        if stuck || self.keep {
+            // A mount still under it: removing the tree would reach into it.
+            let why = if stuck {
+                " (a mount is left under it)"
+            } else {
+                ""
+            };
+            eprintln!("cni-bench-cri: kept {}{why}", self.path.display());
+            return;
+        }
         if let Err(e) = std::fs::remove_dir_all(&self.path) {
             eprintln!(
                 "cni-bench-cri: could not remove {}: {e}",
