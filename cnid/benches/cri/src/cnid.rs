@@ -66,9 +66,7 @@ impl Cnid {
     }
 
     pub(crate) fn log_tail(&self) -> String {
-        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = s.lines().collect();
-        lines[lines.len().saturating_sub(15)..].join("\n")
+        crate::log_tail(&self.log)
     }
 }
 
@@ -96,20 +94,14 @@ pub(crate) fn shim_list(
     network: &str,
     conf_dir: &Path,
 ) -> anyhow::Result<()> {
-    let out = Command::new(shim)
-        .args(["config", "--socket"])
-        .arg(socket)
-        .args(["--network", network, "--timeout", "120s"])
-        .env_remove("CNI_COMMAND")
-        .stdin(Stdio::null())
-        .output()
-        .context("run cnid-shim config")?;
-    if !out.status.success() {
-        bail!(
-            "cnid-shim config: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    std::fs::write(conf_dir.join("00-cnid.conflist"), &out.stdout)?;
+    let list = crate::output_ok(
+        Command::new(shim)
+            .args(["config", "--socket"])
+            .arg(socket)
+            .args(["--network", network, "--timeout", "120s"])
+            .env_remove("CNI_COMMAND"),
+        "cnid-shim config",
+    )?;
+    std::fs::write(conf_dir.join("00-cnid.conflist"), list)?;
     Ok(())
 }

@@ -139,10 +139,16 @@ impl Containerd {
         let start = Instant::now();
         loop {
             if let Some(st) = c.child.as_mut().and_then(|ch| ch.try_wait().ok().flatten()) {
-                bail!("containerd exited at start ({st}): {}", tail(&log));
+                bail!(
+                    "containerd exited at start ({st}): {}",
+                    crate::log_tail(&log)
+                );
             }
             if start.elapsed() > Duration::from_secs(120) {
-                bail!("containerd not answering after 120 s: {}", tail(&log));
+                bail!(
+                    "containerd not answering after 120 s: {}",
+                    crate::log_tail(&log)
+                );
             }
             if let Ok(client) = Client::connect(&layout.socket).await {
                 match version(&client).await {
@@ -156,7 +162,7 @@ impl Containerd {
                         });
                     }
                     Err(e) if is_unimplemented(&e) => {
-                        bail!("containerd serves no CRI: {e:#}; {}", tail(&log))
+                        bail!("containerd serves no CRI: {e:#}; {}", crate::log_tail(&log))
                     }
                     Err(_) => {}
                 }
@@ -170,7 +176,7 @@ impl Containerd {
     }
 
     pub(crate) fn log_tail(&self) -> String {
-        tail(&self.log)
+        crate::log_tail(&self.log)
     }
 
     /// SIGTERM, then SIGKILL after 30 s.
@@ -207,7 +213,7 @@ fn stop_child(child: Option<Child>) -> anyhow::Result<()> {
     let start = Instant::now();
     loop {
         if let Some(st) = child.try_wait()? {
-            if !st.success() && st.code() != Some(0) && !terminated(st) {
+            if !st.success() && !terminated(st) {
                 bail!("containerd exited with {st}");
             }
             return Ok(());
@@ -263,34 +269,16 @@ async fn version(client: &Client) -> anyhow::Result<(&'static str, String)> {
 /// Imports the OCI archive `image` into the `k8s.io` namespace of the
 /// containerd on `layout`'s socket (unpacked for overlayfs).
 pub(crate) fn import_image(layout: &Layout, image: &Path) -> anyhow::Result<()> {
-    let out = Command::new("ctr")
-        .arg("--address")
-        .arg(&layout.socket)
-        .args(["--namespace", "k8s.io", "images", "import"])
-        .args(["--snapshotter", "overlayfs"])
-        .arg(image)
-        .stdin(Stdio::null())
-        .output()
-        .context("run ctr")?;
-    if !out.status.success() {
-        bail!(
-            "ctr images import {}: {}: {}",
-            image.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    crate::output_ok(
+        Command::new("ctr")
+            .arg("--address")
+            .arg(&layout.socket)
+            .args(["--namespace", "k8s.io", "images", "import"])
+            .args(["--snapshotter", "overlayfs"])
+            .arg(image),
+        &format!("ctr images import {}", image.display()),
+    )?;
     Ok(())
-}
-
-fn tail(log: &Path) -> String {
-    let s = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = s.lines().collect();
-    format!(
-        "{}:\n{}",
-        log.display(),
-        lines[lines.len().saturating_sub(15)..].join("\n")
-    )
 }
 
 /// What a failed run left: shims of our containerd (by their `-address`),

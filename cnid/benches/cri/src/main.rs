@@ -204,15 +204,12 @@ async fn measure(args: &Args, ctx: &Ctx<'_>, dir: &Path) -> anyhow::Result<Strin
         None => {
             let out = dir.join("pause-oci.tar");
             let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mkimage.sh");
-            let st = std::process::Command::new(&script)
-                .arg(&out)
-                .arg(containerd::IMAGE)
-                .stdout(std::process::Stdio::null())
-                .status()
-                .with_context(|| format!("run {}", script.display()))?;
-            if !st.success() {
-                bail!("{}: {st}", script.display());
-            }
+            output_ok(
+                std::process::Command::new(&script)
+                    .arg(&out)
+                    .arg(containerd::IMAGE),
+                &script.display().to_string(),
+            )?;
             out
         }
     };
@@ -267,6 +264,34 @@ async fn measure(args: &Args, ctx: &Ctx<'_>, dir: &Path) -> anyhow::Result<Strin
         results.push((c, pairs));
     }
     Ok(report::markdown(&version, args.count, &results))
+}
+
+/// Runs `cmd` (stdin empty) and returns its stdout; an error naming `what`
+/// with the exit status and stderr when it fails.
+pub(crate) fn output_ok(cmd: &mut std::process::Command, what: &str) -> anyhow::Result<Vec<u8>> {
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("run {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out.stdout)
+}
+
+/// The last 15 lines of the log at `path`, headed by its path.
+pub(crate) fn log_tail(path: &Path) -> String {
+    let s = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    format!(
+        "{}:\n{}",
+        path.display(),
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    )
 }
 
 fn which(tool: &str) -> Option<PathBuf> {
