@@ -72,6 +72,17 @@ impl Msg {
 /// The first length-delimited field `field` of `buf` as a string, `None`
 /// when absent; an error when `buf` is not a well-formed message.
 pub(crate) fn string_field(buf: &[u8], field: u64) -> anyhow::Result<Option<String>> {
+    bytes_field(buf, field)?
+        .map(|b| {
+            String::from_utf8(b.to_vec())
+                .map_err(|_| anyhow::anyhow!("protobuf: field {field} is not UTF-8"))
+        })
+        .transpose()
+}
+
+/// The first length-delimited field `field` of `buf` (a string, bytes or a
+/// nested message), `None` when absent.
+pub(crate) fn bytes_field(buf: &[u8], field: u64) -> anyhow::Result<Option<&[u8]>> {
     let mut i = 0;
     let read = |i: &mut usize| -> anyhow::Result<u64> {
         let mut v = 0u64;
@@ -102,7 +113,7 @@ pub(crate) fn string_field(buf: &[u8], field: u64) -> anyhow::Result<Option<Stri
                     .ok_or_else(|| anyhow::anyhow!("protobuf: field {} cut short", key >> 3))?;
                 i += n;
                 if key >> 3 == field {
-                    return Ok(Some(String::from_utf8(body.to_vec())?));
+                    return Ok(Some(body));
                 }
             }
             t => anyhow::bail!("protobuf: wire type {t} (field {}) not read", key >> 3),
@@ -182,5 +193,37 @@ mod tests {
         assert_eq!(string_field(&m, 1).unwrap().as_deref(), Some("id-1"));
         assert_eq!(string_field(&m, 2).unwrap(), None);
         assert!(string_field(&m[..m.len() - 1], 1).is_err());
+    }
+
+    #[test]
+    fn a_sandbox_request_puts_each_value_at_its_cri_field() {
+        let req = run_pod_sandbox_request(&Sandbox {
+            name: "pod-1",
+            uid: "uid-1",
+            namespace: "ns",
+            host_ip: "10.200.0.1",
+            cgroup_parent: "/parent",
+        });
+        let nested = |buf: &[u8], path: &[u64]| -> Option<String> {
+            let mut b = buf;
+            for f in &path[..path.len() - 1] {
+                b = bytes_field(b, *f).unwrap()?;
+            }
+            string_field(b, path[path.len() - 1]).unwrap()
+        };
+        // config (1) > metadata (1) > name (1), uid (2), namespace (3)
+        assert_eq!(nested(&req, &[1, 1, 1]).as_deref(), Some("pod-1"));
+        assert_eq!(nested(&req, &[1, 1, 2]).as_deref(), Some("uid-1"));
+        assert_eq!(nested(&req, &[1, 1, 3]).as_deref(), Some("ns"));
+        // config > hostname (2)
+        assert_eq!(nested(&req, &[1, 2]).as_deref(), Some("pod-1"));
+        // config > port_mappings (5) > host_ip (4)
+        assert_eq!(nested(&req, &[1, 5, 4]).as_deref(), Some("10.200.0.1"));
+        // config > labels (6) > key (1), value (2)
+        assert_eq!(nested(&req, &[1, 6, 1]).as_deref(), Some("app"));
+        // config > linux (8) > cgroup_parent (1)
+        assert_eq!(nested(&req, &[1, 8, 1]).as_deref(), Some("/parent"));
+        // No runtime_handler (2): the default.
+        assert_eq!(nested(&req, &[2]), None);
     }
 }
