@@ -7,7 +7,7 @@
 CARGO ?= cargo
 PLUGIN_DIR ?= /usr/lib/cni
 
-.PHONY: all help setup demo test fmt-check lint lint-deploy unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench deploy-check
+.PHONY: all help setup demo test fmt-check lint lint-deploy unit build shim clean fuzz-install fuzz-build fuzz-smoke fuzz soak stress bench bench-cri deploy-check
 
 all: test ## = make test
 
@@ -282,6 +282,23 @@ bench: setup shim ## the benchmarks; writes the tables of BENCHMARKS.md (root)
 	cp $(SHIM_STATIC) $(BENCH_TARGET)/bench/bin/cnid-shim
 	$(CARGO) bench -p cni-core --bench core -- --warm-up-time 1 --measurement-time 3 --noplot
 	$(CARGO) bench -p cnid --bench overhead -- --bin-dir $(BENCH_TARGET)/bench/bin --update $(CURDIR)/BENCHMARKS.md $(if $(BENCH_SCALE_BASELINE),--scale-baseline $(BENCH_SCALE_BASELINE)) $(if $(BENCH_HOP_BASELINE),--hop-baseline $(BENCH_HOP_BASELINE)) $(BENCH_FLAGS)
+
+# Pod sandboxes through containerd's CRI API (cnid/benches/cri): 100 per
+# round at concurrency 16 and 32, RunPodSandbox then StopPodSandbox +
+# RemovePodSandbox, via cnid-shim into cnid against the chain straight in
+# containerd's conf dir, paired rounds (BENCHMARKS.md). Installs containerd
+# and runc with apt-get when missing (root). A containerd, cnid, bridge and
+# subnet of the run's own; the sandbox image is built locally (no
+# registry). Release cnid and a dynamically linked release cnid-shim, as
+# the burst section runs them. About 15 minutes with the defaults on a busy
+# 2-CPU machine; BENCH_CRI_FLAGS="--concurrency 16 --reps 1" runs a quick one.
+BENCH_CRI_FLAGS ?=
+bench-cri: setup ## containerd's CRI: pod sandboxes via cnid against direct (root; installs containerd, runc)
+	@if command -v containerd >/dev/null && command -v ctr >/dev/null && command -v runc >/dev/null; then :; \
+	elif [ "$$(id -u)" != 0 ]; then echo "bench-cri: need root to install containerd and runc" >&2; exit 1; \
+	else export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq containerd runc >/dev/null; fi
+	$(CARGO) build --release -p cnid --bin cnid -p cnid-shim --bin cnid-shim -p cni-bench-cri
+	$(BENCH_TARGET)/release/cni-bench-cri --cnid $(BENCH_TARGET)/release/cnid --shim $(BENCH_TARGET)/release/cnid-shim $(BENCH_CRI_FLAGS)
 
 # ---- install / uninstall ---------------------------------------------------
 # `make install` builds the shipped binaries (release profile; cnid-shim
