@@ -32,8 +32,11 @@
 //!   also a failed or cancelled one; do that, or set
 //!   [`CallOptions::rollback`] and let the ADD finish, or use
 //!   [`AddRequest::rollback_on_cancel`]: the ADD runs on a task of its own,
-//!   and a caller that drops it gets what it made rolled back (as cnid
-//!   does for every request); [`Cni::wait_detached`] waits for that work.
+//!   and a caller that drops it gets what it made rolled back;
+//!   [`Cni::wait_detached`] waits for that work. (cnid uses neither: each
+//!   of its operations runs on a task of its own that a client hanging up
+//!   does not cancel, with [`CallOptions::rollback`] set, and its journal
+//!   rolls back what a killed cnid left half done.)
 //! - **Rollback** (opt-in, [`CallOptions::rollback`]): when an ADD fails part
 //!   way, the plugins that ran, including the one that failed, are deleted
 //!   last to first with a fresh deadline, never the expired one. When the
