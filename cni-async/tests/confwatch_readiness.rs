@@ -1,4 +1,4 @@
-//! Regressions (issue 22, items 3 and 4): readiness stayed 200 after a
+//! Regressions: readiness stayed 200 after a
 //! network's plugin was removed (a success was fresh for the whole conf
 //! generation), and the first readiness of 1,001 networks sharing one
 //! plugin ran VERSION 1,001 times (4.8 - 7.4 s). Now: once ready, the
@@ -105,7 +105,7 @@ async fn many_networks_sharing_a_plugin_ask_it_for_version_once() {
     assert_eq!(plugins.invocations_of("VERSION").len(), 1);
 }
 
-/// Issue 24 item 3: fewer networks than needed, all usable, left the
+/// Defect: fewer networks than needed, all usable, left the
 /// reason ending in a dangling "; " (the list of unusable ones was empty).
 #[tokio::test]
 async fn too_few_networks_all_usable_is_said_without_a_dangling_separator() {

@@ -1,4 +1,4 @@
-//! Regression (issue 22, item 5): a conf dir that is a symlink to A,
+//! Regression: a conf dir that is a symlink to A,
 //! repointed atomically to B (a new link renamed over it): the swap was
 //! seen, but a network written into B later was not loaded (the watches
 //! were keyed by path, so B's inode was never watched), while a write in

@@ -122,7 +122,7 @@ fn one_line_forms_keep_the_cause() {
     );
 }
 
-/// Issue 24 item 1: `Multiple` follows the convention of the rest (its
+/// `Multiple` follows the convention of the rest (its
 /// message is its own part, the errors are its source), and the whole
 /// chain is one re-exported `Chain` away.
 #[test]

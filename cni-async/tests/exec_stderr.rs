@@ -1,7 +1,7 @@
 //! A plugin's stderr on success reaches the caller (the sink set with
 //! `CniBuilder::plugin_stderr`) and a tracing event naming the plugin, verb
 //! and network, escaped and capped; 300 KB of it cannot deadlock the run; a
-//! failing plugin keeps its stderr in the error (issue 14 item 5).
+//! failing plugin keeps its stderr in the error, as libcni does.
 
 mod support;
 

@@ -272,7 +272,7 @@ async fn setup_refuses_bad_labels_before_running_anything() {
     assert!(dir.invocations().is_empty());
 }
 
-/// Issue 24 item 3: `gc([])` (no container lives) did not compile (E0283:
+/// Defect: `gc([])` (no container lives) did not compile (E0283:
 /// the element type of `[]` cannot be inferred); `LiveContainers` takes it,
 /// and the collections a runtime has.
 #[tokio::test]

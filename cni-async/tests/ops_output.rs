@@ -113,7 +113,7 @@ async fn a_plugin_error_object_passes_through() {
     );
 }
 
-/// Issue 24 item 4: a result whose `cniVersion` is not a string
+/// Defect: a result whose `cniVersion` is not a string
 /// (`"cniVersion": 1`) was refused ("expected a string, got a number");
 /// libcni's `fixupResultVersion` takes it as the config's version, as for
 /// a missing or empty one (decisions.md D19), and so do we: the next plugin,

@@ -49,7 +49,8 @@ use crate::version::Version;
 
 /// The GC key the spec defines.
 pub const VALID_ATTACHMENTS_KEY: &str = "cni.dev/valid-attachments";
-/// The key of the first 1.1.0 draft, still sent by libcni (issue #1101).
+/// The key of the first 1.1.0 draft, still sent by libcni
+/// (containernetworking/cni#1101).
 pub const LEGACY_ATTACHMENTS_KEY: &str = "cni.dev/attachments";
 /// Keys with this prefix are reserved for the runtime.
 pub const RESERVED_PREFIX: &str = "cni.dev/";

@@ -168,7 +168,7 @@ fn no_configs_is_distinct_from_not_found() {
     let missing = d.path().join("nope");
     let e = confdir::load_network(&missing, "x").unwrap_err();
     assert!(matches!(e, Error::NoConfigs { missing: true, .. }), "{e:?}");
-    // Issue 24 item 5: a missing dir says so.
+    // A missing dir says so, rather than "no configurations" alone.
     assert_eq!(
         e.to_string(),
         format!(
@@ -190,8 +190,8 @@ fn no_configs_is_distinct_from_not_found() {
     ));
 }
 
-/// Issue 24 item 5: "no network configuration with name "cnirs-brige""
-/// named nothing that exists. Now the names are listed, in conf-dir order
+/// Before: "no network configuration with name "cnirs-brige"" named
+/// nothing that exists. Now the names are listed, in conf-dir order
 /// (each once, conflists then single confs), and a typo gets the closest.
 #[test]
 fn not_found_lists_the_networks_and_suggests_the_closest() {

@@ -532,7 +532,7 @@ fn interrupted_up_tears_everything_down() {
     );
     w.sb.conflist(&w.network, "1.0.0", &[json!({"type": "slow"})]);
     // Once an ADD is in flight (held at the gate), SIGINT: exit status 130
-    // (issue 24 item 6: it was 1, with nothing on stdout) and the partial
+    // (it was 1, with nothing on stdout) and the partial
     // summary.
     let (stdout, stderr) = w.interrupted(
         &[
@@ -742,7 +742,7 @@ fn a_signal_stops_down_and_the_next_down_finishes() {
     assert_eq!(w.sb.cache_entries(), Vec::<String>::new());
 }
 
-/// Issue 24 item 6: `batch down --prefix kk-` (a typo) exited 0 with
+/// Defect: `batch down --prefix kk-` (a typo) exited 0 with
 /// `"detached": 0` and said nothing, so a harness leaked its batch
 /// silently. Now stderr says that nothing matched.
 #[test]
@@ -772,7 +772,7 @@ fn down_with_a_prefix_that_matches_nothing_says_so() {
     assert_eq!(batch_namespaces(w.prefix()), Vec::<String>::new());
 }
 
-/// Issue 24 item 6: `batch down cnirs-ptp` on namespaces attached to
+/// Defect: `batch down cnirs-ptp` on namespaces attached to
 /// `cnirs-bridge` reported `"network":"cnirs-ptp","detached":3` (it did
 /// clean them: a member's teardown DELs every cached attachment of its
 /// container). Now the summary says, per namespace, what was detached from

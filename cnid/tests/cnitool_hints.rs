@@ -1,4 +1,4 @@
-//! Issue 24 item 5: unknown names and paths. A mistyped network lists the
+//! Unknown names and paths get hints. A mistyped network lists the
 //! networks that exist and suggests the closest; a missing conf dir says
 //! the directory is missing; a missing absolute netns beside a near name is
 //! refused before any plugin runs, and otherwise leads the plugin's error;

@@ -1,5 +1,5 @@
 //! cnitool passes the stderr of plugins that succeed through to its own
-//! stderr, as libcni does (issue 14 item 5): whole (300 KB too, without a
+//! stderr, as libcni does: whole (300 KB too, without a
 //! deadlock), stdout left to the result JSON; with `--json-errors` it comes
 //! out on success and is held back on failure, so stderr is then the error
 //! JSON alone.

@@ -140,7 +140,7 @@ async fn a_restart_in_the_same_boot_restores_nothing() {
     client.del(NET, &req).await.expect("DEL again");
 }
 
-/// Issue 21, defect 3: a GC's deletions wrote no `gone` line, so a restart
+/// Defect: a GC's deletions wrote no `gone` line, so a restart
 /// after a power loss put the record of an attachment GC had deleted back
 /// into the cache, and that record refused the attachment's next ADD
 /// (409 "already attached") and other containers' ADDs on its netns (409
@@ -188,7 +188,7 @@ async fn gc_deletions_write_gone_lines() {
     client.del(NET, &req).await.expect("DEL again");
 }
 
-/// Issue 23, item 3: the commit line carries the record the library's ADD
+/// The commit line carries the record the library's ADD
 /// wrote (handed over by `with_record`), not one cnid rebuilds from the
 /// same inputs; every field counts, `CNI_ARGS` and capability args too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,5 @@
-//! The attack on cnid's batched start-up flush (issue 25 item 4): from 64
+//! Adversarial tests of cnid's batched start-up flush (one `syncfs`
+//! rather than 10,000 `fsync`s at node scale): from 64
 //! commit lines of this boot on, a start makes their records durable in
 //! one `syncfs` of the cache's file system, not an `fsync` each. These
 //! tests drive a real cnid with a fake allocating plugin (a file per
@@ -112,7 +113,7 @@ async fn del_all(dirs: &Dirs, daemon: &Daemon, n: usize, skip: &[usize]) {
     assert!(dirs.cached().is_empty(), "{:?}", dirs.cached());
 }
 
-/// Defect (attack on issue 25 item 4): a cache whose `results/` is a
+/// Defect: a cache whose `results/` is a
 /// symbolic link to a dir (which the cache accepts and uses: its dirs
 /// are made and checked through links) had its records flushed file by
 /// file below 64 commit lines, but from 64 on the start's one `syncfs`
@@ -367,7 +368,7 @@ async fn every_record_back_after_a_power_loss(dirs: &Dirs, disk: &mut FailingDis
     del_all(dirs, &daemon, n, &[]).await;
 }
 
-/// Defect (attack on issue 25 item 4): `syncfs(2)` reports a write-back
+/// Defect: `syncfs(2)` reports a write-back
 /// error of its file system once, to the first caller that looks (the
 /// superblock's `errseq`), while `fsync` reports a file's own to the
 /// first `fsync` of that file. Another program's `syncfs` of the cache's
@@ -399,7 +400,7 @@ async fn a_batched_start_after_another_programs_syncfs_saw_the_write_back_error_
     every_record_back_after_a_power_loss(&dirs, &mut disk, SYNC_FS_AT).await;
 }
 
-/// Defect (attack on issue 25 item 4): a start whose batched flush failed
+/// Defect: a start whose batched flush failed
 /// kept the lines "for the next start"; but the failed write-back had
 /// left the records' pages clean (their data lost) and the error taken,
 /// so the next start's `syncfs` (the same boot, the disk still failing)

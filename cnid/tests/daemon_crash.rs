@@ -138,7 +138,7 @@ exit 0"#,
     assert!(client.operations(None).await.unwrap().is_empty());
 }
 
-/// Issue 21, defect 4: the temp file of a cache writer killed between
+/// Defect: the temp file of a cache writer killed between
 /// writing a record and renaming it stayed in the shared `<cache>/results`
 /// through every restart. A start removes ours whose writer is dead and
 /// which are old enough; another tool's files and a live writer's stay.

@@ -1,7 +1,8 @@
 //! Attacks on how three changes meet after a `kill -9`: the orphans a
-//! killed daemon left (waited for at the next start, issue 27), the netns
-//! owners and their claims (issue 22), and the ADD journal kept across
-//! starts when a record cannot be restored (issue 21).
+//! killed daemon left (waited for at the next start, so none is stopped
+//! half way), the netns owners and their claims (no operation acts on
+//! another container's attachment), and the ADD journal kept across starts
+//! when a record cannot be restored (an answered ADD is never forgotten).
 //!
 //! The network is one fake plugin, `atk`, that "allocates" a file per
 //! container in `data/resources` on ADD and frees it on DEL; an ADD (DEL)
@@ -344,9 +345,9 @@ async fn kills_while_an_orphan_settles_with_a_kept_journal_converge() {
 /// Found by this attack: the rollback at start of an ADD cut by `kill -9`
 /// ran its DEL in the netns even when, meanwhile (cnid down), another tool
 /// had attached another container on that netns and ifname: the DEL tore
-/// down the other container's interface (issue 22 asks that a rollback
-/// never DEL an attachment another container owns; the library's own
-/// rollback keeps off it). It now runs without the netns, as the
+/// down the other container's interface (a rollback must never DEL an
+/// attachment another container owns; the library's own rollback keeps
+/// off it). It now runs without the netns, as the
 /// library's does: the plugins release what they held for the cut ADD and
 /// leave the interface alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -449,7 +450,7 @@ async fn a_record_kept_for_the_next_start_owns_its_netns_and_ifname() {
 
 /// Found by this attack: while a start keeps a record it could not
 /// restore, the attachment's operations ran without it: its DEL got no
-/// `prevResult` (issue 21's promise: an answered ADD keeps its cached
+/// `prevResult` (the journal's promise: an answered ADD keeps its cached
 /// result for the next DEL), its CHECK answered "not attached". Each
 /// operation on that attachment now tries the restore again first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

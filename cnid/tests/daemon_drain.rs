@@ -2,7 +2,7 @@
 //! or still sending its request, is closed at once on SIGTERM, while an
 //! operation in progress still finishes and gets its answer.
 //!
-//! Regression test for issue 10, defect 4 (before: one connection with a
+//! Regression test (before: one connection with a
 //! partial body made SIGTERM wait the whole `--shutdown-timeout` and exit 1,
 //! "operations still running", though none ran).
 

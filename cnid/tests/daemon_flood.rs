@@ -5,7 +5,7 @@
 //! keep a connection past the request deadline, exhaust its descriptors or
 //! flood its log.
 //!
-//! Regression tests for issue 10, defect 3 (before: 400 near-cap bodies
+//! Regression tests (before: 400 near-cap bodies
 //! took RSS from 7.5 MB to 427 MB and it stayed there; stalled connections
 //! were held forever; 300 of them under a 256-fd limit made health requests
 //! time out while "accept failed: Too many open files" was logged every

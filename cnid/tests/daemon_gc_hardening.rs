@@ -1,4 +1,4 @@
-//! GC through the real daemon, hardened (issue 10): GC of one network never
+//! GC through the real daemon, hardened: GC of one network never
 //! touches another network's ADD intents (not even the temp file of one
 //! being written); the request's deadline bounds the whole GC, hanging
 //! DELs included, so operations queued behind it still run; an attachment

@@ -1,4 +1,4 @@
-//! Regression (issue 22, item 7): with `--plugin-dir` missing, cnid logged
+//! Regression: with `--plugin-dir` missing, cnid logged
 //! `cnid ready` at info with no warning while `/v1/health/ready` answered
 //! 503, and an ADD answered 500 (`kind=Internal`). Now it warns about the
 //! missing plugin dir, logs "serving, not ready" with the reason, and a

@@ -2,7 +2,7 @@
 //! process group, so it outlives the daemon), and the restart that finds
 //! them.
 //!
-//! Regression (issue 27): the restart stopped every orphan at once
+//! Regression: the restart stopped every orphan at once
 //! (SIGTERM, grace, SIGKILL), and a plugin stopped at an arbitrary
 //! instruction tears what only it can repair (host-local killed between
 //! creating an address's file and writing the container ID into it leaves

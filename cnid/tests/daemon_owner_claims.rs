@@ -1,4 +1,4 @@
-//! Regressions (issue 22, items 1 and 2): the netns owner check held only
+//! Regressions: the netns owner check held only
 //! for cnid's own, finished ADDs.
 //!
 //! - Two concurrent ADDs of different containers on one netns and ifname

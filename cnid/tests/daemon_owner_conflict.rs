@@ -1,4 +1,4 @@
-//! Regression (issue 14, item 11): a DEL with a wrong `containerId` but
+//! Regression: a DEL with a wrong `containerId` but
 //! another container's netns and ifname answered 204, and the plugins
 //! removed that container's interface. cnid knows its attachments: by
 //! default (`--no-check-netns-owner` turns it off), an ADD, CHECK or DEL

@@ -3,7 +3,7 @@
 //! through `next`, and the daemon's memory bounded by a page, not by the
 //! cache.
 //!
-//! Regression test for issue 10, defect 5 (before: 20 cached 15 MB results
+//! Regression test (before: 20 cached 15 MB results
 //! gave one 301 MB answer; the daemon's RSS reached 769 MB and stayed at
 //! 692 MB).
 

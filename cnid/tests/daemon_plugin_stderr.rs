@@ -1,5 +1,5 @@
 //! cnid logs the stderr of a plugin that succeeded with the operation
-//! (issue 14 item 5): one line naming the plugin, verb, network, container
+//! (as libcni passes it on): one line naming the plugin, verb, network, container
 //! and ifname, the stderr escaped. The answer does not carry it.
 
 use crate::support::daemon::{Daemon, Dirs};

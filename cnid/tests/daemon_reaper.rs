@@ -1,4 +1,4 @@
-//! The stale-attachment reaper (issue 26) with the real bridge + host-local
+//! The stale-attachment reaper with the real bridge + host-local
 //! chain in real namespaces: attachments whose namespaces are gone are
 //! DELed with their cached config and result, so host-local releases their
 //! addresses, after a (simulated) reboot at start and while cnid runs after

@@ -1,4 +1,4 @@
-//! Attacks on the stale-attachment reaper (issue 26) that `daemon_reaper.rs`
+//! Attacks on the stale-attachment reaper that `daemon_reaper.rs`
 //! does not make: failures that are not a plugin's refusal.
 
 use std::time::Duration;

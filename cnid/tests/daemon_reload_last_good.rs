@@ -1,4 +1,4 @@
-//! Regression (issue 22, item 6): breaking the default network's file while
+//! Regression: breaking the default network's file while
 //! cnid ran dropped the network; the default silently moved to the next
 //! network, and an ADD got 404 "no network configuration with name ..."
 //! without a word about the file. Chosen: as containerd's CRI keeps its

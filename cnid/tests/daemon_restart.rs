@@ -1,7 +1,7 @@
 //! A restart right after `kill -9`, as a supervisor (systemd `Restart=`, a
 //! DaemonSet) makes it: it must not fail.
 //!
-//! Regression (issue 27): about one immediate restart in 20 to 200 failed
+//! Regression: about one immediate restart in 20 to 200 failed
 //! with "locked by another cnid", and clients that connected meanwhile were
 //! accepted and then reset. A plugin being spawned (between `fork` and
 //! `exec`) holds copies of all the daemon's descriptors: killed then, the

@@ -1,4 +1,4 @@
-//! Issue 24 item 10: what a restart after `kill -9` does to an ADD that
+//! What a restart after `kill -9` does to an ADD that
 //! had finished (its answer may never have reached the runtime): nothing.
 //! Only unfinished ADDs are rolled back at the next start
 //! (`daemon_crash::kill_9_during_add_then_restart_leaks_nothing`); a

@@ -1,4 +1,4 @@
-//! Regression (issue 22, item 8): with the shim's list in cnid's own conf
+//! Regression: with the shim's list in cnid's own conf
 //! dir, cnid loaded a network whose only plugin was `cnid-shim` aimed at
 //! cnid's own socket: an ADD waited on itself until its deadline, and the
 //! rollback's DEL and every later DEL the same way. cnid now refuses such

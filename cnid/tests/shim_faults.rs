@@ -161,7 +161,7 @@ fn malformed_answers_are_code_999_saying_what_was_wrong_and_errors_keep_their_pl
     server.join().unwrap();
 }
 
-/// Regression (issue 22, item 9): a 200 with an error object made the shim
+/// Regression: a 200 with an error object made the shim
 /// exit 0 and print `{"cniVersion":"1.0.0"}`, and a 200 with `{}` was a
 /// result. As for plugins (D18): an error object is an error whatever the
 /// status, on every verb; an ADD answer without a result's keys is

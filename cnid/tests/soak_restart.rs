@@ -1,4 +1,5 @@
-//! Kill and restart soak (issue 27's reproduction): rounds of concurrent
+//! Kill and restart soak (it reproduced the restart that stopped plugins
+//! half way, and the failed immediate restarts): rounds of concurrent
 //! ADDs on the real bridge + host-local chain, each in a namespace of its
 //! own, `kill -9` of cnid, an immediate restart, a DEL of every container
 //! sent at once (while cnid is down or restarting: the client waits for

@@ -131,7 +131,7 @@ mod tests {
         assert_eq!(remove_leftovers(&Disk, &d.join("missing")).unwrap(), 0);
     }
 
-    /// Issue 21's fourth defect: a killed cache writer's temp file stayed
+    /// Defect: a killed cache writer's temp file stayed
     /// in the shared `results/` forever. Removed now when its writer is
     /// dead and it is old enough; a live writer's, a recent one, another
     /// tool's name, a link and a dir are left alone.

@@ -384,7 +384,7 @@ mod tests {
     use crate::store::traced::Traced;
     use std::time::UNIX_EPOCH;
 
-    /// Issue 25: a durable write into a dir that had to be created flushes
+    /// A durable write into a dir that had to be created flushes
     /// the parents of the dirs created (else a power loss can take the dir
     /// and the record away after the write returned); into a dir that was
     /// there, only the dir the file went into.

@@ -122,12 +122,12 @@ mod tests {
     use std::path::Path;
     use std::sync::Arc;
 
-    /// Issue 25: the flushes of a durable record write. The first one, which
-    /// creates `results/`, also flushes the cache dir (else a power loss can
-    /// take `results/` and the record with it) and the cache dir's parent
-    /// (issue 21: the cache dir was found, maybe left unflushed by a killed
-    /// writer); the next ones flush the record's data and `results/` after
-    /// the rename, nothing more.
+    /// The flushes of a durable record write, each needed and none twice.
+    /// The first one, which creates `results/`, also flushes the cache dir
+    /// (else a power loss can take `results/` and the record with it) and
+    /// the cache dir's parent (the cache dir may have been found, left
+    /// unflushed by a killed writer); the next ones flush the record's data
+    /// and `results/` after the rename, nothing more.
     #[test]
     fn record_writes_flush_what_changed() {
         let tmp = tempfile::tempdir().unwrap();
@@ -182,7 +182,7 @@ mod tests {
             .collect()
     }
 
-    /// Issue 21: a durable write into a `results/` it found (made by a
+    /// Defect: a durable write into a `results/` it found (made by a
     /// writer that did not flush it: killed before it did, libcni, a cache
     /// without flushes) trusted it, flushing only `results/` after the
     /// rename: a power loss could take `results/` away with the record.

@@ -3,7 +3,7 @@
 //! cnitool runs once per CNI operation, so it skips std's runtime set-up
 //! (`no_main`, as `cni-noop` and `cnid-shim`): no stack-guard probe, which
 //! reads and parses `/proc/self/maps`, no signal stack; about 0.1 ms a run
-//! (BENCHMARKS.md, issue 25). What of that set-up cnitool relies on is
+//! (BENCHMARKS.md, "cnitool's fixed cost"). What of that set-up cnitool relies on is
 //! done here: SIGPIPE ignored (a plugin that exits without reading its
 //! stdin must give an error, not kill cnitool; std's spawn resets it to
 //! the default in the plugins), and stdout flushed at exit

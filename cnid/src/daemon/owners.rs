@@ -197,7 +197,7 @@ impl Owners {
         // before this call is not missed). The changes are applied while
         // the scan is held, as the pool's scan does. A scan running now
         // (the lock taken) may have started before such a write: wait
-        // for a scan of our own then. Issue 25 item 4: under load, the
+        // for a scan of our own then. Why inline: under load, the
         // hop to the pool was most of an admission (7 ms mean on a
         // loaded 2-CPU machine, against a goal of 0.1 ms).
         if self.refresh_inline() {
@@ -447,7 +447,7 @@ mod tests {
             .collect()
     }
 
-    /// Regression test for issue 25 (node scale): every admission listed
+    /// Regression test (node scale): every admission listed
     /// all of `results/` (35.8 ms of CPU per ADD+DEL with 10,000 records
     /// cached). Now the dir is listed once, and what other tools write,
     /// replace, rewrite in place or remove afterwards is still seen, at
@@ -505,7 +505,7 @@ mod tests {
         assert_eq!(listings(&o), 2);
     }
 
-    /// Issue 25 item 4: a refresh that finds a few record files changed
+    /// A refresh that finds a few record files changed
     /// (up to [`INLINE_RESCAN`]: the last requests' own ADDs and DELs)
     /// reads them on the calling worker, done at its first poll, without
     /// a hop to the blocking pool (most of an admission on a loaded
@@ -554,7 +554,7 @@ mod tests {
         assert_eq!(listings(&o), 1, "never listed again");
     }
 
-    /// attack25b: concurrent admissions while the changes alternate
+    /// Concurrent admissions while the changes alternate
     /// between the inline share (up to [`INLINE_RESCAN`]) and more, some
     /// written in place, some renamed over a record of another netns,
     /// then all removed: one refresh reads inline while the others wait
@@ -647,7 +647,7 @@ mod tests {
         f.write_all(&rec.encode()).unwrap();
     }
 
-    /// Regression test (attack on issue 25 item 4): a record a scan read
+    /// Regression test (node scale): a record a scan read
     /// half written (created, still empty) was never read again once the
     /// watch was lost before the next scan (here `results/` moved away and
     /// back; a queue overflow alike): the loss dropped the names already
@@ -717,7 +717,7 @@ mod tests {
         assert_eq!(listings(&o), 2);
     }
 
-    /// Attack on issue 25 item 4 (found nothing): `results/` replaced by
+    /// An attempt that found no defect: `results/` replaced by
     /// a symbolic link to another dir, the link pointed elsewhere,
     /// `results/` deleted, then made again: each refresh has the records
     /// of the dir the path leads to now, and no other.
@@ -772,7 +772,7 @@ mod tests {
             .collect()
     }
 
-    /// Regression test for issue 25 (node scale): each page of
+    /// Regression test (node scale): each page of
     /// `GET /v1/attachments` listed and sorted all of `results/` (350 ms a
     /// page with 10,000 records). Now a full paging lists nothing, and
     /// stays right while other tools add and remove records: every record

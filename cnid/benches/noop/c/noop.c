@@ -4,7 +4,8 @@
  * minimal result of its "cniVersion"; VERSION prints the supported
  * versions; DEL, CHECK, STATUS, GC print nothing. No sleepMs, no
  * CNI_NOOP_FAIL: it is only the floor of a plugin's cost, a process start
- * without a dynamic loader or a language runtime (issue 25). */
+ * without a dynamic loader or a language runtime, which the ratios of
+ * cnitool's fixed cost are judged against (BENCHMARKS.md). */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
