@@ -11,7 +11,10 @@
 //! caller is answered a `commit` line follows and is `fdatasync`ed: it ends
 //! the `begin` and carries the cache record's exact bytes and this boot's
 //! id ([`Intents::commit`]). One flush where the cache's own write takes
-//! two (the temp file, then the dir after the rename). When the ADD failed
+//! two (the temp file, then the dir after the rename). Concurrent ADDs
+//! share these flushes (`log.rs`, [`Intents::flush_through`]): each
+//! record waits for an `fdatasync` that began after its append, one runs
+//! at a time and covers every record appended before it began. When the ADD failed
 //! and its rollback succeeded, a plain `end` line follows, not flushed.
 //! When the rollback failed too, the intent goes to its own file,
 //! `<state dir>/intents/<network>:<containerID>:<ifname>.json` (temp file,
