@@ -25,6 +25,8 @@ struct Gated {
 #[derive(Debug, Default)]
 struct GateState {
     armed: bool,
+    /// `fdatasync`s called (each numbered on entry).
+    called: usize,
     /// `fdatasync`s that reached the gate.
     started: usize,
     /// How many of them may return.
@@ -105,12 +107,13 @@ impl Storage for Gated {
     #[track_caller]
     fn sync_data(&self, file: &File) -> io::Result<()> {
         let (n, fails) = {
-            let s = self.lock();
+            let mut s = self.lock();
             if !s.armed {
                 drop(s);
                 return self.sim.sync_data(file);
             }
-            let n = s.started + 1;
+            s.called += 1;
+            let n = s.called;
             (n, s.fail.contains(&n))
         };
         // What is written when the flush begins is what it makes durable.
@@ -118,7 +121,7 @@ impl Storage for Gated {
             self.sim.sync_data(file)?;
         }
         let mut s = self.lock();
-        s.started = n;
+        s.started += 1;
         self.moved.notify_all();
         while s.opened < n {
             s = self.moved.wait(s).unwrap_or_else(|e| e.into_inner());
