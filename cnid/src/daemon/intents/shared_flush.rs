@@ -382,3 +382,33 @@ async fn a_failed_flush_fails_every_waiter_it_took() {
             .is_some()
     );
 }
+
+/// Liveness on the real disk: 200 ADDs at once, each a `begin` and a
+/// `commit` sharing flushes with the others, on a runtime with several
+/// workers; every one is answered and its commit line is in the journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_adds_are_all_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, journal, intents) = deferred(dir.path(), "boot-a");
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let (intents, cache) = (intents.clone(), cache.clone());
+        tasks.spawn(async move { committed_add(&intents, &cache, &format!("c-{i}")).await });
+    }
+    let all = async {
+        let mut n = 0;
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+            n += 1;
+        }
+        n
+    };
+    let n = tokio::time::timeout(std::time::Duration::from_secs(120), all)
+        .await
+        .expect("an ADD was never answered");
+    assert_eq!(n, 200);
+    assert_eq!(
+        committed_records(&std::fs::read(&journal).unwrap()).len(),
+        200
+    );
+}
