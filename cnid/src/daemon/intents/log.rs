@@ -9,6 +9,19 @@
 //! records are not known flushed; a commit line leaves the journal only
 //! after an `fsync` of its record (`compact_when`); the journal is emptied
 //! unflushed only when it holds none of those three kinds.
+//!
+//! Flushes are shared ([`Intents::flush_through`], group commit): a record
+//! that must be durable (a `begin`, a `commit`) takes a [`Ticket`] for the
+//! batch of records appended since the running flush began, in the same
+//! hold of the lock as its append; one `fdatasync` at a time runs, and
+//! each takes the whole open batch. A waiter is released only with the
+//! outcome of the flush that took its batch, which began after its
+//! append returned: `Ok` only when that `fdatasync` succeeded, an error
+//! for every record of the batch when it failed (a later flush that
+//! succeeds does not answer for them: a failed write-back may have left
+//! their pages clean and nowhere on disk). A rewrite meanwhile copies the
+//! open `begin`s and the commit lines durably, so a flush of the file it
+//! replaced still answers for them truly.
 
 use super::*;
 
@@ -51,7 +64,26 @@ pub(super) struct Journal {
     /// the journal, and only a commit or a removal of their attachment
     /// drops them (a newer line, or a `gone` line, then stands for it).
     pub(super) carried: Vec<Carried>,
+    /// The shared flush: the batch of records appended since the running
+    /// `fdatasync` began, and whether one runs ([`Intents::flush_through`]).
+    pub(super) flush: GroupFlush,
 }
+
+/// The state of the shared flush, under the [`Journal`]'s lock.
+#[derive(Debug, Default)]
+pub(super) struct GroupFlush {
+    /// The records appended since the running flush took its batch: the
+    /// next flush's.
+    open: Ticket,
+    /// A flush runs (outside the lock); it owns every batch taken and not
+    /// yet answered.
+    running: bool,
+}
+
+/// A record's place in a batch of the shared flush: answered once, by the
+/// flush that took the batch.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Ticket(Arc<std::sync::OnceLock<Result<(), (io::ErrorKind, String)>>>);
 
 /// A commit line carried over from an earlier start ([`Journal::carried`]).
 #[derive(Debug)]
@@ -101,6 +133,58 @@ impl Intents {
         }
         j.len += line.len() as u64;
         Ok(())
+    }
+
+    /// The batch the record just appended belongs to (under the same hold
+    /// of the lock as its append): [`Intents::flush_through`] waits for it.
+    pub(super) fn ticket(j: &Journal) -> Ticket {
+        j.flush.open.clone()
+    }
+
+    /// Makes the records of `ticket`'s batch durable: returns once a
+    /// flush that began after their append completed, with its outcome.
+    /// When no flush runs, this caller runs one (an `fdatasync` of the
+    /// journal, outside the lock) for every record appended until then,
+    /// its own included; otherwise it waits for the running one to end
+    /// and looks again (its batch is then the next one). So a burst of
+    /// records costs one or two `fdatasync`s, not one each. Blocking.
+    pub(super) fn flush_through(&self, ticket: &Ticket) -> io::Result<()> {
+        let path = self.dir.join(JOURNAL);
+        let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(outcome) = ticket.0.get() {
+                return outcome
+                    .clone()
+                    .map_err(|(kind, msg)| io::Error::new(kind, msg));
+            }
+            if !j.flush.running {
+                // Not answered and no flush runs: the batch is still the
+                // open one (a flush answers what it took before it ends).
+                let batch = std::mem::take(&mut j.flush.open);
+                j.flush.running = true;
+                // `None` only after a rewrite (durable, holding every
+                // open `begin` and needed commit line) whose reopening
+                // failed: nothing of the batch is left to flush.
+                let file = j.file.clone();
+                drop(j);
+                // A panic in it must not leave the waiters stranded.
+                let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &file {
+                    Some(f) => self.storage.sync_data(f),
+                    None => Ok(()),
+                }))
+                .unwrap_or_else(|_| Err(io::Error::other("the flush panicked")));
+                j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+                j.flush.running = false;
+                let res = res.map_err(|e| {
+                    let e = ctx(&path, "fdatasync", e);
+                    (e.kind(), e.to_string())
+                });
+                let _ = batch.0.set(res);
+                self.flushed.notify_all();
+                continue;
+            }
+            j = self.flushed.wait(j).unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     /// The journal, opened (created, and its dir entry made durable) when

@@ -11,7 +11,10 @@
 //! caller is answered a `commit` line follows and is `fdatasync`ed: it ends
 //! the `begin` and carries the cache record's exact bytes and this boot's
 //! id ([`Intents::commit`]). One flush where the cache's own write takes
-//! two (the temp file, then the dir after the rename). When the ADD failed
+//! two (the temp file, then the dir after the rename). Concurrent ADDs
+//! share these flushes (`log.rs`, [`Intents::flush_through`]): each
+//! record waits for an `fdatasync` that began after its append, one runs
+//! at a time and covers every record appended before it began. When the ADD failed
 //! and its rollback succeeded, a plain `end` line follows, not flushed.
 //! When the rollback failed too, the intent goes to its own file,
 //! `<state dir>/intents/<network>:<containerID>:<ifname>.json` (temp file,
@@ -158,6 +161,9 @@ pub(crate) struct Intents {
     /// Every write, flush, truncation, rename and removal of the journal
     /// and the intent files ([`Storage`]; [`Disk`] but in tests).
     storage: Arc<dyn Storage>,
+    /// Signalled, with the journal's lock, when a shared flush ends
+    /// ([`Intents::flush_through`]).
+    flushed: Arc<std::sync::Condvar>,
     /// Wakes [`Intents::flush_loop`] when the journal is due for a
     /// compaction that has commit lines to flush (off the request path).
     wake: Arc<tokio::sync::Notify>,
@@ -252,7 +258,9 @@ impl Intents {
                 next_commit: 0,
                 compacting: false,
                 carried: Vec::new(),
+                flush: GroupFlush::default(),
             })),
+            flushed: Arc::new(std::sync::Condvar::new()),
             cache: None,
             deferred: false,
             boot: boot_id().into(),
@@ -358,11 +366,10 @@ impl Intents {
                     Err(e) => return Err(BeginError::Cache(e)),
                 }
             }
-            let path = this.dir.join(JOURNAL);
             if std::fs::symlink_metadata(this.path(net, cid, ifname)).is_ok() {
                 return Ok(BeginAnswer::Open);
             }
-            let (seq, file) = {
+            let (seq, ticket) = {
                 let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
                 if j.open.values().any(|(open, _)| *open == k) {
                     return Ok(BeginAnswer::Open);
@@ -374,18 +381,18 @@ impl Intents {
                 this.append(&mut j, &file, &line)
                     .map_err(BeginError::Journal)?;
                 j.open.insert(seq, (k, line));
-                (seq, file)
+                (seq, Intents::ticket(&j))
             };
-            // Outside the lock: concurrent ADDs flush together. A
-            // compaction meanwhile copies this record into its durable
-            // rewrite, so the record is durable either way.
-            if let Err(e) = this.storage.sync_data(&file) {
+            // Outside the lock, shared with the records of concurrent
+            // ADDs (`flush_through`). A compaction meanwhile copies this
+            // record into its durable rewrite, so it is durable either way.
+            if let Err(e) = this.flush_through(&ticket) {
                 this.journal
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .open
                     .remove(&seq);
-                return Err(BeginError::Journal(ctx(&path, "fdatasync", e)));
+                return Err(BeginError::Journal(e));
             }
             Ok(BeginAnswer::Recorded(Pending(seq)))
         });
@@ -417,8 +424,7 @@ impl Intents {
         ];
         let this = self.clone();
         blocking(move || {
-            let path = this.dir.join(JOURNAL);
-            let (file, due_now) = {
+            let (ticket, due_now) = {
                 let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
                 j.open.remove(&pending.0);
                 let file = this.journal_file(&mut j)?;
@@ -436,13 +442,11 @@ impl Intents {
                         at: tokio::time::Instant::now(),
                     },
                 );
-                (file, due(&j))
+                (Intents::ticket(&j), due(&j))
             };
-            // Outside the lock, as in `begin`: a rewrite meanwhile copies
-            // the line durably.
-            this.storage
-                .sync_data(&file)
-                .map_err(|e| ctx(&path, "fdatasync", e))?;
+            // Outside the lock and shared, as in `begin`: a rewrite
+            // meanwhile copies the line durably.
+            this.flush_through(&ticket)?;
             if due_now {
                 this.wake.notify_one();
             }
@@ -764,6 +768,7 @@ pub(super) mod testing {
 mod tests {
     mod crash_points;
     mod io_failures;
+    mod shared_flush;
     pub(super) mod sim_disk;
 
     use super::*;
