@@ -6,7 +6,6 @@
 //! checked at the moment each waiter is released.
 
 use super::sim_disk::{Cut, SimDisk};
-use super::testing::*;
 use super::*;
 use std::collections::BTreeSet;
 use std::sync::Condvar;
