@@ -552,3 +552,58 @@ async fn a_re_add_behind_its_containers_waiting_reap_is_left_alone() {
     client.del(HANG, &add).await.expect("final DEL");
     assert!(!dirs.cached().contains(&record), "{:?}", dirs.cached());
 }
+
+/// SIGTERM while one reap runs (its DEL at the gate) and three wait for
+/// the background slot: the three are refused, their records stay (no
+/// DEL ran for them); the running one finishes during the drain and
+/// removes its record. The next start reaps the three, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reaps_refused_at_shutdown_are_reaped_by_the_next_start() {
+    crate::support::require_root!();
+    const HANG: &str = "dsched10h";
+    const NET: &str = "dsched10";
+    let dirs = Dirs::new();
+    let (gate, _c, mut daemon, _client) = four_hanging_reaps(&dirs, HANG, NET, "term").await;
+    let records = dirs.data.join("records");
+    daemon.signal(libc::SIGTERM);
+    daemon.wait_log("queued operations refused count=3", LIMIT);
+    let dels = || {
+        crate::support::daemon::runs(&records)
+            .into_iter()
+            .filter(|r| r.command == "DEL")
+            .count()
+    };
+    // The running reap's DEL is at the gate (a run is recorded when it
+    // ends); no other reached its plugin.
+    assert_eq!(
+        gate.started(),
+        1,
+        "only the running reap reached its plugin"
+    );
+    assert_eq!(dels(), 0);
+    gate.release();
+    let status = daemon.wait(LIMIT).expect("cnid exits after the drain");
+    assert!(status.success(), "{status}:\n{}", daemon.log());
+    assert_eq!(dels(), 1);
+    let left: Vec<String> = dirs
+        .cached()
+        .into_iter()
+        .filter(|r| r.starts_with(HANG))
+        .collect();
+    assert_eq!(left.len(), 3, "the refused reaps' records stay: {left:?}");
+
+    let daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
+    reaps_logged(&daemon, 3).await;
+    assert!(
+        !dirs.cached().iter().any(|r| r.starts_with(HANG)),
+        "{:?}",
+        dirs.cached()
+    );
+    let mut reaped: Vec<String> = crate::support::daemon::runs(&records)
+        .into_iter()
+        .filter(|r| r.command == "DEL")
+        .map(|r| r.container)
+        .collect();
+    reaped.sort();
+    assert_eq!(reaped, ["term0", "term1", "term2", "term3"], "each once");
+}
