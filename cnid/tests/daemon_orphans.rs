@@ -921,3 +921,97 @@ esac"#,
     );
     assert!(!log.contains("deadline expired while queued"), "{log}");
 }
+
+/// A restart finds an orphan of container `held-1`'s ADD and a stale
+/// attachment of the same container on another network (its namespace
+/// deleted while no cnid ran). The reap of that attachment and a runtime
+/// DEL of it, sent meanwhile, both wait for the orphan (nothing of the
+/// container runs beside it); once it ends the ADD is rolled back, the
+/// reap is the one DEL of the attachment, and the runtime's DEL finds it
+/// reaped and runs no plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_containers_reap_and_runtime_del_wait_for_its_orphan() {
+    require_root!();
+    const REC: &str = "orphrec";
+    let late = Late::new();
+    let records = late.dirs.data.join("records");
+    fs::create_dir_all(&records).expect("records dir");
+    late.dirs.plugin(
+        "rec",
+        &crate::support::daemon::recording_plugin(&records, ""),
+    );
+    late.dirs.conf(
+        "30-orphrec.conflist",
+        &json!({"cniVersion": "1.0.0", "name": REC, "plugins": [{"type": "rec"}]}),
+    );
+    let ns = crate::support::netns::TempNetns::new();
+    let req = AttachmentRequest::new("held-1", ns.path(), "eth1");
+    {
+        let mut first = Daemon::start(&late.dirs, &[]);
+        first.client().await.add(REC, &req).await.expect("ADD");
+        first.kill9();
+    }
+    let running = late.orphan("held-1", None).await;
+    drop(ns);
+
+    let mut daemon = Daemon::spawn_with(&late.dirs, &["--stale-after", "1s"], |_| {});
+    daemon.wait_log(WAITING, Duration::from_secs(30));
+    let client = daemon.client().await;
+    let queued = |reap: bool| {
+        let client = client.clone();
+        async move {
+            client
+                .operations(Some("held-1"))
+                .await
+                .unwrap()
+                .iter()
+                .any(|o| o.request_id.starts_with("reap-") == reap && o.network == REC)
+        }
+    };
+    crate::support::daemon::eventually_async(
+        Duration::from_secs(30),
+        "the reap queued behind the hold",
+        || queued(true),
+    )
+    .await;
+    let mut del = AttachmentRequest::new("held-1", "", "eth1");
+    del.timeout_ms = Some(120_000);
+    let del = {
+        let client = client.clone();
+        tokio::spawn(async move { client.del(REC, &del).await })
+    };
+    crate::support::daemon::eventually_async(
+        Duration::from_secs(30),
+        "the runtime's DEL queued",
+        || queued(false),
+    )
+    .await;
+    let runs = |what: &str| -> Vec<String> {
+        crate::support::daemon::runs(&records)
+            .into_iter()
+            .filter(|r| r.container == "held-1")
+            .map(|r| format!("{} {what}", r.command))
+            .collect()
+    };
+    assert_eq!(runs("held"), ["ADD held"], "nothing ran beside the orphan");
+    assert!(alive(running.plugin()));
+    assert!(!del.is_finished(), "the runtime's DEL waits for the orphan");
+
+    late.gate.release();
+    daemon.wait_ready(Duration::from_secs(30));
+    del.await.unwrap().expect("the runtime's DEL");
+    wait_rolled_back(&late, &daemon);
+    assert_eq!(
+        runs("after"),
+        ["ADD after", "DEL after"],
+        "one DEL: the reap's"
+    );
+    let log = daemon.log();
+    assert_eq!(log.matches("stale attachment deleted").count(), 1, "{log}");
+    assert!(
+        log.contains("already deleted by the stale-attachment reaper"),
+        "{log}"
+    );
+    assert!(late.dirs.cached().is_empty(), "{:?}", late.dirs.cached());
+    assert!(names(&late.resources).is_empty(), "{log}");
+}

@@ -465,3 +465,145 @@ async fn a_runtime_request_is_not_held_behind_its_containers_waiting_reap() {
     client.del(NET, &req).await.expect("DEL");
     assert!(host_local_ips(&c.data_dir, NET).is_empty());
 }
+
+/// A container whose reap waits for the background slot is DELed and
+/// ADDed again by its runtime (same network, container and ifname, a new
+/// namespace). The reap goes first (it was there first, and takes a
+/// runtime slot), the DEL finds the attachment reaped and runs no plugin,
+/// the ADD makes the new attachment; the reap never touches the new one,
+/// nor does a later pass (witness: a reap queued after the ADD).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_add_behind_its_containers_waiting_reap_is_left_alone() {
+    crate::support::require_root!();
+    const HANG: &str = "dsched9h";
+    const NET: &str = "dsched9";
+    let dirs = Dirs::new();
+    let (gate, _c, daemon, client) = four_hanging_reaps(&dirs, HANG, NET, "again").await;
+    let records = dirs.data.join("records");
+    let ops = client.operations(None).await.unwrap();
+    let waiting = ops
+        .iter()
+        .find(|o| o.request_id.starts_with("reap-") && o.state == "queued")
+        .and_then(|o| o.container_id.clone())
+        .expect("a queued reap");
+
+    let mut del = AttachmentRequest::new(&waiting, "", "eth0");
+    del.timeout_ms = Some(60_000);
+    let del = {
+        let (client, del) = (client.clone(), del.clone());
+        tokio::spawn(async move { client.del(HANG, &del).await })
+    };
+    let queued = |verb: &'static str| {
+        let (client, waiting) = (client.clone(), waiting.clone());
+        async move {
+            client
+                .operations(Some(&waiting))
+                .await
+                .unwrap()
+                .iter()
+                .any(|o| o.verb == verb && !o.request_id.starts_with("reap-"))
+        }
+    };
+    eventually_async(LIMIT, "the runtime's DEL queued", || queued("DEL")).await;
+    let ns = TempNetns::new();
+    let mut add = AttachmentRequest::new(&waiting, ns.path(), "eth0");
+    add.timeout_ms = Some(60_000);
+    let add_task = {
+        let (client, add) = (client.clone(), add.clone());
+        tokio::spawn(async move { client.add(HANG, &add).await })
+    };
+    eventually_async(LIMIT, "the runtime's ADD queued", || queued("ADD")).await;
+    // The waiting reap runs (a runtime slot) beside the first one.
+    gate.wait_started(2).await;
+    gate.release();
+    del.await.unwrap().expect("the runtime's DEL");
+    add_task.await.unwrap().expect("the runtime's ADD");
+    let mine = |runs: Vec<crate::support::daemon::Run>| -> Vec<String> {
+        runs.into_iter()
+            .filter(|r| r.container == waiting)
+            .map(|r| r.command)
+            .collect()
+    };
+    assert_eq!(
+        mine(crate::support::daemon::runs(&records)),
+        ["ADD", "DEL", "ADD"],
+        "one DEL (the reap's), before the new ADD"
+    );
+    let record = format!("{HANG}-{waiting}-eth0");
+    assert!(dirs.cached().contains(&record), "{:?}", dirs.cached());
+
+    // A witness stale attachment made after the ADD: once its reap is
+    // logged, a pass ran that saw the new attachment too.
+    let witness = TempNetns::new();
+    client
+        .add(
+            HANG,
+            &AttachmentRequest::new("again-witness", witness.path(), "eth0"),
+        )
+        .await
+        .expect("witness ADD");
+    drop(witness);
+    reaps_logged(&daemon, 5).await;
+    assert!(dirs.cached().contains(&record), "{:?}", dirs.cached());
+    assert_eq!(
+        mine(crate::support::daemon::runs(&records)),
+        ["ADD", "DEL", "ADD"]
+    );
+    client.del(HANG, &add).await.expect("final DEL");
+    assert!(!dirs.cached().contains(&record), "{:?}", dirs.cached());
+}
+
+/// SIGTERM while one reap runs (its DEL at the gate) and three wait for
+/// the background slot: the three are refused, their records stay (no
+/// DEL ran for them); the running one finishes during the drain and
+/// removes its record. The next start reaps the three, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reaps_refused_at_shutdown_are_reaped_by_the_next_start() {
+    crate::support::require_root!();
+    const HANG: &str = "dsched10h";
+    const NET: &str = "dsched10";
+    let dirs = Dirs::new();
+    let (gate, _c, mut daemon, _client) = four_hanging_reaps(&dirs, HANG, NET, "term").await;
+    let records = dirs.data.join("records");
+    daemon.signal(libc::SIGTERM);
+    daemon.wait_log("queued operations refused count=3", LIMIT);
+    let dels = || {
+        crate::support::daemon::runs(&records)
+            .into_iter()
+            .filter(|r| r.command == "DEL")
+            .count()
+    };
+    // The running reap's DEL is at the gate (a run is recorded when it
+    // ends); no other reached its plugin.
+    assert_eq!(
+        gate.started(),
+        1,
+        "only the running reap reached its plugin"
+    );
+    assert_eq!(dels(), 0);
+    gate.release();
+    let status = daemon.wait(LIMIT).expect("cnid exits after the drain");
+    assert!(status.success(), "{status}:\n{}", daemon.log());
+    assert_eq!(dels(), 1);
+    let left: Vec<String> = dirs
+        .cached()
+        .into_iter()
+        .filter(|r| r.starts_with(HANG))
+        .collect();
+    assert_eq!(left.len(), 3, "the refused reaps' records stay: {left:?}");
+
+    let daemon = Daemon::start(&dirs, &["--stale-after", "1s"]);
+    reaps_logged(&daemon, 3).await;
+    assert!(
+        !dirs.cached().iter().any(|r| r.starts_with(HANG)),
+        "{:?}",
+        dirs.cached()
+    );
+    let mut reaped: Vec<String> = crate::support::daemon::runs(&records)
+        .into_iter()
+        .filter(|r| r.command == "DEL")
+        .map(|r| r.container)
+        .collect();
+    reaped.sort();
+    assert_eq!(reaped, ["term0", "term1", "term2", "term3"], "each once");
+}

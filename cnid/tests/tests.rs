@@ -62,6 +62,7 @@ mod daemon_reload_last_good;
 mod daemon_restart;
 mod daemon_restart_answered;
 mod daemon_sandbox;
+mod daemon_sandbox_refusals;
 mod daemon_sandbox_rollback;
 mod daemon_self_loop;
 mod deploy_namespaces;

@@ -19,8 +19,8 @@
 //!   `cnid_drifted_attachments`, with one log line when it drifts and one
 //!   when its CHECK passes again (not one per round). A DEL or ADD of the
 //!   attachment forgets its drift. Only a plugin's failure is drift; a
-//!   CHECK out of time while queued, or whose record went meanwhile, is
-//!   not.
+//!   CHECK out of time while queued, or whose record went or was replaced
+//!   (a DEL, a reap, a new ADD) before its outcome was recorded, is not.
 //!
 //! # Caveats
 //! A periodic CHECK that has started runs to its end (bounded by the
@@ -133,6 +133,7 @@ impl Checker {
             return;
         }
         self.queued += 1;
+        let written = record_written(&self.cache, &k);
         let work = Work::PeriodicCheck {
             list: list.clone(),
             rt: rec.runtime_conf(),
@@ -156,12 +157,89 @@ impl Checker {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&k);
-            let cached = || {
-                cache
-                    .path(&k.0, &k.1, &k.2)
-                    .is_ok_and(|p| std::fs::symlink_metadata(p).is_ok())
-            };
-            drift.checked(&k, outcome.as_ref(), cached, &metrics);
+            recorded(&drift, &cache, &k, written, outcome.as_ref(), &metrics);
         });
+    }
+}
+
+/// The mtime of `k`'s record (`None`: none, or it cannot be read).
+fn record_written(cache: &ResultCache, k: &AttachmentKey) -> Option<std::time::SystemTime> {
+    let path = cache.path(&k.0, &k.1, &k.2).ok()?;
+    std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+}
+
+/// A periodic CHECK's outcome, recorded in the drift view against the
+/// record it ran on (`written`: that record's mtime when it was queued).
+/// A record gone or replaced since (a DEL or a reap, then maybe a new
+/// ADD, ran before the outcome was recorded) is not the one CHECKed: its
+/// failure is no drift of what is there now.
+fn recorded(
+    drift: &DriftView,
+    cache: &ResultCache,
+    k: &AttachmentKey,
+    written: Option<std::time::SystemTime>,
+    outcome: &super::operation::Outcome,
+    metrics: &Metrics,
+) {
+    let same_record = || written.is_some() && record_written(cache, k) == written;
+    drift.checked(k, outcome, same_record, metrics);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::error::{ApiError, ErrorKind};
+    use crate::daemon::stale_view::key;
+
+    fn failed() -> super::super::operation::Outcome {
+        Err(ApiError::new(ErrorKind::PluginFailed, 100, "check refused"))
+    }
+
+    /// A CHECK that failed on an attachment the runtime then DELed and
+    /// ADDed again before its outcome was recorded (the checker's task
+    /// ran late) says nothing about the new attachment: no drift. The
+    /// same record still there is drift; a record gone is not.
+    #[test]
+    fn a_failed_check_of_a_replaced_record_is_no_drift_of_the_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ResultCache::new(dir.path());
+        let (drift, metrics) = (DriftView::default(), Metrics::default());
+        let k = key("n", "c", "eth0");
+        let path = cache.path("n", "c", "eth0").unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let write = |at: std::time::SystemTime| {
+            std::fs::write(&path, b"{}").unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(at).unwrap();
+        };
+        let t0 = std::time::SystemTime::now() - Duration::from_secs(60);
+        write(t0);
+        let written = record_written(&cache, &k);
+        assert!(written.is_some());
+
+        // The CHECKed record is still there: drift.
+        recorded(&drift, &cache, &k, written, &failed(), &metrics);
+        assert!(drift.state("n", "c", "eth0").is_some());
+        // A DEL and an ADD of the attachment came between the CHECK and
+        // its outcome: the DEL forgot the drift, the ADD wrote a new record.
+        drift.forget(&k, &metrics);
+        write(t0 + Duration::from_secs(1));
+        drift.forget(&k, &metrics);
+        recorded(&drift, &cache, &k, written, &failed(), &metrics);
+        assert_eq!(
+            drift.state("n", "c", "eth0"),
+            None,
+            "the new attachment drifted"
+        );
+        assert_eq!(
+            metrics.drifted.load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        // Reaped (or DELed) meanwhile: no record, no drift.
+        std::fs::remove_file(&path).unwrap();
+        recorded(&drift, &cache, &k, written, &failed(), &metrics);
+        assert_eq!(drift.state("n", "c", "eth0"), None);
     }
 }

@@ -60,8 +60,11 @@ impl DriftView {
     }
 
     /// A periodic CHECK's outcome: drift recorded or cleared, logged once
-    /// per change, counted. `cached`: whether the attachment's record is
-    /// still there (one deleted after the CHECK has no drift).
+    /// per change, counted. `cached`: whether the record the CHECK ran on
+    /// is still there (one deleted or replaced after the CHECK has no
+    /// drift); asked under the view's lock, so that a DEL that removes the
+    /// record and then forgets the drift ([`DriftView::forget`]) is either
+    /// seen or comes after.
     pub(crate) fn checked(
         &self,
         k: &AttachmentKey,
@@ -83,15 +86,16 @@ impl DriftView {
             }
             Err(e) if e.kind == ErrorKind::PluginFailed => {
                 metrics.checks[1].fetch_add(1, Ordering::Relaxed);
-                // Gone meanwhile (a DEL ran after the CHECK): no drift.
-                if !cached() {
-                    return;
-                }
                 let error = match e.plugin_label() {
                     None => e.error.msg.clone(),
                     Some(plugin) => format!("plugin {plugin}: {}", e.error.msg),
                 };
                 let mut v = self.lock();
+                // Gone or replaced meanwhile (a DEL ran after the CHECK):
+                // no drift.
+                if !cached() {
+                    return;
+                }
                 let new = !v.contains_key(k);
                 v.entry(k.clone())
                     .and_modify(|d| d.error.clone_from(&error))

@@ -990,6 +990,155 @@ mod tests {
         assert!(s.state().background.is_empty());
     }
 
+    fn reap(cid: &str) -> NewOp {
+        let mut op = del(cid, "n");
+        op.work = Work::Reap {
+            candidate: Box::new(cni_async::stale::Candidate {
+                network: "n".into(),
+                container_id: cid.into(),
+                ifname: "eth0".into(),
+                netns: String::new(),
+                written: None,
+                identity: None,
+                verdict: cni_async::stale::Verdict::Stale(
+                    cni_async::stale::StaleReason::NamespaceGone,
+                ),
+            }),
+            rt: RuntimeConf::new(cid, "", "eth0"),
+        };
+        op
+    }
+
+    /// What a runtime request of `cid` supersedes, as the scan of every
+    /// operation found it before the per-container list: the background
+    /// operations of the table of `cid`, in arrival order.
+    fn scanned(s: &Scheduler, cid: &str) -> Vec<u64> {
+        s.state()
+            .ops
+            .values()
+            .filter(|o| o.background)
+            .filter(|o| o.attachment.as_ref().is_some_and(|(c, _)| c == cid))
+            .map(|o| o.id)
+            .collect()
+    }
+
+    fn listed(s: &Scheduler, cid: &str) -> Vec<u64> {
+        s.state()
+            .background
+            .get(cid)
+            .map(|v| v.iter().map(|o| o.id).collect())
+            .unwrap_or_default()
+    }
+
+    /// Random interleavings of runtime requests, reaps and periodic
+    /// CHECKs of three containers: queued, taken by the driver, run,
+    /// dropped, cancelled by their waiters, out of time while queued,
+    /// held and released, shut down. After every step each container's
+    /// background list is what the scan of every operation found, in the
+    /// same order; a periodic CHECK a runtime request superseded has left
+    /// it, a reap is promoted; at the end nothing is left.
+    #[tokio::test]
+    async fn the_background_list_is_the_scan_in_every_order() {
+        const CIDS: [&str; 3] = ["c1", "c2", "c3"];
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut rnd = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            usize::try_from(seed % n as u64).unwrap()
+        };
+        for round in 0..40 {
+            let s = sched(64);
+            let mut waiters: Vec<Waiter> = Vec::new();
+            let mut taken: Vec<(Arc<Op>, Option<GateTicket>)> = Vec::new();
+            let mut running: Vec<(Arc<Op>, Turn)> = Vec::new();
+            for step in 0..200 {
+                let cid = CIDS[rnd(CIDS.len())];
+                match rnd(11) {
+                    0 => waiters.push(s.enqueue(periodic(cid)).unwrap().0),
+                    1 => waiters.push(s.enqueue(reap(cid)).unwrap().0),
+                    2 => {
+                        let before = scanned(&s, cid);
+                        waiters.push(s.enqueue(del(cid, ["n", "m"][rnd(2)])).unwrap().0);
+                        // Every periodic CHECK it found still queued or
+                        // taken (not started) is gone from the table.
+                        for id in before {
+                            let op = s.state().ops.get(&id).cloned();
+                            if let Some(op) = op {
+                                let phase = lock(&op.state).phase;
+                                assert!(
+                                    !op.periodic || phase == OpPhase::Running,
+                                    "round {round} step {step}: a superseded periodic CHECK stayed"
+                                );
+                                // A reap not started takes a runtime slot.
+                                assert!(
+                                    op.periodic
+                                        || phase != OpPhase::Queued
+                                        || op.promoted.is_cancelled(),
+                                    "round {round} step {step}: a superseded reap not promoted"
+                                );
+                            }
+                        }
+                    }
+                    3 => {
+                        let mut late = match rnd(3) {
+                            0 => periodic(cid),
+                            1 => reap(cid),
+                            _ => del(cid, "n"),
+                        };
+                        late.deadline = Instant::now();
+                        waiters.push(s.enqueue(late).unwrap().0);
+                    }
+                    4 | 5 => {
+                        if let Some(t) = s.next_for(cid) {
+                            taken.push(t);
+                        }
+                    }
+                    6 if !taken.is_empty() && running.len() < 12 => {
+                        let (op, ticket) = taken.swap_remove(rnd(taken.len()));
+                        let turn =
+                            tokio::time::timeout(Duration::from_secs(5), s.acquire(&op, ticket))
+                                .await
+                                .expect("a slot within the limit");
+                        if let Some(turn) = turn {
+                            running.push((op, turn));
+                        }
+                    }
+                    7 if !running.is_empty() => {
+                        let (op, turn) = running.swap_remove(rnd(running.len()));
+                        s.complete(&op, turn, Ok(Done::Nothing));
+                    }
+                    8 if !waiters.is_empty() => drop(waiters.swap_remove(rnd(waiters.len()))),
+                    9 => s.hold(cid, "", "eth0"),
+                    10 => {
+                        let _ = s.release(cid);
+                    }
+                    _ => {}
+                }
+                for c in CIDS {
+                    assert_eq!(
+                        listed(&s, c),
+                        scanned(&s, c),
+                        "round {round} step {step} {c}"
+                    );
+                }
+            }
+            s.stop_accepting();
+            for (op, ticket) in taken.drain(..) {
+                assert!(s.acquire(&op, ticket).await.is_none(), "round {round}");
+            }
+            for (op, turn) in running.drain(..) {
+                s.complete(&op, turn, Ok(Done::Nothing));
+            }
+            drop(waiters);
+            for c in CIDS {
+                assert_eq!(listed(&s, c), scanned(&s, c), "round {round} end {c}");
+            }
+            assert!(s.state().ops.is_empty(), "round {round}: operations left");
+            assert!(s.state().background.is_empty(), "round {round}: list left");
+        }
+    }
+
     #[tokio::test]
     async fn a_held_container_waits_and_its_rollback_goes_first() {
         let s = sched(4);
