@@ -510,7 +510,7 @@ mod tests {
         task.await.unwrap();
     }
 
-    /// Issue 21, defect 2: the journal a start kept (c-1's record not
+    /// A regression: the journal a start kept (c-1's record not
     /// restored) was removed by the graceful stop that followed, and by any
     /// compaction, which only knew the commit lines of their own run: the
     /// record was never restored. Kept now until a start restores it.

@@ -138,7 +138,7 @@ pub(crate) const JOURNAL: &str = "journal";
 /// 40 s); a `syncfs` flushes everything dirty on the file system, other
 /// programs' data too, and waits for it: worth it from a few dozen
 /// records on, not for the handful a restart usually finds
-/// (`BENCHMARKS.md`, issue 25 item 4).
+/// (`BENCHMARKS.md`, "Node scale: 10,000 attachments").
 pub(crate) const SYNC_FS_AT: usize = 64;
 
 /// The intents dir.
@@ -950,8 +950,8 @@ mod tests {
         assert!(intents.journal.lock().unwrap().committed.is_empty());
     }
 
-    /// A GC's deletions are forgotten as a DEL's are (issue 21, defect
-    /// 3, at the journal's level; `daemon_commit.rs` pins it through GC):
+    /// A GC's deletions are forgotten as a DEL's are (a GC once wrote
+    /// no `gone` lines; here at the journal's level; `daemon_commit.rs` pins it through GC):
     /// only the network's attachments whose record is gone.
     #[tokio::test]
     async fn forget_removed_writes_gone_lines_for_deleted_records_only() {

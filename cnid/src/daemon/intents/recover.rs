@@ -31,7 +31,7 @@ impl Intents {
         // journal away with its dir; found by the crash-point enumeration).
         // A dir found here is flushed too: a start killed between making
         // it and flushing it left it so, and the kernel keeps it until a
-        // power loss (found by the attack on issue 21). Two `fsync`s of
+        // power loss (found by an attack on the journal). Two `fsync`s of
         // dirs per start.
         let new = std::fs::symlink_metadata(&self.dir).is_err();
         durable::ensure_private_dir_durable(&*self.storage, &self.dir, true)
@@ -138,7 +138,7 @@ impl Intents {
         // The records to flush (by index): this boot's, and the restored
         // ones, whose write flushed them but trusted a dir it found there,
         // which a start killed before its flush may have left unflushed
-        // (found by the attack on issue 21): the flush makes the dirs
+        // (found by an attack on the journal): the flush makes the dirs
         // durable too.
         let mut flush = Vec::new();
         for (i, (boot, rec, bytes, end)) in records.iter().enumerate() {
@@ -225,7 +225,7 @@ impl Intents {
                 rec.if_name.as_str(),
             )
         });
-        // One `syncfs` for many records (issue 25 item 4: 10,000 `fsync`s
+        // One `syncfs` for many records (at node scale 10,000 `fsync`s
         // took 9 to 40 s): the same guarantee, every record named durable
         // before the journal drops its line (see `Intents::sync_records`).
         if let Err(e) = self.sync_records(cache, names) {
@@ -402,7 +402,7 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), newer.encode());
     }
 
-    /// Issue 21, defect 1: a start that kept the journal (a record it could
+    /// A regression: a start that kept the journal (a record it could
     /// not restore) numbered its ADDs from 1 again after the kept lines,
     /// and the next start took the kept commit line's `end` 1 for the end
     /// of the new `begin` 1: that ADD, half done when the daemon was
@@ -657,7 +657,7 @@ mod tests {
         );
     }
 
-    /// Found by the attack on issue 21: the kill -9 case of
+    /// Found by an attack on the journal: the kill -9 case of
     /// `a_restore_after_a_failed_dir_flush_does_not_trust_the_dir`. A
     /// start after a reboot, killed after it made the cache dir (to restore
     /// a record into) and before it flushed it, left the dir; the next
@@ -680,7 +680,7 @@ mod tests {
         assert_all_restored(&cache, &recs);
     }
 
-    /// Found by the attack on issue 21: cnid writes records without a
+    /// Found by an attack on the journal: cnid writes records without a
     /// flush (the journal's commit lines stand for them) and, before the
     /// lines go (a graceful stop, the periodic flush), flushes the record
     /// files and `results/`, but never `results/` into the cache dir nor
@@ -716,7 +716,7 @@ mod tests {
         }
     }
 
-    /// Found by the attack on issue 21 (a `kill -9` in a start, then a
+    /// Found by an attack on the journal (a `kill -9` in a start, then a
     /// restart in the same boot, then a power loss, which the enumeration
     /// does not combine: its restarts after a kill take everything on disk
     /// as durable): the first start, killed after it made `intents/` and
@@ -806,7 +806,7 @@ mod tests {
             .collect()
     }
 
-    /// Issue 25 item 4: a restart in the same boot (after a `kill -9`)
+    /// At node scale: a restart in the same boot (after a `kill -9`)
     /// with many commit lines flushes their records in one `syncfs` of
     /// the cache's file system, then the dirs, instead of an `fsync` per
     /// record; and the guarantee is the same: the journal drops the lines
@@ -1001,7 +1001,7 @@ mod tests {
         again.scan().unwrap().is_empty()
     }
 
-    /// Found by the attack on issue 21 (a full state file system): an
+    /// Found by an attack on the journal (a full state file system): an
     /// ADD whose commit line could not be appended was undone and answered
     /// with an error, but its `begin` stayed open in the journal; the same
     /// attachment ADDed again and answered, the next start rolled that

@@ -1,4 +1,4 @@
-//! Crash-point enumeration (issue 21, item 3) at the level of the storage
+//! Crash-point enumeration at the level of the storage
 //! seam: each operation of the journal and of the result cache runs on the
 //! simulated disk ([`SimDisk`], behind both), is crashed at each of its
 //! I/O points in turn, and the daemon's start is run from what that
@@ -16,7 +16,8 @@
 //! start with many records does; removing earlier crashes' temp files,
 //! moving a corrupt intent aside, and keeping a record it cannot
 //! restore, flushing file by file), an ADD and a graceful stop of a daemon whose start kept
-//! such a record (issue 21's defects 1 and 2), and an ADD by cnitool on
+//! such a record (a kept journal's numbering and its removal by a stop, both
+//! once defects), and an ADD by cnitool on
 //! the daemon's cache dir (the library alone, its own flushes, no
 //! journal), each also with an `ENOSPC`
 //! at each point followed by a crash at each of the next three (at each
@@ -37,7 +38,7 @@
 //! runs to its end and serves an ADD through the daemon, alone or
 //! followed by one by cnitool; then the power goes, and the start after
 //! it is checked. What a restart trusts that a killed process left
-//! unflushed shows only so: the attack on issue 21 found three such
+//! unflushed shows only so: an attack on the journal found three such
 //! defects by hand, which this finds put back, and it found the
 //! library's durable write trusting a `results/` it did not make.
 //!
@@ -550,7 +551,8 @@ async fn run(
             let _ = start(&b);
             if !in_start {
                 // A daemon whose start kept c-1's commit line: an ADD
-                // (issue 21, defect 1), or a graceful stop (defect 2).
+                // (once numbered from 1 again, so a kept `end` closed a new
+                // `begin`), or a graceful stop (once removed the kept journal).
                 arm(&sim);
                 if op == Op::AddAfterKept {
                     add(&b, &sim, &mut w, "new", Gate::Ok).await;
@@ -851,7 +853,7 @@ impl Restarts {
     }
 }
 
-/// Issue 21, item 2: a `kill -9`, a restart and a power loss, combined.
+/// A `kill -9`, a restart and a power loss, combined.
 /// The state `op` leaves when killed at its `n`-th I/O point, or right
 /// after its end (each `n` in turn), is restarted in the same boot on the
 /// same disk (what the dead process never flushed is still unflushed: the
@@ -1205,7 +1207,7 @@ fn record_of(cid: &str) -> CacheRecord {
     CacheRecord::new("n", &rt(cid), br#"{"name":"n"}"#.to_vec(), None)
 }
 
-/// Issue 21, the library's durable write: a cnitool killed after it made
+/// The library's durable write: a cnitool killed after it made
 /// the cache dir and `results/` and before it flushed them left them to
 /// the kernel; the next cnitool found `results/` there and trusted it,
 /// flushing its record and `results/` but neither entry above: a power
@@ -1233,7 +1235,7 @@ async fn a_record_written_into_a_results_dir_a_killed_writer_left_survives_a_pow
     );
 }
 
-/// Issue 21, the library's durable write: cnitool's first ADD on a fresh
+/// The library's durable write: cnitool's first ADD on a fresh
 /// cache dir takes its lock first, which makes the cache dir (for
 /// `locks/`) without a flush; the write then made `results/` and flushed
 /// it into the cache dir, but took the cache dir as found: a power loss

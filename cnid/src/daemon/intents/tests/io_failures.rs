@@ -206,7 +206,7 @@ async fn every_io_point_of_recovery_failed_in_turn_converges() {
     assert_eq!(visited, 10, "the I/O points of recovery");
 }
 
-/// Issue 21: a non-root cnid whose state dir and cache dir sit in a dir it
+/// A regression: a non-root cnid whose state dir and cache dir sit in a dir it
 /// may not open (search permission only: `EACCES` for the `open` an
 /// `fsync` needs) failed its first start (the flush of the state dir it
 /// made, into that dir) and every later one (the flush of the state dir's
