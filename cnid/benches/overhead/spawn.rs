@@ -259,3 +259,44 @@ pub(crate) fn cpu_times() -> (Duration, Duration) {
     };
     (get(libc::RUSAGE_SELF), get(libc::RUSAGE_CHILDREN))
 }
+
+/// Runs `progs` spawn to reap with `stdin` in rotating rounds, 20 of
+/// warm-up then `n`: per program its wall and child CPU times (seconds).
+/// A run fails unless `ok(program, exit, stdout)`.
+pub(crate) fn rotate(
+    progs: &[Prepared],
+    stdin: &[u8],
+    n: usize,
+    label: &str,
+    ok: impl Fn(usize, &Exit, &[u8]) -> bool,
+) -> anyhow::Result<Vec<[Vec<f64>; 2]>> {
+    let mut out = Vec::new();
+    let t = crate::stats::rounds(
+        progs.len(),
+        20,
+        n,
+        crate::stats::Order::Rotate,
+        label,
+        |r, _| {
+            out.clear();
+            let s = std::time::Instant::now();
+            let exit = progs[r].run(&[stdin], &mut out)?;
+            let wall = crate::stats::secs(s);
+            let (what, how, said) = (
+                progs[r].label(),
+                exit.describe(),
+                String::from_utf8_lossy(&out),
+            );
+            anyhow::ensure!(ok(r, &exit, &out), "{what} failed ({how}): {said}");
+            Ok((wall, exit.cpu.as_secs_f64()))
+        },
+    )?;
+    Ok(t.iter()
+        .map(|v| {
+            [
+                v.iter().map(|x| x.0).collect(),
+                v.iter().map(|x| x.1).collect(),
+            ]
+        })
+        .collect())
+}

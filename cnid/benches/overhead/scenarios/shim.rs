@@ -27,8 +27,8 @@ use crate::chains::{NOOP_NETNS, VERBS};
 use crate::procs::peak_rss_kib;
 use crate::report::{Table, row, section as md};
 use crate::setup::{Daemon, NOOP1, Storage};
-use crate::spawn::{Prepared, env_with};
-use crate::stats::{Order, Summary, rounds, secs};
+use crate::spawn::{Exit, Prepared, env_with, rotate};
+use crate::stats::{Summary, secs};
 
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let shim = cx.bins.shim.clone();
@@ -130,29 +130,9 @@ fn startup(cx: &mut Cx, shim: &Path, empty: &Path) -> anyhow::Result<Table> {
         Prepared::new(empty, &[], &env, "empty static C program")?,
     ];
     let input: &[u8] = br#"{"cniVersion":"1.0.0"}"#;
-    let mut out = Vec::new();
-    let t = rounds(
-        2,
-        20,
-        cx.sizes.own_run,
-        Order::Rotate,
-        "cnid-shim start-up",
-        |r, _| {
-            out.clear();
-            let s = Instant::now();
-            let exit = progs[r].run(&[input], &mut out)?;
-            let wall = secs(s);
-            if !exit.success() || (r == 0 && out.is_empty()) {
-                bail!(
-                    "{} failed ({}): {}",
-                    progs[r].label(),
-                    exit.describe(),
-                    String::from_utf8_lossy(&out)
-                );
-            }
-            Ok(wall)
-        },
-    )?;
+    let ok = |r, e: &Exit, out: &[u8]| e.success() && (r > 0 || !out.is_empty());
+    let t = rotate(&progs, input, cx.sizes.own_run, "cnid-shim start-up", ok)?;
+    let t: Vec<Vec<f64>> = t.into_iter().map(|[wall, _]| wall).collect();
     let p50_p90 = |v: &[f64]| {
         format!(
             "{:.3} ({:.3})",
