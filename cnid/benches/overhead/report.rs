@@ -97,7 +97,7 @@ impl Findings {
 
 /// One target: what, the limit, how the figure compares.
 pub(crate) struct Target {
-    pub(crate) what: &'static str,
+    pub(crate) what: String,
     pub(crate) limit: String,
     /// The figure with its spread, as shown.
     pub(crate) measured: Option<String>,
@@ -120,7 +120,7 @@ pub(crate) fn targets_table(targets: &[Target]) -> Table {
     );
     for x in targets {
         t.row(vec![
-            x.what.into(),
+            x.what.clone(),
             x.limit.clone(),
             x.measured.clone().unwrap_or_else(|| "not measured".into()),
             match x.met {

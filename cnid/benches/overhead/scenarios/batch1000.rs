@@ -332,22 +332,20 @@ fn ours(
 ) -> anyhow::Result<(BatchRun, [(u64, u64); 2])> {
     let (tree, cnitool) = (&cx.tree, &cx.bins.cnitool);
     let env = env(tree, "cnitool")?;
-    let (n, c) = (count.to_string(), c.to_string());
     let mut rss = [(0, 0); 2];
+    // `cnitool batch VERB NETWORK MORE`, under GNU time.
+    let run_batch = |verb: &str, more: String| {
+        let args = format!("batch {verb} {NETWORK} --prefix {prefix} --concurrency {c} {more}");
+        gnu_time(
+            cnitool,
+            &args.split(' ').collect::<Vec<_>>(),
+            &env,
+            None,
+            tree.root(),
+        )
+    };
     let run = batch::measure(|| {
-        let up = [
-            "batch",
-            "up",
-            NETWORK,
-            "--count",
-            &n,
-            "--concurrency",
-            &c,
-            "--prefix",
-            prefix,
-            "--quiet",
-        ];
-        let up = gnu_time(cnitool, &up, &env, None, tree.root())?;
+        let up = run_batch("up", format!("--count {count} --quiet"))?;
         rss[0] = (up.max_rss, up.hwm);
         let summary: serde_json::Value =
             serde_json::from_slice(&up.stdout).context("cnitool batch up's summary")?;
@@ -357,17 +355,7 @@ fn ours(
                 summary["attached"]
             );
         }
-        let down = [
-            "batch",
-            "down",
-            NETWORK,
-            "--prefix",
-            prefix,
-            "--concurrency",
-            &c,
-            "--quiet",
-        ];
-        let down = gnu_time(cnitool, &down, &env, None, tree.root())?;
+        let down = run_batch("down", "--quiet".into())?;
         rss[1] = (down.max_rss, down.hwm);
         Ok((up.wall, down.wall))
     });
