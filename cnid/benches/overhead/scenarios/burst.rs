@@ -45,10 +45,11 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use cni_async::netns::{NETNS_RUN_DIR, Netns};
+use cnid::client::Client;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -262,8 +263,11 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         .burst_concurrency
         .clone()
         .unwrap_or_else(|| vec![16, 32]);
+    // cnid's `/metrics` samples.
+    let client = cx.tokio.block_on(Client::connect(&daemon.socket))?;
+    let histograms = || anyhow::Ok(metrics(&cx.tokio.block_on(client.metrics())?));
     for c in concurrency {
-        let before = histograms(&daemon.socket)?;
+        let before = histograms()?;
         // Per way, per repetition: [setup, removal] and the load at start.
         // Per way, per repetition: [setup, removal] and the load at start;
         // direct and via cnid in turn first.
@@ -281,7 +285,7 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             );
             Ok(r)
         })?;
-        for (series, mean, count) in histogram_means(&before, &histograms(&daemon.socket)?) {
+        for (series, mean, count) in histogram_means(&before, &histograms()?) {
             row!(
                 account,
                 c,
@@ -366,14 +370,6 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     );
     let title = "Burst: go-cni through cnid-shim into cnid against go-cni straight on the chain";
     Ok(Some(md(title, &intro, &[ratios, abs, cpu, account])))
-}
-
-/// cnid's `/metrics` samples.
-fn histograms(socket: &Path) -> anyhow::Result<BTreeMap<String, f64>> {
-    let deadlines = (Duration::from_secs(30), Duration::from_secs(30));
-    let ans = cnid::shim::http::request(socket, "GET", "/metrics", &[], None, deadlines)?;
-    anyhow::ensure!(ans.status == 200, "GET /metrics: HTTP {}", ans.status);
-    Ok(metrics(&String::from_utf8_lossy(&ans.body)))
 }
 
 /// Runs go-cni's `phase` over `sandboxes` at `concurrency` via `way`, with
