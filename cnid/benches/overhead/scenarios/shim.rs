@@ -52,13 +52,7 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             "added ms, p50 (p99)",
         ],
     );
-    let p50_p99 = |v: &[f64]| {
-        format!(
-            "{:.3} ({:.3})",
-            Summary::q(v, 0.5) * 1e3,
-            Summary::q(v, 0.99) * 1e3
-        )
-    };
+    let p50_p99 = |v: &[f64]| Summary::p50_and(v, 0.99);
     for (v, verb) in VERBS.iter().enumerate() {
         let added: Vec<f64> = through[v]
             .iter()
@@ -133,18 +127,8 @@ fn startup(cx: &mut Cx, shim: &Path, empty: &Path) -> anyhow::Result<Table> {
     let ok = |r, e: &Exit, out: &[u8]| e.success() && (r > 0 || !out.is_empty());
     let t = rotate(&progs, input, cx.sizes.own_run, "cnid-shim start-up", ok)?;
     let t: Vec<Vec<f64>> = t.into_iter().map(|[wall, _]| wall).collect();
-    let p50_p90 = |v: &[f64]| {
-        format!(
-            "{:.3} ({:.3})",
-            Summary::q(v, 0.5) * 1e3,
-            Summary::q(v, 0.9) * 1e3
-        )
-    };
+    let p50_p90 = |v: &[f64]| Summary::p50_and(v, 0.9);
     let diff: Vec<f64> = t[0].iter().zip(&t[1]).map(|(s, c)| s - c).collect();
-    let f = &mut cx.findings;
-    f.put("shim/startup/shim", Summary::of(&t[0]));
-    f.put("shim/startup/empty-c", Summary::of(&t[1]));
-    f.put("shim/startup/over-c", Summary::of(&diff));
     let mut table = Table::new(
         "cnid-shim start-up against an empty static C program",
         &[
