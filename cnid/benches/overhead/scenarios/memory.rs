@@ -28,9 +28,10 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         let mut v: [Vec<f64>; 2] = Default::default();
         for _ in 0..runs {
             for (i, verb) in ["add", "del"].into_iter().enumerate() {
+                let args = [verb, network, NOOP_NETNS];
                 v[i].push(peak_rss_kib(
                     &cx.bins.cnitool,
-                    &[verb, network, NOOP_NETNS],
+                    &args,
                     &env,
                     None,
                     tree.root(),

@@ -76,15 +76,12 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     // Peak RSS of the shim's ADD (each followed by a DEL).
     let mut rss = Vec::new();
     for i in 0..cx.sizes.rss_runs {
-        let env = |verb: &str| shim_env(verb, &format!("shim-rss{i}"), "eth0");
-        rss.push(peak_rss_kib(
-            &shim,
-            &[],
-            &env("ADD"),
-            Some(&input),
-            cx.tree.root(),
-        )?);
-        peak_rss_kib(&shim, &[], &env("DEL"), Some(&input), cx.tree.root())?;
+        let run = |verb: &str| {
+            let env = shim_env(verb, &format!("shim-rss{i}"), "eth0");
+            peak_rss_kib(&shim, &[], &env, Some(&input), cx.tree.root())
+        };
+        rss.push(run("ADD")?);
+        run("DEL")?;
     }
     cx.findings.put("rss/shim/add", Summary::of(&rss));
     let r = Summary::min_max(&rss);
