@@ -11,7 +11,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::stats::{Order, rounds, secs};
 
 /// A program with its argv and envp ready for `posix_spawn`.
 pub(crate) struct Prepared {
@@ -271,32 +273,16 @@ pub(crate) fn rotate(
     ok: impl Fn(usize, &Exit, &[u8]) -> bool,
 ) -> anyhow::Result<Vec<[Vec<f64>; 2]>> {
     let mut out = Vec::new();
-    let t = crate::stats::rounds(
-        progs.len(),
-        20,
-        n,
-        crate::stats::Order::Rotate,
-        label,
-        |r, _| {
-            out.clear();
-            let s = std::time::Instant::now();
-            let exit = progs[r].run(&[stdin], &mut out)?;
-            let wall = crate::stats::secs(s);
-            let (what, how, said) = (
-                progs[r].label(),
-                exit.describe(),
-                String::from_utf8_lossy(&out),
-            );
-            anyhow::ensure!(ok(r, &exit, &out), "{what} failed ({how}): {said}");
-            Ok((wall, exit.cpu.as_secs_f64()))
-        },
-    )?;
-    Ok(t.iter()
-        .map(|v| {
-            [
-                v.iter().map(|x| x.0).collect(),
-                v.iter().map(|x| x.1).collect(),
-            ]
-        })
-        .collect())
+    let t = rounds(progs.len(), 20, n, Order::Rotate, label, |r, _| {
+        out.clear();
+        let s = Instant::now();
+        let exit = progs[r].run(&[stdin], &mut out)?;
+        let (wall, cpu) = (secs(s), exit.cpu.as_secs_f64());
+        let (what, said) = (progs[r].label(), || String::from_utf8_lossy(&out));
+        let why = || format!("{what} failed ({}): {}", exit.describe(), said());
+        anyhow::ensure!(ok(r, &exit, &out), why());
+        Ok([wall, cpu])
+    })?;
+    let column = |v: &Vec<[f64; 2]>, i: usize| v.iter().map(|x| x[i]).collect();
+    Ok(t.iter().map(|v| [column(v, 0), column(v, 1)]).collect())
 }
