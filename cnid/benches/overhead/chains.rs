@@ -330,54 +330,30 @@ pub(crate) fn tabulate(s: &Samples, title: &str, key: &str, findings: &mut Findi
             row!(table, name, verb, time.ms(), ratio.ratio(), added.ms());
         }
     }
-    // Pairs of runners: differences (cnid over in-process), ratios (Go's
-    // cnitool over ours; ours and Go's over the floor as a process, the
-    // most any tool can beat Go's cnitool by on this machine).
-    let pairs: [(&str, &str, &str, &str, bool); 4] = [
-        (
-            "cnid − in-process",
-            "cnid",
-            "in-process",
-            "cnid-inproc",
-            false,
-        ),
-        (
-            "Go cnitool ÷ cnitool",
-            GO_CNITOOL,
-            "cnitool",
-            "go-over-cnitool",
-            true,
-        ),
-        (
-            "cnitool ÷ C driver",
-            "cnitool",
-            DRIVER,
-            "cnitool-over-driver",
-            true,
-        ),
-        (
-            "Go cnitool ÷ C driver",
-            GO_CNITOOL,
-            DRIVER,
-            "go-over-driver",
-            true,
-        ),
+    // Pairs of runners: the difference cnid − in-process; ratios of Go's
+    // cnitool over ours, and of ours and Go's over the floor as a process
+    // (the most any tool can beat Go's cnitool by on this machine).
+    if let (Ok(a), Ok(b)) = (s.index("cnid"), s.index("in-process")) {
+        for verb in VERBS {
+            let d = Summary::diffs(&s.series(a, verb), &s.series(b, verb));
+            findings.put(format!("{key}/cnid-inproc/{verb}/added"), d);
+            row!(table, "cnid − in-process", verb, "", "", d.ms());
+        }
+    }
+    let tools = [
+        (GO_CNITOOL, "go"),
+        ("cnitool", "cnitool"),
+        (DRIVER, "driver"),
     ];
-    for (label, a, b, tag, ratio) in pairs {
-        let (Ok(a), Ok(b)) = (s.index(a), s.index(b)) else {
+    for (x, y) in [(0, 1), (1, 2), (0, 2)] {
+        let ((a, at), (b, bt)) = (tools[x], tools[y]);
+        let (Ok(ai), Ok(bi)) = (s.index(a), s.index(b)) else {
             continue;
         };
-        for verb in if ratio { &ALL_VERBS[..] } else { &VERBS[..] } {
-            let (x, y) = (s.series(a, verb), s.series(b, verb));
-            if ratio {
-                let r = Summary::ratios(&x, &y);
-                findings.put(format!("{key}/{tag}/{verb}/ratio"), r);
-                row!(table, label, verb, "", r.ratio(), "");
-            } else {
-                let d = Summary::diffs(&x, &y);
-                findings.put(format!("{key}/{tag}/{verb}/added"), d);
-                row!(table, label, verb, "", "", d.ms());
-            }
+        for verb in ALL_VERBS {
+            let r = Summary::ratios(&s.series(ai, verb), &s.series(bi, verb));
+            findings.put(format!("{key}/{at}-over-{bt}/{verb}/ratio"), r);
+            row!(table, format!("{a} ÷ {b}"), verb, "", r.ratio(), "");
         }
     }
     table.note(format!("{} iterations after warm-up", s.times[0].len()));

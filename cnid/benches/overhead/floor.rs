@@ -134,26 +134,10 @@ impl FloorChain {
         };
         for i in 0..n {
             let path = cni_async::exec::find_plugin(list.plugins()[i].plugin_type(), plugin_dirs)?;
-            chain.add.push(Step::new(
-                list,
-                i,
-                Command::Add,
-                rt,
-                &path,
-                &cni_path,
-                i > 0,
-            )?);
-            chain.check.push(Step::new(
-                list,
-                i,
-                Command::Check,
-                rt,
-                &path,
-                &cni_path,
-                true,
-            )?);
-            let del = Step::new(list, i, Command::Del, rt, &path, &cni_path, prev_on_del)?;
-            chain.del.push(del);
+            let step = |c, chained| Step::new(list, i, c, rt, &path, &cni_path, chained);
+            chain.add.push(step(Command::Add, i > 0)?);
+            chain.check.push(step(Command::Check, true)?);
+            chain.del.push(step(Command::Del, prev_on_del)?);
         }
         chain.del.reverse();
         Ok(chain)
@@ -179,14 +163,11 @@ impl FloorChain {
                 {
                     bail!("floor: a plan line of {} holds a newline", s.exec.label());
                 }
-                plan.extend_from_slice(s.plugin.as_os_str().as_bytes());
-                plan.push(b'\n');
-                plan.push(if s.chained { chained_mode } else { b'-' });
-                plan.push(b'\n');
-                plan.extend_from_slice(&s.head);
-                plan.push(b'\n');
-                plan.extend_from_slice(&s.tail);
-                plan.push(b'\n');
+                let mode = [if s.chained { chained_mode } else { b'-' }];
+                for line in [s.plugin.as_os_str().as_bytes(), &mode, &s.head, &s.tail] {
+                    plan.extend_from_slice(line);
+                    plan.push(b'\n');
+                }
             }
             let path = dir.join(format!("{verb}.plan"));
             std::fs::write(&path, plan).with_context(|| format!("writing {}", path.display()))?;
@@ -212,19 +193,16 @@ impl FloorChain {
 
     /// CHECK with `result` (the ADD's) as `prevResult`.
     pub(crate) fn check(&self, result: &[u8]) -> anyhow::Result<()> {
-        let mut out = Vec::new();
-        for step in &self.check {
-            step.run(result, &mut out)?;
-        }
-        Ok(())
+        Self::with_result(&self.check, result)
     }
 
     /// DEL with `result` (the ADD's) as `prevResult`.
     pub(crate) fn del(&self, result: &[u8]) -> anyhow::Result<()> {
+        Self::with_result(&self.del, result)
+    }
+
+    fn with_result(steps: &[Step], result: &[u8]) -> anyhow::Result<()> {
         let mut out = Vec::new();
-        for step in &self.del {
-            step.run(result, &mut out)?;
-        }
-        Ok(())
+        steps.iter().try_for_each(|s| s.run(result, &mut out))
     }
 }

@@ -181,18 +181,11 @@ fn run(args: Args) -> anyhow::Result<()> {
     // compiler, its threads spinning at a real-time priority, held both
     // CPUs for minutes in a first try. Without them, the report says why.
     let mut build = |wanted: bool, program: &str, out: &str, what: &str| -> anyhow::Result<_> {
-        Ok(
-            match wanted
-                .then(|| go::build(&go_dir, program, out))
-                .transpose()?
-            {
-                Some(Err(why)) => {
-                    skipped.push(format!("{what}: {why}"));
-                    None
-                }
-                built => built.and_then(Result::ok),
-            },
-        )
+        let built = wanted
+            .then(|| go::build(&go_dir, program, out))
+            .transpose()?;
+        let why = |why| skipped.push(format!("{what}: {why}"));
+        Ok(built.and_then(|b| b.map_err(why).ok()))
     };
     let want_go = (args.wants(Section::Noop) || args.wants(Section::Batch1000)) && !args.no_go;
     let go = build(

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Context;
@@ -97,7 +97,7 @@ impl Findings {
 
 /// One target: what, the limit, how the figure compares.
 pub(crate) struct Target {
-    pub(crate) what: &'static str,
+    pub(crate) what: String,
     pub(crate) limit: String,
     /// The figure with its spread, as shown.
     pub(crate) measured: Option<String>,
@@ -120,7 +120,7 @@ pub(crate) fn targets_table(targets: &[Target]) -> Table {
     );
     for x in targets {
         t.row(vec![
-            x.what.into(),
+            x.what.clone(),
             x.limit.clone(),
             x.measured.clone().unwrap_or_else(|| "not measured".into()),
             match x.met {
@@ -209,21 +209,19 @@ pub(crate) fn machine(bins: &crate::setup::Bins, load_start: &str, disk: &Path) 
     let _ = writeln!(s, "- kernel {}", read_trim("/proc/sys/kernel/osrelease"));
     let _ = writeln!(s, "- cache dir on disk: {}", fs_type(disk));
     let _ = writeln!(s, "- {}", command_line("rustc", &["-V"]));
-    let _ = writeln!(
-        s,
-        "- binaries: cnitool {} ({}), cnid {} ({}), cni-noop {} ({}), cnid-shim {} ({}) (from {})",
-        size(&bins.cnitool),
-        linkage(&bins.cnitool),
-        size(&bins.cnid),
-        linkage(&bins.cnid),
-        size(&bins.noop),
-        linkage(&bins.noop),
-        size(&bins.shim),
-        linkage(&bins.shim),
-        bins.cnitool
-            .parent()
-            .map_or("?".into(), |p| p.display().to_string()),
-    );
+    let bin = |(name, p): (&str, &PathBuf)| format!("{name} {} ({})", size(p), linkage(p));
+    let (tool, cnid, noop, shim) = (&bins.cnitool, &bins.cnid, &bins.noop, &bins.shim);
+    let all = [
+        ("cnitool", tool),
+        ("cnid", cnid),
+        ("cni-noop", noop),
+        ("cnid-shim", shim),
+    ];
+    let from = tool
+        .parent()
+        .map_or("?".into(), |p| p.display().to_string());
+    let all = all.map(bin).join(", ");
+    let _ = writeln!(s, "- binaries: {all} (from {from})");
     let _ = writeln!(
         s,
         "- commit {} (working tree may differ), run at {}",

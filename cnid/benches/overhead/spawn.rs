@@ -11,7 +11,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::stats::{Order, rounds, secs};
 
 /// A program with its argv and envp ready for `posix_spawn`.
 pub(crate) struct Prepared {
@@ -258,4 +260,29 @@ pub(crate) fn cpu_times() -> (Duration, Duration) {
         tv(ru.ru_utime) + tv(ru.ru_stime)
     };
     (get(libc::RUSAGE_SELF), get(libc::RUSAGE_CHILDREN))
+}
+
+/// Runs `progs` spawn to reap with `stdin` in rotating rounds, 20 of
+/// warm-up then `n`: per program its wall and child CPU times (seconds).
+/// A run fails unless `ok(program, exit, stdout)`.
+pub(crate) fn rotate(
+    progs: &[Prepared],
+    stdin: &[u8],
+    n: usize,
+    label: &str,
+    ok: impl Fn(usize, &Exit, &[u8]) -> bool,
+) -> anyhow::Result<Vec<[Vec<f64>; 2]>> {
+    let mut out = Vec::new();
+    let t = rounds(progs.len(), 20, n, Order::Rotate, label, |r, _| {
+        out.clear();
+        let s = Instant::now();
+        let exit = progs[r].run(&[stdin], &mut out)?;
+        let (wall, cpu) = (secs(s), exit.cpu.as_secs_f64());
+        let (what, said) = (progs[r].label(), || String::from_utf8_lossy(&out));
+        let why = || format!("{what} failed ({}): {}", exit.describe(), said());
+        anyhow::ensure!(ok(r, &exit, &out), why());
+        Ok([wall, cpu])
+    })?;
+    let column = |v: &Vec<[f64; 2]>, i: usize| v.iter().map(|x| x[i]).collect();
+    Ok(t.iter().map(|v| [column(v, 0), column(v, 1)]).collect())
 }

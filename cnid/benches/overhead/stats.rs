@@ -90,6 +90,12 @@ impl Summary {
         quantile(&v, p)
     }
 
+    /// `p50 (pQ)` of a sample in seconds, as milliseconds.
+    pub(crate) fn p50_and(data: &[f64], q: f64) -> String {
+        let ms = |p| Summary::q(data, p) * 1e3;
+        format!("{:.3} ({:.3})", ms(0.5), ms(q))
+    }
+
     /// Milliseconds, from seconds.
     pub(crate) fn ms(&self) -> String {
         let d = if self.median.abs() >= 0.1 { 2 } else { 3 };

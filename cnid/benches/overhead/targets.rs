@@ -8,14 +8,14 @@ use crate::scenarios::scale::{ADMISSION_GOAL_MS, LARGEST, READY_GOAL_S, RSS_GOAL
 use crate::stats::Summary;
 
 fn target(
-    what: &'static str,
+    what: impl Into<String>,
     limit: impl Into<String>,
     m: Option<String>,
     met: Option<bool>,
     c: String,
 ) -> Target {
     Target {
-        what,
+        what: what.into(),
         limit: limit.into(),
         measured: m,
         met,
@@ -34,7 +34,7 @@ pub(crate) fn targets(f: &Findings) -> Vec<Target> {
     let kib = |s: Summary| format!("{:.0} KiB ({:.0}–{:.0})", s.median, s.p10, s.p90);
     let mib = |s: Summary| format!("{:.1} MiB", s.median / 1024.0);
     // A ratio over the floor, disk and tmpfs (`{s}` in `key`).
-    let ratio_target = |what: &'static str, key: &str, limit: f64| {
+    let ratio_target = |what: String, key: &str, limit: f64| {
         let (disk, tmpfs) = (
             get(&key.replace("{s}", "disk")),
             get(&key.replace("{s}", "tmpfs")),
@@ -71,7 +71,7 @@ pub(crate) fn targets(f: &Findings) -> Vec<Target> {
             .unwrap_or_default(),
     ));
     v.push(ratio_target(
-        "in-process noop ×8 ADD+DEL",
+        "in-process noop ×8 ADD+DEL".into(),
         "noop8/{s}/in-process/ADD+DEL/ratio",
         1.05,
     ));
@@ -86,20 +86,8 @@ pub(crate) fn targets(f: &Findings) -> Vec<Target> {
     // cnitool over the floor as a process (the static C driver, a process
     // as cnitool is); without it (no C compiler), over the in-process
     // floor, which has no process to start.
-    for (what, in_process, tag, limit) in [
-        (
-            "cnitool noop ×1 ADD ÷ C driver",
-            "cnitool noop ×1 ADD",
-            "noop1",
-            2.5,
-        ),
-        (
-            "cnitool noop ×8 ADD ÷ C driver",
-            "cnitool noop ×8 ADD",
-            "noop8",
-            1.8,
-        ),
-    ] {
+    for (size, limit) in [(1, 2.5), (8, 1.8)] {
+        let (tag, in_process) = (format!("noop{size}"), format!("cnitool noop ×{size} ADD"));
         let k = |s: &str, x: &str| format!("{s}/{x}/ADD/ratio");
         let c_noop = note("C noop", &k(&format!("c{tag}/disk"), "cnitool"));
         let Some(disk) = get(&k(&format!("{tag}/disk"), "cnitool-over-driver")) else {
@@ -122,7 +110,7 @@ pub(crate) fn targets(f: &Findings) -> Vec<Target> {
             ),
         ]);
         v.push(target(
-            what,
+            format!("{in_process} ÷ C driver"),
             format!("≤ {limit:.2}x"),
             Some(disk.ratio()),
             Some(disk.median <= limit),
@@ -131,10 +119,8 @@ pub(crate) fn targets(f: &Findings) -> Vec<Target> {
     }
     // Go's cnitool over ours, per iteration of the same loop; the bound is
     // Go's over the floor as a process, which caches nothing.
-    for (what, tag) in [
-        ("Go's cnitool / ours, noop ×1 ADD", "noop1"),
-        ("Go's cnitool / ours, noop ×8 ADD", "noop8"),
-    ] {
+    for size in [1, 8] {
+        let tag = format!("noop{size}");
         let disk = get(&format!("{tag}/disk/go-over-cnitool/ADD/ratio"));
         let comment = notes([
             note(
@@ -152,7 +138,7 @@ pub(crate) fn targets(f: &Findings) -> Vec<Target> {
             ),
         ]);
         v.push(target(
-            what,
+            format!("Go's cnitool / ours, noop ×{size} ADD"),
             "≥ 2.0x",
             disk.map(|s| s.ratio()),
             disk.map(|s| s.median >= 2.0),
@@ -160,7 +146,7 @@ pub(crate) fn targets(f: &Findings) -> Vec<Target> {
         ));
     }
     v.push(ratio_target(
-        "cnitool real chain ADD",
+        "cnitool real chain ADD".into(),
         "real/{s}/cnitool/ADD/ratio",
         1.1,
     ));
@@ -179,27 +165,11 @@ pub(crate) fn targets(f: &Findings) -> Vec<Target> {
         })
         .unwrap_or_default(),
     ));
-    for (verb, what, limit) in [
-        (
-            "ADD",
-            "cnid round trip over in-process, noop ×1 ADD",
-            0.5e-3,
-        ),
-        (
-            "CHECK",
-            "cnid round trip over in-process, noop ×1 CHECK",
-            0.3e-3,
-        ),
-        (
-            "DEL",
-            "cnid round trip over in-process, noop ×1 DEL",
-            0.3e-3,
-        ),
-    ] {
+    for (verb, limit) in [("ADD", 0.5e-3), ("CHECK", 0.3e-3), ("DEL", 0.3e-3)] {
         let d = get(&format!("noop1/disk/cnid-inproc/{verb}/added"));
         let t = get(&format!("noop1/tmpfs/cnid-inproc/{verb}/added"));
         v.push(target(
-            what,
+            format!("cnid round trip over in-process, noop ×1 {verb}"),
             format!("≤ +{:.2} ms median", limit * 1e3),
             d.map(|s| format!("{} ms", s.ms())),
             d.map(|s| s.median <= limit),

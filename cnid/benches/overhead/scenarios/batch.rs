@@ -249,7 +249,6 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
                 format!("batch/c{c}/{st}/{key}/ratio"),
                 Summary::min_max(&ratio),
             );
-            f.put(format!("batch/c{c}/{st}/{key}/cpu"), Summary::of(&cpu));
             let med = |v: &[f64]| Summary::of(v).median * 1e3;
             let (cpu, own) = (med(&cpu), med(&own));
             row!(

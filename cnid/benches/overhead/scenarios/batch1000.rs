@@ -60,9 +60,8 @@ use crate::stats::Summary;
 const NETWORK: &str = "bench-batch1000";
 const CONF_FILE: &str = "30-batch1000.conflist";
 
-/// The runners, in their order of the first repetition, and their keys.
+/// The runners, in their order of the first repetition.
 const RUNNERS: [&str; 3] = ["floor", "cnitool batch", "Go cnitool loop"];
-const KEYS: [&str; 3] = ["floor", "cnitool", "go"];
 
 /// One run's figures, with the peak RSS of cnitool batch's up and down
 /// (KiB: `%M`, own `VmHWM`) and the load average at its start.
@@ -163,15 +162,6 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
                     .map(|d| d.as_secs_f64() * 1e3 / n as f64)
                     .collect::<Vec<_>>()
             };
-            let key = KEYS[which];
-            cx.findings.put(
-                format!("batch1000/c{c}/{key}/setup_rate"),
-                Summary::min_max(&setup),
-            );
-            cx.findings.put(
-                format!("batch1000/c{c}/{key}/teardown_rate"),
-                Summary::min_max(&teardown),
-            );
             let loads: Vec<&str> = rs.iter().map(|r| r.load.as_str()).collect();
             let (total, cpu) = (ms_per_ns(BatchRun::total), ms_per_ns(BatchRun::cpu));
             row!(
@@ -186,22 +176,16 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             );
         }
         let mut cells = vec![c.to_string()];
-        for (a, b, key) in [(1, 0, "cnitool-over-floor"), (2, 1, "go-over-cnitool")] {
-            let mut three = Vec::new();
-            for (what, f) in [
-                ("setup", (|r| r.setup) as fn(&BatchRun) -> Duration),
-                ("teardown", |r| r.teardown),
-                ("total", BatchRun::total),
-            ] {
-                let v: Vec<f64> = runs[a]
-                    .iter()
-                    .zip(&runs[b])
+        for (a, b) in [(1, 0), (2, 1)] {
+            let three: [fn(&BatchRun) -> Duration; 3] =
+                [|r| r.setup, |r| r.teardown, BatchRun::total];
+            let three = three.map(|f: fn(&BatchRun) -> Duration| {
+                let pairs = runs[a].iter().zip(&runs[b]);
+                let v: Vec<f64> = pairs
                     .map(|(x, y)| f(&x.batch).as_secs_f64() / f(&y.batch).as_secs_f64())
                     .collect();
-                let s = Summary::min_max(&v);
-                cx.findings.put(format!("batch1000/c{c}/{key}/{what}"), s);
-                three.push(s.ratio());
-            }
+                Summary::min_max(&v).ratio()
+            });
             cells.push(three.join(" / "));
         }
         ratios.row(cells);
@@ -236,10 +220,6 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         ],
     );
     let mm0 = |v: &[f64]| Summary::min_max(v).fmt(1.0, 0);
-    cx.findings
-        .put("batch1000/rss/up", Summary::min_max(&rss[0]));
-    cx.findings
-        .put("batch1000/rss/go-add", Summary::min_max(&one[0]));
     row!(
         mem,
         format!("cnitool batch up, {n} namespaces"),
@@ -332,22 +312,20 @@ fn ours(
 ) -> anyhow::Result<(BatchRun, [(u64, u64); 2])> {
     let (tree, cnitool) = (&cx.tree, &cx.bins.cnitool);
     let env = env(tree, "cnitool")?;
-    let (n, c) = (count.to_string(), c.to_string());
     let mut rss = [(0, 0); 2];
+    // `cnitool batch VERB NETWORK MORE`, under GNU time.
+    let run_batch = |verb: &str, more: String| {
+        let args = format!("batch {verb} {NETWORK} --prefix {prefix} --concurrency {c} {more}");
+        gnu_time(
+            cnitool,
+            &args.split(' ').collect::<Vec<_>>(),
+            &env,
+            None,
+            tree.root(),
+        )
+    };
     let run = batch::measure(|| {
-        let up = [
-            "batch",
-            "up",
-            NETWORK,
-            "--count",
-            &n,
-            "--concurrency",
-            &c,
-            "--prefix",
-            prefix,
-            "--quiet",
-        ];
-        let up = gnu_time(cnitool, &up, &env, None, tree.root())?;
+        let up = run_batch("up", format!("--count {count} --quiet"))?;
         rss[0] = (up.max_rss, up.hwm);
         let summary: serde_json::Value =
             serde_json::from_slice(&up.stdout).context("cnitool batch up's summary")?;
@@ -357,17 +335,7 @@ fn ours(
                 summary["attached"]
             );
         }
-        let down = [
-            "batch",
-            "down",
-            NETWORK,
-            "--prefix",
-            prefix,
-            "--concurrency",
-            &c,
-            "--quiet",
-        ];
-        let down = gnu_time(cnitool, &down, &env, None, tree.root())?;
+        let down = run_batch("down", "--quiet".into())?;
         rss[1] = (down.max_rss, down.hwm);
         Ok((up.wall, down.wall))
     });

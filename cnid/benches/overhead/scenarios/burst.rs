@@ -45,10 +45,11 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use cni_async::netns::{NETNS_RUN_DIR, Netns};
+use cnid::client::Client;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -100,10 +101,10 @@ struct Half {
 type Fig = fn(&Half) -> f64;
 
 /// The figures of a half: p50, p95 and total.
-const FIGS: [(&str, Fig); 3] = [
-    ("p50", |h| quantile(&h.calls, 0.5)),
-    ("p95", |h| quantile(&h.calls, 0.95)),
-    ("total", |h| h.wall),
+const FIGS: [Fig; 3] = [
+    |h| quantile(&h.calls, 0.5),
+    |h| quantile(&h.calls, 0.95),
+    |h| h.wall,
 ];
 
 /// go-cni's conf dir, plugin path and cache dir of one runner.
@@ -262,8 +263,11 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         .burst_concurrency
         .clone()
         .unwrap_or_else(|| vec![16, 32]);
+    // cnid's `/metrics` samples.
+    let client = cx.tokio.block_on(Client::connect(&daemon.socket))?;
+    let histograms = || anyhow::Ok(metrics(&cx.tokio.block_on(client.metrics())?));
     for c in concurrency {
-        let before = histograms(&daemon.socket)?;
+        let before = histograms()?;
         // Per way, per repetition: [setup, removal] and the load at start.
         // Per way, per repetition: [setup, removal] and the load at start;
         // direct and via cnid in turn first.
@@ -273,7 +277,7 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             let r = round(&ctx, way, &format!("c{c}r{rep}"), n, c)
                 .with_context(|| format!("rep {rep} via {}", WAYS[way]))
                 .map_err(|e| e.context(daemon.log_tail()))?;
-            let figs = |h: &Half| FIGS.map(|(_, f)| format!("{:.0}", f(h) * 1e3)).join("/");
+            let figs = |h: &Half| FIGS.map(|f| format!("{:.0}", f(h) * 1e3)).join("/");
             let (setup, teardown, took) = (figs(&r.0[0]), figs(&r.0[1]), secs(t));
             eprintln!(
                 "overhead: burst c={c} rep {rep} {}: setup {setup} teardown {teardown} ms (p50/p95/total); {took:.1} s; load {}",
@@ -281,7 +285,7 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             );
             Ok(r)
         })?;
-        for (series, mean, count) in histogram_means(&before, &histograms(&daemon.socket)?) {
+        for (series, mean, count) in histogram_means(&before, &histograms()?) {
             row!(
                 account,
                 c,
@@ -291,16 +295,14 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             );
         }
         let mut cells = vec![c.to_string()];
-        for (h, verb) in ["setup", "teardown"].into_iter().enumerate() {
-            for (fig, f) in FIGS {
+        for h in [0, 1] {
+            for f in FIGS {
                 let r: Vec<f64> = rounds[1]
                     .iter()
                     .zip(&rounds[0])
                     .map(|(v, d)| f(&v.0[h]) / f(&d.0[h]))
                     .collect();
-                let s = Summary::min_max(&r);
-                cx.findings.put(format!("burst/c{c}/{verb}/{fig}"), s);
-                cells.push(s.ratio());
+                cells.push(Summary::min_max(&r).ratio());
             }
         }
         ratios.row(cells);
@@ -309,7 +311,7 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
                 Summary::min_max(&rs.iter().map(|r| f(&r.0)).collect::<Vec<_>>()).median
             };
             let three = |h: usize| {
-                FIGS.map(|(_, f)| format!("{:.0}", med(&|r| f(&r[h])) * 1e3))
+                FIGS.map(|f| format!("{:.0}", med(&|r| f(&r[h])) * 1e3))
                     .join(" / ")
             };
             let loads: Vec<&str> = rs.iter().map(|r| r.1.as_str()).collect();
@@ -317,15 +319,6 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             for (h, verb) in ["ADD", "DEL"].into_iter().enumerate() {
                 let parts: [f64; 4] =
                     std::array::from_fn(|k| med(&|r| r[h].cpu[k]) * 1e3 / n as f64);
-                for (k, val) in ["go_self", "go_children", "cnid_self", "cnid_children"]
-                    .iter()
-                    .zip(parts)
-                {
-                    cx.findings.put(
-                        format!("burst/c{c}/{}/{verb}/cpu/{k}", WAYS[way]),
-                        Summary::min_max(&[val]),
-                    );
-                }
                 let mut cells = vec![c.to_string(), WAYS[way].into(), verb.into()];
                 cells.extend(
                     parts
@@ -366,14 +359,6 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     );
     let title = "Burst: go-cni through cnid-shim into cnid against go-cni straight on the chain";
     Ok(Some(md(title, &intro, &[ratios, abs, cpu, account])))
-}
-
-/// cnid's `/metrics` samples.
-fn histograms(socket: &Path) -> anyhow::Result<BTreeMap<String, f64>> {
-    let deadlines = (Duration::from_secs(30), Duration::from_secs(30));
-    let ans = cnid::shim::http::request(socket, "GET", "/metrics", &[], None, deadlines)?;
-    anyhow::ensure!(ans.status == 200, "GET /metrics: HTTP {}", ans.status);
-    Ok(metrics(&String::from_utf8_lossy(&ans.body)))
 }
 
 /// Runs go-cni's `phase` over `sandboxes` at `concurrency` via `way`, with

@@ -28,9 +28,10 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         let mut v: [Vec<f64>; 2] = Default::default();
         for _ in 0..runs {
             for (i, verb) in ["add", "del"].into_iter().enumerate() {
+                let args = [verb, network, NOOP_NETNS];
                 v[i].push(peak_rss_kib(
                     &cx.bins.cnitool,
-                    &[verb, network, NOOP_NETNS],
+                    &args,
                     &env,
                     None,
                     tree.root(),
@@ -44,21 +45,10 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let penv = env_with(&[("CNI_COMMAND", Some("ADD".as_ref()))]);
     let stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"n","type":"noop"}"#;
     let (mut noop, mut truth) = (Vec::new(), Vec::new());
+    let rss = |p: &Path, stdin| peak_rss_kib(p, &[], &penv, stdin, tree.root());
     for _ in 0..runs.div_ceil(3) {
-        noop.push(peak_rss_kib(
-            &tree.bin.join("noop"),
-            &[],
-            &penv,
-            Some(stdin),
-            tree.root(),
-        )?);
-        truth.push(peak_rss_kib(
-            Path::new("/bin/true"),
-            &[],
-            &penv,
-            None,
-            tree.root(),
-        )?);
+        noop.push(rss(&tree.bin.join("noop"), Some(stdin))?);
+        truth.push(rss(Path::new("/bin/true"), None)?);
     }
     cx.findings.put("rss/cnitool/add1", Summary::of(&add1));
     for (what, v) in [
@@ -88,25 +78,17 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             "time for all",
         ],
     );
-    for (label, tag, extra) in [
-        ("default (--max-parallel 64)", "mem64", &[][..]),
-        (
-            "--max-parallel 1000",
-            "mem1000",
-            &["--max-parallel", "1000"][..],
-        ),
-    ] {
+    let more = ["--max-parallel", "1000"];
+    for (tag, extra) in [("mem64", &[][..]), ("mem1000", &more[..])] {
+        let label = match extra {
+            [] => "default (--max-parallel 64)".to_owned(),
+            _ => extra.join(" "),
+        };
         let m = cnid_memory(cx, tag, extra, adds)?;
-        let f = &mut cx.findings;
-        f.put(
-            format!("rss/cnid/{tag}/idle_fresh"),
-            Summary::of(&[m[0] as f64]),
-        );
-        f.put(
-            format!("rss/cnid/{tag}/idle_warm"),
-            Summary::of(&[m[1] as f64]),
-        );
-        f.put(format!("rss/cnid/{tag}/hwm"), Summary::of(&[m[3] as f64]));
+        for (key, i) in [("idle_fresh", 0), ("idle_warm", 1), ("hwm", 3)] {
+            let s = Summary::of(&[m[i] as f64]);
+            cx.findings.put(format!("rss/cnid/{tag}/{key}"), s);
+        }
         let mib = |k: u64| format!("{:.1} MiB", k as f64 / 1024.0);
         let secs = format!("{:.1} s", m[6] as f64 / 1e3);
         row!(
@@ -178,13 +160,6 @@ fn cnid_memory(cx: &Cx, tag: &str, extra: &[&str], adds: usize) -> anyhow::Resul
     let inflight_rss = sampler.stop();
     let (running, queued) = outcome.with_context(|| daemon.log_tail())?;
     let hwm = daemon.rss_kib()?.1;
-    Ok([
-        idle_fresh,
-        idle_warm,
-        inflight_rss,
-        hwm,
-        running,
-        queued,
-        elapsed,
-    ])
+    let (fresh, warm, peak) = (idle_fresh, idle_warm, inflight_rss);
+    Ok([fresh, warm, peak, hwm, running, queued, elapsed])
 }

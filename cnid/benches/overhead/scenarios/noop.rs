@@ -5,16 +5,14 @@
 //! the plugin (floor, cnitool, Go's cnitool, the C driver); and the tools'
 //! start-up, for the table against Go's cnitool.
 
-use std::time::Instant;
-
 use cnid::client::Client;
 
 use crate::Cx;
 use crate::chains::{self, GO_CNITOOL, NOOP_NETNS, On};
 use crate::report::{Findings, Table, row, section as md};
 use crate::setup::{Bins, C_NOOP, Daemon, NOOP1, NOOP8, Storage, Tree};
-use crate::spawn::{Prepared, env_with};
-use crate::stats::{Order, Summary, rounds, secs};
+use crate::spawn::{Prepared, env_with, rotate};
+use crate::stats::Summary;
 
 const INTRO: &str = "Each iteration: ADD, CHECK, DEL of one attachment by the floor, by \
 `cni_async::Cni` in this process (current-thread runtime; cache I/O on tokio's blocking pool, \
@@ -35,100 +33,70 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     if let Some(go) = &go {
         startup(&cx.bins, go, cx.sizes.own_run, &mut cx.findings)?;
     }
-    let mut tables = Vec::new();
-    let sizes = [
-        (NOOP1, cx.sizes.noop1, "noop1"),
-        (NOOP8, cx.sizes.noop8, "noop8"),
+    // With the static C noop as the plugin (the cheapest plugin process
+    // there is) only the floor, cnitool, Go's cnitool and the C driver run,
+    // cache on disk; and only when Go's cnitool built.
+    let c_noop = cx.bins.noop_variants.iter().find(|(l, _)| *l == C_NOOP);
+    let ctree = match (&go, c_noop) {
+        (Some(_), Some((_, c))) => Some(Tree::new(&Bins {
+            noop: c.clone(),
+            ..cx.bins.clone()
+        })?),
+        _ => None,
+    };
+    // (tree, storage, every runtime or the tools only, key prefix, title)
+    let mut rows = vec![
+        (&cx.tree, Storage::Disk, true, "", "noop"),
+        (&cx.tree, Storage::Tmpfs, true, "", "noop"),
     ];
-    for storage in [Storage::Disk, Storage::Tmpfs] {
-        let daemon = Daemon::start(&cx.bins, &cx.tree, storage, storage.short(), &[])?;
-        let client = cx.tokio.block_on(Client::connect(&daemon.socket))?;
-        for (network, iterations, tag) in sizes {
-            let list = cx.tree.load(network)?;
+    rows.extend(
+        ctree
+            .iter()
+            .map(|t| (t, Storage::Disk, false, "c", "C noop (static)")),
+    );
+    let mut tables = Vec::new();
+    for (tree, storage, all, prefix, what) in rows {
+        let daemon = all
+            .then(|| Daemon::start(&cx.bins, tree, storage, storage.short(), &[]))
+            .transpose()?;
+        let client = (daemon.as_ref())
+            .map(|d| cx.tokio.block_on(Client::connect(&d.socket)))
+            .transpose()?;
+        let sizes = [(NOOP1, cx.sizes.noop1), (NOOP8, cx.sizes.noop8)];
+        for ((network, iterations), size) in sizes.into_iter().zip(["noop1", "noop8"]) {
+            let tag = format!("{prefix}{size}");
+            let list = tree.load(network)?;
             let on = On {
                 list: &list,
                 netns: NOOP_NETNS,
-                tree: &cx.tree,
+                tree,
                 storage,
             };
-            let mut runners = vec![
-                on.floor()?,
-                on.in_process(false, false),
-                on.in_process(true, false),
-                on.in_process(false, true),
-                on.cnitool("cnitool", &cx.bins.cnitool)?,
-                on.cnid("cnid", "bench-cnid", client.clone()),
-            ];
-            if let Some(d) = &cx.bins.driver {
-                runners.push(
-                    on.driver(
-                        d,
-                        &cx.tree
-                            .cache(storage)
-                            .with_file_name(format!("driver-{tag}")),
-                    )?,
-                );
+            let mut runners = vec![on.floor()?];
+            if all {
+                runners.push(on.in_process(false, false));
+                runners.push(on.in_process(true, false));
+                runners.push(on.in_process(false, true));
             }
-            if let Some(go) = &go {
-                runners.push(on.cnitool(GO_CNITOOL, go)?);
+            runners.push(on.cnitool("cnitool", &cx.bins.cnitool)?);
+            runners.extend(client.clone().map(|c| on.cnid("cnid", "bench-cnid", c)));
+            let dir = tree.cache(storage).with_file_name(format!("driver-{tag}"));
+            let driver = cx.bins.driver.as_ref().map(|d| on.driver(d, &dir));
+            let go = go.as_ref().map(|go| on.cnitool(GO_CNITOOL, go));
+            // The tables' order of rows: the C driver last with the C noop.
+            let tail = if all { [driver, go] } else { [go, driver] };
+            for r in tail.into_iter().flatten() {
+                runners.push(r?);
             }
             let label = format!("{tag}, {}", storage.label());
             let s = chains::run_loop(&mut runners, &cx.tokio, cx.sizes.warmup, iterations, &label)
-                .map_err(|e| e.context(daemon.log_tail()))?;
-            let title = format!("noop ×{}, {}", list.plugins().len(), storage.label());
-            tables.push(chains::tabulate(
-                &s,
-                &title,
-                &format!("{tag}/{}", storage.short()),
-                &mut cx.findings,
-            ));
-        }
-    }
-    // The same with the static C noop as the plugin (the cheapest plugin
-    // process there is): floor, cnitool and Go's cnitool, cache on disk.
-    let c_noop = cx.bins.noop_variants.iter().find(|(l, _)| *l == C_NOOP);
-    if let (Some(go), Some((_, c))) = (&go, c_noop) {
-        let cbins = Bins {
-            noop: c.clone(),
-            ..cx.bins.clone()
-        };
-        let ctree = Tree::new(&cbins)?;
-        for (network, iterations, tag) in sizes.map(|(n, i, t)| (n, i, format!("c{t}"))) {
-            let list = ctree.load(network)?;
-            let on = On {
-                list: &list,
-                netns: NOOP_NETNS,
-                tree: &ctree,
-                storage: Storage::Disk,
-            };
-            let mut runners = vec![
-                on.floor()?,
-                on.cnitool("cnitool", &cx.bins.cnitool)?,
-                on.cnitool(GO_CNITOOL, go)?,
-            ];
-            if let Some(d) = &cx.bins.driver {
-                runners.push(
-                    on.driver(
-                        d,
-                        &ctree
-                            .cache(Storage::Disk)
-                            .with_file_name(format!("driver-{tag}")),
-                    )?,
-                );
-            }
-            let label = format!("{tag}, C noop, {}", Storage::Disk.label());
-            let s = chains::run_loop(&mut runners, &cx.tokio, cx.sizes.warmup, iterations, &label)?;
-            let title = format!(
-                "C noop (static) ×{}, {}",
-                list.plugins().len(),
-                Storage::Disk.label()
-            );
-            tables.push(chains::tabulate(
-                &s,
-                &title,
-                &format!("{tag}/disk"),
-                &mut cx.findings,
-            ));
+                .map_err(|e| match &daemon {
+                    Some(d) => e.context(d.log_tail()),
+                    None => e,
+                })?;
+            let title = format!("{what} ×{}, {}", list.plugins().len(), storage.label());
+            let key = format!("{tag}/{}", storage.short());
+            tables.push(chains::tabulate(&s, &title, &key, &mut cx.findings));
         }
     }
     let mut s = md(
@@ -152,14 +120,9 @@ fn startup(bins: &Bins, go: &std::path::Path, n: usize, f: &mut Findings) -> any
         Prepared::new(&bins.cnitool, &[], &env, "cnitool")?,
         Prepared::new(go, &[], &env, GO_CNITOOL)?,
     ];
-    let mut out = Vec::new();
-    let t = rounds(3, 20, n, Order::Rotate, "start-up", |k, _| {
-        out.clear();
-        let s = Instant::now();
-        // Both tools exit non-zero after printing their usage.
-        progs[k].run(&[], &mut out)?;
-        Ok(secs(s))
-    })?;
+    // Both tools exit non-zero after printing their usage.
+    let t = rotate(&progs, &[], n, "start-up", |_, _, _| true)?;
+    let t: Vec<Vec<f64>> = t.into_iter().map(|[wall, _]| wall).collect();
     for (k, key) in ["true", "cnitool", "go"].iter().enumerate() {
         f.put(format!("startup/{key}/wall"), Summary::of(&t[k]));
     }

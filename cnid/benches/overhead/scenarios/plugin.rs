@@ -5,14 +5,11 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::time::Instant;
-
-use anyhow::bail;
 
 use crate::Cx;
 use crate::report::{Table, row, section as md};
-use crate::spawn::{Prepared, env_with};
-use crate::stats::{Order, Summary, rounds, secs};
+use crate::spawn::{Prepared, env_with, rotate};
+use crate::stats::Summary;
 
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let env = env_with(&[
@@ -38,34 +35,14 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         .map(|(l, _, p)| Prepared::new(p, &[], &env, *l))
         .collect::<Result<_, _>>()?;
     let stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"bench-noop1","type":"noop"}"#;
-    let mut out = Vec::new();
-    let t = rounds(
-        progs.len(),
-        20,
-        cx.sizes.own_run,
-        Order::Rotate,
-        "plugin runs",
-        |r, _| {
-            out.clear();
-            let s = Instant::now();
-            let exit = prepared[r].run(&[stdin], &mut out)?;
-            let wall = secs(s);
-            if !exit.success() {
-                bail!("{} failed ({})", prepared[r].label(), exit.describe());
-            }
-            Ok((wall, exit.cpu.as_secs_f64()))
-        },
-    )?;
     // Wall and CPU times per program.
-    let t: Vec<[Vec<f64>; 2]> = t
-        .iter()
-        .map(|v| {
-            [
-                v.iter().map(|x| x.0).collect(),
-                v.iter().map(|x| x.1).collect(),
-            ]
-        })
-        .collect();
+    let t = rotate(
+        &prepared,
+        stdin,
+        cx.sizes.own_run,
+        "plugin runs",
+        |_, e, _| e.success(),
+    )?;
     let truth = &t[progs.len() - 1][0];
     let f = &mut cx.findings;
     f.put("own/noop-true/wall", Summary::diffs(&t[0][0], truth));

@@ -1,20 +1,8 @@
 //! Node scale (`--only scale`): cnid with 0, 1,000 and 10,000 attachments
 //! in its cache and ADD journal (as after a `kill -9` of a cnid that made
 //! them within the last 30 s: one `commit` line per record, this boot's).
-//!
-//! Per size, on the disk (`/var/tmp`): cold start to `GET
-//! /v1/health/ready` 200 (polled every 1 ms) with the journal, RSS idle
-//! after it, cnid's CPU per ADD+DEL of a fresh container (the sum of its
-//! threads' `schedstat` run time; the admission is the part that grows
-//! with the cache, so its cost shows as the difference to the empty
-//! cache), the admission of each ADD measured directly (cnid's
-//! `cnid_admission_duration_seconds` histogram in `/metrics`, read before
-//! and after the ADDs: mean, and the share within the goal), a
-//! full paging of `GET /v1/attachments` (pages of 100, the default, and of
-//! 1,000), a restart without the journal (SIGTERM, which empties it), and
-//! a GC of the network with every cached attachment stale (no valid
-//! attachments: a DEL of each, noop plugin). The records' netns paths do
-//! not exist (`--stale-after 0` keeps the reaper off them).
+//! The runs per size are the report's own text, [`INTRO`], and its
+//! table's note (how CPU and the admission are read).
 //!
 //! With `--scale-baseline CNID` the same runs alternate, per size, with
 //! that cnid binary (a build before a change): one paired run.

@@ -27,8 +27,8 @@ use crate::chains::{NOOP_NETNS, VERBS};
 use crate::procs::peak_rss_kib;
 use crate::report::{Table, row, section as md};
 use crate::setup::{Daemon, NOOP1, Storage};
-use crate::spawn::{Prepared, env_with};
-use crate::stats::{Order, Summary, rounds, secs};
+use crate::spawn::{Exit, Prepared, env_with, rotate};
+use crate::stats::{Summary, secs};
 
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let shim = cx.bins.shim.clone();
@@ -52,13 +52,7 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             "added ms, p50 (p99)",
         ],
     );
-    let p50_p99 = |v: &[f64]| {
-        format!(
-            "{:.3} ({:.3})",
-            Summary::q(v, 0.5) * 1e3,
-            Summary::q(v, 0.99) * 1e3
-        )
-    };
+    let p50_p99 = |v: &[f64]| Summary::p50_and(v, 0.99);
     for (v, verb) in VERBS.iter().enumerate() {
         let added: Vec<f64> = through[v]
             .iter()
@@ -82,15 +76,12 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     // Peak RSS of the shim's ADD (each followed by a DEL).
     let mut rss = Vec::new();
     for i in 0..cx.sizes.rss_runs {
-        let env = |verb: &str| shim_env(verb, &format!("shim-rss{i}"), "eth0");
-        rss.push(peak_rss_kib(
-            &shim,
-            &[],
-            &env("ADD"),
-            Some(&input),
-            cx.tree.root(),
-        )?);
-        peak_rss_kib(&shim, &[], &env("DEL"), Some(&input), cx.tree.root())?;
+        let run = |verb: &str| {
+            let env = shim_env(verb, &format!("shim-rss{i}"), "eth0");
+            peak_rss_kib(&shim, &[], &env, Some(&input), cx.tree.root())
+        };
+        rss.push(run("ADD")?);
+        run("DEL")?;
     }
     cx.findings.put("rss/shim/add", Summary::of(&rss));
     let r = Summary::min_max(&rss);
@@ -130,41 +121,11 @@ fn startup(cx: &mut Cx, shim: &Path, empty: &Path) -> anyhow::Result<Table> {
         Prepared::new(empty, &[], &env, "empty static C program")?,
     ];
     let input: &[u8] = br#"{"cniVersion":"1.0.0"}"#;
-    let mut out = Vec::new();
-    let t = rounds(
-        2,
-        20,
-        cx.sizes.own_run,
-        Order::Rotate,
-        "cnid-shim start-up",
-        |r, _| {
-            out.clear();
-            let s = Instant::now();
-            let exit = progs[r].run(&[input], &mut out)?;
-            let wall = secs(s);
-            if !exit.success() || (r == 0 && out.is_empty()) {
-                bail!(
-                    "{} failed ({}): {}",
-                    progs[r].label(),
-                    exit.describe(),
-                    String::from_utf8_lossy(&out)
-                );
-            }
-            Ok(wall)
-        },
-    )?;
-    let p50_p90 = |v: &[f64]| {
-        format!(
-            "{:.3} ({:.3})",
-            Summary::q(v, 0.5) * 1e3,
-            Summary::q(v, 0.9) * 1e3
-        )
-    };
+    let ok = |r, e: &Exit, out: &[u8]| e.success() && (r > 0 || !out.is_empty());
+    let t = rotate(&progs, input, cx.sizes.own_run, "cnid-shim start-up", ok)?;
+    let t: Vec<Vec<f64>> = t.into_iter().map(|[wall, _]| wall).collect();
+    let p50_p90 = |v: &[f64]| Summary::p50_and(v, 0.9);
     let diff: Vec<f64> = t[0].iter().zip(&t[1]).map(|(s, c)| s - c).collect();
-    let f = &mut cx.findings;
-    f.put("shim/startup/shim", Summary::of(&t[0]));
-    f.put("shim/startup/empty-c", Summary::of(&t[1]));
-    f.put("shim/startup/over-c", Summary::of(&diff));
     let mut table = Table::new(
         "cnid-shim start-up against an empty static C program",
         &[
