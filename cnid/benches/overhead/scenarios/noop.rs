@@ -55,6 +55,14 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             .map(|t| (t, Storage::Disk, false, "c", "C noop (static)")),
     );
     let mut tables = Vec::new();
+    let mut spawn = Table::new(
+        "The plugins' spawn: our own (`clone3`, pidfd) against `tokio::process`, same iterations",
+        &[
+            "chain, cache",
+            "ADD+DEL, own ÷ tokio::process, per iteration, median (p10–p90)",
+            "own − tokio::process, ms per plugin run, median (p10–p90)",
+        ],
+    );
     for (tree, storage, all, prefix, what) in rows {
         let daemon = all
             .then(|| Daemon::start(&cx.bins, tree, storage, storage.short(), &[]))
@@ -95,10 +103,34 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
                     None => e,
                 })?;
             let title = format!("{what} ×{}, {}", list.plugins().len(), storage.label());
+            if all {
+                // Runners 1 and 3: in process on tokio's pool, with our
+                // spawn and with `tokio::process`; 2 plugin runs per
+                // plugin in an ADD+DEL.
+                let (own, tokio) = (s.series(1, "ADD+DEL"), s.series(3, "ADD+DEL"));
+                let runs = 2.0 * list.plugins().len() as f64;
+                let per_run: Vec<f64> = own
+                    .iter()
+                    .zip(&tokio)
+                    .map(|(a, b)| (a - b) / runs)
+                    .collect();
+                row!(
+                    spawn,
+                    &title,
+                    Summary::ratios(&own, &tokio).ratio(),
+                    Summary::of(&per_run).ms()
+                );
+            }
             let key = format!("{tag}/{}", storage.short());
             tables.push(chains::tabulate(&s, &title, &key, &mut cx.findings));
         }
     }
+    spawn.note(
+        "The in-process runner on tokio's blocking pool, once with `RawExec`'s own spawn (the \
+         default) and once with `RawExec::with_posix_spawn` (`tokio::process`), in the same \
+         shuffled iterations: the ratio and the difference are per iteration.",
+    );
+    tables.push(spawn);
     let mut s = md(
         "Scenarios 1–3: noop chains (in-process, cnitool, cnid)",
         INTRO,
