@@ -432,7 +432,7 @@ impl ResultCache {
         netns: &str,
         ifname: &str,
         container_id: &str,
-    ) -> Result<Vec<CacheRecord>, Error> {
+    ) -> Result<Vec<crate::store::ScannedRecord>, Error> {
         let store = self.store.clone();
         let (netns, ifname, cid) = (netns.to_owned(), ifname.to_owned(), container_id.to_owned());
         blocking(self.inline, move || store.others_on(&netns, &ifname, &cid)).await
