@@ -424,6 +424,25 @@ impl ResultCache {
         let filter = container_id.map(str::to_owned);
         blocking(false, move || store.list_page(filter.as_deref(), &page)).await
     }
+    /// [`ResultCache::read`], leaving a corrupt file in place (read as
+    /// none): for the readers that change nothing (the cached getters).
+    /// Moved aside, it would be gone as evidence that something was
+    /// attached, and a later ADD would take the attachment for its own.
+    pub(crate) async fn read_in_place(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<CacheEntry>, Error> {
+        let store = self.store.clone();
+        let (net, cid, ifn) = (
+            network.to_owned(),
+            container_id.to_owned(),
+            ifname.to_owned(),
+        );
+        blocking(self.inline, move || store.read(&net, &cid, &ifn, false)).await
+    }
+
     /// The cached attachments of containers other than `container_id` on
     /// `netns` with interface `ifname` (any network): reads every record
     /// whose file name ends in `-<ifname>`.
@@ -432,7 +451,7 @@ impl ResultCache {
         netns: &str,
         ifname: &str,
         container_id: &str,
-    ) -> Result<Vec<CacheRecord>, Error> {
+    ) -> Result<Vec<crate::store::ScannedRecord>, Error> {
         let store = self.store.clone();
         let (netns, ifname, cid) = (netns.to_owned(), ifname.to_owned(), container_id.to_owned());
         blocking(self.inline, move || store.others_on(&netns, &ifname, &cid)).await

@@ -222,6 +222,34 @@ async fn an_exclusive_add_over_a_corrupt_record_is_refused_and_keeps_it() {
     assert_eq!(rig.dir.invocations_of("ADD").len(), 2, "plugins ran again");
 }
 
+/// The cached getters (libcni's `GetNetworkListCachedResult` and
+/// `GetNetworkListCachedConfig`) only read: a corrupt record stays where
+/// it is, as it does for a CHECK. Moved aside by them, it was gone as
+/// evidence: the next exclusive ADD found no record, ran the plugins over
+/// the attachment and counted it as its own (its rollback or a sandbox's
+/// undo would then delete it), and the scans forgot the netns's owner.
+#[tokio::test]
+async fn the_cached_getters_leave_a_corrupt_record_in_place() {
+    let rig = two_plugins();
+    let cni = rig.cni();
+    let file = rig.cache_file("excl", "c1", "eth0");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let garbage = b"{\"kind\":\"cniCacheV1\",";
+    std::fs::write(&file, garbage).unwrap();
+    let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
+
+    let result = cni.cached_result(&list(), &rt).await;
+    assert!(matches!(result, Ok(None)), "{result:?}");
+    let config = cni.cached_config("excl", &rt).await;
+    assert!(matches!(config, Ok(None)), "{config:?}");
+    assert_eq!(std::fs::read(&file).unwrap(), garbage, "the file changed");
+    assert!(rig.corrupt_files().is_empty(), "{:?}", rig.corrupt_files());
+
+    let refused = cni.add_network_list(&list(), &rt).exclusive().await;
+    assert_already_attached(&refused);
+    assert!(rig.dir.invocations().is_empty(), "a plugin ran");
+}
+
 /// An ADD with rollback over a corrupt record whose own record cannot be
 /// written (the cache is full) fails without a rollback (the corrupt
 /// record may be all that is left of an attachment) and leaves the corrupt

@@ -130,6 +130,37 @@ fn an_owner_whose_cache_record_is_gone_no_longer_blocks() {
     assert_eq!(call(&daemon, "del", next).0, 204);
 }
 
+/// A record whose names read but whose `cniArgs` (or `config`, ...) the
+/// cache's decoder refuses still owns its netns and ifname: the owner
+/// table skipped it, admitted another container's ADD there, and that
+/// ADD's rollback (its plugins failing on the taken interface) DELed the
+/// interface in the netns. The intruder is refused, and no plugin runs.
+#[test]
+fn an_owner_whose_record_the_decoder_refuses_still_blocks() {
+    let (dirs, records) = setup();
+    let daemon = Daemon::start(&dirs, &[]);
+    let owner = json!({"containerId": "corrupt-a", "netns": NETNS, "ifname": "eth0"});
+    assert_eq!(call(&daemon, "add", owner).0, 200);
+    // Damaged in a field the owner table does not need; replaced by
+    // rename, as a writer would.
+    let results = dirs.cache.join("results");
+    let path = results.join(format!("{NET}-corrupt-a-eth0"));
+    let mut rec: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    rec["cniArgs"] = json!("K=V");
+    let tmp = results.join(".damaged");
+    std::fs::write(&tmp, rec.to_string()).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+
+    let intruder = json!({"containerId": "intruder-b", "netns": NETNS, "ifname": "eth0"});
+    assert_refused_naming_owner(&call(&daemon, "add", intruder.clone()), "corrupt-a");
+    assert!(plugin_runs_of(&records, "intruder-b").is_empty());
+    // Known after a restart too (the first scan reads every record).
+    drop(daemon);
+    let daemon = Daemon::start(&dirs, &[]);
+    assert_refused_naming_owner(&call(&daemon, "add", intruder), "corrupt-a");
+    assert!(plugin_runs_of(&records, "intruder-b").is_empty());
+}
+
 #[test]
 fn the_operator_can_turn_the_check_off() {
     let (dirs, _records) = setup();

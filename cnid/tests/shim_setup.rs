@@ -191,6 +191,69 @@ fn install_waits_for_cnid_then_writes_the_list_and_uninstall_removes_it() {
     );
 }
 
+/// An install killed between its temp file and the rename (a `kill -9`, a
+/// node losing power) left the temp file in the runtime's plugin dir (a
+/// whole copy of the shim) and conf dir, and no later install removed it:
+/// each crash leaked one. An install now removes those of writers that are
+/// gone, once they are old enough (a writer in another pid namespace shows
+/// a pid that may name no process here); a live writer's, a young one and
+/// other tools' files stay.
+#[test]
+fn install_removes_the_temp_files_of_killed_installs() {
+    let dirs = Dirs::new();
+    dirs.conf(
+        "10-podnet.conflist",
+        &json!({"cniVersion": "1.1.0", "name": "podnet", "plugins": [{"type": "cni-noop"}]}),
+    );
+    std::os::unix::fs::symlink(NOOP, dirs.bin.join("cni-noop")).unwrap();
+    let (rt_conf, rt_bin) = (dirs.root().join("rt/net.d"), dirs.root().join("rt/bin"));
+    fs::create_dir_all(&rt_conf).unwrap();
+    fs::create_dir_all(&rt_bin).unwrap();
+    let dead = {
+        let mut c = Command::new("/bin/true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    let me = std::process::id();
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let put = |dir: &Path, name: String, aged: bool| {
+        let p = dir.join(&name);
+        fs::write(&p, b"half").unwrap();
+        if aged {
+            fs::File::options()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+        name
+    };
+    put(&rt_bin, format!(".cnid-shim.tmp-{dead}-1"), true);
+    put(&rt_conf, format!(".{DEFAULT_FILE}.tmp-{dead}-2"), true);
+    let young = put(&rt_conf, format!(".{DEFAULT_FILE}.tmp-{dead}-3"), false);
+    let live = put(&rt_bin, format!(".cnid-shim.tmp-{me}-4"), true);
+    let other = put(&rt_bin, ".other-tool.tmp".to_owned(), true);
+
+    let _daemon = Daemon::start(&dirs, &[]);
+    let socket = dirs.socket.display().to_string();
+    let out = shim(&[
+        "install",
+        "--socket",
+        &socket,
+        "--wait",
+        "60s",
+        "--conf-dir",
+        rt_conf.to_str().unwrap(),
+        "--plugin-dir",
+        rt_bin.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(files(&rt_bin), [live, other, "cnid-shim".to_owned()]);
+    assert_eq!(files(&rt_conf), [young, DEFAULT_FILE.to_owned()]);
+}
+
 fn yaml_to_json(y: &Yaml) -> Value {
     match y {
         Yaml::Real(s) => s.parse::<f64>().map(Value::from).unwrap_or(Value::Null),

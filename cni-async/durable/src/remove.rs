@@ -21,10 +21,11 @@ pub fn remove_leftovers(storage: &(impl Storage + ?Sized), dir: &Path) -> Result
 /// removes the temp files of [`write_atomic`](crate::write_atomic) whose writer died, and
 /// returns how many. Only a regular file named exactly as [`temp_path`](crate::temp_path)
 /// names them (`.<name>.tmp-<pid>-<n>`), whose `pid` names no process
-/// (`kill(pid, 0)`), and last modified at least `min_age` ago: a
-/// writer in another pid namespace shows a pid that may name no process
-/// here, but no write takes `min_age`. Every other file is left alone,
-/// other tools' temp files too. A missing dir has none.
+/// (`kill(pid, 0)`), last modified at least `min_age` ago, and that no
+/// writer holds (a writer keeps a `flock` on its temp file until its
+/// rename: one in another pid namespace shows a pid that may name no
+/// process here, and a stalled write may outlast `min_age`). Every other
+/// file is left alone, other tools' temp files too. A missing dir has none.
 #[track_caller]
 pub fn remove_abandoned(
     storage: &(impl Storage + ?Sized),
@@ -44,8 +45,23 @@ pub fn remove_abandoned(
             .ok()
             .and_then(|m| m.elapsed().ok())
             .is_some_and(|age| age >= min_age);
-        meta.is_file() && old && !pid_alive(pid)
+        meta.is_file() && old && !pid_alive(pid) && !held(&dir.join(name))
     })
+}
+
+/// Whether a writer holds the temp file at `path` ([`write_atomic_on`](crate::write_atomic_on)
+/// keeps a `flock` on it until its rename): a live writer whose pid names
+/// no process here (another pid namespace) or whose pid was reused. In
+/// doubt (it cannot be opened or locked for another reason), held.
+fn held(path: &Path) -> bool {
+    let Ok(f) = crate::no_follow().read(true).open(path) else {
+        return true;
+    };
+    match f.try_lock() {
+        Ok(()) => false,
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(_)) => true,
+    }
 }
 
 /// Removes the files of `dir` that `pick` picks (by name and entry), and
@@ -185,5 +201,40 @@ mod tests {
         assert_eq!(temp_writer(".a.tmp-12-34"), Some(12));
         assert_eq!(temp_writer(".a.tmp-0-34"), None);
         assert_eq!(temp_writer(".a.tmp--34"), None);
+    }
+
+    /// A writer in another pid namespace (or whose pid names another
+    /// process's by now) shows a pid `kill(pid, 0)` cannot find; a write
+    /// stalled past `min_age` (a frozen cgroup, a stopped process, a hung
+    /// disk) lost its temp file to the sweep, and its rename failed. A
+    /// writer holds a lock on its temp file until the rename: a held one
+    /// stays, whatever its pid and age.
+    #[test]
+    fn a_temp_file_a_writer_holds_is_kept_whatever_its_pid() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let dead = {
+            let mut c = std::process::Command::new("/bin/true").spawn().unwrap();
+            let pid = c.id();
+            c.wait().unwrap();
+            pid
+        };
+        let name = format!(".n-c-eth0.tmp-{dead}-1");
+        let p = d.join(&name);
+        std::fs::write(&p, b"half").unwrap();
+        File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(SystemTime::now() - std::time::Duration::from_secs(3600))
+            .unwrap();
+        // As a writer holds it between its create and its rename.
+        let writer = crate::write::tests_hold(&p);
+        let min_age = std::time::Duration::from_secs(600);
+        assert_eq!(remove_abandoned(&Disk, d, min_age).unwrap(), 0);
+        assert_eq!(names(d), [name.as_str()]);
+        drop(writer);
+        assert_eq!(remove_abandoned(&Disk, d, min_age).unwrap(), 1);
+        assert!(names(d).is_empty());
     }
 }

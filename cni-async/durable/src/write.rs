@@ -160,6 +160,11 @@ fn write_steps(
     let f = storage
         .create_new(tmp, mode)
         .map_err(|e| Failure::new("create temp file", tmp, e))?;
+    // Held until the rename is done: the proof that this writer is alive
+    // for `remove_abandoned`, whatever pid namespace it is in. On its own
+    // open file description, read-only: `f` is closed before the rename
+    // (an executable with a descriptor open for writing cannot be run).
+    let _alive = hold_temp(tmp);
     storage
         .write(&f, bytes)
         .map_err(|e| Failure::new("write", tmp, e))?;
@@ -181,6 +186,22 @@ fn write_steps(
         sync_dir(storage, dir)?;
     }
     Ok(())
+}
+
+/// The writer's hold on its temp file ([`hold_temp`]), for the sweep's
+/// tests.
+#[cfg(test)]
+pub(crate) fn tests_hold(tmp: &Path) -> std::fs::File {
+    hold_temp(tmp).expect("a hold on the temp file")
+}
+
+/// A shared `flock` on the temp file `tmp`, on a read-only descriptor of
+/// its own; `None` when it cannot be taken (the write goes on: the sweep
+/// then has the pid and the age to go by).
+fn hold_temp(tmp: &Path) -> Option<std::fs::File> {
+    let f = crate::no_follow().read(true).open(tmp).ok()?;
+    f.try_lock_shared().ok()?;
+    Some(f)
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 
 use cni_core::cache::CacheRecord;
 
-use super::listed::read_listed;
+use super::listed::{read_listed, read_named};
+use super::scan::ScannedRecord;
 use super::{Store, io_err};
 use crate::error::Error;
 
@@ -110,13 +111,14 @@ impl Store {
 
     /// The cached attachments of containers other than `container_id` on
     /// `netns` with interface `ifname` (any network): reads every record
-    /// whose file name ends in `-<ifname>`.
+    /// whose file name ends in `-<ifname>`, corrupt ones whose names read
+    /// included (`listed.rs`: they still own the interface).
     pub(crate) fn others_on(
         &self,
         netns: &str,
         ifname: &str,
         container_id: &str,
-    ) -> Result<Vec<CacheRecord>, Error> {
+    ) -> Result<Vec<ScannedRecord>, Error> {
         let results = self.results_dir();
         let entries = match std::fs::read_dir(&results) {
             Ok(e) => e,
@@ -128,8 +130,7 @@ impl Store {
             .filter_map(Result::ok)
             .filter_map(|e| e.file_name().into_string().ok())
             .filter(|n| !n.starts_with('.') && n.ends_with(&suffix))
-            .filter_map(|n| read_listed(&results, &n))
-            .map(|l| l.record)
+            .filter_map(|n| read_named(&results, &n))
             .filter(|r| r.netns == netns && r.if_name == ifname && r.container_id != container_id)
             .collect())
     }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use cni_core::cache as record;
 
-use super::listed::read_listed;
+use super::listed::read_named;
 #[cfg(feature = "watch")]
 use super::watch;
 use super::{Store, io_err};
@@ -111,7 +111,7 @@ impl RecordScan {
                 // There, but not for us to read: as a listing would have it.
                 Err(_) => (0, 0, 0),
             };
-            let rec = name.to_str().and_then(|n| scanned(results, n));
+            let rec = name.to_str().and_then(|n| read_named(results, n));
             let key = rec.as_ref().map(ScannedRecord::key);
             changes.added.extend(rec);
             self.seen.insert(name, (stamp, key));
@@ -157,24 +157,6 @@ impl ScannedRecord {
             self.if_name.clone(),
         )
     }
-}
-
-/// The record in `results/<name>` as a scan keeps it, when it counts
-/// ([`read_listed`]).
-fn scanned(results: &Path, name: &str) -> Option<ScannedRecord> {
-    let listed = read_listed(results, name)?;
-    let rec = listed.record;
-    Some(ScannedRecord {
-        identity: if listed.identity_unreadable {
-            Some(record::NetnsIdentity::default())
-        } else {
-            rec.identity
-        },
-        network_name: rec.network_name,
-        container_id: rec.container_id,
-        if_name: rec.if_name,
-        netns: rec.netns,
-    })
 }
 
 /// What changed in the cache since the previous scan.
@@ -243,7 +225,7 @@ impl Store {
                     if let Some((_, Some(key))) = before {
                         changes.removed.push(key);
                     }
-                    let rec = name.to_str().and_then(|n| scanned(&results, n));
+                    let rec = name.to_str().and_then(|n| read_named(&results, n));
                     let key = rec.as_ref().map(ScannedRecord::key);
                     changes.added.extend(rec);
                     now.insert(name, (stamp, key));

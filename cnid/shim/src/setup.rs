@@ -396,12 +396,14 @@ fn install(opts: &Opts) -> Result<(), String> {
         };
         if !same {
             let bytes = fs::read(&me).map_err(|e| format!("cannot read {}: {e}", me.display()))?;
+            remove_abandoned(dir);
             write_atomic(&dest, &bytes, 0o755)?;
             println!("installed {}", dest.display());
         }
     }
     let path = conf_dir.join(&opts.file);
     let bytes = render(&shim_list(&info, opts)?);
+    remove_abandoned(conf_dir);
     write_atomic(&path, &bytes, 0o644)?;
     println!(
         "wrote {} (cnid network {:?}, capabilities [{}])",
@@ -485,6 +487,27 @@ fn health(opts: &Opts) -> Result<(), String> {
         h.queued
     );
     Ok(())
+}
+
+/// How old the temp file of a write whose writer is gone must be before
+/// an install removes it: a writer in another pid namespace shows a pid
+/// that may name no process here, but no write takes this long (cnid keeps
+/// the same margin in its cache).
+const ABANDONED_AFTER: Duration = Duration::from_secs(300);
+
+/// Removes from `dir` the temp files of [`write_atomic`]s killed before
+/// their rename (an install killed mid-way: a whole copy of the shim in
+/// the plugin dir), whose writer is gone ([`durable::remove_abandoned`]).
+/// A failure is a warning: the install goes on.
+fn remove_abandoned(dir: &Path) {
+    match durable::remove_abandoned(&durable::Disk, dir, ABANDONED_AFTER) {
+        Ok(0) => {}
+        Ok(n) => eprintln!(
+            "removed {n} temp file(s) of killed writes in {}",
+            dir.display()
+        ),
+        Err(e) => eprintln!("warning: cannot {e}"),
+    }
 }
 
 /// Writes `path` whole or not at all ([`durable::write_atomic`]: a temp
