@@ -25,7 +25,43 @@ use cni_core::cache::{self as record, CacheEntry, CacheRecord};
 use cni_core::error::Chain;
 
 use super::durable::read_nofollow;
-use super::scan::ScannedRecord;
+
+/// An attachment's identity in the cache: (network, container ID, ifname).
+pub type AttachmentKey = (String, String, String);
+
+/// The identity and netns of a record, kept without its result (a cached
+/// result can be megabytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedRecord {
+    /// `networkName`.
+    pub network_name: String,
+    /// `containerId`.
+    pub container_id: String,
+    /// `ifName`.
+    pub if_name: String,
+    /// `netns` (empty when absent).
+    pub netns: String,
+    /// `netnsIdentity` ([`record::NetnsIdentity`]; `None` when absent;
+    /// one with an empty boot id when there but unreadable: damaged or
+    /// forged, which proves nothing either way).
+    pub identity: Option<record::NetnsIdentity>,
+}
+
+impl ScannedRecord {
+    pub(crate) fn key(&self) -> AttachmentKey {
+        (
+            self.network_name.clone(),
+            self.container_id.clone(),
+            self.if_name.clone(),
+        )
+    }
+}
+
+/// Cheap pre-filter of file names by container, as libcni does; the
+/// record's field decides.
+pub(crate) fn names_container(name: &str, container_id: &str) -> bool {
+    name.contains(&format!("-{container_id}-"))
+}
 
 /// A counted record, and whether it carries a `netnsIdentity` that cannot
 /// be read (damaged or forged: it proves nothing either way, which is not

@@ -64,9 +64,10 @@ use cni_core::cache as record;
 
 pub(crate) use durable::{Disk, DurableDirs, PrivateDir, Storage, ensure_private_dir};
 pub(crate) use entry::Prior;
+pub use listed::{AttachmentKey, ScannedRecord};
 pub use lock::AttachmentLock;
 pub use page::ListPage;
-pub use scan::{AttachmentKey, RecordScan, ScanChanges, ScannedRecord};
+pub use scan::{RecordScan, ScanChanges};
 
 use crate::error::Error;
 

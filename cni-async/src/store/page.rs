@@ -5,8 +5,7 @@
 
 use cni_core::cache::CacheRecord;
 
-use super::listed::{read_listed, read_named};
-use super::scan::ScannedRecord;
+use super::listed::{ScannedRecord, names_container, read_listed, read_named};
 use super::{Store, io_err};
 use crate::error::Error;
 
@@ -28,12 +27,6 @@ impl ListPage {
         limit: usize::MAX,
         max_bytes: u64::MAX,
     };
-}
-
-/// Cheap pre-filter of file names by container, as libcni does; the
-/// record's field decides.
-pub(crate) fn names_container(name: &str, container_id: &str) -> bool {
-    name.contains(&format!("-{container_id}-"))
 }
 
 impl Store {

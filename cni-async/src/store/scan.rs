@@ -6,16 +6,11 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use cni_core::cache as record;
-
-use super::listed::read_named;
+use super::listed::{AttachmentKey, ScannedRecord, names_container, read_named};
 #[cfg(feature = "watch")]
 use super::watch;
 use super::{Store, io_err};
 use crate::error::Error;
-
-/// An attachment's identity in the cache: (network, container ID, ifname).
-pub type AttachmentKey = (String, String, String);
 
 /// Follows the records in `results/` from one call of
 /// [`ResultCache::scan_blocking`](crate::cache::ResultCache::scan_blocking) to the next, whoever writes them (this
@@ -87,7 +82,7 @@ impl RecordScan {
         self.seen
             .range::<OsStr, _>((from, Bound::Unbounded))
             .filter_map(|(name, _)| name.to_str())
-            .filter(|name| container_id.is_none_or(|cid| super::page::names_container(name, cid)))
+            .filter(|name| container_id.is_none_or(|cid| names_container(name, cid)))
             .take(n)
             .map(str::to_owned)
             .collect()
@@ -129,34 +124,6 @@ type Stamp = (u64, i64, i64);
 
 fn stamp(m: &std::fs::Metadata) -> Stamp {
     (m.ino(), m.ctime(), m.ctime_nsec())
-}
-
-/// The identity and netns of a record, kept without its result (a cached
-/// result can be megabytes).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScannedRecord {
-    /// `networkName`.
-    pub network_name: String,
-    /// `containerId`.
-    pub container_id: String,
-    /// `ifName`.
-    pub if_name: String,
-    /// `netns` (empty when absent).
-    pub netns: String,
-    /// `netnsIdentity` ([`record::NetnsIdentity`]; `None` when absent;
-    /// one with an empty boot id when there but unreadable: damaged or
-    /// forged, which proves nothing either way).
-    pub identity: Option<record::NetnsIdentity>,
-}
-
-impl ScannedRecord {
-    fn key(&self) -> AttachmentKey {
-        (
-            self.network_name.clone(),
-            self.container_id.clone(),
-            self.if_name.clone(),
-        )
-    }
 }
 
 /// What changed in the cache since the previous scan.
@@ -288,6 +255,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cni_core::cache as record;
 
     /// A `cniCacheV1` record of `n/<cid>/eth0` in `netns`, with `pad`
     /// bytes of result, written by rename as another tool would.
