@@ -299,3 +299,41 @@ impl std::io::Write for Log {
         Ok(())
     }
 }
+
+/// A `commit` whose flush failed is answered with an error, and the engine
+/// deletes the attachment again (its DEL removes the cache record) without
+/// a `gone` line: its commit line must not stand for the attachment any
+/// more. It stayed among the lines the journal keeps, so the next flush
+/// (another ADD's) or a rewrite made it durable, and after a reboot the
+/// start restored the record of the ADD answered as failed and undone: the
+/// attachment's next ADD was refused as already attached.
+#[tokio::test]
+async fn a_commit_whose_flush_failed_is_not_restored_after_a_reboot() {
+    use super::sim_disk::Cut;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Arc::new(SimDisk::new(dir.path()));
+    let intents = on_sim(dir.path(), "boot-a", &sim);
+    intents.prepare().unwrap();
+    let cache = cache_in(dir.path()).with_storage(sim.clone());
+    let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+    let p = open_add(&intents, &rt, br#"{"name":"n"}"#.to_vec()).await;
+    let rec = CacheRecord::new("n", &rt, br#"{"name":"n"}"#.to_vec(), None);
+    cache.write(&rec).await.unwrap();
+    // The commit line's write (call 0), then its `fdatasync`, which fails.
+    sim.arm_fail(1);
+    let err = intents.commit(p, &rec).await.unwrap_err();
+    assert!(err.to_string().contains("fdatasync"), "{err}");
+    // The engine's undo: a DEL of the attachment, which removes its record.
+    cache.remove("n", "c-1", "eth0").await.unwrap();
+    // Another ADD, answered: its flush covers every line before it.
+    committed_add(&intents, &cache, "c-2").await;
+    drop(intents);
+    sim.power_loss(Cut::None);
+    let after = on_sim(dir.path(), "boot-b", &sim);
+    after.prepare().unwrap();
+    assert!(
+        !cache.path("n", "c-1", "eth0").unwrap().exists(),
+        "the record of an ADD answered as failed came back after a reboot"
+    );
+    assert!(cache.path("n", "c-2", "eth0").unwrap().exists());
+}
