@@ -387,11 +387,15 @@ impl Intents {
             // ADDs (`flush_through`). A compaction meanwhile copies this
             // record into its durable rewrite, so it is durable either way.
             if let Err(e) = this.flush_through(&ticket) {
-                this.journal
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .open
-                    .remove(&seq);
+                // No plugin runs: the record is ended, in the file too (not
+                // flushed, as any `end`), so that a later flush that makes
+                // the `begin` durable makes its end durable with it (else
+                // the next start would DEL an attachment never made).
+                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                j.open.remove(&seq);
+                if let Ok(file) = this.journal_file(&mut j) {
+                    let _ = this.append(&mut j, &file, &end_line(seq));
+                }
                 return Err(BeginError::Journal(e));
             }
             Ok(BeginAnswer::Recorded(Pending(seq)))
