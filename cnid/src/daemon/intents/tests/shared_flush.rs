@@ -32,6 +32,9 @@ struct GateState {
     opened: usize,
     /// Which of them fail.
     fail: BTreeSet<usize>,
+    /// Which of them return without waiting (another file's, such as a
+    /// rewrite's temp file, while the journal's flush is held).
+    through: BTreeSet<usize>,
 }
 
 impl Gated {
@@ -58,6 +61,12 @@ impl Gated {
 
     fn started(&self) -> usize {
         self.lock().started
+    }
+
+    /// Lets the `n`-th `fdatasync` return without waiting for the gate.
+    fn let_through(&self, n: usize) {
+        self.lock().through.insert(n);
+        self.moved.notify_all();
     }
 
     /// Lets the `fdatasync`s up to the `n`-th return.
@@ -122,7 +131,7 @@ impl Storage for Gated {
         let mut s = self.lock();
         s.started += 1;
         self.moved.notify_all();
-        while s.opened < n {
+        while s.opened < n && !s.through.contains(&n) {
             s = self.moved.wait(s).unwrap_or_else(|e| e.into_inner());
         }
         if fails {
@@ -503,5 +512,50 @@ async fn a_graceful_stop_during_a_held_commit_flush_keeps_the_answered_record() 
         std::fs::read(cache.path("n", "c-d", "eth0").unwrap()).ok(),
         Some(rec.encode()),
         "the answered ADD's record was lost"
+    );
+}
+
+/// A rewrite (compaction) while a flush of the file it replaces is held:
+/// `a`'s flush is of the old file, `b` was appended to the old file after
+/// that flush began, `c` to the new one. Each is answered only by a flush
+/// that covers it (the rewrite copied `b` durably, the next flush is of
+/// the new file), and a power loss keeps all three.
+#[tokio::test]
+async fn a_rewrite_during_a_held_flush_loses_no_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sim, gate, intents) = gated_journal(dir.path());
+    let _open = gate.arm(&[]);
+    let a = spawn_begin(&intents, "c-a");
+    wait_for("the first flush did not start", || gate.started() == 1).await;
+    let b = spawn_begin(&intents, "c-b");
+    appended(dir.path(), "c-b").await;
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+    let old = inode(&journal);
+    intents.journal.lock().unwrap().compact_at = 1;
+    // The rewrite's temp file is flushed too: not held.
+    gate.let_through(2);
+    let compacting = intents.clone();
+    tokio::task::spawn_blocking(move || compacting.compact_if_due())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(inode(&journal), old, "not rewritten");
+    let c = spawn_begin(&intents, "c-c");
+    appended(dir.path(), "c-c").await;
+    gate.open_to(usize::MAX);
+    for (cid, t) in [("c-a", a), ("c-b", b), ("c-c", c)] {
+        assert!(
+            matches!(t.await.unwrap(), Ok(BeginAnswer::Recorded(_))),
+            "{cid}"
+        );
+        assert!(
+            durable_open(&sim).contains(&format!("n:{cid}:eth0")),
+            "{cid} answered, not durable"
+        );
+    }
+    assert_eq!(
+        durable_open(&sim),
+        ["n:c-a:eth0", "n:c-b:eth0", "n:c-c:eth0"]
     );
 }
