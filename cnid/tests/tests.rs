@@ -40,6 +40,7 @@ mod daemon_error_object;
 mod daemon_flood;
 mod daemon_gc;
 mod daemon_gc_hardening;
+mod daemon_group_commit;
 mod daemon_lifecycle;
 mod daemon_networks_unusable;
 mod daemon_not_ready;

@@ -387,11 +387,15 @@ impl Intents {
             // ADDs (`flush_through`). A compaction meanwhile copies this
             // record into its durable rewrite, so it is durable either way.
             if let Err(e) = this.flush_through(&ticket) {
-                this.journal
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .open
-                    .remove(&seq);
+                // No plugin runs: the record is ended, in the file too (not
+                // flushed, as any `end`), so that a later flush that makes
+                // the `begin` durable makes its end durable with it (else
+                // the next start would DEL an attachment never made).
+                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                j.open.remove(&seq);
+                if let Ok(file) = this.journal_file(&mut j) {
+                    let _ = this.append(&mut j, &file, &end_line(seq));
+                }
                 return Err(BeginError::Journal(e));
             }
             Ok(BeginAnswer::Recorded(Pending(seq)))
@@ -424,13 +428,13 @@ impl Intents {
         ];
         let this = self.clone();
         blocking(move || {
-            let (ticket, due_now) = {
+            let k = key(&attachment[0], &attachment[1], &attachment[2]);
+            let (ticket, due_now, n) = {
                 let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
                 j.open.remove(&pending.0);
                 let file = this.journal_file(&mut j)?;
                 this.append(&mut j, &file, &line)?;
                 // This line stands for the attachment from now on.
-                let k = key(&attachment[0], &attachment[1], &attachment[2]);
                 j.carried.retain(|c| c.key() != k);
                 let n = j.next_commit;
                 j.next_commit += 1;
@@ -442,11 +446,24 @@ impl Intents {
                         at: tokio::time::Instant::now(),
                     },
                 );
-                (Intents::ticket(&j), due(&j))
+                (Intents::ticket(&j), due(&j), n)
             };
             // Outside the lock and shared, as in `begin`: a rewrite
             // meanwhile copies the line durably.
-            this.flush_through(&ticket)?;
+            if let Err(e) = this.flush_through(&ticket) {
+                // The caller undoes the ADD: the line stands for nothing.
+                // Off the kept lines (a rewrite would copy it durably),
+                // and a `gone` line after it in the file, so that a later
+                // flush that makes it durable makes its end durable too
+                // (else a reboot would restore the record of an ADD
+                // answered as failed, refusing the attachment's next ADD).
+                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                j.committed.remove(&n);
+                if let Ok(file) = this.journal_file(&mut j) {
+                    let _ = this.append(&mut j, &file, &gone_line(&k));
+                }
+                return Err(e);
+            }
             if due_now {
                 this.wake.notify_one();
             }

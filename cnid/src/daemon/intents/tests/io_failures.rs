@@ -299,3 +299,84 @@ impl std::io::Write for Log {
         Ok(())
     }
 }
+
+/// A `commit` whose flush failed is answered with an error, and the engine
+/// deletes the attachment again (its DEL removes the cache record) without
+/// a `gone` line: its commit line must not stand for the attachment any
+/// more. It stayed among the lines the journal keeps, so the next flush
+/// (another ADD's) or a rewrite made it durable, and after a reboot the
+/// start restored the record of the ADD answered as failed and undone: the
+/// attachment's next ADD was refused as already attached.
+#[tokio::test]
+async fn a_commit_whose_flush_failed_is_not_restored_after_a_reboot() {
+    use super::sim_disk::Cut;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Arc::new(SimDisk::new(dir.path()));
+    let intents = on_sim(dir.path(), "boot-a", &sim);
+    intents.prepare().unwrap();
+    let cache = cache_in(dir.path()).with_storage(sim.clone());
+    let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+    let p = open_add(&intents, &rt, br#"{"name":"n"}"#.to_vec()).await;
+    let rec = CacheRecord::new("n", &rt, br#"{"name":"n"}"#.to_vec(), None);
+    cache.write(&rec).await.unwrap();
+    // The commit line's write (call 0), then its `fdatasync`, which fails.
+    sim.arm_fail(1);
+    let err = intents.commit(p, &rec).await.unwrap_err();
+    assert!(err.to_string().contains("fdatasync"), "{err}");
+    // The engine's undo: a DEL of the attachment, which removes its record.
+    cache.remove("n", "c-1", "eth0").await.unwrap();
+    // Another ADD, answered: its flush covers every line before it.
+    committed_add(&intents, &cache, "c-2").await;
+    drop(intents);
+    sim.power_loss(Cut::None);
+    let after = on_sim(dir.path(), "boot-b", &sim);
+    after.prepare().unwrap();
+    assert!(
+        !cache.path("n", "c-1", "eth0").unwrap().exists(),
+        "the record of an ADD answered as failed came back after a reboot"
+    );
+    assert!(cache.path("n", "c-2", "eth0").unwrap().exists());
+}
+
+/// A `begin` whose flush failed is answered with an I/O error before any
+/// plugin runs, and is off the open set; its line stayed in the journal
+/// without an `end`, so a later flush (another ADD's) made it durable, and
+/// the next start, after a `kill -9` as after a power loss, took it for an
+/// ADD interrupted mid-chain and ran a DEL of an attachment no plugin ever
+/// made (the container's namespace passed to it, whatever holds that path
+/// by then). It is ended now, in the file, before the error is answered.
+#[tokio::test]
+async fn a_begin_whose_flush_failed_is_not_rolled_back_at_the_next_start() {
+    use super::sim_disk::Cut;
+    for power_loss in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = Arc::new(SimDisk::new(dir.path()));
+        let intents = on_sim(dir.path(), "boot-a", &sim);
+        intents.prepare().unwrap();
+        let cache = cache_in(dir.path()).with_storage(sim.clone());
+        // The journal exists: the `begin`'s write (call 0), then its
+        // `fdatasync`, which fails.
+        committed_add(&intents, &cache, "c-0").await;
+        sim.arm_fail(1);
+        let rt = RuntimeConf::new("c-1", "/run/netns/x", "eth0");
+        let failed = intents
+            .begin(&Intent::new("n", &rt, br#"{"name":"n"}"#.to_vec()))
+            .await;
+        assert!(
+            matches!(&failed, Err(BeginError::Journal(e)) if e.to_string().contains("fdatasync")),
+            "{failed:?}"
+        );
+        // Another ADD, answered: its flush covers every line before it.
+        committed_add(&intents, &cache, "c-2").await;
+        drop(intents);
+        if power_loss {
+            sim.power_loss(Cut::None);
+        }
+        let after = on_sim(dir.path(), "boot-a", &sim);
+        after.prepare().unwrap();
+        assert!(
+            after.scan().unwrap().is_empty(),
+            "power loss {power_loss}: the next start rolls back an ADD answered as failed before any plugin ran"
+        );
+    }
+}

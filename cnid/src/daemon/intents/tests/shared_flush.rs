@@ -32,6 +32,9 @@ struct GateState {
     opened: usize,
     /// Which of them fail.
     fail: BTreeSet<usize>,
+    /// Which of them return without waiting (another file's, such as a
+    /// rewrite's temp file, while the journal's flush is held).
+    through: BTreeSet<usize>,
 }
 
 impl Gated {
@@ -58,6 +61,12 @@ impl Gated {
 
     fn started(&self) -> usize {
         self.lock().started
+    }
+
+    /// Lets the `n`-th `fdatasync` return without waiting for the gate.
+    fn let_through(&self, n: usize) {
+        self.lock().through.insert(n);
+        self.moved.notify_all();
     }
 
     /// Lets the `fdatasync`s up to the `n`-th return.
@@ -122,7 +131,7 @@ impl Storage for Gated {
         let mut s = self.lock();
         s.started += 1;
         self.moved.notify_all();
-        while s.opened < n {
+        while s.opened < n && !s.through.contains(&n) {
             s = self.moved.wait(s).unwrap_or_else(|e| e.into_inner());
         }
         if fails {
@@ -409,5 +418,144 @@ async fn two_hundred_concurrent_adds_are_all_answered() {
     assert_eq!(
         committed_records(&std::fs::read(&journal).unwrap()).len(),
         200
+    );
+}
+
+/// Liveness: 300 `begin`s arrive while a flush is held (a disk that
+/// stalls): each appends and waits, none runs a flush of its own while
+/// the held one runs, and once it ends one more flush answers them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_begins_during_a_held_flush_share_the_next_one() {
+    const N: usize = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let (sim, gate, intents) = gated_journal(dir.path());
+    let first = intents.begin(&intent("c-first")).await.unwrap();
+    assert!(matches!(first, BeginAnswer::Recorded(_)));
+    let before = sim.calls().len();
+    let _open = gate.arm(&[]);
+    let lead = spawn_begin(&intents, "c-lead");
+    wait_for("the first flush did not start", || gate.started() == 1).await;
+    let rest: Vec<_> = (0..N)
+        .map(|i| spawn_begin(&intents, &format!("c-{i}")))
+        .collect();
+    wait_for("not every begin was appended", || {
+        intents.journal.lock().unwrap().open.len() == N + 2
+    })
+    .await;
+    assert_eq!(gate.started(), 1, "a flush ran beside the held one");
+    gate.open_to(usize::MAX);
+    assert!(matches!(
+        lead.await.unwrap().unwrap(),
+        BeginAnswer::Recorded(_)
+    ));
+    for t in rest {
+        assert!(matches!(
+            t.await.unwrap().unwrap(),
+            BeginAnswer::Recorded(_)
+        ));
+    }
+    assert_eq!(journal_flushes(&sim, before), 2);
+    assert_eq!(durable_open(&sim).len(), N + 2);
+}
+
+/// A graceful stop while a `commit`'s shared flush is held (its record
+/// the only thing to keep): the stop flushes the record and removes the
+/// journal; the held flush of the removed file then answers the commit,
+/// and after a power loss and a reboot the answered ADD's record is
+/// there.
+#[tokio::test]
+async fn a_graceful_stop_during_a_held_commit_flush_keeps_the_answered_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache_in(dir.path());
+    let sim = Arc::new(SimDisk::new(dir.path()));
+    let gate = Gated::new(sim.clone());
+    let intents = Intents::new(dir.path())
+        .with_cache(cache.clone().with_storage(sim.clone()), true)
+        .with_boot_id("boot-a")
+        .with_storage(gate.clone());
+    intents.prepare().unwrap();
+    let d = intent("c-d");
+    let pd = intents.begin(&d).await.unwrap().pending().unwrap();
+    let rec = CacheRecord::new(
+        "n",
+        &d.rt,
+        d.config.clone(),
+        Some(json!({"cniVersion": "1.1.0"})),
+    );
+    cache
+        .clone()
+        .with_storage(sim.clone())
+        .write(&rec)
+        .await
+        .unwrap();
+    let _open = gate.arm(&[]);
+    let commit = {
+        let (intents, rec) = (intents.clone(), rec.clone());
+        tokio::spawn(async move { intents.commit(pd, &rec).await })
+    };
+    wait_for("the commit's flush did not start", || gate.started() == 1).await;
+    let stopping = intents.clone();
+    tokio::task::spawn_blocking(move || stopping.close())
+        .await
+        .unwrap();
+    assert!(
+        !dir.path().join(INTENTS_DIR).join(JOURNAL).exists(),
+        "the stop kept the journal"
+    );
+    gate.open_to(usize::MAX);
+    commit.await.unwrap().unwrap();
+    drop(intents);
+    sim.power_loss(Cut::None);
+    let after = on_sim(dir.path(), "boot-b", &sim);
+    after.prepare().unwrap();
+    assert_eq!(
+        std::fs::read(cache.path("n", "c-d", "eth0").unwrap()).ok(),
+        Some(rec.encode()),
+        "the answered ADD's record was lost"
+    );
+}
+
+/// A rewrite (compaction) while a flush of the file it replaces is held:
+/// `a`'s flush is of the old file, `b` was appended to the old file after
+/// that flush began, `c` to the new one. Each is answered only by a flush
+/// that covers it (the rewrite copied `b` durably, the next flush is of
+/// the new file), and a power loss keeps all three.
+#[tokio::test]
+async fn a_rewrite_during_a_held_flush_loses_no_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sim, gate, intents) = gated_journal(dir.path());
+    let _open = gate.arm(&[]);
+    let a = spawn_begin(&intents, "c-a");
+    wait_for("the first flush did not start", || gate.started() == 1).await;
+    let b = spawn_begin(&intents, "c-b");
+    appended(dir.path(), "c-b").await;
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let journal = dir.path().join(INTENTS_DIR).join(JOURNAL);
+    let old = inode(&journal);
+    intents.journal.lock().unwrap().compact_at = 1;
+    // The rewrite's temp file is flushed too: not held.
+    gate.let_through(2);
+    let compacting = intents.clone();
+    tokio::task::spawn_blocking(move || compacting.compact_if_due())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(inode(&journal), old, "not rewritten");
+    let c = spawn_begin(&intents, "c-c");
+    appended(dir.path(), "c-c").await;
+    gate.open_to(usize::MAX);
+    for (cid, t) in [("c-a", a), ("c-b", b), ("c-c", c)] {
+        assert!(
+            matches!(t.await.unwrap(), Ok(BeginAnswer::Recorded(_))),
+            "{cid}"
+        );
+        assert!(
+            durable_open(&sim).contains(&format!("n:{cid}:eth0")),
+            "{cid} answered, not durable"
+        );
+    }
+    assert_eq!(
+        durable_open(&sim),
+        ["n:c-a:eth0", "n:c-b:eth0", "n:c-c:eth0"]
     );
 }
