@@ -302,13 +302,8 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
-        let store = self.store.clone();
-        let (net, cid, ifn) = (
-            network.to_owned(),
-            container_id.to_owned(),
-            ifname.to_owned(),
-        );
-        blocking(self.inline, move || store.read(&net, &cid, &ifn, true)).await
+        self.read_moving_corrupt(network, container_id, ifname, true)
+            .await
     }
 
     /// Writes an attachment's record atomically (temp file, `fdatasync`,
@@ -434,13 +429,29 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
+        self.read_moving_corrupt(network, container_id, ifname, false)
+            .await
+    }
+
+    /// One record on the cache's I/O path; a corrupt file moved aside or
+    /// left in place.
+    async fn read_moving_corrupt(
+        &self,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+        move_aside: bool,
+    ) -> Result<Option<CacheEntry>, Error> {
         let store = self.store.clone();
         let (net, cid, ifn) = (
             network.to_owned(),
             container_id.to_owned(),
             ifname.to_owned(),
         );
-        blocking(self.inline, move || store.read(&net, &cid, &ifn, false)).await
+        blocking(self.inline, move || {
+            store.read(&net, &cid, &ifn, move_aside)
+        })
+        .await
     }
 
     /// The cached attachments of containers other than `container_id` on
