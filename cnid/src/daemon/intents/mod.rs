@@ -392,10 +392,7 @@ impl Intents {
                 // the `begin` durable makes its end durable with it (else
                 // the next start would DEL an attachment never made).
                 let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
-                j.open.remove(&seq);
-                if let Ok(file) = this.journal_file(&mut j) {
-                    let _ = this.append(&mut j, &file, &end_line(seq));
-                }
+                let _ = this.end_open(&mut j, seq);
                 return Err(BeginError::Journal(e));
             }
             Ok(BeginAnswer::Recorded(Pending(seq)))
@@ -481,9 +478,7 @@ impl Intents {
     pub(crate) async fn finish(&self, pending: Pending) -> io::Result<()> {
         {
             let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
-            j.open.remove(&pending.0);
-            let file = self.journal_file(&mut j)?;
-            self.append(&mut j, &file, &end_line(pending.0))?;
+            self.end_open(&mut j, pending.0)?;
             if !due(&j) {
                 return Ok(());
             }
@@ -495,6 +490,15 @@ impl Intents {
         }
         let this = self.clone();
         blocking(move || this.compact_if_due()).await
+    }
+
+    /// Takes ADD `seq` off the open set and appends its `end` line (not
+    /// flushed), under the caller's hold of the lock. Off the open set
+    /// even when the append fails.
+    fn end_open(&self, j: &mut Journal, seq: u64) -> io::Result<()> {
+        j.open.remove(&seq);
+        let file = self.journal_file(j)?;
+        self.append(j, &file, &end_line(seq))
     }
 
     /// At a graceful exit, once every operation finished: removes the
