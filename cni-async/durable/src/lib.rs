@@ -64,7 +64,7 @@ mod write;
 
 pub use dir::{PrivateDir, ensure_private_dir, move_into};
 pub use read::{is_symlink_refusal, read_nofollow};
-pub use remove::{remove_abandoned, remove_leftovers};
+pub use remove::{ABANDONED_AFTER, remove_abandoned, remove_leftovers};
 pub use storage::{Disk, Storage, no_follow, syncfs_reports_errors};
 pub use write::{is_temp_name, sync_dir, sync_file, temp_path, write_atomic, write_atomic_on};
 

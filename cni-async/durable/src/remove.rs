@@ -17,6 +17,12 @@ pub fn remove_leftovers(storage: &(impl Storage + ?Sized), dir: &Path) -> Result
     })
 }
 
+/// How old a temp file whose writer's pid names no process must be
+/// before [`remove_abandoned`] may take it: no durable write takes that
+/// long, even by a writer in another pid namespace, whose pid may name no
+/// process here. The sweeps of cnid's cache and of cnid-shim's install use it.
+pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// In a dir shared with other writers (the result cache's `results/`):
 /// removes the temp files of [`write_atomic`](crate::write_atomic) whose writer died, and
 /// returns how many. Only a regular file named exactly as [`temp_path`](crate::temp_path)

@@ -489,18 +489,12 @@ fn health(opts: &Opts) -> Result<(), String> {
     Ok(())
 }
 
-/// How old the temp file of a write whose writer is gone must be before
-/// an install removes it: a writer in another pid namespace shows a pid
-/// that may name no process here, but no write takes this long (cnid keeps
-/// the same margin in its cache).
-const ABANDONED_AFTER: Duration = Duration::from_secs(300);
-
 /// Removes from `dir` the temp files of [`write_atomic`]s killed before
 /// their rename (an install killed mid-way: a whole copy of the shim in
 /// the plugin dir), whose writer is gone ([`durable::remove_abandoned`]).
 /// A failure is a warning: the install goes on.
 fn remove_abandoned(dir: &Path) {
-    match durable::remove_abandoned(&durable::Disk, dir, ABANDONED_AFTER) {
+    match durable::remove_abandoned(&durable::Disk, dir, durable::ABANDONED_AFTER) {
         Ok(0) => {}
         Ok(n) => eprintln!(
             "removed {n} temp file(s) of killed writes in {}",

@@ -12,10 +12,8 @@
 use super::*;
 
 /// A temp file in the cache's `results/` whose writer's pid is gone is
-/// removed once it is this old ([`Intents::remove_abandoned_cache_temps`]):
-/// no write of a record takes that long, even by a writer in another pid
-/// namespace, whose pid may name no process here.
-pub(super) const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+/// removed once it is this old ([`Intents::remove_abandoned_cache_temps`]).
+pub(super) use cni_async::daemon::durable::ABANDONED_AFTER;
 
 impl Intents {
     /// At start, before any request: creates the dir, or makes an existing
