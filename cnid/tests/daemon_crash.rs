@@ -147,13 +147,8 @@ async fn temp_files_of_killed_cache_writers_are_removed() {
     let dirs = Dirs::new();
     let results = dirs.cache.join("results");
     std::fs::create_dir_all(&results).unwrap();
-    // A pid that names no process: a child already reaped.
-    let dead = {
-        let mut c = std::process::Command::new("/bin/true").spawn().unwrap();
-        let pid = c.id();
-        c.wait().unwrap();
-        pid
-    };
+    // A pid that names no process (above pid_max).
+    let dead = cni_test_support::process::unused_pid();
     let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
     let plant = |name: String| {
         let p = results.join(name);

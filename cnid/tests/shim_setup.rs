@@ -209,12 +209,7 @@ fn install_removes_the_temp_files_of_killed_installs() {
     let (rt_conf, rt_bin) = (dirs.root().join("rt/net.d"), dirs.root().join("rt/bin"));
     fs::create_dir_all(&rt_conf).unwrap();
     fs::create_dir_all(&rt_bin).unwrap();
-    let dead = {
-        let mut c = Command::new("/bin/true").spawn().unwrap();
-        let pid = c.id();
-        c.wait().unwrap();
-        pid
-    };
+    let dead = cni_test_support::process::unused_pid();
     let me = std::process::id();
     let old = std::time::SystemTime::now() - Duration::from_secs(3600);
     let put = |dir: &Path, name: String, aged: bool| {

@@ -161,13 +161,8 @@ mod tests {
     fn temp_files_of_killed_cache_writers_are_removed() {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path();
-        // A pid that names no process: a child that was reaped.
-        let dead = {
-            let mut c = std::process::Command::new("/bin/true").spawn().unwrap();
-            let pid = c.id();
-            c.wait().unwrap();
-            pid
-        };
+        // A pid that names no process (above pid_max).
+        let dead = cni_test_support::process::unused_pid();
         let me = std::process::id();
         let old = SystemTime::now() - std::time::Duration::from_secs(3600);
         let write = |name: &str, age: Option<SystemTime>| {
@@ -219,12 +214,7 @@ mod tests {
     fn a_temp_file_a_writer_holds_is_kept_whatever_its_pid() {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path();
-        let dead = {
-            let mut c = std::process::Command::new("/bin/true").spawn().unwrap();
-            let pid = c.id();
-            c.wait().unwrap();
-            pid
-        };
+        let dead = cni_test_support::process::unused_pid();
         let name = format!(".n-c-eth0.tmp-{dead}-1");
         let p = d.join(&name);
         std::fs::write(&p, b"half").unwrap();

@@ -17,6 +17,17 @@ pub fn proc_stat(pid: u32) -> Option<(char, u32, u32)> {
     Some((state, ppid, pgrp))
 }
 
+/// A pid no process can have: one above the kernel's `pid_max`. A reaped
+/// child's pid would do only until the kernel hands it out again, which a
+/// machine busy forking does soon (`pid_max` may be as low as 32768).
+pub fn unused_pid() -> u32 {
+    let max: u32 = fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4_194_304);
+    max + 1
+}
+
 /// Whether `pid` is a running (not zombie) process.
 pub fn alive(pid: u32) -> bool {
     matches!(proc_stat(pid), Some((s, _, _)) if s != 'Z' && s != 'X')
