@@ -17,16 +17,19 @@ pub(crate) struct Cnid {
 }
 
 impl Cnid {
-    /// Starts `bin` on `dir`/cnid.sock with `conf` as its conf dir and
-    /// waits until it listens.
+    /// Starts `bin` as `name` (`dir`/`name`.sock, its log, cache and state
+    /// dirs named the same) with `conf` as its conf dir and `extra`
+    /// arguments, and waits until it listens.
     pub(crate) fn start(
         bin: &Path,
+        name: &str,
         dir: &Path,
         conf: &Path,
         plugins: &str,
+        extra: &[String],
     ) -> anyhow::Result<Cnid> {
-        let socket = dir.join("cnid.sock");
-        let log = dir.join("cnid.log");
+        let socket = dir.join(format!("{name}.sock"));
+        let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log)?;
         let child = Command::new(bin)
             .arg("--socket")
@@ -34,11 +37,12 @@ impl Cnid {
             .arg("--conf-dir")
             .arg(conf)
             .arg("--cache-dir")
-            .arg(dir.join("cnid-cache"))
+            .arg(dir.join(format!("{name}-cache")))
             .arg("--state-dir")
-            .arg(dir.join("cnid-state"))
+            .arg(dir.join(format!("{name}-state")))
             .arg("--plugin-dir")
             .arg(plugins)
+            .args(extra)
             .env_remove("NOTIFY_SOCKET")
             .env_remove("LISTEN_FDS")
             .env_remove("LISTEN_PID")

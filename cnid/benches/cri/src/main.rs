@@ -80,6 +80,10 @@ struct Args {
     /// Keep the run's temp dir (logs, configs) when it ends.
     #[arg(long)]
     keep: bool,
+    /// Also run a second cnid with `--plugin-slots N` as a third way,
+    /// alternating with the other two in every repetition (0: none).
+    #[arg(long, default_value_t = 0)]
+    paced: usize,
 }
 
 fn main() {
@@ -141,8 +145,15 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     let bin_dir = dir.join("bin");
     let direct_conf = dir.join("direct-net.d");
     let cnid_conf = dir.join("cnid-net.d");
+    let paced_conf = dir.join("paced-net.d");
     let cnid_own_conf = dir.join("cnid-conf");
-    for d in [&bin_dir, &direct_conf, &cnid_conf, &cnid_own_conf] {
+    for d in [
+        &bin_dir,
+        &direct_conf,
+        &cnid_conf,
+        &paced_conf,
+        &cnid_own_conf,
+    ] {
         std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
     }
     // containerd's CNI bin dir: loopback (which it runs itself), the
@@ -169,8 +180,19 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     std::fs::write(direct_conf.join("40-bench.conflist"), &chain)?;
     std::fs::write(cnid_own_conf.join("40-bench.conflist"), &chain)?;
 
-    let daemon = cnid::Cnid::start(&cnid_bin, &dir, &cnid_own_conf, PLUGINS)?;
+    let daemon = cnid::Cnid::start(&cnid_bin, "cnid", &dir, &cnid_own_conf, PLUGINS, &[])?;
     cnid::shim_list(&shim_bin, &daemon.socket, NETWORK, &cnid_conf)?;
+    // Both cnids read the same list and share host-local's dir: the rounds
+    // run one at a time, each ending with every address released.
+    let paced = match args.paced {
+        0 => None,
+        n => {
+            let slots = [format!("--plugin-slots={n}")];
+            let d = cnid::Cnid::start(&cnid_bin, "paced", &dir, &cnid_own_conf, PLUGINS, &slots)?;
+            cnid::shim_list(&shim_bin, &d.socket, NETWORK, &paced_conf)?;
+            Some(d)
+        }
+    };
 
     let mut layout = Layout::new(&dir.join("containerd"), &bin_dir);
     if let Some(r) = &args.runc {
@@ -183,11 +205,16 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         direct_conf: &direct_conf,
         cnid_conf: &cnid_conf,
         cnid_pid: daemon.pid(),
+        paced: paced.as_ref().map(|d| (paced_conf.as_path(), d.pid())),
         host_ip,
         leases: &dir.join("host-local").join(NETWORK),
     };
     let res = measure(args, &ctx, &dir).await;
-    let res = res.map_err(|e| e.context(format!("cnid's log:\n{}", daemon.log_tail())));
+    let res = res.map_err(|e| {
+        let paced = paced.as_ref().map(|d| d.log_tail()).unwrap_or_default();
+        e.context(format!("cnid's log:\n{}\n{paced}", daemon.log_tail()))
+    });
+    drop(paced);
     drop(daemon);
     drop(tmp);
     drop(bridge);
@@ -221,26 +248,34 @@ async fn measure(args: &Args, ctx: &Ctx<'_>, dir: &Path) -> anyhow::Result<Strin
         containerd::import_image(ctx.layout, &image)?;
         cd.stop()?;
     }
+    let ways: &[Way] = if ctx.paced.is_some() {
+        &[Way::Direct, Way::Cnid, Way::Paced]
+    } else {
+        &[Way::Direct, Way::Cnid]
+    };
     if args.warmup > 0 {
-        for way in [Way::Direct, Way::Cnid] {
+        for &way in ways {
             round::round(ctx, way, &format!("w-{}", way.key()), args.warmup, 8)
                 .await
                 .with_context(|| format!("warm-up via {}", way.key()))?;
         }
     }
     let mut version = String::new();
-    let mut results: Vec<(usize, Vec<(Round, Round)>)> = Vec::new();
+    // Per concurrency, per repetition, one round per way (in `ways`' order).
+    let mut results: Vec<(usize, Vec<Vec<Round>>)> = Vec::new();
     for &c in &args.concurrency {
-        let mut pairs = Vec::new();
+        let mut reps = Vec::new();
         for rep in 0..args.reps {
-            let order = if rep % 2 == 0 {
-                [Way::Direct, Way::Cnid]
-            } else {
-                [Way::Cnid, Way::Direct]
-            };
-            let mut direct = None;
-            let mut via = None;
-            for way in order {
+            // Each way goes first, second, ... equally often: rotated by
+            // one per repetition, reversed every other rotation.
+            let mut order: Vec<usize> = (0..ways.len()).collect();
+            order.rotate_left(rep % ways.len());
+            if (rep / ways.len()) % 2 == 1 {
+                order.reverse();
+            }
+            let mut got: Vec<Option<Round>> = vec![None; ways.len()];
+            for i in order {
+                let way = ways[i];
                 let tag = format!("c{c}-r{rep}-{}", way.key());
                 let (r, v) = round::round(ctx, way, &tag, args.count, c)
                     .await
@@ -254,16 +289,13 @@ async fn measure(args: &Args, ctx: &Ctx<'_>, dir: &Path) -> anyhow::Result<Strin
                     r.load.1
                 );
                 version = v;
-                match way {
-                    Way::Direct => direct = Some(r),
-                    Way::Cnid => via = Some(r),
-                }
+                got[i] = Some(r);
             }
-            pairs.push((direct.context("direct")?, via.context("via cnid")?));
+            reps.push(got.into_iter().flatten().collect());
         }
-        results.push((c, pairs));
+        results.push((c, reps));
     }
-    Ok(report::markdown(&version, args.count, &results))
+    Ok(report::markdown(&version, args.count, ways, &results))
 }
 
 /// Runs `cmd` (stdin empty) and returns its stdout; an error naming `what`

@@ -18,14 +18,17 @@ use crate::proto::{self, Sandbox};
 /// request timeout is 2 minutes; a loaded 2-CPU machine needs more).
 const CALL: Duration = Duration::from_secs(300);
 
-/// The two ways a round sets its sandboxes' network up.
+/// The ways a round sets its sandboxes' network up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Way {
     /// The chain in containerd's conf dir.
     Direct,
-    /// `cnid-shim config`'s list in containerd's conf dir, cnid runs the
-    /// chain.
+    /// `cnid-shim config`'s list in containerd's conf dir, cnid (default
+    /// options) runs the chain.
     Cnid,
+    /// The same through a second cnid that paces bursts
+    /// (`--plugin-slots N`, `--paced N`).
+    Paced,
 }
 
 impl Way {
@@ -33,6 +36,16 @@ impl Way {
         match self {
             Way::Direct => "direct",
             Way::Cnid => "cnid",
+            Way::Paced => "paced",
+        }
+    }
+
+    /// How the report names it.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Way::Direct => "direct",
+            Way::Cnid => "via cnid",
+            Way::Paced => "via cnid, paced",
         }
     }
 }
@@ -112,6 +125,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) direct_conf: &'a Path,
     pub(crate) cnid_conf: &'a Path,
     pub(crate) cnid_pid: i32,
+    /// The pacing cnid's list and pid (`--paced`).
+    pub(crate) paced: Option<(&'a Path, i32)>,
     pub(crate) host_ip: String,
     /// host-local's dir for the network: one file per address it gave.
     pub(crate) leases: &'a Path,
@@ -139,14 +154,16 @@ pub(crate) async fn round(
     n: usize,
     concurrency: usize,
 ) -> anyhow::Result<(Round, String)> {
-    let conf = match way {
-        Way::Direct => ctx.direct_conf,
-        Way::Cnid => ctx.cnid_conf,
+    let (conf, cnid_pid) = match (way, ctx.paced) {
+        (Way::Direct, _) => (ctx.direct_conf, ctx.cnid_pid),
+        (Way::Cnid, _) => (ctx.cnid_conf, ctx.cnid_pid),
+        (Way::Paced, Some(p)) => p,
+        (Way::Paced, None) => bail!("no pacing cnid (--paced)"),
     };
     let load0 = load1();
     let cd = Containerd::start(ctx.layout, conf, tag).await?;
     let version = cd.version.clone();
-    let res = bursts(ctx, &cd, tag, n, concurrency).await;
+    let res = bursts(ctx, &cd, cnid_pid, tag, n, concurrency).await;
     let res = res.map_err(|e| e.context(cd.log_tail()));
     let stopped = cd.stop();
     let (run, remove) = res?;
@@ -166,12 +183,13 @@ pub(crate) async fn round(
 async fn bursts(
     ctx: &Ctx<'_>,
     cd: &Containerd,
+    cnid_pid: i32,
     tag: &str,
     n: usize,
     concurrency: usize,
 ) -> anyhow::Result<(Half, Half)> {
     let sem = Arc::new(Semaphore::new(concurrency));
-    let cpu0 = (proc_cpu(cd.pid())?, proc_cpu(ctx.cnid_pid)?);
+    let cpu0 = (proc_cpu(cd.pid())?, proc_cpu(cnid_pid)?);
     let t0 = Instant::now();
     let mut tasks = Vec::with_capacity(n);
     for i in 0..n {
@@ -213,7 +231,7 @@ async fn bursts(
         }
     }
     run.wall = t0.elapsed().as_secs_f64();
-    let cpu1 = (proc_cpu(cd.pid())?, proc_cpu(ctx.cnid_pid)?);
+    let cpu1 = (proc_cpu(cd.pid())?, proc_cpu(cnid_pid)?);
     let failed_runs = n - ids.len();
     // The chain really ran: one address per sandbox (checked untimed).
     let held = leases(ctx.leases);
@@ -255,7 +273,7 @@ async fn bursts(
         }
     }
     remove.wall = t1.elapsed().as_secs_f64();
-    let cpu2 = (proc_cpu(cd.pid())?, proc_cpu(ctx.cnid_pid)?);
+    let cpu2 = (proc_cpu(cd.pid())?, proc_cpu(cnid_pid)?);
     let held = leases(ctx.leases);
     if first_err.is_none() && held != 0 {
         first_err = Some(anyhow::anyhow!(
