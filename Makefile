@@ -296,13 +296,15 @@ bench: setup shim ## the benchmarks; writes the tables of BENCHMARKS.md (root)
 # subnet of the run's own; the sandbox image is built locally (no
 # registry). Release cnid and a dynamically linked release cnid-shim, as
 # the burst section runs them. About 15 minutes with the defaults on a busy
-# 2-CPU machine; BENCH_CRI_FLAGS="--concurrency 16 --reps 1" runs a quick one.
+# 2-CPU machine; BENCH_CRI_FLAGS="--concurrency 16 --reps 1" runs a quick one,
+# BENCH_CRI_FLAGS="--paced 4" adds a pacing cnid (--plugin-slots 4) as a
+# third way in the same repetitions.
 BENCH_CRI_FLAGS ?=
 bench-cri: setup ## containerd's CRI: pod sandboxes via cnid against direct (root; installs containerd, runc)
 	@if command -v containerd >/dev/null && command -v ctr >/dev/null && command -v runc >/dev/null; then :; \
 	elif [ "$$(id -u)" != 0 ]; then echo "bench-cri: need root to install containerd and runc" >&2; exit 1; \
 	else export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq containerd runc >/dev/null; fi
-	$(CARGO) build --release -p cnid --bin cnid -p cnid-shim --bin cnid-shim -p cni-bench-cri
+	$(CARGO) build --release -p cnid --bin cnid -p cnid-shim --bin cnid-shim -p cni-bench-cri --bin cni-bench-cri
 	$(BENCH_TARGET)/release/cni-bench-cri --cnid $(BENCH_TARGET)/release/cnid --shim $(BENCH_TARGET)/release/cnid-shim $(BENCH_CRI_FLAGS)
 
 # ---- install / uninstall ---------------------------------------------------
