@@ -455,18 +455,30 @@ impl ResultCache {
     }
 
     /// The cached attachments of containers other than `container_id` on
-    /// `netns` with interface `ifname` (any network): reads every record
-    /// whose file name ends in `-<ifname>`.
+    /// `netns` with interface `ifname` (any network), whoever wrote them,
+    /// from the cache's owner index brought up to date first (the store's
+    /// `owners.rs`: up to [`ResultCache::INLINE_REFRESH`] changed record
+    /// files read here when the I/O is inline, anything more, or a
+    /// listing, on the blocking pool). An error when it cannot be: no
+    /// proof that the interface is free.
     pub(crate) async fn others_on(
         &self,
         netns: &str,
         ifname: &str,
         container_id: &str,
-    ) -> Result<Vec<crate::store::ScannedRecord>, Error> {
+    ) -> Result<Vec<crate::store::Holder>, Error> {
+        if self.inline && self.store.refresh_owners_few(Self::INLINE_REFRESH) {
+            let index = self.store.owners();
+            return Ok(crate::store::others(&index, netns, ifname, container_id));
+        }
         let store = self.store.clone();
         let (netns, ifname, cid) = (netns.to_owned(), ifname.to_owned(), container_id.to_owned());
-        blocking(self.inline, move || store.others_on(&netns, &ifname, &cid)).await
+        blocking(false, move || store.others_on(&netns, &ifname, &cid)).await
     }
+
+    /// How many changed record files [`ResultCache::others_on`] reads on
+    /// the calling thread when the cache's I/O is inline.
+    pub(crate) const INLINE_REFRESH: usize = 8;
 }
 
 #[cfg(test)]
