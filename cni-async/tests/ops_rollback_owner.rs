@@ -4,12 +4,8 @@
 //! before the rollback), or when the cache's attachments cannot be read.
 //! Fake plugins record whether their DEL got `CNI_NETNS`.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use crate::support::fake::{Fake, RIG_KILL_GRACE, Response, Rig, conflist, sh_quote};
-use cni_async::cache::ResultCache;
-use cni_async::{CallOptions, Cni, RawExec, Timeouts};
+use crate::support::fake::{Fake, Response, Rig, conflist, sh_quote};
+use cni_async::{CallOptions, Cni};
 use cni_core::RuntimeConf;
 use cni_core::cache::CacheRecord;
 use serde_json::json;
@@ -38,17 +34,6 @@ fn rig(add_shell: impl FnOnce(&Rig) -> String) -> Rig {
         ),
     );
     rig
-}
-
-fn cni(rig: &Rig, inline: bool) -> Cni {
-    Cni::builder()
-        .plugin_dirs(rig.dir.dirs())
-        // Fake plugins, stand-in netns paths: no namespace check.
-        .check_netns(false)
-        .cache(ResultCache::new(&rig.cache_dir).with_inline_io(inline))
-        .exec(Arc::new(RawExec::new().with_kill_grace(RIG_KILL_GRACE)))
-        .timeouts(Timeouts::uniform(Duration::from_secs(30)))
-        .build()
 }
 
 /// A failing ADD of `cid` on [`NETNS`]'s eth0 with rollback; answers the
@@ -98,7 +83,7 @@ fn write_foreign(rig: &Rig, network: &str, cid: &str, netns: &str) {
 async fn a_warm_index_sees_another_writers_record_before_a_rollback() {
     for inline in [false, true] {
         let rig = rig(|_| String::new());
-        let cni = cni(&rig, inline);
+        let cni = rig.cni_inline_io(inline);
         // `results/` exists from the start (a watch can be set on it).
         write_foreign(&rig, "other", "bystander", "/run/netns/elsewhere");
         let warm = failed_add(&rig, &cni, "first").await;
@@ -132,7 +117,7 @@ async fn a_rollback_that_cannot_read_the_cache_keeps_the_interface() {
                 away = sh_quote(&rig.cache_dir.join("away").to_string_lossy()),
             )
         });
-        let cni = cni(&rig, inline);
+        let cni = rig.cni_inline_io(inline);
         write_foreign(&rig, "net", "owner", NETNS);
         let kept = failed_add(&rig, &cni, "intruder").await;
         assert_eq!(
