@@ -89,6 +89,16 @@ impl RecordScan {
             .collect()
     }
 
+    /// A listing failed: `e`, and the next scan lists again (the watch set
+    /// up for this one reports only what changes after it).
+    fn failed(&mut self, e: Error) -> Error {
+        #[cfg(feature = "watch")]
+        if let Some(w) = self.watch.as_mut() {
+            w.lose();
+        }
+        e
+    }
+
     /// Looks at `names` in `results` again (a watch reported them).
     #[cfg(feature = "watch")]
     fn reread(
@@ -167,11 +177,17 @@ impl Store {
                     removed,
                 });
             }
-            Err(e) => return Err(io_err(&results, "read directory", e)),
+            Err(e) => return Err(scan.failed(io_err(&results, "read directory", e))),
+        };
+        // The whole listing before anything changes: an entry the listing
+        // cannot give (an I/O error midway) is not taken for a removal.
+        let entries = match entries.collect::<Result<Vec<_>, _>>() {
+            Ok(entries) => entries,
+            Err(e) => return Err(scan.failed(io_err(&results, "read directory", e))),
         };
         let mut changes = ScanChanges::default();
         let mut now = std::collections::BTreeMap::new();
-        for entry in entries.filter_map(Result::ok) {
+        for entry in entries {
             let name = entry.file_name();
             if name.as_encoded_bytes().first() == Some(&b'.') {
                 continue;
