@@ -299,6 +299,27 @@ mod tests {
         );
     }
 
+    /// An index warmed before `results/` existed sees the records of the
+    /// dir another writer made afterwards (no watch could be set up on a
+    /// missing dir: the next refresh lists, and watches from then on).
+    #[tokio::test]
+    async fn the_index_sees_a_results_dir_made_after_it_was_warmed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ours = ResultCache::new(tmp.path());
+        assert!(holders(&ours, "/run/netns/a").is_empty());
+        let other = ResultCache::new(tmp.path());
+        other
+            .write(&record("net", "a", "/run/netns/a"))
+            .await
+            .unwrap();
+        assert_eq!(holders(&ours, "/run/netns/a"), ["net/a"]);
+        other
+            .write(&record("net", "b", "/run/netns/a"))
+            .await
+            .unwrap();
+        assert_eq!(holders(&ours, "/run/netns/a"), ["net/a", "net/b"]);
+    }
+
     /// A refresh that cannot read `results/` (here a file in its place)
     /// is an error, not an empty cache, and the index starts over: once
     /// the dir is back, its records are there again.
