@@ -467,13 +467,24 @@ impl ResultCache {
         ifname: &str,
         container_id: &str,
     ) -> Result<Vec<crate::store::Holder>, Error> {
-        if self.inline && self.store.refresh_owners_few(Self::INLINE_REFRESH) {
-            let index = self.store.owners();
-            return Ok(crate::store::others(&index, netns, ifname, container_id));
+        let inline = if self.inline { Self::INLINE_REFRESH } else { 0 };
+        self.refresh_owners(inline).await?;
+        let index = self.store.owners();
+        Ok(crate::store::others(&index, netns, ifname, container_id))
+    }
+
+    /// Brings the owner index up to date with `results/` (the store's
+    /// `owners.rs`): up to `inline` changed record files, none big, are
+    /// read on the calling thread when the index's watch names them and no
+    /// other refresh runs; anything more (a listing, many files, a refresh
+    /// to wait for) on the blocking pool. Either way it sees every record
+    /// written or removed before it was called.
+    pub(crate) async fn refresh_owners(&self, inline: usize) -> Result<(), Error> {
+        if inline > 0 && self.store.refresh_owners_few(inline) {
+            return Ok(());
         }
         let store = self.store.clone();
-        let (netns, ifname, cid) = (netns.to_owned(), ifname.to_owned(), container_id.to_owned());
-        blocking(false, move || store.others_on(&netns, &ifname, &cid)).await
+        blocking(false, move || store.refresh_owners().map(drop)).await
     }
 
     /// How many changed record files [`ResultCache::others_on`] reads on

@@ -143,11 +143,7 @@ impl ResultCache {
     /// a hop to the blocking pool would cost more); anything else on the
     /// pool. Sees every record written or removed before the call.
     pub async fn refresh_attachments(&self, inline: usize) -> Result<(), Error> {
-        if inline > 0 && self.store.refresh_owners_few(inline) {
-            return Ok(());
-        }
-        let store = self.store.clone();
-        crate::cache::blocking(false, move || store.refresh_owners().map(drop)).await
+        self.refresh_owners(inline).await
     }
 
     /// The attachments on `netns`'s `ifname` in the index as last

@@ -195,7 +195,9 @@ impl Store {
 
     /// The cached attachments of containers other than `container_id` on
     /// `netns` with interface `ifname` (any network), from the refreshed
-    /// index. Blocking.
+    /// index: the refresh and the query of the async face in one blocking
+    /// call, for tests.
+    #[cfg(test)]
     pub(crate) fn others_on(
         &self,
         netns: &str,
