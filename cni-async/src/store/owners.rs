@@ -237,10 +237,12 @@ mod tests {
         )
     }
 
-    fn holders(cache: &ResultCache, netns: &str) -> Vec<String> {
+    /// Through the async face: the refresh on the pool, or (an inline
+    /// cache's, few changes) on this thread.
+    async fn holders(cache: &ResultCache, netns: &str) -> Vec<String> {
         cache
-            .store
             .others_on(netns, "eth0", "probe")
+            .await
             .unwrap()
             .into_iter()
             .map(|h| format!("{}/{}", h.network, h.container_id))
@@ -262,27 +264,37 @@ mod tests {
             .write(&record("net", "a", "/run/netns/a"))
             .await
             .unwrap();
-        assert_eq!(holders(&ours, "/run/netns/a"), ["net/a"]);
-        assert!(holders(&ours, "/run/netns/b").is_empty());
+        assert_eq!(holders(&ours, "/run/netns/a").await, ["net/a"]);
+        assert!(holders(&ours, "/run/netns/b").await.is_empty());
         // Warm: now another writer's record, a moved one and a removal.
         other
             .write(&record("net", "b", "/run/netns/b"))
             .await
             .unwrap();
-        assert_eq!(holders(&clone, "/run/netns/b"), ["net/b"], "a new record");
+        assert_eq!(
+            holders(&clone, "/run/netns/b").await,
+            ["net/b"],
+            "a new record"
+        );
         other
             .write(&record("net", "a", "/run/netns/moved"))
             .await
             .unwrap();
-        assert!(holders(&ours, "/run/netns/a").is_empty(), "moved away");
-        assert_eq!(holders(&ours, "/run/netns/moved"), ["net/a"]);
+        assert!(
+            holders(&ours, "/run/netns/a").await.is_empty(),
+            "moved away"
+        );
+        assert_eq!(holders(&ours, "/run/netns/moved").await, ["net/a"]);
         other.remove("net", "b", "eth0").await.unwrap();
-        assert!(holders(&clone, "/run/netns/b").is_empty(), "removed");
+        assert!(holders(&clone, "/run/netns/b").await.is_empty(), "removed");
         other
             .write(&record("other", "c", "/run/netns/moved"))
             .await
             .unwrap();
-        assert_eq!(holders(&ours, "/run/netns/moved"), ["net/a", "other/c"]);
+        assert_eq!(
+            holders(&ours, "/run/netns/moved").await,
+            ["net/a", "other/c"]
+        );
         assert_eq!(
             ours.store
                 .others_on("/run/netns/moved", "eth0", "a")
@@ -308,18 +320,18 @@ mod tests {
     async fn the_index_sees_a_results_dir_made_after_it_was_warmed() {
         let tmp = tempfile::tempdir().unwrap();
         let ours = ResultCache::new(tmp.path());
-        assert!(holders(&ours, "/run/netns/a").is_empty());
+        assert!(holders(&ours, "/run/netns/a").await.is_empty());
         let other = ResultCache::new(tmp.path());
         other
             .write(&record("net", "a", "/run/netns/a"))
             .await
             .unwrap();
-        assert_eq!(holders(&ours, "/run/netns/a"), ["net/a"]);
+        assert_eq!(holders(&ours, "/run/netns/a").await, ["net/a"]);
         other
             .write(&record("net", "b", "/run/netns/a"))
             .await
             .unwrap();
-        assert_eq!(holders(&ours, "/run/netns/a"), ["net/a", "net/b"]);
+        assert_eq!(holders(&ours, "/run/netns/a").await, ["net/a", "net/b"]);
     }
 
     /// A refresh that cannot read `results/` (here a file in its place)
