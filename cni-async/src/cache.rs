@@ -455,18 +455,41 @@ impl ResultCache {
     }
 
     /// The cached attachments of containers other than `container_id` on
-    /// `netns` with interface `ifname` (any network): reads every record
-    /// whose file name ends in `-<ifname>`.
+    /// `netns` with interface `ifname` (any network), whoever wrote them,
+    /// from the cache's owner index brought up to date first (the store's
+    /// `owners.rs`: up to [`ResultCache::INLINE_REFRESH`] changed record
+    /// files read here when the I/O is inline, anything more, or a
+    /// listing, on the blocking pool). An error when it cannot be: no
+    /// proof that the interface is free.
     pub(crate) async fn others_on(
         &self,
         netns: &str,
         ifname: &str,
         container_id: &str,
-    ) -> Result<Vec<crate::store::ScannedRecord>, Error> {
-        let store = self.store.clone();
-        let (netns, ifname, cid) = (netns.to_owned(), ifname.to_owned(), container_id.to_owned());
-        blocking(self.inline, move || store.others_on(&netns, &ifname, &cid)).await
+    ) -> Result<Vec<crate::store::Holder>, Error> {
+        let inline = if self.inline { Self::INLINE_REFRESH } else { 0 };
+        self.refresh_owners(inline).await?;
+        let index = self.store.owners();
+        Ok(crate::store::others(&index, netns, ifname, container_id))
     }
+
+    /// Brings the owner index up to date with `results/` (the store's
+    /// `owners.rs`): up to `inline` changed record files, none big, are
+    /// read on the calling thread when the index's watch names them and no
+    /// other refresh runs; anything more (a listing, many files, a refresh
+    /// to wait for) on the blocking pool. Either way it sees every record
+    /// written or removed before it was called.
+    pub(crate) async fn refresh_owners(&self, inline: usize) -> Result<(), Error> {
+        if inline > 0 && self.store.refresh_owners_few(inline) {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        blocking(false, move || store.refresh_owners().map(drop)).await
+    }
+
+    /// How many changed record files [`ResultCache::others_on`] reads on
+    /// the calling thread when the cache's I/O is inline.
+    pub(crate) const INLINE_REFRESH: usize = 8;
 }
 
 #[cfg(test)]

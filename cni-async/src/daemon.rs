@@ -1,7 +1,8 @@
 //! What only a daemon needs of the library (feature `daemon`, which cnid
 //! enables): the store's storage seam and durable-file functions (for a
 //! journal of its own over the same seam, and a simulated disk behind
-//! both), the cache's deferred flushes and incremental scans, and the few
+//! both), the cache's deferred flushes and its index of attachments by netns
+//! and interface, and the few
 //! process and boot helpers of the crate's `sys` module a daemon calls itself.
 //! An embedder that runs plugins and reads the cache needs none of it.
 //!
@@ -23,9 +24,7 @@ use crate::error::Error;
 
 pub use crate::store::durable;
 pub use crate::store::durable::{Disk, Storage};
-pub use crate::store::{
-    AttachmentKey, CORRUPT_DIR, LOCKS_DIR, RecordScan, ScanChanges, ScannedRecord,
-};
+pub use crate::store::{AttachmentKey, CORRUPT_DIR, Holder, LOCKS_DIR};
 pub use crate::sys::{
     ProcStat, Signal, boot_id, boot_time, group_alive, on_memory_fs, own_process_group, proc_stat,
     sees_host_mounts, signal_group,
@@ -134,36 +133,66 @@ impl ResultCache {
         self.store.remove_abandoned(min_age)
     }
 
-    /// See [`RecordScan`]. Blocking (a directory listing, or with a live
-    /// watch only the entries it reported, plus a read of each new
-    /// record).
-    pub fn scan_blocking(&self, scan: &mut RecordScan) -> Result<ScanChanges, Error> {
-        self.store.scan(scan)
+    /// Brings the cache's attachment index up to date with `results/`:
+    /// the index a rollback asks before it DELs in a netns (shared by the
+    /// clones of this cache, made at first use; the first refresh lists
+    /// `results/`, the next ones read only the record files changed since,
+    /// watched with inotify under the feature `watch`). Up to `inline`
+    /// changed files, none bigger than 64 KiB, are read on the calling
+    /// thread when no other refresh runs (a request's own ADDs and DELs:
+    /// a hop to the blocking pool would cost more); anything else on the
+    /// pool. Sees every record written or removed before the call.
+    pub async fn refresh_attachments(&self, inline: usize) -> Result<(), Error> {
+        self.refresh_owners(inline).await
     }
 
-    /// Largest record file [`ResultCache::scan_few`] reads; a bigger one
-    /// leaves the scan to [`ResultCache::scan_blocking`].
-    pub const SCAN_FEW_MAX_BYTES: u64 = crate::store::Store::SCAN_FEW_MAX_BYTES;
-
-    /// [`ResultCache::scan_blocking`] when the watch makes it a few system
-    /// calls (at most `max` names changed, none bigger than
-    /// [`ResultCache::SCAN_FEW_MAX_BYTES`]), for a caller that would
-    /// otherwise hand it to the blocking pool; `None` (nothing scanned,
-    /// the changes kept for the next scan) otherwise.
-    pub fn scan_few(&self, scan: &mut RecordScan, max: usize) -> Option<ScanChanges> {
-        self.store.scan_few(scan, max)
+    /// The attachments on `netns`'s `ifname` in the index as last
+    /// refreshed ([`ResultCache::refresh_attachments`]), by network and
+    /// container. No I/O.
+    pub fn attachments_on(&self, netns: &str, ifname: &str) -> Vec<Holder> {
+        self.store.owners().holders(netns, ifname)
     }
 
-    /// One page, as [`ResultCache::list_page`] gives it, of the records
-    /// named by `names(after, n)`: up to `n` file names sorting after
-    /// `after`, in byte order, pre-filtered by container (for example
-    /// [`RecordScan::names_after`] of a current scan). Blocking.
-    pub fn list_page_from_blocking(
+    /// Enters an attachment in the index (a successful ADD's, before the
+    /// next refresh reads its record); `netns` empty: none.
+    pub fn note_attachment(&self, network: &str, container_id: &str, ifname: &str, netns: &str) {
+        let key = (
+            network.to_owned(),
+            container_id.to_owned(),
+            ifname.to_owned(),
+        );
+        self.store.owners().insert(key, netns.to_owned());
+    }
+
+    /// Takes an attachment out of the index (a successful DEL's).
+    pub fn forget_attachment(&self, network: &str, container_id: &str, ifname: &str) {
+        let key = (
+            network.to_owned(),
+            container_id.to_owned(),
+            ifname.to_owned(),
+        );
+        self.store.owners().remove(&key);
+    }
+
+    /// How many times a refresh of the index listed `results/` whole.
+    pub fn attachment_listings(&self) -> u64 {
+        self.store.owners().listings()
+    }
+
+    /// One page, as [`ResultCache::list_page`] gives it, from the file
+    /// names of the index's last refresh instead of a listing and sort of
+    /// `results/`: a page costs its own records. Every record present
+    /// throughout a paging, each page after a refresh, is listed once.
+    /// Blocking.
+    pub fn list_page_indexed_blocking(
         &self,
         container_id: Option<&str>,
         page: &ListPage,
-        names: impl FnMut(Option<&str>, usize) -> Vec<String>,
     ) -> (Vec<CacheRecord>, Option<String>) {
-        self.store.page_from(container_id, page, names)
+        // The index's lock only while names are taken, not while the
+        // records are read.
+        self.store.page_from(container_id, page, |after, n| {
+            self.store.owners().names_after(after, container_id, n)
+        })
     }
 }

@@ -59,6 +59,7 @@ mod ops_real_chain;
 mod ops_rollback;
 mod ops_rollback_existing;
 mod ops_rollback_on_cancel;
+mod ops_rollback_owner;
 mod ops_single;
 mod ops_stdin_env;
 mod ops_trace;

@@ -278,8 +278,8 @@ pub async fn setup_steps<'s>(
         let _shared = hook.gates().shared(step.network).await;
         // As a chain's own rollback: when another container's attachment
         // holds this netns and ifname (an ADD forced onto it, or a plugin
-        // that succeeds there, as loopback does), the DEL runs without the
-        // netns and leaves that container's interface alone.
+        // that succeeds there, as loopback does), or the cache cannot say,
+        // the DEL runs without the netns and leaves the interface alone.
         let rt = hook.cni().rollback_attachment(step.rt).await;
         let step = SandboxStep { rt: &rt, ..step };
         if let Err(e) = hook.del(step, hook.undo_options()).await {

@@ -403,8 +403,11 @@ impl Cni {
     }
 
     /// The attachment a rollback DELs: `rt`, or `rt` without its netns when
-    /// another container's cached attachment holds that netns and ifname
-    /// (see the module's caveats). Also what a sandbox's undo of a network
+    /// another container's cached attachment holds that netns and ifname,
+    /// or when the cache's attachments cannot be read (no proof that the
+    /// interface is this ADD's alone: it is kept). Asks the cache's owner
+    /// index, brought up to date first, so a record another tool wrote
+    /// before this call counts. Also what a sandbox's undo of a network
     /// set up DELs ([`crate::multi::setup_steps`]).
     pub(crate) async fn rollback_attachment(&self, rt: &RuntimeConf) -> RuntimeConf {
         if rt.netns.is_empty() {
@@ -418,14 +421,19 @@ impl Cni {
         {
             Ok(o) => o,
             Err(e) => {
-                tracing::warn!(error = %Escaped(Chain(&e)), "cannot list the cache before a rollback; rolling back in the netns");
-                Vec::new()
+                // No proof that the interface is this ADD's alone: keep it
+                // (the plugins release what they can without the netns).
+                tracing::warn!(error = %Escaped(Chain(&e)), "cannot read the cache's attachments before a rollback; rolling back without the netns, keeping the interface");
+                return RuntimeConf {
+                    netns: String::new(),
+                    ..rt.clone()
+                };
             }
         };
         match others.first() {
             None => rt.clone(),
             Some(owner) => {
-                tracing::warn!(owner = ?owner.container_id, owner_network = ?owner.network_name,
+                tracing::warn!(owner = ?owner.container_id, owner_network = ?owner.network,
                     "the netns and interface belong to another container's attachment; rolling back without the netns");
                 RuntimeConf {
                     netns: String::new(),

@@ -44,7 +44,13 @@
 //!   ifname (cnitool's, say, made while this ADD ran), the rollback runs
 //!   with `CNI_NETNS` empty, as a DEL of a netns that is gone: the plugins
 //!   release what they allocated for this container (IPAM) and leave the
-//!   interface, which is the other container's, alone.
+//!   interface, which is the other container's, alone. The same when the
+//!   cache's attachments cannot be read (no proof the interface is this
+//!   ADD's alone). The cache answers from an index of its records by
+//!   netns and ifname, shared by its clones and brought up to date before
+//!   each rollback (the first one of a process lists `results/`, the next
+//!   ones read what changed), so a record another tool wrote before the
+//!   rollback counts.
 //!   A rollback undoes only what the failed call made: when the cache held
 //!   this attachment's own record before the ADD (a plain ADD run again
 //!   over an attachment, as libcni allows), a DEL could not tell the two

@@ -12,7 +12,8 @@
 //! Unreadable, corrupt and mismatched files are skipped with a warning.
 //!
 //! The readers that protect an attachment rather than use it (the scan
-//! behind cnid's owner table and the reaper, the rollback's owner lookup)
+//! behind the owner index of `owners.rs`, which rollbacks and cnid's
+//! admissions ask, and the reaper)
 //! ask [`read_named`]: it also takes a corrupt `cniCacheV1` record whose
 //! names (`networkName`, `containerId`, `ifName`, `netns`) read and match
 //! its file name. Its other fields are unusable, but it still proves an
@@ -32,19 +33,19 @@ pub type AttachmentKey = (String, String, String);
 /// The identity and netns of a record, kept without its result (a cached
 /// result can be megabytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScannedRecord {
+pub(crate) struct ScannedRecord {
     /// `networkName`.
-    pub network_name: String,
+    pub(crate) network_name: String,
     /// `containerId`.
-    pub container_id: String,
+    pub(crate) container_id: String,
     /// `ifName`.
-    pub if_name: String,
+    pub(crate) if_name: String,
     /// `netns` (empty when absent).
-    pub netns: String,
+    pub(crate) netns: String,
     /// `netnsIdentity` ([`record::NetnsIdentity`]; `None` when absent;
     /// one with an empty boot id when there but unreadable: damaged or
     /// forged, which proves nothing either way).
-    pub identity: Option<record::NetnsIdentity>,
+    pub(crate) identity: Option<record::NetnsIdentity>,
 }
 
 impl ScannedRecord {

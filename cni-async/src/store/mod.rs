@@ -1,7 +1,8 @@
 //! The store: everything the result cache keeps on disk, and nothing
 //! else. [`crate::cache::ResultCache`] is its public face (async, one
 //! attachment at a time); the daemon API ([`crate::daemon`], feature
-//! `daemon`) reaches the rest (the storage seam, deferred flushes, scans).
+//! `daemon`) reaches the rest (the storage seam, deferred flushes, the
+//! index of attachments by netns and interface).
 //!
 //! One concept per file:
 //!
@@ -13,7 +14,8 @@
 //! | `lock.rs` | the per-attachment `flock` files, and the sweep of unused ones |
 //! | `flush.rs` | when records become durable: at once, or later by file or by `syncfs` |
 //! | `scan.rs` | following `results/` from one scan to the next (`watch.rs`: its inotify watch) |
-//! | `page.rs` | listing and paging records, and the owners of a namespace's interface |
+//! | `page.rs` | listing and paging records |
+//! | `owners.rs` | which attachments hold a namespace's interface (an index kept up to date by a scan) |
 //!
 //! Invariants, each kept in the file named:
 //! - Every write, flush, rename and removal goes through the store's
@@ -49,6 +51,7 @@ mod entry;
 mod flush;
 mod listed;
 mod lock;
+mod owners;
 mod page;
 mod scan;
 #[cfg(test)]
@@ -64,10 +67,13 @@ use cni_core::cache as record;
 
 pub(crate) use durable::{Disk, DurableDirs, PrivateDir, Storage, ensure_private_dir};
 pub(crate) use entry::Prior;
-pub use listed::{AttachmentKey, ScannedRecord};
+pub use listed::AttachmentKey;
+pub(crate) use listed::ScannedRecord;
 pub use lock::AttachmentLock;
+pub use owners::Holder;
+pub(crate) use owners::others;
 pub use page::ListPage;
-pub use scan::{RecordScan, ScanChanges};
+pub(crate) use scan::RecordScan;
 
 use crate::error::Error;
 
@@ -87,6 +93,9 @@ pub(crate) struct Store {
     /// Whether `results/` and the cache dir are known durable in their
     /// parents (shared by the clones: flushed once, not per write).
     pub(crate) dirs: Arc<DurableDirs>,
+    /// Which attachments hold which namespace's interface (`owners.rs`;
+    /// shared by the clones, made at first use).
+    pub(crate) owners: owners::SharedOwners,
 }
 
 impl Store {
@@ -96,6 +105,7 @@ impl Store {
             durable: true,
             storage: Arc::new(Disk),
             dirs: Arc::default(),
+            owners: Arc::default(),
         }
     }
 

@@ -1,11 +1,9 @@
-//! Listing the cached attachments, a page at a time, and the owner lookup
-//! of a rollback (the attachments of other containers on one namespace's
-//! interface). Every file is read by the one reader of listed records
-//! (`listed.rs`).
+//! Listing the cached attachments, a page at a time. Every file is read
+//! by the one reader of listed records (`listed.rs`).
 
 use cni_core::cache::CacheRecord;
 
-use super::listed::{ScannedRecord, names_container, read_listed, read_named};
+use super::listed::{names_container, read_listed};
 use super::{Store, io_err};
 use crate::error::Error;
 
@@ -100,31 +98,5 @@ impl Store {
                 last = Some(name);
             }
         }
-    }
-
-    /// The cached attachments of containers other than `container_id` on
-    /// `netns` with interface `ifname` (any network): reads every record
-    /// whose file name ends in `-<ifname>`, corrupt ones whose names read
-    /// included (`listed.rs`: they still own the interface).
-    pub(crate) fn others_on(
-        &self,
-        netns: &str,
-        ifname: &str,
-        container_id: &str,
-    ) -> Result<Vec<ScannedRecord>, Error> {
-        let results = self.results_dir();
-        let entries = match std::fs::read_dir(&results) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_err(&results, "read directory", e)),
-        };
-        let suffix = format!("-{ifname}");
-        Ok(entries
-            .filter_map(Result::ok)
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| !n.starts_with('.') && n.ends_with(&suffix))
-            .filter_map(|n| read_named(&results, &n))
-            .filter(|r| r.netns == netns && r.if_name == ifname && r.container_id != container_id)
-            .collect())
     }
 }

@@ -12,13 +12,14 @@ use super::watch;
 use super::{Store, io_err};
 use crate::error::Error;
 
-/// Follows the records in `results/` from one call of
-/// [`ResultCache::scan_blocking`](crate::cache::ResultCache::scan_blocking) to the next, whoever writes them (this
-/// process, cnitool, a libcni runtime): each call reads only the files
+/// Follows the records in `results/` from one call of [`Store::scan`] to
+/// the next, whoever writes them (this process, cnitool, a libcni
+/// runtime): each call reads only the files
 /// that are new or were replaced since the last one, and reports the
 /// attachments whose files went away. It also keeps the file names in
-/// byte order, for paging ([`RecordScan::names_after`],
-/// [`ResultCache::list_page_from_blocking`](crate::cache::ResultCache::list_page_from_blocking)).
+/// byte order, for paging ([`RecordScan::names_after`], [`Store::page_from`]).
+/// The owner index (`owners.rs`) and the stale scanner each follow the
+/// cache with one.
 ///
 /// How it finds what changed:
 /// - [`RecordScan::default`]: a listing of `results/` at every scan (by
@@ -28,7 +29,7 @@ use crate::error::Error;
 ///   `results/` names the entries changed since the last scan, and a scan
 ///   looks at those only (a `stat` and a read each), so it costs the
 ///   number of changes, whatever the number of records
-///   ([`ResultCache::scan_few`](crate::cache::ResultCache::scan_few) reads a few on the calling thread). The dir is listed whole at the
+///   ([`Store::scan_few`] reads a few on the calling thread). The dir is listed whole at the
 ///   first scan and again whenever events may have been lost (queue
 ///   overflow, `results/` deleted, moved or replaced; every record is
 ///   then read again) or no watch can be
@@ -43,7 +44,7 @@ use crate::error::Error;
 /// close it. A record read while half written is read again at the next
 /// scan after the write ends.
 #[derive(Debug, Default)]
-pub struct RecordScan {
+pub(crate) struct RecordScan {
     seen: std::collections::BTreeMap<std::ffi::OsString, (Stamp, Option<AttachmentKey>)>,
     /// Full listings of `results/` so far.
     listings: u64,
@@ -54,7 +55,7 @@ pub struct RecordScan {
 impl RecordScan {
     /// A scan that follows `results/` with inotify (see the type's docs).
     #[cfg(feature = "watch")]
-    pub fn watched() -> Self {
+    pub(crate) fn watched() -> Self {
         RecordScan {
             watch: Some(watch::ResultsWatch::new()),
             ..RecordScan::default()
@@ -62,15 +63,15 @@ impl RecordScan {
     }
 
     /// How many times a scan listed `results/` whole.
-    pub fn listings(&self) -> u64 {
+    pub(crate) fn listings(&self) -> u64 {
         self.listings
     }
 
     /// Up to `n` file names (in byte order) of the last scan sorting after
     /// `after`, optionally only those that may be `container_id`'s (a
     /// pre-filter on the name; the record's field decides): for
-    /// [`ResultCache::list_page_from_blocking`](crate::cache::ResultCache::list_page_from_blocking).
-    pub fn names_after(
+    /// [`Store::page_from`].
+    pub(crate) fn names_after(
         &self,
         after: Option<&str>,
         container_id: Option<&str>,
@@ -86,6 +87,16 @@ impl RecordScan {
             .take(n)
             .map(str::to_owned)
             .collect()
+    }
+
+    /// A listing failed: `e`, and the next scan lists again (the watch set
+    /// up for this one reports only what changes after it).
+    fn failed(&mut self, e: Error) -> Error {
+        #[cfg(feature = "watch")]
+        if let Some(w) = self.watch.as_mut() {
+            w.lose();
+        }
+        e
     }
 
     /// Looks at `names` in `results` again (a watch reported them).
@@ -128,12 +139,12 @@ fn stamp(m: &std::fs::Metadata) -> Stamp {
 
 /// What changed in the cache since the previous scan.
 #[derive(Debug, Default)]
-pub struct ScanChanges {
+pub(crate) struct ScanChanges {
     /// Records of files new or replaced since the previous scan.
-    pub added: Vec<ScannedRecord>,
+    pub(crate) added: Vec<ScannedRecord>,
     /// Attachments whose record file is gone (or was replaced: its new
     /// record, if usable, is in `added`).
-    pub removed: Vec<AttachmentKey>,
+    pub(crate) removed: Vec<AttachmentKey>,
 }
 
 impl Store {
@@ -166,11 +177,17 @@ impl Store {
                     removed,
                 });
             }
-            Err(e) => return Err(io_err(&results, "read directory", e)),
+            Err(e) => return Err(scan.failed(io_err(&results, "read directory", e))),
+        };
+        // The whole listing before anything changes: an entry the listing
+        // cannot give (an I/O error midway) is not taken for a removal.
+        let entries = match entries.collect::<Result<Vec<_>, _>>() {
+            Ok(entries) => entries,
+            Err(e) => return Err(scan.failed(io_err(&results, "read directory", e))),
         };
         let mut changes = ScanChanges::default();
         let mut now = std::collections::BTreeMap::new();
-        for entry in entries.filter_map(Result::ok) {
+        for entry in entries {
             let name = entry.file_name();
             if name.as_encoded_bytes().first() == Some(&b'.') {
                 continue;

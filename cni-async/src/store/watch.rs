@@ -116,6 +116,15 @@ impl ResultsWatch {
         self.pending.extend(names);
     }
 
+    /// Ends the watch as if events were lost: the next scan lists the dir
+    /// again, reading every entry (a listing that failed after its watch
+    /// was set up; its changes were never applied).
+    pub(crate) fn lose(&mut self) {
+        self.live = None;
+        self.pending.clear();
+        self.lost = true;
+    }
+
     /// Drains the queue; the watch ends when events may have been lost.
     fn drain(&mut self, dir: &Path) {
         let Some((ino, id)) = &self.live else {
@@ -153,9 +162,7 @@ impl ResultsWatch {
         if lost {
             // The names reported so far go too: the listing after reads
             // every entry again (`Since::List { reread }`), theirs with them.
-            self.live = None;
-            self.pending.clear();
-            self.lost = true;
+            self.lose();
         }
     }
 

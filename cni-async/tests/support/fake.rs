@@ -47,6 +47,19 @@ impl Rig {
 
     /// Like [`Rig::cni`] with other default deadlines.
     pub fn cni_with(&self, timeouts: cni_async::Timeouts) -> cni_async::Cni {
+        self.builder(timeouts).build()
+    }
+
+    /// Like [`Rig::cni`], the cache's I/O on the calling thread when
+    /// `inline` ([`cni_async::cache::ResultCache::with_inline_io`]).
+    pub fn cni_inline_io(&self, inline: bool) -> cni_async::Cni {
+        let cache = cni_async::cache::ResultCache::new(&self.cache_dir).with_inline_io(inline);
+        self.builder(cni_async::Timeouts::uniform(Duration::from_secs(10)))
+            .cache(cache)
+            .build()
+    }
+
+    fn builder(&self, timeouts: cni_async::Timeouts) -> cni_async::CniBuilder {
         cni_async::Cni::builder()
             .plugin_dirs(self.dir.dirs())
             // Fake plugins, stand-in netns paths: no namespace check.
@@ -56,7 +69,6 @@ impl Rig {
                 cni_async::RawExec::new().with_kill_grace(RIG_KILL_GRACE),
             ))
             .timeouts(timeouts)
-            .build()
     }
 
     /// Writes a fake plugin (see [`PluginDir::fake`]).

@@ -2,31 +2,32 @@
 //! a request naming another container's netns and ifname is refused (409)
 //! before any plugin touches that container's interface.
 //!
-//! Two tables under one mutex:
+//! Two sources, asked in one critical section:
 //!
-//! - **Attachments**, `(network, container, ifname) → netns`, indexed by
-//!   `(netns, ifname)`: every record in the shared result cache, whoever
-//!   wrote it (cnid, cnitool, a libcni runtime). Each admission first
-//!   brings it up to date with [`cni_async::daemon::RecordScan`], watched
-//!   with inotify ([`RecordScan::watched`]): only the record files created,
-//!   replaced, rewritten or removed since the last admission are read, so
-//!   an attachment another tool made or deleted while cnid runs counts from
-//!   the next request on, and an admission costs the same with 10 or
-//!   10,000 attachments cached (no listing of `results/`, one lookup by
-//!   netns and ifname). Up to [`INLINE_RESCAN`] changed files (the usual
-//!   case: the last requests' own records) are read on the admitting
-//!   worker, without a hop to the blocking pool, unless one is bigger
-//!   than `ResultCache::SCAN_FEW_MAX_BYTES`. Where no watch can be set up the scan lists
-//!   `results/` instead, as it did before (correct, but linear).
+//! - **Attachments**: the cache's index of its records by netns and ifname
+//!   ([`ResultCache::attachments_on`], feature `daemon` of cni-async), the
+//!   same index a rollback of the library asks before it DELs in a netns.
+//!   It holds every record in the shared result cache, whoever wrote it
+//!   (cnid, cnitool, a libcni runtime). Each admission first brings it up
+//!   to date ([`ResultCache::refresh_attachments`]): watched with inotify,
+//!   only the record files created, replaced, rewritten or removed since
+//!   the last refresh are read, so an attachment another tool made or
+//!   deleted while cnid runs counts from the next request on, and an
+//!   admission costs the same with 10 or 10,000 attachments cached. Up to
+//!   [`INLINE_RESCAN`] changed files (the usual case: the last requests'
+//!   own records) are read on the admitting worker, without a hop to the
+//!   blocking pool. Where no watch can be set up the refresh lists
+//!   `results/` instead (correct, but linear).
 //! - **Claims**, `(netns, ifname) → containers`: the operations admitted
 //!   and not finished yet (ADD, DEL, CHECK, a sandbox's). A claim is taken
 //!   at admission, in the same critical section as the check, and released
 //!   when the operation ends (or is cancelled before it starts), after a
-//!   successful ADD has put its attachment in the table. So of two racing
+//!   successful ADD has put its attachment in the index. So of two racing
 //!   requests of different containers on one netns and ifname exactly one
-//!   is admitted; the other gets 409.
+//!   is admitted; the other gets 409. Lock order: the claims, then the
+//!   index (never the other way round).
 //!
-//! The same scan keeps the cache's file names in order, so a page of
+//! The same index keeps the cache's file names in order, so a page of
 //! `GET /v1/attachments` ([`Owners::page`]) starts at its cursor without
 //! listing and sorting the dir.
 //!
@@ -37,13 +38,13 @@
 //!   its plugins ran; one that runs while cnid admits a request on the same
 //!   netns and ifname is not. The library's rollback then keeps off the
 //!   interface ([`cni_async::ops`]: a rollback runs without the netns when
-//!   the cache holds another container's attachment there).
+//!   the cache holds another container's attachment there, or when the
+//!   cache cannot be read).
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cni_async::cache::{ListPage, ResultCache};
-use cni_async::daemon::{AttachmentKey, RecordScan, ScannedRecord};
 use cni_core::RuntimeConf;
 use cni_core::cache::CacheRecord;
 
@@ -54,88 +55,14 @@ const INLINE_RESCAN: usize = 8;
 /// (netns, ifname).
 type Slot = (String, String);
 
-#[derive(Debug, Default)]
-struct Tables {
-    by_attachment: HashMap<AttachmentKey, String>,
-    /// `by_attachment` by netns and ifname: (network, container) of each.
-    by_slot: HashMap<Slot, BTreeSet<(String, String)>>,
-    /// Containers (with the network they asked for) running an operation on
-    /// a slot; the same container may appear more than once.
-    claims: HashMap<Slot, Vec<(String, String)>>,
-}
+/// Containers (with the network they asked for) running an operation on
+/// a slot; the same container may appear more than once.
+type Claims = HashMap<Slot, Vec<(String, String)>>;
 
-impl Tables {
-    fn apply(&mut self, added: Vec<ScannedRecord>, removed: Vec<AttachmentKey>) {
-        for k in removed {
-            self.remove(&k);
-        }
-        for r in added.into_iter().filter(|r| !r.netns.is_empty()) {
-            self.insert((r.network_name, r.container_id, r.if_name), r.netns);
-        }
-    }
-
-    fn insert(&mut self, key: AttachmentKey, netns: String) {
-        self.remove(&key);
-        self.by_slot
-            .entry((netns.clone(), key.2.clone()))
-            .or_default()
-            .insert((key.0.clone(), key.1.clone()));
-        self.by_attachment.insert(key, netns);
-    }
-
-    fn remove(&mut self, key: &AttachmentKey) {
-        let Some(netns) = self.by_attachment.remove(key) else {
-            return;
-        };
-        let slot = (netns, key.2.clone());
-        if let Some(there) = self.by_slot.get_mut(&slot) {
-            there.remove(&(key.0.clone(), key.1.clone()));
-            if there.is_empty() {
-                self.by_slot.remove(&slot);
-            }
-        }
-    }
-
-    /// Other containers' attachments and claims on `rt`'s slot; none when
-    /// `rt`'s container has an attachment of its own there.
-    fn others(&self, rt: &RuntimeConf) -> Vec<Owner> {
-        let slot = (rt.netns.clone(), rt.ifname.clone());
-        let there = self.by_slot.get(&slot);
-        if there.is_some_and(|t| t.iter().any(|(_, cid)| *cid == rt.container_id)) {
-            return Vec::new();
-        }
-        // By (network, container): the set's order.
-        let mut found: Vec<Owner> = there
-            .into_iter()
-            .flatten()
-            .map(|(network, cid)| Owner {
-                network: network.clone(),
-                container_id: cid.clone(),
-                ifname: rt.ifname.clone(),
-                in_progress: false,
-            })
-            .collect();
-        if let Some(running) = self.claims.get(&slot) {
-            for (cid, network) in running.iter().filter(|(cid, _)| *cid != rt.container_id) {
-                if !found.iter().any(|o| o.container_id == *cid) {
-                    found.push(Owner {
-                        network: network.clone(),
-                        container_id: cid.clone(),
-                        ifname: rt.ifname.clone(),
-                        in_progress: true,
-                    });
-                }
-            }
-        }
-        found
-    }
-}
-
-/// The owners tables (see the module docs).
+/// The owners of the netns interfaces (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Owners {
-    tables: Arc<Mutex<Tables>>,
-    scan: Arc<Mutex<RecordScan>>,
+    claims: Arc<Mutex<Claims>>,
     cache: ResultCache,
 }
 
@@ -154,20 +81,20 @@ pub(crate) struct Owner {
 /// Slots claimed by one admitted operation; released when dropped.
 #[derive(Debug)]
 pub(crate) struct Claim {
-    tables: Arc<Mutex<Tables>>,
+    claims: Arc<Mutex<Claims>>,
     held: Vec<(Slot, String)>,
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let mut t = lock(&self.tables);
+        let mut claims = lock(&self.claims);
         for (slot, cid) in self.held.drain(..) {
-            if let Some(v) = t.claims.get_mut(&slot) {
+            if let Some(v) = claims.get_mut(&slot) {
                 if let Some(i) = v.iter().position(|(c, _)| *c == cid) {
                     v.swap_remove(i);
                 }
                 if v.is_empty() {
-                    t.claims.remove(&slot);
+                    claims.remove(&slot);
                 }
             }
         }
@@ -181,89 +108,42 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Owners {
     pub(crate) fn new(cache: ResultCache) -> Self {
         Owners {
-            tables: Arc::default(),
-            scan: Arc::new(Mutex::new(RecordScan::watched())),
+            claims: Arc::default(),
             cache,
         }
     }
 
-    /// Brings the attachments table up to date with the cache (see the
-    /// module docs). One scan at a time; each reads only what changed.
+    /// Brings the cache's attachment index up to date (see the module
+    /// docs). Why a few changes inline: under load, the hop to the pool
+    /// was most of an admission (7 ms mean on a loaded 2-CPU machine,
+    /// against a goal of 0.1 ms).
     pub(crate) async fn refresh(&self) -> Result<(), cni_async::Error> {
-        // The common cases without a trip to the blocking pool: the watch
-        // reported no change since the last scan, or a few (the last
-        // requests' own ADDs and DELs: each name a `stat` and a small
-        // read), read here (its queue is read here, so a record written
-        // before this call is not missed). The changes are applied while
-        // the scan is held, as the pool's scan does. A scan running now
-        // (the lock taken) may have started before such a write: wait
-        // for a scan of our own then. Why inline: under load, the
-        // hop to the pool was most of an admission (7 ms mean on a
-        // loaded 2-CPU machine, against a goal of 0.1 ms).
-        if self.refresh_inline() {
-            return Ok(());
-        }
-        let (cache, scan, tables) = (self.cache.clone(), self.scan.clone(), self.tables.clone());
-        self.blocking(move || {
-            let mut scan = lock(&scan);
-            let changes = cache.scan_blocking(&mut scan)?;
-            lock(&tables).apply(changes.added, changes.removed);
-            Ok(())
-        })
-        .await
-    }
-
-    /// The part of [`Owners::refresh`] done on the calling worker: whether
-    /// it brought the tables up to date.
-    fn refresh_inline(&self) -> bool {
-        let mut scan = match self.scan.try_lock() {
-            Ok(scan) => scan,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return false,
-        };
-        match self.cache.scan_few(&mut scan, INLINE_RESCAN) {
-            Some(changes) => {
-                lock(&self.tables).apply(changes.added, changes.removed);
-                true
-            }
-            None => false,
-        }
+        self.cache.refresh_attachments(INLINE_RESCAN).await
     }
 
     /// One page of the cached attachments (`GET /v1/attachments`; see
     /// [`ResultCache::list_page`] for `page`): from the names of the
-    /// refreshed scan, so a page costs its own records, not a listing and
+    /// refreshed index, so a page costs its own records, not a listing and
     /// sort of the whole cache. Every record present throughout a paging
     /// is listed once: pages follow the file names, and each starts from a
-    /// scan as recent as the request.
+    /// refresh as recent as the request.
     pub(crate) async fn page(
         &self,
         container_id: Option<&str>,
         page: ListPage,
     ) -> Result<(Vec<CacheRecord>, Option<String>), cni_async::Error> {
         self.refresh().await?;
-        let (cache, scan) = (self.cache.clone(), self.scan.clone());
+        let cache = self.cache.clone();
         let cid = container_id.map(str::to_owned);
-        self.blocking(move || {
-            let cid = cid.as_deref();
-            // The scan's lock only while names are taken, not while the
-            // records are read: admissions go on meanwhile.
-            Ok(cache.list_page_from_blocking(cid, &page, |after, n| {
-                lock(&scan).names_after(after, cid, n)
-            }))
+        match tokio::task::spawn_blocking(move || {
+            cache.list_page_indexed_blocking(cid.as_deref(), &page)
         })
         .await
-    }
-
-    async fn blocking<T: Send + 'static>(
-        &self,
-        run: impl FnOnce() -> Result<T, cni_async::Error> + Send + 'static,
-    ) -> Result<T, cni_async::Error> {
-        match tokio::task::spawn_blocking(run).await {
-            Ok(r) => r,
+        {
+            Ok(r) => Ok(r),
             Err(e) => Err(cni_async::Error::Cache {
                 path: self.cache.results_dir(),
-                op: "scan the cache",
+                op: "page the cache",
                 source: std::io::Error::other(e.to_string()),
             }),
         }
@@ -271,26 +151,13 @@ impl Owners {
 
     /// After a successful ADD (before its claim is released).
     pub(crate) fn insert(&self, network: &str, rt: &RuntimeConf) {
-        if rt.netns.is_empty() {
-            return;
-        }
-        lock(&self.tables).insert(
-            (
-                network.to_owned(),
-                rt.container_id.clone(),
-                rt.ifname.clone(),
-            ),
-            rt.netns.clone(),
-        );
+        self.cache
+            .note_attachment(network, &rt.container_id, &rt.ifname, &rt.netns);
     }
 
     /// After a successful DEL.
     pub(crate) fn remove(&self, network: &str, container_id: &str, ifname: &str) {
-        lock(&self.tables).remove(&(
-            network.to_owned(),
-            container_id.to_owned(),
-            ifname.to_owned(),
-        ));
+        self.cache.forget_attachment(network, container_id, ifname);
     }
 
     /// Admission of an operation on `slots` (network, attachment): refused
@@ -302,12 +169,12 @@ impl Owners {
         slots: impl IntoIterator<Item = (&'a str, &'a RuntimeConf)> + Clone,
         force: bool,
     ) -> Result<Claim, (usize, Vec<Owner>)> {
-        let mut t = lock(&self.tables);
+        let mut claims = lock(&self.claims);
         for (i, (_, rt)) in slots.clone().into_iter().enumerate() {
             if rt.netns.is_empty() || force {
                 continue;
             }
-            let others = t.others(rt);
+            let others = self.others_in(&claims, rt);
             if !others.is_empty() {
                 return Err((i, others));
             }
@@ -318,14 +185,14 @@ impl Owners {
                 continue;
             }
             let slot = (rt.netns.clone(), rt.ifname.clone());
-            t.claims
+            claims
                 .entry(slot.clone())
                 .or_default()
                 .push((rt.container_id.clone(), network.to_owned()));
             held.push((slot, rt.container_id.clone()));
         }
         Ok(Claim {
-            tables: self.tables.clone(),
+            claims: self.claims.clone(),
             held,
         })
     }
@@ -336,7 +203,40 @@ impl Owners {
         if rt.netns.is_empty() {
             return Vec::new();
         }
-        lock(&self.tables).others(rt)
+        self.others_in(&lock(&self.claims), rt)
+    }
+
+    /// Other containers' attachments and claims on `rt`'s slot; none when
+    /// `rt`'s container has an attachment of its own there.
+    fn others_in(&self, claims: &Claims, rt: &RuntimeConf) -> Vec<Owner> {
+        let there = self.cache.attachments_on(&rt.netns, &rt.ifname);
+        if there.iter().any(|h| h.container_id == rt.container_id) {
+            return Vec::new();
+        }
+        // By (network, container): the index's order.
+        let mut found: Vec<Owner> = there
+            .into_iter()
+            .map(|h| Owner {
+                network: h.network,
+                container_id: h.container_id,
+                ifname: rt.ifname.clone(),
+                in_progress: false,
+            })
+            .collect();
+        let slot = (rt.netns.clone(), rt.ifname.clone());
+        if let Some(running) = claims.get(&slot) {
+            for (cid, network) in running.iter().filter(|(cid, _)| *cid != rt.container_id) {
+                if !found.iter().any(|o| o.container_id == *cid) {
+                    found.push(Owner {
+                        network: network.clone(),
+                        container_id: cid.clone(),
+                        ifname: rt.ifname.clone(),
+                        in_progress: true,
+                    });
+                }
+            }
+        }
+        found
     }
 }
 
@@ -437,7 +337,7 @@ mod tests {
     }
 
     fn listings(o: &Owners) -> u64 {
-        lock(&o.scan).listings()
+        o.cache.attachment_listings()
     }
 
     fn owner_of(o: &Owners, netns: &str) -> Vec<String> {
