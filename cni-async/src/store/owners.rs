@@ -19,8 +19,10 @@
 //!   in the answer (inotify queues an event before the writer's syscall
 //!   returns; a listing sees the dir as it is).
 //! - A refresh that fails leaves no half-applied index behind: the index
-//!   starts over (its next refresh lists `results/` again), and the caller
-//!   gets the error, which is no proof that the interface is free.
+//!   keeps what it knew (never emptied: a query after the failure still
+//!   finds the owners read before), its next refresh lists `results/`
+//!   again, and the caller gets the error, which is no proof that the
+//!   interface is free.
 //!
 //! # Caveats
 //! - Namespaces are compared by path: the same namespace under two names
@@ -155,20 +157,17 @@ impl Store {
 
     /// Brings the index up to date with `results/` and answers it, still
     /// locked. Blocking: the first refresh lists the dir, the next ones
-    /// read what changed (see the module docs). On an error the index
-    /// starts over.
+    /// read what changed (see the module docs). On an error the index is
+    /// left as it was, and its next refresh lists `results/` again.
     pub(crate) fn refresh_owners(&self) -> Result<MutexGuard<'_, OwnerIndex>, Error> {
         let mut index = self.owners();
-        match self.scan(&mut index.scan) {
-            Ok(changes) => {
-                index.apply(changes);
-                Ok(index)
-            }
-            Err(e) => {
-                *index = OwnerIndex::new();
-                Err(e)
-            }
-        }
+        // On an error the scan changed nothing and lists again next time
+        // (`scan.rs`): the index keeps what it knew, so a query after the
+        // failure (an admission, another thread's rollback) still finds the
+        // owners read before; emptied, it would find none.
+        let changes = self.scan(&mut index.scan)?;
+        index.apply(changes);
+        Ok(index)
     }
 
     /// [`Store::refresh_owners`] when it is a few system calls: the index
@@ -332,6 +331,58 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(holders(&ours, "/run/netns/a").await, ["net/a", "net/b"]);
+    }
+
+    /// A refresh that fails keeps what the index knew: a query made after
+    /// it (cnid's admission checks against the index as last refreshed; a
+    /// rollback's query may follow another thread's failed refresh) still
+    /// finds the owner. An index emptied by the failure let cnid admit a
+    /// request on another container's netns and interface.
+    #[test]
+    fn a_failed_refresh_keeps_the_owners_it_knew() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::new(tmp.path().to_owned());
+        let results = store.results_dir();
+        std::fs::create_dir_all(&results).unwrap();
+        store
+            .write_record(&record("net", "a", "/run/netns/a"), false)
+            .unwrap();
+        assert_eq!(
+            store
+                .refresh_owners()
+                .unwrap()
+                .holders("/run/netns/a", "eth0")
+                .len(),
+            1
+        );
+        std::fs::rename(&results, tmp.path().join("away")).unwrap();
+        std::fs::write(&results, b"in the way").unwrap();
+        assert!(store.refresh_owners().is_err());
+        assert_eq!(
+            store.owners().holders("/run/netns/a", "eth0"),
+            [Holder {
+                network: "net".into(),
+                container_id: "a".into()
+            }],
+            "the owner forgotten after a failed refresh"
+        );
+        assert_eq!(
+            store.owners().names_after(None, None, 10).len(),
+            1,
+            "paging names lost"
+        );
+        // Recovered: the dir back, a record removed meanwhile is forgotten.
+        std::fs::remove_file(&results).unwrap();
+        std::fs::rename(tmp.path().join("away"), &results).unwrap();
+        std::fs::remove_file(results.join(cni_core::cache::file_name("net", "a", "eth0").unwrap()))
+            .unwrap();
+        assert!(
+            store
+                .refresh_owners()
+                .unwrap()
+                .holders("/run/netns/a", "eth0")
+                .is_empty()
+        );
     }
 
     /// A refresh that cannot read `results/` (here a file in its place)
