@@ -79,8 +79,13 @@ impl OwnerIndex {
     }
 
     fn apply(&mut self, changes: ScanChanges) {
+        // A file that reads as no record keeps its slot (no proof that
+        // its attachment left).
+        let unreadable: std::collections::HashSet<_> = changes.unreadable.into_iter().collect();
         for k in changes.removed {
-            self.remove(&k);
+            if !unreadable.contains(&k) {
+                self.remove(&k);
+            }
         }
         for r in changes.added.into_iter().filter(|r| !r.netns.is_empty()) {
             self.insert((r.network_name, r.container_id, r.if_name), r.netns);
@@ -310,6 +315,46 @@ mod tests {
             1,
             "listed once, then watched"
         );
+    }
+
+    /// A record file that turns unreadable in place (libcni rewrites with
+    /// `O_TRUNC`: a writer killed between the truncation and the write
+    /// leaves it empty; or damaged past its names) is no proof that its
+    /// attachment left: the index keeps the slot it read before, until the
+    /// file reads again (then as it says) or goes. Forgotten, a rollback
+    /// DELed in the netns of a live attachment.
+    #[tokio::test]
+    async fn a_record_turned_unreadable_in_place_keeps_its_slot() {
+        for inline in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let ours = ResultCache::new(tmp.path()).with_inline_io(inline);
+            let other = ResultCache::new(tmp.path());
+            other
+                .write(&record("net", "a", "/run/netns/a"))
+                .await
+                .unwrap();
+            assert_eq!(holders(&ours, "/run/netns/a").await, ["net/a"]);
+            let file = ours
+                .results_dir()
+                .join(cni_core::cache::file_name("net", "a", "eth0").unwrap());
+            for junk in [&b""[..], b"{\"kind\":\"cniCacheV1\",\"networkNa"] {
+                std::fs::write(&file, junk).unwrap();
+                assert_eq!(
+                    holders(&ours, "/run/netns/a").await,
+                    ["net/a"],
+                    "forgotten when its file read as {junk:?} (inline {inline})"
+                );
+            }
+            other
+                .write(&record("net", "a", "/run/netns/moved"))
+                .await
+                .unwrap();
+            assert!(holders(&ours, "/run/netns/a").await.is_empty());
+            assert_eq!(holders(&ours, "/run/netns/moved").await, ["net/a"]);
+            std::fs::write(&file, b"").unwrap();
+            std::fs::remove_file(&file).unwrap();
+            assert!(holders(&ours, "/run/netns/moved").await.is_empty(), "gone");
+        }
     }
 
     /// An index warmed before `results/` existed sees the records of the
