@@ -170,9 +170,15 @@ impl Store {
         // (`scan.rs`): the index keeps what it knew, so a query after the
         // failure (an admission, another thread's rollback) still finds the
         // owners read before; emptied, it would find none.
-        let changes = self.scan(&mut index.scan)?;
+        let mut changes = self.scan(&mut index.scan)?;
+        // A record file that could not be read this time: the rest is
+        // applied, but the answer is no proof (read again next time).
+        let unread = changes.unread.take();
         index.apply(changes);
-        Ok(index)
+        match unread {
+            Some(e) => Err(e),
+            None => Ok(index),
+        }
     }
 
     /// [`Store::refresh_owners`] when it is a few system calls: the index
@@ -189,9 +195,12 @@ impl Store {
             Err(TryLockError::WouldBlock) => return false,
         };
         match self.scan_few(&mut index.scan, max) {
+            // Not up to date when a file could not be read: the caller's
+            // refresh reads it again, and answers its error.
             Some(changes) => {
+                let whole = changes.unread.is_none();
                 index.apply(changes);
-                true
+                whole
             }
             None => false,
         }
@@ -355,6 +364,94 @@ mod tests {
             std::fs::remove_file(&file).unwrap();
             assert!(holders(&ours, "/run/netns/moved").await.is_empty(), "gone");
         }
+    }
+
+    /// A record file that cannot be read for a while (here: no file
+    /// descriptor left, EMFILE) is no proof that no one holds its slot:
+    /// the refresh is an error, and a later one reads the file again. The
+    /// failed read was taken for a file that names no attachment and
+    /// remembered as such, so the owner was missed for good (until its
+    /// file changed). Runs in a child process of its own: it lowers the
+    /// descriptor limit.
+    #[test]
+    fn a_record_that_could_not_be_read_is_no_proof_and_is_read_again() {
+        const TEST: &str =
+            "store::owners::tests::a_record_that_could_not_be_read_is_no_proof_and_is_read_again";
+        const CHILD: &str = "CNI_ASYNC_OWNERS_NO_FD_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", TEST, "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "child failed: {text}");
+            assert!(text.contains("1 passed"), "child ran no test: {text}");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::new(tmp.path().to_owned());
+        std::fs::create_dir_all(store.results_dir()).unwrap();
+        store
+            .write_record(&record("net", "b", "/run/netns/b"), false)
+            .unwrap();
+        assert!(
+            store
+                .refresh_owners()
+                .unwrap()
+                .holders("/run/netns/a", "eth0")
+                .is_empty()
+        );
+        // Another writer's record, then no descriptor left for its read (a
+        // listing keeps one for the dir).
+        store
+            .write_record(&record("net", "a", "/run/netns/a"), false)
+            .unwrap();
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: plain getrlimit/setrlimit on valid structs, in a process of
+        // this test's own.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut old), 0);
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: old.rlim_max,
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        }
+        let mut held = Vec::new();
+        while let Ok(f) = std::fs::File::open("/dev/null") {
+            held.push(f);
+        }
+        let free = if cfg!(feature = "watch") { 0 } else { 1 };
+        held.truncate(held.len() - free);
+        let during = store
+            .refresh_owners()
+            .map(|index| index.holders("/run/netns/a", "eth0"));
+        drop(held);
+        // SAFETY: as above.
+        unsafe { assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &old), 0) };
+        match during {
+            Err(_) => {}
+            Ok(found) => assert!(!found.is_empty(), "no owner, on a read that failed"),
+        }
+        assert_eq!(
+            store
+                .refresh_owners()
+                .unwrap()
+                .holders("/run/netns/a", "eth0"),
+            [Holder {
+                network: "net".into(),
+                container_id: "a".into()
+            }],
+            "the record is not read again once descriptors are back"
+        );
     }
 
     /// An index warmed before `results/` existed sees the records of the

@@ -121,7 +121,23 @@ impl RecordScan {
             let key = changes.read_again(results, &name, before);
             self.seen.insert(name, (stamp, key));
         }
+        self.retry_later(&mut changes);
         changes
+    }
+
+    /// The files of `changes` that could not be read this time are read
+    /// again at the next scan: given back to the watch, and remembered
+    /// with a stamp no file has, which a listing finds changed.
+    fn retry_later(&mut self, changes: &mut ScanChanges) {
+        for name in std::mem::take(&mut changes.retry) {
+            if let Some((stamp, _)) = self.seen.get_mut(&name) {
+                *stamp = (0, i64::MIN, 0);
+            }
+            #[cfg(feature = "watch")]
+            if let Some(w) = self.watch.as_mut() {
+                w.retry(name);
+            }
+        }
     }
 }
 
@@ -150,6 +166,12 @@ pub(crate) struct ScanChanges {
     /// owner index keeps its slot. The scan keeps the key for the name,
     /// and reports it removed again once the file goes.
     pub(crate) unreadable: Vec<AttachmentKey>,
+    /// The first error of a file that could not be read this time (no
+    /// descriptor left, an I/O error): the scan is no proof about it, and
+    /// the next scan reads it again (its key, if any, is in `unreadable`).
+    pub(crate) unread: Option<Error>,
+    /// The names of those files.
+    retry: Vec<std::ffi::OsString>,
 }
 
 impl ScanChanges {
@@ -161,7 +183,15 @@ impl ScanChanges {
         name: &std::ffi::OsStr,
         before: Option<AttachmentKey>,
     ) -> Option<AttachmentKey> {
-        let rec = name.to_str().and_then(|n| read_named(results, n));
+        let rec = match name.to_str().map(|n| read_named(results, n)) {
+            Some(Ok(rec)) => rec,
+            Some(Err(e)) => {
+                self.unread.get_or_insert(e);
+                self.retry.push(name.to_owned());
+                None
+            }
+            None => None,
+        };
         let Some(rec) = rec else {
             if let Some(k) = &before {
                 self.unreadable.push(k.clone());
@@ -246,6 +276,7 @@ impl Store {
                 .filter_map(|(_, k)| k),
         );
         scan.seen = now;
+        scan.retry_later(&mut changes);
         Ok(changes)
     }
 
