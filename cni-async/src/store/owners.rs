@@ -454,6 +454,79 @@ mod tests {
         );
     }
 
+    /// What crashes and other writers leave in `results/`, read by a warm
+    /// index (pool and inline): a record of another boot (a reboot: the
+    /// stale rules, not the index, decide about it) and one bigger than
+    /// the inline limit own their slots; a corrupt record whose names read
+    /// owns its slot; a writer's leftover temp file (killed before its
+    /// rename), an empty file named as a record (its netns unknown) and a
+    /// file whose name does not parse own nothing, and none of them fails
+    /// or holds up the refresh.
+    #[tokio::test]
+    async fn leftovers_of_crashes_and_other_writers_own_what_they_prove() {
+        for inline in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let ours = ResultCache::new(tmp.path()).with_inline_io(inline);
+            let other = ResultCache::new(tmp.path());
+            other
+                .write(&record("net", "w", "/run/netns/w"))
+                .await
+                .unwrap();
+            assert_eq!(holders(&ours, "/run/netns/w").await, ["net/w"]);
+            let results = ours.results_dir();
+            let named =
+                |cid: &str| results.join(cni_core::cache::file_name("net", cid, "eth0").unwrap());
+            let old_boot = record("net", "boot", "/run/netns/boot").with_identity(Some(
+                cni_core::cache::NetnsIdentity {
+                    boot_id: "another-boot".into(),
+                    ..Default::default()
+                },
+            ));
+            other.write(&old_boot).await.unwrap();
+            let mut big = record("net", "big", "/run/netns/big");
+            big.result = Some(serde_json::json!({
+                "cniVersion": "1.0.0",
+                "pad": "x".repeat(Store::SCAN_FEW_MAX_BYTES as usize + 1),
+            }));
+            other.write(&big).await.unwrap();
+            std::fs::write(
+                named("bad"),
+                br#"{"kind":"cniCacheV1","networkName":"net","containerId":"bad","ifName":"eth0","netns":"/run/netns/bad","config":7}"#,
+            )
+            .unwrap();
+            let bad = cni_core::cache::file_name("net", "bad", "eth0").unwrap();
+            assert!(
+                super::super::listed::read_listed(&results, &bad).is_none(),
+                "the decoder refuses it"
+            );
+            let tmp_name = results.join(format!(
+                ".{}.tmp-killed",
+                cni_core::cache::file_name("net", "tmp", "eth0").unwrap()
+            ));
+            std::fs::write(&tmp_name, record("net", "tmp", "/run/netns/tmp").encode()).unwrap();
+            std::fs::write(named("empty"), b"").unwrap();
+            std::fs::write(
+                results.join("no-such-name"),
+                record("net", "odd", "/run/netns/odd").encode(),
+            )
+            .unwrap();
+            for (netns, want) in [
+                ("/run/netns/boot", &["net/boot"][..]),
+                ("/run/netns/big", &["net/big"]),
+                ("/run/netns/bad", &["net/bad"]),
+                ("/run/netns/tmp", &[]),
+                ("/run/netns/odd", &[]),
+                ("/run/netns/w", &["net/w"]),
+            ] {
+                assert_eq!(
+                    holders(&ours, netns).await,
+                    want,
+                    "{netns} (inline {inline})"
+                );
+            }
+        }
+    }
+
     /// An index warmed before `results/` existed sees the records of the
     /// dir another writer made afterwards (no watch could be set up on a
     /// missing dir: the next refresh lists, and watches from then on).
