@@ -26,6 +26,7 @@ use cni_core::cache::{self as record, CacheEntry, CacheRecord};
 use cni_core::error::Chain;
 
 use super::durable::read_nofollow;
+use crate::error::Error;
 
 /// An attachment's identity in the cache: (network, container ID, ifname).
 pub type AttachmentKey = (String, String, String);
@@ -86,10 +87,23 @@ pub(crate) fn read_listed(results: &Path, name: &str) -> Option<Listed> {
 /// a counted record, or a corrupt `cniCacheV1` one whose names read (see
 /// the module docs). Its `identity` is one with an empty boot id when the
 /// record's cannot be read (damaged or forged: it proves nothing).
-pub(crate) fn read_named(results: &Path, name: &str) -> Option<ScannedRecord> {
+///
+/// An error when the file could not be read for a reason that may pass
+/// (no descriptor or memory left, an I/O error): no answer about what it
+/// holds, unlike a file gone, a symbolic link or not a regular file.
+pub(crate) fn read_named(results: &Path, name: &str) -> Result<Option<ScannedRecord>, Error> {
     let path = results.join(name);
-    let bytes = read_entry(&path)?;
-    match judge(&path, name, &bytes) {
+    let bytes = match read_nofollow(&path) {
+        Ok(b) => b,
+        Err(e) if is_not_a_record(&e) => {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(file = %path.display(), error = %e, "skipping unreadable cache entry");
+            }
+            return Ok(None);
+        }
+        Err(e) => return Err(super::io_err(&path, "read record", e)),
+    };
+    Ok(match judge(&path, name, &bytes) {
         Judged::Listed(l) => {
             let rec = l.record;
             Some(ScannedRecord {
@@ -106,7 +120,17 @@ pub(crate) fn read_named(results: &Path, name: &str) -> Option<ScannedRecord> {
         }
         Judged::Corrupt => names_of(name, &bytes),
         Judged::Skipped => None,
-    }
+    })
+}
+
+/// Whether a [`read_nofollow`] error says the entry is no record file
+/// (gone, a symbolic link, not a regular file), not that it could not be
+/// read this time.
+fn is_not_a_record(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData
+    ) || matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENXIO))
 }
 
 /// The bytes of `path`; `None` (with a warning unless it is gone) when it

@@ -19,8 +19,10 @@
 //!   in the answer (inotify queues an event before the writer's syscall
 //!   returns; a listing sees the dir as it is).
 //! - A refresh that fails leaves no half-applied index behind: the index
-//!   starts over (its next refresh lists `results/` again), and the caller
-//!   gets the error, which is no proof that the interface is free.
+//!   keeps what it knew (never emptied: a query after the failure still
+//!   finds the owners read before), its next refresh lists `results/`
+//!   again, and the caller gets the error, which is no proof that the
+//!   interface is free.
 //!
 //! # Caveats
 //! - Namespaces are compared by path: the same namespace under two names
@@ -77,8 +79,13 @@ impl OwnerIndex {
     }
 
     fn apply(&mut self, changes: ScanChanges) {
+        // A file that reads as no record keeps its slot (no proof that
+        // its attachment left).
+        let unreadable: std::collections::HashSet<_> = changes.unreadable.into_iter().collect();
         for k in changes.removed {
-            self.remove(&k);
+            if !unreadable.contains(&k) {
+                self.remove(&k);
+            }
         }
         for r in changes.added.into_iter().filter(|r| !r.netns.is_empty()) {
             self.insert((r.network_name, r.container_id, r.if_name), r.netns);
@@ -155,19 +162,22 @@ impl Store {
 
     /// Brings the index up to date with `results/` and answers it, still
     /// locked. Blocking: the first refresh lists the dir, the next ones
-    /// read what changed (see the module docs). On an error the index
-    /// starts over.
+    /// read what changed (see the module docs). On an error the index is
+    /// left as it was, and its next refresh lists `results/` again.
     pub(crate) fn refresh_owners(&self) -> Result<MutexGuard<'_, OwnerIndex>, Error> {
         let mut index = self.owners();
-        match self.scan(&mut index.scan) {
-            Ok(changes) => {
-                index.apply(changes);
-                Ok(index)
-            }
-            Err(e) => {
-                *index = OwnerIndex::new();
-                Err(e)
-            }
+        // On an error the scan changed nothing and lists again next time
+        // (`scan.rs`): the index keeps what it knew, so a query after the
+        // failure (an admission, another thread's rollback) still finds the
+        // owners read before; emptied, it would find none.
+        let mut changes = self.scan(&mut index.scan)?;
+        // A record file that could not be read this time: the rest is
+        // applied, but the answer is no proof (read again next time).
+        let unread = changes.unread.take();
+        index.apply(changes);
+        match unread {
+            Some(e) => Err(e),
+            None => Ok(index),
         }
     }
 
@@ -185,9 +195,12 @@ impl Store {
             Err(TryLockError::WouldBlock) => return false,
         };
         match self.scan_few(&mut index.scan, max) {
+            // Not up to date when a file could not be read: the caller's
+            // refresh reads it again, and answers its error.
             Some(changes) => {
+                let whole = changes.unread.is_none();
                 index.apply(changes);
-                true
+                whole
             }
             None => false,
         }
@@ -313,6 +326,207 @@ mod tests {
         );
     }
 
+    /// A record file that turns unreadable in place (libcni rewrites with
+    /// `O_TRUNC`: a writer killed between the truncation and the write
+    /// leaves it empty; or damaged past its names) is no proof that its
+    /// attachment left: the index keeps the slot it read before, until the
+    /// file reads again (then as it says) or goes. Forgotten, a rollback
+    /// DELed in the netns of a live attachment.
+    #[tokio::test]
+    async fn a_record_turned_unreadable_in_place_keeps_its_slot() {
+        for inline in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let ours = ResultCache::new(tmp.path()).with_inline_io(inline);
+            let other = ResultCache::new(tmp.path());
+            other
+                .write(&record("net", "a", "/run/netns/a"))
+                .await
+                .unwrap();
+            assert_eq!(holders(&ours, "/run/netns/a").await, ["net/a"]);
+            let file = ours
+                .results_dir()
+                .join(cni_core::cache::file_name("net", "a", "eth0").unwrap());
+            for junk in [&b""[..], b"{\"kind\":\"cniCacheV1\",\"networkNa"] {
+                std::fs::write(&file, junk).unwrap();
+                assert_eq!(
+                    holders(&ours, "/run/netns/a").await,
+                    ["net/a"],
+                    "forgotten when its file read as {junk:?} (inline {inline})"
+                );
+            }
+            other
+                .write(&record("net", "a", "/run/netns/moved"))
+                .await
+                .unwrap();
+            assert!(holders(&ours, "/run/netns/a").await.is_empty());
+            assert_eq!(holders(&ours, "/run/netns/moved").await, ["net/a"]);
+            std::fs::write(&file, b"").unwrap();
+            std::fs::remove_file(&file).unwrap();
+            assert!(holders(&ours, "/run/netns/moved").await.is_empty(), "gone");
+        }
+    }
+
+    /// A record file that cannot be read for a while (here: no file
+    /// descriptor left, EMFILE) is no proof that no one holds its slot:
+    /// the refresh is an error, and a later one reads the file again. The
+    /// failed read was taken for a file that names no attachment and
+    /// remembered as such, so the owner was missed for good (until its
+    /// file changed). Runs in a child process of its own: it lowers the
+    /// descriptor limit.
+    #[test]
+    fn a_record_that_could_not_be_read_is_no_proof_and_is_read_again() {
+        const TEST: &str =
+            "store::owners::tests::a_record_that_could_not_be_read_is_no_proof_and_is_read_again";
+        const CHILD: &str = "CNI_ASYNC_OWNERS_NO_FD_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", TEST, "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "child failed: {text}");
+            assert!(text.contains("1 passed"), "child ran no test: {text}");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::new(tmp.path().to_owned());
+        std::fs::create_dir_all(store.results_dir()).unwrap();
+        store
+            .write_record(&record("net", "b", "/run/netns/b"), false)
+            .unwrap();
+        assert!(
+            store
+                .refresh_owners()
+                .unwrap()
+                .holders("/run/netns/a", "eth0")
+                .is_empty()
+        );
+        // Another writer's record, then no descriptor left for its read (a
+        // listing keeps one for the dir).
+        store
+            .write_record(&record("net", "a", "/run/netns/a"), false)
+            .unwrap();
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: plain getrlimit/setrlimit on valid structs, in a process of
+        // this test's own.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut old), 0);
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: old.rlim_max,
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        }
+        let mut held = Vec::new();
+        while let Ok(f) = std::fs::File::open("/dev/null") {
+            held.push(f);
+        }
+        let free = if cfg!(feature = "watch") { 0 } else { 1 };
+        held.truncate(held.len() - free);
+        let during = store
+            .refresh_owners()
+            .map(|index| index.holders("/run/netns/a", "eth0"));
+        drop(held);
+        // SAFETY: as above.
+        unsafe { assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &old), 0) };
+        match during {
+            Err(_) => {}
+            Ok(found) => assert!(!found.is_empty(), "no owner, on a read that failed"),
+        }
+        assert_eq!(
+            store
+                .refresh_owners()
+                .unwrap()
+                .holders("/run/netns/a", "eth0"),
+            [Holder {
+                network: "net".into(),
+                container_id: "a".into()
+            }],
+            "the record is not read again once descriptors are back"
+        );
+    }
+
+    /// What crashes and other writers leave in `results/`, read by a warm
+    /// index (pool and inline): a record of another boot (a reboot: the
+    /// stale rules, not the index, decide about it) and one bigger than
+    /// the inline limit own their slots; a corrupt record whose names read
+    /// owns its slot; a writer's leftover temp file (killed before its
+    /// rename), an empty file named as a record (its netns unknown) and a
+    /// file whose name does not parse own nothing, and none of them fails
+    /// or holds up the refresh.
+    #[tokio::test]
+    async fn leftovers_of_crashes_and_other_writers_own_what_they_prove() {
+        for inline in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let ours = ResultCache::new(tmp.path()).with_inline_io(inline);
+            let other = ResultCache::new(tmp.path());
+            other
+                .write(&record("net", "w", "/run/netns/w"))
+                .await
+                .unwrap();
+            assert_eq!(holders(&ours, "/run/netns/w").await, ["net/w"]);
+            let results = ours.results_dir();
+            let named =
+                |cid: &str| results.join(cni_core::cache::file_name("net", cid, "eth0").unwrap());
+            let old_boot = record("net", "boot", "/run/netns/boot").with_identity(Some(
+                cni_core::cache::NetnsIdentity {
+                    boot_id: "another-boot".into(),
+                    ..Default::default()
+                },
+            ));
+            other.write(&old_boot).await.unwrap();
+            let mut big = record("net", "big", "/run/netns/big");
+            big.result = Some(serde_json::json!({
+                "cniVersion": "1.0.0",
+                "pad": "x".repeat(Store::SCAN_FEW_MAX_BYTES as usize + 1),
+            }));
+            other.write(&big).await.unwrap();
+            std::fs::write(
+                named("bad"),
+                br#"{"kind":"cniCacheV1","networkName":"net","containerId":"bad","ifName":"eth0","netns":"/run/netns/bad","config":7}"#,
+            )
+            .unwrap();
+            let bad = cni_core::cache::file_name("net", "bad", "eth0").unwrap();
+            assert!(
+                super::super::listed::read_listed(&results, &bad).is_none(),
+                "the decoder refuses it"
+            );
+            let tmp_name = results.join(format!(
+                ".{}.tmp-killed",
+                cni_core::cache::file_name("net", "tmp", "eth0").unwrap()
+            ));
+            std::fs::write(&tmp_name, record("net", "tmp", "/run/netns/tmp").encode()).unwrap();
+            std::fs::write(named("empty"), b"").unwrap();
+            std::fs::write(
+                results.join("no-such-name"),
+                record("net", "odd", "/run/netns/odd").encode(),
+            )
+            .unwrap();
+            for (netns, want) in [
+                ("/run/netns/boot", &["net/boot"][..]),
+                ("/run/netns/big", &["net/big"]),
+                ("/run/netns/bad", &["net/bad"]),
+                ("/run/netns/tmp", &[]),
+                ("/run/netns/odd", &[]),
+                ("/run/netns/w", &["net/w"]),
+            ] {
+                assert_eq!(
+                    holders(&ours, netns).await,
+                    want,
+                    "{netns} (inline {inline})"
+                );
+            }
+        }
+    }
+
     /// An index warmed before `results/` existed sees the records of the
     /// dir another writer made afterwards (no watch could be set up on a
     /// missing dir: the next refresh lists, and watches from then on).
@@ -334,11 +548,14 @@ mod tests {
         assert_eq!(holders(&ours, "/run/netns/a").await, ["net/a", "net/b"]);
     }
 
-    /// A refresh that cannot read `results/` (here a file in its place)
-    /// is an error, not an empty cache, and the index starts over: once
-    /// the dir is back, its records are there again.
+    /// A refresh that cannot read `results/` (here a file in its place) is
+    /// an error, not an empty cache, and keeps what the index knew: a query made after
+    /// it (cnid's admission checks against the index as last refreshed; a
+    /// rollback's query may follow another thread's failed refresh) still
+    /// finds the owner. An index emptied by the failure let cnid admit a
+    /// request on another container's netns and interface.
     #[test]
-    fn a_refresh_that_cannot_list_is_an_error_and_starts_over() {
+    fn a_failed_refresh_keeps_the_owners_it_knew() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::new(tmp.path().to_owned());
         let results = store.results_dir();
@@ -347,17 +564,45 @@ mod tests {
             .write_record(&record("net", "a", "/run/netns/a"), false)
             .unwrap();
         assert_eq!(
-            store.others_on("/run/netns/a", "eth0", "x").unwrap().len(),
+            store
+                .refresh_owners()
+                .unwrap()
+                .holders("/run/netns/a", "eth0")
+                .len(),
             1
         );
         std::fs::rename(&results, tmp.path().join("away")).unwrap();
         std::fs::write(&results, b"in the way").unwrap();
-        assert!(store.others_on("/run/netns/a", "eth0", "x").is_err());
+        assert!(store.refresh_owners().is_err());
+        assert_eq!(
+            store.owners().holders("/run/netns/a", "eth0"),
+            [Holder {
+                network: "net".into(),
+                container_id: "a".into()
+            }],
+            "the owner forgotten after a failed refresh"
+        );
+        assert_eq!(
+            store.owners().names_after(None, None, 10).len(),
+            1,
+            "paging names lost"
+        );
+        // Recovered: the dir back, its records are there; one removed
+        // meanwhile is forgotten.
         std::fs::remove_file(&results).unwrap();
         std::fs::rename(tmp.path().join("away"), &results).unwrap();
         assert_eq!(
             store.others_on("/run/netns/a", "eth0", "x").unwrap().len(),
             1
+        );
+        std::fs::remove_file(results.join(cni_core::cache::file_name("net", "a", "eth0").unwrap()))
+            .unwrap();
+        assert!(
+            store
+                .refresh_owners()
+                .unwrap()
+                .holders("/run/netns/a", "eth0")
+                .is_empty()
         );
     }
 }

@@ -108,21 +108,36 @@ impl RecordScan {
     ) -> ScanChanges {
         let mut changes = ScanChanges::default();
         for name in names {
-            if let Some((_, Some(key))) = self.seen.remove(&name) {
-                changes.removed.push(key);
-            }
+            let before = self.seen.remove(&name).and_then(|(_, k)| k);
             let stamp = match std::fs::symlink_metadata(results.join(&name)) {
                 Ok(m) => stamp(&m),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    changes.removed.extend(before);
+                    continue;
+                }
                 // There, but not for us to read: as a listing would have it.
                 Err(_) => (0, 0, 0),
             };
-            let rec = name.to_str().and_then(|n| read_named(results, n));
-            let key = rec.as_ref().map(ScannedRecord::key);
-            changes.added.extend(rec);
+            let key = changes.read_again(results, &name, before);
             self.seen.insert(name, (stamp, key));
         }
+        self.retry_later(&mut changes);
         changes
+    }
+
+    /// The files of `changes` that could not be read this time are read
+    /// again at the next scan: given back to the watch, and remembered
+    /// with a stamp no file has, which a listing finds changed.
+    fn retry_later(&mut self, changes: &mut ScanChanges) {
+        for name in std::mem::take(&mut changes.retry) {
+            if let Some((stamp, _)) = self.seen.get_mut(&name) {
+                *stamp = (0, i64::MIN, 0);
+            }
+            #[cfg(feature = "watch")]
+            if let Some(w) = self.watch.as_mut() {
+                w.retry(name);
+            }
+        }
     }
 }
 
@@ -145,6 +160,50 @@ pub(crate) struct ScanChanges {
     /// Attachments whose record file is gone (or was replaced: its new
     /// record, if usable, is in `added`).
     pub(crate) removed: Vec<AttachmentKey>,
+    /// Those of `removed` whose file is still there but now reads as no
+    /// record (emptied by a writer killed mid-rewrite, half written,
+    /// damaged past its names): no proof that the attachment left, so the
+    /// owner index keeps its slot. The scan keeps the key for the name,
+    /// and reports it removed again once the file goes.
+    pub(crate) unreadable: Vec<AttachmentKey>,
+    /// The first error of a file that could not be read this time (no
+    /// descriptor left, an I/O error): the scan is no proof about it, and
+    /// the next scan reads it again (its key, if any, is in `unreadable`).
+    pub(crate) unread: Option<Error>,
+    /// The names of those files.
+    retry: Vec<std::ffi::OsString>,
+}
+
+impl ScanChanges {
+    /// Reads the changed file `name` of `results`, which held `before`'s
+    /// record at the last scan; the key the scan keeps for the name.
+    fn read_again(
+        &mut self,
+        results: &Path,
+        name: &std::ffi::OsStr,
+        before: Option<AttachmentKey>,
+    ) -> Option<AttachmentKey> {
+        let rec = match name.to_str().map(|n| read_named(results, n)) {
+            Some(Ok(rec)) => rec,
+            Some(Err(e)) => {
+                self.unread.get_or_insert(e);
+                self.retry.push(name.to_owned());
+                None
+            }
+            None => None,
+        };
+        let Some(rec) = rec else {
+            if let Some(k) = &before {
+                self.unreadable.push(k.clone());
+            }
+            self.removed.extend(before.clone());
+            return before;
+        };
+        self.removed.extend(before);
+        let key = rec.key();
+        self.added.push(rec);
+        Some(key)
+    }
 }
 
 impl Store {
@@ -173,8 +232,8 @@ impl Store {
                     .filter_map(|(_, k)| k)
                     .collect();
                 return Ok(ScanChanges {
-                    added: Vec::new(),
                     removed,
+                    ..ScanChanges::default()
                 });
             }
             Err(e) => return Err(scan.failed(io_err(&results, "read directory", e))),
@@ -206,12 +265,7 @@ impl Store {
                     now.insert(name, (stamp, key));
                 }
                 before => {
-                    if let Some((_, Some(key))) = before {
-                        changes.removed.push(key);
-                    }
-                    let rec = name.to_str().and_then(|n| read_named(&results, n));
-                    let key = rec.as_ref().map(ScannedRecord::key);
-                    changes.added.extend(rec);
+                    let key = changes.read_again(&results, &name, before.and_then(|(_, k)| k));
                     now.insert(name, (stamp, key));
                 }
             }
@@ -222,6 +276,7 @@ impl Store {
                 .filter_map(|(_, k)| k),
         );
         scan.seen = now;
+        scan.retry_later(&mut changes);
         Ok(changes)
     }
 

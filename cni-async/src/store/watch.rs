@@ -116,6 +116,14 @@ impl ResultsWatch {
         self.pending.extend(names);
     }
 
+    /// A name the last scan could not read: the next scan of a live watch
+    /// reads it again (without one, the next scan lists anyway).
+    pub(crate) fn retry(&mut self, name: OsString) {
+        if self.live.is_some() {
+            self.pending.insert(name);
+        }
+    }
+
     /// Ends the watch as if events were lost: the next scan lists the dir
     /// again, reading every entry (a listing that failed after its watch
     /// was set up; its changes were never applied).

@@ -347,6 +347,34 @@ mod tests {
             .collect()
     }
 
+    /// An admission whose refresh fails checks against the index as last
+    /// refreshed (what `claim_owners` says it does): another container's
+    /// attachment read before is still refused. The failed refresh emptied
+    /// the index, so the request was admitted and its plugins ran on the
+    /// owner's interface. Once the cache reads again, the index follows it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_admission_after_a_failed_refresh_still_refuses_a_known_owner() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        write_record(dir, "net", "a", "/run/netns/a", false);
+        let o = Owners::new(ResultCache::new(dir));
+        o.refresh().await.unwrap();
+        let results = dir.join("results");
+        std::fs::rename(&results, dir.join("away")).unwrap();
+        std::fs::write(&results, b"in the way").unwrap();
+        assert!(o.refresh().await.is_err());
+        let b = rt("b", "/run/netns/a", "eth0");
+        let (_, others) = o
+            .admit([("net", &b)], false)
+            .expect_err("admitted on another container's interface");
+        assert_eq!(others[0].container_id, "a");
+        std::fs::remove_file(&results).unwrap();
+        std::fs::rename(dir.join("away"), &results).unwrap();
+        remove_record(dir, "net", "a");
+        o.refresh().await.unwrap();
+        let _b = o.admit([("net", &b)], false).expect("free once removed");
+    }
+
     /// Regression test (node scale): every admission listed
     /// all of `results/` (35.8 ms of CPU per ADD+DEL with 10,000 records
     /// cached). Now the dir is listed once, and what other tools write,
