@@ -1,13 +1,7 @@
 //! Scenarios 1 to 4: one attachment's ADD, CHECK and DEL, run by the floor
-//! and by each runtime in turn, many times.
-//!
-//! Each iteration runs every runner once (ADD, CHECK, DEL), in a shuffled
-//! order (fixed seed), so the floor and each runtime alternate, and each
-//! sits in every position and after every other runner equally often on
-//! average (what a runner leaves behind, such as the kernel's deferred veth
-//! teardown, falls on whoever comes next). Ratios and differences are
-//! taken per iteration (runtime / floor of the same iteration), then
-//! summarised: median and 10th–90th percentile.
+//! and by each runtime in turn, in shuffled rounds (`stats::rounds`);
+//! ratios and differences are per iteration against the floor of the same
+//! iteration, summarised as median and 10th–90th percentile.
 
 use std::ffi::OsStr;
 use std::future::IntoFuture;

@@ -10,14 +10,10 @@
 //! cargo bench -p cnid --bench overhead -- --help
 //! ```
 //!
-//! The shared runner: `cli.rs` (arguments), `stats.rs` (paired rounds,
-//! percentiles, ratios), `report.rs` (tables, the machine header, the
-//! markers of BENCHMARKS.md), `targets.rs` (the verdicts), `spawn.rs`,
-//! `floor.rs`, `chains.rs` (the runners of one chain and their tables),
-//! `setup.rs` (binaries, temp tree, networks, cnid), `procs.rs` (RSS and
-//! CPU of other processes), `go.rs` (the Go clients). One file per
-//! scenario in `scenarios/`, run in the order of [`SECTIONS`]; the
-//! root-only ones (real, batch, batch1000, burst) say so in the report
+//! The shared runner: `stats.rs` (paired rounds), `chains.rs` (the
+//! runners of one chain and their tables), `report.rs`, `targets.rs`; one
+//! file per scenario in `scenarios/`, run in the order of [`SECTIONS`];
+//! the root-only ones (real, batch, batch1000, burst) say so in the report
 //! when skipped.
 //!
 //! `cargo test` runs this binary without `--bench`: it then only checks its
