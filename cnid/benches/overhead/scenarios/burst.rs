@@ -122,34 +122,21 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         return cx.skip("the burst section needs root (namespaces, a bridge)");
     }
     let a = &cx.args;
-    let (n, reps) = (
-        a.burst_count.unwrap_or(cx.n(32, 100)),
-        a.burst_reps.unwrap_or(cx.n(1, 3)),
-    );
-    let storage = if a.burst_tmpfs {
-        Storage::Tmpfs
-    } else {
-        Storage::Disk
-    };
-    let cnid_args: Vec<&str> = a
-        .burst_cnid_args
-        .iter()
-        .flat_map(|s| s.split_whitespace())
-        .collect();
+    let n = a.burst_count.unwrap_or(cx.n(32, 100));
+    let reps = a.burst_reps.unwrap_or(cx.n(1, 3));
+    let storage = [Storage::Disk, Storage::Tmpfs][usize::from(a.burst_tmpfs)];
+    let cnid_args = a.burst_cnid_args.as_deref().unwrap_or_default();
+    let cnid_args: Vec<&str> = cnid_args.split_whitespace().collect();
     // A /22: room for 1,022 sandboxes.
     let net = RealNet::new(&cx.tree, "cnu", 22, None)?;
-    let head = net
+    let host_ip = net
         .subnet
-        .split_once('/')
-        .and_then(|(a, _)| a.rsplit_once('.'));
-    let host_ip = head
-        .map(|(head, _)| format!("{head}.1"))
-        .context("the subnet's .1")?;
+        .split_once(".0/")
+        .map(|(head, _)| format!("{head}.1"));
+    let host_ip = host_ip.context("the subnet's .1")?;
     // The chain, in cnid's conf dir (before it starts) and the direct one.
-    let (root, caches) = (
-        cx.tree.root().join("burst"),
-        cx.tree.cache(storage).with_file_name("burst"),
-    );
+    let root = cx.tree.root().join("burst");
+    let caches = cx.tree.cache(storage).with_file_name("burst");
     let ipam = json!({"type": "host-local", "ranges": [[{"subnet": net.subnet}]], "dataDir": caches.join("host-local")});
     let plugins = json!([
         {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false, "ipam": ipam},
@@ -158,30 +145,16 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let chain = cx.tree.write_list(CONF_FILE, NETWORK, plugins)?;
     let shim_bin = root.join("shim-bin");
     let shim_path = format!("{}:{REAL_PLUGIN_DIR}", shim_bin.display());
-    let sides = [
-        (
-            root.join("direct-net.d"),
-            REAL_PLUGIN_DIR.into(),
-            caches.join("direct-cache"),
-        ),
-        (
-            root.join("cnid-net.d"),
-            shim_path,
-            caches.join("cnid-cache"),
-        ),
-    ];
+    let side = |conf: &str, path: String, cache: &str| (root.join(conf), path, caches.join(cache));
+    let direct = side("direct-net.d", REAL_PLUGIN_DIR.into(), "direct-cache");
+    let sides = [direct, side("cnid-net.d", shim_path, "cnid-cache")];
     for d in sides.iter().flat_map(|s| [&s.0, &s.2]).chain([&shim_bin]) {
         std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
     }
-    std::fs::write(
-        sides[0].0.join(CONF_FILE),
-        serde_json::to_vec_pretty(&chain)?,
-    )?;
-    cni_test_support::executable::copy_executable(
-        &cx.bins.shim,
-        &shim_bin.join("cnid-shim"),
-        0o755,
-    );
+    let pretty = serde_json::to_vec_pretty(&chain)?;
+    std::fs::write(sides[0].0.join(CONF_FILE), pretty)?;
+    let shim = shim_bin.join("cnid-shim");
+    cni_test_support::executable::copy_executable(&cx.bins.shim, &shim, 0o755);
     let daemon = Daemon::start(&cx.bins.cnid, &cx.tree, storage, "burst", &cnid_args)?;
     // The shim's list, as `cnid-shim config` writes it from the running cnid.
     let mut config = Command::new(&cx.bins.shim);
@@ -218,21 +191,15 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let header = "concurrency|runner|setup p50 / p95 / total|teardown p50 / p95 / total|load average at start";
     let mut abs = Table::new("absolute, ms, median of the repetitions", header);
     let header = "concurrency|runner|verb|go-cni itself|go-cni's children|cnid itself|cnid's children (the chain)|all";
-    let mut cpu = Table::new(
-        "CPU per pod, ms (user + system), median of the repetitions",
-        header,
-    );
+    let title = "CPU per pod, ms (user + system), median of the repetitions";
+    let mut cpu = Table::new(title, header);
     let title = "cnid's own account (its /metrics histograms over the via-cnid rounds): mean ms per operation, plugin run or admission";
     let mut account = Table::new(title, "concurrency|series|mean ms|count");
     // cnid's `/metrics` samples.
     let client = cx.tokio.block_on(Client::connect(&daemon.socket))?;
     let histograms = || anyhow::Ok(metrics(&cx.tokio.block_on(client.metrics())?));
-    for c in cx
-        .args
-        .burst_concurrency
-        .clone()
-        .unwrap_or_else(|| vec![16, 32])
-    {
+    let concurrency = cx.args.burst_concurrency.clone();
+    for c in concurrency.unwrap_or_else(|| vec![16, 32]) {
         let before = histograms()?;
         // Per way, per repetition: [setup, removal] and the load at start;
         // direct and via cnid in turn first.
@@ -255,13 +222,8 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             },
         )?;
         for (series, mean, count) in histogram_means(&before, &histograms()?) {
-            row!(
-                account,
-                c,
-                format!("`{series}`"),
-                format!("{:.1}", mean * 1e3),
-                format!("{count:.0}")
-            );
+            let (series, mean) = (format!("`{series}`"), format!("{:.1}", mean * 1e3));
+            row!(account, c, series, mean, format!("{count:.0}"));
         }
         let mut cells = vec![c.to_string()];
         for h in [0, 1] {
