@@ -1,20 +1,14 @@
 //! Scenarios 1 to 4: one attachment's ADD, CHECK and DEL, run by the floor
-//! and by each runtime in turn, many times.
-//!
-//! Each iteration runs every runner once (ADD, CHECK, DEL), in a shuffled
-//! order (fixed seed), so the floor and each runtime alternate, and each
-//! sits in every position and after every other runner equally often on
-//! average (what a runner leaves behind, such as the kernel's deferred veth
-//! teardown, falls on whoever comes next). Ratios and differences are
-//! taken per iteration (runtime / floor of the same iteration), then
-//! summarised: median and 10th–90th percentile.
+//! and by each runtime in turn, in shuffled rounds (`stats::rounds`);
+//! ratios and differences are per iteration against the floor of the same
+//! iteration, summarised as median and 10th–90th percentile.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::future::IntoFuture;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use cni_async::Cni;
 use cni_async::cache::ResultCache;
 use cni_core::{NetworkConfigList, RuntimeConf};
@@ -22,259 +16,234 @@ use cnid::api::AttachmentRequest;
 use cnid::client::Client;
 use tokio::runtime::Runtime;
 
-use crate::floor::{FloorChain, PLAN_VERBS};
+use crate::floor::FloorChain;
 use crate::report::{Findings, Table, row};
 use crate::setup::{Storage, Tree};
-use crate::spawn::{Prepared, env_with};
-use crate::stats::{Order, Summary, rounds, secs};
+use crate::spawn::{Env, Prepared, env_with};
+use crate::stats::{Order, Summary, diffs, rounds, secs};
 
-/// The runner name of Go's cnitool.
+/// The runner names of Go's cnitool and of the floor as a process
+/// (`floor_driver.c`).
 pub(crate) const GO_CNITOOL: &str = "Go cnitool";
-
-/// The runner name of the floor as a process (`floor_driver.c`).
 pub(crate) const DRIVER: &str = "C driver";
 
-/// The verbs of one iteration, in order.
+/// The verbs of one iteration, in order; and ADD+DEL, as tabulated.
 pub(crate) const VERBS: [&str; 3] = ["ADD", "CHECK", "DEL"];
-/// The verbs and ADD+DEL, as tabulated.
-pub(crate) const ALL_VERBS: [&str; 4] = ["ADD", "CHECK", "DEL", "ADD+DEL"];
+const ALL_VERBS: [&str; 4] = ["ADD", "CHECK", "DEL", "ADD+DEL"];
 
-/// Who runs the chain.
-pub(crate) enum Runner {
-    /// The floor (see [`crate::floor`]).
-    Floor { chain: FloorChain, result: Vec<u8> },
-    /// `cni_async::Cni` in this process, on a current-thread runtime; cache
-    /// I/O on the calling thread when `inline`
-    /// (`ResultCache::with_inline_io`), plugins started by `tokio::process`
-    /// when `posix` (`RawExec::with_posix_spawn`).
-    InProcess {
-        cni: Cni,
-        list: NetworkConfigList,
-        rt: RuntimeConf,
-        inline: bool,
-        posix: bool,
-    },
-    /// A program per verb, spawned like a plugin: our cnitool or Go's
-    /// (`name` says which); or the floor as a process, the static C driver
-    /// (`floor_driver.c`) running the floor's steps from its plan files,
-    /// whose ADD output goes to `result` (untimed) for its CHECK and DEL
-    /// to read, as a runtime reads its cache.
-    Process {
-        name: &'static str,
-        verbs: [Prepared; 3],
-        result: Option<PathBuf>,
-    },
-    /// A request to a running `cnid` with the typed client (`name`: which
-    /// cnid, "cnid" for the one under test).
-    Cnid {
-        name: &'static str,
-        client: Client,
-        network: String,
-        req: AttachmentRequest,
-    },
+/// The netns path the noop chains are given (they never enter it).
+pub(crate) const NOOP_NETNS: &str = "/proc/self/ns/net";
+
+/// Who runs the chain: a name, and one iteration (ADD, CHECK, DEL; the
+/// time of each, in seconds).
+pub(crate) struct Runner(pub(crate) &'static str, Cycle);
+type Cycle = Box<dyn FnMut(&Runtime) -> anyhow::Result<[f64; 3]>>;
+
+/// Times `verb(0)`, `verb(1)`, `verb(2)` in turn.
+fn time3(mut verb: impl FnMut(usize) -> anyhow::Result<()>) -> anyhow::Result<[f64; 3]> {
+    let mut t = [0.0; 3];
+    for (v, t) in t.iter_mut().enumerate() {
+        let s = Instant::now();
+        verb(v).with_context(|| VERBS[v])?;
+        *t = secs(s);
+    }
+    Ok(t)
 }
 
 /// Where runners run a chain: the network, the netns path, the tree and the
 /// cache's storage.
 #[derive(Clone, Copy)]
-pub(crate) struct On<'a> {
-    pub(crate) list: &'a NetworkConfigList,
-    pub(crate) netns: &'a str,
-    pub(crate) tree: &'a Tree,
-    pub(crate) storage: Storage,
-}
+pub(crate) struct On<'a>(
+    pub(crate) &'a NetworkConfigList,
+    pub(crate) &'a str,
+    pub(crate) &'a Tree,
+    pub(crate) Storage,
+);
 
 impl On<'_> {
+    /// The floor (see [`crate::floor`]).
     pub(crate) fn floor(self) -> anyhow::Result<Runner> {
-        let rt = RuntimeConf::new("bench-floor", self.netns, "eth0");
-        let chain = FloorChain::new(self.list, &rt, &self.tree.plugin_dirs)?;
-        Ok(Runner::Floor {
-            chain,
-            result: Vec::new(),
-        })
+        let rt = RuntimeConf::new("bench-floor", self.1, "eth0");
+        let chain = FloorChain::new(self.0, &rt, &self.2.plugin_dirs)?;
+        let mut result = Vec::new();
+        let cycle = move |_: &Runtime| {
+            time3(|v| {
+                if v == 0 {
+                    chain.add(&mut result)
+                } else {
+                    chain.with_result(v, &result)
+                }
+            })
+        };
+        Ok(Runner("floor", Box::new(cycle)))
     }
 
-    /// The C driver at `driver`, its plans and result file in `dir`.
+    /// A program per verb, spawned like a plugin (posix_spawn, stdout read
+    /// to EOF); an ADD must print a result. With `result`, the ADD's output
+    /// is written there (untimed) for CHECK and DEL to read, as a runtime
+    /// reads its cache.
+    fn process(
+        name: &'static str,
+        verbs: [Prepared; 3],
+        result: Option<std::path::PathBuf>,
+    ) -> Runner {
+        let mut out = Vec::new();
+        let cycle = move |_: &Runtime| {
+            let mut t = [0.0; 3];
+            for (i, p) in verbs.iter().enumerate() {
+                t[i] = p.run_ok(&[], &mut out)?.0;
+                anyhow::ensure!(i > 0 || !out.is_empty(), "{} printed no result", p.label);
+                if let (0, Some(r)) = (i, &result) {
+                    std::fs::write(r, &out).with_context(|| format!("writing {}", r.display()))?;
+                }
+            }
+            Ok(t)
+        };
+        Runner(name, Box::new(cycle))
+    }
+
+    /// The floor as a process: the static C driver at `driver` running the
+    /// floor's steps from its plan files, in `dir` with its result file.
     pub(crate) fn driver(self, driver: &Path, dir: &Path) -> anyhow::Result<Runner> {
-        let rt = RuntimeConf::new("bench-driver", self.netns, "eth0");
-        let plans = FloorChain::new(self.list, &rt, &self.tree.plugin_dirs)?.write_plans(dir)?;
+        let rt = RuntimeConf::new("bench-driver", self.1, "eth0");
+        let plans = FloorChain::new(self.0, &rt, &self.2.plugin_dirs)?.write_plans(dir)?;
         let result = dir.join("result");
         let prep = |i: usize| {
             let (plan, env) = &plans[i];
-            let mut args = vec![plan.as_os_str()];
-            if i > 0 {
-                args.push(result.as_os_str());
-            }
-            Prepared::new(driver, &args, env, format!("C driver {}", PLAN_VERBS[i]))
+            let args = [plan.as_os_str(), result.as_os_str()];
+            Prepared::new(
+                driver,
+                &args[..1 + usize::from(i > 0)],
+                env,
+                format!("C driver {}", VERBS[i]),
+            )
         };
-        let verbs = [prep(0)?, prep(1)?, prep(2)?];
-        Ok(Runner::Process {
-            name: DRIVER,
-            verbs,
-            result: Some(result),
-        })
+        Ok(On::process(
+            DRIVER,
+            [prep(0)?, prep(1)?, prep(2)?],
+            Some(result),
+        ))
     }
 
+    /// `cni_async::Cni` in this process, on a current-thread runtime; cache
+    /// I/O on the calling thread when `inline`
+    /// (`ResultCache::with_inline_io`), plugins started by `tokio::process`
+    /// when `posix` (`RawExec::with_posix_spawn`).
     pub(crate) fn in_process(self, inline: bool, posix: bool) -> Runner {
         let exec = cni_async::exec::RawExec::new().with_posix_spawn(posix);
-        let cache = ResultCache::new(self.tree.cache(self.storage)).with_inline_io(inline);
-        let plugin_dirs = self.tree.plugin_dirs.iter().cloned();
-        let cni = Cni::builder()
+        let cache = ResultCache::new(self.2.cache(self.3)).with_inline_io(inline);
+        let builder = Cni::builder()
             .exec(std::sync::Arc::new(exec))
-            .plugin_dirs(plugin_dirs)
-            .cache(cache)
-            .build();
-        let id = match (inline, posix) {
-            (true, _) => "bench-inproc-inline",
-            (false, true) => "bench-inproc-posix",
-            (false, false) => "bench-inproc",
+            .plugin_dirs(self.2.plugin_dirs.iter().cloned());
+        let cni = builder.cache(cache).build();
+        let (name, id) = match (inline, posix) {
+            (true, _) => ("in-process, inline I/O", "bench-inproc-inline"),
+            (false, true) => ("in-process, tokio::process", "bench-inproc-posix"),
+            (false, false) => ("in-process", "bench-inproc"),
         };
-        let (list, rt) = (self.list.clone(), RuntimeConf::new(id, self.netns, "eth0"));
-        Runner::InProcess {
-            cni,
-            list,
-            rt,
-            inline,
-            posix,
-        }
+        let (list, rt) = (self.0.clone(), RuntimeConf::new(id, self.1, "eth0"));
+        let cycle = move |tokio: &Runtime| {
+            time3(|v| {
+                match v {
+                    0 => drop(tokio.block_on(cni.add_network_list(&list, &rt).into_future())?),
+                    1 => tokio.block_on(cni.check_network_list(&list, &rt).into_future())?,
+                    _ => tokio.block_on(cni.del_network_list(&list, &rt).into_future())?,
+                }
+                Ok(())
+            })
+        };
+        Runner(name, Box::new(cycle))
     }
 
     /// A cnitool (`name`: ours, "cnitool", or [`GO_CNITOOL`], whose cache
     /// is a dir of its own beside ours; both derive the same container ID
     /// from the netns path), with the same environment.
     pub(crate) fn cnitool(self, name: &'static str, path: &Path) -> anyhow::Result<Runner> {
-        let mut cache = self.tree.cache(self.storage);
+        let mut cache = self.2.cache(self.3);
         if name == GO_CNITOOL {
             cache.set_file_name("cache-go");
             std::fs::create_dir_all(&cache)?;
         }
-        let env = cnitool_env(self.tree, &cache)?;
-        let network = self.list.name();
+        let (env, network) = (cnitool_env(self.2, &cache)?, self.0.name());
         let prep = |verb: &str| {
-            let args = [verb, network, self.netns].map(OsStr::new);
+            let args = [verb, network, self.1].map(OsStr::new);
             Prepared::new(path, &args, &env, format!("{name} {verb} {network}"))
         };
-        let verbs = [prep("add")?, prep("check")?, prep("del")?];
-        Ok(Runner::Process {
+        Ok(On::process(
             name,
-            verbs,
-            result: None,
-        })
+            [prep("add")?, prep("check")?, prep("del")?],
+            None,
+        ))
     }
 
-    /// A cnid runner named `name`, attaching container `id`.
+    /// A request to a running `cnid` with the typed client (`name`: which
+    /// cnid, "cnid" for the one under test), attaching container `id`.
     pub(crate) fn cnid(self, name: &'static str, id: &str, client: Client) -> Runner {
-        let req = AttachmentRequest::new(id, self.netns, "eth0");
-        Runner::Cnid {
-            name,
-            client,
-            network: self.list.name().to_owned(),
-            req,
-        }
-    }
-}
-
-impl Runner {
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Runner::Floor { .. } => "floor",
-            Runner::InProcess { inline: true, .. } => "in-process, inline I/O",
-            Runner::InProcess { posix: true, .. } => "in-process, tokio::process",
-            Runner::InProcess { .. } => "in-process",
-            Runner::Process { name, .. } | Runner::Cnid { name, .. } => name,
-        }
-    }
-
-    /// ADD, CHECK, DEL; the time of each, in seconds.
-    fn cycle(&mut self, tokio: &Runtime) -> anyhow::Result<[f64; 3]> {
-        Ok(match self {
-            Runner::Floor { chain, result } => [
-                time(|| chain.add(result))?,
-                time(|| chain.check(result))?,
-                time(|| chain.del(result))?,
-            ],
-            Runner::InProcess { cni, list, rt, .. } => [
-                time(|| Ok(tokio.block_on(cni.add_network_list(list, rt).into_future())?))?,
-                time(|| Ok(tokio.block_on(cni.check_network_list(list, rt).into_future())?))?,
-                time(|| Ok(tokio.block_on(cni.del_network_list(list, rt).into_future())?))?,
-            ],
-            Runner::Cnid {
-                client,
-                network,
-                req,
-                ..
-            } => [
-                time(|| Ok(tokio.block_on(client.add(network, req))?))?,
-                time(|| Ok(tokio.block_on(client.check(network, req))?))?,
-                time(|| Ok(tokio.block_on(client.del(network, req))?))?,
-            ],
-            Runner::Process { verbs, result, .. } => {
-                let (mut t, mut out) = ([0.0; 3], Vec::new());
-                for (i, p) in verbs.iter().enumerate() {
-                    out.clear();
-                    let s = Instant::now();
-                    let exit = p.run(&[], &mut out)?;
-                    t[i] = secs(s);
-                    if !exit.success() {
-                        bail!("{} failed ({})", p.label(), exit.describe());
-                    }
-                    if i == 0 && out.is_empty() {
-                        bail!("{} printed no result", p.label());
-                    }
-                    if let (0, Some(result)) = (i, result.as_ref()) {
-                        std::fs::write(result, &out)
-                            .with_context(|| format!("writing {}", result.display()))?;
-                    }
+        let (req, network) = (
+            AttachmentRequest::new(id, self.1, "eth0"),
+            self.0.name().to_owned(),
+        );
+        let cycle = move |tokio: &Runtime| {
+            time3(|v| {
+                match v {
+                    0 => drop(tokio.block_on(client.add(&network, &req))?),
+                    1 => tokio.block_on(client.check(&network, &req))?,
+                    _ => tokio.block_on(client.del(&network, &req))?,
                 }
-                t
-            }
-        })
+                Ok(())
+            })
+        };
+        Runner(name, Box::new(cycle))
     }
-}
-
-/// How long `f` took, in seconds.
-fn time<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<f64> {
-    let s = Instant::now();
-    f()?;
-    Ok(secs(s))
 }
 
 /// cnitool's environment: ours without anything that would change what it
 /// does, plus where things are.
-pub(crate) fn cnitool_env(tree: &Tree, cache: &Path) -> anyhow::Result<Vec<(OsString, OsString)>> {
+pub(crate) fn cnitool_env(tree: &Tree, cache: &Path) -> anyhow::Result<Env> {
     let cni_path = std::env::join_paths(&tree.plugin_dirs)?;
-    Ok(env_with(&[
-        ("NETCONFPATH", Some(tree.conf.as_os_str())),
-        ("CNI_PATH", Some(&cni_path)),
-        ("CNI_CACHE_DIR", Some(cache.as_os_str())),
-        ("CNI_IFNAME", None),
-        ("CNI_ARGS", None),
-        ("CAP_ARGS", None),
-        ("CNI_TIMEOUT", None),
-        ("CNITOOL_JSON_ERRORS", None),
-        ("RUST_LOG", None),
-    ]))
+    let unset = [
+        "CNI_IFNAME",
+        "CNI_ARGS",
+        "CAP_ARGS",
+        "CNI_TIMEOUT",
+        "CNITOOL_JSON_ERRORS",
+        "RUST_LOG",
+    ];
+    let set = [
+        ("NETCONFPATH", tree.conf.as_os_str()),
+        ("CNI_PATH", &cni_path),
+        ("CNI_CACHE_DIR", cache.as_os_str()),
+    ];
+    let all: Vec<_> = set
+        .iter()
+        .map(|(k, v)| (*k, Some(*v)))
+        .chain(unset.map(|k| (k, None)))
+        .collect();
+    Ok(env_with(&all))
 }
 
-/// The samples of one loop: per runner, per verb, one time per iteration.
-pub(crate) struct Samples {
-    pub(crate) names: Vec<&'static str>,
-    pub(crate) times: Vec<Vec<[f64; 3]>>,
-}
+/// The samples of one loop: per runner, its name and per iteration the
+/// time of each verb.
+pub(crate) struct Samples(Vec<&'static str>, Vec<Vec<[f64; 3]>>);
 
 impl Samples {
     /// The series of runner `r` for `verb` (`ADD`, `CHECK`, `DEL`, `ADD+DEL`).
     pub(crate) fn series(&self, r: usize, verb: &str) -> Vec<f64> {
         let i = VERBS.iter().position(|x| *x == verb);
-        let pick = |t: &[f64; 3]| i.map_or(t[0] + t[2], |i| t[i]);
-        self.times[r].iter().map(pick).collect()
+        self.1[r]
+            .iter()
+            .map(|t| i.map_or(t[0] + t[2], |i| t[i]))
+            .collect()
     }
 
-    pub(crate) fn index(&self, name: &str) -> anyhow::Result<usize> {
-        self.names
+    /// The series of the runner named `name`.
+    fn of(&self, name: &str, verb: &str) -> anyhow::Result<Vec<f64>> {
+        let r = self
+            .0
             .iter()
             .position(|n| *n == name)
-            .with_context(|| format!("no runner {name:?}"))
+            .with_context(|| format!("no runner {name:?}"))?;
+        Ok(self.series(r, verb))
     }
 }
 
@@ -286,33 +255,21 @@ pub(crate) fn run_loop(
     iterations: usize,
     label: &str,
 ) -> anyhow::Result<Samples> {
-    assert!(matches!(runners.first(), Some(Runner::Floor { .. })));
-    let names: Vec<&'static str> = runners.iter().map(Runner::name).collect();
-    let times = rounds(
-        runners.len(),
-        warmup,
-        iterations,
-        Order::Shuffle,
-        label,
-        |r, _| runners[r].cycle(tokio).with_context(|| names[r]),
-    )?;
-    Ok(Samples { names, times })
+    assert!(runners.first().is_some_and(|r| r.0 == "floor"));
+    let k = runners.len();
+    let times = rounds((k, warmup, iterations), Order::Shuffle, label, |r, _| {
+        let Runner(name, cycle) = &mut runners[r];
+        cycle(tokio).with_context(|| *name)
+    })?;
+    Ok(Samples(runners.iter().map(|r| r.0).collect(), times))
 }
 
 /// One table for one loop, and its figures recorded under `key`
 /// (`KEY/RUNNER/VERB/{time,ratio,added}`; `KEY/cnid-inproc/VERB/added`).
 pub(crate) fn tabulate(s: &Samples, title: &str, key: &str, findings: &mut Findings) -> Table {
-    let mut table = Table::new(
-        title,
-        &[
-            "runner",
-            "verb",
-            "time ms, median (p10–p90)",
-            "× floor, median (p10–p90)",
-            "added ms, median (p10–p90)",
-        ],
-    );
-    for (r, name) in s.names.iter().enumerate() {
+    let header = "runner|verb|time ms, median (p10–p90)|× floor, median (p10–p90)|added ms, median (p10–p90)";
+    let mut table = Table::new(title, header);
+    for (r, name) in s.0.iter().enumerate() {
         for verb in ALL_VERBS {
             let (mine, floor) = (s.series(r, verb), s.series(0, verb));
             let time = Summary::of(&mine);
@@ -333,9 +290,9 @@ pub(crate) fn tabulate(s: &Samples, title: &str, key: &str, findings: &mut Findi
     // Pairs of runners: the difference cnid − in-process; ratios of Go's
     // cnitool over ours, and of ours and Go's over the floor as a process
     // (the most any tool can beat Go's cnitool by on this machine).
-    if let (Ok(a), Ok(b)) = (s.index("cnid"), s.index("in-process")) {
-        for verb in VERBS {
-            let d = Summary::diffs(&s.series(a, verb), &s.series(b, verb));
+    for verb in VERBS {
+        if let (Ok(a), Ok(b)) = (s.of("cnid", verb), s.of("in-process", verb)) {
+            let d = Summary::diffs(&a, &b);
             findings.put(format!("{key}/cnid-inproc/{verb}/added"), d);
             row!(table, "cnid − in-process", verb, "", "", d.ms());
         }
@@ -347,16 +304,16 @@ pub(crate) fn tabulate(s: &Samples, title: &str, key: &str, findings: &mut Findi
     ];
     for (x, y) in [(0, 1), (1, 2), (0, 2)] {
         let ((a, at), (b, bt)) = (tools[x], tools[y]);
-        let (Ok(ai), Ok(bi)) = (s.index(a), s.index(b)) else {
-            continue;
-        };
         for verb in ALL_VERBS {
-            let r = Summary::ratios(&s.series(ai, verb), &s.series(bi, verb));
+            let (Ok(sa), Ok(sb)) = (s.of(a, verb), s.of(b, verb)) else {
+                break;
+            };
+            let r = Summary::ratios(&sa, &sb);
             findings.put(format!("{key}/{at}-over-{bt}/{verb}/ratio"), r);
             row!(table, format!("{a} ÷ {b}"), verb, "", r.ratio(), "");
         }
     }
-    table.note(format!("{} iterations after warm-up", s.times[0].len()));
+    table.note(format!("{} iterations after warm-up", s.1[0].len()));
     table
 }
 
@@ -374,22 +331,27 @@ pub(crate) fn compare(
     title: &str,
     cols: &[Col],
     key: &str,
-    findings: &mut Findings,
+    f: &mut Findings,
 ) -> anyhow::Result<Table> {
-    let mut header = vec!["verb"];
-    header.extend(cols.iter().map(|c| match c {
+    let head = cols.iter().map(|c| match c {
         Col::Time(h, _) | Col::Diff(h, ..) => *h,
-    }));
-    let mut t = Table::new(title, &header);
+    });
+    let mut t = Table::new(
+        title,
+        &["verb"]
+            .into_iter()
+            .chain(head)
+            .collect::<Vec<_>>()
+            .join("|"),
+    );
     for verb in VERBS {
         let mut cells = vec![verb.to_owned()];
         for c in cols {
             cells.push(match *c {
-                Col::Time(_, r) => Summary::of(&s.series(s.index(r)?, verb)).ms(),
+                Col::Time(_, r) => Summary::of(&s.of(r, verb)?).ms(),
                 Col::Diff(_, a, b, tag) => {
-                    let d =
-                        Summary::diffs(&s.series(s.index(a)?, verb), &s.series(s.index(b)?, verb));
-                    findings.put(format!("{key}/{verb}/{tag}"), d);
+                    let d = Summary::of(&diffs(&s.of(a, verb)?, &s.of(b, verb)?));
+                    f.put(format!("{key}/{verb}/{tag}"), d);
                     d.ms()
                 }
             });
@@ -398,6 +360,3 @@ pub(crate) fn compare(
     }
     Ok(t)
 }
-
-/// The netns path the noop chains are given (they never enter it).
-pub(crate) const NOOP_NETNS: &str = "/proc/self/ns/net";

@@ -9,7 +9,7 @@
 //! [`FloorChain::write_plans`] hands the same steps to the floor as a
 //! process (`floor_driver.c`, the static C driver).
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -18,128 +18,88 @@ use cni_core::stdin::{StdinInput, list_plugin_stdin};
 use cni_core::{Command, NetworkConfigList, RuntimeConf, env};
 use serde_json::Value;
 
-use crate::spawn::{Prepared, env_with};
+use crate::spawn::{Env, Prepared, env_with};
 
 /// Stands for `prevResult` in a template.
-const MARK: &str = "@@cni-bench-prev-result@@";
+const MARK: &str = "\"@@cni-bench-prev-result@@\"";
 
-/// One plugin call: the program and its stdin around the spliced result.
+/// One plugin call: the program, its stdin around the spliced result
+/// (`None` when not chained), and for the driver's plan the plugin's path
+/// and environment.
 struct Step {
     exec: Prepared,
     head: Vec<u8>,
-    tail: Vec<u8>,
-    chained: bool,
-    /// The plugin and its environment, for the driver's plan.
+    tail: Option<Vec<u8>>,
     plugin: PathBuf,
-    env: Vec<(OsString, OsString)>,
+    env: Env,
 }
 
 impl Step {
-    fn new(
-        list: &NetworkConfigList,
-        index: usize,
-        command: Command,
-        rt: &RuntimeConf,
-        path: &std::path::Path,
-        cni_path: &str,
-        chained: bool,
-    ) -> anyhow::Result<Step> {
-        let mark = Value::String(MARK.into());
-        let bytes = list_plugin_stdin(
-            list,
-            index,
-            StdinInput::Attachment {
-                rt,
-                prev_result: chained.then_some(&mark),
-            },
-        )?;
-        let (head, tail) = if chained {
-            let quoted = format!("\"{MARK}\"");
-            let at = bytes
-                .windows(quoted.len())
-                .position(|w| w == quoted.as_bytes())
-                .context("prevResult mark not found in the stdin template")?;
-            (bytes[..at].to_vec(), bytes[at + quoted.len()..].to_vec())
-        } else {
-            (bytes, Vec::new())
-        };
-        let pairs = env::plugin_env(command, Some(rt), cni_path);
-        let overrides: Vec<(&str, Option<&OsStr>)> = pairs
-            .iter()
-            .map(|(k, v)| (k.as_str(), Some(OsStr::new(v.as_str()))))
-            .collect();
-        let plugin = list.plugins()[index].plugin_type();
-        let env = env_with(&overrides);
-        let exec = Prepared::new(path, &[], &env, format!("{plugin} {command}"))?;
-        Ok(Step {
-            exec,
-            head,
-            tail,
-            chained,
-            plugin: path.to_owned(),
-            env,
-        })
-    }
-
     fn run(&self, prev: &[u8], out: &mut Vec<u8>) -> anyhow::Result<()> {
-        out.clear();
-        let parts: [&[u8]; 3] = if self.chained {
-            [&self.head, prev, &self.tail]
-        } else {
-            [&self.head, &[], &[]]
+        let parts: [&[u8]; 3] = match &self.tail {
+            Some(tail) => [&self.head, prev, tail],
+            None => [&self.head, &[], &[]],
         };
-        let exit = self
-            .exec
-            .run(&parts, out)
-            .with_context(|| format!("floor: running {}", self.exec.label()))?;
-        if !exit.success() {
-            bail!(
-                "floor: {} failed ({}): {}",
-                self.exec.label(),
-                exit.describe(),
-                String::from_utf8_lossy(out)
-            );
-        }
-        Ok(())
+        self.exec.run_ok(&parts, out).context("floor").map(drop)
     }
 }
 
 /// A plan file of the driver and the environment to run it with.
-pub(crate) type Plan = (PathBuf, Vec<(OsString, OsString)>);
+pub(crate) type Plan = (PathBuf, Env);
 
-/// The verbs of a [`FloorChain`], in the order of [`FloorChain::write_plans`].
-pub(crate) const PLAN_VERBS: [&str; 3] = ["ADD", "CHECK", "DEL"];
-
-/// A chain ready to run: ADD first to last, CHECK first to last, DEL last
-/// to first, as the runtime runs them.
-pub(crate) struct FloorChain {
-    add: Vec<Step>,
-    check: Vec<Step>,
-    del: Vec<Step>,
-}
+/// A chain ready to run, per verb (ADD, CHECK, DEL): ADD and CHECK first
+/// to last, DEL last to first, as the runtime runs them.
+pub(crate) struct FloorChain([Vec<Step>; 3]);
 
 impl FloorChain {
     pub(crate) fn new(
         list: &NetworkConfigList,
         rt: &RuntimeConf,
-        plugin_dirs: &[PathBuf],
+        dirs: &[PathBuf],
     ) -> anyhow::Result<FloorChain> {
-        let cni_path = env::join_path(plugin_dirs);
+        let cni_path = env::join_path(dirs);
         let prev_on_del = list.version().has_prev_result_on_del();
-        let n = list.plugins().len();
-        let mut chain = FloorChain {
-            add: Vec::new(),
-            check: Vec::new(),
-            del: Vec::new(),
-        };
-        for i in 0..n {
-            let path = cni_async::exec::find_plugin(list.plugins()[i].plugin_type(), plugin_dirs)?;
-            let step = |c, chained| Step::new(list, i, c, rt, &path, &cni_path, chained);
-            chain.add.push(step(Command::Add, i > 0)?);
-            chain.check.push(step(Command::Check, true)?);
-            chain.del.push(step(Command::Del, prev_on_del)?);
+        let mut chain = FloorChain(Default::default());
+        for (i, p) in list.plugins().iter().enumerate() {
+            let path = cni_async::exec::find_plugin(p.plugin_type(), dirs)?;
+            for (v, command, chained) in [
+                (0, Command::Add, i > 0),
+                (1, Command::Check, true),
+                (2, Command::Del, prev_on_del),
+            ] {
+                let mark = Value::String(MARK[1..MARK.len() - 1].into());
+                let prev_result = chained.then_some(&mark);
+                let bytes = list_plugin_stdin(list, i, StdinInput::Attachment { rt, prev_result })?;
+                let (head, tail) = match chained {
+                    true => {
+                        let at = bytes.windows(MARK.len()).position(|w| w == MARK.as_bytes());
+                        let at = at.context("prevResult mark not found in the stdin template")?;
+                        (
+                            bytes[..at].to_vec(),
+                            Some(bytes[at + MARK.len()..].to_vec()),
+                        )
+                    }
+                    false => (bytes, None),
+                };
+                let pairs = env::plugin_env(command, Some(rt), &cni_path);
+                let env = env_with(
+                    &pairs
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), Some(OsStr::new(v))))
+                        .collect::<Vec<_>>(),
+                );
+                let exec =
+                    Prepared::new(&path, &[], &env, format!("{} {command}", p.plugin_type()))?;
+                chain.0[v].push(Step {
+                    exec,
+                    head,
+                    tail,
+                    plugin: path.clone(),
+                    env,
+                });
+            }
         }
-        chain.del.reverse();
+        chain.0[2].reverse();
         Ok(chain)
     }
 
@@ -151,28 +111,29 @@ impl FloorChain {
     pub(crate) fn write_plans(&self, dir: &Path) -> anyhow::Result<Vec<Plan>> {
         std::fs::create_dir_all(dir)?;
         let mut out = Vec::new();
-        for (verb, steps, chained_mode) in [
-            (PLAN_VERBS[0], &self.add, b'P'),
-            (PLAN_VERBS[1], &self.check, b'R'),
-            (PLAN_VERBS[2], &self.del, b'R'),
-        ] {
+        for (steps, (verb, chained_mode)) in
+            self.0
+                .iter()
+                .zip([("ADD", b'P'), ("CHECK", b'R'), ("DEL", b'R')])
+        {
             let mut plan = Vec::new();
             for s in steps {
-                if [&s.head, &s.tail].iter().any(|t| t.contains(&b'\n'))
-                    || s.plugin.as_os_str().as_bytes().contains(&b'\n')
-                {
-                    bail!("floor: a plan line of {} holds a newline", s.exec.label());
+                let tail = s.tail.as_deref().unwrap_or_default();
+                let mode = [if s.tail.is_some() { chained_mode } else { b'-' }];
+                let lines = [s.plugin.as_os_str().as_bytes(), &mode, &s.head, tail];
+                if lines.iter().any(|l| l.contains(&b'\n')) {
+                    bail!("floor: a plan line of {} holds a newline", s.exec.label);
                 }
-                let mode = [if s.chained { chained_mode } else { b'-' }];
-                for line in [s.plugin.as_os_str().as_bytes(), &mode, &s.head, &s.tail] {
-                    plan.extend_from_slice(line);
-                    plan.push(b'\n');
-                }
+                lines
+                    .iter()
+                    .for_each(|l| plan.extend([l, &b"\n"[..]].concat()));
             }
             let path = dir.join(format!("{verb}.plan"));
             std::fs::write(&path, plan).with_context(|| format!("writing {}", path.display()))?;
-            let env = steps.first().map(|s| s.env.clone()).unwrap_or_default();
-            out.push((path, env));
+            out.push((
+                path,
+                steps.first().map(|s| s.env.clone()).unwrap_or_default(),
+            ));
         }
         Ok(out)
     }
@@ -180,7 +141,7 @@ impl FloorChain {
     /// ADD: the final result into `result`.
     pub(crate) fn add(&self, result: &mut Vec<u8>) -> anyhow::Result<()> {
         let mut prev = Vec::with_capacity(4096);
-        for step in &self.add {
+        for step in &self.0[0] {
             step.run(&prev, result)?;
             std::mem::swap(&mut prev, result);
         }
@@ -191,18 +152,11 @@ impl FloorChain {
         Ok(())
     }
 
-    /// CHECK with `result` (the ADD's) as `prevResult`.
-    pub(crate) fn check(&self, result: &[u8]) -> anyhow::Result<()> {
-        Self::with_result(&self.check, result)
-    }
-
-    /// DEL with `result` (the ADD's) as `prevResult`.
-    pub(crate) fn del(&self, result: &[u8]) -> anyhow::Result<()> {
-        Self::with_result(&self.del, result)
-    }
-
-    fn with_result(steps: &[Step], result: &[u8]) -> anyhow::Result<()> {
+    /// CHECK (`verb` 1) or DEL (2) with `result` (the ADD's) as `prevResult`.
+    pub(crate) fn with_result(&self, verb: usize, result: &[u8]) -> anyhow::Result<()> {
         let mut out = Vec::new();
-        steps.iter().try_for_each(|s| s.run(result, &mut out))
+        self.0[verb]
+            .iter()
+            .try_for_each(|s| s.run(result, &mut out))
     }
 }

@@ -19,22 +19,16 @@ use anyhow::{Context, bail};
 
 /// Debian's Go sources.
 const GOPATH: &str = "/usr/share/gocode";
-/// What the Go cnitool imports, and go-cni besides.
-const LIBCNI: &str = "src/github.com/containernetworking/cni/libcni";
-const GO_CNI: &str = "src/github.com/containerd/go-cni";
 
-/// Builds `cnid/tests/go/<program>` into `dir/<out>` (GOPATH mode on
-/// Debian's sources, static). `Ok(Err(why))` when Go or a source it
-/// imports is missing (the report then says why).
-pub(crate) fn build(
-    dir: &Path,
-    program: &str,
-    out: &str,
-) -> anyhow::Result<Result<PathBuf, String>> {
-    let sources: &[&str] = if program == "gocni" {
-        &[LIBCNI, GO_CNI]
+/// Builds `cnid/tests/go/<program>` into `dir` (as `go-cnitool` or
+/// `gocni`). `Ok(Err(why))` when Go or a source it imports is missing (the
+/// report then says why).
+pub(crate) fn build(dir: &Path, program: &str) -> anyhow::Result<Result<PathBuf, String>> {
+    let libcni = "src/github.com/containernetworking/cni/libcni";
+    let sources = if program == "gocni" {
+        vec![libcni, "src/github.com/containerd/go-cni"]
     } else {
-        &[LIBCNI]
+        vec![libcni]
     };
     let go = Command::new("go")
         .arg("version")
@@ -55,15 +49,20 @@ pub(crate) fn build(
         .join("tests/go")
         .join(program);
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let out = dir.join(out);
-    let o = Command::new("go")
-        .args(["build", "-o"])
+    let out = dir.join(if program == "cnitool" {
+        "go-cnitool"
+    } else {
+        program
+    });
+    let mut cmd = Command::new("go");
+    cmd.args(["build", "-o"])
         .arg(&out)
         .arg(".")
-        .current_dir(&src)
-        .env("GO111MODULE", "off")
+        .current_dir(&src);
+    cmd.env("GO111MODULE", "off")
         .env("GOPATH", GOPATH)
-        .env("GOCACHE", dir.join("go-cache"))
+        .env("GOCACHE", dir.join("go-cache"));
+    let o = cmd
         .env("GOFLAGS", "")
         .env("CGO_ENABLED", "0")
         .stdin(Stdio::null())

@@ -10,14 +10,11 @@
 //! cargo bench -p cnid --bench overhead -- --help
 //! ```
 //!
-//! The shared runner: `cli.rs` (arguments), `stats.rs` (paired rounds,
-//! percentiles, ratios), `report.rs` (tables, the machine header, the
-//! markers of BENCHMARKS.md), `targets.rs` (the verdicts), `spawn.rs`,
-//! `floor.rs`, `chains.rs` (the runners of one chain), `setup.rs` (binaries,
-//! temp tree, networks, cnid), `procs.rs` (RSS and CPU of other processes),
-//! `go.rs` (the Go clients). One file per scenario in `scenarios/`, run in
-//! the order of [`SECTIONS`]; the root-only ones (real, batch, batch1000,
-//! burst) say so in the report when skipped.
+//! The shared runner: `stats.rs` (paired rounds), `chains.rs` (the
+//! runners of one chain and their tables), `report.rs`, `targets.rs`; one
+//! file per scenario in `scenarios/`, run in the order of [`SECTIONS`];
+//! the root-only ones (real, batch, batch1000, burst) say so in the report
+//! when skipped.
 //!
 //! `cargo test` runs this binary without `--bench`: it then only checks its
 //! arithmetic and exits.
@@ -34,7 +31,6 @@ mod spawn;
 mod stats;
 mod targets;
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -45,24 +41,35 @@ use tokio::runtime::Runtime;
 
 use crate::cli::{Args, Section};
 use crate::report::Findings;
-use crate::setup::{Bins, RealNet, Storage, Tree};
+use crate::setup::{Bins, REAL, RealNet, Storage, Tree};
 
-/// Everything a scenario works with.
+/// Everything a scenario works with: Go's cnitool and containerd's go-cni
+/// client when they built; the real chain's bridge network (root only);
+/// what was not measured, and why (listed in the report's header).
 pub(crate) struct Cx {
     pub(crate) args: Args,
-    pub(crate) sizes: Sizes,
     pub(crate) bins: Bins,
     pub(crate) tree: Tree,
     pub(crate) tokio: Runtime,
     pub(crate) findings: Findings,
-    /// What was not measured, and why (listed in the report's header).
     pub(crate) skipped: Vec<String>,
-    /// Go's cnitool and containerd's go-cni client, when they built.
     pub(crate) go: Option<PathBuf>,
     pub(crate) gocni: Option<PathBuf>,
-    /// The real chain's bridge network (root only).
     pub(crate) real: Option<RealNet>,
     pub(crate) root: bool,
+}
+
+impl Cx {
+    /// An iteration count: `quick` with --quick, else `full`.
+    pub(crate) fn n(&self, quick: usize, full: usize) -> usize {
+        if self.args.quick { quick } else { full }
+    }
+
+    /// Notes that `what` was not measured, and why.
+    pub(crate) fn skip(&mut self, what: impl Into<String>) -> anyhow::Result<Option<String>> {
+        self.skipped.push(what.into());
+        Ok(None)
+    }
 }
 
 /// A scenario: its section of the report, or `None` when skipped.
@@ -88,55 +95,16 @@ const SECTIONS: [(Section, Scenario); 12] = {
     ]
 };
 
-/// Iteration counts.
-pub(crate) struct Sizes {
-    pub(crate) noop1: usize,
-    pub(crate) noop8: usize,
-    pub(crate) real: usize,
-    pub(crate) warmup: usize,
-    pub(crate) batch_count: usize,
-    pub(crate) batch_reps: usize,
-    pub(crate) rss_runs: usize,
-    pub(crate) inflight: usize,
-    pub(crate) own_run: usize,
-    pub(crate) shim: usize,
-    pub(crate) hop: usize,
-}
-
-impl Sizes {
-    fn new(quick: bool) -> Sizes {
-        let q = |quick_n, n| if quick { quick_n } else { n };
-        Sizes {
-            noop1: q(20, 150),
-            noop8: q(10, 80),
-            real: q(5, 30),
-            warmup: q(2, 5),
-            batch_count: q(20, 100),
-            batch_reps: q(1, 5),
-            rss_runs: q(3, 15),
-            inflight: q(200, 1000),
-            own_run: q(50, 400),
-            shim: q(30, 300),
-            hop: q(30, 1000),
-        }
-    }
-}
-
 fn main() -> ExitCode {
-    if !std::env::args().any(|a| a == "--bench") {
-        // `cargo test` runs benchmark binaries without --bench.
-        return match stats::self_check().and_then(|()| scenarios::scale::self_check()) {
-            Ok(()) => {
-                eprintln!("overhead: not run under `cargo test` (use `make bench`)");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("overhead: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    match run(Args::parse()) {
+    // `cargo test` runs benchmark binaries without --bench.
+    let checked = match std::env::args().any(|a| a == "--bench") {
+        false => stats::self_check()
+            .and_then(|()| scenarios::scale::self_check())
+            .map(|()| eprintln!("overhead: not run under `cargo test` (use `make bench`)"))
+            .map_err(anyhow::Error::msg),
+        true => run(Args::parse()),
+    };
+    match checked {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("overhead: error: {e:#}");
@@ -168,35 +136,25 @@ fn set_fifo(on: bool) -> bool {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let load_start = report::load_average();
+    let (started, load_start) = (Instant::now(), report::load_average());
     setup::raise_nofile();
     let bins = Bins::find(args.bin_dir.as_deref())?;
-    let tree = Tree::new(&bins)?;
+    let tree = Tree::new(&bins.noop)?;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() == 0 };
-    let go_dir = Args::target_dir().join("bench").join("go");
+    let go_dir = Args::target_dir().join("bench/go");
     let mut skipped = Vec::new();
     // Go's programs are built before SCHED_FIFO is switched on: Go's
     // compiler, its threads spinning at a real-time priority, held both
     // CPUs for minutes in a first try. Without them, the report says why.
-    let mut build = |wanted: bool, program: &str, out: &str, what: &str| -> anyhow::Result<_> {
-        let built = wanted
-            .then(|| go::build(&go_dir, program, out))
-            .transpose()?;
-        let why = |why| skipped.push(format!("{what}: {why}"));
-        Ok(built.and_then(|b| b.map_err(why).ok()))
+    let mut build = |wanted: bool, program: &str, what: &str| -> anyhow::Result<_> {
+        let built = wanted.then(|| go::build(&go_dir, program)).transpose()?;
+        Ok(built.and_then(|b| b.map_err(|why| skipped.push(format!("{what}: {why}"))).ok()))
     };
     let want_go = (args.wants(Section::Noop) || args.wants(Section::Batch1000)) && !args.no_go;
-    let go = build(
-        want_go,
-        "cnitool",
-        "go-cnitool",
-        "the comparison with Go's cnitool",
-    )?;
+    let go = build(want_go, "cnitool", "the comparison with Go's cnitool")?;
     let gocni = build(
         args.wants(Section::Burst),
-        "gocni",
         "gocni",
         "the burst section (go-cni)",
     )?;
@@ -206,9 +164,16 @@ fn run(args: Args) -> anyhow::Result<()> {
     // loops. Batch and memory run with the normal policy again.
     let realtime = !args.no_rt && root && set_fifo(true);
     // The real network first: the daemons must see its configuration.
-    let want_real = args.wants(Section::Real) || args.wants(Section::Batch);
-    let real = match (want_real, root) {
-        (true, true) => Some(RealNet::create(&tree)?),
+    let real = match (
+        args.wants(Section::Real) || args.wants(Section::Batch),
+        root,
+    ) {
+        (true, true) => Some(RealNet::new(
+            &tree,
+            "cnb",
+            24,
+            Some((REAL, "20-real.conflist")),
+        )?),
         (true, false) => {
             skipped.push("scenarios 4 and 5 (real chain, batch) need root".into());
             None
@@ -218,14 +183,13 @@ fn run(args: Args) -> anyhow::Result<()> {
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let sizes = Sizes::new(args.quick);
+    let findings = Findings::default();
     let mut cx = Cx {
         args,
-        sizes,
         bins,
         tree,
         tokio,
-        findings: Findings::default(),
+        findings,
         skipped,
         go,
         gocni,
@@ -243,47 +207,34 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     cx.real = None;
 
-    let mut md = String::from("### Latest run\n\n");
-    let _ = writeln!(
-        md,
-        "`make bench` (`cargo bench -p cni-core --bench core`, then `cargo bench -p cnid --bench overhead`{}); \
-         this part took {:.0} s.\n",
-        if cx.args.quick { " with --quick" } else { "" },
-        started.elapsed().as_secs_f64()
+    let quick = if cx.args.quick { " with --quick" } else { "" };
+    let took = started.elapsed().as_secs_f64();
+    let mut md = format!(
+        "### Latest run\n\n`make bench` (`cargo bench -p cni-core --bench core`, then `cargo bench -p cnid --bench \
+         overhead`{quick}); this part took {took:.0} s.\n\n"
     );
-    md.push_str(&report::machine(
-        &cx.bins,
-        &load_start,
-        &cx.tree.cache(Storage::Disk),
-    ));
-    let _ = writeln!(
-        md,
-        "- scheduling: {}",
-        if realtime {
-            "SCHED_FIFO priority 10 for the floor, noop and real-chain loops (inherited by the \
-             plugins, cnitool and cnid they start), so that other load on the machine does not \
-             add random scheduler delays; normal policy for the batch and memory runs"
-        } else {
-            "normal (SCHED_OTHER) throughout"
-        }
-    );
-    for s in &cx.skipped {
-        let _ = writeln!(md, "- skipped: {s}");
-    }
-    md.push('\n');
-    md.push_str(&report::targets_table(&targets::targets(&cx.findings)).markdown());
-    for s in &sections {
-        let _ = write!(md, "\n{}\n", s.trim_end());
-    }
+    md += &report::machine(&cx.bins, &load_start, &cx.tree.cache(Storage::Disk));
+    md += if realtime {
+        "- scheduling: SCHED_FIFO priority 10 for the floor, noop and real-chain loops (inherited by the plugins, \
+         cnitool and cnid they start), so that other load on the machine does not add random scheduler delays; \
+         normal policy for the batch and memory runs\n"
+    } else {
+        "- scheduling: normal (SCHED_OTHER) throughout\n"
+    };
+    cx.skipped
+        .iter()
+        .for_each(|s| md += &format!("- skipped: {s}\n"));
+    md += &format!("\n{}", targets::table(&cx.findings).markdown());
+    sections
+        .iter()
+        .for_each(|s| md += &format!("\n{}\n", s.trim_end()));
 
     let out = cx
         .args
         .out
         .clone()
         .unwrap_or_else(|| Args::target_dir().join("bench/overhead.md"));
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
+    std::fs::create_dir_all(out.parent().context("the report's dir")?)?;
     std::fs::write(&out, &md).with_context(|| format!("writing {}", out.display()))?;
     eprintln!("overhead: report in {}", out.display());
     if let Some(path) = &cx.args.update {

@@ -11,7 +11,6 @@
 //!   into the child's `ru_maxrss`.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -21,90 +20,85 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-pub(crate) const GNU_TIME: &str = "/usr/bin/time";
+use crate::spawn::Env;
 
-/// A run under GNU time.
-pub(crate) struct Timed {
-    pub(crate) wall: Duration,
-    /// `%M`, KiB.
-    pub(crate) max_rss: u64,
-    /// The highest `VmHWM` of the program itself sampled every 5 ms (KiB).
-    pub(crate) hwm: u64,
-    pub(crate) stdout: Vec<u8>,
-}
+/// A run under GNU time: wall time, `%M` (KiB), the highest `VmHWM` of the
+/// program itself sampled every 5 ms (KiB), stdout.
+pub(crate) struct Timed(
+    pub(crate) Duration,
+    pub(crate) u64,
+    pub(crate) u64,
+    pub(crate) Vec<u8>,
+);
 
-/// Runs `program args` with exactly `env` under GNU time.
+/// Runs `program args` with exactly `env` under GNU time, in `scratch`.
 pub(crate) fn gnu_time(
     program: &Path,
     args: &[&str],
-    env: &[(OsString, OsString)],
+    env: &Env,
     stdin: Option<&[u8]>,
     scratch: &Path,
 ) -> anyhow::Result<Timed> {
     let out_file = scratch.join("time.out");
     let started = Instant::now();
-    let mut child = Command::new(GNU_TIME)
-        .args(["-f", "%M", "-o"])
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.args(["-f", "%M", "-o"])
         .arg(&out_file)
         .arg(program)
         .args(args)
         .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .envs(env.iter().cloned());
+    let input = if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
+    let child = cmd
+        .stdin(input)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running {GNU_TIME} (apt-get install time)"))?;
+        .spawn();
+    let mut child = child.context("running /usr/bin/time (apt-get install time)")?;
     if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
         pipe.write_all(data)?;
     }
     // GNU time's child is the program.
-    let tp = child.id();
-    let children = format!("/proc/{tp}/task/{tp}/children");
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
     let sampler = PeakSampler::start(move || {
         let pid = std::fs::read_to_string(&children).ok()?;
         status_kib(pid.split_whitespace().next()?.parse().ok()?, "VmHWM:")
     });
     let out = child.wait_with_output();
-    let wall = started.elapsed();
-    let hwm = sampler.stop();
-    let out = out?;
+    let (wall, hwm, out) = (started.elapsed(), sampler.stop(), out?);
     if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
         bail!(
             "{} {} failed ({}): {}",
             program.display(),
             args.join(" "),
             out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            err.trim()
         );
     }
     let text = std::fs::read_to_string(&out_file)?;
-    let max_rss = text
-        .lines()
-        .rev()
-        .find_map(|l| l.trim().parse().ok())
-        .with_context(|| format!("no RSS figure in {text:?}"))?;
-    Ok(Timed {
+    let max_rss = text.lines().rev().find_map(|l| l.trim().parse().ok());
+    Ok(Timed(
         wall,
-        max_rss,
+        max_rss.with_context(|| format!("no RSS figure in {text:?}"))?,
         hwm,
-        stdout: out.stdout,
-    })
+        out.stdout,
+    ))
 }
 
 /// Peak RSS in KiB of `program args` with exactly `env`, via GNU time.
 pub(crate) fn peak_rss_kib(
-    program: &Path,
+    p: &Path,
     args: &[&str],
-    env: &[(OsString, OsString)],
+    env: &Env,
     stdin: Option<&[u8]>,
     scratch: &Path,
 ) -> anyhow::Result<f64> {
-    Ok(gnu_time(program, args, env, stdin, scratch)?.max_rss as f64)
+    Ok(gnu_time(p, args, env, stdin, scratch)?.1 as f64)
 }
 
 /// A `KEY: N kB` field of `/proc/PID/status`.
@@ -115,31 +109,25 @@ pub(crate) fn status_kib(pid: u32, key: &str) -> Option<u64> {
 }
 
 /// Samples `read` every 5 ms on a thread of its own, keeping the highest.
-pub(crate) struct PeakSampler {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<u64>,
-}
+pub(crate) struct PeakSampler(Arc<AtomicBool>, std::thread::JoinHandle<u64>);
 
 impl PeakSampler {
     pub(crate) fn start(read: impl Fn() -> Option<u64> + Send + 'static) -> PeakSampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let peak = AtomicU64::new(0);
+        let (stop, peak) = (Arc::new(AtomicBool::new(false)), AtomicU64::new(0));
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
-                if let Some(k) = read() {
-                    peak.fetch_max(k, Ordering::Relaxed);
-                }
+                read().map(|k| peak.fetch_max(k, Ordering::Relaxed));
                 std::thread::sleep(Duration::from_millis(5));
             }
             peak.load(Ordering::Relaxed)
         });
-        PeakSampler { stop, thread }
+        PeakSampler(stop, thread)
     }
 
     pub(crate) fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or(0)
+        self.0.store(true, Ordering::Relaxed);
+        self.1.join().unwrap_or(0)
     }
 }
 
@@ -179,11 +167,11 @@ pub(crate) fn threads_cpu_ns(pid: u32) -> anyhow::Result<u64> {
 /// The samples of a Prometheus text (`/metrics`), by series
 /// (`name{labels}` as written).
 pub(crate) fn metrics(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
+    let samples = text.lines().filter(|l| !l.starts_with('#'));
+    samples
         .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_owned(), value.parse().ok()?))
+            l.rsplit_once(' ')
+                .and_then(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
         })
         .collect()
 }
@@ -196,17 +184,13 @@ pub(crate) fn histogram_means(
 ) -> Vec<(String, f64, f64)> {
     let delta =
         |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
-    after
-        .keys()
-        .filter_map(|k| {
-            let (name, labels) = match k.split_once('{') {
-                Some((n, l)) => (n, format!("{{{l}")),
-                None => (k.as_str(), String::new()),
-            };
-            let base = name.strip_suffix("_count")?;
-            let n = delta(k);
-            let sum = delta(&format!("{base}_sum{labels}"));
-            (n > 0.0).then(|| (format!("{base}{labels}"), sum / n, n))
-        })
-        .collect()
+    let series = |k: &String| {
+        let (name, labels) = k
+            .split_once('{')
+            .map_or((k.as_str(), String::new()), |(n, l)| (n, format!("{{{l}")));
+        let (base, n) = (name.strip_suffix("_count")?, delta(k));
+        let sum = delta(&format!("{base}_sum{labels}"));
+        (n > 0.0).then(|| (format!("{base}{labels}"), sum / n, n))
+    };
+    after.keys().filter_map(series).collect()
 }

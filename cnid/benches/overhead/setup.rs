@@ -1,7 +1,6 @@
 //! What the scenarios run on: the binaries, a temp tree with the noop
-//! plugin and the conf dir, cache dirs on disk and on tmpfs, the real
-//! bridge network (its own bridge, subnet and namespaces, removed on drop),
-//! and `cnid` processes.
+//! plugin and the conf dir, cache dirs on disk and on tmpfs, bridge
+//! networks of the benchmark's own (removed on drop), and `cnid` processes.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use cni_async::netns::Netns;
 use cni_core::NetworkConfigList;
 use serde_json::{Value, json};
 
@@ -24,31 +24,28 @@ pub(crate) const REAL: &str = "bench-real";
 /// How long the `bench-slow` network's ADD sleeps.
 pub(crate) const SLOW_ADD_MS: u64 = 1000;
 
-/// The other noop builds `make bench` puts in the bin dir: label, file.
-pub(crate) const NOOP_VARIANTS: [(&str, &str); 2] = [
-    ("C noop (static)", "cni-noop-c"),
+/// The label of the static C noop, the first of the other noop builds
+/// `make bench` puts in the bin dir: label, file.
+pub(crate) const C_NOOP: &str = "C noop (static)";
+const NOOP_VARIANTS: [(&str, &str); 2] = [
+    (C_NOOP, "cni-noop-c"),
     ("cni-noop (dynamic)", "cni-noop-dynamic"),
 ];
 
-/// The label of the C noop among [`Bins::noop_variants`].
-pub(crate) const C_NOOP: &str = NOOP_VARIANTS[0].0;
-
-/// The binaries under test.
+/// The binaries under test (`shim`: as shipped, statically linked, when
+/// from a bin dir). Optional, from a bin dir only: the other builds of the
+/// noop plugin ([`NOOP_VARIANTS`]); the floor as a process
+/// (`floor_driver.c`, `cni-floor-c`), which cnitool's ADD is judged
+/// against; an empty static C program (`empty.c`, `cni-empty-c`), the
+/// reference of cnid-shim's start-up.
 #[derive(Debug, Clone)]
 pub(crate) struct Bins {
     pub(crate) cnitool: PathBuf,
     pub(crate) cnid: PathBuf,
     pub(crate) noop: PathBuf,
-    /// As shipped, statically linked (`make shim`) when from a bin dir.
     pub(crate) shim: PathBuf,
-    /// Other builds of the noop plugin in the bin dir, measured beside
-    /// `noop`: [`NOOP_VARIANTS`].
     pub(crate) noop_variants: Vec<(&'static str, PathBuf)>,
-    /// The floor as a process (`floor_driver.c`, `cni-floor-c`): the goal
-    /// of cnitool's ADD is judged against it.
     pub(crate) driver: Option<PathBuf>,
-    /// An empty static C program (`empty.c`, `cni-empty-c`): the reference
-    /// of cnid-shim's start-up.
     pub(crate) empty_c: Option<PathBuf>,
 }
 
@@ -56,31 +53,30 @@ impl Bins {
     /// From `dir` when given (built by `make bench` as shipped), else the
     /// ones cargo built next to cnid's.
     pub(crate) fn find(dir: Option<&Path>) -> anyhow::Result<Bins> {
-        let cargo = Path::new(env!("CARGO_BIN_EXE_cnid"));
-        let d = dir.unwrap_or(cargo.parent().context("cargo's bin dir")?);
+        let cargo = Path::new(env!("CARGO_BIN_EXE_cnid"))
+            .parent()
+            .context("cargo's bin dir")?;
+        let d = dir.unwrap_or(cargo);
         let optional = |file: &str| Some(d.join(file)).filter(|p| p.is_file() && dir.is_some());
         let noop = match dir {
             Some(d) => d.join("cni-noop"),
             None => cni_test_support::noop::build_noop().map_err(anyhow::Error::msg)?,
         };
+        let variants = NOOP_VARIANTS
+            .iter()
+            .filter_map(|(l, f)| Some((*l, optional(f)?)));
         let bins = Bins {
             cnitool: d.join("cnitool"),
             cnid: d.join("cnid"),
             noop,
             shim: d.join("cnid-shim"),
-            noop_variants: NOOP_VARIANTS
-                .iter()
-                .filter_map(|(l, f)| Some((*l, optional(f)?)))
-                .collect(),
+            noop_variants: variants.collect(),
             driver: optional("cni-floor-c"),
             empty_c: optional("cni-empty-c"),
         };
         for b in [&bins.cnitool, &bins.cnid, &bins.noop, &bins.shim] {
-            anyhow::ensure!(
-                b.is_file(),
-                "{} not found (build with `cargo build --release -p cnid -p cnitool -p cnid-shim --bins -p cni-noop`)",
-                b.display()
-            );
+            let how = "build with `cargo build --release -p cnid -p cnitool -p cnid-shim --bins -p cni-noop`";
+            anyhow::ensure!(b.is_file(), "{} not found ({how})", b.display());
         }
         Ok(bins)
     }
@@ -96,26 +92,21 @@ pub(crate) enum Storage {
 }
 
 impl Storage {
+    pub(crate) const BOTH: [Storage; 2] = [Storage::Disk, Storage::Tmpfs];
+
     pub(crate) fn label(self) -> &'static str {
-        match self {
-            Storage::Disk => "cache on disk (fsync)",
-            Storage::Tmpfs => "cache on tmpfs (fsync free)",
-        }
+        ["cache on disk (fsync)", "cache on tmpfs (fsync free)"][self as usize]
     }
 
     pub(crate) fn short(self) -> &'static str {
-        match self {
-            Storage::Disk => "disk",
-            Storage::Tmpfs => "tmpfs",
-        }
+        ["disk", "tmpfs"][self as usize]
     }
 }
 
 /// The temp tree: `bin` (the plugin dir holding `noop`), `conf` (the conf
 /// dir), and per storage a `cache` and a `state` dir.
 pub(crate) struct Tree {
-    disk: tempfile::TempDir,
-    shm: tempfile::TempDir,
+    dirs: [tempfile::TempDir; 2],
     pub(crate) bin: PathBuf,
     pub(crate) conf: PathBuf,
     /// The plugin dirs the runtimes use: `bin`, then the reference plugins.
@@ -123,66 +114,63 @@ pub(crate) struct Tree {
 }
 
 impl Tree {
-    pub(crate) fn new(bins: &Bins) -> anyhow::Result<Tree> {
+    /// A tree whose `noop` plugin is a copy of `noop`.
+    pub(crate) fn new(noop: &Path) -> anyhow::Result<Tree> {
         let temp = |dir| {
-            tempfile::Builder::new()
+            let t = tempfile::Builder::new()
                 .prefix("cni-bench-")
-                .tempdir_in(dir)
-                .with_context(|| format!("temp dir in {dir}"))
+                .tempdir_in(dir);
+            t.with_context(|| format!("temp dir in {dir}"))
         };
-        let (disk, shm) = (temp("/var/tmp")?, temp("/dev/shm")?);
-        let (bin, conf) = (disk.path().join("bin"), disk.path().join("net.d"));
-        for d in [&bin, &conf] {
+        let dirs = [temp("/var/tmp")?, temp("/dev/shm")?];
+        let (bin, conf) = (dirs[0].path().join("bin"), dirs[0].path().join("net.d"));
+        let state = dirs
+            .iter()
+            .flat_map(|d| [d.path().join("cache"), d.path().join("state")]);
+        for d in [bin.clone(), conf.clone()].into_iter().chain(state) {
             fs::create_dir_all(d)?;
-        }
-        for root in [disk.path(), shm.path()] {
-            fs::create_dir_all(root.join("cache"))?;
-            fs::create_dir_all(root.join("state"))?;
         }
         // A copy, not a link: the plugin's page cache and path are ours;
         // through the test support's writer: never "text file busy".
-        cni_test_support::executable::copy_executable(&bins.noop, &bin.join("noop"), 0o755);
+        cni_test_support::executable::copy_executable(noop, &bin.join("noop"), 0o755);
         let plugin_dirs = vec![bin.clone(), PathBuf::from(REAL_PLUGIN_DIR)];
         let tree = Tree {
-            plugin_dirs,
-            disk,
-            shm,
+            dirs,
             bin,
             conf,
+            plugin_dirs,
         };
-        let list = |name: &str, plugins: Value| json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins});
         let noop = json!({"type": "noop"});
-        tree.write_conf("10-noop1.conflist", &list(NOOP1, json!([noop])))?;
-        tree.write_conf("11-noop8.conflist", &list(NOOP8, json!(vec![noop; 8])))?;
         let slow = json!([{"type": "noop", "sleepMs": SLOW_ADD_MS}]);
-        tree.write_conf("12-slow.conflist", &list(SLOW, slow))?;
+        tree.write_list("10-noop1.conflist", NOOP1, json!([noop]))?;
+        tree.write_list("11-noop8.conflist", NOOP8, json!(vec![noop; 8]))?;
+        tree.write_list("12-slow.conflist", SLOW, slow)?;
         Ok(tree)
     }
 
     pub(crate) fn root(&self) -> &Path {
-        self.disk.path()
+        self.dirs[0].path()
     }
 
     pub(crate) fn cache(&self, s: Storage) -> PathBuf {
-        self.storage_root(s).join("cache")
+        self.dirs[s as usize].path().join("cache")
     }
 
     pub(crate) fn state(&self, s: Storage) -> PathBuf {
-        self.storage_root(s).join("state")
+        self.dirs[s as usize].path().join("state")
     }
 
-    fn storage_root(&self, s: Storage) -> &Path {
-        match s {
-            Storage::Disk => self.disk.path(),
-            Storage::Tmpfs => self.shm.path(),
-        }
-    }
-
-    pub(crate) fn write_conf(&self, file: &str, conf: &Value) -> anyhow::Result<()> {
-        Ok(fs::write(
-            self.conf.join(file),
-            serde_json::to_vec_pretty(conf)?,
-        )?)
+    /// Writes network `name` with `plugins` (version 1.0.0) into `file` of
+    /// the conf dir.
+    pub(crate) fn write_list(
+        &self,
+        file: &str,
+        name: &str,
+        plugins: Value,
+    ) -> anyhow::Result<Value> {
+        let list = json!({"cniVersion": "1.0.0", "name": name, "plugins": plugins});
+        fs::write(self.conf.join(file), serde_json::to_vec_pretty(&list)?)?;
+        Ok(list)
     }
 
     pub(crate) fn load(&self, name: &str) -> anyhow::Result<NetworkConfigList> {
@@ -192,18 +180,15 @@ impl Tree {
 
 /// Runs `ip ARGS`, failing with its stderr.
 pub(crate) fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .context("running ip (iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    let out = Command::new("ip").args(args).stdin(Stdio::null()).output();
+    let out = out.context("running ip (iproute2)")?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    anyhow::ensure!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        err.trim()
+    );
     Ok(())
 }
 
@@ -219,15 +204,10 @@ pub(crate) struct RealNet {
 }
 
 impl RealNet {
-    /// The `bench-real` network: loopback, bridge with host-local, tuning;
-    /// no gateway, no masquerade, no route out.
-    pub(crate) fn create(tree: &Tree) -> anyhow::Result<RealNet> {
-        RealNet::new(tree, "cnb", 24, Some((REAL, "20-real.conflist")))
-    }
-
     /// A bridge on a /`len` (16 to 24); with `chain`, the real chain on it
-    /// written as network `chain.0` in file `chain.1` of the conf dir (its
-    /// own host-local data dir in the tree).
+    /// (loopback, bridge with host-local, tuning; no gateway, no masquerade,
+    /// no route out) written as network `chain.0` in file `chain.1` of the
+    /// conf dir (its own host-local data dir in the tree).
     pub(crate) fn new(
         tree: &Tree,
         tag: &str,
@@ -247,14 +227,12 @@ impl RealNet {
                 .map(|o| o.stdout)
                 .unwrap_or_default()
         };
-        let used = String::from_utf8_lossy(
-            &[
-                out(&["-o", "-4", "addr", "show"]),
-                out(&["-4", "route", "show"]),
-            ]
-            .concat(),
-        )
-        .into_owned();
+        let used = [
+            out(&["-o", "-4", "addr", "show"]),
+            out(&["-4", "route", "show"]),
+        ]
+        .concat();
+        let used = String::from_utf8_lossy(&used);
         // Third octets per subnet, aligned to it.
         let (pid, span) = (std::process::id(), 1u32 << (24 - len));
         let (a, b) = (0..100u32)
@@ -280,10 +258,7 @@ impl RealNet {
                 {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false, "ipam": ipam},
                 {"type": "tuning", "sysctl": {"net.core.somaxconn": "512"}}
             ]);
-            tree.write_conf(
-                file,
-                &json!({"cniVersion": "1.0.0", "name": network, "plugins": plugins}),
-            )?;
+            tree.write_list(file, network, plugins)?;
         }
         Ok(net)
     }
@@ -291,11 +266,13 @@ impl RealNet {
 
 impl Drop for RealNet {
     fn drop(&mut self) {
-        if let Ok(names) = cni_async::netns::Netns::list_named() {
-            for n in names.iter().filter(|n| n.starts_with(&self.prefix)) {
-                if let Err(e) = cni_async::netns::Netns::delete_named(n) {
-                    eprintln!("overhead: cannot delete netns {n}: {e}");
-                }
+        for n in Netns::list_named()
+            .unwrap_or_default()
+            .iter()
+            .filter(|n| n.starts_with(&self.prefix))
+        {
+            if let Err(e) = Netns::delete_named(n) {
+                eprintln!("overhead: cannot delete netns {n}: {e}");
             }
         }
         if let Err(e) = ip(&["link", "del", &self.bridge]) {
@@ -315,19 +292,19 @@ impl Daemon {
     /// A cnid on the tree's cache dir on `storage` and a state dir `tag`
     /// there, listening.
     pub(crate) fn start(
-        bins: &Bins,
+        cnid: &Path,
         tree: &Tree,
         storage: Storage,
         tag: &str,
         extra: &[&str],
     ) -> anyhow::Result<Daemon> {
         let state = tree.state(storage).join(tag);
-        Daemon::spawn(bins, tree, &tree.cache(storage), &state, tag, extra)?.listening()
+        Daemon::spawn(cnid, tree, &tree.cache(storage), &state, tag, extra)?.listening()
     }
 
     /// A cnid on `cache` and `state`, not waited for.
     pub(crate) fn spawn(
-        bins: &Bins,
+        cnid: &Path,
         tree: &Tree,
         cache: &Path,
         state: &Path,
@@ -337,7 +314,7 @@ impl Daemon {
         let socket = tree.root().join(format!("cnid-{tag}.sock"));
         let log = tree.root().join(format!("cnid-{tag}.log"));
         let log_file = fs::File::create(&log)?;
-        let mut cmd = Command::new(&bins.cnid);
+        let mut cmd = Command::new(cnid);
         cmd.arg("--socket")
             .arg(&socket)
             .arg("--conf-dir")
@@ -367,11 +344,8 @@ impl Daemon {
             if let Some(st) = self.child.try_wait()? {
                 bail!("cnid exited at start ({st}): {}", self.log_tail());
             }
-            anyhow::ensure!(
-                start.elapsed() < Duration::from_secs(15),
-                "cnid not listening after 15 s: {}",
-                self.log_tail()
-            );
+            let late = start.elapsed() > Duration::from_secs(15);
+            anyhow::ensure!(!late, "cnid not listening after 15 s: {}", self.log_tail());
             std::thread::sleep(Duration::from_millis(10));
         }
         Ok(self)
@@ -393,6 +367,11 @@ impl Daemon {
         f("VmRSS:")
             .zip(f("VmHWM:"))
             .with_context(|| format!("/proc/{}/status", self.pid()))
+    }
+
+    /// An error's context: the last lines of the daemon's log.
+    pub(crate) fn ctx(&self, e: anyhow::Error) -> anyhow::Error {
+        e.context(self.log_tail())
     }
 }
 

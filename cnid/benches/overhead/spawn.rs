@@ -15,14 +15,16 @@ use std::time::{Duration, Instant};
 
 use crate::stats::{Order, rounds, secs};
 
+/// An environment, `KEY=VALUE` pairs.
+pub(crate) type Env = Vec<(OsString, OsString)>;
+
 /// A program with its argv and envp ready for `posix_spawn`.
 pub(crate) struct Prepared {
-    path: CString,
-    _argv: Vec<CString>,
-    argv_ptrs: Vec<*const c_char>,
-    _envp: Vec<CString>,
-    envp_ptrs: Vec<*const c_char>,
-    label: String,
+    /// argv (argv[0] is the path), then envp, each NULL-terminated.
+    _strings: Vec<CString>,
+    argv: Vec<*const c_char>,
+    envp: Vec<*const c_char>,
+    pub(crate) label: String,
 }
 
 // SAFETY: the pointers point into the CStrings owned alongside them, whose
@@ -31,96 +33,82 @@ unsafe impl Send for Prepared {}
 // SAFETY: as above; `run` only reads them.
 unsafe impl Sync for Prepared {}
 
-/// What a run produced besides stdout.
+/// How a run ended: the raw wait status, and the user + system CPU of the
+/// child (and of its reaped children).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Exit {
-    /// The raw wait status.
-    pub(crate) status: i32,
-    /// User + system CPU of the child (and of its reaped children).
-    pub(crate) cpu: Duration,
-    /// `ru_maxrss` in KiB. With a vfork-based spawn it includes the
-    /// spawner's RSS at exec time: never use it for peak RSS.
-    #[allow(dead_code)]
-    pub(crate) maxrss_kib: i64,
-}
+pub(crate) struct Exit(pub(crate) i32, pub(crate) Duration);
 
 impl Exit {
     pub(crate) fn success(&self) -> bool {
-        libc::WIFEXITED(self.status) && libc::WEXITSTATUS(self.status) == 0
+        libc::WIFEXITED(self.0) && libc::WEXITSTATUS(self.0) == 0
     }
 
     pub(crate) fn describe(&self) -> String {
-        if libc::WIFEXITED(self.status) {
-            format!("exit status {}", libc::WEXITSTATUS(self.status))
-        } else if libc::WIFSIGNALED(self.status) {
-            format!("signal {}", libc::WTERMSIG(self.status))
-        } else {
-            format!("wait status {:#x}", self.status)
+        match self.0 {
+            s if libc::WIFEXITED(s) => format!("exit status {}", libc::WEXITSTATUS(s)),
+            s if libc::WIFSIGNALED(s) => format!("signal {}", libc::WTERMSIG(s)),
+            s => format!("wait status {s:#x}"),
         }
     }
-}
-
-fn cstring(bytes: &[u8]) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| io::Error::other("NUL byte in argument or environment"))
 }
 
 /// The environment of this process with `overrides` applied (set, or
-/// removed when the value is `None`), as `KEY=VALUE` pairs.
-pub(crate) fn env_with(overrides: &[(&str, Option<&OsStr>)]) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+/// removed when the value is `None`).
+pub(crate) fn env_with(overrides: &[(&str, Option<&OsStr>)]) -> Env {
+    let mut env: Env = std::env::vars_os()
         .filter(|(k, _)| !overrides.iter().any(|(o, _)| OsStr::new(o) == k))
         .collect();
-    for (k, v) in overrides {
-        if let Some(v) = v {
-            env.push((OsString::from(k), v.to_os_string()));
-        }
-    }
+    let set = overrides
+        .iter()
+        .filter_map(|(k, v)| Some((k.into(), (*v)?.to_os_string())));
+    env.extend(set);
     env
 }
 
+/// [`env_with`] of `(KEY, VALUE)` string pairs, all set.
+pub(crate) fn env_set(pairs: &[(&str, &str)]) -> Env {
+    env_with(
+        &pairs
+            .iter()
+            .map(|(k, v)| (*k, Some(OsStr::new(v))))
+            .collect::<Vec<_>>(),
+    )
+}
+
 impl Prepared {
-    /// `path` run with `args` (argv[0] is the path) and exactly `env`.
+    /// `path` run with `args` and exactly `env`.
     pub(crate) fn new(
         path: &Path,
         args: &[&OsStr],
         env: &[(OsString, OsString)],
         label: impl Into<String>,
     ) -> io::Result<Prepared> {
-        let path_c = cstring(path.as_os_str().as_bytes())?;
-        let mut argv = vec![path_c.clone()];
+        let c = |b: &[u8]| {
+            CString::new(b).map_err(|_| io::Error::other("NUL byte in argument or environment"))
+        };
+        let mut strings = vec![c(path.as_os_str().as_bytes())?];
         for a in args {
-            argv.push(cstring(a.as_bytes())?);
+            strings.push(c(a.as_bytes())?);
         }
-        let mut envp = Vec::with_capacity(env.len());
         for (k, v) in env {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            envp.push(cstring(&kv)?);
+            strings.push(c(&[k.as_bytes(), b"=", v.as_bytes()].concat())?);
         }
-        let argv_ptrs = argv
-            .iter()
-            .map(|c| c.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
-        let envp_ptrs = envp
-            .iter()
-            .map(|c| c.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
+        let ptrs = |s: &[CString]| {
+            s.iter()
+                .map(|c| c.as_ptr())
+                .chain([std::ptr::null()])
+                .collect()
+        };
+        let (argv, envp) = (
+            ptrs(&strings[..=args.len()]),
+            ptrs(&strings[args.len() + 1..]),
+        );
         Ok(Prepared {
-            path: path_c,
-            _argv: argv,
-            argv_ptrs,
-            _envp: envp,
-            envp_ptrs,
+            _strings: strings,
+            argv,
+            envp,
             label: label.into(),
         })
-    }
-
-    /// What it runs, for messages.
-    pub(crate) fn label(&self) -> &str {
-        &self.label
     }
 
     /// Runs it: writes the concatenation of `stdin` (one `writev`), appends
@@ -128,9 +116,7 @@ impl Prepared {
     /// before reading stdout: fine for programs that read all their input
     /// before writing more than a pipe's worth (64 KiB), as plugins do.
     pub(crate) fn run(&self, stdin: &[&[u8]], out: &mut Vec<u8>) -> io::Result<Exit> {
-        let (in_r, in_w) = pipe()?;
-        let (out_r, out_w) = pipe()?;
-        let null = dev_null()?;
+        let ((in_r, in_w), (out_r, out_w), null) = (pipe()?, pipe()?, dev_null()?);
         let mut pid: libc::pid_t = 0;
         // SAFETY: the file actions object is initialised before use and
         // destroyed after; every pointer passed to posix_spawn is valid
@@ -141,14 +127,8 @@ impl Prepared {
             libc::posix_spawn_file_actions_adddup2(&mut fa, in_r.as_raw_fd(), 0);
             libc::posix_spawn_file_actions_adddup2(&mut fa, out_w.as_raw_fd(), 1);
             libc::posix_spawn_file_actions_adddup2(&mut fa, null, 2);
-            let rc = libc::posix_spawn(
-                &mut pid,
-                self.path.as_ptr(),
-                &fa,
-                std::ptr::null(),
-                self.argv_ptrs.as_ptr().cast::<*mut c_char>(),
-                self.envp_ptrs.as_ptr().cast::<*mut c_char>(),
-            );
+            let (argv, envp) = (self.argv.as_ptr().cast(), self.envp.as_ptr().cast());
+            let rc = libc::posix_spawn(&mut pid, self.argv[0], &fa, std::ptr::null(), argv, envp);
             libc::posix_spawn_file_actions_destroy(&mut fa);
             rc
         };
@@ -156,12 +136,8 @@ impl Prepared {
             return Err(io::Error::from_raw_os_error(rc));
         }
         drop((in_r, out_w));
-        let mut input = File::from(in_w);
-        let written = write_all_vectored(&mut input, stdin);
-        drop(input);
-        let mut output = File::from(out_r);
-        let read = output.read_to_end(out);
-        drop(output);
+        let written = write_all_vectored(File::from(in_w), stdin);
+        let read = File::from(out_r).read_to_end(out);
         let exit = wait(pid)?;
         // A program may exit without reading its stdin (EPIPE): its exit
         // status decides.
@@ -172,6 +148,23 @@ impl Prepared {
         }
         read?;
         Ok(exit)
+    }
+
+    /// [`Prepared::run`] into a cleared `out`, failing unless it exits 0;
+    /// the wall time in seconds.
+    pub(crate) fn run_ok(&self, stdin: &[&[u8]], out: &mut Vec<u8>) -> anyhow::Result<(f64, Exit)> {
+        out.clear();
+        let s = Instant::now();
+        let exit = self.run(stdin, out)?;
+        let wall = secs(s);
+        let said = String::from_utf8_lossy(out);
+        anyhow::ensure!(
+            exit.success(),
+            "{} failed ({}): {said}",
+            self.label,
+            exit.describe()
+        );
+        Ok((wall, exit))
     }
 }
 
@@ -195,11 +188,7 @@ fn dev_null() -> io::Result<i32> {
     Ok(NULL.get_or_init(|| f).as_raw_fd())
 }
 
-fn write_all_vectored(f: &mut File, parts: &[&[u8]]) -> io::Result<()> {
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    if total == 0 {
-        return Ok(());
-    }
+fn write_all_vectored(mut f: File, parts: &[&[u8]]) -> io::Result<()> {
     let iov: Vec<libc::iovec> = parts
         .iter()
         .map(|p| libc::iovec {
@@ -207,46 +196,37 @@ fn write_all_vectored(f: &mut File, parts: &[&[u8]]) -> io::Result<()> {
             iov_len: p.len(),
         })
         .collect();
+    if parts.iter().all(|p| p.is_empty()) {
+        return Ok(());
+    }
     // SAFETY: the iovecs point into live slices for the duration of the call.
     let n = unsafe { libc::writev(f.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
     // A short write (more than a pipe's worth): the rest, plainly.
-    let mut skip = n as usize;
+    let mut skip = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
     for p in parts {
-        if skip >= p.len() {
-            skip -= p.len();
-            continue;
-        }
-        f.write_all(&p[skip..])?;
-        skip = 0;
+        f.write_all(&p[skip.min(p.len())..])?;
+        skip = skip.saturating_sub(p.len());
     }
     Ok(())
 }
 
-/// Reaps `pid`, with its resource usage.
-pub(crate) fn wait(pid: libc::pid_t) -> io::Result<Exit> {
+fn tv(t: libc::timeval) -> Duration {
+    Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000)
+}
+
+/// Reaps `pid`, with its CPU time.
+fn wait(pid: libc::pid_t) -> io::Result<Exit> {
     let mut status = 0;
     // SAFETY: rusage is plain data; wait4 fills it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: valid pointers to a status int and an rusage struct.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-        if r == pid {
-            break;
-        }
+    // SAFETY: valid pointers to a status int and an rusage struct.
+    while unsafe { libc::wait4(pid, &mut status, 0, &mut ru) } != pid {
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }
     }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    Ok(Exit {
-        status,
-        cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
-        maxrss_kib: ru.ru_maxrss,
-    })
+    Ok(Exit(status, tv(ru.ru_utime) + tv(ru.ru_stime)))
 }
 
 /// CPU time (user + system) of this process and of its reaped children.
@@ -256,7 +236,6 @@ pub(crate) fn cpu_times() -> (Duration, Duration) {
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: valid pointer.
         unsafe { libc::getrusage(who, &mut ru) };
-        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
         tv(ru.ru_utime) + tv(ru.ru_stime)
     };
     (get(libc::RUSAGE_SELF), get(libc::RUSAGE_CHILDREN))
@@ -273,15 +252,14 @@ pub(crate) fn rotate(
     ok: impl Fn(usize, &Exit, &[u8]) -> bool,
 ) -> anyhow::Result<Vec<[Vec<f64>; 2]>> {
     let mut out = Vec::new();
-    let t = rounds(progs.len(), 20, n, Order::Rotate, label, |r, _| {
+    let t = rounds((progs.len(), 20, n), Order::Rotate, label, |r, _| {
         out.clear();
         let s = Instant::now();
         let exit = progs[r].run(&[stdin], &mut out)?;
-        let (wall, cpu) = (secs(s), exit.cpu.as_secs_f64());
-        let (what, said) = (progs[r].label(), || String::from_utf8_lossy(&out));
-        let why = || format!("{what} failed ({}): {}", exit.describe(), said());
+        let (wall, said) = (secs(s), String::from_utf8_lossy(&out));
+        let why = || format!("{} failed ({}): {said}", progs[r].label, exit.describe());
         anyhow::ensure!(ok(r, &exit, &out), why());
-        Ok([wall, cpu])
+        Ok([wall, exit.1.as_secs_f64()])
     })?;
     let column = |v: &Vec<[f64; 2]>, i: usize| v.iter().map(|x| x[i]).collect();
     Ok(t.iter().map(|v| [column(v, 0), column(v, 1)]).collect())

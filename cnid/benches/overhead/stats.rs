@@ -12,12 +12,10 @@ use anyhow::Context;
 pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
     match sorted.len() {
         0 => f64::NAN,
-        1 => sorted[0],
         n => {
             let pos = q.clamp(0.0, 1.0) * (n - 1) as f64;
-            let lo = pos.floor() as usize;
-            let hi = pos.ceil() as usize;
-            sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+            let (lo, hi) = (sorted[pos.floor() as usize], sorted[pos.ceil() as usize]);
+            lo + (hi - lo) * pos.fract()
         }
     }
 }
@@ -35,10 +33,11 @@ impl Summary {
     pub(crate) fn of(data: &[f64]) -> Summary {
         let mut v: Vec<f64> = data.iter().copied().filter(|x| x.is_finite()).collect();
         v.sort_by(f64::total_cmp);
+        let q = |p| quantile(&v, p);
         Summary {
-            median: quantile(&v, 0.5),
-            p10: quantile(&v, 0.1),
-            p90: quantile(&v, 0.9),
+            median: q(0.5),
+            p10: q(0.1),
+            p90: q(0.9),
             n: v.len(),
         }
     }
@@ -47,59 +46,32 @@ impl Summary {
     /// (for a handful of runs).
     pub(crate) fn min_max(data: &[f64]) -> Summary {
         let s = Summary::of(data);
-        let (lo, hi) = data
-            .iter()
-            .filter(|x| x.is_finite())
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
-                (a.min(*x), b.max(*x))
-            });
-        Summary {
-            p10: lo,
-            p90: hi,
-            ..s
-        }
+        let v = data.iter().filter(|x| x.is_finite());
+        let (p10, p90) = v.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+            (a.min(*x), b.max(*x))
+        });
+        Summary { p10, p90, ..s }
     }
 
     /// Per-pair ratios `a[i] / b[i]`.
     pub(crate) fn ratios(a: &[f64], b: &[f64]) -> Summary {
-        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-        Summary::of(&r)
+        Summary::of(&a.iter().zip(b).map(|(x, y)| x / y).collect::<Vec<_>>())
     }
 
     /// Per-pair differences `a[i] - b[i]`.
     pub(crate) fn diffs(a: &[f64], b: &[f64]) -> Summary {
-        let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
-        Summary::of(&d)
+        Summary::of(&diffs(a, b))
     }
 
     /// `median (p10–p90)` with values multiplied by `scale`.
-    pub(crate) fn fmt(&self, scale: f64, decimals: usize) -> String {
-        format!(
-            "{:.d$} ({:.d$}–{:.d$})",
-            self.median * scale,
-            self.p10 * scale,
-            self.p90 * scale,
-            d = decimals
-        )
-    }
-
-    /// `p`-quantile of a sample.
-    pub(crate) fn q(data: &[f64], p: f64) -> f64 {
-        let mut v = data.to_vec();
-        v.sort_by(f64::total_cmp);
-        quantile(&v, p)
-    }
-
-    /// `p50 (pQ)` of a sample in seconds, as milliseconds.
-    pub(crate) fn p50_and(data: &[f64], q: f64) -> String {
-        let ms = |p| Summary::q(data, p) * 1e3;
-        format!("{:.3} ({:.3})", ms(0.5), ms(q))
+    pub(crate) fn fmt(&self, scale: f64, d: usize) -> String {
+        let (m, lo, hi) = (self.median * scale, self.p10 * scale, self.p90 * scale);
+        format!("{m:.d$} ({lo:.d$}–{hi:.d$})")
     }
 
     /// Milliseconds, from seconds.
     pub(crate) fn ms(&self) -> String {
-        let d = if self.median.abs() >= 0.1 { 2 } else { 3 };
-        self.fmt(1e3, d)
+        self.fmt(1e3, if self.median.abs() >= 0.1 { 2 } else { 3 })
     }
 
     /// A ratio: `1.23x (1.10–1.40)`.
@@ -108,12 +80,28 @@ impl Summary {
     }
 }
 
-/// How a round orders the programs.
+/// Per-pair differences `a[i] - b[i]`.
+pub(crate) fn diffs(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x - y).collect()
+}
+
+/// The `p`-quantile of a sample.
+pub(crate) fn q(data: &[f64], p: f64) -> f64 {
+    let mut v = data.to_vec();
+    v.sort_by(f64::total_cmp);
+    quantile(&v, p)
+}
+
+/// `p50 (pQ)` of a sample in seconds, as milliseconds.
+pub(crate) fn p50_and(data: &[f64], p: f64) -> String {
+    format!("{:.3} ({:.3})", q(data, 0.5) * 1e3, q(data, p) * 1e3)
+}
+
+/// How a round orders the programs: round `i` starts at program `i % k`
+/// (`Rotate`), or a Fisher–Yates shuffle per round (fixed seed).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Order {
-    /// Round `i` starts at program `i % k`.
     Rotate,
-    /// A Fisher–Yates shuffle per round (fixed seed).
     Shuffle,
 }
 
@@ -121,16 +109,13 @@ pub(crate) enum Order {
 /// `r` in round `i`. Returns what each program's runs after the warm-up
 /// returned, `[program][round]`.
 pub(crate) fn rounds<T>(
-    k: usize,
-    warmup: usize,
-    n: usize,
+    (k, warmup, n): (usize, usize, usize),
     order: Order,
     label: &str,
     mut run: impl FnMut(usize, usize) -> anyhow::Result<T>,
 ) -> anyhow::Result<Vec<Vec<T>>> {
     let mut out: Vec<Vec<T>> = (0..k).map(|_| Vec::with_capacity(n)).collect();
-    let mut seq: Vec<usize> = (0..k).collect();
-    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+    let (mut seq, mut rng): (Vec<usize>, u64) = ((0..k).collect(), 0x9e37_79b9_7f4a_7c15);
     let started = Instant::now();
     for i in 0..warmup + n {
         match order {
@@ -174,9 +159,6 @@ pub(crate) fn self_check() -> Result<(), String> {
         && Summary::ratios(&[2.0, 3.0], &[1.0, 1.0]).median == 2.5
         && Summary::diffs(&[2.0, 3.0], &[1.0, 1.0]).median == 1.5
         && Summary::of(&[]).median.is_nan();
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("stats self-check failed: {s:?}"))
-    }
+    ok.then_some(())
+        .ok_or(format!("stats self-check failed: {s:?}"))
 }

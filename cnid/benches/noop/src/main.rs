@@ -22,7 +22,7 @@
 
 use std::ffi::{OsString, c_int};
 
-const SUPPORTED: &str = r#"["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]"#;
+const SUPPORTED: &[u8] = br#"["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]"#;
 
 /// The C entry point: std's `lang_start` set-up is skipped, so stdout is
 /// flushed by hand and SIGPIPE keeps its default action.
@@ -30,18 +30,14 @@ const SUPPORTED: &str = r#"["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1
 #[unsafe(no_mangle)]
 extern "C" fn main(_argc: c_int, _argv: *const *const std::ffi::c_char) -> c_int {
     use std::io::{Read, Write};
-
-    let mut out = Vec::with_capacity(1024);
-    let mut input = Vec::with_capacity(4096);
+    let (mut out, mut input) = (Vec::with_capacity(1024), Vec::with_capacity(4096));
+    let var = |k| std::env::var_os(k).unwrap_or_default();
     let status = match std::io::stdin().read_to_end(&mut input) {
         Ok(_) => {
-            let env = Env {
-                command: std::env::var_os("CNI_COMMAND").unwrap_or_default(),
-                ifname: std::env::var_os("CNI_IFNAME").unwrap_or_else(|| "eth0".into()),
-                netns: std::env::var_os("CNI_NETNS").unwrap_or_default(),
-                fail: std::env::var_os("CNI_NOOP_FAIL").is_some(),
-            };
-            run(&env, &input, &mut out)
+            let ifname = std::env::var_os("CNI_IFNAME").unwrap_or_else(|| "eth0".into());
+            let fail = std::env::var_os("CNI_NOOP_FAIL").is_some();
+            let (command, netns) = (var("CNI_COMMAND"), var("CNI_NETNS"));
+            run(&Env(command, ifname, netns, fail), &input, &mut out)
         }
         Err(_) => fail(&mut out, b"", 5, "cannot read stdin"),
     };
@@ -50,77 +46,62 @@ extern "C" fn main(_argc: c_int, _argv: *const *const std::ffi::c_char) -> c_int
     if written.is_err() { 1 } else { status }
 }
 
-/// What the noop reads from its environment.
-struct Env {
-    command: OsString,
-    ifname: OsString,
-    netns: OsString,
-    /// `CNI_NOOP_FAIL` is set.
-    fail: bool,
-}
+/// What the noop reads from its environment: `CNI_COMMAND`, `CNI_IFNAME`,
+/// `CNI_NETNS`, whether `CNI_NOOP_FAIL` is set.
+struct Env(OsString, OsString, OsString, bool);
+
+/// The start of every object the noop prints.
+const V: &[u8] = br#"{"cniVersion":""#;
 
 /// One call: `input` is the config from stdin; what to print goes to `out`;
 /// returns the exit status.
 fn run(env: &Env, input: &[u8], out: &mut Vec<u8>) -> c_int {
-    let conf = match Conf::scan(input) {
-        Some(c) => c,
-        None => return fail(out, b"", 6, "invalid config on stdin: not a JSON object"),
+    let Some(conf) = Conf::scan(input) else {
+        return fail(out, b"", 6, "invalid config on stdin: not a JSON object");
     };
     let version = conf.version.unwrap_or(b"0.1.0");
-    match env.command.as_encoded_bytes() {
+    let mut put = |parts: &[&[u8]]| parts.iter().for_each(|p| out.extend_from_slice(p));
+    match env.0.as_encoded_bytes() {
         b"VERSION" => {
-            out.extend_from_slice(br#"{"cniVersion":""#);
-            out.extend_from_slice(version);
-            out.extend_from_slice(br#"","supportedVersions":"#);
-            out.extend_from_slice(SUPPORTED.as_bytes());
-            out.push(b'}');
-            0
+            put(&[V, version, br#"","supportedVersions":"#, SUPPORTED, b"}"]);
+        }
+        b"ADD" if env.3 => {
+            return fail(out, version, 100, "cni-noop told to fail (CNI_NOOP_FAIL)");
         }
         b"ADD" => {
-            if env.fail {
-                return fail(out, version, 100, "cni-noop told to fail (CNI_NOOP_FAIL)");
-            }
             if let Some(ms) = conf.sleep_ms {
                 std::thread::sleep(std::time::Duration::from_millis(ms));
             }
-            match conf.prev_result {
-                Some(prev) => out.extend_from_slice(prev),
-                None if version.starts_with(b"0.1") || version.starts_with(b"0.2") => {
-                    out.extend_from_slice(br#"{"cniVersion":""#);
-                    out.extend_from_slice(version);
-                    out.extend_from_slice(br#"","ip4":{"ip":"10.255.0.2/24"},"dns":{}}"#);
+            if let Some(prev) = conf.prev_result {
+                put(&[prev]);
+            } else if version.starts_with(b"0.1") || version.starts_with(b"0.2") {
+                let ip4 = br#"","ip4":{"ip":"10.255.0.2/24"},"dns":{}}"#;
+                put(&[V, version, ip4]);
+            } else {
+                put(&[V, version, br#"","interfaces":[{"name":""#]);
+                escape(out, env.1.as_encoded_bytes());
+                out.extend_from_slice(br#"","sandbox":""#);
+                escape(out, env.2.as_encoded_bytes());
+                out.extend_from_slice(br#""}],"ips":[{"#);
+                if version.starts_with(b"0.") {
+                    out.extend_from_slice(br#""version":"4","#);
                 }
-                None => {
-                    out.extend_from_slice(br#"{"cniVersion":""#);
-                    out.extend_from_slice(version);
-                    out.extend_from_slice(br#"","interfaces":[{"name":""#);
-                    escape(out, env.ifname.as_encoded_bytes());
-                    out.extend_from_slice(br#"","sandbox":""#);
-                    escape(out, env.netns.as_encoded_bytes());
-                    out.extend_from_slice(br#""}],"ips":[{"#);
-                    if version.starts_with(b"0.") {
-                        out.extend_from_slice(br#""version":"4","#);
-                    }
-                    out.extend_from_slice(
-                        br#""interface":0,"address":"10.255.0.2/24"}],"dns":{}}"#,
-                    );
-                }
+                out.extend_from_slice(br#""interface":0,"address":"10.255.0.2/24"}],"dns":{}}"#);
             }
-            0
         }
-        b"DEL" | b"CHECK" | b"STATUS" | b"GC" => 0,
+        b"DEL" | b"CHECK" | b"STATUS" | b"GC" => {}
         other => {
             let msg = format!("unknown CNI_COMMAND {:?}", String::from_utf8_lossy(other));
-            fail(out, version, 4, &msg)
+            return fail(out, version, 4, &msg);
         }
     }
+    0
 }
 
 /// Writes a CNI error object; the exit status is 1.
 fn fail(out: &mut Vec<u8>, version: &[u8], code: u32, msg: &str) -> c_int {
     out.clear();
-    out.extend_from_slice(br#"{"cniVersion":""#);
-    out.extend_from_slice(version);
+    out.extend_from_slice(&[V, version].concat());
     out.extend_from_slice(format!(r#"","code":{code},"msg":""#).as_bytes());
     escape(out, msg.as_bytes());
     out.extend_from_slice(b"\"}");
@@ -131,22 +112,20 @@ fn fail(out: &mut Vec<u8>, version: &[u8], code: u32, msg: &str) -> c_int {
 fn escape(out: &mut Vec<u8>, s: &[u8]) {
     for &b in s {
         match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'"' | b'\\' => out.extend_from_slice(&[b'\\', b]),
             0..0x20 => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
             _ => out.push(b),
         }
     }
 }
 
-/// What the noop needs from its configuration.
+/// What the noop needs from its configuration: the raw bytes inside the
+/// `cniVersion` string (versions need no escapes), the raw bytes of the
+/// `prevResult` value, `sleepMs` when it is a non-negative integer.
 #[derive(Default)]
 struct Conf<'a> {
-    /// The raw bytes inside the `cniVersion` string (versions need no escapes).
     version: Option<&'a [u8]>,
-    /// The raw bytes of the `prevResult` value.
     prev_result: Option<&'a [u8]>,
-    /// `sleepMs`, when it is a non-negative integer.
     sleep_ms: Option<u64>,
 }
 
@@ -154,30 +133,29 @@ impl<'a> Conf<'a> {
     /// Scans the top level of a JSON object. `None` when the input is not
     /// one (the values themselves are skipped, not validated).
     fn scan(input: &'a [u8]) -> Option<Self> {
-        let mut conf = Conf::default();
-        let mut s = Scanner { b: input, i: 0 };
-        s.expect(b'{')?;
-        if s.peek()? == b'}' {
+        let (mut conf, mut s) = (Conf::default(), Scanner { b: input, i: 0 });
+        (s.next()? == b'{').then_some(())?;
+        let mut c = s.next()?;
+        if c == b'}' {
             return Some(conf);
         }
         loop {
+            (c == b'"').then_some(())?;
             let key = s.string()?;
-            s.expect(b':')?;
-            let start = s.ws();
-            s.value()?;
-            let value = &input[start..s.i];
+            (s.next()? == b':').then_some(())?;
+            let value = s.value()?;
             match key {
                 b"cniVersion" if value.len() >= 2 && value[0] == b'"' => {
                     conf.version = Some(&value[1..value.len() - 1]);
                 }
                 b"prevResult" => conf.prev_result = Some(value),
                 b"sleepMs" => {
-                    conf.sleep_ms = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+                    conf.sleep_ms = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok())
                 }
                 _ => {}
             }
-            match s.next_token()? {
-                b',' => {}
+            match s.next()? {
+                b',' => c = s.next()?,
                 b'}' => return Some(conf),
                 _ => return None,
             }
@@ -191,90 +169,65 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
-    /// Skips whitespace; returns the position reached.
-    fn ws(&mut self) -> usize {
-        while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
+    /// The next byte after whitespace, consumed.
+    fn next(&mut self) -> Option<u8> {
+        while matches!(self.b.get(self.i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
             self.i += 1;
         }
-        self.i
-    }
-
-    fn peek(&mut self) -> Option<u8> {
-        self.ws();
-        self.b.get(self.i).copied()
-    }
-
-    fn next_token(&mut self) -> Option<u8> {
-        let c = self.peek()?;
         self.i += 1;
-        Some(c)
+        self.b.get(self.i - 1).copied()
     }
 
-    fn expect(&mut self, c: u8) -> Option<()> {
-        (self.next_token()? == c).then_some(())
-    }
-
-    /// A string; returns its raw inside (escapes left as they are).
+    /// The rest of a string whose quote was consumed: its raw inside
+    /// (escapes left as they are).
     fn string(&mut self) -> Option<&'a [u8]> {
-        self.expect(b'"')?;
         let start = self.i;
         loop {
             match *self.b.get(self.i)? {
-                b'"' => {
-                    self.i += 1;
-                    return Some(&self.b[start..self.i - 1]);
-                }
+                b'"' => break,
                 b'\\' => self.i += 2,
                 _ => self.i += 1,
             }
         }
+        self.i += 1;
+        Some(&self.b[start..self.i - 1])
     }
 
-    /// Skips one value: a string, an object or array (brackets counted
-    /// outside strings), or a scalar up to the next delimiter.
-    fn value(&mut self) -> Option<()> {
-        match self.peek()? {
-            b'"' => self.string().map(drop),
+    /// Skips one value, returning its raw bytes: a string, an object or
+    /// array (brackets counted outside strings), or a scalar up to the next
+    /// delimiter.
+    fn value(&mut self) -> Option<&'a [u8]> {
+        let c = self.next()?;
+        let start = self.i - 1;
+        match c {
+            b'"' => drop(self.string()?),
             b'{' | b'[' => {
-                let mut depth = 0usize;
-                loop {
+                let mut depth = 1;
+                while depth > 0 {
                     match *self.b.get(self.i)? {
-                        b'"' => {
-                            self.string()?;
-                            continue;
-                        }
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                self.i += 1;
-                                return Some(());
-                            }
-                        }
-                        _ => {}
+                        b'"' => drop((self.i += 1, self.string()?)),
+                        b'{' | b'[' => (depth, self.i) = (depth + 1, self.i + 1),
+                        b'}' | b']' => (depth, self.i) = (depth - 1, self.i + 1),
+                        _ => self.i += 1,
                     }
-                    self.i += 1;
                 }
             }
+            b',' | b'}' | b']' => return None,
             _ => {
-                let start = self.i;
-                while self.i < self.b.len()
-                    && !matches!(
-                        self.b[self.i],
-                        b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'
-                    )
-                {
+                let end = |c: &u8| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r');
+                while self.b.get(self.i).is_some_and(|c| !end(c)) {
                     self.i += 1;
                 }
-                (self.i > start).then_some(())
             }
         }
+        Some(&self.b[start..self.i])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn finds_top_level_keys_only() {
@@ -284,50 +237,47 @@ mod tests {
         let conf = Conf::scan(input).unwrap();
         assert_eq!(conf.version, Some(&b"1.0.0"[..]));
         assert_eq!(conf.sleep_ms, Some(25));
-        assert_eq!(
-            conf.prev_result,
-            Some(&br#"{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.2/24"}],"k":"a}\"]b"}"#[..])
-        );
+        let prev = br#"{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.2/24"}],"k":"a}\"]b"}"#;
+        assert_eq!(conf.prev_result, Some(&prev[..]));
     }
 
     #[test]
     fn refuses_what_is_not_an_object() {
-        for bad in [
-            &b""[..],
+        let bad: [&[u8]; 7] = [
+            b"",
             b"[]",
             b"nope",
             br#"{"a" 1}"#,
             br#"{"a":"#,
             br#"{"a":1"#,
             br#"{"a":{"#,
-        ] {
-            assert!(
-                Conf::scan(bad).is_none(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+        ];
+        for b in bad {
+            assert!(Conf::scan(b).is_none(), "{:?}", String::from_utf8_lossy(b));
         }
         assert!(Conf::scan(b" {} ").is_some());
     }
 
     fn env(command: &str) -> Env {
-        Env {
-            command: command.into(),
-            ifname: "eth1".into(),
-            netns: "/run/netns/a\"b".into(),
-            fail: false,
-        }
+        Env(
+            command.into(),
+            "eth1".into(),
+            "/run/netns/a\"b".into(),
+            false,
+        )
     }
 
-    fn call(env: &Env, input: &str) -> (c_int, serde_json::Value) {
+    fn call(env: &Env, input: &str) -> (c_int, Value) {
         let mut out = Vec::new();
         let status = run(env, input.as_bytes(), &mut out);
-        let v = if out.is_empty() {
-            serde_json::Value::Null
-        } else {
-            serde_json::from_slice(&out).unwrap()
-        };
-        (status, v)
+        (
+            status,
+            if out.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&out).unwrap()
+            },
+        )
     }
 
     #[test]
@@ -349,20 +299,13 @@ mod tests {
         let (st, v) = call(&env("VERSION"), conf);
         assert_eq!((st, v["supportedVersions"][6].as_str()), (0, Some("1.1.0")));
         for verb in ["DEL", "CHECK", "STATUS", "GC"] {
-            assert_eq!(call(&env(verb), conf), (0, serde_json::Value::Null));
+            assert_eq!(call(&env(verb), conf), (0, Value::Null));
         }
-        let (st, v) = call(&env("BOGUS"), conf);
-        assert_eq!((st, v["code"].as_u64()), (1, Some(4)));
-        let (st, v) = call(
-            &Env {
-                fail: true,
-                ..env("ADD")
-            },
-            conf,
-        );
-        assert_eq!((st, v["code"].as_u64()), (1, Some(100)));
-        let (st, v) = call(&env("ADD"), "not json");
-        assert_eq!((st, v["code"].as_u64()), (1, Some(6)));
+        let code = |(st, v): (c_int, Value)| (st, v["code"].as_u64());
+        assert_eq!(code(call(&env("BOGUS"), conf)), (1, Some(4)));
+        let failing = Env(env("ADD").0, "eth1".into(), "n".into(), true);
+        assert_eq!(code(call(&failing, conf)), (1, Some(100)));
+        assert_eq!(code(call(&env("ADD"), "not json")), (1, Some(6)));
     }
 
     #[test]
@@ -372,8 +315,10 @@ mod tests {
         assert_eq!(out, br#"a\"b\\c\u000a"#);
         let mut out = Vec::new();
         assert_eq!(fail(&mut out, b"1.0.0", 100, "x \"y\""), 1);
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["code"], 100);
-        assert_eq!(v["msg"], "x \"y\"");
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            (&v["code"], &v["msg"]),
+            (&Value::from(100), &Value::from("x \"y\""))
+        );
     }
 }

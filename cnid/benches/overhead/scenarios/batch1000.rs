@@ -40,7 +40,6 @@
 //!   throughput with several processes at once); on a shared machine the
 //!   ratios move with the load (recorded per run).
 
-use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -48,12 +47,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use cni_async::netns::{NETNS_RUN_DIR, Netns};
 
-use super::batch::{self, BatchRun};
+use super::batch::{self, BatchRun, FIGS};
 use crate::Cx;
 use crate::chains::cnitool_env;
 use crate::procs::{gnu_time, peak_rss_kib};
 use crate::report::{Table, load_average, row, section as md};
-use crate::setup::{RealNet, Tree};
+use crate::setup::RealNet;
+use crate::spawn::Env;
 use crate::stats::Summary;
 
 /// The network's name and file.
@@ -65,161 +65,120 @@ const RUNNERS: [&str; 3] = ["floor", "cnitool batch", "Go cnitool loop"];
 
 /// One run's figures, with the peak RSS of cnitool batch's up and down
 /// (KiB: `%M`, own `VmHWM`) and the load average at its start.
-struct Run {
-    batch: BatchRun,
-    rss: Option<[(u64, u64); 2]>,
-    load: String,
-}
+struct Run(BatchRun, Option<[(u64, u64); 2]>, String);
 
 /// The environment of a cnitool (`tool`: ours or Go's), its cache on disk.
-fn env(tree: &Tree, tool: &str) -> anyhow::Result<Vec<(OsString, OsString)>> {
-    let d = tree.root().join(format!("batch1000-cache-{tool}"));
+fn env(cx: &Cx, tool: &str) -> anyhow::Result<Env> {
+    let d = cx.tree.root().join(format!("batch1000-cache-{tool}"));
     std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
-    cnitool_env(tree, &d)
+    cnitool_env(&cx.tree, &d)
 }
 
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let go = match (cx.go.clone(), cx.root) {
         (Some(go), true) => go,
-        (go, _) => {
-            let why = if go.is_none() {
-                ": it needs Go's cnitool (see above)"
-            } else {
-                " needs root"
-            };
-            cx.skipped
-                .push(format!("the batch of 1,000 (batch1000){why}"));
-            return Ok(None);
+        (None, _) => {
+            return cx.skip("the batch of 1,000 (batch1000): it needs Go's cnitool (see above)");
         }
+        _ => return cx.skip("the batch of 1,000 (batch1000) needs root"),
     };
-    let a = &cx.args;
-    let n = a
-        .batch1000_count
-        .unwrap_or(if a.quick { 100 } else { 1000 });
-    let reps = a.batch1000_reps.unwrap_or(if a.quick { 1 } else { 2 });
+    let (n, reps) = (
+        cx.args.batch1000_count.unwrap_or(cx.n(100, 1000)),
+        cx.args.batch1000_reps.unwrap_or(cx.n(1, 2)),
+    );
     let net = RealNet::new(&cx.tree, "cnk", 20, Some((NETWORK, CONF_FILE)))?;
     let per_s = |d: Duration| n as f64 / d.as_secs_f64();
     let title = format!(
         "{n} namespaces on the real chain (bridge {}, {}), cache on disk",
         net.bridge, net.subnet
     );
-    let mut rates = Table::new(
-        &title,
-        &[
-            "concurrency",
-            "runner",
-            "setup ns/s, median (min–max)",
-            "teardown ns/s, median (min–max)",
-            "total ms/ns, median (min–max)",
-            "CPU ms/ns (all processes)",
-            "load average at start",
-        ],
-    );
+    let header = "concurrency|runner|setup ns/s, median (min–max)|teardown ns/s, median (min–max)|total ms/ns, median (min–max)|CPU ms/ns (all processes)|load average at start";
+    let mut rates = Table::new(title, header);
+    let header = "concurrency|cnitool batch ÷ floor, setup / teardown / total time|Go loop ÷ cnitool batch, setup / teardown / total time";
     let mut ratios = Table::new(
         "ratios, per repetition (same concurrency, adjacent runs)",
-        &[
-            "concurrency",
-            "cnitool batch ÷ floor, setup / teardown / total time",
-            "Go loop ÷ cnitool batch, setup / teardown / total time",
-        ],
+        header,
     );
     // cnitool batch's peak RSS: %M and VmHWM of up, then of down.
     let mut rss: [Vec<f64>; 4] = Default::default();
+    let mm = |v: &[f64], d: usize| Summary::min_max(v).fmt(1.0, d);
     for &c in &cx.args.batch1000_concurrency {
         let mut runs: [Vec<Run>; 3] = Default::default();
         for rep in 0..reps {
             for which in if rep % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] } {
                 let started = Instant::now();
-                let r = run_one(cx, &net, &go, which, &format!("c{c}r{rep}"), n, c)
-                    .with_context(|| format!("batch1000 c={c} rep {rep}: {}", RUNNERS[which]))?;
-                let (setup, teardown) = (per_s(r.batch.setup), per_s(r.batch.teardown));
-                let took = started.elapsed().as_secs_f64();
+                let r = run_one(cx, &net, &go, which, &format!("c{c}r{rep}"), n, c);
+                let r =
+                    r.with_context(|| format!("batch1000 c={c} rep {rep}: {}", RUNNERS[which]))?;
+                let (setup, teardown, took) = (
+                    per_s(r.0.setup),
+                    per_s(r.0.teardown),
+                    started.elapsed().as_secs_f64(),
+                );
                 eprintln!(
                     "overhead: batch1000 c={c} rep {rep} {}: {took:.1} s (setup {setup:.0}/s, teardown {teardown:.0}/s; load {})",
-                    RUNNERS[which], r.load
+                    RUNNERS[which], r.2
                 );
-                for (i, k) in r
-                    .rss
-                    .iter()
-                    .flatten()
-                    .flat_map(|(m, h)| [*m, *h])
-                    .enumerate()
-                {
+                for (i, k) in r.1.iter().flatten().flat_map(|(m, h)| [*m, *h]).enumerate() {
                     rss[i].push(k as f64);
                 }
                 runs[which].push(r);
             }
         }
-        let mm = |v: &[f64], d: usize| Summary::min_max(v).fmt(1.0, d);
         for (which, rs) in runs.iter().enumerate() {
-            let per =
-                |f: fn(&BatchRun) -> Duration| rs.iter().map(|r| f(&r.batch)).collect::<Vec<_>>();
-            let setup: Vec<f64> = per(|b| b.setup).into_iter().map(per_s).collect();
-            let teardown: Vec<f64> = per(|b| b.teardown).into_iter().map(per_s).collect();
-            let ms_per_ns = |f| {
-                per(f)
-                    .iter()
-                    .map(|d| d.as_secs_f64() * 1e3 / n as f64)
-                    .collect::<Vec<_>>()
+            let per = |f: batch::Fig, g: &dyn Fn(Duration) -> f64| {
+                rs.iter().map(|r| g(f(&r.0))).collect::<Vec<_>>()
             };
-            let loads: Vec<&str> = rs.iter().map(|r| r.load.as_str()).collect();
-            let (total, cpu) = (ms_per_ns(BatchRun::total), ms_per_ns(BatchRun::cpu));
+            let ms_per_ns = |d: Duration| d.as_secs_f64() * 1e3 / n as f64;
+            let [setup, teardown] = [FIGS[0], FIGS[1]].map(|f| mm(&per(f, &per_s), 0));
+            let [total, cpu] = [FIGS[2], FIGS[3]].map(|f| mm(&per(f, &ms_per_ns), 2));
+            let loads: Vec<&str> = rs.iter().map(|r| r.2.as_str()).collect();
             row!(
                 rates,
                 c,
                 RUNNERS[which],
-                mm(&setup, 0),
-                mm(&teardown, 0),
-                mm(&total, 2),
-                mm(&cpu, 2),
+                setup,
+                teardown,
+                total,
+                cpu,
                 loads.join("; ")
             );
         }
-        let mut cells = vec![c.to_string()];
-        for (a, b) in [(1, 0), (2, 1)] {
-            let three: [fn(&BatchRun) -> Duration; 3] =
-                [|r| r.setup, |r| r.teardown, BatchRun::total];
-            let three = three.map(|f: fn(&BatchRun) -> Duration| {
-                let pairs = runs[a].iter().zip(&runs[b]);
-                let v: Vec<f64> = pairs
-                    .map(|(x, y)| f(&x.batch).as_secs_f64() / f(&y.batch).as_secs_f64())
-                    .collect();
-                Summary::min_max(&v).ratio()
-            });
-            cells.push(three.join(" / "));
-        }
-        ratios.row(cells);
+        let three = |a: usize, b: usize| {
+            let ratio = |f: batch::Fig| {
+                let v = runs[a]
+                    .iter()
+                    .zip(&runs[b])
+                    .map(|(x, y)| f(&x.0).as_secs_f64() / f(&y.0).as_secs_f64());
+                Summary::min_max(&v.collect::<Vec<_>>()).ratio()
+            };
+            [FIGS[0], FIGS[1], FIGS[2]].map(ratio).join(" / ")
+        };
+        row!(ratios, c, three(1, 0), three(2, 1));
     }
     // Go's cnitool's peak RSS for one `add` and one `del` on the chain, and
     // ours for one `add`, for scale.
-    let (tree, bins) = (&cx.tree, &cx.bins);
-    let (genv, oenv) = (env(tree, "go")?, env(tree, "cnitool")?);
+    let (genv, oenv) = (env(cx, "go")?, env(cx, "cnitool")?);
     let mut one: [Vec<f64>; 3] = Default::default();
     for i in 0..5 {
         let name = format!("{}m-{i}", net.prefix);
         drop(Netns::create(&name)?);
         let path = format!("{NETNS_RUN_DIR}/{name}");
         let rss = |p: &Path, verb: &str, env| {
-            peak_rss_kib(p, &[verb, NETWORK, &path], env, None, tree.root())
+            peak_rss_kib(p, &[verb, NETWORK, &path], env, None, cx.tree.root())
         };
         let r = (|| -> anyhow::Result<()> {
             one[0].push(rss(&go, "add", &genv)?);
             one[1].push(rss(&go, "del", &genv)?);
-            one[2].push(rss(&bins.cnitool, "add", &oenv)?);
-            rss(&bins.cnitool, "del", &oenv).map(drop)
+            one[2].push(rss(&cx.bins.cnitool, "add", &oenv)?);
+            rss(&cx.bins.cnitool, "del", &oenv).map(drop)
         })();
         Netns::delete_named(&name)?;
         r?;
     }
-    let mut mem = Table::new(
-        "peak RSS, KiB, median (min–max)",
-        &[
-            "process",
-            "GNU time %M (largest of it and its plugins)",
-            "own VmHWM, sampled",
-        ],
-    );
-    let mm0 = |v: &[f64]| Summary::min_max(v).fmt(1.0, 0);
+    let header = "process|GNU time %M (largest of it and its plugins)|own VmHWM, sampled";
+    let mut mem = Table::new("peak RSS, KiB, median (min–max)", header);
+    let mm0 = |v: &[f64]| mm(v, 0);
     row!(
         mem,
         format!("cnitool batch up, {n} namespaces"),
@@ -266,19 +225,18 @@ fn run_one(
     n: usize,
     c: usize,
 ) -> anyhow::Result<Run> {
-    let (tree, load) = (&cx.tree, load_average());
-    let prefix = format!("{}{}{tag}-", net.prefix, ["f", "o", "g"][which]);
+    let (load, prefix) = (
+        load_average(),
+        format!("{}{}{tag}-", net.prefix, ["f", "o", "g"][which]),
+    );
     let (batch, rss) = match which {
         0 => (
-            batch::floor_batch(&tree.load(NETWORK)?, tree, &prefix, n, c)?,
+            batch::floor_batch(&cx.tree.load(NETWORK)?, &cx.tree, &prefix, n, c)?,
             None,
         ),
-        1 => {
-            let (b, r) = ours(cx, &prefix, n, c)?;
-            (b, Some(r))
-        }
+        1 => ours(cx, &prefix, n, c).map(|(b, r)| (b, Some(r)))?,
         _ => {
-            let env = env(tree, "go")?;
+            let env = env(cx, "go")?;
             let run = batch::measure(|| {
                 Ok((
                     go_loops(go, &env, &prefix, n, c, "up")?,
@@ -300,7 +258,7 @@ fn run_one(
         "{}: {left} namespaces left after teardown",
         RUNNERS[which]
     );
-    Ok(Run { batch, rss, load })
+    Ok(Run(batch, rss, load))
 }
 
 /// cnitool batch up, then down, each under GNU time.
@@ -310,8 +268,7 @@ fn ours(
     count: usize,
     c: usize,
 ) -> anyhow::Result<(BatchRun, [(u64, u64); 2])> {
-    let (tree, cnitool) = (&cx.tree, &cx.bins.cnitool);
-    let env = env(tree, "cnitool")?;
+    let (cnitool, env) = (&cx.bins.cnitool, env(cx, "cnitool")?);
     let mut rss = [(0, 0); 2];
     // `cnitool batch VERB NETWORK MORE`, under GNU time.
     let run_batch = |verb: &str, more: String| {
@@ -321,14 +278,14 @@ fn ours(
             &args.split(' ').collect::<Vec<_>>(),
             &env,
             None,
-            tree.root(),
+            cx.tree.root(),
         )
     };
     let run = batch::measure(|| {
         let up = run_batch("up", format!("--count {count} --quiet"))?;
-        rss[0] = (up.max_rss, up.hwm);
+        rss[0] = (up.1, up.2);
         let summary: serde_json::Value =
-            serde_json::from_slice(&up.stdout).context("cnitool batch up's summary")?;
+            serde_json::from_slice(&up.3).context("cnitool batch up's summary")?;
         if summary["attached"].as_u64() != Some(count as u64) {
             bail!(
                 "cnitool batch up: {} of {count} attached",
@@ -336,15 +293,16 @@ fn ours(
             );
         }
         let down = run_batch("down", "--quiet".into())?;
-        rss[1] = (down.max_rss, down.hwm);
-        Ok((up.wall, down.wall))
+        rss[1] = (down.1, down.2);
+        Ok((up.0, down.0))
     });
     if run.is_err() {
         // Leave nothing of this run behind.
-        let _ = Command::new(cnitool)
-            .args(["batch", "down", NETWORK, "--prefix", prefix, "--quiet"])
+        let mut cmd = Command::new(cnitool);
+        cmd.args(["batch", "down", NETWORK, "--prefix", prefix, "--quiet"])
             .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
+            .envs(env.iter().cloned());
+        let _ = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -371,23 +329,29 @@ done
 /// `c` shell loops of `verb` at once; the wall time until the last exits.
 fn go_loops(
     go: &Path,
-    env: &[(OsString, OsString)],
+    env: &Env,
     prefix: &str,
     count: usize,
     c: usize,
     verb: &str,
 ) -> anyhow::Result<Duration> {
     let started = Instant::now();
-    let (n, step) = (count.to_string(), c.to_string());
     let mut children = Vec::new();
     for k in 0..c.min(count) {
-        let args = [&k.to_string(), &step, &n, prefix, verb];
+        let args = [
+            &k.to_string(),
+            &c.to_string(),
+            &count.to_string(),
+            prefix,
+            verb,
+        ];
         let mut cmd = Command::new("sh");
         cmd.args(["-c", GO_LOOP, "sh"])
             .args(args)
             .arg(go)
-            .arg(NETWORK);
-        cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+            .arg(NETWORK)
+            .env_clear()
+            .envs(env.iter().cloned());
         children.push(
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::null())

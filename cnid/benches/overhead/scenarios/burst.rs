@@ -97,26 +97,21 @@ struct Half {
     cpu: [f64; 4],
 }
 
-/// A figure of a half.
-type Fig = fn(&Half) -> f64;
-
 /// The figures of a half: p50, p95 and total.
-const FIGS: [Fig; 3] = [
+const FIGS: [fn(&Half) -> f64; 3] = [
     |h| quantile(&h.calls, 0.5),
     |h| quantile(&h.calls, 0.95),
     |h| h.wall,
 ];
 
-/// go-cni's conf dir, plugin path and cache dir of one runner.
-struct Side(PathBuf, String, PathBuf);
-
-/// Everything the rounds work with.
+/// Everything the rounds work with; per runner go-cni's conf dir, plugin
+/// path and cache dir.
 struct Ctx<'a> {
     gocni: &'a Path,
     net: &'a RealNet,
     daemon: &'a Daemon,
     host_ip: String,
-    sides: [Side; 2],
+    sides: [(PathBuf, String, PathBuf); 2],
 }
 
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
@@ -124,84 +119,56 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         return Ok(None);
     };
     if !cx.root {
-        cx.skipped
-            .push("the burst section needs root (namespaces, a bridge)".into());
-        return Ok(None);
+        return cx.skip("the burst section needs root (namespaces, a bridge)");
     }
     let a = &cx.args;
-    let n = a.burst_count.unwrap_or(if a.quick { 32 } else { 100 });
-    let reps = a.burst_reps.unwrap_or(if a.quick { 1 } else { 3 });
-    let storage = if a.burst_tmpfs {
-        Storage::Tmpfs
-    } else {
-        Storage::Disk
-    };
-    let cnid_args: Vec<&str> = a
-        .burst_cnid_args
-        .iter()
-        .flat_map(|s| s.split_whitespace())
-        .collect();
+    let n = a.burst_count.unwrap_or(cx.n(32, 100));
+    let reps = a.burst_reps.unwrap_or(cx.n(1, 3));
+    let storage = [Storage::Disk, Storage::Tmpfs][usize::from(a.burst_tmpfs)];
+    let cnid_args = a.burst_cnid_args.as_deref().unwrap_or_default();
+    let cnid_args: Vec<&str> = cnid_args.split_whitespace().collect();
     // A /22: room for 1,022 sandboxes.
     let net = RealNet::new(&cx.tree, "cnu", 22, None)?;
     let host_ip = net
         .subnet
-        .split_once('/')
-        .and_then(|(a, _)| a.rsplit_once('.'));
-    let host_ip = host_ip
-        .map(|(head, _)| format!("{head}.1"))
-        .context("the subnet's .1")?;
+        .split_once(".0/")
+        .map(|(head, _)| format!("{head}.1"));
+    let host_ip = host_ip.context("the subnet's .1")?;
     // The chain, in cnid's conf dir (before it starts) and the direct one.
-    let (root, caches) = (
-        cx.tree.root().join("burst"),
-        cx.tree.cache(storage).with_file_name("burst"),
-    );
+    let root = cx.tree.root().join("burst");
+    let caches = cx.tree.cache(storage).with_file_name("burst");
     let ipam = json!({"type": "host-local", "ranges": [[{"subnet": net.subnet}]], "dataDir": caches.join("host-local")});
     let plugins = json!([
         {"type": "bridge", "bridge": net.bridge, "isGateway": false, "ipMasq": false, "ipam": ipam},
         {"type": "portmap", "capabilities": {"portMappings": true}}
     ]);
-    let chain = json!({"cniVersion": "1.0.0", "name": NETWORK, "plugins": plugins});
-    cx.tree.write_conf(CONF_FILE, &chain)?;
+    let chain = cx.tree.write_list(CONF_FILE, NETWORK, plugins)?;
     let shim_bin = root.join("shim-bin");
-    let sides = [
-        Side(
-            root.join("direct-net.d"),
-            REAL_PLUGIN_DIR.into(),
-            caches.join("direct-cache"),
-        ),
-        Side(
-            root.join("cnid-net.d"),
-            format!("{}:{REAL_PLUGIN_DIR}", shim_bin.display()),
-            caches.join("cnid-cache"),
-        ),
-    ];
+    let shim_path = format!("{}:{REAL_PLUGIN_DIR}", shim_bin.display());
+    let side = |conf: &str, path: String, cache: &str| (root.join(conf), path, caches.join(cache));
+    let direct = side("direct-net.d", REAL_PLUGIN_DIR.into(), "direct-cache");
+    let sides = [direct, side("cnid-net.d", shim_path, "cnid-cache")];
     for d in sides.iter().flat_map(|s| [&s.0, &s.2]).chain([&shim_bin]) {
         std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
     }
-    std::fs::write(
-        sides[0].0.join(CONF_FILE),
-        serde_json::to_vec_pretty(&chain)?,
-    )?;
-    cni_test_support::executable::copy_executable(
-        &cx.bins.shim,
-        &shim_bin.join("cnid-shim"),
-        0o755,
-    );
-    let daemon = Daemon::start(&cx.bins, &cx.tree, storage, "burst", &cnid_args)?;
+    let pretty = serde_json::to_vec_pretty(&chain)?;
+    std::fs::write(sides[0].0.join(CONF_FILE), pretty)?;
+    let shim = shim_bin.join("cnid-shim");
+    cni_test_support::executable::copy_executable(&cx.bins.shim, &shim, 0o755);
+    let daemon = Daemon::start(&cx.bins.cnid, &cx.tree, storage, "burst", &cnid_args)?;
     // The shim's list, as `cnid-shim config` writes it from the running cnid.
-    let out = Command::new(&cx.bins.shim)
+    let mut config = Command::new(&cx.bins.shim);
+    config
         .args(["config", "--socket"])
         .arg(&daemon.socket)
-        .args(["--network", NETWORK, "--timeout", "120s"])
+        .args(["--network", NETWORK, "--timeout", "120s"]);
+    let out = config
         .env_remove("CNI_COMMAND")
         .stdin(Stdio::null())
         .output()
         .context("cnid-shim config")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "cnid-shim config: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    anyhow::ensure!(out.status.success(), "cnid-shim config: {}", err.trim());
     std::fs::write(sides[1].0.join("00-cnid.conflist"), &out.stdout)?;
     let ctx = Ctx {
         gocni: &gocni,
@@ -212,87 +179,51 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     };
     // Warm-up: one small round each (page cache, cnid's first connection).
     for way in [0, 1] {
-        round(&ctx, way, "w", n.min(16), 8)
-            .with_context(|| format!("burst warm-up via {}", WAYS[way]))
-            .map_err(|e| e.context(daemon.log_tail()))?;
+        let r = round(&ctx, way, "w", n.min(16), 8)
+            .with_context(|| format!("burst warm-up via {}", WAYS[way]));
+        r.map_err(|e| daemon.ctx(e))?;
     }
     let title =
         format!("{n} sandboxes, via cnid ÷ direct, median (min–max) of the repetitions' ratios");
-    let mut ratios = Table::new(
-        &title,
-        &[
-            "concurrency",
-            "setup p50",
-            "setup p95",
-            "setup total",
-            "teardown p50",
-            "teardown p95",
-            "teardown total",
-        ],
-    );
-    let mut abs = Table::new(
-        "absolute, ms, median of the repetitions",
-        &[
-            "concurrency",
-            "runner",
-            "setup p50 / p95 / total",
-            "teardown p50 / p95 / total",
-            "load average at start",
-        ],
-    );
-    let mut cpu = Table::new(
-        "CPU per pod, ms (user + system), median of the repetitions",
-        &[
-            "concurrency",
-            "runner",
-            "verb",
-            "go-cni itself",
-            "go-cni's children",
-            "cnid itself",
-            "cnid's children (the chain)",
-            "all",
-        ],
-    );
-    let mut account = Table::new(
-        "cnid's own account (its /metrics histograms over the via-cnid rounds): mean ms per \
-         operation, plugin run or admission",
-        &["concurrency", "series", "mean ms", "count"],
-    );
-    let concurrency = cx
-        .args
-        .burst_concurrency
-        .clone()
-        .unwrap_or_else(|| vec![16, 32]);
+    let header =
+        "concurrency|setup p50|setup p95|setup total|teardown p50|teardown p95|teardown total";
+    let mut ratios = Table::new(title, header);
+    let header = "concurrency|runner|setup p50 / p95 / total|teardown p50 / p95 / total|load average at start";
+    let mut abs = Table::new("absolute, ms, median of the repetitions", header);
+    let header = "concurrency|runner|verb|go-cni itself|go-cni's children|cnid itself|cnid's children (the chain)|all";
+    let title = "CPU per pod, ms (user + system), median of the repetitions";
+    let mut cpu = Table::new(title, header);
+    let title = "cnid's own account (its /metrics histograms over the via-cnid rounds): mean ms per operation, plugin run or admission";
+    let mut account = Table::new(title, "concurrency|series|mean ms|count");
     // cnid's `/metrics` samples.
     let client = cx.tokio.block_on(Client::connect(&daemon.socket))?;
     let histograms = || anyhow::Ok(metrics(&cx.tokio.block_on(client.metrics())?));
-    for c in concurrency {
+    let concurrency = cx.args.burst_concurrency.clone();
+    for c in concurrency.unwrap_or_else(|| vec![16, 32]) {
         let before = histograms()?;
-        // Per way, per repetition: [setup, removal] and the load at start.
         // Per way, per repetition: [setup, removal] and the load at start;
         // direct and via cnid in turn first.
-        let label = format!("burst c={c}");
-        let rounds = rounds(2, 0, reps, Order::Rotate, &label, |way, rep| {
-            let t = Instant::now();
-            let r = round(&ctx, way, &format!("c{c}r{rep}"), n, c)
-                .with_context(|| format!("rep {rep} via {}", WAYS[way]))
-                .map_err(|e| e.context(daemon.log_tail()))?;
-            let figs = |h: &Half| FIGS.map(|f| format!("{:.0}", f(h) * 1e3)).join("/");
-            let (setup, teardown, took) = (figs(&r.0[0]), figs(&r.0[1]), secs(t));
-            eprintln!(
-                "overhead: burst c={c} rep {rep} {}: setup {setup} teardown {teardown} ms (p50/p95/total); {took:.1} s; load {}",
-                WAYS[way], r.1
-            );
-            Ok(r)
-        })?;
+        let rounds = rounds(
+            (2, 0, reps),
+            Order::Rotate,
+            &format!("burst c={c}"),
+            |way, rep| {
+                let t = Instant::now();
+                let r = round(&ctx, way, &format!("c{c}r{rep}"), n, c)
+                    .with_context(|| format!("rep {rep} via {}", WAYS[way]));
+                let r = r.map_err(|e| daemon.ctx(e))?;
+                let figs = |h: &Half| FIGS.map(|f| format!("{:.0}", f(h) * 1e3)).join("/");
+                let (setup, teardown, took) = (figs(&r.0[0]), figs(&r.0[1]), secs(t));
+                eprintln!(
+                    "overhead: burst c={c} rep {rep} {}: setup {setup} teardown {teardown} ms (p50/p95/total); {took:.1} s; load {}",
+                    WAYS[way], r.1
+                );
+                Ok(r)
+            },
+        )?;
         for (series, mean, count) in histogram_means(&before, &histograms()?) {
-            row!(
-                account,
-                c,
-                format!("`{series}`"),
-                format!("{:.1}", mean * 1e3),
-                format!("{count:.0}")
-            );
+            let (series, mean) = (format!("`{series}`"), format!("{:.1}", mean * 1e3));
+            row!(account, c, series, mean, format!("{count:.0}"));
         }
         let mut cells = vec![c.to_string()];
         for h in [0, 1] {
@@ -340,29 +271,29 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         "go-cni's children: loopback and, direct, the chain's plugins; via cnid, cnid-shim. \
          cnid's: from /proc/PID/stat (utime + stime, cutime + cstime) around each half.",
     );
+    let options = if cnid_args.is_empty() {
+        "its default options".to_owned()
+    } else {
+        format!("`{}`", cnid_args.join(" "))
+    };
     let intro = format!(
         "containerd's go-cni (`cnid/tests/go/gocni`: loopback + the default network, the pod's \
          labels, portMappings) sets up {n} sandboxes at concurrency C in real namespaces on \
          bridge {} ({}) + host-local + portmap (no gateway, no masquerade, host IP of the port \
-         mapping {}), then removes them; cnid with {}, {} (cnid's cache and state, both \
+         mapping {}), then removes them; cnid with {options}, {} (cnid's cache and state, both \
          runners' libcni caches, host-local's data dir). \
          `cargo bench -p cnid --bench overhead -- --only burst`.",
         net.bridge,
         net.subnet,
         ctx.host_ip,
-        if cnid_args.is_empty() {
-            "its default options".to_owned()
-        } else {
-            format!("`{}`", cnid_args.join(" "))
-        },
         storage.label(),
     );
     let title = "Burst: go-cni through cnid-shim into cnid against go-cni straight on the chain";
     Ok(Some(md(title, &intro, &[ratios, abs, cpu, account])))
 }
 
-/// Runs go-cni's `phase` over `sandboxes` at `concurrency` via `way`, with
-/// cnid's CPU read around it.
+/// Runs go-cni's `phase` over `sandboxes` at concurrency `c` via `way`,
+/// with cnid's CPU read around it.
 fn half(
     ctx: &Ctx<'_>,
     way: usize,
@@ -370,44 +301,34 @@ fn half(
     sandboxes: &[OsString],
     c: usize,
 ) -> anyhow::Result<(Half, GoReport)> {
-    let Side(conf, plugin_path, cache) = &ctx.sides[way];
+    let (conf, plugin_path, cache) = &ctx.sides[way];
     let (c0, k0) = proc_cpu(ctx.daemon.pid())?;
-    let out = Command::new(ctx.gocni)
-        .arg("-conf-dir")
+    let mut cmd = Command::new(ctx.gocni);
+    cmd.arg("-conf-dir")
         .arg(conf)
         .args(["-plugin-dir", plugin_path, "-cache-dir"])
-        .arg(cache)
-        .args([
-            "-phase",
-            phase,
-            "-parallel",
-            &c.to_string(),
-            "-host-ip",
-            &ctx.host_ip,
-        ])
-        .args(sandboxes)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .stdin(Stdio::null())
-        .output()
-        .context("run gocni")?;
+        .arg(cache);
+    cmd.args([
+        "-phase",
+        phase,
+        "-parallel",
+        &c.to_string(),
+        "-host-ip",
+        &ctx.host_ip,
+    ])
+    .args(sandboxes);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    let out = cmd.stdin(Stdio::null()).output().context("run gocni")?;
     let (c1, k1) = proc_cpu(ctx.daemon.pid())?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let rep: GoReport = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "gocni {phase} ({}): no report; stderr: {}",
-            out.status,
-            stderr.trim()
-        )
-    })?;
-    if rep.failed > 0 || !out.status.success() {
+    let (stderr, st) = (String::from_utf8_lossy(&out.stderr), out.status);
+    let rep: GoReport = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("gocni {phase} ({st}): no report; stderr: {}", stderr.trim()))?;
+    if rep.failed > 0 || !st.success() {
         let first = rep.sandboxes.iter().find(|s| !s.error.is_empty());
         let first = first.map_or("?".into(), |s| format!("{}: {}", s.id, s.error));
-        let (failed, of, st) = (rep.failed, rep.sandboxes.len(), out.status);
-        bail!(
-            "gocni {phase} via {}: {failed} of {of} failed ({st}); first: {first}",
-            WAYS[way]
-        );
+        let (failed, of, via) = (rep.failed, rep.sandboxes.len(), WAYS[way]);
+        bail!("gocni {phase} via {via}: {failed} of {of} failed ({st}); first: {first}");
     }
     let mut calls: Vec<f64> = rep
         .sandboxes
@@ -439,8 +360,10 @@ fn round(
     count: usize,
     c: usize,
 ) -> anyhow::Result<([Half; 2], String)> {
-    let load = load_average();
-    let prefix = format!("{}{}{tag}-", ctx.net.prefix, &WAYS[way][..1]);
+    let (load, prefix) = (
+        load_average(),
+        format!("{}{}{tag}-", ctx.net.prefix, &WAYS[way][..1]),
+    );
     let names: Vec<String> = (0..count).map(|i| format!("{prefix}{i}")).collect();
     let sandboxes: Vec<OsString> = names
         .iter()
@@ -454,13 +377,11 @@ fn round(
         let mut ips: Vec<&String> = rep.sandboxes.iter().flat_map(|s| &s.ips).collect();
         ips.sort();
         ips.dedup();
-        if ips.len() != count {
-            bail!(
-                "via {}: {} distinct eth0 addresses for {count} sandboxes",
-                WAYS[way],
-                ips.len()
-            );
-        }
+        let (got, via) = (ips.len(), WAYS[way]);
+        anyhow::ensure!(
+            got == count,
+            "via {via}: {got} distinct eth0 addresses for {count} sandboxes"
+        );
         let (remove, _) = half(ctx, way, "remove", &sandboxes, c)?;
         Ok(([setup, remove], load))
     })();
@@ -469,10 +390,11 @@ fn round(
         // ignored (the namespaces go next, and the bridge with the net).
         let _ = half(ctx, way, "remove", &sandboxes, c);
     }
-    for n in &names {
-        if Path::new(NETNS_RUN_DIR).join(n).exists() {
-            Netns::delete_named(n)?;
-        }
+    for n in names
+        .iter()
+        .filter(|n| Path::new(NETNS_RUN_DIR).join(n).exists())
+    {
+        Netns::delete_named(n)?;
     }
     r
 }

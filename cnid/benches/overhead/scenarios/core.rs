@@ -5,7 +5,6 @@
 //! the others.
 
 use std::path::Path;
-use std::time::SystemTime;
 
 use anyhow::Context;
 use serde_json::Value;
@@ -27,30 +26,17 @@ const ORDER: [&str; 9] = [
     "per_plugin_add_work",
 ];
 
-/// One benchmark: per-iteration time in seconds.
-struct CoreBench {
-    id: String,
-    time: Summary,
-    modified: Option<SystemTime>,
-}
-
-fn load_one(dir: &Path) -> anyhow::Result<Summary> {
-    let path = dir.join("new").join("sample.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+/// One benchmark's `sample.json`: per-iteration time in seconds.
+fn load_one(path: &Path) -> anyhow::Result<Summary> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
     let v: Value = serde_json::from_str(&text)?;
-    let num = |x: &Value| x.as_f64().or_else(|| x.as_str()?.parse().ok());
-    let iters: Vec<f64> = v["iters"]
-        .as_array()
-        .context("iters")?
-        .iter()
-        .filter_map(num)
-        .collect();
-    let times: Vec<f64> = v["times"]
-        .as_array()
-        .context("times")?
-        .iter()
-        .filter_map(num)
-        .collect();
+    let nums = |k: &str| -> anyhow::Result<Vec<f64>> {
+        let all = v[k].as_array().context(k.to_owned())?.iter();
+        Ok(all
+            .filter_map(|x| x.as_f64().or_else(|| x.as_str()?.parse().ok()))
+            .collect())
+    };
+    let (iters, times) = (nums("iters")?, nums("times")?);
     let per_iter: Vec<f64> = iters
         .iter()
         .zip(&times)
@@ -60,35 +46,29 @@ fn load_one(dir: &Path) -> anyhow::Result<Summary> {
     Ok(Summary::of(&per_iter))
 }
 
-/// Every benchmark found under `criterion_dir`.
-fn load(criterion_dir: &Path) -> Vec<CoreBench> {
-    let Ok(entries) = std::fs::read_dir(criterion_dir) else {
-        return Vec::new();
-    };
-    let mut out: Vec<CoreBench> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.path().join("new").join("sample.json").is_file())
-        .filter_map(|e| {
-            let id = e.file_name().to_string_lossy().into_owned();
-            let time = load_one(&e.path()).ok()?;
-            let modified = std::fs::metadata(e.path().join("new").join("sample.json"))
-                .and_then(|m| m.modified())
-                .ok();
-            Some(CoreBench { id, time, modified })
-        })
-        .collect();
-    let rank = |id: &str| ORDER.iter().position(|o| *o == id).unwrap_or(ORDER.len());
-    out.sort_by(|a, b| rank(&a.id).cmp(&rank(&b.id)).then(a.id.cmp(&b.id)));
-    out
-}
-
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let dir = cx
         .args
         .criterion_dir
         .clone()
         .unwrap_or_else(|| crate::cli::Args::target_dir().join("criterion"));
-    let core = load(&dir);
+    // Every benchmark found there: id, time, when written.
+    let mut core: Vec<_> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let (e, rank) = (e.ok()?, |id: &str| {
+                ORDER.iter().position(|o| *o == id).unwrap_or(ORDER.len())
+            });
+            let (id, sample) = (
+                e.file_name().to_string_lossy().into_owned(),
+                e.path().join("new/sample.json"),
+            );
+            let modified = std::fs::metadata(&sample).and_then(|m| m.modified()).ok();
+            Some(((rank(&id), id), load_one(&sample).ok()?, modified))
+        })
+        .collect();
+    core.sort_by(|a, b| a.0.cmp(&b.0));
     const TITLE: &str = "Scenario 6: cni-core micro-benchmarks";
     if core.is_empty() {
         let why = format!(
@@ -99,16 +79,18 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     }
     let mut t = Table::new(
         "criterion, per iteration (samples' p10–p90)",
-        &["benchmark", "µs, median (p10–p90)"],
+        "benchmark|µs, median (p10–p90)",
     );
-    for b in &core {
-        cx.findings.put(format!("core/{}", b.id), b.time);
-        row!(t, format!("`{}`", b.id), b.time.fmt(1e6, 2));
+    for ((_, id), time, _) in &core {
+        cx.findings.put(format!("core/{id}"), *time);
+        row!(t, format!("`{id}`"), time.fmt(1e6, 2));
     }
-    let newest = core.iter().filter_map(|b| b.modified).max();
-    let age = newest
-        .and_then(|m| m.elapsed().ok())
-        .map_or("?".into(), |d| format!("{:.0} min", d.as_secs_f64() / 60.0));
+    let age = core
+        .iter()
+        .filter_map(|b| b.2)
+        .max()
+        .and_then(|m| m.elapsed().ok());
+    let age = age.map_or("?".into(), |d| format!("{:.0} min", d.as_secs_f64() / 60.0));
     t.note(format!(
         "`per_plugin_add_work` is everything cni-core does for one plugin of an ADD chain: \
          build its stdin (6-plugin list, prevResult of 3 interfaces and 2 addresses), parse \

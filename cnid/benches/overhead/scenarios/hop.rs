@@ -34,24 +34,22 @@ const BOUND_S: f64 = 0.05e-3;
 
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let Some(baseline) = cx.args.hop_baseline.clone() else {
-        cx.skipped
-            .push("the hop against a baseline cnid (no --hop-baseline)".into());
-        return Ok(None);
+        return cx.skip("the hop against a baseline cnid (no --hop-baseline)");
     };
     let mut tables = Vec::new();
-    for storage in [Storage::Disk, Storage::Tmpfs] {
-        let st = storage.short();
+    for storage in Storage::BOTH {
+        let (st, cnid) = (storage.short(), cx.bins.cnid.clone());
         let daemons = [
             (
                 "cnid",
                 "bench-cnid",
-                cx.bins.cnid.clone(),
+                cnid.as_path(),
                 format!("hop-new-{st}"),
             ),
             (
                 BASE,
                 "bench-cnid-base",
-                baseline.clone(),
+                baseline.as_path(),
                 format!("hop-base-{st}"),
             ),
         ];

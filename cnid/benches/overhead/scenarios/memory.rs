@@ -14,50 +14,43 @@ use crate::chains::{NOOP_NETNS, cnitool_env};
 use crate::procs::{PeakSampler, peak_rss_kib, status_kib};
 use crate::report::{Table, row, section as md};
 use crate::setup::{Daemon, NOOP1, NOOP8, SLOW, SLOW_ADD_MS, Storage};
-use crate::spawn::env_with;
+use crate::spawn::env_set;
 use crate::stats::Summary;
 
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
-    let (tree, runs) = (&cx.tree, cx.sizes.rss_runs);
+    let (tree, runs) = (&cx.tree, cx.n(3, 15));
     let mut t = Table::new(
         "Peak RSS of short-lived processes (GNU time, `%M`)",
-        &["process", "peak RSS KiB, median (min–max)"],
+        "process|peak RSS KiB, median (min–max)",
     );
     let env = cnitool_env(tree, &tree.cache(Storage::Disk))?;
-    let cnitool = |network: &str, runs: usize| -> anyhow::Result<[Vec<f64>; 2]> {
+    let penv = env_set(&[("CNI_COMMAND", "ADD")]);
+    let rss = |p: &Path, args: &[&str], env, stdin| peak_rss_kib(p, args, env, stdin, tree.root());
+    let cnitool = |net: &str, runs: usize| -> anyhow::Result<[Vec<f64>; 2]> {
         let mut v: [Vec<f64>; 2] = Default::default();
         for _ in 0..runs {
             for (i, verb) in ["add", "del"].into_iter().enumerate() {
-                let args = [verb, network, NOOP_NETNS];
-                v[i].push(peak_rss_kib(
-                    &cx.bins.cnitool,
-                    &args,
-                    &env,
-                    None,
-                    tree.root(),
-                )?);
+                v[i].push(rss(&cx.bins.cnitool, &[verb, net, NOOP_NETNS], &env, None)?);
             }
         }
         Ok(v)
     };
-    let [add1, del1] = cnitool(NOOP1, runs)?;
-    let [add8, _] = cnitool(NOOP8, runs.div_ceil(3))?;
-    let penv = env_with(&[("CNI_COMMAND", Some("ADD".as_ref()))]);
-    let stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"n","type":"noop"}"#;
+    let ([add1, del1], [add8, _]) = (cnitool(NOOP1, runs)?, cnitool(NOOP8, runs.div_ceil(3))?);
     let (mut noop, mut truth) = (Vec::new(), Vec::new());
-    let rss = |p: &Path, stdin| peak_rss_kib(p, &[], &penv, stdin, tree.root());
+    let stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"n","type":"noop"}"#;
     for _ in 0..runs.div_ceil(3) {
-        noop.push(rss(&tree.bin.join("noop"), Some(stdin))?);
-        truth.push(rss(Path::new("/bin/true"), None)?);
+        noop.push(rss(&tree.bin.join("noop"), &[], &penv, Some(stdin))?);
+        truth.push(rss(Path::new("/bin/true"), &[], &penv, None)?);
     }
     cx.findings.put("rss/cnitool/add1", Summary::of(&add1));
-    for (what, v) in [
+    let all: [(&str, &Vec<f64>); 5] = [
         ("cnitool add, noop ×1", &add1),
         ("cnitool del, noop ×1", &del1),
         ("cnitool add, noop ×8", &add8),
         ("cni-noop ADD (for scale)", &noop),
         ("/bin/true (for scale)", &truth),
-    ] {
+    ];
+    for (what, v) in all {
         row!(t, what, Summary::min_max(v).fmt(1.0, 0));
     }
     t.note(
@@ -65,39 +58,34 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
          smaller than cnitool's). Not measured through the floor's spawn: with vfork the \
          kernel counts the spawner's RSS in the child's peak.",
     );
-    let adds = cx.sizes.inflight;
-    let mut d = Table::new(
-        "cnid RSS (`/proc/PID/status`)",
-        &[
-            "configuration",
-            "idle after start",
-            "idle after 100 requests",
-            &format!("{adds} ADDs in flight: highest VmRSS"),
-            "peak (VmHWM)",
-            "running + queued 0.5 s in",
-            "time for all",
-        ],
+    let adds = cx.n(200, 1000);
+    let header = format!(
+        "configuration|idle after start|idle after 100 requests|{adds} ADDs in flight: highest VmRSS|peak (VmHWM)|running + queued 0.5 s in|time for all"
     );
-    let more = ["--max-parallel", "1000"];
-    for (tag, extra) in [("mem64", &[][..]), ("mem1000", &more[..])] {
-        let label = match extra {
-            [] => "default (--max-parallel 64)".to_owned(),
-            _ => extra.join(" "),
+    let mut d = Table::new("cnid RSS (`/proc/PID/status`)", &header);
+    for (tag, extra) in [
+        ("mem64", &[][..]),
+        ("mem1000", &["--max-parallel", "1000"][..]),
+    ] {
+        let label = if extra.is_empty() {
+            "default (--max-parallel 64)".to_owned()
+        } else {
+            extra.join(" ")
         };
         let m = cnid_memory(cx, tag, extra, adds)?;
         for (key, i) in [("idle_fresh", 0), ("idle_warm", 1), ("hwm", 3)] {
-            let s = Summary::of(&[m[i] as f64]);
-            cx.findings.put(format!("rss/cnid/{tag}/{key}"), s);
+            cx.findings
+                .put(format!("rss/cnid/{tag}/{key}"), Summary::of(&[m[i] as f64]));
         }
-        let mib = |k: u64| format!("{:.1} MiB", k as f64 / 1024.0);
+        let mib = |i: usize| format!("{:.1} MiB", m[i] as f64 / 1024.0);
         let secs = format!("{:.1} s", m[6] as f64 / 1e3);
         row!(
             d,
             label,
-            mib(m[0]),
-            mib(m[1]),
-            mib(m[2]),
-            mib(m[3]),
+            mib(0),
+            mib(1),
+            mib(2),
+            mib(3),
             format!("{} + {}", m[4], m[5]),
             secs
         );
@@ -115,7 +103,7 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
 /// sent; how long they took (ms).
 fn cnid_memory(cx: &Cx, tag: &str, extra: &[&str], adds: usize) -> anyhow::Result<[u64; 7]> {
     let tokio = &cx.tokio;
-    let daemon = Daemon::start(&cx.bins, &cx.tree, Storage::Disk, tag, extra)?;
+    let daemon = Daemon::start(&cx.bins.cnid, &cx.tree, Storage::Disk, tag, extra)?;
     std::thread::sleep(Duration::from_millis(500));
     let idle_fresh = daemon.rss_kib()?.0;
     let client = tokio.block_on(Client::connect(&daemon.socket))?;
@@ -129,8 +117,7 @@ fn cnid_memory(cx: &Cx, tag: &str, extra: &[&str], adds: usize) -> anyhow::Resul
         tokio.block_on(client.del(NOOP1, &req(i, "w")))?;
     }
     std::thread::sleep(Duration::from_millis(200));
-    let idle_warm = daemon.rss_kib()?.0;
-    let pid = daemon.pid();
+    let (idle_warm, pid) = (daemon.rss_kib()?.0, daemon.pid());
     let sampler = PeakSampler::start(move || status_kib(pid, "VmRSS:"));
     let started = Instant::now();
     let outcome: anyhow::Result<(u64, u64)> = tokio.block_on(async {
@@ -156,10 +143,15 @@ fn cnid_memory(cx: &Cx, tag: &str, extra: &[&str], adds: usize) -> anyhow::Resul
             None => Ok((health.in_flight, health.queued)),
         }
     });
-    let elapsed = started.elapsed().as_millis() as u64;
-    let inflight_rss = sampler.stop();
+    let (elapsed, inflight_rss) = (started.elapsed().as_millis() as u64, sampler.stop());
     let (running, queued) = outcome.with_context(|| daemon.log_tail())?;
-    let hwm = daemon.rss_kib()?.1;
-    let (fresh, warm, peak) = (idle_fresh, idle_warm, inflight_rss);
-    Ok([fresh, warm, peak, hwm, running, queued, elapsed])
+    Ok([
+        idle_fresh,
+        idle_warm,
+        inflight_rss,
+        daemon.rss_kib()?.1,
+        running,
+        queued,
+        elapsed,
+    ])
 }

@@ -5,12 +5,14 @@
 //! the plugin (floor, cnitool, Go's cnitool, the C driver); and the tools'
 //! start-up, for the table against Go's cnitool.
 
+use std::path::Path;
+
 use cnid::client::Client;
 
 use crate::Cx;
-use crate::chains::{self, GO_CNITOOL, NOOP_NETNS, On};
+use crate::chains::{self, GO_CNITOOL, NOOP_NETNS, On, VERBS};
 use crate::report::{Findings, Table, row, section as md};
-use crate::setup::{Bins, C_NOOP, Daemon, NOOP1, NOOP8, Storage, Tree};
+use crate::setup::{C_NOOP, Daemon, NOOP1, NOOP8, Storage, Tree};
 use crate::spawn::{Prepared, env_with, rotate};
 use crate::stats::Summary;
 
@@ -31,19 +33,17 @@ where fsync is free.";
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let go = cx.go.clone();
     if let Some(go) = &go {
-        startup(&cx.bins, go, cx.sizes.own_run, &mut cx.findings)?;
+        startup(cx, go)?;
     }
     // With the static C noop as the plugin (the cheapest plugin process
     // there is) only the floor, cnitool, Go's cnitool and the C driver run,
     // cache on disk; and only when Go's cnitool built.
     let c_noop = cx.bins.noop_variants.iter().find(|(l, _)| *l == C_NOOP);
-    let ctree = match (&go, c_noop) {
-        (Some(_), Some((_, c))) => Some(Tree::new(&Bins {
-            noop: c.clone(),
-            ..cx.bins.clone()
-        })?),
-        _ => None,
-    };
+    let ctree = go
+        .as_ref()
+        .and(c_noop)
+        .map(|(_, c)| Tree::new(c))
+        .transpose()?;
     // (tree, storage, every runtime or the tools only, key prefix, title)
     let mut rows = vec![
         (&cx.tree, Storage::Disk, true, "", "noop"),
@@ -55,36 +55,33 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             .map(|t| (t, Storage::Disk, false, "c", "C noop (static)")),
     );
     let mut tables = Vec::new();
-    let mut spawn = Table::new(
-        "The plugins' spawn: our own (`clone3`, pidfd) against `tokio::process`, same iterations",
-        &[
-            "chain, cache",
-            "ADD+DEL, own ÷ tokio::process, per iteration, median (p10–p90)",
-            "own − tokio::process, ms per plugin run, median (p10–p90)",
-        ],
-    );
+    let title =
+        "The plugins' spawn: our own (`clone3`, pidfd) against `tokio::process`, same iterations";
+    let header = "chain, cache|ADD+DEL, own ÷ tokio::process, per iteration, median (p10–p90)|own − tokio::process, ms per plugin run, median (p10–p90)";
+    let mut spawn = Table::new(title, header);
+    let sizes = [
+        (NOOP1, "noop1", cx.n(20, 150)),
+        (NOOP8, "noop8", cx.n(10, 80)),
+    ];
     for (tree, storage, all, prefix, what) in rows {
         let daemon = all
-            .then(|| Daemon::start(&cx.bins, tree, storage, storage.short(), &[]))
+            .then(|| Daemon::start(&cx.bins.cnid, tree, storage, storage.short(), &[]))
             .transpose()?;
-        let client = (daemon.as_ref())
+        let client = daemon
+            .as_ref()
             .map(|d| cx.tokio.block_on(Client::connect(&d.socket)))
             .transpose()?;
-        let sizes = [(NOOP1, cx.sizes.noop1), (NOOP8, cx.sizes.noop8)];
-        for ((network, iterations), size) in sizes.into_iter().zip(["noop1", "noop8"]) {
+        for (network, size, iterations) in sizes {
             let tag = format!("{prefix}{size}");
             let list = tree.load(network)?;
-            let on = On {
-                list: &list,
-                netns: NOOP_NETNS,
-                tree,
-                storage,
-            };
+            let on = On(&list, NOOP_NETNS, tree, storage);
             let mut runners = vec![on.floor()?];
             if all {
-                runners.push(on.in_process(false, false));
-                runners.push(on.in_process(true, false));
-                runners.push(on.in_process(false, true));
+                runners.extend([
+                    on.in_process(false, false),
+                    on.in_process(true, false),
+                    on.in_process(false, true),
+                ]);
             }
             runners.push(on.cnitool("cnitool", &cx.bins.cnitool)?);
             runners.extend(client.clone().map(|c| on.cnid("cnid", "bench-cnid", c)));
@@ -97,11 +94,11 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
                 runners.push(r?);
             }
             let label = format!("{tag}, {}", storage.label());
-            let s = chains::run_loop(&mut runners, &cx.tokio, cx.sizes.warmup, iterations, &label)
-                .map_err(|e| match &daemon {
-                    Some(d) => e.context(d.log_tail()),
-                    None => e,
-                })?;
+            let s = chains::run_loop(&mut runners, &cx.tokio, cx.n(2, 5), iterations, &label);
+            let s = s.map_err(|e| match &daemon {
+                Some(d) => d.ctx(e),
+                None => e,
+            })?;
             let title = format!("{what} ×{}, {}", list.plugins().len(), storage.label());
             if all {
                 // Runners 1 and 3: in process on tokio's pool, with our
@@ -131,36 +128,45 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
          shuffled iterations: the ratio and the difference are per iteration.",
     );
     tables.push(spawn);
-    let mut s = md(
+    let s = md(
         "Scenarios 1–3: noop chains (in-process, cnitool, cnid)",
         INTRO,
         &tables,
     );
-    if go.is_some() {
-        s = format!("{s}\n{}", go_section(&cx.findings));
-    }
-    Ok(Some(s))
+    Ok(Some(if go.is_some() {
+        format!("{s}\n{}", go_section(&cx.findings))
+    } else {
+        s
+    }))
 }
 
 /// Tool start-up without arguments (each prints its usage and exits):
 /// `/bin/true`, our cnitool and Go's, spawned as the floor spawns plugins,
-/// in rotating order, `n` runs each after 20 of warm-up.
-fn startup(bins: &Bins, go: &std::path::Path, n: usize, f: &mut Findings) -> anyhow::Result<()> {
-    let env = env_with(&[]);
-    let progs = [
-        Prepared::new("/bin/true".as_ref(), &[], &env, "/bin/true")?,
-        Prepared::new(&bins.cnitool, &[], &env, "cnitool")?,
-        Prepared::new(go, &[], &env, GO_CNITOOL)?,
-    ];
+/// in rotating order, after 20 of warm-up.
+fn startup(cx: &mut Cx, go: &Path) -> anyhow::Result<()> {
+    let (env, tools) = (
+        env_with(&[]),
+        [Path::new("/bin/true"), &cx.bins.cnitool, go],
+    );
+    let progs = tools
+        .iter()
+        .zip(["/bin/true", "cnitool", GO_CNITOOL])
+        .map(|(p, l)| Prepared::new(p, &[], &env, l));
     // Both tools exit non-zero after printing their usage.
-    let t = rotate(&progs, &[], n, "start-up", |_, _, _| true)?;
-    let t: Vec<Vec<f64>> = t.into_iter().map(|[wall, _]| wall).collect();
+    let t = rotate(
+        &progs.collect::<Result<Vec<_>, _>>()?,
+        &[],
+        cx.n(50, 400),
+        "start-up",
+        |_, _, _| true,
+    )?;
     for (k, key) in ["true", "cnitool", "go"].iter().enumerate() {
-        f.put(format!("startup/{key}/wall"), Summary::of(&t[k]));
+        cx.findings
+            .put(format!("startup/{key}/wall"), Summary::of(&t[k][0]));
     }
-    f.put(
+    cx.findings.put(
         "startup/go-over-cnitool/ratio",
-        Summary::ratios(&t[2], &t[1]),
+        Summary::ratios(&t[2][0], &t[1][0]),
     );
     Ok(())
 }
@@ -168,40 +174,37 @@ fn startup(bins: &Bins, go: &std::path::Path, n: usize, f: &mut Findings) -> any
 /// The table against Go's cnitool, from what the start-up run and the noop
 /// loops recorded.
 fn go_section(f: &Findings) -> String {
-    let mut t = Table::new(
-        "cnitool against Go's cnitool (libcni), same run",
-        &[
-            "step",
-            "cnitool ms, median (p10–p90)",
-            "Go cnitool ms, median (p10–p90)",
-            "Go / ours, per-iteration ratio, median (p10–p90)",
-        ],
-    );
+    let title = "cnitool against Go's cnitool (libcni), same run";
+    let header = "step|cnitool ms, median (p10–p90)|Go cnitool ms, median (p10–p90)|Go / ours, per-iteration ratio, median (p10–p90)";
+    let mut t = Table::new(title, header);
     let mut add = |what: String, ours: &str, go: &str, ratio: &str| {
         if let (Some(o), Some(g), Some(r)) = (f.get(ours), f.get(go), f.get(ratio)) {
             row!(t, what, o.ms(), g.ms(), r.ratio());
         }
     };
+    let what = "tool start-up, no arguments".into();
     add(
-        "tool start-up, no arguments".into(),
+        what,
         "startup/cnitool/wall",
         "startup/go/wall",
         "startup/go-over-cnitool/ratio",
     );
     for s in ["disk", "tmpfs"] {
-        for (tag, what) in [
+        let sizes = [
             ("noop1", "noop ×1"),
             ("noop8", "noop ×8"),
             ("cnoop1", "C noop ×1"),
             ("cnoop8", "C noop ×8"),
-        ] {
-            for verb in ["ADD", "CHECK", "DEL"] {
-                let k = |x: &str| format!("{tag}/{s}/{x}/{verb}/");
+        ];
+        for (tag, what) in sizes {
+            for verb in VERBS {
+                let k = |x: &str, y: &str| format!("{tag}/{s}/{x}/{verb}/{y}");
+                let what = format!("{verb}, {what}, cache on {s}");
                 add(
-                    format!("{verb}, {what}, cache on {s}"),
-                    &(k("cnitool") + "time"),
-                    &(k(GO_CNITOOL) + "time"),
-                    &(k("go-over-cnitool") + "ratio"),
+                    what,
+                    &k("cnitool", "time"),
+                    &k(GO_CNITOOL, "time"),
+                    &k("go-over-cnitool", "ratio"),
                 );
             }
         }

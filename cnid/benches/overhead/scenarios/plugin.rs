@@ -3,21 +3,20 @@
 //! bin dir (the static C one, the dynamic one), all spawned as the floor
 //! spawns plugins, in one rotating loop.
 
-use std::ffi::OsStr;
 use std::path::Path;
 
 use crate::Cx;
 use crate::report::{Table, row, section as md};
-use crate::spawn::{Prepared, env_with, rotate};
+use crate::spawn::{Prepared, env_set, rotate};
 use crate::stats::Summary;
 
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
-    let env = env_with(&[
-        ("CNI_COMMAND", Some(OsStr::new("ADD"))),
-        ("CNI_IFNAME", Some(OsStr::new("eth0"))),
-        ("CNI_NETNS", Some(OsStr::new("/proc/self/ns/net"))),
-        ("CNI_CONTAINERID", Some(OsStr::new("bench"))),
-    ]);
+    let vars = [
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_NETNS", "/proc/self/ns/net"),
+    ];
+    let env = env_set(&[vars.as_slice(), &[("CNI_CONTAINERID", "bench")]].concat());
     // (label, findings key, program); the benchmark's plugin first,
     // /bin/true last.
     let noop = cx.tree.bin.join("noop");
@@ -34,30 +33,20 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         .iter()
         .map(|(l, _, p)| Prepared::new(p, &[], &env, *l))
         .collect::<Result<_, _>>()?;
-    let stdin: &[u8] = br#"{"cniVersion":"1.0.0","name":"bench-noop1","type":"noop"}"#;
+    let stdin = br#"{"cniVersion":"1.0.0","name":"bench-noop1","type":"noop"}"#;
     // Wall and CPU times per program.
-    let t = rotate(
-        &prepared,
-        stdin,
-        cx.sizes.own_run,
-        "plugin runs",
-        |_, e, _| e.success(),
-    )?;
+    let t = rotate(&prepared, stdin, cx.n(50, 400), "plugin runs", |_, e, _| {
+        e.success()
+    })?;
     let truth = &t[progs.len() - 1][0];
-    let f = &mut cx.findings;
-    f.put("own/noop-true/wall", Summary::diffs(&t[0][0], truth));
-    let mut table = Table::new(
-        "the noop plugin ADD against /bin/true, all spawned as the floor spawns plugins",
-        &[
-            "program",
-            "spawn to reap, ms median (p10–p90)",
-            "child CPU, ms mean",
-            "− /bin/true, ms median (p10–p90)",
-        ],
-    );
+    cx.findings
+        .put("own/noop-true/wall", Summary::diffs(&t[0][0], truth));
+    let title = "the noop plugin ADD against /bin/true, all spawned as the floor spawns plugins";
+    let header = "program|spawn to reap, ms median (p10–p90)|child CPU, ms mean|− /bin/true, ms median (p10–p90)";
+    let mut table = Table::new(title, header);
     for (r, (label, key, _)) in progs.iter().enumerate() {
         let w = Summary::of(&t[r][0]);
-        f.put(format!("own/{key}/wall"), w);
+        cx.findings.put(format!("own/{key}/wall"), w);
         let over = if r == progs.len() - 1 {
             "–".into()
         } else {

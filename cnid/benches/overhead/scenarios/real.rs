@@ -14,9 +14,9 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let Some(net) = &cx.real else { return Ok(None) };
     let (tree, bins) = (&cx.tree, &cx.bins);
     let mut tables = Vec::new();
-    for storage in [Storage::Disk, Storage::Tmpfs] {
+    for storage in Storage::BOTH {
         let daemon = Daemon::start(
-            bins,
+            &bins.cnid,
             tree,
             storage,
             &format!("real-{}", storage.short()),
@@ -26,35 +26,26 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         let list = tree.load(REAL)?;
         let ns = cni_async::netns::Netns::create(&format!("{}real", net.prefix))?;
         let path = ns.path().display().to_string();
-        let on = On {
-            list: &list,
-            netns: &path,
-            tree,
-            storage,
-        };
+        let on = On(&list, &path, tree, storage);
+        let cnitool = on.cnitool("cnitool", &bins.cnitool)?;
         let mut runners = vec![
             on.floor()?,
             on.in_process(false, false),
-            on.cnitool("cnitool", &bins.cnitool)?,
+            cnitool,
             on.cnid("cnid", "bench-cnid", client),
         ];
         let label = format!("real chain, {}", storage.label());
-        let s = chains::run_loop(&mut runners, &cx.tokio, 2, cx.sizes.real, &label)
-            .map_err(|e| e.context(daemon.log_tail()));
+        let s = chains::run_loop(&mut runners, &cx.tokio, 2, cx.n(5, 30), &label)
+            .map_err(|e| daemon.ctx(e));
         drop(runners);
         ns.delete()?;
+        let (bridge, subnet) = (&net.bridge, &net.subnet);
         let title = format!(
-            "loopback + bridge/host-local + tuning, {} (bridge {}, {})",
-            storage.label(),
-            net.bridge,
-            net.subnet
+            "loopback + bridge/host-local + tuning, {} (bridge {bridge}, {subnet})",
+            storage.label()
         );
-        tables.push(chains::tabulate(
-            &s?,
-            &title,
-            &format!("real/{}", storage.short()),
-            &mut cx.findings,
-        ));
+        let key = format!("real/{}", storage.short());
+        tables.push(chains::tabulate(&s?, &title, &key, &mut cx.findings));
     }
     Ok(Some(md(
         "Scenario 4: the real chain in a real namespace",

@@ -17,13 +17,12 @@ use cni_core::RuntimeConf;
 use cni_core::cache::CacheRecord;
 use cnid::api::{AttachmentRequest, GcRequest};
 use cnid::client::Client;
-use tokio::runtime::Runtime;
 
 use crate::Cx;
 use crate::chains::NOOP_NETNS;
 use crate::procs::{metrics, threads_cpu_ns};
 use crate::report::{Table, row, section as md};
-use crate::setup::{Bins, Daemon, NOOP1, Tree};
+use crate::setup::{Daemon, NOOP1, Tree};
 use crate::stats::Summary;
 
 /// The goals: at 10,000 attachments, and the admission at any size.
@@ -34,21 +33,27 @@ pub(crate) const ADMISSION_GOAL_MS: f64 = 0.1;
 /// The largest size: the goals are judged there.
 pub(crate) const LARGEST: usize = 10_000;
 
-/// One cnid's figures at one size.
+const INTRO: &str = "Per size N: N `cniCacheV1` records of `bench-noop1` in a fresh cache \
+dir and a commit line for each in cnid's ADD journal (as a `kill -9` would leave them within 30 s of the ADDs; start-up \
+flushes their records, then empties the journal), each on its own netns path, which does not \
+exist (`--stale-after 0`: the reaper leaves them). cnid is spawned and `GET /v1/health/ready` \
+polled every 1 ms; then ADD+DEL of fresh containers, a full paging of `GET /v1/attachments`, \
+a restart (SIGTERM, then a start from the cache alone), and at the largest N a GC of the network \
+with no valid attachments (every cached one is deleted, noop plugin).";
+
+/// One cnid's figures at one size: start to ready with the journal and
+/// from the cache alone; RSS and HWM (KiB); cnid CPU per ADD+DEL
+/// (seconds); the ADDs' admission from `/metrics` (mean seconds, share
+/// within [`ADMISSION_GOAL_MS`]; `None` for a cnid without the metric); ADD
+/// wall times (seconds); full paging by 100 and 1,000; the GC and what it
+/// deleted.
 struct Run {
-    ready_journal: Duration,
-    ready_cache: Duration,
-    rss_kib: u64,
-    hwm_kib: u64,
-    /// cnid CPU per ADD+DEL, seconds.
+    ready: [Duration; 2],
+    rss: (u64, u64),
     cpu_per_op: f64,
-    /// The ADDs' admission from `/metrics`: mean seconds, and the share
-    /// within [`ADMISSION_GOAL_MS`]; `None` for a cnid without the metric.
     admission: Option<(f64, f64)>,
-    /// ADD wall times, seconds.
     add: Vec<f64>,
-    page100: Duration,
-    page1000: Duration,
+    paging: [Duration; 2],
     gc: Option<(Duration, usize)>,
 }
 
@@ -56,8 +61,7 @@ struct Run {
 /// into `state`'s journal.
 fn populate(tree: &Tree, cache: &Path, state: &Path, n: usize) -> anyhow::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    let results = cache.join("results");
-    let intents = state.join("intents");
+    let (results, intents) = (cache.join("results"), state.join("intents"));
     for d in [&results, &intents] {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -68,36 +72,27 @@ fn populate(tree: &Tree, cache: &Path, state: &Path, n: usize) -> anyhow::Result
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
         .trim()
         .to_owned();
+    let result = serde_json::json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}]});
     let mut journal = Vec::new();
     for i in 0..n {
         let cid = format!("scale{i:05}");
         let rt = RuntimeConf::new(&cid, format!("/run/netns/cnb-scale-{i}"), "eth0");
-        let rec = CacheRecord::new(
-            NOOP1,
-            &rt,
-            config.clone(),
-            Some(serde_json::json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}]})),
-        );
-        let bytes = rec.encode();
-        let name = cni_core::cache::file_name(NOOP1, &cid, "eth0")?;
-        std::fs::write(results.join(name), &bytes)?;
-        let mut line = serde_json::to_vec(&serde_json::json!({
-            "end": i + 1,
-            "boot": boot,
-            "record": base64::engine::general_purpose::STANDARD.encode(&bytes),
-        }))?;
-        line.push(b'\n');
-        journal.extend(line);
+        let bytes = CacheRecord::new(NOOP1, &rt, config.clone(), Some(result.clone())).encode();
+        std::fs::write(
+            results.join(cni_core::cache::file_name(NOOP1, &cid, "eth0")?),
+            &bytes,
+        )?;
+        let record = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        journal.extend(serde_json::to_vec(
+            &serde_json::json!({"end": i + 1, "boot": boot, "record": record}),
+        )?);
+        journal.push(b'\n');
     }
     std::fs::write(intents.join("journal"), journal)?;
     // As after the writes reached the disk: start-up's flushes are its own.
-    nix_sync();
-    Ok(())
-}
-
-fn nix_sync() {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
+    Ok(())
 }
 
 /// `GET /v1/health/ready`'s status, or `None` when cnid does not answer.
@@ -112,40 +107,34 @@ fn ready_status(socket: &Path) -> Option<u16> {
 
 /// Starts cnid and waits for readiness: the time from spawn to 200.
 fn start_ready(
-    bins: &Bins,
-    tree: &Tree,
+    cx: &Cx,
+    cnid: &Path,
     cache: &Path,
     state: &Path,
     tag: &str,
 ) -> anyhow::Result<(Daemon, Duration)> {
     let t = Instant::now();
-    let d = Daemon::spawn(
-        bins,
-        tree,
-        cache,
-        state,
-        tag,
-        &["--stale-after", "0", "--max-timeout", "10m"],
-    )?;
-    loop {
-        if ready_status(&d.socket) == Some(200) {
-            return Ok((d, t.elapsed()));
-        }
+    let extra = ["--stale-after", "0", "--max-timeout", "10m"];
+    let d = Daemon::spawn(cnid, &cx.tree, cache, state, tag, &extra)?;
+    while ready_status(&d.socket) != Some(200) {
         if t.elapsed() > Duration::from_secs(120) {
             bail!("cnid not ready after 120 s: {}", d.log_tail());
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+    Ok((d, t.elapsed()))
 }
 
 /// The ADDs' admission between two `/metrics` texts: mean seconds and
 /// the share within [`ADMISSION_GOAL_MS`] (its `le="0.0001"` bucket, as
 /// cnid writes it); `None` when cnid has no such metric or no new ADD.
 fn admission_between(before: &str, after: &str) -> Option<(f64, f64)> {
-    const NAME: &str = "cnid_admission_duration_seconds";
     let get = |text: &str| {
         let m = metrics(text);
-        let v = |s: &str| m.get(&format!("{NAME}{s}")).copied();
+        let v = |s: &str| {
+            m.get(&format!("cnid_admission_duration_seconds{s}"))
+                .copied()
+        };
         Some((
             v("_sum{verb=\"ADD\"}")?,
             v("_count{verb=\"ADD\"}")?,
@@ -173,16 +162,13 @@ pub(crate) fn self_check() -> Result<(), String> {
         (mean - 0.0001).abs() < 1e-12 && (within - 0.75).abs() < 1e-12
     }) && admission_between("", &text(1.0, 1, 1)).is_none()
         && admission_between(&text(1.0, 1, 1), &text(1.0, 1, 1)).is_none();
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("scale self-check failed: {got:?}"))
-    }
+    ok.then_some(())
+        .ok_or(format!("scale self-check failed: {got:?}"))
 }
 
+/// Pages through all attachments `limit` at a time; how many there are.
 async fn page_all(client: &Client, limit: Option<usize>) -> anyhow::Result<usize> {
-    let mut n = 0;
-    let mut after: Option<String> = None;
+    let (mut n, mut after) = (0, None);
     loop {
         let p = client
             .attachments_page(None, after.as_deref(), limit)
@@ -196,21 +182,20 @@ async fn page_all(client: &Client, limit: Option<usize>) -> anyhow::Result<usize
 }
 
 fn run_one(
-    bins: &Bins,
-    tree: &Tree,
-    tokio: &Runtime,
+    cx: &Cx,
+    cnid: &Path,
     n: usize,
     probes: usize,
     gc: bool,
     tag: &str,
 ) -> anyhow::Result<Run> {
-    let dir = tree.root().join(format!("scale-{tag}"));
+    let (tokio, dir) = (&cx.tokio, cx.tree.root().join(format!("scale-{tag}")));
     let _ = std::fs::remove_dir_all(&dir);
     let (cache, state) = (dir.join("cache"), dir.join("state"));
-    populate(tree, &cache, &state, n)?;
-    let (daemon, ready_journal) = start_ready(bins, tree, &cache, &state, tag)?;
+    populate(&cx.tree, &cache, &state, n)?;
+    let (daemon, ready_journal) = start_ready(cx, cnid, &cache, &state, tag)?;
     std::thread::sleep(Duration::from_millis(300));
-    let (rss_kib, hwm_kib) = daemon.rss_kib()?;
+    let rss = daemon.rss_kib()?;
     let client = tokio.block_on(Client::connect(&daemon.socket))?;
     let probe = |j: usize| AttachmentRequest::new(format!("probe{j}"), NOOP_NETNS, "eth0");
     // Warm-up (the first requests start pool threads).
@@ -218,12 +203,13 @@ fn run_one(
         tokio.block_on(client.add(NOOP1, &probe(j)))?;
         tokio.block_on(client.del(NOOP1, &probe(j)))?;
     }
-    let metrics0 = tokio.block_on(client.metrics())?;
-    let cpu0 = threads_cpu_ns(daemon.pid())?;
+    let (metrics0, cpu0) = (
+        tokio.block_on(client.metrics())?,
+        threads_cpu_ns(daemon.pid())?,
+    );
     let mut add = Vec::with_capacity(probes);
     for j in 0..probes {
-        let req = probe(j + 5);
-        let t = Instant::now();
+        let (req, t) = (probe(j + 5), Instant::now());
         tokio
             .block_on(client.add(NOOP1, &req))
             .with_context(|| daemon.log_tail())?;
@@ -232,89 +218,71 @@ fn run_one(
     }
     let cpu_per_op = (threads_cpu_ns(daemon.pid())? - cpu0) as f64 / 1e9 / probes as f64;
     let admission = admission_between(&metrics0, &tokio.block_on(client.metrics())?);
-    let t = Instant::now();
-    let listed = tokio.block_on(page_all(&client, None))?;
-    let page100 = t.elapsed();
-    let t = Instant::now();
-    let listed1000 = tokio.block_on(page_all(&client, Some(1000)))?;
-    let page1000 = t.elapsed();
-    if listed != n || listed1000 != n {
-        bail!("paging listed {listed} and {listed1000} attachments of {n}");
-    }
-    drop(client);
-    drop(daemon);
-    let (daemon, ready_cache) = start_ready(bins, tree, &cache, &state, tag)?;
-    let gc = if gc {
-        let client = tokio.block_on(Client::connect(&daemon.socket))?;
-        let req = GcRequest {
-            valid_attachments: Vec::new(),
-            timeout_ms: Some(600_000),
-        };
+    let mut paging = [Duration::ZERO; 2];
+    for (i, limit) in [None, Some(1000)].into_iter().enumerate() {
         let t = Instant::now();
+        let listed = tokio.block_on(page_all(&client, limit))?;
+        paging[i] = t.elapsed();
+        anyhow::ensure!(
+            listed == n,
+            "paging by {limit:?} listed {listed} attachments of {n}"
+        );
+    }
+    drop((client, daemon));
+    let (daemon, ready_cache) = start_ready(cx, cnid, &cache, &state, tag)?;
+    let gc = gc.then(|| -> anyhow::Result<_> {
+        let client = tokio.block_on(Client::connect(&daemon.socket))?;
+        let (req, t) = (
+            GcRequest {
+                valid_attachments: Vec::new(),
+                timeout_ms: Some(600_000),
+            },
+            Instant::now(),
+        );
         let r = tokio
             .block_on(client.gc(NOOP1, &req))
             .with_context(|| daemon.log_tail())?;
-        Some((t.elapsed(), r.deleted.len()))
-    } else {
-        None
-    };
+        Ok((t.elapsed(), r.deleted.len()))
+    });
+    let gc = gc.transpose()?;
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Run {
-        ready_journal,
-        ready_cache,
-        rss_kib,
-        hwm_kib,
+        ready: [ready_journal, ready_cache],
+        rss,
         cpu_per_op,
         admission,
         add,
-        page100,
-        page1000,
+        paging,
         gc,
     })
 }
 
 /// The section; `--scale-baseline`: another cnid binary run alongside.
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
-    let (bins, tree, tokio, quick) = (&cx.bins, &cx.tree, &cx.tokio, cx.args.quick);
-    let findings = &mut cx.findings;
-    let sizes: &[usize] = if quick {
+    let sizes: &[usize] = if cx.args.quick {
         &[0, 1000]
     } else {
         &[0, 1000, LARGEST]
     };
-    let probes = if quick { 30 } else { 200 };
-    let baseline = cx.args.scale_baseline.iter().map(|b| {
-        (
-            "baseline",
-            Bins {
-                cnid: b.clone(),
-                ..bins.clone()
-            },
-        )
-    });
-    let builds: Vec<(&str, Bins)> = baseline.chain([("this build", bins.clone())]).collect();
-    let mut t = Table::new(
-        "cnid with N attachments in its cache and ADD journal (cache and state on disk)",
-        &[
-            "cnid",
-            "N",
-            "start to ready, with journal / cache only",
-            "RSS idle (VmRSS / VmHWM)",
-            "cnid CPU per ADD+DEL",
-            "admission: CPU over N = 0",
-            "admission per ADD, measured (mean; share ≤ 0.1 ms)",
-            "ADD, median (p10–p90)",
-            "full paging, pages of 100 / 1,000",
-            "GC, all N stale",
-        ],
-    );
+    let probes = cx.n(30, 200);
+    let baseline = cx
+        .args
+        .scale_baseline
+        .iter()
+        .map(|b| ("baseline", b.clone()));
+    let builds: Vec<(&str, _)> = baseline
+        .chain([("this build", cx.bins.cnid.clone())])
+        .collect();
+    let title = "cnid with N attachments in its cache and ADD journal (cache and state on disk)";
+    let header = "cnid|N|start to ready, with journal / cache only|RSS idle (VmRSS / VmHWM)|cnid CPU per ADD+DEL|admission: CPU over N = 0|admission per ADD, measured (mean; share ≤ 0.1 ms)|ADD, median (p10–p90)|full paging, pages of 100 / 1,000|GC, all N stale";
+    let mut t = Table::new(title, header);
     let mut cpu_at_zero: Vec<f64> = vec![f64::NAN; builds.len()];
     for &n in sizes {
-        for (b, (label, bins)) in builds.iter().enumerate() {
+        for (b, (label, cnid)) in builds.iter().enumerate() {
             eprintln!("overhead: scale, {label}, {n} attachments");
             let gc = n == *sizes.last().unwrap_or(&0);
-            let r = run_one(bins, tree, tokio, n, probes, gc, &format!("s{n}-{b}"))?;
+            let r = run_one(cx, cnid, n, probes, gc, &format!("s{n}-{b}"))?;
             if n == 0 {
                 cpu_at_zero[b] = r.cpu_per_op;
             }
@@ -325,40 +293,38 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
             );
             if b == builds.len() - 1 {
                 let mut put = |what: &str, v: f64| {
-                    findings.put(format!("scale/{what}/{n}"), Summary::of(&[v]))
+                    cx.findings
+                        .put(format!("scale/{what}/{n}"), Summary::of(&[v]))
                 };
-                put("ready", r.ready_journal.as_secs_f64());
-                put("ready_cache", r.ready_cache.as_secs_f64());
-                put("rss", mib(r.rss_kib));
+                put("ready", r.ready[0].as_secs_f64());
+                put("ready_cache", r.ready[1].as_secs_f64());
+                put("rss", mib(r.rss.0));
                 put("cpu_over_zero", over_zero);
                 if let Some((mean, within)) = r.admission {
                     put("admission", mean);
                     put("admission_within", within);
                 }
             }
-            row!(
-                t,
-                label,
-                n,
-                format!("{:.0} / {:.0} ms", ms(r.ready_journal), ms(r.ready_cache)),
-                format!("{:.1} / {:.1} MiB", mib(r.rss_kib), mib(r.hwm_kib)),
+            let over = if n == 0 {
+                "–".into()
+            } else {
+                format!("{:+.2} ms", over_zero * 1e3)
+            };
+            let admission = r.admission.map_or("– (no metric)".into(), |(m, w)| {
+                format!("{:.3} ms; {:.0}%", m * 1e3, w * 100.0)
+            });
+            let gc = r.gc.map_or("–".into(), |(d, k)| {
+                format!("{:.1} s ({k} deleted)", d.as_secs_f64())
+            });
+            let ready = format!("{:.0} / {:.0} ms", ms(r.ready[0]), ms(r.ready[1]));
+            let rss = format!("{:.1} / {:.1} MiB", mib(r.rss.0), mib(r.rss.1));
+            let (cpu, add) = (
                 format!("{:.2} ms", r.cpu_per_op * 1e3),
-                if n == 0 {
-                    "–".into()
-                } else {
-                    format!("{:+.2} ms", over_zero * 1e3)
-                },
-                r.admission.map_or("– (no metric)".into(), |(m, w)| format!(
-                    "{:.3} ms; {:.0}%",
-                    m * 1e3,
-                    w * 100.0
-                )),
                 format!("{} ms", Summary::of(&r.add).fmt(1e3, 2)),
-                format!("{:.0} / {:.0} ms", ms(r.page100), ms(r.page1000)),
-                r.gc.map_or("–".into(), |(d, k)| format!(
-                    "{:.1} s ({k} deleted)",
-                    d.as_secs_f64()
-                )),
+            );
+            let paging = format!("{:.0} / {:.0} ms", ms(r.paging[0]), ms(r.paging[1]));
+            row!(
+                t, label, n, ready, rss, cpu, over, admission, add, paging, gc
             );
         }
     }
@@ -376,11 +342,3 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
         &[t],
     )))
 }
-
-const INTRO: &str = "Per size N: N `cniCacheV1` records of `bench-noop1` in a fresh cache \
-dir and a commit line for each in cnid's ADD journal (as a `kill -9` would leave them within 30 s of the ADDs; start-up \
-flushes their records, then empties the journal), each on its own netns path, which does not \
-exist (`--stale-after 0`: the reaper leaves them). cnid is spawned and `GET /v1/health/ready` \
-polled every 1 ms; then ADD+DEL of fresh containers, a full paging of `GET /v1/attachments`, \
-a restart (SIGTERM, then a start from the cache alone), and at the largest N a GC of the network \
-with no valid attachments (every cached one is deleted, noop plugin).";

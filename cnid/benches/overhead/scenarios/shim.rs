@@ -13,7 +13,6 @@
 //!   `cni-empty-c` like the C noop), spawn to reap, in paired rotation.
 //! - **Peak RSS** of the shim's ADD (GNU time).
 
-use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -27,58 +26,49 @@ use crate::chains::{NOOP_NETNS, VERBS};
 use crate::procs::peak_rss_kib;
 use crate::report::{Table, row, section as md};
 use crate::setup::{Daemon, NOOP1, Storage};
-use crate::spawn::{Exit, Prepared, env_with, rotate};
-use crate::stats::{Summary, secs};
+use crate::spawn::{Env, Exit, Prepared, env_set, rotate};
+use crate::stats::{Summary, diffs, p50_and, q, secs};
 
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let shim = cx.bins.shim.clone();
     // tmpfs: the fsyncs are the same both ways and only add noise.
-    let daemon = Daemon::start(&cx.bins, &cx.tree, Storage::Tmpfs, "shim", &[])?;
-    let input = stdin(NOOP1, &daemon.socket);
-    let [direct, through] = measure(
-        &shim,
-        &daemon.socket,
-        &input,
-        cx.sizes.warmup * 4,
-        cx.sizes.shim,
-    )
-    .map_err(|e| e.context(daemon.log_tail()))?;
-    let mut t = Table::new(
-        "cnid-shim against the same request sent straight to cnid (noop ×1, cache on tmpfs)",
-        &[
-            "verb",
-            "direct ms, p50 (p99)",
-            "through cnid-shim ms, p50 (p99)",
-            "added ms, p50 (p99)",
-        ],
-    );
-    let p50_p99 = |v: &[f64]| Summary::p50_and(v, 0.99);
+    let daemon = Daemon::start(&cx.bins.cnid, &cx.tree, Storage::Tmpfs, "shim", &[])?;
+    let conf = json!({"cniVersion": "1.0.0", "name": NOOP1, "type": "cnid-shim", "socket": daemon.socket, "timeout": "60s"});
+    let input = serde_json::to_vec(&conf)?;
+    let (warmup, n) = (cx.n(2, 5) * 4, cx.n(30, 300));
+    let [direct, through] =
+        measure(&shim, &daemon.socket, &input, warmup, n).map_err(|e| daemon.ctx(e))?;
+    let title =
+        "cnid-shim against the same request sent straight to cnid (noop ×1, cache on tmpfs)";
+    let header = "verb|direct ms, p50 (p99)|through cnid-shim ms, p50 (p99)|added ms, p50 (p99)";
+    let mut t = Table::new(title, header);
     for (v, verb) in VERBS.iter().enumerate() {
-        let added: Vec<f64> = through[v]
-            .iter()
-            .zip(&direct[v])
-            .map(|(s, d)| s - d)
-            .collect();
+        let added = diffs(&through[v], &direct[v]);
         cx.findings
             .put(format!("shim/{verb}/added"), Summary::of(&added));
         cx.findings.put(
             format!("shim/{verb}/added-p99"),
-            Summary::of(&[Summary::q(&added, 0.99)]),
+            Summary::of(&[q(&added, 0.99)]),
         );
         row!(
             t,
             verb,
-            p50_p99(&direct[v]),
-            p50_p99(&through[v]),
-            p50_p99(&added)
+            p50_and(&direct[v], 0.99),
+            p50_and(&through[v], 0.99),
+            p50_and(&added, 0.99)
         );
     }
     // Peak RSS of the shim's ADD (each followed by a DEL).
     let mut rss = Vec::new();
-    for i in 0..cx.sizes.rss_runs {
-        let run = |verb: &str| {
-            let env = shim_env(verb, &format!("shim-rss{i}"), "eth0");
-            peak_rss_kib(&shim, &[], &env, Some(&input), cx.tree.root())
+    for i in 0..cx.n(3, 15) {
+        let run = |verb| {
+            peak_rss_kib(
+                &shim,
+                &[],
+                &env(verb, &format!("shim-rss{i}")),
+                Some(&input),
+                cx.tree.root(),
+            )
         };
         rss.push(run("ADD")?);
         run("DEL")?;
@@ -101,9 +91,7 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
     let mut tables = vec![t];
     match cx.bins.empty_c.clone() {
         Some(empty) => tables.push(startup(cx, &shim, &empty)?),
-        None => cx
-            .skipped
-            .push("cnid-shim's start-up against a static C program (no cni-empty-c)".into()),
+        None => drop(cx.skip("cnid-shim's start-up against a static C program (no cni-empty-c)")),
     }
     Ok(Some(md(
         "Scenario 7: cnid-shim",
@@ -115,32 +103,32 @@ pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
 
 /// The shim's start-up (VERSION) against the empty static C program's.
 fn startup(cx: &mut Cx, shim: &Path, empty: &Path) -> anyhow::Result<Table> {
-    let env = shim_env("VERSION", "shim-version", "eth0");
+    let env = env("VERSION", "shim-version");
     let progs = [
         Prepared::new(shim, &[], &env, "cnid-shim VERSION")?,
         Prepared::new(empty, &[], &env, "empty static C program")?,
     ];
-    let input: &[u8] = br#"{"cniVersion":"1.0.0"}"#;
     let ok = |r, e: &Exit, out: &[u8]| e.success() && (r > 0 || !out.is_empty());
-    let t = rotate(&progs, input, cx.sizes.own_run, "cnid-shim start-up", ok)?;
-    let t: Vec<Vec<f64>> = t.into_iter().map(|[wall, _]| wall).collect();
-    let p50_p90 = |v: &[f64]| Summary::p50_and(v, 0.9);
-    let diff: Vec<f64> = t[0].iter().zip(&t[1]).map(|(s, c)| s - c).collect();
+    let t = rotate(
+        &progs,
+        br#"{"cniVersion":"1.0.0"}"#,
+        cx.n(50, 400),
+        "cnid-shim start-up",
+        ok,
+    )?;
+    let diff = diffs(&t[0][0], &t[1][0]);
+    let title = "cnid-shim start-up against an empty static C program";
     let mut table = Table::new(
-        "cnid-shim start-up against an empty static C program",
-        &[
-            "program",
-            "spawn to reap ms, p50 (p90)",
-            "− empty C program ms, p50 (p90)",
-        ],
+        title,
+        "program|spawn to reap ms, p50 (p90)|− empty C program ms, p50 (p90)",
     );
     row!(
         table,
         "cnid-shim, CNI_COMMAND=VERSION",
-        p50_p90(&t[0]),
-        p50_p90(&diff)
+        p50_and(&t[0][0], 0.9),
+        p50_and(&diff, 0.9)
     );
-    row!(table, "empty static C program", p50_p90(&t[1]), "–");
+    row!(table, "empty static C program", p50_and(&t[1][0], 0.9), "–");
     table.note(format!(
         "{} rotating pairs after 20 of warm-up, both spawned as the floor spawns plugins \
          (the shim's VERSION is answered without cnid); the difference is per pair. {} ({}).",
@@ -152,34 +140,37 @@ fn startup(cx: &mut Cx, shim: &Path, empty: &Path) -> anyhow::Result<Table> {
 }
 
 /// The shim's environment for one call.
-fn shim_env(
-    verb: &str,
-    container: &str,
-    ifname: &str,
-) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    env_with(&[
-        ("CNI_COMMAND", Some(OsStr::new(verb))),
-        ("CNI_CONTAINERID", Some(OsStr::new(container))),
-        ("CNI_NETNS", Some(OsStr::new(NOOP_NETNS))),
-        ("CNI_IFNAME", Some(OsStr::new(ifname))),
-        ("CNI_ARGS", Some(OsStr::new(""))),
-        ("CNI_PATH", Some(OsStr::new("/nonexistent"))),
-    ])
+fn env(verb: &str, container: &str) -> Env {
+    let ids = [
+        ("CNI_COMMAND", verb),
+        ("CNI_CONTAINERID", container),
+        ("CNI_NETNS", NOOP_NETNS),
+    ];
+    env_set(
+        &[
+            &ids[..],
+            &[
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_ARGS", ""),
+                ("CNI_PATH", "/nonexistent"),
+            ],
+        ]
+        .concat(),
+    )
 }
 
-fn stdin(network: &str, socket: &Path) -> Vec<u8> {
-    let conf = json!({"cniVersion": "1.0.0", "name": network, "type": "cnid-shim", "socket": socket, "timeout": "60s"});
-    serde_json::to_vec(&conf).expect("JSON")
-}
-
-fn direct(socket: &Path, network: &str, verb: &str, container: &str) -> anyhow::Result<()> {
+/// The request the shim sends, straight to cnid: a fresh connection with
+/// the shim's own client, the answer parsed.
+fn direct(socket: &Path, verb: &str, container: &str) -> anyhow::Result<()> {
     // eth1: the direct and the shim attachment of an iteration are made
     // side by side in the one placeholder netns, and cnid refuses a second
     // container's ADD on a (netns, ifname) already owned.
     let mut req = AttachmentRequest::new(container, NOOP_NETNS, "eth1");
     req.timeout_ms = Some(60_000);
-    let body = serde_json::to_vec(&req)?;
-    let path = format!("/v1/networks/{network}/{}", verb.to_ascii_lowercase());
+    let (body, path) = (
+        serde_json::to_vec(&req)?,
+        format!("/v1/networks/{NOOP1}/{}", verb.to_ascii_lowercase()),
+    );
     let deadlines = (Duration::from_secs(90), Duration::from_secs(60));
     let ans = http::request(
         socket,
@@ -209,37 +200,22 @@ fn measure(
     socket: &Path,
     input: &[u8],
     warmup: usize,
-    iterations: usize,
+    n: usize,
 ) -> anyhow::Result<[[Vec<f64>; 3]; 2]> {
-    let mut s: [[Vec<f64>; 3]; 2] = Default::default();
-    let mut out = Vec::new();
+    let (mut s, mut out): ([[Vec<f64>; 3]; 2], _) = Default::default();
     let started = Instant::now();
-    for i in 0..warmup + iterations {
+    for i in 0..warmup + n {
         let (cd, cs) = (format!("shim-d{i}"), format!("shim-s{i}"));
         for (v, verb) in VERBS.iter().enumerate() {
-            let call = Prepared::new(
-                shim,
-                &[],
-                &shim_env(verb, &cs, "eth0"),
-                format!("cnid-shim {verb}"),
-            )?;
+            let call = Prepared::new(shim, &[], &env(verb, &cs), format!("cnid-shim {verb}"))?;
             let mut t = [0.0; 2];
             for half in 0..2 {
                 let st = Instant::now();
                 if (i + v + half) % 2 == 0 {
-                    direct(socket, NOOP1, verb, &cd).with_context(|| format!("iteration {i}"))?;
+                    direct(socket, verb, &cd).with_context(|| format!("iteration {i}"))?;
                     t[0] = secs(st);
                 } else {
-                    out.clear();
-                    let exit = call.run(&[input], &mut out)?;
-                    t[1] = secs(st);
-                    if !exit.success() {
-                        bail!(
-                            "cnid-shim {verb} failed ({}): {}",
-                            exit.describe(),
-                            String::from_utf8_lossy(&out)
-                        );
-                    }
+                    t[1] = call.run_ok(&[input], &mut out)?.0;
                 }
             }
             if i >= warmup {
@@ -249,8 +225,8 @@ fn measure(
         }
     }
     eprintln!(
-        "overhead: cnid-shim: {iterations} iterations in {:.1} s",
-        started.elapsed().as_secs_f64()
+        "overhead: cnid-shim: {n} iterations in {:.1} s",
+        secs(started)
     );
     Ok(s)
 }

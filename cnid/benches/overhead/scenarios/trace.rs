@@ -11,9 +11,8 @@
 //! [`cnid_loop`], the loop of cnid runners against each other, is also the
 //! hop section's.
 
-use std::path::PathBuf;
+use std::path::Path;
 
-use anyhow::Context;
 use cni_core::trace::TraceContext;
 use cnid::client::Client;
 
@@ -21,33 +20,42 @@ use crate::Cx;
 use crate::chains::Col::{Diff, Time};
 use crate::chains::{self, Col, NOOP_NETNS, On};
 use crate::report::{Table, section as md};
-use crate::setup::{Bins, Daemon, NOOP1, Storage};
+use crate::setup::{Daemon, NOOP1, Storage};
 
 /// The traced runner's name.
 const TRACED: &str = "cnid, traceparent";
 
-/// A sampled traceparent and a tracestate of two members.
-const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-const TRACESTATE: &str = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE";
-
 pub(crate) fn section(cx: &mut Cx) -> anyhow::Result<Option<String>> {
-    let ctx = TraceContext::new(Some(TRACEPARENT), Some(TRACESTATE), None);
+    // A sampled traceparent and a tracestate of two members.
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let ctx = TraceContext::new(
+        Some(parent),
+        Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"),
+        None,
+    );
     let mut tables = Vec::new();
-    for storage in [Storage::Disk, Storage::Tmpfs] {
-        let daemon = [(
-            "cnid",
-            "bench-cnid",
-            cx.bins.cnid.clone(),
-            format!("trace-{}", storage.short()),
-        )];
+    for storage in Storage::BOTH {
         let cols = [
             Time("in-process ms", "in-process"),
             Time("cnid ms", "cnid"),
             Time("cnid with traceparent ms", TRACED),
             Diff("cost: traced − untraced ms", TRACED, "cnid", "cost"),
         ];
-        let traced = Some((TRACED, "bench-cnid-traced", &ctx));
-        let mut t = cnid_loop(cx, storage, "trace", &daemon, traced, &cols)?;
+        let cnid = cx.bins.cnid.clone();
+        let daemon = [(
+            "cnid",
+            "bench-cnid",
+            cnid.as_path(),
+            format!("trace-{}", storage.short()),
+        )];
+        let mut t = cnid_loop(
+            cx,
+            storage,
+            "trace",
+            &daemon,
+            Some((TRACED, "bench-cnid-traced", &ctx)),
+            &cols,
+        )?;
         if let Some(c) = cx
             .findings
             .get(&format!("trace/{}/ADD/cost", storage.short()))
@@ -79,62 +87,32 @@ pub(crate) fn cnid_loop(
     cx: &mut Cx,
     storage: Storage,
     key: &str,
-    daemons: &[(&'static str, &str, PathBuf, String)],
+    daemons: &[(&'static str, &str, &Path, String)],
     traced: Option<(&'static str, &str, &TraceContext)>,
     cols: &[Col],
 ) -> anyhow::Result<Table> {
-    let tree = &cx.tree;
+    let (tree, st) = (&cx.tree, storage.short());
     let list = tree.load(NOOP1)?;
-    let on = On {
-        list: &list,
-        netns: NOOP_NETNS,
-        tree,
-        storage,
-    };
-    let mut runners = vec![on.floor()?, on.in_process(false, false)];
-    let mut running = Vec::new();
+    let on = On(&list, NOOP_NETNS, tree, storage);
+    let (mut runners, mut running) = (vec![on.floor()?, on.in_process(false, false)], Vec::new());
     for (name, id, cnid, tag) in daemons {
-        let root = tree.cache(storage);
-        let root = root.parent().context("cache dir has a parent")?;
-        let (cache, state) = (
-            root.join(format!("cache-{tag}")),
-            root.join(format!("state-{tag}")),
-        );
-        for d in [&cache, &state] {
-            std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
-        }
-        let bins = Bins {
-            cnid: cnid.clone(),
-            ..cx.bins.clone()
-        };
-        let d = Daemon::spawn(&bins, tree, &cache, &state, tag, &[])?.listening()?;
+        let dir = |what: &str| tree.cache(storage).with_file_name(format!("{what}-{tag}"));
+        let (cache, state) = (dir("cache"), dir("state"));
+        std::fs::create_dir_all(&cache)?;
+        std::fs::create_dir_all(&state)?;
+        let d = Daemon::spawn(cnid, tree, &cache, &state, tag, &[])?.listening()?;
         let client = cx.tokio.block_on(Client::connect(&d.socket))?;
+        runners.push(on.cnid(name, id, client.clone()));
         if let (Some((tname, tid, ctx)), true) = (traced, running.is_empty()) {
-            runners.push(on.cnid(name, id, client.clone()));
             runners.push(on.cnid(tname, tid, client.with_trace(ctx)));
-        } else {
-            runners.push(on.cnid(name, id, client));
         }
         running.push(d);
     }
-    let label = format!("{key}, {}", storage.label());
-    let s = chains::run_loop(
-        &mut runners,
-        &cx.tokio,
-        cx.sizes.warmup * 4,
-        cx.sizes.hop,
-        &label,
-    )
-    .map_err(|e| {
+    let (label, n) = (format!("{key}, {}", storage.label()), cx.n(30, 1000));
+    let s = chains::run_loop(&mut runners, &cx.tokio, cx.n(2, 5) * 4, n, &label).map_err(|e| {
         let logs: Vec<String> = running.iter().map(Daemon::log_tail).collect();
         e.context(logs.join("\n"))
     })?;
     let title = format!("noop ×1, {}", storage.label());
-    chains::compare(
-        &s,
-        &title,
-        cols,
-        &format!("{key}/{}", storage.short()),
-        &mut cx.findings,
-    )
+    chains::compare(&s, &title, cols, &format!("{key}/{st}"), &mut cx.findings)
 }
