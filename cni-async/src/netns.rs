@@ -2,19 +2,9 @@
 //! create and delete named ones exactly as `ip netns add`/`del` do, open
 //! existing ones, run code and commands inside them.
 //!
-//! - [`Netns::create`] makes `/run/netns/NAME` natively (no `ip` binary): the
-//!   result is listed by `ip netns list`, usable with `ip -n NAME`, and
-//!   removable with `ip netns del NAME`. [`Netns::delete`] and
-//!   [`Netns::delete_named`] remove it again, and also remove namespaces that
-//!   `ip netns add` made.
-//! - [`Netns::open`] takes any namespace file: `/run/netns/NAME`,
-//!   `/proc/PID/ns/net`, or a bind mount of one elsewhere.
-//! - [`NetnsGuard`] deletes its namespace when dropped, also when a test
-//!   panics.
-//! - [`Netns::run`] / [`Netns::run_async`] run a closure inside the namespace,
-//!   [`Netns::exec_in`] / [`Netns::exec_in_async`] run a command inside it.
-//!
-//! Everything here needs `CAP_SYS_ADMIN` (root) except opening and reading.
+//! Namespaces made here and by `ip netns add` are interchangeable (no `ip`
+//! binary is needed). Everything here needs `CAP_SYS_ADMIN` (root) except
+//! opening and reading.
 //!
 //! ```no_run
 //! use std::process::Command;
@@ -39,40 +29,29 @@
 //!
 //! # Caveats
 //!
-//! - **Namespaces belong to threads.** `setns(2)` and `unshare(2)` with
-//!   `CLONE_NEWNET` move only the calling thread; the rest of the process stays
-//!   where it was. A tokio worker that switched would run every task that
-//!   lands on it afterwards, and every `.await` point of the switched task, in
-//!   the wrong namespace. So nothing here ever switches the caller's thread or
-//!   a runtime thread: each switch happens on a new OS thread made for it,
-//!   which exits when the work is done, so no switch outlives it and none is
-//!   held across an `.await`. A thread costs some tens of microseconds; this
-//!   is not meant for hot paths.
-//! - **Children inherit the thread, not the process.** A command spawned from
-//!   the switched thread (as [`Netns::exec_in`] does) starts in the target
-//!   namespace; no `pre_exec` hook is involved. Threads the closure itself
-//!   spawns inherit the namespace too.
+//! - **Namespaces belong to threads.** `setns(2)` moves only the calling
+//!   thread; a tokio worker that switched would run every later task in the
+//!   wrong namespace. So each switch happens on a new OS thread made for
+//!   it, which exits when the work is done: none is held across an
+//!   `.await`. A thread costs some tens of microseconds: not for hot paths.
+//!   A command spawned from that thread ([`Netns::exec_in`]) starts in the
+//!   namespace, with no `pre_exec` hook.
 //! - **`/proc/self/net` shows the main thread's namespace**, not the current
 //!   thread's: code inside [`Netns::run`] must read `/proc/thread-self/net/...`.
 //!   Likewise `/sys/class/net` shows the namespace of whoever mounted sysfs;
 //!   use netlink (`ip`) or `/proc/thread-self/net` instead.
-//! - **Mount propagation.** A named namespace is a bind mount of the
-//!   namespace file onto `/run/netns/NAME`. As iproute2 does, [`Netns::create`]
-//!   first makes `/run/netns` a shared mount point (bind-mounting it onto
-//!   itself when it is not a mount point yet), so that the mount shows up, and
-//!   a later unmount is seen, in mount namespaces that share it (containers
-//!   started after the namespace, other `ip netns` users). Mount namespaces
-//!   that are private or slave copies made earlier keep their own view: there
-//!   the namespace can outlive [`Netns::delete`]. Conversely, a process that
-//!   runs in a private mount namespace of its own (systemd `PrivateMounts=`,
-//!   some container setups) creates namespaces that only it can see.
-//! - **Lifetime.** A named namespace lives as long as its bind mount, any open
-//!   [`Netns`] fd, or any process inside it. If the process is killed between
-//!   create and delete (a test runner's timeout, `SIGKILL`), nothing runs
-//!   [`NetnsGuard`]'s `Drop`: the mount stays in `/run/netns` until someone
-//!   runs `ip netns del NAME` or [`Netns::delete_named`]. If it is killed in
-//!   the middle of [`Netns::create`], an empty `/run/netns/NAME` file may
-//!   remain; `ip netns del` and [`Netns::delete_named`] remove that too.
+//! - **Mount propagation.** A named namespace is a bind mount onto
+//!   `/run/netns/NAME`, which [`Netns::create`] first makes a shared mount
+//!   point, as iproute2 does, so that mount namespaces sharing it see the
+//!   mount and its unmount. Private or slave copies made earlier keep their
+//!   own view (the namespace can outlive [`Netns::delete`] there); a
+//!   process in a private mount namespace (systemd `PrivateMounts=`) makes
+//!   namespaces only it can see.
+//! - **Lifetime.** A named namespace lives as long as its bind mount, any
+//!   open fd, or any process inside it. A process killed before
+//!   [`NetnsGuard`]'s `Drop` leaves the mount (or, killed inside
+//!   [`Netns::create`], an empty file) until `ip netns del NAME` or
+//!   [`Netns::delete_named`].
 //! - Only `/run/netns` is used (iproute2's `/var/run/netns`, which on current
 //!   systems is the same directory through the `/var/run` symlink).
 
@@ -312,12 +291,9 @@ impl Netns {
         })
     }
 
-    /// Runs `f` inside this namespace and returns what it returns.
-    ///
-    /// `f` runs on a new OS thread that enters the namespace (`setns`) and
-    /// exits afterwards; the calling thread never changes namespace. This
-    /// blocks the caller until `f` returns: from async code use
-    /// [`Netns::run_async`]. A panic in `f` is resumed in the caller.
+    /// Runs `f` inside this namespace, on a new OS thread, and returns
+    /// what it returns; blocking (from async code: [`Netns::run_async`]).
+    /// A panic in `f` is resumed in the caller.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), cni_async::Error> {
@@ -349,12 +325,9 @@ impl Netns {
         }
     }
 
-    /// Runs `f` inside this namespace without blocking the async caller.
-    ///
-    /// Like [`Netns::run`], `f` runs on a new OS thread (not a runtime
-    /// thread, not the blocking pool, whose threads are reused) that enters
-    /// the namespace and exits afterwards; the returned future waits for it.
-    /// A panic in `f` is resumed in the awaiting task.
+    /// [`Netns::run`] without blocking the async caller (a new OS thread,
+    /// not the blocking pool, whose threads are reused). A panic in `f` is
+    /// resumed in the awaiting task.
     ///
     /// # Cancellation
     ///
@@ -396,13 +369,8 @@ impl Netns {
     }
 
     /// Runs `cmd` inside this namespace and waits for it, as
-    /// [`Command::output`] does (stdout and stderr captured unless `cmd` says
-    /// otherwise, stdin `/dev/null` unless set).
-    ///
-    /// A new OS thread enters the namespace and spawns the command from
-    /// there, so the child starts in the namespace; the thread waits for the
-    /// child and exits. A non-zero exit is not an error here: look at
-    /// `status`.
+    /// [`Command::output`] does. A non-zero exit is not an error here: look
+    /// at `status`.
     ///
     /// ```no_run
     /// use std::process::Command;
@@ -421,13 +389,9 @@ impl Netns {
             .map_err(|e| netns_err(&self.path, format!("run `{shown}`"), e))
     }
 
-    /// Runs `cmd` inside this namespace and awaits its output, without
-    /// blocking the async caller. Needs a tokio runtime with I/O enabled.
-    ///
-    /// A new OS thread enters the namespace and spawns the command there as
-    /// a [`tokio::process::Child`], then exits; the output is awaited on the
-    /// caller's task. Unlike [`Netns::exec_in`], stdout and stderr are always
-    /// captured and stdin is always `/dev/null`, whatever `cmd` set.
+    /// [`Netns::exec_in`] without blocking the async caller (needs a tokio
+    /// runtime with I/O enabled); stdout and stderr are always captured and
+    /// stdin is always `/dev/null`, whatever `cmd` set.
     ///
     /// # Cancellation
     ///
@@ -512,18 +476,12 @@ impl NetnsGuard {
 
     /// Disarms the guard: the namespace is kept, and returned.
     pub fn into_inner(mut self) -> Netns {
-        match self.netns.take() {
-            Some(netns) => netns,
-            // `netns` is only taken by methods that consume the guard.
-            None => unreachable!("NetnsGuard without a namespace"),
-        }
+        // `netns` is only taken by methods that consume the guard.
+        self.netns.take().expect("NetnsGuard without a namespace")
     }
 
     fn get(&self) -> &Netns {
-        match &self.netns {
-            Some(netns) => netns,
-            None => unreachable!("NetnsGuard without a namespace"),
-        }
+        self.netns.as_ref().expect("NetnsGuard without a namespace")
     }
 }
 

@@ -69,11 +69,12 @@ impl Cni {
             let (_lock, read) = self
                 .inner
                 .cache
-                .lock_and_read_in_place(
+                .lock_and_read_with(
                     net.name,
                     &rt.container_id,
                     &rt.ifname,
                     deadline.remaining(),
+                    false,
                 )
                 .await?;
             let Some(cached) = result_of_entry(read?, net.version)? else {

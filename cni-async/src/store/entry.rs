@@ -56,15 +56,12 @@ impl Prior {
 
 impl Store {
     /// Writes `bytes` to `path` (a record file) atomically, flushed when
-    /// `fsync`. A durable write makes `results/` and the cache dir durable
-    /// in their parents: those made here at once, those found there the
-    /// first time this store writes into them (a process killed before it
-    /// flushed them, or a writer that never does, may have left them:
-    /// found by cnid's crash-point enumeration), then never again for the
-    /// same `results/`.
+    /// `fsync`, into a `results/` made durable in its parents
+    /// ([`durable::ensure_private_dir_durable_once`]).
     pub(crate) fn write_file(&self, path: &Path, bytes: &[u8], fsync: bool) -> Result<(), Error> {
         let (storage, results) = (&*self.storage, self.results_dir());
         report_private_dir(
+            "cache directory",
             &results,
             durable::ensure_private_dir_durable_once(storage, &results, fsync, &self.dirs)
                 .map_err(|e| io_err(&results, "create directory", e))?,

@@ -162,26 +162,28 @@ pub(crate) fn durable_err(f: durable::Failure) -> Error {
 /// found wrong.
 pub(crate) fn create_private_dir(dir: &Path) -> Result<(), Error> {
     report_private_dir(
+        "cache directory",
         dir,
         ensure_private_dir(dir).map_err(|e| io_err(dir, "create directory", e))?,
     );
     Ok(())
 }
 
-/// Warns about what [`ensure_private_dir`] found wrong with `dir`.
-pub(crate) fn report_private_dir(dir: &Path, found: PrivateDir) {
+/// Warns about what [`ensure_private_dir`] found wrong with `dir` (`what`
+/// names it: `cache directory`).
+pub(crate) fn report_private_dir(what: &str, dir: &Path, found: PrivateDir) {
     match found {
         PrivateDir::Private => {}
         PrivateDir::Tightened { was } => tracing::warn!(
             dir = %dir.display(),
             was = %format_args!("{was:04o}"),
-            "cache directory was open to other users; made it 0700"
+            "{what} was open to other users; made it 0700"
         ),
         PrivateDir::Foreign { owner, mode } => tracing::warn!(
             dir = %dir.display(),
             owner,
             mode = %format_args!("{mode:04o}"),
-            "cache directory belongs to another user, who can plant records; left as it is"
+            "{what} belongs to another user, who can plant files in it; left as it is"
         ),
         _ => {}
     }
