@@ -28,7 +28,8 @@ pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(
 /// writer died, and returns how many: only a regular file named exactly as
 /// [`temp_path`](crate::temp_path) names them, whose `pid` names no process
 /// (`kill(pid, 0)`), last modified at least `min_age` ago, and that no
-/// writer holds (see [`held`]). A missing dir has none.
+/// writer holds (a writer keeps a `flock` on its temp file until its
+/// rename). A missing dir has none.
 #[track_caller]
 pub fn remove_abandoned(
     storage: &(impl Storage + ?Sized),

@@ -25,7 +25,7 @@ use super::{LOCKS_DIR, Storage, Store, create_private_dir, durable, durable_err,
 use crate::error::Error;
 
 /// An attachment's lock; released when dropped, after removing the lock
-/// file when the attachment has no record (see the [module docs](self)).
+/// file (while still held) when the attachment has no record.
 #[derive(Debug)]
 pub struct AttachmentLock {
     path: PathBuf,
