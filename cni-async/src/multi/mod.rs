@@ -13,13 +13,10 @@
 //! it names networks ([`Sandbox::with_network`], as ocicni's `PodNetwork`),
 //! to the loopback network (when configured) plus those, in that order.
 //!
-//! | call | what runs | on failure |
-//! |---|---|---|
-//! | [`MultiNetwork::setup`] | ADD of each of the sandbox's networks, in order or all at once ([`SetupMode`]), each with [`CallOptions::rollback`], each refused when the network is attached already ([`Error::AlreadyAttached`]) | the networks this call set up are deleted again (DEL, fresh deadline, last to first), never one attached before it; the error names the network that failed |
-//! | [`MultiNetwork::remove`] | DEL of each network, last to first; a network no longer known is deleted with its cached config; works without the netns | goes on; every error is reported ([`Error::Multiple`]) |
-//! | [`MultiNetwork::check`] | CHECK of each network, in order | goes on; every error is reported |
-//! | [`MultiNetwork::status`], [`MultiNetwork::status_of`] | STATUS of the default set, or of a sandbox's networks (ready iff all are) | goes on; every error is reported (codes 50/51 kept) |
-//! | [`MultiNetwork::gc`] | GC of every network for a node, from the set of live container IDs, each network's GC alone (no ADD, DEL or CHECK of it meanwhile) | goes on; every error is reported |
+//! [`MultiNetwork::setup`] ADDs the sandbox's networks and undoes them all
+//! when one fails; [`MultiNetwork::remove`], [`MultiNetwork::check`],
+//! [`MultiNetwork::status`] and [`MultiNetwork::gc`] go on past errors and
+//! report every one ([`Error::Multiple`]).
 //!
 //! [`MultiResult`] aggregates the results. An error about one network
 //! names it (`network "NAME" (ifname IFNAME) VERB`).
@@ -121,7 +118,7 @@ use cni_core::NetworkConfigList;
 
 use crate::Cni;
 #[cfg(doc)]
-use crate::{CallOptions, Error};
+use crate::Error;
 
 /// The name of the loopback network ([`MultiNetworkBuilder::loopback`]).
 pub const LOOPBACK_NETWORK: &str = "cni-loopback";

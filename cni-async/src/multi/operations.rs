@@ -378,51 +378,30 @@ fn id_set<S: AsRef<str>>(ids: impl IntoIterator<Item = S>) -> HashSet<String> {
     ids.into_iter().map(|s| s.as_ref().to_owned()).collect()
 }
 
-impl<const N: usize> LiveContainers for [&str; N] {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
+/// `LiveContainers` through [`id_set`], for each `[generics] type`.
+macro_rules! live_by_id_set {
+    ($([$($g:tt)*] $t:ty),* $(,)?) => {$(
+        impl<$($g)*> LiveContainers for $t {
+            fn into_container_ids(self) -> HashSet<String> {
+                id_set(self)
+            }
+        }
+    )*};
 }
 
-impl<const N: usize> LiveContainers for &[&str; N] {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
-}
-
-impl<T: AsRef<str>> LiveContainers for &[T] {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
-}
-
-impl<T: AsRef<str>> LiveContainers for Vec<T> {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
-}
-
-impl<T: AsRef<str>> LiveContainers for &Vec<T> {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
-}
+live_by_id_set!(
+    [const N: usize] [&str; N],
+    [const N: usize] &[&str; N],
+    [T: AsRef<str>] &[T],
+    [T: AsRef<str>] Vec<T>,
+    [T: AsRef<str>] &Vec<T>,
+    [T: AsRef<str>, S: std::hash::BuildHasher] &HashSet<T, S>,
+    [T: AsRef<str>] &std::collections::BTreeSet<T>,
+);
 
 impl<S: std::hash::BuildHasher> LiveContainers for HashSet<String, S> {
     fn into_container_ids(self) -> HashSet<String> {
         self.into_iter().collect()
-    }
-}
-
-impl<T: AsRef<str>, S: std::hash::BuildHasher> LiveContainers for &HashSet<T, S> {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
-}
-
-impl<T: AsRef<str>> LiveContainers for &std::collections::BTreeSet<T> {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
     }
 }
 
