@@ -3,24 +3,12 @@
 //! Plugin failures keep their evidence: plugin type, command, exit status,
 //! the CNI error object the plugin printed (code, msg, details), its stderr and
 //! the start of its stdout. Every variant maps to a CNI error code
-//! ([`Error::code`]), so a CLI or daemon can answer with the spec's error JSON
-//! ([`Error::to_error_object`]).
-//!
-//! | variant | CNI code |
-//! |---|---|
-//! | [`Error::Core`] | the core error's own code |
-//! | [`Error::Plugin`] with an error object | the plugin's code |
-//! | [`Error::Plugin`] with undecodable stdout | 6 (decoding failure) |
-//! | [`Error::Plugin`] with empty stdout | 999 (internal: no code was given) |
-//! | [`Error::Timeout`] | 11 (try again later) |
-//! | [`Error::PluginNotFound`] | 7 (invalid network config: it names a plugin that is not installed) |
-//! | [`Error::Spawn`], [`Error::OutputTooLarge`], [`Error::Io`] | 5 (I/O failure) |
-//! | `Error::Hook` (feature `daemon`) | the code of the runtime's own error object |
-//! | [`Error::AttachmentCollision`], [`Error::AlreadyAttached`] | 4 (invalid environment variables: the container ID and interface name an attachment already uses) |
-//! | [`Error::Operation`], [`Error::Context`] | the wrapped error's |
-//!
-//! A timeout is 11: usually transient (a loaded host, a slow IPAM server),
-//! and the plugin's process group is killed by then, so a retry is safe.
+//! ([`Error::code`]): the plugin's own where it printed one, 6 for output
+//! that does not decode, 11 (try again later) for a timeout (usually
+//! transient, and the plugin's group is killed by then) or a busy
+//! attachment, 7 for a plugin not installed, 5 for I/O, 4 for an
+//! attachment taken already; a wrapper has the code of what it wraps. A CLI
+//! or daemon answers with the spec's error JSON ([`Error::to_error_object`]).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -713,7 +701,7 @@ impl Error {
         }
     }
 
-    /// The CNI error code that fits this error (see the table in the module docs).
+    /// The CNI error code that fits this error (see the module docs).
     pub fn code(&self) -> u32 {
         match self {
             Error::Core(e) => e.code(),

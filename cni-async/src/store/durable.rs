@@ -277,13 +277,7 @@ fn unchanged_since_boot(dir: &Path) -> bool {
             u64::try_from(meta.ctime()).unwrap_or(0),
             u32::try_from(meta.ctime_nsec()).unwrap_or(0),
         );
-    older_than_boot(changed, crate::sys::boot_time())
-}
-
-/// `changed` more than two seconds before `boot`.
-fn older_than_boot(changed: SystemTime, boot: Option<SystemTime>) -> bool {
-    const MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
-    boot.is_some_and(|b| changed + MARGIN < b)
+    crate::sys::before_boot(changed, crate::sys::boot_time())
 }
 
 /// `fsync`s a dir above the ones a writer owns: as [`sync_dir`], except
@@ -355,10 +349,13 @@ mod tests {
         use std::time::Duration;
         let boot = UNIX_EPOCH + Duration::from_secs(1_000_000);
         let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
-        assert!(older_than_boot(at(999_997), Some(boot)));
-        assert!(!older_than_boot(at(999_998), Some(boot)), "the rounding");
-        assert!(!older_than_boot(at(1_000_100), Some(boot)));
-        assert!(!older_than_boot(at(0), None), "no boot time");
+        assert!(crate::sys::before_boot(at(999_997), Some(boot)));
+        assert!(
+            !crate::sys::before_boot(at(999_998), Some(boot)),
+            "the rounding"
+        );
+        assert!(!crate::sys::before_boot(at(1_000_100), Some(boot)));
+        assert!(!crate::sys::before_boot(at(0), None), "no boot time");
         let tmp = tempfile::tempdir().unwrap();
         assert!(!unchanged_since_boot(tmp.path()), "made now");
         assert!(!unchanged_since_boot(&tmp.path().join("missing")));

@@ -3,19 +3,7 @@
 //! attachment at a time); the daemon API ([`crate::daemon`], feature
 //! `daemon`) reaches the rest (the storage seam, deferred flushes, scans).
 //!
-//! One concept per file:
-//!
-//! | file | holds |
-//! |---|---|
-//! | `durable.rs` | the storage seam and the atomic write (re-exported from `cni-durable`), and what a writer owes the dirs its files go in |
-//! | `entry.rs` | one attachment's entry: read as that attachment sees it, written, removed; corrupt files moved aside |
-//! | `listed.rs` | the one reader of a record file found in `results/` (listing, scan, owner lookup) |
-//! | `lock.rs` | the per-attachment `flock` files, and the sweep of unused ones |
-//! | `flush.rs` | when records become durable: at once, or later by file or by `syncfs` |
-//! | `scan.rs` | following `results/` from one scan to the next (`watch.rs`: its inotify watch) |
-//! | `page.rs` | listing and paging records, and the owners of a namespace's interface |
-//!
-//! Invariants, each kept in the file named:
+//! One concept per file. Invariants, each kept in the file named:
 //! - Every write, flush, rename and removal goes through the store's
 //!   [`Storage`] (`durable.rs`, [`Disk`] but in tests): a simulated disk
 //!   sees every I/O point.
