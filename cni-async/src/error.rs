@@ -606,7 +606,7 @@ impl Errors {
         }
     }
 
-    fn into_multiple(self) -> Error {
+    pub(crate) fn into_multiple(self) -> Error {
         Error::Multiple {
             operation: self.operation,
             errors: self.errors.into(),

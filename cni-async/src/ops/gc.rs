@@ -59,11 +59,7 @@ impl GcSummary {
         if self.failed.is_empty() {
             return Ok(self);
         }
-        let mut errors = Errors::new(format!("GC of network {network}"));
-        for f in self.failed {
-            errors.push(f.into_error(network));
-        }
-        errors.into_result_listed().map(|()| GcSummary::default())
+        Err(gc_failed(network, self.failed, Vec::new()))
     }
 }
 
@@ -164,19 +160,24 @@ impl Cni {
             if plugin_errors.is_empty() {
                 return Ok(summary);
             }
-            // The stale DELs' failures first, each naming its attachment.
-            let mut all = Errors::new(format!("GC of network {}", list.name()));
-            for f in summary.failed {
-                all.push(f.into_error(list.name()));
-            }
-            for e in plugin_errors {
-                all.push(e);
-            }
-            all.into_result_listed().map(|()| GcSummary::default())
+            Err(gc_failed(list.name(), summary.failed, plugin_errors))
         }
         .instrument(span)
         .await
     }
+}
+
+/// The [`Error::Multiple`] of a GC: the stale DELs' failures first, each
+/// naming its attachment, then `more`.
+fn gc_failed(network: &str, failed: Vec<GcFailure>, more: Vec<Error>) -> Error {
+    let mut all = Errors::new(format!("GC of network {network}"));
+    for f in failed {
+        all.push(f.into_error(network));
+    }
+    for e in more {
+        all.push(e);
+    }
+    all.into_multiple()
 }
 
 /// A GC ready to run ([`Cni::gc_network_list`]): `.await` it, after
