@@ -85,11 +85,11 @@ pub(crate) async fn blocking<T: Send + 'static>(
 }
 
 fn lost_task(e: tokio::task::JoinError) -> Error {
-    Error::Cache {
-        path: PathBuf::new(),
-        op: "run blocking cache task",
-        source: std::io::Error::other(e.to_string()),
-    }
+    crate::store::io_err(
+        Path::new(""),
+        "run blocking cache task",
+        std::io::Error::other(e),
+    )
 }
 
 fn owned(network: &str, container_id: &str, ifname: &str) -> (String, String, String) {

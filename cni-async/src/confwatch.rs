@@ -372,11 +372,8 @@ impl PluginId {
     /// The binary `cni` runs for `plugin_type`, as it is now.
     fn find(cni: &Cni, plugin_type: &str) -> Result<PluginId, crate::Error> {
         let path = cni.find_plugin(plugin_type)?;
-        let meta = std::fs::metadata(&path).map_err(|e| crate::Error::Cache {
-            path: path.clone(),
-            op: "stat plugin",
-            source: e,
-        })?;
+        let meta =
+            std::fs::metadata(&path).map_err(|e| crate::store::io_err(&path, "stat plugin", e))?;
         Ok(PluginId {
             dev: meta.dev(),
             ino: meta.ino(),

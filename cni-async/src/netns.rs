@@ -371,18 +371,6 @@ impl Netns {
     /// Runs `cmd` inside this namespace and waits for it, as
     /// [`Command::output`] does. A non-zero exit is not an error here: look
     /// at `status`.
-    ///
-    /// ```no_run
-    /// use std::process::Command;
-    /// # fn main() -> Result<(), cni_async::Error> {
-    /// let ns = cni_async::netns::Netns::open("/run/netns/blue")?;
-    /// let mut cmd = Command::new("ip");
-    /// cmd.args(["-br", "link"]);
-    /// let out = ns.exec_in(cmd)?;
-    /// println!("{}", String::from_utf8_lossy(&out.stdout));
-    /// # Ok(())
-    /// # }
-    /// ```
     pub fn exec_in(&self, mut cmd: Command) -> Result<Output, Error> {
         let shown = show_command(&cmd);
         self.run(move || cmd.output())?
@@ -439,16 +427,6 @@ impl fmt::Display for Netns {
 /// Dereferences to the [`Netns`]. Deletion errors on drop are logged
 /// (`tracing` warning) and otherwise ignored; call [`NetnsGuard::delete`] to
 /// see them.
-///
-/// ```no_run
-/// # fn main() -> Result<(), cni_async::Error> {
-/// {
-///     let ns = cni_async::netns::NetnsGuard::create("scratch")?;
-///     println!("{}", ns.path().display());
-/// } // `ip netns del scratch` happened here
-/// # Ok(())
-/// # }
-/// ```
 #[derive(Debug)]
 pub struct NetnsGuard {
     netns: Option<Netns>,

@@ -403,11 +403,7 @@ impl StaleScanner {
             (state, res)
         })
         .await
-        .map_err(|e| Error::Cache {
-            path: dir,
-            op: "scan",
-            source: std::io::Error::other(e),
-        })?;
+        .map_err(|e| crate::store::io_err(&dir, "scan", std::io::Error::other(e)))?;
         self.state = state;
         res
     }

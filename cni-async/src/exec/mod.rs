@@ -6,27 +6,6 @@
 //! can swap in its own `Arc<dyn PluginExec>` (a sandbox, a remote channel,
 //! in-process fakes), as libcni's `invoke.Exec` allows.
 //!
-//! ```no_run
-//! use std::time::Duration;
-//! use cni_async::exec::{ExecRequest, PluginExec, RawExec};
-//! use cni_core::Command;
-//!
-//! # async fn demo() -> Result<(), cni_async::Error> {
-//! let exec = RawExec::new();
-//! let dirs = ["/opt/cni/bin".into(), "/usr/lib/cni".into()];
-//! let path = exec.find_plugin("bridge", &dirs)?;
-//! let env = [
-//!     ("CNI_COMMAND".to_owned(), "VERSION".to_owned()),
-//!     ("CNI_PATH".to_owned(), "/opt/cni/bin:/usr/lib/cni".to_owned()),
-//! ];
-//! let stdin = br#"{"cniVersion":"1.1.0"}"#;
-//! let req = ExecRequest::new(&path, "bridge", Command::Version, &env, stdin, Duration::from_secs(10));
-//! let out = exec.exec(req).await?;
-//! println!("{}", String::from_utf8_lossy(&out.stdout));
-//! # Ok(())
-//! # }
-//! ```
-//!
 //! # Caveats
 //!
 //! - **Deadlines.** Every run has one ([`ExecRequest::timeout`]; per-verb

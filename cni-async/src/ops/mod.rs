@@ -43,27 +43,6 @@
 //!   libcni allows), a DEL would take the working attachment down, so
 //!   nothing is rolled back: the error comes back as is, with a warning.
 //!   [`AddRequest::exclusive`] refuses such an ADD before any plugin runs.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), cni_async::Error> {
-//! use cni_async::Cni;
-//! use cni_core::{confdir, RuntimeConf};
-//! use std::path::Path;
-//! use std::time::Duration;
-//!
-//! let cni = Cni::builder().plugin_dirs(["/opt/cni/bin", "/usr/lib/cni"]).build();
-//! let list = confdir::load_network(Path::new("/etc/cni/net.d"), "mynet")?;
-//! let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
-//! let result = cni
-//!     .add_network_list(&list, &rt)
-//!     .timeout(Duration::from_secs(30))
-//!     .rollback(true)
-//!     .await?;
-//! println!("{}", result.to_json_pretty());
-//! cni.check_network_list(&list, &rt).await?;
-//! cni.del_network_list(&list, &rt).await?;
-//! # Ok(()) }
-//! ```
 
 mod add;
 mod builder;
