@@ -163,17 +163,12 @@ impl Store {
                     rec.network_name, rec.container_id, rec.if_name
                 ),
             }),
-            // In doubt, a corrupt record (kept in place) is an attachment too:
-            // an exclusive ADD that ran over it and succeeded (loopback does,
-            // again and again) would count as made by this call, and a
-            // sandbox's undo would take the working attachment down. A DEL
-            // moves it aside.
+            // In doubt, a corrupt record (kept in place) is an attachment
+            // too, which a sandbox's undo must not take down.
             Slot::Ours(_) if fresh => Err(already()),
             Slot::Corrupt if fresh && keep_corrupt => Err(already()),
             Slot::Empty => Ok(Prior::Nothing),
             Slot::Ours(_) => Ok(Prior::Record),
-            // A corrupt record is no proof that nothing was attached: in doubt,
-            // the rollback keeps it.
             Slot::Corrupt => Ok(Prior::Corrupt),
             Slot::Link => Ok(Prior::Link),
         }
@@ -221,15 +216,10 @@ impl Store {
         {
             return Ok(());
         }
+        // Not flushed (see the module docs of `store`).
         match self.storage.remove(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err(&path, "remove", e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(&path, "remove", e)),
+            _ => Ok(()),
         }
-        // No fsync of the dir: if a power loss brings the record back,
-        // the attachment gets one more DEL (from GC or the runtime),
-        // which the spec requires to succeed anyway. That saves an
-        // fsync on every DEL.
-        Ok(())
     }
 }
