@@ -746,45 +746,29 @@ impl Error {
     /// stderr (if any) as `details`; a wrapper keeps the details of the
     /// error whose code it has.
     pub fn to_error_object(&self, cni_version: &str) -> ErrorObject {
-        match self {
-            Error::Core(e) => e.to_error_object(cni_version),
+        let details = match self {
+            Error::Core(e) => return e.to_error_object(cni_version),
             Error::Plugin {
                 error: Some(obj), ..
-            } => ErrorObject::new(cni_version, obj.code, obj.msg.clone(), obj.details.clone()),
-            Error::Plugin { stderr, .. } => ErrorObject::new(
-                cni_version,
-                self.code(),
-                Chain(self).to_string(),
-                stderr.trim_end(),
-            ),
+            } => return ErrorObject::new(cni_version, obj.code, &obj.msg, &obj.details),
             #[cfg(feature = "daemon")]
-            Error::Hook(hook) => hook.to_error_object(cni_version),
-            Error::Timeout { stderr_so_far, .. } => ErrorObject::new(
-                cni_version,
-                self.code(),
-                Chain(self).to_string(),
-                stderr_so_far.trim_end(),
-            ),
-            Error::Operation { source, .. } => source.to_error_object(cni_version),
+            Error::Hook(hook) => return hook.to_error_object(cni_version),
+            Error::Operation { source, .. } => return source.to_error_object(cni_version),
+            Error::Plugin { stderr, .. }
+            | Error::Timeout {
+                stderr_so_far: stderr,
+                ..
+            } => stderr.trim_end().to_owned(),
             Error::Context { source: inner, .. } | Error::RollbackFailed { error: inner, .. } => {
-                ErrorObject::new(
-                    cni_version,
-                    self.code(),
-                    Chain(self).to_string(),
-                    inner.to_error_object(cni_version).details,
-                )
+                inner.to_error_object(cni_version).details
             }
-            Error::Multiple { errors, .. } => ErrorObject::new(
-                cni_version,
-                self.code(),
-                Chain(self).to_string(),
-                errors
-                    .first()
-                    .map(|e| e.to_error_object(cni_version).details)
-                    .unwrap_or_default(),
-            ),
-            _ => ErrorObject::new(cni_version, self.code(), Chain(self).to_string(), ""),
-        }
+            Error::Multiple { errors, .. } => errors
+                .first()
+                .map(|e| e.to_error_object(cni_version).details)
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        ErrorObject::new(cni_version, self.code(), Chain(self).to_string(), details)
     }
 
     /// Whether this is a plugin that ran and failed ([`Error::Plugin`]) with

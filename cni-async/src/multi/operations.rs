@@ -170,10 +170,8 @@ impl MultiNetwork {
     /// parallel mode, every network that failed: [`Error::Multiple`]). If
     /// that rollback fails too, the error is [`Error::RollbackFailed`].
     ///
-    /// A network the sandbox is attached to already is refused
-    /// ([`Error::AlreadyAttached`], no plugin run) and never deleted by that
-    /// rollback: a setup run again over a set-up sandbox fails and leaves
-    /// it working (see the module's caveats).
+    /// A network attached already is refused ([`Error::AlreadyAttached`])
+    /// and never deleted by that rollback (see the module's caveats).
     pub async fn setup_with(
         &self,
         sandbox: &Sandbox,
@@ -197,16 +195,10 @@ impl MultiNetwork {
     /// past errors. Fails with [`Error::Multiple`] listing every network
     /// whose DEL failed. Repeating it is fine.
     ///
-    /// Teardown completes where it can:
-    /// - the namespace may be gone: [`Sandbox::netns`] empty or a stale
-    ///   path (plugins are told, and clean up what is outside it);
-    /// - a network the sandbox names that this `MultiNetwork` no longer
-    ///   has (its file was removed before the runtime rebuilt it) is
-    ///   deleted with the configuration cached at ADD
-    ///   ([`Cni::del_cached`]);
-    /// - so is every other cached attachment of this container on a network
-    ///   this `MultiNetwork` does not have at all, so a network removed from
-    ///   the conf dir after setup does not leak its attachment.
+    /// The namespace may be gone ([`Sandbox::netns`] empty or stale). A
+    /// network this `MultiNetwork` no longer has, named by the sandbox or
+    /// in a cached attachment of this container, is deleted with the
+    /// configuration cached at ADD ([`Cni::del_cached`]).
     pub async fn remove(&self, sandbox: &Sandbox) -> Result<(), Error> {
         let planned = self.plan(sandbox)?;
         let hook = Plain(self);
@@ -309,15 +301,11 @@ impl MultiNetwork {
     /// lists) the plugins get GC with the live attachments as valid
     /// ([`Cni::gc_network_list`]).
     ///
-    /// Each network's GC runs alone: it waits for the ADD, DEL and CHECK of
-    /// this `MultiNetwork` (and its clones) that are running on that
-    /// network, and holds back those that arrive meanwhile, as the spec asks
-    /// of runtimes. Goes on past a failing network; the summaries of those
-    /// that worked come back, every failure in [`Error::Multiple`].
-    ///
-    /// `live` is any collection of container IDs ([`LiveContainers`]):
-    /// `["c1", "c2"]`, `&ids` of a `Vec<String>`, a `HashSet<String>`, and
-    /// `[]` (no container lives: every cached attachment goes).
+    /// Each network's GC runs alone (no ADD, DEL or CHECK of this
+    /// `MultiNetwork` on it meanwhile), as the spec asks of runtimes. Goes
+    /// on past a failing network; every failure comes back in
+    /// [`Error::Multiple`]. `live`: `["c1", "c2"]`, `&ids`, a set, or `[]`
+    /// ([`LiveContainers`]).
     pub async fn gc(&self, live: impl LiveContainers) -> Result<Vec<NetworkGc>, Error> {
         let live = live.into_container_ids();
         let mut out = Vec::new();

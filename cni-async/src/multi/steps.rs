@@ -195,7 +195,7 @@ where
 }
 
 /// Attaches a sandbox to `steps`, in `mode`, each network's ADD under its
-/// gate, as [`MultiNetwork::setup`](super::MultiNetwork::setup) says; the
+/// gate, as [`MultiNetwork::setup_with`](super::MultiNetwork::setup_with) says; the
 /// undo's DELs run with [`StepHook::undo_options`].
 pub async fn setup_steps<'s>(
     hook: &impl StepHook,

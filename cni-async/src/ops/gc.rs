@@ -10,12 +10,7 @@ use crate::error::{Error, Errors};
 use super::request::{Operation, Request};
 use super::{CallOptions, Cni, Net, not_started};
 
-/// What GC did.
-///
-/// A stale attachment whose DEL failed, or that the deadline left no time
-/// for, does not fail the GC: it is listed in [`GcSummary::failed`] (its
-/// cache entry stays, so the next GC or a DEL tries again) and the others
-/// are still deleted. Callers that treat any leftover as a failure (as the
+/// What GC did. Callers that treat any leftover as a failure (as the
 /// reference cnitool does) use [`GcSummary::into_result`].
 #[derive(Debug, Default)]
 pub struct GcSummary {
@@ -68,17 +63,10 @@ impl Cni {
     /// this network that is not in `valid_attachments` gets a DEL (with this
     /// config and the cached args) and loses its cache entry; then, for 1.1.0
     /// lists, every plugin gets GC with `cni.dev/valid-attachments` (and the
-    /// older `cni.dev/attachments`). Errors do not stop the rest.
-    ///
-    /// A stale DEL that fails is reported in [`GcSummary::failed`], not as
-    /// an error. The call fails when a plugin's GC fails: then every error,
-    /// the stale DELs' first (each naming its attachment), comes back as
-    /// [`Error::Multiple`].
-    ///
-    /// The deadline bounds the whole GC: the stale DELs and the plugins'
-    /// GC share it. A plugin still running when it expires is killed; the
-    /// stale DELs it leaves no time for are not started and are reported
-    /// as failed with [`Error::Timeout`].
+    /// older `cni.dev/attachments`). Errors do not stop the rest: a stale
+    /// DEL that fails is in [`GcSummary::failed`]; a plugin's GC that fails
+    /// makes the call fail with every error ([`Error::Multiple`]). One
+    /// deadline bounds it all.
     pub fn gc_network_list<'a>(
         &'a self,
         list: &'a NetworkConfigList,

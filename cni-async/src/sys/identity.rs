@@ -315,6 +315,11 @@ impl Search {
         }
     }
 
+    /// `r`'s value, or `None` with its error recorded ([`Search::unreadable`]).
+    fn read<T>(&mut self, r: io::Result<T>) -> Option<T> {
+        r.map_err(|e| self.unreadable(&e)).ok()
+    }
+
     /// Whether the task at `/proc/{task}` is in the namespace. Its link
     /// is read (`net:[INO]`), which needs less than following it; a task
     /// whose link is not ours to read is placed later by its `net/dev`.
@@ -343,9 +348,8 @@ impl Search {
                 if e.raw_os_error() == Some(libc::EACCES)
                     || e.raw_os_error() == Some(libc::EPERM) =>
             {
-                match proc_net {
-                    Ok(pn) => self.unplaced.push(pn),
-                    Err(e) => self.unreadable(&e),
+                if let Some(pn) = self.read(proc_net) {
+                    self.unplaced.push(pn);
                 }
                 false
             }
@@ -361,12 +365,8 @@ impl Search {
         if self.same(&format!("/proc/{pid}")) {
             return true;
         }
-        let tasks = match std::fs::read_dir(format!("/proc/{pid}/task")) {
-            Ok(t) => t,
-            Err(e) => {
-                self.unreadable(&e);
-                return false;
-            }
+        let Some(tasks) = self.read(std::fs::read_dir(format!("/proc/{pid}/task"))) else {
+            return false;
         };
         for t in tasks.filter_map(Result::ok) {
             let tid = t.file_name();
@@ -389,12 +389,9 @@ impl Search {
         if mnt.is_some_and(|m| self.mnt_seen.contains(&m)) {
             return false;
         }
-        let info = match std::fs::read_to_string(format!("/proc/{pid}/mountinfo")) {
-            Ok(info) => info,
-            Err(e) => {
-                self.unreadable(&e);
-                return false;
-            }
+        let Some(info) = self.read(std::fs::read_to_string(format!("/proc/{pid}/mountinfo")))
+        else {
+            return false;
         };
         // Mount ids are unique across mount namespaces: the first one
         // names the table where the namespace's inode is not ours to read.
@@ -414,12 +411,8 @@ impl Search {
     /// made in it (a socket holds its namespace: a tool that entered it,
     /// opened one and left).
     fn open(&mut self, pid: &str) -> bool {
-        let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
-            Ok(f) => f,
-            Err(e) => {
-                self.unreadable(&e);
-                return false;
-            }
+        let Some(fds) = self.read(std::fs::read_dir(format!("/proc/{pid}/fd"))) else {
+            return false;
         };
         let want = format!("net:[{}]", self.ns.1);
         for fd in fds.filter_map(Result::ok) {
