@@ -69,24 +69,8 @@
 //! An [`Error`]'s message names only its own part (every error of an ADD,
 //! CHECK or DEL names its network, interface and verb:
 //! [`Error::Operation`]); print the whole chain with [`Chain`], or with
-//! anyhow's `{:#}`:
-//!
-//! ```no_run
-//! # async fn demo(cni: cni_async::Cni, list: cni_core::NetworkConfigList, rt: cni_core::RuntimeConf) {
-//! use cni_async::Chain;
-//!
-//! if let Err(e) = cni.add_network_list(&list, &rt).await {
-//!     // network "mynet" (ifname eth0) ADD (not rolled back: what its
-//!     // plugins made, such as an address, stays until this attachment is
-//!     // DELed): plugin portmap ADD failed (exit status 1): ...
-//!     eprintln!("{}", Chain(&e));
-//!     if e.del_owed() {
-//!         // The spec's rule after a failed ADD: DEL it.
-//!         let _ = cni.del_network_list(&list, &rt).await;
-//!     }
-//! }
-//! # }
-//! ```
+//! anyhow's `{:#}`. After a failed ADD, [`Error::del_owed`] says whether
+//! the spec's DEL is owed.
 //!
 //! To branch on what failed, use [`Error::kind`], or `match` on
 //! [`Error::innermost`].

@@ -34,26 +34,6 @@ impl BatchBuilder {
     /// to the batch (a mistyped network name must not delete another
     /// batch), when the prefix is invalid, or `/run/netns` or the cache
     /// cannot be read.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), cni_async::Error> {
-    /// use cni_async::{Cni, MultiNetwork};
-    /// use cni_async::batch::BatchBuilder;
-    /// use cni_core::confdir;
-    /// use std::path::Path;
-    ///
-    /// let cni = Cni::builder().plugin_dirs(["/usr/lib/cni"]).build();
-    /// let list = confdir::load_network(Path::new("/etc/cni/net.d"), "bench")?;
-    /// let networks = MultiNetwork::builder(cni).network(list).build()?;
-    ///
-    /// // What a killed run of `BatchBuilder::new(..).prefix("bench-")` left.
-    /// let batch = BatchBuilder::new(networks).prefix("bench-").adopt().await?;
-    /// for m in batch.members() {
-    ///     println!("{}: {} cached attachment(s)", m.name(), m.cached_attachments().len());
-    /// }
-    /// batch.teardown().await?;
-    /// # Ok(()) }
-    /// ```
     pub async fn adopt(self) -> Result<Batch, Error> {
         if self.prefix.ends_with(|c: char| c.is_ascii_digit()) {
             return Err(Error::NetnsName {
