@@ -147,10 +147,8 @@ impl Netns {
         }
     }
 
-    /// Makes [`NETNS_RUN_DIR`] ready for named namespaces (a shared mount
-    /// point, as iproute2 does), which [`Netns::create`] does first: call
-    /// it once up front to fail early, with one error, when the caller
-    /// may not (not root: `Permission denied`).
+    /// Makes [`NETNS_RUN_DIR`] a shared mount point, as [`Netns::create`]
+    /// does first: to fail early, with one error, when the caller may not.
     pub fn prepare_named() -> Result<(), Error> {
         prepare_run_dir(Path::new(NETNS_RUN_DIR))
     }
@@ -185,13 +183,10 @@ impl Netns {
     }
 
     /// Deletes the named namespace `/run/netns/NAME`, as `ip netns del NAME`
-    /// does: a lazy unmount (`MNT_DETACH`), then unlink. Works for namespaces
-    /// made by `ip netns add` as well as by [`Netns::create`], and for the
-    /// empty file an interrupted create leaves.
-    ///
-    /// The namespace itself goes away once nothing else holds it (open fds,
-    /// processes inside it). Fails with an [`io::ErrorKind::NotFound`] source
-    /// when there is no such name.
+    /// does (a lazy unmount, then unlink), also the empty file an
+    /// interrupted create leaves. The namespace itself goes once nothing
+    /// else holds it. Fails with an [`io::ErrorKind::NotFound`] source when
+    /// there is no such name.
     pub fn delete_named(name: &str) -> Result<(), Error> {
         validate_name(name)?;
         let path = Path::new(NETNS_RUN_DIR).join(name);
@@ -269,9 +264,8 @@ impl Netns {
         self.name.as_deref()
     }
 
-    /// The namespace's inode number: its identity, as shown by `lsns` and by
-    /// `readlink /proc/PID/ns/net` (`net:[INODE]`). Two handles with the same
-    /// inode refer to the same namespace.
+    /// The namespace's inode number: its identity, as `lsns` and
+    /// `readlink /proc/PID/ns/net` (`net:[INODE]`) show it.
     pub fn inode(&self) -> Result<u64, Error> {
         sys::fd_identity(self.fd.as_fd())
             .map(|(_, ino)| ino)

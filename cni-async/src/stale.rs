@@ -326,12 +326,9 @@ impl Candidate {
 type Key = (String, String, String);
 
 /// Lists a cache's attachments with their verdicts, remembering from scan
-/// to scan since when each namespace has been seen gone. The records are
-/// followed from scan to scan: a scan reads only the
-/// record files new or replaced since the last one, and keeps only their
-/// identity and netns (not their results), so it costs a directory
-/// listing and a `stat` per attachment, plus a search of `/proc` for each
-/// namespace of this boot not at its path.
+/// to scan since when each namespace has been seen gone. A scan reads only
+/// the record files new or replaced since the last one, and keeps only
+/// their identity and netns.
 #[derive(Debug)]
 pub struct StaleScanner {
     host: Host,
@@ -369,18 +366,16 @@ impl StaleScanner {
     }
 
     /// Whether this process sees the host's mounts and processes (the
-    /// initial pid namespace, pid 1's mount namespace), as found when the
-    /// scanner was made. When it does not, only attachments another boot
-    /// id proves gone are ever stale (the others are
-    /// [`Kept::HostMountsUnseen`]): callers say so once.
+    /// initial pid namespace, pid 1's mount namespace; a unit with a
+    /// private `/run` does not). When it does not, only attachments another
+    /// boot id proves gone are ever stale ([`Kept::HostMountsUnseen`]).
     pub fn sees_host_mounts(&self) -> bool {
         self.host.sees_host_mounts
     }
 
     /// Every `cniCacheV1` record of `cache` with its verdict, sorted by
     /// network, container and interface. An unreadable cache dir is an
-    /// error (nothing is stale then; a missing one is an empty cache);
-    /// unusable record files are left out.
+    /// error; unusable record files are left out.
     pub async fn scan(&mut self, cache: &ResultCache) -> Result<Vec<Candidate>, Error> {
         let (host, stale_after, cache) = (self.host.clone(), self.stale_after, cache.clone());
         let dir = cache.results_dir();

@@ -123,12 +123,7 @@ impl Cni {
         exclusive: bool,
         gave_up: &(dyn Fn() -> bool + Sync),
     ) -> Result<Option<Added>, Error> {
-        Self::validate_attachment(&net, rt)?;
-        if self.inner.check_netns {
-            crate::check_netns(&rt.netns, Command::Add)?;
-        } else {
-            crate::nscheck::check_netns_path(&rt.netns, Command::Add)?;
-        }
+        self.validate_attachment(&net, rt, Command::Add)?;
         let deadline = self.deadline(Command::Add, opts);
         let span = tracing::info_span!("cni.add", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {

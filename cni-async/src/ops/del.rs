@@ -155,7 +155,7 @@ impl Cni {
         held: Option<AttachmentLock>,
         expect: Option<&Expect<'_>>,
     ) -> Result<Deleted, Error> {
-        Self::validate_attachment(net, rt)?;
+        self.validate_attachment(net, rt, Command::Del)?;
         let span = tracing::info_span!("cni.del", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             // DEL must work when things are already gone (spec), also when

@@ -235,7 +235,14 @@ impl Cni {
         let _ = rx.wait_for(|n| *n == 0).await;
     }
 
-    fn validate_attachment(net: &Net<'_>, rt: &RuntimeConf) -> Result<(), Error> {
+    /// The names, the netns rule of `command` ([`crate::nscheck`]) and a
+    /// list with plugins.
+    fn validate_attachment(
+        &self,
+        net: &Net<'_>,
+        rt: &RuntimeConf,
+        command: Command,
+    ) -> Result<(), Error> {
         validate::network_name(net.name)?;
         rt.validate()?;
         // A list without plugins (no `plugins`, plugin files not loaded)
@@ -246,7 +253,11 @@ impl Cni {
                 reason: "no plugins to run".into(),
             }));
         }
-        Ok(())
+        if self.inner.check_netns {
+            crate::check_netns(&rt.netns, command)
+        } else {
+            crate::nscheck::check_netns_path(&rt.netns, command)
+        }
     }
 
     /// Runs `plugin` for `command` (ADD, DEL, CHECK) on the attachment
