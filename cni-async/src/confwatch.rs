@@ -283,9 +283,8 @@ fn log_reload(dir: &Path, old: &ConfSnapshot, new: &ConfSnapshot, changes: &Chan
 /// Why a [`NetworkSet`] is not ready ([`NetworkSet::readiness`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotReady {
-    /// What is missing, for people: e.g. "the conf dir /etc/cni/net.d
-    /// does not exist", "no network configuration in /etc/cni/net.d", or
-    /// which networks are unusable and why.
+    /// What is missing, for people (no conf dir, no configuration, or
+    /// which networks are unusable and why).
     pub reason: String,
     /// The loaded networks that cannot work now, in conf-dir order.
     pub unusable: Vec<Unusable>,
@@ -400,8 +399,8 @@ pub struct NetworkSet {
     /// Serializes reloads, so generations and change logs are in order.
     reloading: Mutex<()>,
     readiness: tokio::sync::Mutex<Option<ReadinessMemo>>,
-    /// VERSION answers by binary, kept across snapshots (see the module
-    /// docs); only touched under the `readiness` lock.
+    /// VERSION answers by binary, kept across snapshots; only touched under
+    /// the `readiness` lock.
     versions: Mutex<VersionAnswers>,
     /// The generation of the latest snapshot, for [`NetworkSet::subscribe`].
     generation: tokio::sync::watch::Sender<u64>,
@@ -432,9 +431,8 @@ impl NetworkSet {
     }
 
     /// Networks for which `refuse` gives a reason are not loaded: their
-    /// file is listed under [`ConfSnapshot::skipped`] with that reason (so
-    /// readiness and "not found" errors name it), as an unparsable one is.
-    /// cnid refuses a network that would call cnid itself.
+    /// file is listed under [`ConfSnapshot::skipped`] with that reason, as
+    /// an unparsable one is (cnid refuses a network that would call cnid).
     pub fn with_refusal(
         mut self,
         refuse: impl Fn(&NetworkConfigList) -> Option<String> + Send + Sync + 'static,
@@ -489,10 +487,9 @@ impl NetworkSet {
         }
     }
 
-    /// Reloads whenever the conf dir changes, until the future is dropped
-    /// (see the [module docs](self)): [`NetworkSet::watcher`] then
-    /// [`ConfWatcher::run`]. Returns only when inotify fails (the error says
-    /// why).
+    /// Reloads whenever the conf dir changes, until the future is dropped:
+    /// [`NetworkSet::watcher`] then [`ConfWatcher::run`]. Returns only when
+    /// inotify fails.
     pub async fn watch(self: &Arc<Self>) -> io::Error {
         match self.watcher() {
             Ok(w) => w.run().await,

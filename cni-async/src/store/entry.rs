@@ -15,9 +15,7 @@ use crate::error::Error;
 enum Slot {
     /// No file.
     Empty,
-    /// A corrupt file: nothing usable, but maybe what is left
-    /// of an attachment made earlier. Moved aside, unless the reader asked
-    /// to keep it in place.
+    /// A corrupt file, maybe what is left of an attachment made earlier.
     Corrupt,
     /// A symbolic link, always moved aside.
     Link,
@@ -35,15 +33,13 @@ pub(crate) enum Prior {
     Nothing,
     /// Its record, or a legacy bare result.
     Record,
-    /// A symbolic link, moved aside at once (never followed; neither this
-    /// library nor libcni writes one, so it is no sign of an attachment to
-    /// keep in place), counted as there before all the same.
+    /// A symbolic link, moved aside at once (never followed; nobody writes
+    /// one, so it is no sign of an attachment to keep in place), counted as
+    /// there before all the same.
     Link,
-    /// A corrupt file, left in place: no proof that nothing
-    /// is attached, so it must stay as evidence until the ADD succeeds
-    /// (then [`crate::cache::ResultCache::write_holding`] replaces it) or a
-    /// DEL moves it aside. Moved aside earlier, a failed ADD would leave
-    /// nothing, and the next ADD's rollback would delete what was attached.
+    /// A corrupt file, left in place as evidence that something may be
+    /// attached, until the ADD succeeds (its record replaces it) or a DEL
+    /// moves it aside.
     Corrupt,
 }
 
@@ -139,10 +135,9 @@ impl Store {
         }
     }
 
-    /// The check of an ADD's lock step, on the calling thread. `Ok` unless
-    /// `path` holds another attachment's record (or, when `fresh`, this
-    /// attachment's own); answers what of this attachment was there
-    /// before. A corrupt file is moved aside unless `keep_corrupt`.
+    /// The check of an ADD's lock step (see
+    /// [`crate::cache::ResultCache::lock_for_add`]); a corrupt file is moved
+    /// aside unless `keep_corrupt`.
     pub(crate) fn check_not_taken(
         &self,
         path: &Path,
