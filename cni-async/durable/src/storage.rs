@@ -213,7 +213,7 @@ impl Storage for Disk {
 
 /// `path` opened for reading, never through a link, without blocking on a
 /// FIFO.
-fn open_nonblocking(path: &Path) -> io::Result<File> {
+pub(crate) fn open_nonblocking(path: &Path) -> io::Result<File> {
     no_follow()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)

@@ -80,16 +80,7 @@ impl Cni {
         list: &'a NetworkConfigList,
         rt: &'a RuntimeConf,
     ) -> AddRequest<'a> {
-        Request::new(
-            self,
-            AddOp {
-                net: Ok(Net::list(list)),
-                rt,
-                detach: false,
-                exclusive: false,
-                out: PhantomData,
-            },
-        )
+        self.add_request(Ok(Net::list(list)), rt)
     }
 
     /// ADD of a single plugin configuration (its own `name` and
@@ -100,10 +91,18 @@ impl Cni {
         plugin: &'a PluginConfig,
         rt: &'a RuntimeConf,
     ) -> AddRequest<'a> {
+        self.add_request(Net::single(plugin), rt)
+    }
+
+    fn add_request<'a>(
+        &'a self,
+        net: Result<Net<'a>, Error>,
+        rt: &'a RuntimeConf,
+    ) -> AddRequest<'a> {
         Request::new(
             self,
             AddOp {
-                net: Net::single(plugin),
+                net,
                 rt,
                 detach: false,
                 exclusive: false,

@@ -29,14 +29,7 @@ impl Cni {
         list: &'a NetworkConfigList,
         rt: &'a RuntimeConf,
     ) -> DelRequest<'a> {
-        Request::new(
-            self,
-            DelOp {
-                target: DelTarget::Net(Ok(Net::list(list))),
-                rt,
-                out: PhantomData,
-            },
-        )
+        self.del_request(DelTarget::Net(Ok(Net::list(list))), rt)
     }
 
     /// DEL using the configuration stored in the cache entry of the
@@ -45,10 +38,14 @@ impl Cni {
     /// capability args are used when `rt` has none. Errors with code 3 when
     /// there is no entry.
     pub fn del_cached<'a>(&'a self, network: &'a str, rt: &'a RuntimeConf) -> DelRequest<'a> {
+        self.del_request(DelTarget::Cached(network), rt)
+    }
+
+    fn del_request<'a>(&'a self, target: DelTarget<'a>, rt: &'a RuntimeConf) -> DelRequest<'a> {
         Request::new(
             self,
             DelOp {
-                target: DelTarget::Cached(network),
+                target,
                 rt,
                 out: PhantomData,
             },
@@ -121,14 +118,7 @@ impl Cni {
         plugin: &'a PluginConfig,
         rt: &'a RuntimeConf,
     ) -> DelRequest<'a> {
-        Request::new(
-            self,
-            DelOp {
-                target: DelTarget::Net(Net::single(plugin)),
-                rt,
-                out: PhantomData,
-            },
-        )
+        self.del_request(DelTarget::Net(Net::single(plugin)), rt)
     }
 
     pub(super) async fn del(
