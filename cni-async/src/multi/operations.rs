@@ -6,7 +6,9 @@ use cni_core::{CapabilityArgs, CniArgs, Command, RuntimeConf, validate};
 
 use super::builder::invalid_set;
 use super::request::set_pair;
-use super::steps::{SandboxStep, StepHook, check_steps, context, remove_into, setup_steps};
+use super::steps::{
+    SandboxStep, StepHook, check_steps, context, remove_into, setup_steps, unknown,
+};
 use super::*;
 use crate::error::Errors;
 use crate::{CallOptions, Cni, Error, GcSummary};
@@ -57,28 +59,18 @@ impl MultiNetwork {
     /// known comes back as `None`: its DEL uses the cached configuration.
     fn plan<'a>(&'a self, sandbox: &Sandbox) -> Result<Vec<Planned<'a>>, Error> {
         sandbox.validate()?;
+        let as_set = |n: &'a NetworkAttachment| Planned {
+            name: n.name().to_owned(),
+            net: Some(n),
+            rt: sandbox.runtime_conf(n.ifname()),
+        };
+        let networks = self.inner.networks.iter();
         if sandbox.networks.is_empty() {
-            return Ok(self
-                .inner
-                .networks
-                .iter()
-                .map(|n| Planned {
-                    name: n.name().to_owned(),
-                    net: Some(n),
-                    rt: sandbox.runtime_conf(n.ifname()),
-                })
-                .collect());
+            return Ok(networks.map(as_set).collect());
         }
-        let mut planned: Vec<Planned<'a>> = self
-            .inner
-            .networks
-            .iter()
+        let mut planned: Vec<Planned<'a>> = networks
             .filter(|n| n.name() == LOOPBACK_NETWORK && n.ifname() == LOOPBACK_IFNAME)
-            .map(|n| Planned {
-                name: n.name().to_owned(),
-                net: Some(n),
-                rt: sandbox.runtime_conf(n.ifname()),
-            })
+            .map(as_set)
             .collect();
         let explicit: HashSet<String> = sandbox
             .networks
@@ -135,24 +127,18 @@ impl MultiNetwork {
     fn known<'p, 'a>(
         planned: &'p [Planned<'a>],
     ) -> Result<Vec<(&'a NetworkAttachment, &'p RuntimeConf)>, Error> {
-        let mut out = Vec::with_capacity(planned.len());
-        let mut missing = Vec::new();
-        for p in planned {
-            match p.net {
-                Some(n) => out.push((n, &p.rt)),
-                None => missing.push(p.name.clone()),
-            }
+        let missing: Vec<String> = planned
+            .iter()
+            .filter(|p| p.net.is_none())
+            .map(|p| p.name.clone())
+            .collect();
+        if !missing.is_empty() {
+            return Err(unknown(missing));
         }
-        if missing.is_empty() {
-            Ok(out)
-        } else {
-            Err(Error::Core(cni_core::Error::InvalidParameter {
-                field: "network",
-                value: missing.join(", "),
-                reason: "not among the networks of this MultiNetwork".to_owned(),
-                code: cni_core::error::code::INVALID_NETWORK_CONFIG,
-            }))
-        }
+        Ok(planned
+            .iter()
+            .filter_map(|p| Some((p.net?, &p.rt)))
+            .collect())
     }
 
     /// Attaches the sandbox to its networks (the default set, or those it

@@ -139,7 +139,8 @@ fn known_list(step: SandboxStep<'_>) -> Result<&NetworkConfigList, Error> {
         .ok_or_else(|| unknown(vec![step.network.to_owned()]))
 }
 
-fn unknown(missing: Vec<String>) -> Error {
+/// The error for networks not known (to a `MultiNetwork`, to a step).
+pub(crate) fn unknown(missing: Vec<String>) -> Error {
     Error::Core(cni_core::Error::InvalidParameter {
         field: "network",
         value: missing.join(", "),
