@@ -154,12 +154,11 @@ impl ConfSnapshot {
         };
         for found in scan.unique() {
             let name = found.list.name();
-            if let Err(e) = cni_core::validate::network_name(name) {
-                snap.skipped
-                    .push(SkippedFile::new(found.path.clone(), e.to_string()));
-                continue;
-            }
-            if let Some(reason) = refuse.and_then(|r| r(&found.list)) {
+            let unusable = match cni_core::validate::network_name(name) {
+                Err(e) => Some(e.to_string()),
+                Ok(()) => refuse.and_then(|r| r(&found.list)),
+            };
+            if let Some(reason) = unusable {
                 snap.skipped
                     .push(SkippedFile::new(found.path.clone(), reason));
                 continue;
@@ -177,9 +176,8 @@ impl ConfSnapshot {
             snap.networks.push(loaded);
         }
         for mut s in scan.skipped {
-            // A file that loaded before and no longer parses: its last good
-            // version stays (as containerd's CRI keeps its last loaded
-            // config), unless another file now provides the network.
+            // A file that loaded before and no longer parses keeps its
+            // last good version, unless another file now provides it.
             if let Some(kept) = previous
                 .networks
                 .iter()

@@ -1,17 +1,13 @@
-//! Per-attachment locks: `<dir>/locks/<network>-<containerID>-<ifname>.lock`
-//! with `flock`, so two processes (cnitool and cnid, say) never run an
-//! operation on the same attachment at once.
-//!
-//! A lock file lives only as long as the attachment's record: the holder
-//! releasing a lock when there is no record unlinks the file *while still
-//! holding it*. A locker checks after `flock` that the file it locked is
-//! still the one at the path (device and inode) and starts over when it is
-//! not, so two lockers never hold "the" lock at once.
+//! Per-attachment locks (see [`crate::cache`]). A lock file lives only as
+//! long as the attachment's record: the holder releasing a lock when there
+//! is no record unlinks the file *while still holding it*. A locker checks
+//! after `flock` that the file it locked is still the one at the path
+//! (device and inode) and starts over when it is not, so two lockers never
+//! hold "the" lock at once.
 //!
 //! # Caveats
-//! - Locks are advisory (`flock`) and held by an open file: they die with
-//!   the process, so a `kill -9` never leaves a lock behind (its file may
-//!   stay: [`Store::remove_abandoned`] sweeps those). libcni takes no lock.
+//! - A `kill -9` leaves no lock held, but may leave its file:
+//!   [`Store::remove_abandoned`] sweeps those.
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;

@@ -19,10 +19,8 @@
 //! # Caveats
 //! - Everything here blocks: the async face runs it on tokio's blocking
 //!   pool or, on request, inline.
-//! - A store without flushes ([`Store::durable`] false) keeps writes
-//!   atomic across a crash of the process, not across a power loss: its
-//!   caller owes the flushes of `flush.rs` before it forgets which records
-//!   are not durable yet (cnid's journal does).
+//! - A store without flushes ([`Store::durable`] false) owes those of
+//!   `flush.rs` later.
 
 // Without the feature `daemon`, the parts only a daemon reaches (deferred
 // flushes, the sweep, the few-changes scan, the seam's re-exports) are
