@@ -99,16 +99,6 @@ impl Netns {
     /// Fails with [`Error::NetnsName`] for an invalid name, and with
     /// [`Error::Netns`] whose source is of kind
     /// [`io::ErrorKind::AlreadyExists`] when the name is taken.
-    ///
-    /// ```no_run
-    /// use cni_async::netns::Netns;
-    /// # fn main() -> Result<(), cni_async::Error> {
-    /// let ns = Netns::create("blue")?;
-    /// // ... `ip -n blue link` works here ...
-    /// ns.delete()?;
-    /// # Ok(())
-    /// # }
-    /// ```
     pub fn create(name: &str) -> Result<Netns, Error> {
         validate_name(name)?;
         Self::prepare_named()?;

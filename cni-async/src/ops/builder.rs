@@ -77,20 +77,6 @@ impl CniBuilder {
     /// ([`PluginStderr`](crate::exec::PluginStderr); libcni writes it to the
     /// caller's stderr). Default: none; it is logged at `info` either way.
     /// A failing plugin's stderr is part of its error instead.
-    ///
-    /// ```no_run
-    /// use std::io::Write;
-    /// use std::sync::Arc;
-    /// use cni_async::Cni;
-    /// use cni_async::exec::PluginStderr;
-    ///
-    /// // Pass it through, as libcni does.
-    /// let cni = Cni::builder()
-    ///     .plugin_stderr(Arc::new(|s: &PluginStderr<'_>| {
-    ///         let _ = std::io::stderr().lock().write_all(s.bytes);
-    ///     }))
-    ///     .build();
-    /// ```
     pub fn plugin_stderr(mut self, sink: StderrSink) -> Self {
         self.stderr_sink = SinkSlot(Some(sink));
         self
