@@ -192,15 +192,13 @@ impl BatchMember {
     }
 
     /// For an adopted member, its cached attachments on the batch's
-    /// networks: what teardown DELs, each with the arguments cached at
-    /// ADD. Empty otherwise, and for an adopted namespace without any
-    /// (teardown then DELs it as the batch's sandbox template says).
+    /// networks, which teardown DELs; empty otherwise.
     pub fn cached_attachments(&self) -> &[CacheRecord] {
         self.adopted.as_ref().map_or(&[], |a| &a.cached)
     }
 
     /// Whether its name is in `/run/netns` (opened, or an adopted name that
-    /// is not a namespace one can open: teardown deletes it by name).
+    /// teardown deletes by name).
     pub fn has_name(&self) -> bool {
         self.netns.is_some() || self.adopted.as_ref().is_some_and(|a| a.stale_name)
     }
