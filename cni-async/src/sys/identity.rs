@@ -43,10 +43,8 @@ pub(crate) fn netns_id(path: &Path) -> io::Result<Option<(u64, u64)>> {
 }
 
 /// The nsfs file handle of the namespace at `path` (`name_to_handle_at`,
-/// a final symbolic link followed: `/proc/PID/ns/net` and a runtime's link
-/// lead to the namespace, whose handle this is, not the link's): its type
-/// and bytes; `None` where the kernel has none for nsfs (before Linux
-/// 6.18) or the path cannot be looked at.
+/// a final link followed): its type and bytes; `None` before Linux 6.18
+/// or when the path cannot be looked at.
 pub(crate) fn ns_handle(path: &Path) -> Option<(i32, Vec<u8>)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
@@ -206,11 +204,9 @@ pub(crate) fn unchanged(id: Option<NetnsIdentity>, netns: &str) -> Option<NetnsI
 }
 
 /// Whether the caller sees what the host sees: it is in the initial pid
-/// namespace (its `/proc` lists every process) and in the mount namespace
-/// of pid 1 (its paths are the host's). The mount namespaces are compared
-/// by inode, or, where pid 1's is not ours to look at, by their mount
-/// tables (mount ids are unique across namespaces: a copy of a namespace
-/// gets new ones). `false` when neither can be read.
+/// namespace and in the mount namespace of pid 1, compared by inode or,
+/// where pid 1's is not ours to look at, by their mount tables (mount ids
+/// are unique across namespaces). `false` when neither can be read.
 pub fn sees_host_mounts() -> bool {
     if !sees_all_processes() {
         return false;
