@@ -8,34 +8,23 @@
 //! host can be deleted by us and the other way round. On top of that:
 //!
 //! - **Atomic writes**: a temp file in the same dir, `fdatasync`, `rename`
-//!   over the target, `fsync` of the dir (`cni-durable`'s atomic write). The
-//!   first durable write of a cache (and of its clones) into a `results/`
-//!   also makes `results/` and the cache dir durable in their parents,
-//!   whether it made them or found them (a writer killed before it flushed
-//!   them, or libcni, which never does, may have left them). A crash leaves
+//!   over the target, `fsync` of the dir; the first durable write also makes
+//!   `results/` and the cache dir durable in their parents. A crash leaves
 //!   the old record or the new one, never half of one.
 //! - **Per-attachment locks**: `<dir>/locks/<network>-<containerID>-<ifname>.lock`
 //!   with `flock` ([`AttachmentLock`]), so two processes (cnitool and cnid,
-//!   say) never run an operation on the same attachment at once. A lock
-//!   file lives only as long as the attachment's record.
+//!   say) never run an operation on the same attachment at once.
 //! - **Private dirs**: `results/`, `locks/` and `corrupt/` are made 0700 and
-//!   tightened to 0700 when found open to others (a daemon's
-//!   `tighten_dirs` at start); libcni leaves an existing dir as it is
-//!   (`docs/decisions.md` D22). The cache dir itself is created 0700 but an
-//!   existing one keeps its mode: other tools keep their data in it.
+//!   tightened to 0700 when found open to others; libcni leaves an existing
+//!   dir as it is (`docs/decisions.md` D22). An existing cache dir keeps its
+//!   mode: other tools keep their data in it.
 //! - **Corrupt entries** (unparsable, a symlink, wrong kind) are moved aside to
-//!   `<dir>/corrupt/` with a warning and treated as absent; they are never
-//!   silently trusted. An ADD's lock step leaves one in place (it may be
-//!   all that is left of an attachment, which the ADD's rollback must then
-//!   keep, and the next ADD's too; an exclusive ADD refuses it), and a
-//!   plain ADD that succeeds replaces it with its own record, with a
-//!   warning.
+//!   `<dir>/corrupt/` with a warning and treated as absent, never trusted;
+//!   only an ADD leaves one in place, as evidence that something may be
+//!   attached, until its own record replaces it.
 //! - **Records are checked** against the attachment asked for: file names are
 //!   ambiguous when names contain `-`, the fields inside are not. A record for
-//!   another attachment is left alone. A listing counts a file as an
-//!   attachment by one rule: a `cniCacheV1` record the format's decoder
-//!   accepts, with a network and interface name (libcni's rule), whose
-//!   fields name its file.
+//!   another attachment is left alone.
 //!
 //! # Caveats
 //! - Disk work runs on tokio's blocking pool (`spawn_blocking`). If the future
@@ -90,14 +79,21 @@ pub(crate) async fn blocking<T: Send + 'static>(
     if inline {
         return f();
     }
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) => Err(Error::Cache {
-            path: PathBuf::new(),
-            op: "run blocking cache task",
-            source: std::io::Error::other(e.to_string()),
-        }),
-    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(lost_task(e)))
+}
+
+fn lost_task(e: tokio::task::JoinError) -> Error {
+    crate::store::io_err(
+        Path::new(""),
+        "run blocking cache task",
+        std::io::Error::other(e),
+    )
+}
+
+fn owned(network: &str, container_id: &str, ifname: &str) -> (String, String, String) {
+    (network.into(), container_id.into(), ifname.into())
 }
 
 impl ResultCache {
@@ -111,14 +107,9 @@ impl ResultCache {
 
     /// Whether the per-attachment disk work (lock, read, write, removal)
     /// runs on the calling thread instead of tokio's blocking pool (default
-    /// false; listings always run on the pool). For a process that does one operation
-    /// and has nothing else to run meanwhile (cnitool): it saves starting
-    /// the pool's thread and a hand-off per call, about 0.1 ms per run. In
-    /// a server, only with the flushes deferred (as cnid does, through the
-    /// daemon API): with them, it would stall the other tasks of that
-    /// worker for as long as a write and its flushes take; without them, a
-    /// call is a few short system calls, which a file system under heavy
-    /// write-back can still slow down.
+    /// false; listings always run on the pool). For a one-shot process
+    /// (cnitool: about 0.1 ms per run saved), or a server whose flushes are
+    /// deferred (cnid), so that a call is a few short system calls.
     pub fn with_inline_io(mut self, inline: bool) -> Self {
         self.inline = inline;
         self
@@ -154,20 +145,14 @@ impl ResultCache {
         Ok(lock)
     }
 
-    /// [`ResultCache::lock`], then, once the lock is held and in the same
-    /// trip to the blocking pool, a check that the attachment's file does
-    /// not hold the record of *another* attachment (`a-b`+`c` and
-    /// `a`+`b-c` share a file name: [`Error::AttachmentCollision`]); with
-    /// `fresh`, this attachment's own record (or a legacy bare result) is
-    /// refused too ([`Error::AlreadyAttached`]): what an exclusive ADD does
-    /// ([`AddRequest::exclusive`](crate::ops::AddRequest)). The check is
-    /// made under the lock, so of concurrent callers on one attachment,
-    /// each sees what the one before it left. Answers the lock and what of
-    /// the attachment was there ([`Prior`]): an attachment made before
-    /// this ADD, which its rollback must leave alone. A corrupt file is
-    /// left in place, and refused as an attachment when `fresh` (in doubt,
-    /// it is one; a DEL moves it aside): otherwise
-    /// [`ResultCache::write_holding`] replaces it once the ADD succeeded.
+    /// [`ResultCache::lock`], then, under the lock and in the same trip to
+    /// the blocking pool, a check that the attachment's file does not hold
+    /// the record of *another* attachment (`a-b`+`c` and `a`+`b-c` share a
+    /// file name: [`Error::AttachmentCollision`]); with `fresh` (an
+    /// exclusive ADD), this attachment's own record or a corrupt file is
+    /// refused too ([`Error::AlreadyAttached`]). Answers the lock and what
+    /// of the attachment was there ([`Prior`]), which the ADD's rollback
+    /// must leave alone; a corrupt file is left in place.
     pub(crate) async fn lock_for_add(
         &self,
         network: &str,
@@ -176,11 +161,7 @@ impl ResultCache {
         timeout: Duration,
         fresh: bool,
     ) -> Result<(AttachmentLock, Prior), Error> {
-        let (net, cid, ifn) = (
-            network.to_owned(),
-            container_id.to_owned(),
-            ifname.to_owned(),
-        );
+        let (net, cid, ifn) = owned(network, container_id, ifname);
         self.lock_then(
             network,
             container_id,
@@ -192,10 +173,9 @@ impl ResultCache {
     }
 
     /// [`ResultCache::lock`], then [`ResultCache::read`] once the lock is
-    /// held, in one trip to the blocking pool instead of two: what a DEL or
-    /// a CHECK does before running its plugins. The read's outcome comes
-    /// beside the lock: a failed read keeps the lock, and the caller
-    /// decides (a DEL goes on without prevResult, a CHECK fails).
+    /// held, in one trip to the blocking pool: what a DEL or a CHECK does
+    /// before running its plugins. A failed read keeps the lock, and the
+    /// caller decides (a DEL goes on without prevResult, a CHECK fails).
     pub async fn lock_and_read(
         &self,
         network: &str,
@@ -203,27 +183,15 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
-        self.lock_and_read_moving(network, container_id, ifname, timeout, true)
+        self.lock_and_read_with(network, container_id, ifname, timeout, true)
             .await
     }
 
-    /// [`ResultCache::lock_and_read`], leaving a corrupt file in place
-    /// (read as none): what a CHECK does, which changes nothing. Moved
-    /// aside, it would be gone as evidence that something was attached,
-    /// and a later ADD's rollback would delete the attachment
-    /// ([`Prior::Corrupt`]).
-    pub(crate) async fn lock_and_read_in_place(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-        timeout: Duration,
-    ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
-        self.lock_and_read_moving(network, container_id, ifname, timeout, false)
-            .await
-    }
-
-    async fn lock_and_read_moving(
+    /// [`ResultCache::lock_and_read`]; without `move_corrupt`, a corrupt
+    /// file stays in place (read as none): what a CHECK does, which changes
+    /// nothing. Moved aside, it would be gone as evidence that something
+    /// was attached ([`Prior::Corrupt`]).
+    pub(crate) async fn lock_and_read_with(
         &self,
         network: &str,
         container_id: &str,
@@ -231,11 +199,7 @@ impl ResultCache {
         timeout: Duration,
         move_corrupt: bool,
     ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
-        let (net, cid, ifn) = (
-            network.to_owned(),
-            container_id.to_owned(),
-            ifname.to_owned(),
-        );
+        let (net, cid, ifn) = owned(network, container_id, ifname);
         self.lock_then(
             network,
             container_id,
@@ -247,13 +211,9 @@ impl ResultCache {
     }
 
     /// The lock loop: each try takes the lock and, when it got it, runs
-    /// `then(store, record path)` in the same blocking call (on the
-    /// pool, or on the calling thread with
-    /// [`with_inline_io`](ResultCache::with_inline_io)). Between tries it
-    /// sleeps with a doubling backoff (1 ms up to 50 ms); past `timeout`
-    /// it fails with [`Error::CacheLocked`]. When `then` fails, the lock
-    /// is dropped (released as [`AttachmentLock`]'s `Drop` says) before the
-    /// error is returned.
+    /// `then(store, record path)` in the same blocking call; between tries
+    /// a doubling backoff (1 ms up to 50 ms); past `timeout`,
+    /// [`Error::CacheLocked`]. When `then` fails, the lock is released.
     async fn lock_then<T: Send + 'static>(
         &self,
         network: &str,
@@ -302,8 +262,7 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
-        self.read_moving_corrupt(network, container_id, ifname, true)
-            .await
+        self.read_with(network, container_id, ifname, true).await
     }
 
     /// Writes an attachment's record atomically (temp file, `fdatasync`,
@@ -321,11 +280,9 @@ impl ResultCache {
 
     /// Like [`ResultCache::write`], but the attachment's lock travels with
     /// the disk work: if the caller's future is dropped mid-write, the lock is
-    /// released only when the write has finished, so no other operation on
-    /// the attachment can start before the record is in place. Returns the
-    /// lock (unless the blocking task itself was lost) and the outcome.
-    /// With `prior` [`Prior::Corrupt`], the corrupt file the ADD found is
-    /// replaced (with a warning); it stays if the write fails.
+    /// released only when the write has finished. Returns the lock (unless
+    /// the blocking task itself was lost) and the outcome. A corrupt file
+    /// the ADD found ([`Prior::Corrupt`]) is replaced, with a warning.
     pub(crate) async fn write_holding(
         &self,
         rec: &CacheRecord,
@@ -338,10 +295,8 @@ impl ResultCache {
         };
         let bytes = rec.encode();
         let write = move |store: &Store| {
-            // A corrupt file found by the lock step is replaced by the
-            // rename, never moved aside first: if the write fails, it stays
-            // as the sign that something is attached (and moving it back
-            // would be one more step a crash can cut).
+            // Replaced by the rename, never moved aside first: if the
+            // write fails, it stays as the sign that something is attached.
             let written = store.write_file(&path, &bytes, store.durable);
             if written.is_ok() && prior == Prior::Corrupt {
                 tracing::warn!(file = %path.display(), "corrupt cache entry replaced by this ADD's record");
@@ -359,21 +314,13 @@ impl ResultCache {
         });
         match task.await {
             Ok((lock, r)) => (Some(lock), r),
-            Err(e) => (
-                None,
-                Err(Error::Cache {
-                    path: PathBuf::new(),
-                    op: "run blocking cache task",
-                    source: std::io::Error::other(e.to_string()),
-                }),
-            ),
+            Err(e) => (None, Err(lost_task(e))),
         }
     }
 
     /// Removes an attachment's record, if the file holds that attachment's
     /// record (or a legacy bare result). A missing file is fine. Not
-    /// flushed: a record a power loss brings back earns its attachment one
-    /// more DEL, which must succeed anyway.
+    /// flushed (see the module's caveats).
     pub async fn remove(
         &self,
         network: &str,
@@ -381,11 +328,7 @@ impl ResultCache {
         ifname: &str,
     ) -> Result<(), Error> {
         self.path(network, container_id, ifname)?;
-        let (net, cid, ifn) = (
-            network.to_owned(),
-            container_id.to_owned(),
-            ifname.to_owned(),
-        );
+        let (net, cid, ifn) = owned(network, container_id, ifname);
         let store = self.store.clone();
         blocking(self.inline, move || store.remove(&net, &cid, &ifn)).await
     }
@@ -404,12 +347,9 @@ impl ResultCache {
         .await
     }
 
-    /// One page of [`ResultCache::list`]: the records whose file names sort
-    /// after `page.after`, at most `page.limit` of them, and no more once
-    /// their files add up to `page.max_bytes` (the first one always comes,
-    /// whatever its size). Only the records of a page are read, so memory
-    /// is bounded by the page, not by the cache. The second value is the
-    /// file name to continue after, when names are left.
+    /// One page of [`ResultCache::list`] (see [`ListPage`]): memory is
+    /// bounded by the page, not by the cache. The second value is the file
+    /// name to continue after, when names are left.
     pub async fn list_page(
         &self,
         container_id: Option<&str>,
@@ -419,23 +359,10 @@ impl ResultCache {
         let filter = container_id.map(str::to_owned);
         blocking(false, move || store.list_page(filter.as_deref(), &page)).await
     }
-    /// [`ResultCache::read`], leaving a corrupt file in place (read as
-    /// none): for the readers that change nothing (the cached getters).
-    /// Moved aside, it would be gone as evidence that something was
-    /// attached, and a later ADD would take the attachment for its own.
-    pub(crate) async fn read_in_place(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-    ) -> Result<Option<CacheEntry>, Error> {
-        self.read_moving_corrupt(network, container_id, ifname, false)
-            .await
-    }
-
-    /// One record on the cache's I/O path; a corrupt file moved aside or
-    /// left in place.
-    async fn read_moving_corrupt(
+    /// [`ResultCache::read`]; without `move_aside`, a corrupt file stays in
+    /// place (read as none), for the readers that change nothing (the
+    /// cached getters), as [`ResultCache::lock_and_read_with`] says.
+    pub(crate) async fn read_with(
         &self,
         network: &str,
         container_id: &str,
@@ -443,11 +370,7 @@ impl ResultCache {
         move_aside: bool,
     ) -> Result<Option<CacheEntry>, Error> {
         let store = self.store.clone();
-        let (net, cid, ifn) = (
-            network.to_owned(),
-            container_id.to_owned(),
-            ifname.to_owned(),
-        );
+        let (net, cid, ifn) = owned(network, container_id, ifname);
         blocking(self.inline, move || {
             store.read(&net, &cid, &ifn, move_aside)
         })

@@ -2,49 +2,30 @@
 //! (feature `watch`), and readiness as container runtimes define it.
 //!
 //! A [`NetworkSet`] holds the parsed conf dir as a [`ConfSnapshot`] behind
-//! an `Arc`: readers take the snapshot of the moment
-//! ([`NetworkSet::snapshot`]) and keep it for the whole operation, so a
-//! reload never changes the configuration under an operation that already
-//! started. A reload parses the whole dir and swaps the snapshot at once.
+//! an `Arc`: an operation keeps the snapshot it started with
+//! ([`NetworkSet::snapshot`]); a reload parses the whole dir and swaps it.
 //!
-//! [`NetworkSet::watch`] reloads whenever the conf dir changes (inotify). It
-//! copes with what happens to conf dirs on real nodes:
-//! - the dir **missing at start** and created later (the parent is watched
-//!   for it, and arming is retried every 2 s while even the parent is
-//!   missing), removed and recreated, renamed over, or swapped through a
-//!   symlink (Kubernetes ConfigMap volumes);
-//! - **editors' temp files** and **files written in pieces**: events are
-//!   debounced (100 ms), a file that does not parse yet is skipped with a
-//!   warning and loaded by the reload that its last write triggers;
-//! - plugin files in `<confdir>/<network>/` (spec 1.1.0): subdirs are watched too.
-//!
-//! Every reload logs at info what changed (network loaded, changed,
-//! removed), warns about each newly unusable file, warns when the default
-//! network changes, and warns when nothing usable is loaded.
+//! [`NetworkSet::watch`] reloads whenever the conf dir changes (inotify),
+//! coping with what happens to conf dirs on real nodes: the dir missing at
+//! start, removed and recreated, renamed over, or swapped through a symlink
+//! (Kubernetes ConfigMap volumes); editors' temp files and files written
+//! in pieces (events debounced 100 ms; a file that does not parse yet is
+//! skipped and loaded by the reload its last write triggers); plugin files
+//! in `<confdir>/<network>/` (spec 1.1.0). Every reload logs what changed.
 //!
 //! **A file that breaks keeps its network's last good version** (as
-//! containerd's CRI keeps its last loaded config): a file that loaded a
-//! network and no longer parses is listed under
-//! [`ConfSnapshot::skipped`], saying so, and the network stays loaded as
-//! it was, in its place (so the default network does not move), until the
-//! file is fixed, removed, or another file provides the network. A file
-//! that never loaded has nothing to keep.
+//! containerd's CRI does): it is listed under [`ConfSnapshot::skipped`],
+//! and the network stays loaded, in its place, until the file is fixed,
+//! removed, or another file provides the network.
 //!
 //! **Readiness** ([`NetworkSet::readiness`]) is what containerd and CRI-O
 //! wait for before they run pods: at least N networks loaded (go-cni's
-//! `WithMinNetworkCount`; containerd uses 2 with loopback) whose plugins
-//! exist and answer VERSION with the list's version (ocicni validates
-//! them). Every loaded network is checked, so the answer also names the
-//! networks that cannot work now ([`Ready::unusable`],
-//! [`NotReady::unusable`]), the default network among them, even while N
-//! others are usable. Each plugin binary (its path and identity: device,
-//! inode, size, mtime) is asked for VERSION once, however many networks
-//! use it, and again only when it changes. Once ready, the plugin types of
-//! the loaded networks are looked up again (a `stat` each, no process)
-//! when readiness is asked and the last look is over a second old: a
-//! binary gone, replaced or back makes readiness check again, so a missing
-//! plugin shows within about a second. A conf dir that does not exist is
-//! said to be missing.
+//! `WithMinNetworkCount`) whose plugins exist and answer VERSION with the
+//! list's version. The answer names every loaded network that cannot work
+//! now, even while N others are usable. Each plugin binary (path, device,
+//! inode, size, mtime) is asked for VERSION once, and again only when it
+//! changes; once ready, the binaries are looked up again (a `stat` each)
+//! at most once a second, so a missing plugin shows within about a second.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cni_async::Error> {
@@ -77,8 +58,7 @@
 //! - [`NetworkSet::watch`] runs until its future is dropped; it must run on
 //!   a tokio runtime with I/O enabled.
 //! - Readiness runs a plugin binary's VERSION (a process) once per
-//!   binary and change; while not ready, it is recomputed at most once a
-//!   second.
+//!   binary and change.
 
 use std::collections::HashMap;
 use std::io;
@@ -98,11 +78,9 @@ use crate::sys::inotify::{DirWatches, WatchKind};
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// How often arming is retried while the conf dir's parent is missing.
 const REARM_RETRY: Duration = Duration::from_secs(2);
-/// How often readiness is recomputed while not ready.
-const NOT_READY_RECHECK: Duration = Duration::from_secs(1);
-/// How often, while ready, the usable networks' binaries are looked at
-/// again (a `stat` each).
-const READY_RECHECK: Duration = Duration::from_secs(1);
+/// How often readiness is recomputed while not ready, or, while ready,
+/// the networks' binaries are looked at again (a `stat` each).
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// One usable network of a [`ConfSnapshot`].
 #[derive(Debug)]
@@ -176,12 +154,11 @@ impl ConfSnapshot {
         };
         for found in scan.unique() {
             let name = found.list.name();
-            if let Err(e) = cni_core::validate::network_name(name) {
-                snap.skipped
-                    .push(SkippedFile::new(found.path.clone(), e.to_string()));
-                continue;
-            }
-            if let Some(reason) = refuse.and_then(|r| r(&found.list)) {
+            let unusable = match cni_core::validate::network_name(name) {
+                Err(e) => Some(e.to_string()),
+                Ok(()) => refuse.and_then(|r| r(&found.list)),
+            };
+            if let Some(reason) = unusable {
                 snap.skipped
                     .push(SkippedFile::new(found.path.clone(), reason));
                 continue;
@@ -199,9 +176,8 @@ impl ConfSnapshot {
             snap.networks.push(loaded);
         }
         for mut s in scan.skipped {
-            // A file that loaded before and no longer parses: its last good
-            // version stays (as containerd's CRI keeps its last loaded
-            // config), unless another file now provides the network.
+            // A file that loaded before and no longer parses keeps its
+            // last good version, unless another file now provides it.
             if let Some(kept) = previous
                 .networks
                 .iter()
@@ -305,9 +281,8 @@ fn log_reload(dir: &Path, old: &ConfSnapshot, new: &ConfSnapshot, changes: &Chan
 /// Why a [`NetworkSet`] is not ready ([`NetworkSet::readiness`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotReady {
-    /// What is missing, for people: e.g. "the conf dir /etc/cni/net.d
-    /// does not exist", "no network configuration in /etc/cni/net.d", or
-    /// which networks are unusable and why.
+    /// What is missing, for people (no conf dir, no configuration, or
+    /// which networks are unusable and why).
     pub reason: String,
     /// The loaded networks that cannot work now, in conf-dir order.
     pub unusable: Vec<Unusable>,
@@ -394,11 +369,8 @@ impl PluginId {
     /// The binary `cni` runs for `plugin_type`, as it is now.
     fn find(cni: &Cni, plugin_type: &str) -> Result<PluginId, crate::Error> {
         let path = cni.find_plugin(plugin_type)?;
-        let meta = std::fs::metadata(&path).map_err(|e| crate::Error::Cache {
-            path: path.clone(),
-            op: "stat plugin",
-            source: e,
-        })?;
+        let meta =
+            std::fs::metadata(&path).map_err(|e| crate::store::io_err(&path, "stat plugin", e))?;
         Ok(PluginId {
             dev: meta.dev(),
             ino: meta.ino(),
@@ -425,8 +397,8 @@ pub struct NetworkSet {
     /// Serializes reloads, so generations and change logs are in order.
     reloading: Mutex<()>,
     readiness: tokio::sync::Mutex<Option<ReadinessMemo>>,
-    /// VERSION answers by binary, kept across snapshots (see the module
-    /// docs); only touched under the `readiness` lock.
+    /// VERSION answers by binary, kept across snapshots; only touched under
+    /// the `readiness` lock.
     versions: Mutex<VersionAnswers>,
     /// The generation of the latest snapshot, for [`NetworkSet::subscribe`].
     generation: tokio::sync::watch::Sender<u64>,
@@ -457,9 +429,8 @@ impl NetworkSet {
     }
 
     /// Networks for which `refuse` gives a reason are not loaded: their
-    /// file is listed under [`ConfSnapshot::skipped`] with that reason (so
-    /// readiness and "not found" errors name it), as an unparsable one is.
-    /// cnid refuses a network that would call cnid itself.
+    /// file is listed under [`ConfSnapshot::skipped`] with that reason, as
+    /// an unparsable one is (cnid refuses a network that would call cnid).
     pub fn with_refusal(
         mut self,
         refuse: impl Fn(&NetworkConfigList) -> Option<String> + Send + Sync + 'static,
@@ -514,10 +485,9 @@ impl NetworkSet {
         }
     }
 
-    /// Reloads whenever the conf dir changes, until the future is dropped
-    /// (see the [module docs](self)): [`NetworkSet::watcher`] then
-    /// [`ConfWatcher::run`]. Returns only when inotify fails (the error says
-    /// why).
+    /// Reloads whenever the conf dir changes, until the future is dropped:
+    /// [`NetworkSet::watcher`] then [`ConfWatcher::run`]. Returns only when
+    /// inotify fails.
     pub async fn watch(self: &Arc<Self>) -> io::Error {
         match self.watcher() {
             Ok(w) => w.run().await,
@@ -566,10 +536,8 @@ impl NetworkSet {
 
     /// Whether at least `min_networks` networks are loaded whose plugins
     /// all exist in `cni`'s plugin dirs and answer VERSION with the list's
-    /// version ([`Ready::usable`]: the first `min_networks` such networks
-    /// in conf-dir order). The reason says what is missing: no
-    /// configuration at all, or each unusable network and why. See the
-    /// module docs for what is memoized and when it is looked at again.
+    /// version (see the [module docs](self)). The reason says what is
+    /// missing: no configuration at all, or each unusable network and why.
     pub async fn readiness(&self, cni: &Cni, min_networks: usize) -> Result<Ready, NotReady> {
         let snap = self.snapshot();
         let mut memo = self.readiness.lock().await;
@@ -577,22 +545,19 @@ impl NetworkSet {
             && m.generation == snap.generation
             && m.min == min_networks
         {
-            let age = m.at.elapsed();
-            match &m.outcome {
-                Err(_) if age < NOT_READY_RECHECK => return m.outcome.clone(),
-                Ok(_) if age < READY_RECHECK => return m.outcome.clone(),
-                Ok(_) => {
-                    let unchanged = m
-                        .binaries
-                        .iter()
-                        .all(|(t, id)| PluginId::find(cni, t).ok() == *id);
-                    if unchanged {
-                        m.at = Instant::now();
-                        return m.outcome.clone();
-                    }
-                    tracing::info!(dir = %self.dir.display(), "a plugin binary of a network is gone, changed or back; checking readiness again");
+            if m.at.elapsed() < RECHECK {
+                return m.outcome.clone();
+            }
+            if m.outcome.is_ok() {
+                let unchanged = m
+                    .binaries
+                    .iter()
+                    .all(|(t, id)| PluginId::find(cni, t).ok() == *id);
+                if unchanged {
+                    m.at = Instant::now();
+                    return m.outcome.clone();
                 }
-                Err(_) => {}
+                tracing::info!(dir = %self.dir.display(), "a plugin binary of a network is gone, changed or back; checking readiness again");
             }
         }
         let (outcome, binaries) = self.compute_readiness(&snap, cni, min_networks, true).await;

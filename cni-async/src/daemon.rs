@@ -1,16 +1,10 @@
 //! What only a daemon needs of the library (feature `daemon`, which cnid
 //! enables): the store's storage seam and durable-file functions (for a
-//! journal of its own over the same seam, and a simulated disk behind
-//! both), the cache's deferred flushes and its index of attachments by netns
-//! and interface, and the few
-//! process and boot helpers of the crate's `sys` module a daemon calls itself.
-//! An embedder that runs plugins and reads the cache needs none of it.
+//! journal of its own over the same seam), the cache's deferred flushes and
+//! its index of attachments by netns and interface, and the few process and
+//! boot helpers it calls itself.
 //!
 //! # Caveats
-//! - [`ResultCache::with_durable`]`(false)` makes record writes atomic but
-//!   not durable: the caller owes [`ResultCache::sync_records_blocking`]
-//!   (or the `syncfs` form) before it forgets which records it wrote, or
-//!   a power loss takes them.
 //! - Everything named `_blocking` here runs file system calls on the
 //!   calling thread: call it from a blocking context.
 
@@ -32,32 +26,25 @@ pub use crate::sys::{
 
 impl ResultCache {
     /// Makes the dirs of ours that exist (`results/`, `locks/`, `corrupt/`)
-    /// private, 0700 (each is tightened with a warning when found open to
-    /// others), and warns when the cache dir itself can be written by
-    /// others (who can then replace those dirs). The cache dir's own mode
-    /// is left alone: it is shared with libcni, and other tools keep their
-    /// data in it (host-local's `networks/` in `/var/lib/cni`). Dirs
-    /// created later are made 0700 anyway; a daemon calls this at start.
-    /// Blocking (a few `stat` calls).
+    /// 0700, with a warning for each found open to others, and warns when
+    /// the cache dir itself (whose mode is left alone: other tools keep
+    /// data in it) can be written by others. Blocking (a few `stat` calls).
     pub fn tighten_dirs(&self) {
         self.store.tighten_dirs();
     }
 
-    /// Makes every write, flush, rename and removal of the cache (records,
-    /// temp files, lock files, moves aside) through `storage` instead of
-    /// the real [`Disk`]: for tests that fail or crash each I/O point in
-    /// turn (cnid's crash-point enumeration).
+    /// Makes every write, flush, rename and removal of the cache through
+    /// `storage` instead of the real [`Disk`]: for tests that fail or crash
+    /// each I/O point in turn.
     pub fn with_storage(mut self, storage: Arc<dyn Storage>) -> Self {
         self.store = self.store.with_storage(storage);
         self
     }
 
-    /// Whether writes are flushed (default true). Turning it off keeps
-    /// writes atomic (rename) but not durable across power loss: for a
-    /// caller that makes its records durable itself (cnid journals each
-    /// ADD's record with one `fdatasync`, and
-    /// [`ResultCache::sync_records_blocking`] flushes them before it
-    /// forgets them).
+    /// Whether writes are flushed (default true). Turned off, writes stay
+    /// atomic but not durable across a power loss: the caller owes
+    /// [`ResultCache::sync_records_blocking`] (or the `syncfs` form) before
+    /// it forgets which records it wrote.
     pub fn with_durable(mut self, durable: bool) -> Self {
         self.store.durable = durable;
         self
@@ -76,9 +63,7 @@ impl ResultCache {
 
     /// [`ResultCache::read_blocking`], but a corrupt file is left where it
     /// is (and reads as none): for a check made before an ADD, whose own
-    /// lock step must still find it. Moved aside, it would be gone as
-    /// evidence that something was attached, and the ADD's rollback would
-    /// delete the attachment.
+    /// lock step must still find it as evidence.
     pub fn read_in_place_blocking(
         &self,
         network: &str,
@@ -97,11 +82,9 @@ impl ResultCache {
 
     /// Makes the records of these attachments durable: an `fsync` of each
     /// record file there is (a missing one is skipped: a DEL removed it),
-    /// then one of `results/` for the renames, and of the cache dir and its
-    /// parent for the dirs' own entries (once per `results/`). What a cache
-    /// [`with_durable(false)`](ResultCache::with_durable) owes before its
-    /// caller forgets which records are not flushed yet. Blocking. Returns
-    /// how many files were flushed.
+    /// then of `results/` for the renames, and of the dirs above for their
+    /// own entries (once per `results/`). Returns how many files were
+    /// flushed.
     pub fn sync_records_blocking<'a>(
         &self,
         attachments: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
@@ -109,14 +92,11 @@ impl ResultCache {
         self.store.sync_records(attachments)
     }
 
-    /// What [`ResultCache::sync_records_blocking`] does, in one flush for
-    /// any number of records: one [`Storage::sync_fs`] of `results/`, then
-    /// the same `fsync`s of `results/`, the cache dir and its parent. For
-    /// many records at once (cnid's start: an `fsync` per file is a flush
-    /// of the device each); its cost is the write-back of whatever else is
-    /// dirty on that file system, which it waits for. Where the storage
-    /// cannot report write-back errors (Linux before 5.8), it flushes file
-    /// by file instead. Blocking. Returns whether `results/` was there.
+    /// [`ResultCache::sync_records_blocking`] with one [`Storage::sync_fs`]
+    /// of `results/` for all the files, for many records at once; it waits
+    /// for the write-back of whatever else is dirty on that file system.
+    /// Where that cannot report write-back errors (Linux before 5.8), file
+    /// by file. Returns whether `results/` was there.
     pub fn sync_records_at_once_blocking<'a>(
         &self,
         attachments: impl IntoIterator<Item = (&'a str, &'a str, &'a str)> + Clone,
@@ -126,9 +106,8 @@ impl ResultCache {
 
     /// Removes what processes killed mid-operation left: temp files of
     /// record writes whose writer is dead and that are at least `min_age`
-    /// old, and lock files of attachments without a record (each taken
-    /// first, and removed while held). Blocking. Returns how many files
-    /// went.
+    /// old, and lock files of attachments without a record (removed while
+    /// held). Returns how many files went.
     pub fn remove_abandoned(&self, min_age: Duration) -> Result<usize, Error> {
         self.store.remove_abandoned(min_age)
     }

@@ -3,26 +3,12 @@
 //! Plugin failures keep their evidence: plugin type, command, exit status,
 //! the CNI error object the plugin printed (code, msg, details), its stderr and
 //! the start of its stdout. Every variant maps to a CNI error code
-//! ([`Error::code`]), so a CLI or daemon can answer with the spec's error JSON
-//! ([`Error::to_error_object`]).
-//!
-//! | variant | CNI code |
-//! |---|---|
-//! | [`Error::Core`] | the core error's own code |
-//! | [`Error::Plugin`] with an error object | the plugin's code |
-//! | [`Error::Plugin`] with undecodable stdout | 6 (decoding failure) |
-//! | [`Error::Plugin`] with empty stdout | 999 (internal: no code was given) |
-//! | [`Error::Timeout`] | 11 (try again later) |
-//! | [`Error::PluginNotFound`] | 7 (invalid network config: it names a plugin that is not installed) |
-//! | [`Error::Spawn`], [`Error::OutputTooLarge`], [`Error::Io`] | 5 (I/O failure) |
-//! | `Error::Hook` (feature `daemon`) | the code of the runtime's own error object |
-//! | [`Error::AttachmentCollision`], [`Error::AlreadyAttached`] | 4 (invalid environment variables: the container ID and interface name an attachment already uses) |
-//! | [`Error::Operation`], [`Error::Context`] | the wrapped error's |
-//!
-//! A timeout maps to 11 because a deadline expiring is usually transient
-//! (a loaded host, a slow IPAM server) and the spec's answer to transient
-//! conditions is "try again later"; the plugin's process group has been
-//! killed by then, so a retry (after the DEL the runtime owes anyway) is safe.
+//! ([`Error::code`]): the plugin's own where it printed one, 6 for output
+//! that does not decode, 11 (try again later) for a timeout (usually
+//! transient, and the plugin's group is killed by then) or a busy
+//! attachment, 7 for a plugin not installed, 5 for I/O, 4 for an
+//! attachment taken already; a wrapper has the code of what it wraps. A CLI
+//! or daemon answers with the spec's error JSON ([`Error::to_error_object`]).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -72,9 +58,7 @@ impl fmt::Display for PluginExit {
     }
 }
 
-/// What kind of failure an [`Error`] is ([`Error::kind`]), seen through
-/// the wrappers ([`Error::Context`], the ADD's error of
-/// [`Error::RollbackFailed`], the first of [`Error::Multiple`]), so callers
+/// What kind of failure an [`Error`] is ([`Error::kind`]), so callers
 /// branch without matching variants or strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -104,18 +88,13 @@ pub enum ErrorKind {
     /// STATUS: a plugin is not ready ([`Error::NotReady`],
     /// [`Error::NotReadyLimitedConnectivity`]).
     NotReady,
-    /// The attachment is busy: its lock was held until the deadline
-    /// ([`Error::CacheLocked`]).
+    /// The attachment's lock was held until the deadline ([`Error::CacheLocked`]).
     Busy,
-    /// The cache file belongs to another attachment
-    /// ([`Error::AttachmentCollision`]), or an exclusive ADD found the
-    /// attachment's own record ([`Error::AlreadyAttached`]).
+    /// [`Error::AttachmentCollision`] or [`Error::AlreadyAttached`].
     Conflict,
-    /// An I/O failure: the cache, a file, starting or talking to a plugin,
-    /// a network namespace.
+    /// An I/O failure: the cache, a file, a plugin's process, a namespace.
     Io,
-    /// Anything else (an encoding failure, an empty [`Error::Multiple`],
-    /// a step hook's own error, whose kind is the runtime's).
+    /// Anything else (an empty [`Error::Multiple`], a step hook's own error).
     Other,
 }
 
@@ -141,12 +120,9 @@ impl ErrorKind {
 
 /// Everything that can go wrong in `cni-async`.
 ///
-/// Messages are lower-case and name the plugin, file or value at fault.
-/// [`Error::code`] gives the CNI error code that fits each variant.
-///
-/// Each message names only its own part; its cause is its `source()`
-/// (the Rust convention, so anyhow's `{:#}` prints each part once). To
-/// show a user what went wrong, print the whole chain with [`Chain`]:
+/// Each message names only its own part (the plugin, file or value at
+/// fault); its cause is its `source()`. Print the whole chain with [`Chain`]
+/// (or anyhow's `{:#}`):
 ///
 /// ```
 /// use cni_async::{Chain, Error};
@@ -161,9 +137,6 @@ impl ErrorKind {
 /// assert_eq!(e.to_string(), "network \"n\" (ifname eth0) ADD");
 /// assert!(Chain(&e).to_string().starts_with("network \"n\" (ifname eth0) ADD: "));
 /// ```
-///
-/// [`Error::Multiple`] is no exception: its message is the count, its
-/// source the [`ErrorList`] of every error with its causes.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -222,10 +195,6 @@ pub enum Error {
 
     /// The plugin did not finish within its deadline; its process group was
     /// killed (SIGTERM, then SIGKILL after a grace period) and it was reaped.
-    /// Its deadline is what was left of the operation's timeout when it
-    /// started (the plugins of a list share one timeout), so a `.timeout(30ms)`
-    /// can report `deadline 25ms` when the plugins before it took 5ms; the
-    /// elapsed time runs from its spawn until the expiry was noticed.
     #[error("plugin {plugin_type} {command} timed out after {} (deadline {}: what was left of the call's timeout when it started){}",
         fmt_duration(*elapsed), fmt_duration(*timeout), fmt_stderr_suffix(stderr_so_far))]
     Timeout {
@@ -268,8 +237,7 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// A network-namespace operation failed (feature `netns`): create,
-    /// open, delete, setns, or running something inside one.
+    /// A network-namespace operation failed (feature `netns`).
     #[cfg(feature = "netns")]
     #[error("network namespace {}: {op} failed", path.display())]
     Netns {
@@ -310,7 +278,6 @@ pub enum Error {
         stderr: String,
     },
 
-    // ----- the operations layer (ops/) and the cache (cache.rs) -----
     /// The plugin exited 0 but its output is not what the command needs
     /// (no result, not a valid result, a bad VERSION reply).
     #[error(
@@ -436,12 +403,8 @@ pub enum Error {
         ifname: String,
     },
 
-    /// A step of a sandbox operation that the runtime's own hook
-    /// ([`crate::multi::StepHook`]) refused or failed around the plugins
-    /// (cnid: "already attached", its journal could not be written): the
-    /// runtime's own error, carried untouched ([`Error::hook`]) and handed
-    /// back by [`Error::hook_error`]. The library reads only its error
-    /// object and plugin, to write the error objects of its wrappers.
+    /// The error of a runtime's own step hook ([`crate::multi::StepHook`]),
+    /// carried untouched ([`Error::hook`], [`Error::hook_error`]).
     #[cfg(feature = "daemon")]
     #[error("{0}")]
     Hook(Box<dyn crate::multi::HookError>),
@@ -456,10 +419,8 @@ pub enum Error {
     },
 
     /// Several errors from one operation that goes on past errors (GC,
-    /// validation). Like every other variant, its message names only its
-    /// own part (`GC of network n failed with 2 error(s)`); the errors are
-    /// its `source()`, an [`ErrorList`] that prints each with its causes,
-    /// so [`Chain`] or anyhow's `{:#}` print all of them.
+    /// validation): the message is the count, the `source()` an
+    /// [`ErrorList`] that prints each error with its causes.
     #[error("{operation} failed with {} error(s)", errors.len())]
     Multiple {
         /// The operation.
@@ -470,13 +431,9 @@ pub enum Error {
     },
 
     /// An error of an ADD, CHECK or DEL of [`Cni`](crate::Cni) on one
-    /// network, naming the network, interface and verb
-    /// (`network "mynet" (ifname eth0) ADD`), and saying when the ADD left
-    /// a DEL owed. Transparent for the error object
-    /// ([`Error::to_error_object`] answers the wrapped error's: the caller
-    /// named the network, and a plugin's own object passes as written);
-    /// [`Error::kind`], [`Error::code`] and [`Error::failed_plugin`] look
-    /// through it, and [`Error::innermost`] unwraps it for a `match`.
+    /// network (`network "mynet" (ifname eth0) ADD`), saying when the ADD
+    /// left a DEL owed. The error object, kind, code and failed plugin are
+    /// the wrapped error's; [`Error::innermost`] unwraps it for a `match`.
     #[error("{}", fmt_operation(network, ifname, *command, *del_owed))]
     Operation {
         /// The network.
@@ -487,10 +444,8 @@ pub enum Error {
         command: Command,
         /// An ADD that failed part way and was not rolled back (no
         /// [`CallOptions::rollback`](crate::CallOptions::rollback), or a
-        /// rollback that failed): what its plugins made (an address, an
-        /// interface) stays until the caller DELs the attachment, as the
-        /// spec asks after every failed ADD. False when no plugin ran or
-        /// the rollback undid them.
+        /// failed one): what its plugins made stays until the caller DELs
+        /// the attachment, as the spec asks after every failed ADD.
         del_owed: bool,
         /// The error.
         #[source]
@@ -517,9 +472,7 @@ fn fmt_labeled(label: &str, text: &str) -> String {
 }
 
 /// The errors of an [`Error::Multiple`], in order, and its `source()`:
-/// printed as `[1] error: cause; [2] error: cause`, each error with its
-/// whole chain (a list has no single cause to hand on). Derefs to the
-/// `Vec<Error>`.
+/// printed as `[1] error: cause; [2] error: cause`.
 #[derive(Debug, Default)]
 pub struct ErrorList(pub Vec<Error>);
 
@@ -653,7 +606,7 @@ impl Errors {
         }
     }
 
-    fn into_multiple(self) -> Error {
+    pub(crate) fn into_multiple(self) -> Error {
         Error::Multiple {
             operation: self.operation,
             errors: self.errors.into(),
@@ -662,9 +615,9 @@ impl Errors {
 }
 
 impl Error {
-    /// What kind of failure this is, looking through [`Error::Context`],
-    /// the ADD's error of [`Error::RollbackFailed`] and the first of
-    /// [`Error::Multiple`] (the same error [`Error::code`] answers for).
+    /// What kind of failure this is, looking through the wrappers
+    /// ([`Error::Context`], [`Error::Operation`], the ADD's error of
+    /// [`Error::RollbackFailed`], the first of [`Error::Multiple`]).
     ///
     /// ```
     /// use cni_async::{Error, ErrorKind};
@@ -708,12 +661,9 @@ impl Error {
         }
     }
 
-    /// The plugin whose run this error is about, with the verb it ran,
-    /// looking through [`Error::Context`], the error of an
-    /// [`Error::RollbackFailed`] and the first of [`Error::Multiple`]:
-    /// `Some(("bridge", Command::Check))` for a CHECK the bridge plugin
-    /// failed, however the caller wrapped it. `None` for errors that are
-    /// not a plugin's (validation, cache, lookup).
+    /// The plugin whose run this error is about, with the verb it ran
+    /// (`Some(("bridge", Command::Check))`), looking through the wrappers
+    /// as [`Error::kind`] does; `None` for errors that are not a plugin's.
     pub fn failed_plugin(&self) -> Option<(&str, Command)> {
         match self {
             Error::Plugin {
@@ -751,7 +701,7 @@ impl Error {
         }
     }
 
-    /// The CNI error code that fits this error (see the table in the module docs).
+    /// The CNI error code that fits this error (see the module docs).
     pub fn code(&self) -> u32 {
         match self {
             Error::Core(e) => e.code(),
@@ -791,55 +741,34 @@ impl Error {
 
     /// This error as the spec's error JSON object, written in `cni_version`.
     ///
-    /// A plugin's own error object is passed on as the plugin wrote it (code,
-    /// msg, details), as libcni does; every other error has this error's
-    /// message as `msg`, and the stderr of the plugin (if any) as `details`;
-    /// a wrapper ([`Error::Context`], [`Error::RollbackFailed`],
-    /// [`Error::Multiple`]) has the details of the error whose code it has.
+    /// A plugin's own error object passes as the plugin wrote it, as libcni
+    /// does; any other error gives its chain as `msg` and the plugin's
+    /// stderr (if any) as `details`; a wrapper keeps the details of the
+    /// error whose code it has.
     pub fn to_error_object(&self, cni_version: &str) -> ErrorObject {
-        match self {
-            Error::Core(e) => e.to_error_object(cni_version),
+        let details = match self {
+            Error::Core(e) => return e.to_error_object(cni_version),
             Error::Plugin {
                 error: Some(obj), ..
-            } => ErrorObject::new(cni_version, obj.code, obj.msg.clone(), obj.details.clone()),
-            Error::Plugin { stderr, .. } => ErrorObject::new(
-                cni_version,
-                self.code(),
-                Chain(self).to_string(),
-                stderr.trim_end(),
-            ),
+            } => return ErrorObject::new(cni_version, obj.code, &obj.msg, &obj.details),
             #[cfg(feature = "daemon")]
-            Error::Hook(hook) => hook.to_error_object(cni_version),
-            Error::Timeout { stderr_so_far, .. } => ErrorObject::new(
-                cni_version,
-                self.code(),
-                Chain(self).to_string(),
-                stderr_so_far.trim_end(),
-            ),
-            // The caller named the network: the wrapped error's object,
-            // a plugin's as it wrote it.
-            Error::Operation { source, .. } => source.to_error_object(cni_version),
-            // A wrapper keeps the evidence of the error it answers for
-            // (the one whose code it has): its details.
+            Error::Hook(hook) => return hook.to_error_object(cni_version),
+            Error::Operation { source, .. } => return source.to_error_object(cni_version),
+            Error::Plugin { stderr, .. }
+            | Error::Timeout {
+                stderr_so_far: stderr,
+                ..
+            } => stderr.trim_end().to_owned(),
             Error::Context { source: inner, .. } | Error::RollbackFailed { error: inner, .. } => {
-                ErrorObject::new(
-                    cni_version,
-                    self.code(),
-                    Chain(self).to_string(),
-                    inner.to_error_object(cni_version).details,
-                )
+                inner.to_error_object(cni_version).details
             }
-            Error::Multiple { errors, .. } => ErrorObject::new(
-                cni_version,
-                self.code(),
-                Chain(self).to_string(),
-                errors
-                    .first()
-                    .map(|e| e.to_error_object(cni_version).details)
-                    .unwrap_or_default(),
-            ),
-            _ => ErrorObject::new(cni_version, self.code(), Chain(self).to_string(), ""),
-        }
+            Error::Multiple { errors, .. } => errors
+                .first()
+                .map(|e| e.to_error_object(cni_version).details)
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        ErrorObject::new(cni_version, self.code(), Chain(self).to_string(), details)
     }
 
     /// Whether this is a plugin that ran and failed ([`Error::Plugin`]) with
@@ -869,10 +798,8 @@ impl Error {
         }
     }
 
-    /// Whether the attachment is owed a DEL after this error: an ADD that
-    /// failed part way and was not rolled back, or whose rollback failed
-    /// ([`Error::Operation`]'s `del_owed`, or [`Error::RollbackFailed`]),
-    /// looking through [`Error::Context`].
+    /// Whether the attachment is owed a DEL after this error
+    /// ([`Error::Operation`]'s `del_owed`, or [`Error::RollbackFailed`]).
     pub fn del_owed(&self) -> bool {
         match self {
             Error::Operation {
@@ -901,11 +828,10 @@ impl Error {
         }
     }
 
-    /// `e` as an error of `command` on `network` and `ifname`
-    /// ([`Error::Operation`]). An error that is one already stays as it
-    /// is, and so does an error of `cni_core` ([`Error::Core`]: a refused
-    /// name, configuration or result), which names its input itself and
-    /// may come before the names were validated.
+    /// `e` as an [`Error::Operation`] of `command` on `network` and
+    /// `ifname`; one already stays as it is, and so does an [`Error::Core`],
+    /// which names its input itself (and may come before the names were
+    /// validated).
     pub(crate) fn in_operation(
         network: &str,
         ifname: &str,

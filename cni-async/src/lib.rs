@@ -23,9 +23,8 @@
 //! | run plugins another way (a test double, a timing wrapper) | the [`PluginExec`] trait; [`RawExec`] is the real one |
 //! | branch on what kind of failure an [`Error`] is | [`Error::kind`] and [`ErrorKind`] |
 //!
-//! Where this crate differs from libcni on purpose (deadlines that kill the
-//! whole process group, atomic cache writes, validation on every verb, ...)
-//! is listed, with the reasons, in the repository's `docs/decisions.md`.
+//! Where this crate differs from libcni on purpose is listed, with the
+//! reasons, in the repository's `docs/decisions.md`.
 //!
 //! # Example
 //!
@@ -67,41 +66,20 @@
 //!
 //! # Printing errors
 //!
-//! An [`Error`]'s message names only its own part, as Rust errors do
-//! (`network "mynet" (ifname eth0) ADD`, [`Error::Operation`]: every error
-//! of an ADD, CHECK or DEL names its network, interface and verb so); what
-//! went wrong underneath is its `source()`. Print the whole chain with
-//! [`Chain`], or with anyhow's `{:#}`:
-//!
-//! ```no_run
-//! # async fn demo(cni: cni_async::Cni, list: cni_core::NetworkConfigList, rt: cni_core::RuntimeConf) {
-//! use cni_async::Chain;
-//!
-//! if let Err(e) = cni.add_network_list(&list, &rt).await {
-//!     // network "mynet" (ifname eth0) ADD (not rolled back: what its
-//!     // plugins made, such as an address, stays until this attachment is
-//!     // DELed): plugin portmap ADD failed (exit status 1): ...
-//!     eprintln!("{}", Chain(&e));
-//!     if e.del_owed() {
-//!         // The spec's rule after a failed ADD: DEL it.
-//!         let _ = cni.del_network_list(&list, &rt).await;
-//!     }
-//! }
-//! # }
-//! ```
+//! An [`Error`]'s message names only its own part (every error of an ADD,
+//! CHECK or DEL names its network, interface and verb:
+//! [`Error::Operation`]); print the whole chain with [`Chain`], or with
+//! anyhow's `{:#}`. After a failed ADD, [`Error::del_owed`] says whether
+//! the spec's DEL is owed.
 //!
 //! To branch on what failed, use [`Error::kind`], or `match` on
-//! [`Error::innermost`] (the error under the operation's naming). An
-//! error of `cni_core` (a refused name or configuration) is not wrapped:
-//! it names its input itself.
+//! [`Error::innermost`].
 //!
 //! # Features
 //!
 //! - `watch`: [`confwatch`], the conf-dir watcher (inotify).
 //! - `netns`: [`netns`] and [`batch`], namespaces for harnesses and tests.
-//! - `daemon`: `daemon`, what only a daemon (cnid) needs: the cache's
-//!   storage seam, deferred flushes and incremental scans, and the few
-//!   system helpers it calls itself.
+//! - `daemon`: `daemon`, what only a daemon (cnid) needs.
 #![warn(missing_docs)]
 
 #[cfg(feature = "netns")]

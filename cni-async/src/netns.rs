@@ -2,19 +2,9 @@
 //! create and delete named ones exactly as `ip netns add`/`del` do, open
 //! existing ones, run code and commands inside them.
 //!
-//! - [`Netns::create`] makes `/run/netns/NAME` natively (no `ip` binary): the
-//!   result is listed by `ip netns list`, usable with `ip -n NAME`, and
-//!   removable with `ip netns del NAME`. [`Netns::delete`] and
-//!   [`Netns::delete_named`] remove it again, and also remove namespaces that
-//!   `ip netns add` made.
-//! - [`Netns::open`] takes any namespace file: `/run/netns/NAME`,
-//!   `/proc/PID/ns/net`, or a bind mount of one elsewhere.
-//! - [`NetnsGuard`] deletes its namespace when dropped, also when a test
-//!   panics.
-//! - [`Netns::run`] / [`Netns::run_async`] run a closure inside the namespace,
-//!   [`Netns::exec_in`] / [`Netns::exec_in_async`] run a command inside it.
-//!
-//! Everything here needs `CAP_SYS_ADMIN` (root) except opening and reading.
+//! Namespaces made here and by `ip netns add` are interchangeable (no `ip`
+//! binary is needed). Everything here needs `CAP_SYS_ADMIN` (root) except
+//! opening and reading.
 //!
 //! ```no_run
 //! use std::process::Command;
@@ -39,40 +29,29 @@
 //!
 //! # Caveats
 //!
-//! - **Namespaces belong to threads.** `setns(2)` and `unshare(2)` with
-//!   `CLONE_NEWNET` move only the calling thread; the rest of the process stays
-//!   where it was. A tokio worker that switched would run every task that
-//!   lands on it afterwards, and every `.await` point of the switched task, in
-//!   the wrong namespace. So nothing here ever switches the caller's thread or
-//!   a runtime thread: each switch happens on a new OS thread made for it,
-//!   which exits when the work is done, so no switch outlives it and none is
-//!   held across an `.await`. A thread costs some tens of microseconds; this
-//!   is not meant for hot paths.
-//! - **Children inherit the thread, not the process.** A command spawned from
-//!   the switched thread (as [`Netns::exec_in`] does) starts in the target
-//!   namespace; no `pre_exec` hook is involved. Threads the closure itself
-//!   spawns inherit the namespace too.
+//! - **Namespaces belong to threads.** `setns(2)` moves only the calling
+//!   thread; a tokio worker that switched would run every later task in the
+//!   wrong namespace. So each switch happens on a new OS thread made for
+//!   it, which exits when the work is done: none is held across an
+//!   `.await`. A thread costs some tens of microseconds: not for hot paths.
+//!   A command spawned from that thread ([`Netns::exec_in`]) starts in the
+//!   namespace, with no `pre_exec` hook.
 //! - **`/proc/self/net` shows the main thread's namespace**, not the current
 //!   thread's: code inside [`Netns::run`] must read `/proc/thread-self/net/...`.
 //!   Likewise `/sys/class/net` shows the namespace of whoever mounted sysfs;
 //!   use netlink (`ip`) or `/proc/thread-self/net` instead.
-//! - **Mount propagation.** A named namespace is a bind mount of the
-//!   namespace file onto `/run/netns/NAME`. As iproute2 does, [`Netns::create`]
-//!   first makes `/run/netns` a shared mount point (bind-mounting it onto
-//!   itself when it is not a mount point yet), so that the mount shows up, and
-//!   a later unmount is seen, in mount namespaces that share it (containers
-//!   started after the namespace, other `ip netns` users). Mount namespaces
-//!   that are private or slave copies made earlier keep their own view: there
-//!   the namespace can outlive [`Netns::delete`]. Conversely, a process that
-//!   runs in a private mount namespace of its own (systemd `PrivateMounts=`,
-//!   some container setups) creates namespaces that only it can see.
-//! - **Lifetime.** A named namespace lives as long as its bind mount, any open
-//!   [`Netns`] fd, or any process inside it. If the process is killed between
-//!   create and delete (a test runner's timeout, `SIGKILL`), nothing runs
-//!   [`NetnsGuard`]'s `Drop`: the mount stays in `/run/netns` until someone
-//!   runs `ip netns del NAME` or [`Netns::delete_named`]. If it is killed in
-//!   the middle of [`Netns::create`], an empty `/run/netns/NAME` file may
-//!   remain; `ip netns del` and [`Netns::delete_named`] remove that too.
+//! - **Mount propagation.** A named namespace is a bind mount onto
+//!   `/run/netns/NAME`, which [`Netns::create`] first makes a shared mount
+//!   point, as iproute2 does, so that mount namespaces sharing it see the
+//!   mount and its unmount. Private or slave copies made earlier keep their
+//!   own view (the namespace can outlive [`Netns::delete`] there); a
+//!   process in a private mount namespace (systemd `PrivateMounts=`) makes
+//!   namespaces only it can see.
+//! - **Lifetime.** A named namespace lives as long as its bind mount, any
+//!   open fd, or any process inside it. A process killed before
+//!   [`NetnsGuard`]'s `Drop` leaves the mount (or, killed inside
+//!   [`Netns::create`], an empty file) until `ip netns del NAME` or
+//!   [`Netns::delete_named`].
 //! - Only `/run/netns` is used (iproute2's `/var/run/netns`, which on current
 //!   systems is the same directory through the `/var/run` symlink).
 
@@ -120,16 +99,6 @@ impl Netns {
     /// Fails with [`Error::NetnsName`] for an invalid name, and with
     /// [`Error::Netns`] whose source is of kind
     /// [`io::ErrorKind::AlreadyExists`] when the name is taken.
-    ///
-    /// ```no_run
-    /// use cni_async::netns::Netns;
-    /// # fn main() -> Result<(), cni_async::Error> {
-    /// let ns = Netns::create("blue")?;
-    /// // ... `ip -n blue link` works here ...
-    /// ns.delete()?;
-    /// # Ok(())
-    /// # }
-    /// ```
     pub fn create(name: &str) -> Result<Netns, Error> {
         validate_name(name)?;
         Self::prepare_named()?;
@@ -168,10 +137,8 @@ impl Netns {
         }
     }
 
-    /// Makes [`NETNS_RUN_DIR`] ready for named namespaces (a shared mount
-    /// point, as iproute2 does), which [`Netns::create`] does first: call
-    /// it once up front to fail early, with one error, when the caller
-    /// may not (not root: `Permission denied`).
+    /// Makes [`NETNS_RUN_DIR`] a shared mount point, as [`Netns::create`]
+    /// does first: to fail early, with one error, when the caller may not.
     pub fn prepare_named() -> Result<(), Error> {
         prepare_run_dir(Path::new(NETNS_RUN_DIR))
     }
@@ -206,13 +173,10 @@ impl Netns {
     }
 
     /// Deletes the named namespace `/run/netns/NAME`, as `ip netns del NAME`
-    /// does: a lazy unmount (`MNT_DETACH`), then unlink. Works for namespaces
-    /// made by `ip netns add` as well as by [`Netns::create`], and for the
-    /// empty file an interrupted create leaves.
-    ///
-    /// The namespace itself goes away once nothing else holds it (open fds,
-    /// processes inside it). Fails with an [`io::ErrorKind::NotFound`] source
-    /// when there is no such name.
+    /// does (a lazy unmount, then unlink), also the empty file an
+    /// interrupted create leaves. The namespace itself goes once nothing
+    /// else holds it. Fails with an [`io::ErrorKind::NotFound`] source when
+    /// there is no such name.
     pub fn delete_named(name: &str) -> Result<(), Error> {
         validate_name(name)?;
         let path = Path::new(NETNS_RUN_DIR).join(name);
@@ -290,9 +254,8 @@ impl Netns {
         self.name.as_deref()
     }
 
-    /// The namespace's inode number: its identity, as shown by `lsns` and by
-    /// `readlink /proc/PID/ns/net` (`net:[INODE]`). Two handles with the same
-    /// inode refer to the same namespace.
+    /// The namespace's inode number: its identity, as `lsns` and
+    /// `readlink /proc/PID/ns/net` (`net:[INODE]`) show it.
     pub fn inode(&self) -> Result<u64, Error> {
         sys::fd_identity(self.fd.as_fd())
             .map(|(_, ino)| ino)
@@ -312,12 +275,9 @@ impl Netns {
         })
     }
 
-    /// Runs `f` inside this namespace and returns what it returns.
-    ///
-    /// `f` runs on a new OS thread that enters the namespace (`setns`) and
-    /// exits afterwards; the calling thread never changes namespace. This
-    /// blocks the caller until `f` returns: from async code use
-    /// [`Netns::run_async`]. A panic in `f` is resumed in the caller.
+    /// Runs `f` inside this namespace, on a new OS thread, and returns
+    /// what it returns; blocking (from async code: [`Netns::run_async`]).
+    /// A panic in `f` is resumed in the caller.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), cni_async::Error> {
@@ -349,12 +309,9 @@ impl Netns {
         }
     }
 
-    /// Runs `f` inside this namespace without blocking the async caller.
-    ///
-    /// Like [`Netns::run`], `f` runs on a new OS thread (not a runtime
-    /// thread, not the blocking pool, whose threads are reused) that enters
-    /// the namespace and exits afterwards; the returned future waits for it.
-    /// A panic in `f` is resumed in the awaiting task.
+    /// [`Netns::run`] without blocking the async caller (a new OS thread,
+    /// not the blocking pool, whose threads are reused). A panic in `f` is
+    /// resumed in the awaiting task.
     ///
     /// # Cancellation
     ///
@@ -396,38 +353,17 @@ impl Netns {
     }
 
     /// Runs `cmd` inside this namespace and waits for it, as
-    /// [`Command::output`] does (stdout and stderr captured unless `cmd` says
-    /// otherwise, stdin `/dev/null` unless set).
-    ///
-    /// A new OS thread enters the namespace and spawns the command from
-    /// there, so the child starts in the namespace; the thread waits for the
-    /// child and exits. A non-zero exit is not an error here: look at
-    /// `status`.
-    ///
-    /// ```no_run
-    /// use std::process::Command;
-    /// # fn main() -> Result<(), cni_async::Error> {
-    /// let ns = cni_async::netns::Netns::open("/run/netns/blue")?;
-    /// let mut cmd = Command::new("ip");
-    /// cmd.args(["-br", "link"]);
-    /// let out = ns.exec_in(cmd)?;
-    /// println!("{}", String::from_utf8_lossy(&out.stdout));
-    /// # Ok(())
-    /// # }
-    /// ```
+    /// [`Command::output`] does. A non-zero exit is not an error here: look
+    /// at `status`.
     pub fn exec_in(&self, mut cmd: Command) -> Result<Output, Error> {
         let shown = show_command(&cmd);
         self.run(move || cmd.output())?
             .map_err(|e| netns_err(&self.path, format!("run `{shown}`"), e))
     }
 
-    /// Runs `cmd` inside this namespace and awaits its output, without
-    /// blocking the async caller. Needs a tokio runtime with I/O enabled.
-    ///
-    /// A new OS thread enters the namespace and spawns the command there as
-    /// a [`tokio::process::Child`], then exits; the output is awaited on the
-    /// caller's task. Unlike [`Netns::exec_in`], stdout and stderr are always
-    /// captured and stdin is always `/dev/null`, whatever `cmd` set.
+    /// [`Netns::exec_in`] without blocking the async caller (needs a tokio
+    /// runtime with I/O enabled); stdout and stderr are always captured and
+    /// stdin is always `/dev/null`, whatever `cmd` set.
     ///
     /// # Cancellation
     ///
@@ -475,16 +411,6 @@ impl fmt::Display for Netns {
 /// Dereferences to the [`Netns`]. Deletion errors on drop are logged
 /// (`tracing` warning) and otherwise ignored; call [`NetnsGuard::delete`] to
 /// see them.
-///
-/// ```no_run
-/// # fn main() -> Result<(), cni_async::Error> {
-/// {
-///     let ns = cni_async::netns::NetnsGuard::create("scratch")?;
-///     println!("{}", ns.path().display());
-/// } // `ip netns del scratch` happened here
-/// # Ok(())
-/// # }
-/// ```
 #[derive(Debug)]
 pub struct NetnsGuard {
     netns: Option<Netns>,
@@ -512,18 +438,12 @@ impl NetnsGuard {
 
     /// Disarms the guard: the namespace is kept, and returned.
     pub fn into_inner(mut self) -> Netns {
-        match self.netns.take() {
-            Some(netns) => netns,
-            // `netns` is only taken by methods that consume the guard.
-            None => unreachable!("NetnsGuard without a namespace"),
-        }
+        // `netns` is only taken by methods that consume the guard.
+        self.netns.take().expect("NetnsGuard without a namespace")
     }
 
     fn get(&self) -> &Netns {
-        match &self.netns {
-            Some(netns) => netns,
-            None => unreachable!("NetnsGuard without a namespace"),
-        }
+        self.netns.as_ref().expect("NetnsGuard without a namespace")
     }
 }
 

@@ -1,16 +1,9 @@
 //! The netns rule of ADD and CHECK: `CNI_NETNS` must be an absolute path to
-//! a network namespace. One rule for every caller: every [`Cni`] refuses an
-//! empty or relative netns for ADD and CHECK ([`check_netns_path`], always
-//! on); by default it also refuses a path that is not a network namespace
-//! ([`check_netns`]), before any plugin runs. libcni passes any netns
-//! through (`docs/decisions.md` D23).
-//!
-//! [`CniBuilder::check_netns`]`(false)` turns the namespace check off: it
-//! needs the namespace to exist where the check runs, so callers whose
-//! plugins are fakes, or that hand the plugins a path valid only in another
-//! mount namespace, would be refused. cnitool turns it off (it checks that
-//! the path exists, with hints, and passes any other path on as the
-//! reference cnitool does).
+//! a network namespace. Every [`Cni`] refuses an empty or relative netns
+//! for ADD and CHECK ([`check_netns_path`]); by default
+//! ([`CniBuilder::check_netns`]) it also refuses a path that is not a
+//! network namespace ([`check_netns`]), before any plugin runs. libcni
+//! passes any netns through (`docs/decisions.md` D23).
 //!
 //! | verb | netns |
 //! |---|---|
@@ -19,10 +12,8 @@
 //! | STATUS, GC, VERSION | none (not looked at) |
 //!
 //! A path that is not a network namespace is refused with one answer,
-//! `not a network namespace`, whether it is missing, a regular file, a
-//! directory, another kind of namespace or not accessible: a caller may
-//! learn that a path is a network namespace, and nothing else about the
-//! file system.
+//! `not a network namespace`, whatever it is: a caller learns nothing else
+//! about the file system.
 //!
 //! ```
 //! use cni_async::check_netns;

@@ -1,14 +1,10 @@
-//! Stale cached attachments: records in the cache whose network namespace
-//! is gone, and whose DEL therefore nobody will send (a reboot, a runtime
-//! that crashed or lost its state between ADD and DEL). Left alone they
-//! hold their IPAM reservations forever ("no IP addresses available in
-//! range set"). This module finds them ([`StaleScanner::scan`]) and DELs
-//! them ([`Cni::reap_stale`](crate::Cni::reap_stale)) with the cached configuration, the cached
-//! result as `prevResult` and the cached args, and **no netns path**
-//! (CNI_NETNS empty: the namespace is gone by definition, and the path may
-//! hold someone else's namespace by then; the spec lets plugins see no
-//! namespace on DEL). cnid's reaper and `cnitool gc --stale` are both
-//! built on it.
+//! Stale cached attachments: records whose network namespace is gone, and
+//! whose DEL therefore nobody will send (a reboot, a runtime that lost its
+//! state). Left alone they hold their IPAM reservations forever. This
+//! module finds them ([`StaleScanner::scan`]) and DELs them
+//! ([`Cni::reap_stale`](crate::Cni::reap_stale)) with what was cached at
+//! ADD and **no netns path** (the path may hold someone else's namespace
+//! by then).
 //!
 //! ```no_run
 //! # async fn demo(cni: &cni_async::Cni) -> Result<(), cni_async::Error> {
@@ -27,14 +23,11 @@
 //! # The verdict
 //!
 //! Nothing is stale on a path or a clock alone: "gone" is proven. Records
-//! written by this library (cnitool, cnid, embedders) carry the
-//! namespace's identity taken at ADD (`netnsIdentity`:
-//! [`cni_core::cache::NetnsIdentity`]): the boot id, the nsfs device and
-//! inode of the netns path and its nsfs file handle (Linux 6.18+), and for
-//! a `/proc/PID/ns/net` path the process's start time. It is taken before
-//! the plugins run and kept only if the path is still that namespace (and
-//! process) after them: a namespace replaced at the path meanwhile may hold
-//! the attachment, so such a record names no namespace (its path decides).
+//! written by this library carry the namespace's identity taken at ADD
+//! ([`cni_core::cache::NetnsIdentity`]: the boot id, the nsfs device,
+//! inode and file handle, for a `/proc/PID/ns/net` path the process's
+//! start time), kept only if the path is still that namespace after the
+//! plugins ran.
 //!
 //! | record | what is found | verdict |
 //! |---|---|---|
@@ -51,16 +44,9 @@
 //! | none | not a network namespace, written in this boot | waiting, then stale ([`StaleReason::NamespaceGone`]) |
 //! | anything not proven by boot id | the caller does not see the host's mounts | kept ([`Kept::HostMountsUnseen`]) |
 //!
-//! A caller "sees the host's mounts" ([`StaleScanner::sees_host_mounts`])
-//! when it is in the initial pid namespace and in pid 1's mount namespace:
-//! then its `/proc` lists every process and its paths are the host's. A
-//! caller that does not (a unit with a private `/run`, a pod without mount
-//! propagation) reaps only what another boot id proves gone.
-//!
 //! How long a namespace has been gone is what the scanner saw: the first
-//! scan that found it gone starts the clock, a scan that finds it back (or
-//! the record gone) stops it. A one-shot caller (cnitool) passes
-//! `stale_after` zero.
+//! scan that found it gone starts the clock, a scan that finds it back
+//! stops it. A one-shot caller (cnitool) passes `stale_after` zero.
 //!
 //! # Caveats
 //! - Records without identity (Go libcni's, this library's before it
@@ -71,13 +57,10 @@
 //! - Nsfs inode numbers are reused once a namespace is freed: a new
 //!   namespace at the recorded path with the recorded inode counts as the
 //!   recorded one (kept: the safe side).
-//! - A process may enter or open the namespace after the search: the
-//!   namespace it holds then is not gone, and [`Cni::reap_stale`](crate::Cni::reap_stale) judges
-//!   the record again just before the DEL, and checks under the
-//!   attachment's lock that the record is exactly the scanned one (mtime,
-//!   netns and identity), so another tool's DEL and re-ADD in between is
-//!   never DELed. A caller racing other tools on the same attachment
-//!   (cnid) also orders the reap with its own operations on it.
+//! - A process may enter or open the namespace after the search: so
+//!   [`Cni::reap_stale`](crate::Cni::reap_stale) judges the record again
+//!   just before the DEL, under the attachment's lock, and checks that the
+//!   record is exactly the scanned one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -307,15 +290,9 @@ fn identified(netns: &str, ns: (u64, u64), id: &NetnsIdentity, host: &Host) -> N
     }
 }
 
-/// Whether a record written at `written` was written before `boot`. The
-/// boot time is whole seconds and moves by one with clock adjustments; a
-/// reboot takes longer than the margin.
+/// Whether a record written at `written` was written before `boot`.
 fn before_boot(written: Option<SystemTime>, boot: Option<SystemTime>) -> bool {
-    const MARGIN: Duration = Duration::from_secs(2);
-    match (written, boot) {
-        (Some(w), Some(b)) => w + MARGIN < b,
-        _ => false,
-    }
+    written.is_some_and(|w| crate::sys::before_boot(w, boot))
 }
 
 /// A cached attachment and the verdict on it: what identifies it, not its
@@ -349,12 +326,9 @@ impl Candidate {
 type Key = (String, String, String);
 
 /// Lists a cache's attachments with their verdicts, remembering from scan
-/// to scan since when each namespace has been seen gone. The records are
-/// followed from scan to scan: a scan reads only the
-/// record files new or replaced since the last one, and keeps only their
-/// identity and netns (not their results), so it costs a directory
-/// listing and a `stat` per attachment, plus a search of `/proc` for each
-/// namespace of this boot not at its path.
+/// to scan since when each namespace has been seen gone. A scan reads only
+/// the record files new or replaced since the last one, and keeps only
+/// their identity and netns.
 #[derive(Debug)]
 pub struct StaleScanner {
     host: Host,
@@ -392,18 +366,16 @@ impl StaleScanner {
     }
 
     /// Whether this process sees the host's mounts and processes (the
-    /// initial pid namespace, pid 1's mount namespace), as found when the
-    /// scanner was made. When it does not, only attachments another boot
-    /// id proves gone are ever stale (the others are
-    /// [`Kept::HostMountsUnseen`]): callers say so once.
+    /// initial pid namespace, pid 1's mount namespace; a unit with a
+    /// private `/run` does not). When it does not, only attachments another
+    /// boot id proves gone are ever stale ([`Kept::HostMountsUnseen`]).
     pub fn sees_host_mounts(&self) -> bool {
         self.host.sees_host_mounts
     }
 
     /// Every `cniCacheV1` record of `cache` with its verdict, sorted by
     /// network, container and interface. An unreadable cache dir is an
-    /// error (nothing is stale then; a missing one is an empty cache);
-    /// unusable record files are left out.
+    /// error; unusable record files are left out.
     pub async fn scan(&mut self, cache: &ResultCache) -> Result<Vec<Candidate>, Error> {
         let (host, stale_after, cache) = (self.host.clone(), self.stale_after, cache.clone());
         let dir = cache.results_dir();
@@ -426,11 +398,7 @@ impl StaleScanner {
             (state, res)
         })
         .await
-        .map_err(|e| Error::Cache {
-            path: dir,
-            op: "scan",
-            source: std::io::Error::other(e),
-        })?;
+        .map_err(|e| crate::store::io_err(&dir, "scan", std::io::Error::other(e)))?;
         self.state = state;
         res
     }

@@ -4,9 +4,8 @@
 //! its caller's `context.Context` to plugins.
 //!
 //! Outside any scope, plugins inherit those variables from the runtime's
-//! own environment, as they inherit everything else (libcni's behaviour
-//! too). Inside one, the scope's values replace them, the absent ones set
-//! empty, so the runtime's own do not pass for the operation's.
+//! own environment (as with libcni); inside one, the scope's values replace
+//! them, the absent ones set empty.
 //!
 //! ```no_run
 //! # async fn demo(cni: cni_async::Cni, list: cni_core::NetworkConfigList, rt: cni_core::RuntimeConf) {

@@ -4,35 +4,17 @@
 //! runtime).
 //!
 //! Every write, flush, rename and removal goes through a [`Storage`] (the
-//! caller's; [`write_atomic`] uses the real [`Disk`]), and every function
-//! here that makes one is `#[track_caller]`, so a simulated disk names the
-//! caller's line.
-//!
-//! - [`write_atomic`] ([`write_atomic_on`] through a given storage): a temp
-//!   file in the target's dir (see [`temp_path`]), written, `fdatasync`ed,
-//!   renamed over the target, then the dir `fsync`ed. A crash at any point
-//!   leaves the old file or the new one, never half of one; with `fsync`
-//!   on, the new one also survives a power loss once the call returned.
-//! - [`read_nofollow`]: reads a regular file, refusing a symbolic link at
-//!   the last component ([`is_symlink_refusal`]) and anything not a regular
-//!   file (a FIFO planted there does not hang the reader).
-//! - [`move_into`]: moves an unreadable file into a private dir for
-//!   corrupt files, under a name no other move takes, so it is neither
-//!   trusted nor silently lost.
-//! - [`remove_leftovers`]: removes the temp files of writes a crash
-//!   interrupted ([`is_temp_name`]); [`remove_abandoned`]: the same in a
-//!   dir shared with other writers, for the temp files whose writer is
-//!   dead.
-//! - [`ensure_private_dir`]: the 0700 rule for every private dir.
-//! - [`sync_file`]: a later `fsync` of a file written without one (for
-//!   writers that defer their flushes); [`sync_dir`].
+//! caller's; [`write_atomic`] uses the real [`Disk`]). The atomic write
+//! ([`write_atomic_on`]): a temp file in the target's dir, written,
+//! `fdatasync`ed, renamed over the target, then the dir `fsync`ed. A crash
+//! at any point leaves the old file or the new one, never half of one;
+//! with `fsync` on, the new one also survives a power loss once the call
+//! returned.
 //!
 //! Removals are not `fsync`ed here: every user of this crate makes a file
-//! that reappears after a power loss harmless (a repeated DEL).
-//!
-//! What a writer owes the dirs above its files (their entries made
-//! durable once, the dirs a killed writer left) is cni-async's (its
-//! store's `dirs`): it rests on the boot time and warns through `tracing`.
+//! that reappears after a power loss harmless (a repeated DEL). What a
+//! writer owes the dirs above its files is cni-async's (its store's
+//! `durable`).
 //!
 //! # Caveats
 //! - Everything here blocks (file system calls); async callers run it on

@@ -1,8 +1,6 @@
 //! Reads that follow no link and hang on no FIFO.
 
-use std::fs::OpenOptions;
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Reads a regular file without following a symbolic link at its last
@@ -10,10 +8,7 @@ use std::path::Path;
 /// or device with [`io::ErrorKind::InvalidData`] (opened non-blocking, so
 /// a FIFO cannot hang the reader).
 pub fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
-    let mut f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)?;
+    let mut f = crate::storage::open_nonblocking(path)?;
     if !f.metadata()?.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,

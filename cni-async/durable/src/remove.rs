@@ -24,14 +24,12 @@ pub fn remove_leftovers(storage: &(impl Storage + ?Sized), dir: &Path) -> Result
 pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// In a dir shared with other writers (the result cache's `results/`):
-/// removes the temp files of [`write_atomic`](crate::write_atomic) whose writer died, and
-/// returns how many. Only a regular file named exactly as [`temp_path`](crate::temp_path)
-/// names them (`.<name>.tmp-<pid>-<n>`), whose `pid` names no process
+/// removes the temp files of [`write_atomic`](crate::write_atomic) whose
+/// writer died, and returns how many: only a regular file named exactly as
+/// [`temp_path`](crate::temp_path) names them, whose `pid` names no process
 /// (`kill(pid, 0)`), last modified at least `min_age` ago, and that no
 /// writer holds (a writer keeps a `flock` on its temp file until its
-/// rename: one in another pid namespace shows a pid that may name no
-/// process here, and a stalled write may outlast `min_age`). Every other
-/// file is left alone, other tools' temp files too. A missing dir has none.
+/// rename). A missing dir has none.
 #[track_caller]
 pub fn remove_abandoned(
     storage: &(impl Storage + ?Sized),
@@ -56,18 +54,13 @@ pub fn remove_abandoned(
 }
 
 /// Whether a writer holds the temp file at `path` ([`write_atomic_on`](crate::write_atomic_on)
-/// keeps a `flock` on it until its rename): a live writer whose pid names
-/// no process here (another pid namespace) or whose pid was reused. In
-/// doubt (it cannot be opened or locked for another reason), held.
+/// keeps a `flock` on it until its rename): the proof of a live writer in
+/// another pid namespace, or whose pid was reused. In doubt, held.
 fn held(path: &Path) -> bool {
     let Ok(f) = crate::no_follow().read(true).open(path) else {
         return true;
     };
-    match f.try_lock() {
-        Ok(()) => false,
-        Err(std::fs::TryLockError::WouldBlock) => true,
-        Err(std::fs::TryLockError::Error(_)) => true,
-    }
+    f.try_lock().is_err()
 }
 
 /// Removes the files of `dir` that `pick` picks (by name and entry), and

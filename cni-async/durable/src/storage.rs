@@ -1,31 +1,20 @@
 //! The storage seam: every write, flush, truncation, rename and removal of
-//! cni-async's result cache (through this crate's functions) and of
-//! cnid's ADD journal goes through one [`Storage`], so that a test can see
-//! each I/O point, fail it, or stand a simulated disk behind it (cnid's
-//! crash-point enumeration does: its simulated disk keeps only what was
-//! flushed when the power goes). [`Disk`] is the real file system, the
-//! default everywhere.
-//!
-//! The trait has the primitive calls only; what is built of them has one
-//! implementation, in this crate (the atomic write: temp file,
-//! `fdatasync`, `rename`, `fsync` of the dir; the flush of created dirs;
-//! the removal of temp files), generic over the storage.
+//! cni-async's result cache and of cnid's ADD journal goes through one
+//! [`Storage`], so that a test can see each I/O point, fail it, or stand a
+//! simulated disk behind it that keeps only what was flushed when the
+//! power goes. [`Disk`] is the real file system. The trait has the
+//! primitive calls only; what is built of them is this crate's, generic
+//! over the storage.
 //!
 //! Invariants kept by [`Disk`]: no call follows a symbolic link at the
 //! last component (`O_NOFOLLOW`), every descriptor is `O_CLOEXEC`, files
 //! it creates get the mode asked for (0600 where none is), subject to the
-//! umask. Not behind the seam: reads (they change nothing on disk), the
-//! creation and `chmod` of dirs ([`crate::ensure_private_dir`];
-//! the flush of a created dir, and its removal when that flush fails, are
-//! behind it) and `flock`.
+//! umask. Not behind the seam: reads, the creation and `chmod` of dirs
+//! ([`crate::ensure_private_dir`]), and `flock`.
 //!
-//! Each method is `#[track_caller]` (a hidden argument, no I/O), and so is
-//! every function of this crate that calls them: a simulated disk
-//! can name the call site in the caller's code that a crash hit.
-//!
-//! # Cost
-//! The cache holds one `Arc<dyn Storage>`: one indirect call per system
-//! call, nothing next to the system call itself.
+//! Each method is `#[track_caller]`, and so is every function of this
+//! crate that calls them: a simulated disk can name the caller's line
+//! that a crash hit.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -73,17 +62,11 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
     #[track_caller]
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// `syncfs(2)` of the file system that holds the dir `dir`: once it
-    /// returns `Ok`, every file under `dir` is durable, data and names
-    /// (what was written, created, renamed or removed there, the dirs
-    /// under it included; not `dir`'s own entry in its parent). One call
-    /// for any number of files, where [`Storage::sync_file`] is one flush
-    /// of the device each; but it writes back *everything* dirty on that
-    /// file system, other programs' data too, and waits for it.
-    /// `Err(Unsupported)` where a failed write-back would not be reported
-    /// (see [`Disk`]): the caller flushes file by file instead. [`Disk`]
-    /// also checks each regular file directly in `dir` for a write-back
-    /// error of its own: `syncfs` reports the file system's to its first
-    /// caller only, which may be another program.
+    /// returns `Ok`, every file under `dir` is durable, data and names (not
+    /// `dir`'s own entry in its parent). One call for any number of files,
+    /// but it writes back *everything* dirty on that file system and waits
+    /// for it. `Err(Unsupported)` where a failed write-back would not be
+    /// reported (see [`Disk`]): the caller flushes file by file instead.
     #[track_caller]
     fn sync_fs(&self, dir: &Path) -> io::Result<()>;
     /// `rename`.
@@ -99,13 +82,11 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
 
 /// The real file system.
 ///
-/// Its [`Storage::sync_fs`] is `syncfs(2)` on a descriptor of the dir, on
-/// Linux 5.8 or later only: from 5.8 on, `syncfs` returns the write-back
-/// errors of the file system (the superblock's `errseq`) that occurred
-/// since the descriptor was opened, and any that no `syncfs` caller has
-/// seen yet (as `fsync` does for a file's own errors); before 5.8 it
-/// returned 0 whatever the write-back did, so there it answers
-/// `Unsupported` and callers flush file by file.
+/// Its [`Storage::sync_fs`] is `syncfs(2)` on Linux 5.8 or later only
+/// (before, it returned 0 whatever the write-back did), followed by a
+/// check of each regular file directly in `dir` for a write-back error of
+/// its own (`syncfs` reports the file system's to its first caller only,
+/// which may be another program).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Disk;
 
@@ -188,16 +169,11 @@ impl Storage for Disk {
     }
 
     fn sync_file(&self, path: &Path) -> io::Result<bool> {
-        let f = match no_follow()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(e),
-        };
-        f.sync_all().map(|()| true)
+        match open_nonblocking(path) {
+            Ok(f) => f.sync_all().map(|()| true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
@@ -235,17 +211,20 @@ impl Storage for Disk {
     }
 }
 
+/// `path` opened for reading, never through a link, without blocking on a
+/// FIFO.
+pub(crate) fn open_nonblocking(path: &Path) -> io::Result<File> {
+    no_follow()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+}
+
 /// Whether each regular file directly in `dir` was written back without
 /// error, as far as its own record says: `sync_file_range(2)` waiting on
-/// its pages (nothing is dirty after a `syncfs`, so no write and no
-/// flush of the device) returns the write-back error the file's mapping
-/// keeps. Needed after `syncfs`: it reports a file system's write-back
-/// error once, to the first `syncfs` caller after it, so one another
-/// program made (`sync -f`, a package manager) took it, and the data of
-/// the files named was lost all the same (seen on an ext4 whose
-/// write-back failed); the file's own error
-/// stays until an `fsync` or this check of it takes it. Entries gone
-/// meanwhile, links and other kinds are skipped.
+/// its pages (nothing is dirty after a `syncfs`) returns the write-back
+/// error the file's mapping keeps until an `fsync` or this check takes it.
+/// Entries gone meanwhile, links and other kinds are skipped.
 fn written_back(dir: &Path) -> io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -253,11 +232,7 @@ fn written_back(dir: &Path) -> io::Result<()> {
             continue;
         }
         let path = entry.path();
-        let f = match no_follow()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(&path)
-        {
+        let f = match open_nonblocking(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),

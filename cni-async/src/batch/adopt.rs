@@ -15,58 +15,25 @@ use crate::netns::{NETNS_RUN_DIR, Netns, NetnsGuard};
 
 impl BatchBuilder {
     /// Adopts the batch with this builder's prefix that another process
-    /// (or an earlier run) set up and left ([`Batch::keep`], `cnitool
-    /// batch up`, a killed harness), so that [`Batch::teardown`] or
-    /// [`Batch::teardown_until`] removes it. The members are:
+    /// set up and left ([`Batch::keep`], a killed harness), for
+    /// [`Batch::teardown`]. The members are every namespace
+    /// `PREFIX<number>` in `/run/netns` (a prefix must not end with a
+    /// digit: `t` must not claim `t1`'s `t10`), and every cached attachment
+    /// on one of the batch's networks (those of the [sandbox
+    /// template](Self::sandbox_template), or else the `MultiNetwork`'s)
+    /// whose netns is such a path and whose container ID is the member's,
+    /// also when that namespace is gone. `count` is ignored.
     ///
-    /// - every namespace `PREFIX<number>` in `/run/netns` (a prefix must
-    ///   not end with a digit, so that `t` does not claim `t1`'s `t10`);
-    /// - every cached attachment ([`Cni::cached_attachments`](crate::Cni::cached_attachments)) on one of
-    ///   the batch's networks whose netns is `/run/netns/PREFIX<number>`
-    ///   and whose container ID is the member's (its name, or what
-    ///   [`Self::container_ids`] derives from the path), also when that
-    ///   namespace is gone.
-    ///
-    /// The batch's networks are those the [sandbox
-    /// template](Self::sandbox_template) names, or else the
-    /// `MultiNetwork`'s. Members are ordered by number; `count` is ignored.
-    ///
-    /// Teardown DELs each member's cached attachments (on any interface)
-    /// with the arguments cached at ADD and, for a network the
-    /// `MultiNetwork` does not have (its file is gone: build it with
-    /// [`MultiNetworkBuilder::allow_empty`](crate::multi::MultiNetworkBuilder::allow_empty)),
-    /// with the configuration cached at ADD ([`MultiNetwork::remove`]).
-    /// A namespace without cached attachments (a setup killed mid-ADD) is
-    /// removed as the sandbox template describes it. Then the namespace is
-    /// deleted; unlike a batch set up here, an adopted namespace whose DELs
-    /// failed is kept, so that adopting it again retries with the same
-    /// inputs.
+    /// Teardown DELs each member's cached attachments with the arguments
+    /// (and, for a network the `MultiNetwork` does not have, the
+    /// configuration) cached at ADD; a namespace without any is removed as
+    /// the sandbox template describes it. An adopted namespace whose DELs
+    /// failed is kept, so that adopting it again retries.
     ///
     /// Fails when namespaces `PREFIX<number>` exist but nothing ties them
-    /// to the batch: none of its networks is known to the `MultiNetwork`
-    /// and none has a cached attachment in them (a mistyped network name
-    /// must not delete another batch). Also when the prefix is invalid, or
-    /// `/run/netns` or the cache cannot be read.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), cni_async::Error> {
-    /// use cni_async::{Cni, MultiNetwork};
-    /// use cni_async::batch::BatchBuilder;
-    /// use cni_core::confdir;
-    /// use std::path::Path;
-    ///
-    /// let cni = Cni::builder().plugin_dirs(["/usr/lib/cni"]).build();
-    /// let list = confdir::load_network(Path::new("/etc/cni/net.d"), "bench")?;
-    /// let networks = MultiNetwork::builder(cni).network(list).build()?;
-    ///
-    /// // What a killed run of `BatchBuilder::new(..).prefix("bench-")` left.
-    /// let batch = BatchBuilder::new(networks).prefix("bench-").adopt().await?;
-    /// for m in batch.members() {
-    ///     println!("{}: {} cached attachment(s)", m.name(), m.cached_attachments().len());
-    /// }
-    /// batch.teardown().await?;
-    /// # Ok(()) }
-    /// ```
+    /// to the batch (a mistyped network name must not delete another
+    /// batch), when the prefix is invalid, or `/run/netns` or the cache
+    /// cannot be read.
     pub async fn adopt(self) -> Result<Batch, Error> {
         if self.prefix.ends_with(|c: char| c.is_ascii_digit()) {
             return Err(Error::NetnsName {

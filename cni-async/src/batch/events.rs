@@ -1,6 +1,5 @@
 //! A batch's progress: the events its callback gets and the running counts.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -68,12 +67,7 @@ pub struct BatchEvent<'a> {
 }
 
 pub(super) struct Progress {
-    total: usize,
-    created: AtomicUsize,
-    attached: AtomicUsize,
-    failed: AtomicUsize,
-    deleted: AtomicUsize,
-    teardown_failed: AtomicUsize,
+    counts: Mutex<BatchCounts>,
     clock: Mutex<Instant>,
     callback: Option<Arc<EventCallback>>,
 }
@@ -81,12 +75,10 @@ pub(super) struct Progress {
 impl Progress {
     pub(super) fn new(total: usize, callback: Option<Arc<EventCallback>>) -> Self {
         Progress {
-            total,
-            created: AtomicUsize::new(0),
-            attached: AtomicUsize::new(0),
-            failed: AtomicUsize::new(0),
-            deleted: AtomicUsize::new(0),
-            teardown_failed: AtomicUsize::new(0),
+            counts: Mutex::new(BatchCounts {
+                total,
+                ..BatchCounts::default()
+            }),
             clock: Mutex::new(Instant::now()),
             callback,
         }
@@ -97,14 +89,7 @@ impl Progress {
     }
 
     pub(super) fn counts(&self) -> BatchCounts {
-        BatchCounts {
-            total: self.total,
-            created: self.created.load(Ordering::Relaxed),
-            attached: self.attached.load(Ordering::Relaxed),
-            failed: self.failed.load(Ordering::Relaxed),
-            deleted: self.deleted.load(Ordering::Relaxed),
-            teardown_failed: self.teardown_failed.load(Ordering::Relaxed),
-        }
+        *self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Counts the event (and, with `deleted`, the namespace's deletion),
@@ -117,19 +102,18 @@ impl Progress {
         error: Option<&Error>,
         deleted: bool,
     ) {
-        let counter = match kind {
-            BatchEventKind::Created => Some(&self.created),
-            BatchEventKind::Attached => Some(&self.attached),
-            BatchEventKind::Failed => Some(&self.failed),
-            BatchEventKind::Deleted => None,
-            BatchEventKind::TeardownFailed => Some(&self.teardown_failed),
+        let counts = {
+            let mut c = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+            match kind {
+                BatchEventKind::Created => c.created += 1,
+                BatchEventKind::Attached => c.attached += 1,
+                BatchEventKind::Failed => c.failed += 1,
+                BatchEventKind::Deleted => {}
+                BatchEventKind::TeardownFailed => c.teardown_failed += 1,
+            }
+            c.deleted += usize::from(deleted);
+            *c
         };
-        if let Some(counter) = counter {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-        if deleted {
-            self.deleted.fetch_add(1, Ordering::Relaxed);
-        }
         if let Some(cb) = &self.callback {
             let elapsed = self
                 .clock
@@ -141,7 +125,7 @@ impl Progress {
                 index,
                 name,
                 error,
-                counts: self.counts(),
+                counts,
                 elapsed,
             });
         }

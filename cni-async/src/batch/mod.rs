@@ -2,29 +2,13 @@
 //! test harnesses, benchmarks and load generators (feature `netns`).
 //!
 //! [`BatchBuilder::setup`] creates N named namespaces (`PREFIX0`,
-//! `PREFIX1`, ... in `/run/netns`; the container ID of each is its name,
-//! or what [`BatchBuilder::container_ids`] derives from its path),
-//! attaches each to every network of a [`MultiNetwork`], at most
-//! `concurrency` namespaces in flight at a time, and returns a [`Batch`]
-//! holding each namespace's outcome. A namespace that cannot be created or
-//! attached is reported (its [`BatchMember::error`]) and the others go on;
-//! its own networks were rolled back by [`MultiNetwork::setup`]. With
-//! [`BatchBuilder::release_failed`], its namespace is deleted at once too.
-//! [`BatchBuilder::setup_until`] stops early (a signal, a deadline of the
-//! caller's) and returns what was set up so far.
-//!
-//! [`Batch::teardown`] detaches every namespace from every network (DEL,
-//! last network first, also for those whose setup failed: DEL is
-//! idempotent) and deletes every namespace, with the same bounded
-//! concurrency, going on past errors; [`Batch::teardown_until`] can be
-//! stopped, leaving the rest in place. [`Batch::keep`] leaves everything in
-//! place, for another process to tear down: [`BatchBuilder::adopt`] makes
-//! a [`Batch`] of what a batch with the same prefix left (its namespaces
-//! and their cached attachments), to tear it down the same way.
-//!
-//! Progress comes as [`BatchEvent`]s to the callback given to
-//! [`BatchBuilder::on_event`]: a namespace created, attached, failed,
-//! deleted, or its teardown failed, with running [`BatchCounts`].
+//! `PREFIX1`, ...) and attaches each to every network of a
+//! [`MultiNetwork`], at most `concurrency` at a time; a namespace that
+//! fails is reported ([`BatchMember::error`]) and the others go on.
+//! [`Batch::teardown`] DELs and deletes them all, going on past errors;
+//! [`Batch::keep`] leaves them for another process, whose
+//! [`BatchBuilder::adopt`] takes them over. Progress comes as
+//! [`BatchEvent`]s ([`BatchBuilder::on_event`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cni_async::Error> {
@@ -59,30 +43,20 @@
 //!
 //! # Caveats
 //!
-//! - **Teardown on drop blocks.** Dropping a [`Batch`] without calling
-//!   [`Batch::teardown`] (a panicking test, an early return) tears it down
-//!   anyway: `Drop` cannot await, so it starts a thread with its own
-//!   current-thread tokio runtime, runs the same teardown there and waits
-//!   for it. The dropping thread is blocked meanwhile (a tokio worker
-//!   included), typically for as long as the DELs take. This is a safety
-//!   net; call [`Batch::teardown`] to see the errors (on drop they are only
-//!   logged as `tracing` warnings). If no thread or runtime can be started,
-//!   the namespaces are still deleted but nothing is DELeted (host-local
-//!   keeps those addresses until its dataDir is cleaned). [`Batch::keep`]
-//!   disarms it.
+//! - **Teardown on drop blocks.** Dropping a [`Batch`] without
+//!   [`Batch::teardown`] (a panicking test) tears it down anyway, on a
+//!   thread with its own runtime, blocking the dropping thread (a tokio
+//!   worker included) for as long as the DELs take; errors are only logged.
+//!   Without a thread or runtime, the namespaces are deleted but nothing
+//!   is DELeted. [`Batch::keep`] disarms it.
 //! - **Cancellation.** Dropping the future of [`BatchBuilder::setup`] or
-//!   [`Batch::teardown`] kills the plugins in flight (see
-//!   [`MultiNetwork`]'s caveats) and then tears down, as on drop, everything
-//!   the batch created so far.
+//!   [`Batch::teardown`] kills the plugins in flight and then tears down,
+//!   as on drop, everything the batch created so far.
 //! - **Killed processes.** Nothing runs on `SIGKILL`: the namespaces stay in
-//!   `/run/netns` (`ip netns del`, [`Netns::delete_named`]) and the
-//!   attachments in the plugins' state. Use a prefix unique to the run to
-//!   find them.
+//!   `/run/netns` ([`Netns::delete_named`]) and the attachments in the
+//!   plugins' state. Use a prefix unique to the run to find them.
 //! - **Names are not reserved.** A name that already exists in `/run/netns`
 //!   makes that member fail (`AlreadyExists`); the others go on.
-//! - **The runtime's duties.** Each namespace is its own container: its
-//!   operations run one at a time (or as [`MultiNetwork::mode`] says), and
-//!   every ADD is followed by a DEL in teardown.
 
 mod adopt;
 mod events;
@@ -218,15 +192,13 @@ impl BatchMember {
     }
 
     /// For an adopted member, its cached attachments on the batch's
-    /// networks: what teardown DELs, each with the arguments cached at
-    /// ADD. Empty otherwise, and for an adopted namespace without any
-    /// (teardown then DELs it as the batch's sandbox template says).
+    /// networks, which teardown DELs; empty otherwise.
     pub fn cached_attachments(&self) -> &[CacheRecord] {
         self.adopted.as_ref().map_or(&[], |a| &a.cached)
     }
 
     /// Whether its name is in `/run/netns` (opened, or an adopted name that
-    /// is not a namespace one can open: teardown deletes it by name).
+    /// teardown deletes by name).
     pub fn has_name(&self) -> bool {
         self.netns.is_some() || self.adopted.as_ref().is_some_and(|a| a.stale_name)
     }

@@ -87,10 +87,10 @@ impl BatchBuilder {
         self
     }
 
-    /// Derives each member's container ID from its namespace path
-    /// (`/run/netns/NAME`) instead of using its name: e.g. as the reference
-    /// cnitool derives it, so that `cnitool check|del NETWORK PATH` work on
-    /// a member. The IDs must be valid and distinct.
+    /// Derives each member's container ID from its namespace path instead
+    /// of using its name (as the reference cnitool derives it, so that
+    /// `cnitool check|del NETWORK PATH` work on a member). The IDs must be
+    /// valid and distinct.
     pub fn container_ids(
         mut self,
         derive: impl Fn(&str) -> String + Send + Sync + 'static,
@@ -99,13 +99,10 @@ impl BatchBuilder {
         self
     }
 
-    /// Whether a member whose setup failed is undone at once: after the
-    /// rollback of its networks ([`MultiNetwork::setup`]), its namespace is
-    /// deleted, so that only the attached members remain (default: kept
-    /// until teardown). When the rollback failed (the error is
-    /// [`Error::RollbackFailed`]; [`MultiNetwork::setup`] has DELed once
-    /// more already), the member keeps its namespace and teardown DELs it
-    /// again. A namespace that cannot be deleted is logged and left.
+    /// Whether the namespace of a member whose setup failed is deleted at
+    /// once, so that only the attached members remain (default: kept until
+    /// teardown). Not when its rollback failed ([`Error::RollbackFailed`]):
+    /// teardown DELs it again.
     pub fn release_failed(mut self, on: bool) -> Self {
         self.release_failed = on;
         self
@@ -119,18 +116,15 @@ impl BatchBuilder {
     }
 
     /// Creates and attaches the namespaces. Fails only when the settings are
-    /// invalid (a prefix that makes bad names, bad labels); the failures of
-    /// single namespaces are in the [`Batch`].
+    /// invalid; the failures of single namespaces are in the [`Batch`].
     pub async fn setup(self) -> Result<Batch, Error> {
         self.setup_until(std::future::pending()).await
     }
 
     /// [`Self::setup`], stopped when `stop` completes first (a signal, the
-    /// caller's deadline): the plugins in flight are killed (their members'
-    /// networks are owed a DEL, which teardown runs), no namespace is
-    /// started after that, and the [`Batch`] holds what was set up so far
-    /// ([`Batch::stopped`] says so). Tear it down, keep it or drop it as
-    /// any other.
+    /// caller's deadline): the plugins in flight are killed (teardown DELs
+    /// their members), and the [`Batch`] holds what was set up so far
+    /// ([`Batch::stopped`]).
     pub async fn setup_until(self, stop: impl Future<Output = ()>) -> Result<Batch, Error> {
         let derive = self.container_ids.clone();
         let id_of = move |name: &str| match &derive {

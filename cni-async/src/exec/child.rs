@@ -45,14 +45,10 @@ pub(super) struct Own {
 
 /// Starts `path` with our environment overridden by `env`, stdin, stdout
 /// and stderr piped, in a process group of its own. `portable`: through
-/// `tokio::process` even where our own spawn works.
-///
-/// With our own spawn, as much of `stdin` as the pipe takes (64 KiB unless
-/// the user is over `fs.pipe-user-pages-soft`) is written before the
-/// plugin starts, without waiting: the plugin's first read finds it, and a
-/// stdin that fits needs no registration with the reactor and no wake-up.
-/// The caller writes the rest ([`Started::stdin_written`] on) while it
-/// reads stdout and stderr.
+/// `tokio::process` even where our own spawn works. With our own spawn, as
+/// much of `stdin` as the pipe takes is written before the plugin starts
+/// (a stdin that fits needs no reactor and no wake-up); the caller writes
+/// the rest ([`Started::stdin_written`] on).
 pub(super) fn start(
     path: &Path,
     env: &[(String, String)],

@@ -1,89 +1,43 @@
 //! Running one plugin: the [`PluginExec`] seam and its default, [`RawExec`].
 //!
-//! The operations layer builds an [`ExecRequest`] (plain data: binary, verb,
-//! `CNI_*` variables, stdin bytes, deadline, output limits) and gets back an
-//! [`ExecOutput`] (raw stdout and stderr bytes) or an [`Error`]. Decoding a
-//! successful stdout into a result is the caller's job; decoding a failure
-//! (exit status, the plugin's CNI error object, stderr) happens here, into
-//! [`Error::Plugin`].
-//!
-//! [`PluginExec`] is object safe, so an embedder can store an
-//! `Arc<dyn PluginExec>` and swap in its own implementation (to run plugins
-//! in a sandbox, over a remote channel, or as in-process fakes in tests), the
-//! way libcni's `invoke.Exec` and rust-extensions' runc `Spawner` allow.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use cni_async::exec::{ExecRequest, PluginExec, RawExec};
-//! use cni_core::Command;
-//!
-//! # async fn demo() -> Result<(), cni_async::Error> {
-//! let exec = RawExec::new();
-//! let dirs = ["/opt/cni/bin".into(), "/usr/lib/cni".into()];
-//! let path = exec.find_plugin("bridge", &dirs)?;
-//! let env = [
-//!     ("CNI_COMMAND".to_owned(), "VERSION".to_owned()),
-//!     ("CNI_PATH".to_owned(), "/opt/cni/bin:/usr/lib/cni".to_owned()),
-//! ];
-//! let stdin = br#"{"cniVersion":"1.1.0"}"#;
-//! let req = ExecRequest::new(&path, "bridge", Command::Version, &env, stdin, Duration::from_secs(10));
-//! let out = exec.exec(req).await?;
-//! println!("{}", String::from_utf8_lossy(&out.stdout));
-//! # Ok(())
-//! # }
-//! ```
+//! The operations layer builds an [`ExecRequest`] (plain data) and gets back
+//! an [`ExecOutput`] (raw stdout and stderr) or an [`Error`]: a failure is
+//! decoded here ([`Error::Plugin`]), a result by the caller. An embedder
+//! can swap in its own `Arc<dyn PluginExec>` (a sandbox, a remote channel,
+//! in-process fakes), as libcni's `invoke.Exec` allows.
 //!
 //! # Caveats
 //!
 //! - **Deadlines.** Every run has one ([`ExecRequest::timeout`]; per-verb
 //!   defaults in [`Timeouts`]). When it expires, [`RawExec`] sends SIGTERM to
 //!   the plugin's whole process group, SIGKILL after [`RawExec::kill_grace`],
-//!   reaps the plugin and returns [`Error::Timeout`]. A call returns within
-//!   the deadline plus the grace plus a few milliseconds (plus the drain
-//!   window below, when the plugin exits just before its deadline), also when
-//!   a grandchild still holds the stdout or stderr pipe: we never wait for
-//!   pipe EOF once the plugin itself is gone (libcni does, and hangs). The
-//!   deadline also bounds the "text file busy" spawn retries.
-//! - **Leftover pipe holders.** A plugin that exits but leaves a process in
-//!   its group holding stdout or stderr open: we read for
-//!   [`RawExec::drain_window`] after the exit, then take the output read so
-//!   far as the plugin's output, kill the group (TERM, grace, KILL) and
-//!   return. A process the plugin left behind with its stdio redirected (no
-//!   pipe of ours) is left alone, as in libcni; so is anything that left the
-//!   group with `setsid`, which is how a plugin starts a daemon on purpose.
-//! - **Cancellation.** Dropping the future returned by [`PluginExec::exec`]
-//!   (a `select!`, a `tokio::time::timeout`, an aborted task) kills the group
-//!   the same way: SIGTERM at once from the drop, then SIGKILL after the
-//!   grace, and the plugin is reaped, by a task spawned on the current tokio
-//!   runtime (a short-lived thread when there is none). The drop itself never
-//!   blocks. If the runtime shuts down before the grace is over, the group
-//!   gets SIGKILL at once and a thread of its own reaps the plugin (tokio's
-//!   orphan queue, for a plugin started by `tokio::process`).
-//! - **Zombies.** The plugin (the direct child) is always reaped. Processes
-//!   it forked are re-parented to init (or the nearest subreaper) when they
-//!   die; reaping those is not ours to do.
+//!   reaps the plugin and returns [`Error::Timeout`], also when a grandchild
+//!   still holds the stdout or stderr pipe: we never wait for pipe EOF once
+//!   the plugin itself is gone (libcni does, and hangs).
+//! - **Leftover pipe holders.** After a plugin exits we read for
+//!   [`RawExec::drain_window`], then take what was read as its output and
+//!   kill the group. A process it left with its stdio redirected, or that
+//!   left the group with `setsid` (a daemon on purpose), is left alone, as
+//!   in libcni.
+//! - **Cancellation.** Dropping the future of [`PluginExec::exec`] kills
+//!   the group the same way (SIGTERM from the drop, which never blocks,
+//!   SIGKILL after the grace) and reaps the plugin from a task on the
+//!   current runtime (a thread when there is none, or when the runtime
+//!   shuts down first: then SIGKILL at once).
+//! - **Zombies.** The plugin (the direct child) is always reaped; what it
+//!   forked is re-parented to init (or the nearest subreaper).
 //! - **Spawn.** [`RawExec`] starts plugins with a `clone3` of its own
-//!   (vfork style, `CLONE_CLEAR_SIGHAND`, a pidfd to wait on: no glibc
-//!   `posix_spawn`, whose child resets every signal handler by hand), and
-//!   falls back to `tokio::process` where `clone3` is refused or the target
-//!   is not x86_64; [`RawExec::with_posix_spawn`] asks for the fallback.
-//!   Either way the plugin gets our environment with the request's
-//!   variables over it, SIGPIPE at its default, no blocked signal, and its
-//!   own process group.
+//!   (vfork style, `CLONE_CLEAR_SIGHAND`, a pidfd), and falls back to
+//!   `tokio::process` where `clone3` is refused or the target is not
+//!   x86_64 ([`RawExec::with_posix_spawn`]). Either way the plugin gets our
+//!   environment with the request's variables over it, SIGPIPE at its
+//!   default, no blocked signal, and its own process group.
 //! - **Runtime.** [`RawExec`] needs a tokio runtime with the I/O and time
 //!   drivers enabled (`enable_all`), as `tokio::process` does.
-//! - **Output.** stdout beyond [`OutputLimits::stdout`] is an error
-//!   ([`Error::OutputTooLarge`]) and kills the group; stderr beyond
-//!   [`OutputLimits::stderr`] is read and dropped (the first bytes are kept).
-//! - **stdin.** With our own spawn, as much of it as the pipe holds is in
-//!   the pipe before the plugin starts (no wait: the pipe is non-blocking on
-//!   our side); the rest, or all of it with `tokio::process`, is written
-//!   while stdout and stderr are read, so a plugin that writes a lot before
-//!   reading (or never reads) cannot deadlock us. A
-//!   plugin that exits without reading its stdin is fine (the EPIPE is
-//!   ignored); its exit status decides. This relies on SIGPIPE being ignored
-//!   in our process, as the Rust runtime does for every binary; a host
-//!   program that restores the default disposition would be killed by it.
+//! - **stdin** is written while stdout and stderr are read, so a plugin that
+//!   never reads cannot deadlock us; one that exits without reading it is
+//!   fine (EPIPE ignored: this relies on SIGPIPE being ignored in our
+//!   process, as the Rust runtime does for every binary).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -322,32 +276,26 @@ pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, Error
     })
 }
 
-/// Checks the output of a plugin that exited 0: a CNI error object on
-/// stdout is an error all the same ([`ErrorObject::decode_on_success`];
-/// `docs/decisions.md` D18), reported as the plugin's error with exit status 0, as
-/// a non-zero exit with that object would be. Applies to every verb: the
-/// operations layer calls it on every successful run, before a result is
-/// read or the run counts as done.
+/// Checks the output of a plugin that exited 0, on every verb: a CNI error
+/// object on stdout is the plugin's error all the same, with exit status 0
+/// ([`ErrorObject::decode_on_success`]; `docs/decisions.md` D18).
 pub(crate) fn check_success(
     plugin_type: &str,
     command: Command,
     out: &ExecOutput,
 ) -> Result<(), Error> {
-    match ErrorObject::decode_on_success(&out.stdout) {
-        None => Ok(()),
-        Some(obj) => {
-            let e = Error::Plugin {
-                plugin_type: plugin_type.to_owned(),
-                command,
-                status: PluginExit::Code(0),
-                error: Some(Box::new(obj)),
-                stdout: String::new(),
-                stderr: lossy_capped(&out.stderr, ERROR_STDERR_MAX),
-            };
-            tracing::debug!(error = %cni_core::validate::Escaped(&e.to_string()), "plugin exited 0 but printed an error object");
-            Err(e)
-        }
+    if ErrorObject::decode_on_success(&out.stdout).is_none() {
+        return Ok(());
     }
+    let e = plugin_failure(
+        plugin_type,
+        command,
+        PluginExit::Code(0),
+        &out.stdout,
+        &out.stderr,
+    );
+    tracing::debug!(error = %cni_core::validate::Escaped(&e.to_string()), "plugin exited 0 but printed an error object");
+    Err(e)
 }
 
 /// The error for a plugin that exited unsuccessfully.

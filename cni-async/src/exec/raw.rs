@@ -26,11 +26,9 @@ const REAP_LIMIT: Duration = Duration::from_secs(2);
 /// First and longest pause between spawns that failed with "text file busy".
 const ETXTBSY_BACKOFF_FIRST: Duration = Duration::from_millis(5);
 const ETXTBSY_BACKOFF_MAX: Duration = Duration::from_millis(100);
-/// Read buffer sizes. They live as long as the plugin runs, once per
-/// plugin in flight (cnid runs up to --max-parallel at once): small, since a
-/// plugin's result is a few KiB and a larger one just takes more reads.
-/// (64 + 16 KiB cost cnid 80 MiB of RSS with 1,000 plugins running; see
-/// BENCHMARKS.md.)
+/// Read buffer sizes, once per plugin in flight: small, since a result is
+/// a few KiB (64 + 16 KiB cost cnid 80 MiB of RSS with 1,000 plugins
+/// running; BENCHMARKS.md).
 const STDOUT_CHUNK: usize = 16 * 1024;
 const STDERR_CHUNK: usize = 4 * 1024;
 
@@ -86,20 +84,16 @@ impl RawExec {
     }
 
     /// Sets how long we keep reading stdout and stderr after the plugin
-    /// exited, for data still in the pipes. When a process the plugin left
-    /// behind still holds a pipe at the end of it, its group is killed and the
-    /// output read so far is the plugin's output.
+    /// exited (see the module's caveats).
     pub fn with_drain_window(mut self, window: Duration) -> Self {
         self.drain_window = window;
         self
     }
 
     /// Starts plugins through `tokio::process` (std's `posix_spawn`)
-    /// instead of our own `clone3` spawn. Off by default; the fallback
-    /// anyway where `clone3` is refused (ENOSYS, EPERM: a seccomp filter; an
-    /// older kernel) or the target is not x86_64. Turn it on where a
-    /// seccomp filter kills a process that calls `clone3` instead of
-    /// refusing the call.
+    /// instead of our own `clone3` spawn (off by default; the fallback
+    /// anyway where `clone3` is refused): for a seccomp filter that kills a
+    /// process calling `clone3` instead of refusing the call.
     pub fn with_posix_spawn(mut self, on: bool) -> Self {
         self.posix_spawn = on;
         self

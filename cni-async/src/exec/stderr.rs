@@ -57,12 +57,8 @@ impl fmt::Debug for SinkSlot {
 
 impl SinkSlot {
     /// Logs non-empty stderr of a successful run and hands it to the sink.
-    ///
-    /// The event is at `info`: stderr of a plugin that succeeded is often
-    /// chatter, not our warning; a daemon (cnid logs `info`) records it
-    /// with the operation's span (network, container, ifname), while a CLI
-    /// that shows warnings only (cnitool) passes the bytes through itself
-    /// instead of printing them twice.
+    /// At `info`: a plugin that succeeded often chatters; a CLI that shows
+    /// warnings only (cnitool) passes the bytes through itself.
     pub(crate) fn emit(&self, s: &PluginStderr<'_>) {
         if s.bytes.is_empty() {
             return;

@@ -91,11 +91,9 @@ impl MultiNetworkBuilder {
     }
 
     /// Accepts a set without networks ([`Self::build`] refuses one by
-    /// default). Such a `MultiNetwork` attaches nothing; its
-    /// [`MultiNetwork::remove`] DELs the networks a sandbox names, and the
-    /// container's other cached attachments, with the configuration cached
-    /// at ADD: e.g. to tear down a batch whose network file is gone
-    /// ([`BatchBuilder::adopt`](crate::batch::BatchBuilder::adopt)).
+    /// default): its [`MultiNetwork::remove`] DELs what a sandbox names, and
+    /// the container's cached attachments, with the configuration cached at
+    /// ADD (a batch whose network file is gone).
     pub fn allow_empty(mut self) -> Self {
         self.allow_empty = true;
         self
@@ -190,20 +188,17 @@ impl MultiNetworkBuilder {
                         let missing = !dir.exists();
                         return Err(Error::Core(cni_core::Error::NoConfigs { dir, missing }));
                     }
-                    let take = if max == 0 { found.len() } else { max };
                     for (i, net) in found.into_iter().enumerate() {
-                        if i < take {
-                            networks.push(NetworkAttachment {
-                                list: net.list.clone(),
-                                ifname: next_ifname(&self.prefix),
-                                path: Some(net.path.clone()),
-                            });
+                        let mut n = NetworkAttachment {
+                            list: net.list.clone(),
+                            ifname: String::new(),
+                            path: Some(net.path.clone()),
+                        };
+                        if max == 0 || i < max {
+                            n.ifname = next_ifname(&self.prefix);
+                            networks.push(n);
                         } else {
-                            available.push(NetworkAttachment {
-                                list: net.list.clone(),
-                                ifname: String::new(),
-                                path: Some(net.path.clone()),
-                            });
+                            available.push(n);
                         }
                     }
                 }

@@ -3,12 +3,10 @@
 //! concurrently with ADD, DEL or CHECK of the same network").
 //!
 //! Each network has a fair (FIFO) reader/writer gate. A place in it is
-//! taken at once ([`NetworkGates::request`], synchronous, so a caller can
-//! take it at the moment an operation arrives, under a lock of its own)
-//! and granted in order: a GC waits for the operations holding the gate,
-//! and every operation that asks after the GC waits until the GC is done,
-//! even when only readers hold the gate. [`MultiNetwork`](super::MultiNetwork)
-//! and cnid's scheduler both use it.
+//! taken at once ([`NetworkGates::request`], synchronous: under a lock of
+//! the caller's) and granted in order: every operation that asks after a
+//! waiting GC waits until the GC is done, even when only readers hold the
+//! gate.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -76,10 +74,8 @@ impl Gate {
 }
 
 /// The GC gates of every network, by name: fair (FIFO) reader/writer
-/// gates; ADD, DEL and CHECK share a network's, GC takes it alone, and
-/// whatever asks after a waiting GC waits for it. Cheap to clone; clones
-/// share the gates. A network's gate exists while someone holds or waits
-/// for it.
+/// gates, shared by ADD, DEL and CHECK, alone for GC. Cheap to clone;
+/// clones share the gates.
 #[derive(Debug, Clone, Default)]
 pub struct NetworkGates {
     gates: Arc<Mutex<HashMap<String, Gate>>>,
@@ -174,10 +170,8 @@ impl GateTicket {
 
 impl Drop for GateTicket {
     fn drop(&mut self) {
-        // Grants are made under the gates' lock: under it, the ticket
-        // either got the gate (give it back) or never will (leave the
-        // queue, so those behind it are not held back by a waiter that is
-        // gone).
+        // Under the gates' lock the ticket either got the gate (give it
+        // back) or never will (leave the queue).
         let mut gates = self.gates.lock();
         let granted = match &mut self.state {
             TicketState::Granted => true,

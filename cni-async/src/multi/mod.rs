@@ -1,53 +1,29 @@
 //! Several networks per sandbox: the high-level API a container runtime
 //! uses, after containerd's go-cni.
 //!
-//! A [`MultiNetwork`] is a fixed, ordered set of networks, each with the
-//! interface name it gets in the sandbox:
+//! A [`MultiNetwork`] is a fixed, ordered set of networks (the **default
+//! set**), each with the interface name it gets in the sandbox: the
+//! loopback network, the first N networks of a conf dir in go-cni's order,
+//! explicit lists (see [`MultiNetworkBuilder`]); the others get `eth0`,
+//! `eth1`, ... in order. The conf dir's further networks are kept too, to
+//! be named by a sandbox.
 //!
-//! - the loopback network ([`MultiNetworkBuilder::loopback`], network
-//!   `cni-loopback`, interface `lo`), as go-cni's `WithLoNetwork`;
-//! - the first N networks of a conf dir ([`MultiNetworkBuilder::conf_dir`]),
-//!   in go-cni's order (`.conflist`, `.conf` and `.json` files sorted
-//!   together by file name, so the first is the default network; a network
-//!   name is taken once, from the file libcni's lookup by name picks);
-//! - explicit lists ([`MultiNetworkBuilder::network`],
-//!   [`MultiNetworkBuilder::network_with_ifname`]).
+//! A [`Sandbox`] is one container: its ID, netns path, labels (`CNI_ARGS`)
+//! and capability arguments. It is attached to the default set, or, when
+//! it names networks ([`Sandbox::with_network`], as ocicni's `PodNetwork`),
+//! to the loopback network (when configured) plus those, in that order.
 //!
-//! Networks without an explicit interface name get `eth0`, `eth1`, ... in
-//! order (the prefix is [`MultiNetworkBuilder::interface_prefix`]). These
-//! are the **default set**. The conf dir's further networks (beyond the
-//! first N) are kept too, to be named by a sandbox.
+//! [`MultiNetwork::setup`] ADDs the sandbox's networks and undoes them all
+//! when one fails; [`MultiNetwork::remove`], [`MultiNetwork::check`],
+//! [`MultiNetwork::status`] and [`MultiNetwork::gc`] go on past errors and
+//! report every one ([`Error::Multiple`]).
 //!
-//! A [`Sandbox`] is one container: its ID, netns path, labels (`CNI_ARGS`;
-//! [`Sandbox::with_kubernetes_pod`] sets those containerd sets) and
-//! capability arguments. It is attached to the default set, or, when it
-//! names networks ([`Sandbox::with_network`], a [`NetworkRequest`] each, as
-//! ocicni's `PodNetwork` and Podman's per-network options), to the loopback
-//! network (when configured) plus those, in that order, each with its own
-//! interface name, extra `CNI_ARGS` and capability arguments (static `ips`,
-//! `mac`, `aliases`, ...).
+//! [`MultiResult`] aggregates the results. An error about one network
+//! names it (`network "NAME" (ifname IFNAME) VERB`).
 //!
-//! | call | what runs | on failure |
-//! |---|---|---|
-//! | [`MultiNetwork::setup`] | ADD of each of the sandbox's networks, in order or all at once ([`SetupMode`]), each with [`CallOptions::rollback`], each refused when the network is attached already ([`Error::AlreadyAttached`]) | the networks this call set up are deleted again (DEL, fresh deadline, last to first), never one attached before it; the error names the network that failed |
-//! | [`MultiNetwork::remove`] | DEL of each network, last to first; a network no longer known is deleted with its cached config; works without the netns | goes on; every error is reported ([`Error::Multiple`]) |
-//! | [`MultiNetwork::check`] | CHECK of each network, in order | goes on; every error is reported |
-//! | [`MultiNetwork::status`], [`MultiNetwork::status_of`] | STATUS of the default set, or of a sandbox's networks (ready iff all are) | goes on; every error is reported (codes 50/51 kept) |
-//! | [`MultiNetwork::gc`] | GC of every network for a node, from the set of live container IDs, each network's GC alone (no ADD, DEL or CHECK of it meanwhile) | goes on; every error is reported |
-//!
-//! [`MultiResult`] aggregates the results: interfaces keyed by name with
-//! their addresses, MAC and sandbox, the routes and DNS settings, and the
-//! raw result of each network.
-//!
-//! Errors about one network are [`Error::Context`] values whose context
-//! reads `network "NAME" (ifname IFNAME) VERB`, so the failing network is
-//! always named.
-//!
-//! Setup, removal and CHECK are one orchestration that a runtime doing
-//! more around each network's step (cnid: its ADD journal) runs with steps
-//! of its own: with the feature `daemon`, `StepHook`, `setup_steps`,
-//! `remove_steps`, `check_steps` and the GC gates (`NetworkGates`) are
-//! public.
+//! With the feature `daemon`, a runtime doing more around each network's
+//! step (cnid: its ADD journal) runs the same orchestration with steps of
+//! its own (`StepHook`, `setup_steps`, ..., `NetworkGates`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), cni_async::Error> {
@@ -95,32 +71,23 @@
 //!   ADD, also a cancelled one), or run `setup` on its own task so that it
 //!   finishes and rolls back by itself.
 //! - **Setup is not idempotent: an attached sandbox is refused.** A setup
-//!   run again over a sandbox set up (a runtime's retry after a lost
-//!   answer) fails with [`Error::AlreadyAttached`] at the first network
-//!   that is attached, having run no plugin there, and leaves the sandbox
-//!   as it was: the undo deletes only networks this call set up. Run
-//!   [`MultiNetwork::remove`] first to set it up anew. Answering the cached
-//!   results instead would hide an attachment that no longer matches the
-//!   request (other labels, capability arguments, config), and running the
-//!   plugins again fails inside them ("eth0 already exists"); the spec asks
-//!   runtimes not to ADD an attachment twice without a DEL, and
-//!   [`AddRequest::exclusive`](crate::ops::AddRequest::exclusive), cnitool
-//!   and cnid (409) refuse it the same way.
+//!   run again over a sandbox set up fails with [`Error::AlreadyAttached`]
+//!   at the first network that is attached, and leaves the sandbox as it
+//!   was; run [`MultiNetwork::remove`] first. (Answering the cached results
+//!   would hide an attachment that no longer matches the request; the spec
+//!   asks runtimes not to ADD twice without a DEL.)
 //! - **Rollback can fail.** When a network fails and deleting the others
 //!   fails too, the error is [`Error::RollbackFailed`] holding both; call
 //!   [`MultiNetwork::remove`] again later.
 //! - **Labels need `IgnoreUnknown`.** Plugins built on libcni's `LoadArgs`
-//!   (host-local, static, ...) reject unknown `CNI_ARGS` keys unless
-//!   `IgnoreUnknown=1` is among them. [`Sandbox`] adds it in front when
-//!   there are labels (as containerd does) unless told not to.
-//! - **The conf dir is read once**, by [`MultiNetworkBuilder::build`].
-//!   Rebuild to pick up changes. [`MultiNetwork::remove`] still deletes the
-//!   attachments of networks the rebuilt set no longer has, from the cache.
-//! - **GC exclusion covers this `MultiNetwork` and its clones** (they share
-//!   the per-network gates). Operations run through another `Cni` or
-//!   another process on the same network are not held back by it; keep one
-//!   `MultiNetwork` per node, or use cnid, whose queue does the same for
-//!   every client.
+//!   reject unknown `CNI_ARGS` keys unless `IgnoreUnknown=1` is among them;
+//!   [`Sandbox`] adds it when there are labels (as containerd does).
+//! - **The conf dir is read once**, by [`MultiNetworkBuilder::build`];
+//!   rebuild to pick up changes ([`MultiNetwork::remove`] still deletes the
+//!   attachments of networks dropped since, from the cache).
+//! - **GC exclusion covers this `MultiNetwork` and its clones** only, not
+//!   another `Cni` or process on the same network: keep one per node, or
+//!   use cnid.
 
 mod builder;
 // Public with the feature `daemon` (a runtime with steps of its own);
@@ -151,7 +118,7 @@ use cni_core::NetworkConfigList;
 
 use crate::Cni;
 #[cfg(doc)]
-use crate::{CallOptions, Error};
+use crate::Error;
 
 /// The name of the loopback network ([`MultiNetworkBuilder::loopback`]).
 pub const LOOPBACK_NETWORK: &str = "cni-loopback";

@@ -6,7 +6,9 @@ use cni_core::{CapabilityArgs, CniArgs, Command, RuntimeConf, validate};
 
 use super::builder::invalid_set;
 use super::request::set_pair;
-use super::steps::{SandboxStep, StepHook, check_steps, context, remove_into, setup_steps};
+use super::steps::{
+    SandboxStep, StepHook, check_steps, context, remove_into, setup_steps, unknown,
+};
 use super::*;
 use crate::error::Errors;
 use crate::{CallOptions, Cni, Error, GcSummary};
@@ -57,28 +59,18 @@ impl MultiNetwork {
     /// known comes back as `None`: its DEL uses the cached configuration.
     fn plan<'a>(&'a self, sandbox: &Sandbox) -> Result<Vec<Planned<'a>>, Error> {
         sandbox.validate()?;
+        let as_set = |n: &'a NetworkAttachment| Planned {
+            name: n.name().to_owned(),
+            net: Some(n),
+            rt: sandbox.runtime_conf(n.ifname()),
+        };
+        let networks = self.inner.networks.iter();
         if sandbox.networks.is_empty() {
-            return Ok(self
-                .inner
-                .networks
-                .iter()
-                .map(|n| Planned {
-                    name: n.name().to_owned(),
-                    net: Some(n),
-                    rt: sandbox.runtime_conf(n.ifname()),
-                })
-                .collect());
+            return Ok(networks.map(as_set).collect());
         }
-        let mut planned: Vec<Planned<'a>> = self
-            .inner
-            .networks
-            .iter()
+        let mut planned: Vec<Planned<'a>> = networks
             .filter(|n| n.name() == LOOPBACK_NETWORK && n.ifname() == LOOPBACK_IFNAME)
-            .map(|n| Planned {
-                name: n.name().to_owned(),
-                net: Some(n),
-                rt: sandbox.runtime_conf(n.ifname()),
-            })
+            .map(as_set)
             .collect();
         let explicit: HashSet<String> = sandbox
             .networks
@@ -135,24 +127,18 @@ impl MultiNetwork {
     fn known<'p, 'a>(
         planned: &'p [Planned<'a>],
     ) -> Result<Vec<(&'a NetworkAttachment, &'p RuntimeConf)>, Error> {
-        let mut out = Vec::with_capacity(planned.len());
-        let mut missing = Vec::new();
-        for p in planned {
-            match p.net {
-                Some(n) => out.push((n, &p.rt)),
-                None => missing.push(p.name.clone()),
-            }
+        let missing: Vec<String> = planned
+            .iter()
+            .filter(|p| p.net.is_none())
+            .map(|p| p.name.clone())
+            .collect();
+        if !missing.is_empty() {
+            return Err(unknown(missing));
         }
-        if missing.is_empty() {
-            Ok(out)
-        } else {
-            Err(Error::Core(cni_core::Error::InvalidParameter {
-                field: "network",
-                value: missing.join(", "),
-                reason: "not among the networks of this MultiNetwork".to_owned(),
-                code: cni_core::error::code::INVALID_NETWORK_CONFIG,
-            }))
-        }
+        Ok(planned
+            .iter()
+            .filter_map(|p| Some((p.net?, &p.rt)))
+            .collect())
     }
 
     /// Attaches the sandbox to its networks (the default set, or those it
@@ -170,10 +156,8 @@ impl MultiNetwork {
     /// parallel mode, every network that failed: [`Error::Multiple`]). If
     /// that rollback fails too, the error is [`Error::RollbackFailed`].
     ///
-    /// A network the sandbox is attached to already is refused
-    /// ([`Error::AlreadyAttached`], no plugin run) and never deleted by that
-    /// rollback: a setup run again over a set-up sandbox fails and leaves
-    /// it working (see the module's caveats).
+    /// A network attached already is refused ([`Error::AlreadyAttached`])
+    /// and never deleted by that rollback (see the module's caveats).
     pub async fn setup_with(
         &self,
         sandbox: &Sandbox,
@@ -197,16 +181,10 @@ impl MultiNetwork {
     /// past errors. Fails with [`Error::Multiple`] listing every network
     /// whose DEL failed. Repeating it is fine.
     ///
-    /// Teardown completes where it can:
-    /// - the namespace may be gone: [`Sandbox::netns`] empty or a stale
-    ///   path (plugins are told, and clean up what is outside it);
-    /// - a network the sandbox names that this `MultiNetwork` no longer
-    ///   has (its file was removed before the runtime rebuilt it) is
-    ///   deleted with the configuration cached at ADD
-    ///   ([`Cni::del_cached`]);
-    /// - so is every other cached attachment of this container on a network
-    ///   this `MultiNetwork` does not have at all, so a network removed from
-    ///   the conf dir after setup does not leak its attachment.
+    /// The namespace may be gone ([`Sandbox::netns`] empty or stale). A
+    /// network this `MultiNetwork` no longer has, named by the sandbox or
+    /// in a cached attachment of this container, is deleted with the
+    /// configuration cached at ADD ([`Cni::del_cached`]).
     pub async fn remove(&self, sandbox: &Sandbox) -> Result<(), Error> {
         let planned = self.plan(sandbox)?;
         let hook = Plain(self);
@@ -309,15 +287,11 @@ impl MultiNetwork {
     /// lists) the plugins get GC with the live attachments as valid
     /// ([`Cni::gc_network_list`]).
     ///
-    /// Each network's GC runs alone: it waits for the ADD, DEL and CHECK of
-    /// this `MultiNetwork` (and its clones) that are running on that
-    /// network, and holds back those that arrive meanwhile, as the spec asks
-    /// of runtimes. Goes on past a failing network; the summaries of those
-    /// that worked come back, every failure in [`Error::Multiple`].
-    ///
-    /// `live` is any collection of container IDs ([`LiveContainers`]):
-    /// `["c1", "c2"]`, `&ids` of a `Vec<String>`, a `HashSet<String>`, and
-    /// `[]` (no container lives: every cached attachment goes).
+    /// Each network's GC runs alone (no ADD, DEL or CHECK of this
+    /// `MultiNetwork` on it meanwhile), as the spec asks of runtimes. Goes
+    /// on past a failing network; every failure comes back in
+    /// [`Error::Multiple`]. `live`: `["c1", "c2"]`, `&ids`, a set, or `[]`
+    /// ([`LiveContainers`]).
     pub async fn gc(&self, live: impl LiveContainers) -> Result<Vec<NetworkGc>, Error> {
         let live = live.into_container_ids();
         let mut out = Vec::new();
@@ -378,51 +352,30 @@ fn id_set<S: AsRef<str>>(ids: impl IntoIterator<Item = S>) -> HashSet<String> {
     ids.into_iter().map(|s| s.as_ref().to_owned()).collect()
 }
 
-impl<const N: usize> LiveContainers for [&str; N] {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
+/// `LiveContainers` through [`id_set`], for each `[generics] type`.
+macro_rules! live_by_id_set {
+    ($([$($g:tt)*] $t:ty),* $(,)?) => {$(
+        impl<$($g)*> LiveContainers for $t {
+            fn into_container_ids(self) -> HashSet<String> {
+                id_set(self)
+            }
+        }
+    )*};
 }
 
-impl<const N: usize> LiveContainers for &[&str; N] {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
-}
-
-impl<T: AsRef<str>> LiveContainers for &[T] {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
-}
-
-impl<T: AsRef<str>> LiveContainers for Vec<T> {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
-}
-
-impl<T: AsRef<str>> LiveContainers for &Vec<T> {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
-}
+live_by_id_set!(
+    [const N: usize] [&str; N],
+    [const N: usize] &[&str; N],
+    [T: AsRef<str>] &[T],
+    [T: AsRef<str>] Vec<T>,
+    [T: AsRef<str>] &Vec<T>,
+    [T: AsRef<str>, S: std::hash::BuildHasher] &HashSet<T, S>,
+    [T: AsRef<str>] &std::collections::BTreeSet<T>,
+);
 
 impl<S: std::hash::BuildHasher> LiveContainers for HashSet<String, S> {
     fn into_container_ids(self) -> HashSet<String> {
         self.into_iter().collect()
-    }
-}
-
-impl<T: AsRef<str>, S: std::hash::BuildHasher> LiveContainers for &HashSet<T, S> {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
-    }
-}
-
-impl<T: AsRef<str>> LiveContainers for &std::collections::BTreeSet<T> {
-    fn into_container_ids(self) -> HashSet<String> {
-        id_set(self)
     }
 }
 

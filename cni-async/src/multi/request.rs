@@ -104,10 +104,8 @@ pub struct KubernetesPod {
 }
 
 impl Sandbox {
-    /// A sandbox with no labels and no capability arguments. `netns` is a
-    /// path (e.g. `NetnsGuard::path()`, feature `netns`),
-    /// kept as the string plugins get; one that is not UTF-8 is refused by
-    /// every operation (see [`RuntimeConf::new`]).
+    /// A sandbox with no labels and no capability arguments; `netns` is kept
+    /// as the string plugins get (not UTF-8: refused, see [`RuntimeConf::new`]).
     pub fn new(container_id: impl Into<String>, netns: impl AsRef<Path>) -> Self {
         Sandbox {
             container_id: container_id.into(),

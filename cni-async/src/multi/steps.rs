@@ -4,12 +4,10 @@
 //! shared GC gate ([`NetworkGates`]).
 //!
 //! [`MultiNetwork`](super::MultiNetwork) runs it with plain steps; a
-//! runtime that does more around each step (cnid: its ADD journal, its
-//! owners table, a deadline shared by all the steps) implements
-//! [`StepHook`] and calls [`setup_steps`], [`remove_steps`] and
-//! [`check_steps`] itself (feature `daemon`). What such a hook refuses
-//! itself is its own error ([`HookError`]), carried untouched in
-//! [`Error::Hook`] and handed back by [`Error::hook_error`].
+//! runtime that does more around each step (cnid: its ADD journal)
+//! implements [`StepHook`] and calls [`setup_steps`], [`remove_steps`] and
+//! [`check_steps`] itself (feature `daemon`), its own refusals carried as
+//! [`HookError`]s.
 
 use std::future::Future;
 
@@ -35,10 +33,8 @@ pub struct SandboxStep<'a> {
 }
 
 /// An error a [`StepHook`] answers with itself (a refusal of the
-/// runtime's own, around the plugins), returned as [`Error::hook`]: the
-/// orchestration carries it untouched, reading only its error object and
-/// plugin to write those of the errors that wrap it, and hands it back
-/// ([`Error::hook_error`], by its type).
+/// runtime's own), returned as [`Error::hook`] and carried untouched
+/// ([`Error::hook_error`]).
 #[cfg(feature = "daemon")]
 pub trait HookError: std::error::Error + Send + Sync + 'static {
     /// Its CNI error object (code, msg, details), written in `cni_version`.
@@ -143,7 +139,8 @@ fn known_list(step: SandboxStep<'_>) -> Result<&NetworkConfigList, Error> {
         .ok_or_else(|| unknown(vec![step.network.to_owned()]))
 }
 
-fn unknown(missing: Vec<String>) -> Error {
+/// The error for networks not known (to a `MultiNetwork`, to a step).
+pub(crate) fn unknown(missing: Vec<String>) -> Error {
     Error::Core(cni_core::Error::InvalidParameter {
         field: "network",
         value: missing.join(", "),
@@ -166,11 +163,9 @@ fn all_known(steps: &[SandboxStep<'_>]) -> Result<(), Error> {
     }
 }
 
-/// Names the network of a step in its error:
-/// `network "NAME" (ifname IFNAME) VERB`.
-/// The operation's own naming of the same ([`Error::Operation`], which
-/// the error object looks through) gives way to this one, which a
-/// sandbox's error object shows: named once.
+/// Names the network of a step in its error (`network "NAME" (ifname
+/// IFNAME) VERB`), in place of the operation's own [`Error::Operation`]:
+/// named once.
 pub(crate) fn context(network: &str, ifname: &str, command: Command, e: Error) -> Error {
     let e = match e {
         Error::Operation { source, .. } => *source,
@@ -200,19 +195,9 @@ where
     run(opts).await
 }
 
-/// Attaches a sandbox to `steps`, in `mode`: each network's ADD (with
-/// [`CallOptions::rollback`], so a chain that fails part way is undone by
-/// itself) under its gate. When a network fails, the networks set up, and
-/// those whose own rollback failed, are deleted again, last to first, each
-/// with [`StepHook::undo_options`]; the error names the failing network(s)
-/// (in parallel mode, every one that failed: [`Error::Multiple`]). If that
-/// fails too, the error is [`Error::RollbackFailed`].
-///
-/// A network already attached is refused by its step
-/// ([`StepHook::add`]: [`Error::AlreadyAttached`], no plugin run) and is
-/// never undone: the undo touches only what this call made. A setup run
-/// again over a sandbox set up (a runtime's retry) so fails at its first
-/// network and leaves the sandbox as it was.
+/// Attaches a sandbox to `steps`, in `mode`, each network's ADD under its
+/// gate, as [`MultiNetwork::setup_with`](super::MultiNetwork::setup_with) says; the
+/// undo's DELs run with [`StepHook::undo_options`].
 pub async fn setup_steps<'s>(
     hook: &impl StepHook,
     container_id: &str,

@@ -80,16 +80,7 @@ impl Cni {
         list: &'a NetworkConfigList,
         rt: &'a RuntimeConf,
     ) -> AddRequest<'a> {
-        Request::new(
-            self,
-            AddOp {
-                net: Ok(Net::list(list)),
-                rt,
-                detach: false,
-                exclusive: false,
-                out: PhantomData,
-            },
-        )
+        self.add_request(Ok(Net::list(list)), rt)
     }
 
     /// ADD of a single plugin configuration (its own `name` and
@@ -100,10 +91,18 @@ impl Cni {
         plugin: &'a PluginConfig,
         rt: &'a RuntimeConf,
     ) -> AddRequest<'a> {
+        self.add_request(Net::single(plugin), rt)
+    }
+
+    fn add_request<'a>(
+        &'a self,
+        net: Result<Net<'a>, Error>,
+        rt: &'a RuntimeConf,
+    ) -> AddRequest<'a> {
         Request::new(
             self,
             AddOp {
-                net: Net::single(plugin),
+                net,
                 rt,
                 detach: false,
                 exclusive: false,
@@ -123,24 +122,14 @@ impl Cni {
         exclusive: bool,
         gave_up: &(dyn Fn() -> bool + Sync),
     ) -> Result<Option<Added>, Error> {
-        Self::validate_attachment(&net, rt)?;
-        if self.inner.check_netns {
-            crate::check_netns(&rt.netns, Command::Add)?;
-        } else {
-            crate::nscheck::check_netns_path(&rt.netns, Command::Add)?;
-        }
+        self.validate_attachment(&net, rt, Command::Add)?;
         let deadline = self.deadline(Command::Add, opts);
         let span = tracing::info_span!("cni.add", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             let started = Instant::now();
-            // File names are ambiguous when names contain '-': never let this
-            // ADD overwrite the record of another attachment (nor, when
-            // exclusive, this one's). The lock and that check take one trip
-            // to the blocking pool. `existed`: this attachment's record was
-            // there before this ADD, so its plugins' state is not only this
-            // call's, and no rollback may DEL it (a DEL cannot tell what
-            // this call made from what was there). A corrupt record counts,
-            // and stays in place as that evidence until this ADD succeeds.
+            // `existed`: this attachment's record (or a corrupt file) was
+            // there before this ADD, so no rollback may DEL it: a DEL
+            // cannot tell what this call made from what was there.
             let (lock, prior) = self
                 .inner
                 .cache
@@ -153,9 +142,7 @@ impl Cni {
                 )
                 .await?;
             let existed = prior.existed();
-            // What the namespace the plugins enter is (boot, nsfs inode,
-            // the process's start time): what a later scan proves it gone
-            // by. A few small reads of /proc, like the netns check above.
+            // What a later scan proves the namespace gone by.
             let identity = crate::sys::identity::identity_of(&rt.netns);
             let mut prev: Option<CniResult> = None;
             let mut prev_value: Option<Value> = None;
@@ -221,16 +208,10 @@ impl Cni {
             let identity = crate::sys::identity::unchanged(identity, &rt.netns);
             let rec = CacheRecord::new(net.name, rt, net.cache_bytes.to_vec(), prev_value)
                 .with_identity(identity);
-            // The lock travels with the write: if this future is dropped
-            // mid-write, the lock is released only once the write is done,
-            // so a DEL cannot slip in before the record lands.
             let (lock, written) = self.inner.cache.write_holding(&rec, lock, prior).await;
             if let Err(e) = written {
-                // The attachment exists but is not recorded: a later DEL would
-                // run without prevResult. With rollback, undo it; otherwise
-                // the caller must DEL (as after any failed ADD). Not when it
-                // was attached before this ADD: that DEL would undo more
-                // than this call made.
+                // Attached but not recorded: with rollback, undo it
+                // (unless it existed before); otherwise the caller owes a DEL.
                 if opts.rollback && !existed {
                     let value = result.to_value();
                     if let Err(rb) = self.rollback(&net, net.plugins, rt, Some(&value)).await {
@@ -500,37 +481,26 @@ impl<Out> Request<'_, AddOp<'_, Out>> {
     }
 
     /// Refuses an attachment the cache holds already: fails with
-    /// [`Error::AlreadyAttached`], running no plugin, when the attachment's
-    /// record (or a legacy bare result) is there. libcni, and this ADD
-    /// without it, run the plugins again over an existing attachment,
-    /// which most plugins fail deep inside ("container veth name provided
-    /// (eth0) already exists"). The check is made once the attachment's
-    /// lock is held, so of several exclusive ADDs of one attachment at
-    /// once (processes or tasks) exactly one runs its plugins. What
-    /// cnitool does.
+    /// [`Error::AlreadyAttached`], running no plugin (libcni runs them
+    /// again, and most fail deep inside: "container veth name provided
+    /// (eth0) already exists"). Checked under the attachment's lock, so of
+    /// several exclusive ADDs of one attachment exactly one runs its
+    /// plugins.
     pub fn exclusive(mut self) -> Self {
         self.op.exclusive = true;
         self
     }
 
-    /// Runs the ADD on a task of its own (spawned with `tokio::spawn` when
-    /// the request is first polled), with [`CallOptions::rollback`] on, so
-    /// that dropping this future leaves nothing behind: a caller that gives
-    /// up (a dropped future, a `select!` that lost, a cancelled RPC) gets
-    /// the plugins that ran rolled back, last to first. The plugin running
-    /// at that moment is not killed: it finishes (within the ADD's
-    /// deadline), then no further plugin starts and the rollback runs. An
-    /// ADD that had already finished is deleted (DEL with its cached
-    /// result). Neither happens when the attachment's record was in the
-    /// cache before this ADD: what was attached before it is left as it is
-    /// (see [`CallOptions::rollback`]). What cnid does for every request.
+    /// Runs the ADD on a task of its own, with [`CallOptions::rollback`]
+    /// on, so that dropping this future leaves nothing behind: a caller
+    /// that gives up gets the plugins that ran rolled back, last to first
+    /// (the plugin running then finishes first), and an ADD that had
+    /// finished DELed; not when the attachment's record was in the cache
+    /// before this ADD (see [`CallOptions::rollback`]).
     ///
-    /// The caller's deadline still applies. The work goes on after the
-    /// drop, holding the attachment's lock until it is done (from the ADD
-    /// to the DEL of a result nobody took): a retry of the same attachment
-    /// waits for it, within the retry's own deadline, and never has what it
-    /// made deleted by it. [`Cni::wait_detached`] waits for all such work
-    /// (before a shutdown).
+    /// The work holds the attachment's lock until it is done, so a retry
+    /// of the same attachment waits for it. [`Cni::wait_detached`] waits
+    /// for all such work (before a shutdown).
     ///
     /// ```no_run
     /// # async fn demo(cni: cni_async::Cni, list: cni_core::NetworkConfigList, rt: cni_core::RuntimeConf) {

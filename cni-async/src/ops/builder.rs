@@ -64,40 +64,19 @@ impl CniBuilder {
     }
 
     /// Whether ADD and CHECK also refuse a netns that is not a network
-    /// namespace ([`check_netns`](crate::check_netns)), before any plugin
-    /// runs: default on, so a missing path fails with `invalid netns path
-    /// "...": not a network namespace` (code 4) instead of deep in a plugin
-    /// (the bridge's `failed to Statfs`). `false` leaves it to the plugins,
-    /// as libcni does: for plugins that are fakes, or a path valid only in
-    /// the plugins' mount namespace. An empty or relative netns is refused
-    /// for ADD and CHECK either way
-    /// ([`check_netns_path`](crate::nscheck::check_netns_path)).
+    /// namespace ([`check_netns`](crate::check_netns)) before any plugin
+    /// runs (default on; a missing path fails with code 4 instead of deep
+    /// in a plugin). `false` leaves it to the plugins, as libcni does: for
+    /// fake plugins, or a path valid only in the plugins' mount namespace.
     pub fn check_netns(mut self, check: bool) -> Self {
         self.check_netns = check;
         self
     }
 
-    /// Where the stderr of plugins that succeed goes (libcni writes it to
-    /// the caller's stderr). Called once per plugin run of ADD, DEL, CHECK,
-    /// STATUS or GC that succeeded with non-empty stderr, with the plugin
-    /// type, verb, network and the bytes ([`PluginStderr`](crate::exec::PluginStderr)). Default: none.
-    /// Such stderr is also logged as an `info` tracing event, with or
-    /// without a sink (escaped, first [`LOG_STDERR_MAX`](crate::exec::LOG_STDERR_MAX)
-    /// bytes). A failing plugin's stderr is part of its error instead.
-    ///
-    /// ```no_run
-    /// use std::io::Write;
-    /// use std::sync::Arc;
-    /// use cni_async::Cni;
-    /// use cni_async::exec::PluginStderr;
-    ///
-    /// // Pass it through, as libcni does.
-    /// let cni = Cni::builder()
-    ///     .plugin_stderr(Arc::new(|s: &PluginStderr<'_>| {
-    ///         let _ = std::io::stderr().lock().write_all(s.bytes);
-    ///     }))
-    ///     .build();
-    /// ```
+    /// Where the stderr of plugins that succeed goes
+    /// ([`PluginStderr`](crate::exec::PluginStderr); libcni writes it to the
+    /// caller's stderr). Default: none; it is logged at `info` either way.
+    /// A failing plugin's stderr is part of its error instead.
     pub fn plugin_stderr(mut self, sink: StderrSink) -> Self {
         self.stderr_sink = SinkSlot(Some(sink));
         self

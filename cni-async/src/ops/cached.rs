@@ -30,7 +30,7 @@ impl Cni {
         match self
             .inner
             .cache
-            .read_in_place(network, &rt.container_id, &rt.ifname)
+            .read_with(network, &rt.container_id, &rt.ifname, false)
             .await?
         {
             Some(CacheEntry::Record(rec)) => {
@@ -56,20 +56,6 @@ impl Cni {
         self.inner.cache.list(container_id).await
     }
 
-    /// One page of [`Cni::cached_attachments`] (see
-    /// [`ResultCache::list_page`](crate::cache::ResultCache::list_page)):
-    /// the records and the file name to continue after, if any is left.
-    pub async fn cached_attachments_page(
-        &self,
-        container_id: Option<&str>,
-        page: crate::cache::ListPage,
-    ) -> Result<(Vec<CacheRecord>, Option<String>), Error> {
-        if let Some(c) = container_id {
-            validate::container_id(c)?;
-        }
-        self.inner.cache.list_page(container_id, page).await
-    }
-
     /// The cached result of a single plugin configuration's attachment.
     pub async fn cached_network_result(
         &self,
@@ -91,7 +77,7 @@ impl Cni {
         let entry = self
             .inner
             .cache
-            .read_in_place(network, &rt.container_id, &rt.ifname)
+            .read_with(network, &rt.container_id, &rt.ifname, false)
             .await?;
         result_of_entry(entry, version)
     }

@@ -44,12 +44,7 @@ impl Cni {
     }
 
     async fn check(&self, net: Net<'_>, rt: &RuntimeConf, opts: &CallOptions) -> Result<(), Error> {
-        Self::validate_attachment(&net, rt)?;
-        if self.inner.check_netns {
-            crate::check_netns(&rt.netns, Command::Check)?;
-        } else {
-            crate::nscheck::check_netns_path(&rt.netns, Command::Check)?;
-        }
+        self.validate_attachment(&net, rt, Command::Check)?;
         if !net.version.has_check() {
             return Err(Error::Unsupported {
                 network: net.name.to_owned(),
@@ -69,11 +64,12 @@ impl Cni {
             let (_lock, read) = self
                 .inner
                 .cache
-                .lock_and_read_in_place(
+                .lock_and_read_with(
                     net.name,
                     &rt.container_id,
                     &rt.ifname,
                     deadline.remaining(),
+                    false,
                 )
                 .await?;
             let Some(cached) = result_of_entry(read?, net.version)? else {

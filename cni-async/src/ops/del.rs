@@ -19,27 +19,17 @@ use super::{CallOptions, Cni, Deadline, Net};
 impl Cni {
     /// DEL: runs the plugins last to first with the cached result as
     /// `prevResult` (0.4.0 and later), then removes the cache entry. A
-    /// missing or corrupt cache entry is not an error: DEL runs without
-    /// `prevResult`. Nor is a cache it cannot use (the dir unusable, the
-    /// attachment's lock impossible, the record unreadable): the plugins
-    /// run all the same, without `prevResult` and unlocked where need be,
-    /// and each such problem is a warning, logged and answered by
-    /// [`DelRequest::with_outcome`] ([`Deleted`]). Only a lock held by
-    /// someone else stops it ([`Error::CacheLocked`]). Repeating a DEL is
-    /// fine.
+    /// cache it cannot use (no entry, a corrupt one, the dir unusable, the
+    /// lock impossible) is no error: the plugins run all the same, without
+    /// `prevResult` and unlocked where need be, and each such problem is a
+    /// warning ([`DelRequest::with_outcome`]). Only a lock held by someone
+    /// else stops it ([`Error::CacheLocked`]). Repeating a DEL is fine.
     pub fn del_network_list<'a>(
         &'a self,
         list: &'a NetworkConfigList,
         rt: &'a RuntimeConf,
     ) -> DelRequest<'a> {
-        Request::new(
-            self,
-            DelOp {
-                target: DelTarget::Net(Ok(Net::list(list))),
-                rt,
-                out: PhantomData,
-            },
-        )
+        self.del_request(DelTarget::Net(Ok(Net::list(list))), rt)
     }
 
     /// DEL using the configuration stored in the cache entry of the
@@ -48,23 +38,18 @@ impl Cni {
     /// capability args are used when `rt` has none. Errors with code 3 when
     /// there is no entry.
     pub fn del_cached<'a>(&'a self, network: &'a str, rt: &'a RuntimeConf) -> DelRequest<'a> {
+        self.del_request(DelTarget::Cached(network), rt)
+    }
+
+    fn del_request<'a>(&'a self, target: DelTarget<'a>, rt: &'a RuntimeConf) -> DelRequest<'a> {
         Request::new(
             self,
             DelOp {
-                target: DelTarget::Cached(network),
+                target,
                 rt,
                 out: PhantomData,
             },
         )
-    }
-
-    async fn run_del_cached(
-        &self,
-        network: &str,
-        rt: &RuntimeConf,
-        opts: &CallOptions,
-    ) -> Result<Deleted, Error> {
-        self.del_cached_outcome(network, rt, opts, None).await
     }
 
     /// [`Cni::del_cached`]; with `expect`, only while the cache holds a
@@ -133,14 +118,7 @@ impl Cni {
         plugin: &'a PluginConfig,
         rt: &'a RuntimeConf,
     ) -> DelRequest<'a> {
-        Request::new(
-            self,
-            DelOp {
-                target: DelTarget::Net(Net::single(plugin)),
-                rt,
-                out: PhantomData,
-            },
-        )
+        self.del_request(DelTarget::Net(Net::single(plugin)), rt)
     }
 
     pub(super) async fn del(
@@ -167,15 +145,12 @@ impl Cni {
         held: Option<AttachmentLock>,
         expect: Option<&Expect<'_>>,
     ) -> Result<Deleted, Error> {
-        Self::validate_attachment(net, rt)?;
+        self.validate_attachment(net, rt, Command::Del)?;
         let span = tracing::info_span!("cni.del", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             // DEL must work when things are already gone (spec), also when
-            // the cache dir is unusable (read-only, full, removed): then it
-            // runs unlocked and without prevResult rather than not at all.
-            // Only a lock held by someone else stops it. With prevResult,
-            // the record is read in the same trip to the blocking pool as
-            // the lock is taken.
+            // the cache dir is unusable: unlocked and without prevResult
+            // rather than not at all.
             let with_prev = net.version.has_prev_result_on_del();
             let cache = &self.inner.cache;
             let mut outcome = Deleted::default();
@@ -285,10 +260,7 @@ pub struct Deleted {
     /// a network whose version has none on DEL, before 0.4.0).
     pub prev_result: bool,
     /// The cache problems the DEL went past, each also logged as a warning:
-    /// the attachment's lock could not be taken (the plugins ran unlocked),
-    /// its record could not be read (they ran without `prevResult`), or it
-    /// could not be removed (a later DEL or GC finds it and repeats the
-    /// DEL, which succeeds).
+    /// the lock could not be taken, the record read or removed.
     pub cache_warnings: Vec<Error>,
 }
 
@@ -324,7 +296,7 @@ impl<'a, Out> DelOp<'a, Out> {
                     .map_err(|e| in_op(net.name, e))
             }
             DelTarget::Cached(network) => cni
-                .run_del_cached(network, self.rt, &opts)
+                .del_cached_outcome(network, self.rt, &opts, None)
                 .await
                 .map_err(|e| in_op(network, e)),
         }

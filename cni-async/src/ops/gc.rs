@@ -10,12 +10,7 @@ use crate::error::{Error, Errors};
 use super::request::{Operation, Request};
 use super::{CallOptions, Cni, Net, not_started};
 
-/// What GC did.
-///
-/// A stale attachment whose DEL failed, or that the deadline left no time
-/// for, does not fail the GC: it is listed in [`GcSummary::failed`] (its
-/// cache entry stays, so the next GC or a DEL tries again) and the others
-/// are still deleted. Callers that treat any leftover as a failure (as the
+/// What GC did. Callers that treat any leftover as a failure (as the
 /// reference cnitool does) use [`GcSummary::into_result`].
 #[derive(Debug, Default)]
 pub struct GcSummary {
@@ -59,11 +54,7 @@ impl GcSummary {
         if self.failed.is_empty() {
             return Ok(self);
         }
-        let mut errors = Errors::new(format!("GC of network {network}"));
-        for f in self.failed {
-            errors.push(f.into_error(network));
-        }
-        errors.into_result_listed().map(|()| GcSummary::default())
+        Err(gc_failed(network, self.failed, Vec::new()))
     }
 }
 
@@ -72,17 +63,10 @@ impl Cni {
     /// this network that is not in `valid_attachments` gets a DEL (with this
     /// config and the cached args) and loses its cache entry; then, for 1.1.0
     /// lists, every plugin gets GC with `cni.dev/valid-attachments` (and the
-    /// older `cni.dev/attachments`). Errors do not stop the rest.
-    ///
-    /// A stale DEL that fails is reported in [`GcSummary::failed`], not as
-    /// an error. The call fails when a plugin's GC fails: then every error,
-    /// the stale DELs' first (each naming its attachment), comes back as
-    /// [`Error::Multiple`].
-    ///
-    /// The deadline bounds the whole GC: the stale DELs and the plugins'
-    /// GC share it. A plugin still running when it expires is killed; the
-    /// stale DELs it leaves no time for are not started and are reported
-    /// as failed with [`Error::Timeout`].
+    /// older `cni.dev/attachments`). Errors do not stop the rest: a stale
+    /// DEL that fails is in [`GcSummary::failed`]; a plugin's GC that fails
+    /// makes the call fail with every error ([`Error::Multiple`]). One
+    /// deadline bounds it all.
     pub fn gc_network_list<'a>(
         &'a self,
         list: &'a NetworkConfigList,
@@ -164,19 +148,24 @@ impl Cni {
             if plugin_errors.is_empty() {
                 return Ok(summary);
             }
-            // The stale DELs' failures first, each naming its attachment.
-            let mut all = Errors::new(format!("GC of network {}", list.name()));
-            for f in summary.failed {
-                all.push(f.into_error(list.name()));
-            }
-            for e in plugin_errors {
-                all.push(e);
-            }
-            all.into_result_listed().map(|()| GcSummary::default())
+            Err(gc_failed(list.name(), summary.failed, plugin_errors))
         }
         .instrument(span)
         .await
     }
+}
+
+/// The [`Error::Multiple`] of a GC: the stale DELs' failures first, each
+/// naming its attachment, then `more`.
+fn gc_failed(network: &str, failed: Vec<GcFailure>, more: Vec<Error>) -> Error {
+    let mut all = Errors::new(format!("GC of network {network}"));
+    for f in failed {
+        all.push(f.into_error(network));
+    }
+    for e in more {
+        all.push(e);
+    }
+    all.into_multiple()
 }
 
 /// A GC ready to run ([`Cni::gc_network_list`]): `.await` it, after

@@ -29,57 +29,24 @@
 //! - **Cancellation**: dropping the future of an operation kills the plugin
 //!   that is running (its whole process group) but cannot undo the plugins
 //!   that already ran. The spec makes the caller follow every ADD with a DEL,
-//!   also a failed or cancelled one; do that, or set
-//!   [`CallOptions::rollback`] and let the ADD finish, or use
-//!   [`AddRequest::rollback_on_cancel`]: the ADD runs on a task of its own,
-//!   and a caller that drops it gets what it made rolled back;
-//!   [`Cni::wait_detached`] waits for that work. (cnid uses neither: each
-//!   of its operations runs on a task of its own that a client hanging up
-//!   does not cancel, with [`CallOptions::rollback`] set, and its journal
-//!   rolls back what a killed cnid left half done.)
+//!   also a cancelled one; do that, or use
+//!   [`AddRequest::rollback_on_cancel`] (the ADD runs on a task of its own
+//!   and rolls back when its caller gives up; [`Cni::wait_detached`] waits
+//!   for that work).
 //! - **Rollback** (opt-in, [`CallOptions::rollback`]): when an ADD fails part
 //!   way, the plugins that ran, including the one that failed, are deleted
-//!   last to first with a fresh deadline, never the expired one. When the
-//!   cache holds another container's attachment on the same netns and
-//!   ifname (cnitool's, say, made while this ADD ran), the rollback runs
-//!   with `CNI_NETNS` empty, as a DEL of a netns that is gone: the plugins
-//!   release what they allocated for this container (IPAM) and leave the
-//!   interface, which is the other container's, alone. The same when the
-//!   cache's attachments cannot be read (no proof the interface is this
-//!   ADD's alone). The cache answers from an index of its records by
-//!   netns and ifname, shared by its clones and brought up to date before
-//!   each rollback (the first one of a process lists `results/`, the next
-//!   ones read what changed), so a record another tool wrote before the
-//!   rollback counts.
-//!   A rollback undoes only what the failed call made: when the cache held
-//!   this attachment's own record before the ADD (a plain ADD run again
-//!   over an attachment, as libcni allows), a DEL could not tell the two
-//!   apart and would take the working attachment down, so nothing is rolled
-//!   back (nor DELed when a [`AddRequest::rollback_on_cancel`] caller gives
-//!   up): the error comes back as is, the record stays, and a warning is
-//!   logged. [`AddRequest::exclusive`] refuses such an ADD before any
-//!   plugin runs.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), cni_async::Error> {
-//! use cni_async::Cni;
-//! use cni_core::{confdir, RuntimeConf};
-//! use std::path::Path;
-//! use std::time::Duration;
-//!
-//! let cni = Cni::builder().plugin_dirs(["/opt/cni/bin", "/usr/lib/cni"]).build();
-//! let list = confdir::load_network(Path::new("/etc/cni/net.d"), "mynet")?;
-//! let rt = RuntimeConf::new("c1", "/run/netns/c1", "eth0");
-//! let result = cni
-//!     .add_network_list(&list, &rt)
-//!     .timeout(Duration::from_secs(30))
-//!     .rollback(true)
-//!     .await?;
-//! println!("{}", result.to_json_pretty());
-//! cni.check_network_list(&list, &rt).await?;
-//! cni.del_network_list(&list, &rt).await?;
-//! # Ok(()) }
-//! ```
+//!   last to first with a fresh deadline. When the cache holds another
+//!   container's attachment on the same netns and ifname, it runs with
+//!   `CNI_NETNS` empty, so the plugins release this container's IPAM and
+//!   leave the other's interface alone; the same when the cache's records
+//!   cannot be read (no proof the interface is this ADD's alone). The
+//!   cache answers from its index of records by netns and ifname, brought
+//!   up to date before each rollback, so a record another tool wrote
+//!   before it counts. When the cache held this
+//!   attachment's own record before the ADD (a plain ADD run again, as
+//!   libcni allows), a DEL would take the working attachment down, so
+//!   nothing is rolled back: the error comes back as is, with a warning.
+//!   [`AddRequest::exclusive`] refuses such an ADD before any plugin runs.
 
 mod add;
 mod builder;
@@ -124,9 +91,7 @@ pub struct CallOptions {
     /// Deadline for the whole operation; `None` = the per-verb default.
     pub timeout: Option<Duration>,
     /// ADD only: when the chain fails part way, DEL the plugins that ran
-    /// (including the one that failed), last to first, with a fresh deadline.
-    /// Not when the attachment's record was in the cache before the ADD:
-    /// that DEL would delete the attachment made earlier too.
+    /// (see the [module docs](self)).
     pub rollback: bool,
 }
 
@@ -266,17 +231,22 @@ impl Cni {
     }
 
     /// Waits until every ADD started with
-    /// [`AddRequest::rollback_on_cancel`] has ended on its task: finished
-    /// and handed to its caller, or (its caller gone) rolled back. For a
-    /// graceful shutdown. (A retry of an attachment whose ADD was given up
-    /// need not wait: it waits for the attachment's lock.)
+    /// [`AddRequest::rollback_on_cancel`] has ended on its task (handed to
+    /// its caller, or rolled back): for a graceful shutdown.
     pub async fn wait_detached(&self) {
         let mut rx = self.inner.detached.subscribe();
         // The sender lives in `self`: the wait cannot fail.
         let _ = rx.wait_for(|n| *n == 0).await;
     }
 
-    fn validate_attachment(net: &Net<'_>, rt: &RuntimeConf) -> Result<(), Error> {
+    /// The names, the netns rule of `command` ([`crate::nscheck`]) and a
+    /// list with plugins.
+    fn validate_attachment(
+        &self,
+        net: &Net<'_>,
+        rt: &RuntimeConf,
+        command: Command,
+    ) -> Result<(), Error> {
         validate::network_name(net.name)?;
         rt.validate()?;
         // A list without plugins (no `plugins`, plugin files not loaded)
@@ -287,7 +257,11 @@ impl Cni {
                 reason: "no plugins to run".into(),
             }));
         }
-        Ok(())
+        if self.inner.check_netns {
+            crate::check_netns(&rt.netns, command)
+        } else {
+            crate::nscheck::check_netns_path(&rt.netns, command)
+        }
     }
 
     /// Runs `plugin` for `command` (ADD, DEL, CHECK) on the attachment

@@ -12,13 +12,12 @@ use crate::stale::{Candidate, Host, Netns, Reaped, StaleReason, judge_one};
 use crate::sys::identity;
 
 impl Cni {
-    /// DELs a stale attachment `c` found by [`StaleScanner::scan`](crate::stale::StaleScanner::scan) with
-    /// its cached configuration, result (`prevResult`) and args, and no
-    /// netns path (CNI_NETNS empty: the namespace is gone, and its path
-    /// may be another namespace by now), and removes its record, unless
-    /// the record changed (is gone, or is not exactly the scanned one:
-    /// mtime, netns, identity) or the namespace is no longer proven gone.
-    /// A failed DEL leaves the record (a later reap or a DEL tries again).
+    /// DELs a stale attachment `c` found by
+    /// [`StaleScanner::scan`](crate::stale::StaleScanner::scan) as the
+    /// [`stale`](crate::stale) module says, unless the record changed (is
+    /// gone, or is not exactly the scanned one: mtime, netns, identity) or
+    /// the namespace is no longer proven gone. A failed DEL leaves the
+    /// record.
     pub async fn reap_stale(&self, c: &Candidate, opts: &CallOptions) -> Result<Reaped, Error> {
         let Some(reason) = c.verdict.stale() else {
             return Ok(Reaped::Alive);
@@ -60,9 +59,8 @@ impl Cni {
         if ns != Netns::Gone || (reason == StaleReason::Rebooted && !rebooted) {
             return Ok(Reaped::Alive);
         }
-        // The DEL checks again, under the attachment's lock, that the
-        // record is still exactly the scanned one: another tool's DEL and
-        // re-ADD may have come between the checks above and the lock.
+        // Checked again under the attachment's lock: another tool's DEL
+        // and re-ADD may have come in between.
         let rt = RuntimeConf::new(&c.container_id, "", &c.ifname);
         match self
             .del_cached_expecting(&c.network, &rt, opts, Some(&same_record))

@@ -13,9 +13,7 @@ use crate::exec::Timeouts;
 
 use super::{CallOptions, Cni};
 
-/// An operation ready to run ([`AddRequest`](super::AddRequest),
-/// [`DelRequest`](super::DelRequest), [`CheckRequest`](super::CheckRequest),
-/// [`StatusRequest`](super::StatusRequest), [`GcRequest`](super::GcRequest)):
+/// An operation ready to run ([`AddRequest`](super::AddRequest), ...):
 /// `.await` it, after setting options if needed.
 #[must_use = "an operation does nothing until it is awaited"]
 #[derive(Debug)]

@@ -21,14 +21,7 @@ impl Cni {
         for plugin in list.plugins() {
             match self.version_info(plugin.plugin_type()).await {
                 Ok(info) if info.supports(list.version()) => {}
-                Ok(info) => errors.push(Error::Core(cni_core::Error::UnsupportedVersion {
-                    version: list.version().to_string(),
-                    context: format!(
-                        "plugin {} (supports {})",
-                        plugin.plugin_type(),
-                        info.supported_versions.join(", ")
-                    ),
-                })),
+                Ok(info) => errors.push(unsupported(list.version(), plugin, &info)),
                 Err(e) => errors.push(e),
             }
         }
@@ -99,14 +92,7 @@ impl Cni {
         let net = Net::single(plugin)?;
         let info = self.version_info(plugin.plugin_type()).await?;
         if !info.supports(net.version) {
-            return Err(Error::Core(cni_core::Error::UnsupportedVersion {
-                version: net.version.to_string(),
-                context: format!(
-                    "plugin {} (supports {})",
-                    plugin.plugin_type(),
-                    info.supported_versions.join(", ")
-                ),
-            }));
+            return Err(unsupported(net.version, plugin, &info));
         }
         Ok(plugin
             .capabilities()
@@ -115,4 +101,16 @@ impl Cni {
             .map(|(c, _)| c.clone())
             .collect())
     }
+}
+
+/// `plugin` (whose VERSION answered `info`) does not support `version`.
+fn unsupported(version: Version, plugin: &PluginConfig, info: &PluginInfo) -> Error {
+    Error::Core(cni_core::Error::UnsupportedVersion {
+        version: version.to_string(),
+        context: format!(
+            "plugin {} (supports {})",
+            plugin.plugin_type(),
+            info.supported_versions.join(", ")
+        ),
+    })
 }

@@ -1,21 +1,16 @@
 //! Durable writes as the store makes them: the primitives of
-//! [`cni_durable`] (re-exported here, the one implementation of the atomic
-//! write and its flushes, shared with cnid-shim), and what a writer owes
-//! the dirs its files go in: private dirs made durable in their parents
-//! when made ([`ensure_private_dir_durable`]) and, for a writer that
-//! trusts no dir it finds, once per dir ([`ensure_private_dir_durable_once`],
-//! [`sync_entries_once`]); the flush of a dir above a writer's own, which a
-//! non-root writer may not be able to open ([`sync_dir_above`]); corrupt
-//! files moved aside with a warning ([`move_aside`]).
+//! [`cni_durable`] (re-exported here), and what a writer owes the dirs its
+//! files go in: made durable in their parents when made
+//! ([`ensure_private_dir_durable`]) or, for a writer that trusts no dir it
+//! finds, once per dir ([`ensure_private_dir_durable_once`]).
 //!
 //! # Caveats
-//! - A dir whose inode has not changed since the boot
-//!   (its ctime before the boot time) is trusted without a flush: what a reboot
-//!   left is on disk. A clock stepped forward by more than two seconds
-//!   after the boot can make a dir made before the step look older than
-//!   the boot; the file system's own write-back makes it durable soon after.
-//! - Removals are never flushed: every user makes a file that reappears
-//!   after a power loss harmless (a repeated DEL).
+//! - A dir whose inode has not changed since the boot (its ctime before
+//!   the boot time) is trusted without a flush: what a reboot left is on
+//!   disk. A clock stepped forward by more than two seconds after the boot
+//!   can make a younger dir look older; the file system's own write-back
+//!   makes it durable soon after.
+//! - Removals are never flushed (see [`cni_durable`]).
 
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -24,9 +19,8 @@ use std::time::SystemTime;
 
 pub use cni_durable::*;
 
-/// Moves `path` into `corrupt_dir` ([`move_into`]), warning when that dir
-/// was found open to other users (made 0700) or another user's (left as
-/// it is). Returns where it went.
+/// Moves `path` into `corrupt_dir` ([`move_into`]), warning about what was
+/// wrong with that dir. Returns where it went.
 #[track_caller]
 pub fn move_aside(
     storage: &(impl Storage + ?Sized),
@@ -34,35 +28,17 @@ pub fn move_aside(
     corrupt_dir: &Path,
 ) -> Result<PathBuf, Failure> {
     let (target, found) = move_into(storage, path, corrupt_dir)?;
-    match found {
-        PrivateDir::Tightened { was } => tracing::warn!(
-            dir = %corrupt_dir.display(),
-            was = %format_args!("{was:04o}"),
-            "directory of corrupt files was open to other users; made it 0700"
-        ),
-        PrivateDir::Foreign { owner, mode } => tracing::warn!(
-            dir = %corrupt_dir.display(),
-            owner,
-            mode = %format_args!("{mode:04o}"),
-            "directory of corrupt files belongs to another user; left as it is"
-        ),
-        _ => {}
-    }
+    super::report_private_dir("directory of corrupt files", corrupt_dir, found);
     Ok(target)
 }
 
 /// [`ensure_private_dir`] for the dir a durable write is about to put a
 /// file in: with `fsync`, each dir it had to create (`dir` and missing
 /// parents) is made durable by an `fsync` of its parent, so that a power
-/// loss cannot take the new dir, and the file written into it, away once
-/// the write returned. A dir that was there already is not flushed here
-/// (see [`ensure_private_dir_durable_once`] for a writer that must not
-/// trust one); so when a flush fails, the dirs made are removed
-/// again (when empty) before the error returns, for the next write to
-/// make and flush them. The parent of the outermost dir made is not ours:
-/// when it cannot be opened ([`sync_dir_above`]), that is warned about
-/// once and the dirs stay. Costs one `stat` more than
-/// [`ensure_private_dir`].
+/// loss cannot take it with the file written into it. A dir that was there
+/// already is not flushed here, so when a flush fails, the dirs made are
+/// removed again (when empty) for the next write to make and flush them.
+/// The outermost parent is flushed with [`sync_dir_above`].
 #[track_caller]
 pub fn ensure_private_dir_durable(
     storage: &(impl Storage + ?Sized),
@@ -136,14 +112,9 @@ fn make_durable(storage: &(impl Storage + ?Sized), dir: &Path) -> io::Result<Mad
                 sync_dir(storage, p)
             };
             if let Err(e) = flushed {
-                // Not durable: the dirs made are removed again (innermost
-                // first; one another writer put a file in meanwhile
-                // stays), so that the next write makes them and flushes
-                // them, instead of finding them there and trusting them
-                // (found by cnid's crash-point enumeration: a record
-                // restored next was lost with its dir at a power loss).
-                // Through the seam: a process killed at the flush leaves
-                // them (a simulated crash too).
+                // Innermost first; one another writer put a file in
+                // meanwhile stays. Through the seam: a process killed at
+                // the flush leaves them.
                 for d in &made {
                     let _ = storage.remove_dir(d);
                 }
@@ -171,25 +142,20 @@ impl DirId {
     }
 }
 
-/// The dirs whose entries a writer made durable (or found durable), for
-/// [`ensure_private_dir_durable_once`]: by identity (device, inode, birth
-/// time), so that a dir removed and made again (by anyone) is not taken
-/// for the one flushed. Shared by the clones of one writer (the result
-/// cache holds one in an `Arc`). Holds the last such dir only: one writer
-/// has one dir to write in. A dir whose file system keeps no birth time is
-/// never known (its flushes are made on every write, unless its parent is
-/// older than the boot).
+/// The dir whose entries a writer made durable (or found durable), for
+/// [`ensure_private_dir_durable_once`], by identity (device, inode, birth
+/// time), so that a dir removed and made again is not taken for the one
+/// flushed. Holds the last such dir only: one writer has one dir to write
+/// in.
 #[derive(Debug, Default)]
 pub struct DurableDirs {
     last: std::sync::Mutex<Option<DirId>>,
 }
 
 impl DurableDirs {
-    /// Never a dir without a birth time: where the file system keeps none
-    /// (ext4 with 128-byte inodes, ext2/ext3, NFS), a dir removed and made
-    /// again by another tool gets the same inode number and so the same
-    /// identity (found by an attack on the once rule: the first write into
-    /// the new, unflushed dir flushed nothing above it).
+    /// Never a dir without a birth time (ext4 with 128-byte inodes,
+    /// ext2/ext3, NFS): made again, it gets the same inode number and so
+    /// the same identity.
     fn knows(&self, id: DirId) -> bool {
         id.2.is_some() && *self.last.lock().unwrap_or_else(|e| e.into_inner()) == Some(id)
     }
@@ -200,43 +166,21 @@ impl DurableDirs {
 }
 
 /// [`ensure_private_dir_durable`] for a writer that trusts no dir it
-/// finds: the first time `known` sees `dir` (by identity: device, inode and birth time), the
-/// entry of `dir` in its parent and the parent's in the grandparent (the
-/// result cache's `results/` in the cache dir, the cache dir in its
-/// parent) are made durable too, each one not just made (and flushed)
-/// here by an `fsync` of the dir that holds it, outermost first; from then
-/// on, as long as `dir` is the same, nothing more than
-/// [`ensure_private_dir_durable`] does (no system call more).
+/// finds: the first time `known` sees `dir`, the entry of `dir` in its
+/// parent and of each dir above in the next (`results/` in the cache dir,
+/// the cache dir in its parent, ...) are made durable too, outermost first,
+/// as far up as they changed since the boot (not past a mount point nor
+/// the root); from then on, for the same `dir`, no system call more.
 ///
 /// Why: a dir found there may have been made by a process killed before
 /// it flushed it, or by a writer that never flushes (libcni, a cache
-/// [`with_durable(false)`](crate::cache::ResultCache::with_durable),
-/// cnid's): the kernel keeps it until a power loss, which would take it
-/// away with every record written into it since, each one flushed into a
-/// dir that was not durable itself (found by cnid's crash-point
-/// enumeration, a `kill -9`, a restart and a power loss combined).
+/// [`with_durable(false)`](crate::cache::ResultCache::with_durable)): a
+/// power loss would take it away with every record written into it since.
 ///
-/// The dirs above the grandparent are flushed the same way (their entries
-/// in the dir above), as far up as they changed since the boot, not past a
-/// mount point nor the root: a killed writer's `mkdir -p` may have made
-/// the cache dir's parents too.
-///
-/// Neither flush is needed, and none is made, when the parent's inode has
-/// not changed since this boot began (its ctime, the boot time of `/proc/stat`):
-/// no entry was made, removed or renamed in it since, and the parent itself
-/// was neither made nor renamed; what a reboot left is on disk (the same
-/// rule stops the walk up). That keeps
-/// a one-shot writer (cnitool: one write per process) at its two flushes
-/// per record on a cache dir older than the boot. A clock stepped forward
-/// by more than two seconds after the boot can make a dir made before the
-/// step look older than the boot (a machine without a real-time clock
-/// before NTP): then it is trusted as before this fix, which a file
-/// system's own write-back (ext4: every 5 s) makes durable soon after.
-///
-/// A dir above `dir` that cannot be opened ([`sync_dir_above`]: a non-root
-/// writer without read permission on it) is warned about once and counts
-/// as flushed. On another failure the error returns and nothing is
-/// remembered: the next write tries again.
+/// A parent whose inode has not changed since this boot (see the module's
+/// caveats) needs no flush: that keeps a one-shot writer (cnitool) at two
+/// flushes per record. On a failure other than [`sync_dir_above`]'s
+/// EACCES the error returns and nothing is remembered.
 #[track_caller]
 pub fn ensure_private_dir_durable_once(
     storage: &(impl Storage + ?Sized),
@@ -252,11 +196,9 @@ pub fn ensure_private_dir_durable_once(
     Ok(made.found)
 }
 
-/// For a writer that wrote into `dir` without flushing it (a cache
-/// [`with_durable(false)`](crate::cache::ResultCache::with_durable)) and now
-/// makes its writes durable: the entries of `dir` and of its parent, as
-/// [`ensure_private_dir_durable_once`] makes them durable (once per dir
-/// `known` sees); nothing when `dir` is missing.
+/// The flushes of [`ensure_private_dir_durable_once`] for a writer that
+/// wrote into `dir` without them and now makes its writes durable; nothing
+/// when `dir` is missing.
 #[track_caller]
 pub fn sync_entries_once(
     storage: &(impl Storage + ?Sized),
@@ -284,17 +226,10 @@ fn entries_durable(
         return Ok(());
     }
     // The dirs holding `dir` and each dir above it, innermost first, up to
-    // the first one unchanged since the boot (its entries, and its own
-    // entry above, are what the reboot found on disk). Not only two
-    // levels: a writer killed before its flushes (or one that never
-    // flushes) may have made the cache dir's parents too, and a power loss
-    // takes those with the cache dir (found by an attack on the once
-    // rule). The `created` innermost ones were flushed by `make_durable`.
-    // Not past a mount point: the dir mounted on is not the writer's (nor
-    // made by one), and the file system above may be one whose dirs
-    // cannot be flushed (erofs, squashfs: EINVAL). Up to the root at most:
-    // a path ending in `..` is walked up by more `..`, and the root's `..`
-    // is the root (same inode). A dir that cannot be stat'ed stops it too.
+    // the first one unchanged since the boot; the `created` innermost ones
+    // were flushed by `make_durable`. Not past a mount point (the file
+    // system above may not flush dirs: erofs, squashfs), nor the root (its
+    // `..` is itself), nor a dir that cannot be stat'ed.
     let stop = |holder: &Path, d: &Path| match (std::fs::metadata(holder), std::fs::metadata(d)) {
         (Ok(h), Ok(d)) => h.dev() != d.dev() || h.ino() == d.ino(),
         _ => true,
@@ -342,22 +277,14 @@ fn unchanged_since_boot(dir: &Path) -> bool {
             u64::try_from(meta.ctime()).unwrap_or(0),
             u32::try_from(meta.ctime_nsec()).unwrap_or(0),
         );
-    older_than_boot(changed, crate::sys::boot_time())
+    crate::sys::before_boot(changed, crate::sys::boot_time())
 }
 
-/// `changed` more than two seconds before `boot`.
-fn older_than_boot(changed: SystemTime, boot: Option<SystemTime>) -> bool {
-    const MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
-    boot.is_some_and(|b| changed + MARGIN < b)
-}
-
-/// `fsync`s a dir above the ones a writer owns (the parent of its state or
-/// cache dir): as [`sync_dir`], except that a dir the process may not open
-/// (`EACCES`, `EPERM`: a writer not root, without read permission on it)
-/// is not an error. Nothing better can be done for it (the entries in it
-/// are left to the file system's write-back), and failing for it would
-/// stop a non-root cnid from starting, or keep its journal's lines
-/// forever. Warned about once per dir and process.
+/// `fsync`s a dir above the ones a writer owns: as [`sync_dir`], except
+/// that a dir the process may not open (`EACCES`, `EPERM`: a non-root
+/// writer) is warned about once per dir and left to the file system's
+/// write-back, not an error (which would stop a non-root cnid from
+/// starting).
 #[track_caller]
 pub fn sync_dir_above(storage: &(impl Storage + ?Sized), dir: &Path) -> Result<(), Failure> {
     match sync_dir(storage, dir) {
@@ -422,10 +349,13 @@ mod tests {
         use std::time::Duration;
         let boot = UNIX_EPOCH + Duration::from_secs(1_000_000);
         let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
-        assert!(older_than_boot(at(999_997), Some(boot)));
-        assert!(!older_than_boot(at(999_998), Some(boot)), "the rounding");
-        assert!(!older_than_boot(at(1_000_100), Some(boot)));
-        assert!(!older_than_boot(at(0), None), "no boot time");
+        assert!(crate::sys::before_boot(at(999_997), Some(boot)));
+        assert!(
+            !crate::sys::before_boot(at(999_998), Some(boot)),
+            "the rounding"
+        );
+        assert!(!crate::sys::before_boot(at(1_000_100), Some(boot)));
+        assert!(!crate::sys::before_boot(at(0), None), "no boot time");
         let tmp = tempfile::tempdir().unwrap();
         assert!(!unchanged_since_boot(tmp.path()), "made now");
         assert!(!unchanged_since_boot(&tmp.path().join("missing")));

@@ -15,9 +15,7 @@ use crate::error::Error;
 enum Slot {
     /// No file.
     Empty,
-    /// A corrupt file: nothing usable, but maybe what is left
-    /// of an attachment made earlier. Moved aside, unless the reader asked
-    /// to keep it in place.
+    /// A corrupt file, maybe what is left of an attachment made earlier.
     Corrupt,
     /// A symbolic link, always moved aside.
     Link,
@@ -35,15 +33,13 @@ pub(crate) enum Prior {
     Nothing,
     /// Its record, or a legacy bare result.
     Record,
-    /// A symbolic link, moved aside at once (never followed; neither this
-    /// library nor libcni writes one, so it is no sign of an attachment to
-    /// keep in place), counted as there before all the same.
+    /// A symbolic link, moved aside at once (never followed; nobody writes
+    /// one, so it is no sign of an attachment to keep in place), counted as
+    /// there before all the same.
     Link,
-    /// A corrupt file, left in place: no proof that nothing
-    /// is attached, so it must stay as evidence until the ADD succeeds
-    /// (then [`crate::cache::ResultCache::write_holding`] replaces it) or a
-    /// DEL moves it aside. Moved aside earlier, a failed ADD would leave
-    /// nothing, and the next ADD's rollback would delete what was attached.
+    /// A corrupt file, left in place as evidence that something may be
+    /// attached, until the ADD succeeds (its record replaces it) or a DEL
+    /// moves it aside.
     Corrupt,
 }
 
@@ -56,15 +52,12 @@ impl Prior {
 
 impl Store {
     /// Writes `bytes` to `path` (a record file) atomically, flushed when
-    /// `fsync`. A durable write makes `results/` and the cache dir durable
-    /// in their parents: those made here at once, those found there the
-    /// first time this store writes into them (a process killed before it
-    /// flushed them, or a writer that never does, may have left them:
-    /// found by cnid's crash-point enumeration), then never again for the
-    /// same `results/`.
+    /// `fsync`, into a `results/` made durable in its parents
+    /// ([`durable::ensure_private_dir_durable_once`]).
     pub(crate) fn write_file(&self, path: &Path, bytes: &[u8], fsync: bool) -> Result<(), Error> {
         let (storage, results) = (&*self.storage, self.results_dir());
         report_private_dir(
+            "cache directory",
             &results,
             durable::ensure_private_dir_durable_once(storage, &results, fsync, &self.dirs)
                 .map_err(|e| io_err(&results, "create directory", e))?,
@@ -142,10 +135,9 @@ impl Store {
         }
     }
 
-    /// The check of an ADD's lock step, on the calling thread. `Ok` unless
-    /// `path` holds another attachment's record (or, when `fresh`, this
-    /// attachment's own); answers what of this attachment was there
-    /// before. A corrupt file is moved aside unless `keep_corrupt`.
+    /// The check of an ADD's lock step (see
+    /// [`crate::cache::ResultCache::lock_for_add`]); a corrupt file is moved
+    /// aside unless `keep_corrupt`.
     pub(crate) fn check_not_taken(
         &self,
         path: &Path,
@@ -166,17 +158,12 @@ impl Store {
                     rec.network_name, rec.container_id, rec.if_name
                 ),
             }),
-            // In doubt, a corrupt record (kept in place) is an attachment too:
-            // an exclusive ADD that ran over it and succeeded (loopback does,
-            // again and again) would count as made by this call, and a
-            // sandbox's undo would take the working attachment down. A DEL
-            // moves it aside.
+            // In doubt, a corrupt record (kept in place) is an attachment
+            // too, which a sandbox's undo must not take down.
             Slot::Ours(_) if fresh => Err(already()),
             Slot::Corrupt if fresh && keep_corrupt => Err(already()),
             Slot::Empty => Ok(Prior::Nothing),
             Slot::Ours(_) => Ok(Prior::Record),
-            // A corrupt record is no proof that nothing was attached: in doubt,
-            // the rollback keeps it.
             Slot::Corrupt => Ok(Prior::Corrupt),
             Slot::Link => Ok(Prior::Link),
         }
@@ -224,15 +211,10 @@ impl Store {
         {
             return Ok(());
         }
+        // Not flushed (see the module docs of `store`).
         match self.storage.remove(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err(&path, "remove", e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(&path, "remove", e)),
+            _ => Ok(()),
         }
-        // No fsync of the dir: if a power loss brings the record back,
-        // the attachment gets one more DEL (from GC or the runtime),
-        // which the spec requires to succeed anyway. That saves an
-        // fsync on every DEL.
-        Ok(())
     }
 }

@@ -1,29 +1,21 @@
 //! When records become durable. A store with flushes makes each record
-//! durable as it writes it ([`Store::write_file`]); one without (cnid's:
-//! its journal's `fdatasync` stands for the records meanwhile) owes the
-//! flushes later, before its caller forgets which records are not durable
-//! yet: file by file ([`Store::sync_records`]) or, for many at once, in
-//! one `syncfs` of `results/` ([`Store::sync_records_at_once`]).
+//! durable as it writes it ([`Store::write_file`]); one without (cnid's)
+//! owes the flushes later, before its caller forgets which records are not
+//! durable yet: file by file ([`Store::sync_records`]) or in one `syncfs`
+//! of `results/` ([`Store::sync_records_at_once`]). Either also flushes
+//! the dirs' own entries: a record flushed into a dir that is not durable
+//! itself is lost with the dir at a power loss.
 //!
 //! # Caveats
 //! - `syncfs` writes back *everything* dirty on that file system, other
 //!   programs' data too, and waits for it; where the kernel would not
 //!   report a failed write-back (before Linux 5.8) it is not used.
-//! - The dirs' own entries (`results/` in the cache dir, the cache dir in
-//!   its parent) are flushed too: a record flushed into a dir that is not
-//!   durable itself is lost with the dir at a power loss.
 
-use super::{Store, durable, durable_err};
+use super::{Store, durable, durable_err, io_err};
 use crate::error::Error;
 
 impl Store {
-    /// Makes the records of these attachments durable: an `fsync` of each
-    /// record file there is (a missing one is skipped: a DEL removed it),
-    /// then one of `results/` for the renames, and of the cache dir and its
-    /// parent for the dirs' own entries (a write without a flush makes
-    /// `results/` without flushing it either; those two once per
-    /// `results/`, [`durable::sync_entries_once`]). Returns how many files
-    /// were flushed.
+    /// See [`crate::cache::ResultCache::sync_records_blocking`].
     pub(crate) fn sync_records<'a>(
         &self,
         attachments: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
@@ -38,28 +30,14 @@ impl Store {
         if n > 0 {
             let results = self.results_dir();
             durable::sync_dir(&*self.storage, &results).map_err(durable_err)?;
-            // Not only `results/`: the records' dir itself must be durable
-            // before the caller forgets them (cnid dropped the commit
-            // lines of records whose `results/` was never flushed into
-            // the cache dir, and a power loss took the dir away with
-            // them). Once per `results/`: a cache dir's parent that cannot
-            // be opened (a non-root cnid) is warned about once and fails
-            // nothing.
             durable::sync_entries_once(&*self.storage, &results, &self.dirs)
                 .map_err(durable_err)?;
         }
         Ok(n)
     }
 
-    /// What [`Store::sync_records`] does, in one flush for any number of
-    /// records: one [`durable::Storage::sync_fs`] of `results/` (every
-    /// record file there durable, data and name), then the same `fsync`s
-    /// of `results/`, the cache dir and its parent. Names are checked as
-    /// the file-by-file flush checks them (an invalid one fails it). Where
-    /// the storage cannot report write-back errors (`Unsupported`: Linux
-    /// before 5.8), it flushes file by file instead. Returns whether
-    /// `results/` was there (nothing to flush otherwise: every record
-    /// named was removed).
+    /// See [`crate::cache::ResultCache::sync_records_at_once_blocking`].
+    /// Names are checked as the file-by-file flush checks them.
     pub(crate) fn sync_records_at_once<'a>(
         &self,
         attachments: impl IntoIterator<Item = (&'a str, &'a str, &'a str)> + Clone,
@@ -68,21 +46,13 @@ impl Store {
             self.path(network, container_id, ifname)?;
         }
         let results = self.results_dir();
-        // A `results/` that is a link to a dir (the cache makes and uses
-        // its dirs through links) is flushed where it points: the storage
-        // opens no link (else, from 64 records on, every start failed and
-        // carried every line).
+        // A `results/` that is a link to a dir is flushed where it points:
+        // the storage opens no link.
         let target = match std::fs::symlink_metadata(&results) {
             Ok(m) if m.file_type().is_symlink() => match std::fs::canonicalize(&results) {
                 Ok(t) => t,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-                Err(source) => {
-                    return Err(Error::Cache {
-                        path: results,
-                        op: "resolve the link",
-                        source,
-                    });
-                }
+                Err(e) => return Err(io_err(&results, "resolve the link", e)),
             },
             _ => results.clone(),
         };
@@ -92,17 +62,10 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
                 return self.sync_records(attachments).map(|n| n > 0);
             }
-            Err(source) => {
-                return Err(Error::Cache {
-                    path: results,
-                    op: "syncfs",
-                    source,
-                });
-            }
+            Err(e) => return Err(io_err(&results, "syncfs", e)),
         }
-        // As in the file-by-file flush: the dirs' own entries in their
-        // parents (on another file system than the one flushed when
-        // `results/` or the cache dir is a mount point).
+        // The dirs' own entries in their parents (on another file system
+        // when `results/` or the cache dir is a mount point).
         let above = self.dir.parent().filter(|p| !p.as_os_str().is_empty());
         for d in [results.as_path(), self.dir.as_path()]
             .into_iter()

@@ -1,20 +1,13 @@
-//! Per-attachment locks: `<dir>/locks/<network>-<containerID>-<ifname>.lock`
-//! with `flock`, so two processes (cnitool and cnid, say) never run an
-//! operation on the same attachment at once.
-//!
-//! A lock file lives only as long as the attachment's record: the holder
-//! releasing a lock when there is no record (after a DEL, a failed ADD, a
-//! CHECK of an unknown attachment) unlinks the file *while still holding
-//! it*. A locker checks after `flock` that the file it locked is still the
-//! one at the path (device and inode of its descriptor against a `stat`
-//! of the path) and starts over when it is not, so two lockers never hold
-//! "the" lock at once. Only a holder unlinks, and only the file it
-//! verified, so the path never loses a file someone else holds.
+//! Per-attachment locks (see [`crate::cache`]). A lock file lives only as
+//! long as the attachment's record: the holder releasing a lock when there
+//! is no record unlinks the file *while still holding it*. A locker checks
+//! after `flock` that the file it locked is still the one at the path
+//! (device and inode) and starts over when it is not, so two lockers never
+//! hold "the" lock at once.
 //!
 //! # Caveats
-//! - Locks are advisory (`flock`) and held by an open file: they die with
-//!   the process, so a `kill -9` never leaves a lock behind (its file may
-//!   stay: [`Store::remove_abandoned`] sweeps those). libcni takes no lock.
+//! - A `kill -9` leaves no lock held, but may leave its file:
+//!   [`Store::remove_abandoned`] sweeps those.
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
@@ -27,13 +20,8 @@ use cni_core::cache as record;
 use super::{LOCKS_DIR, Storage, Store, create_private_dir, durable, durable_err, io_err};
 use crate::error::Error;
 
-/// An attachment's lock; released when dropped.
-///
-/// Dropping it removes the lock file first when the attachment has no
-/// record (nothing was added, or it was deleted), while the lock is still
-/// held: lockers that opened the old file notice and start over on a fresh
-/// one. So the locks dir holds one file per cached attachment at most, not
-/// one per attachment ever named by a CHECK or a failed ADD.
+/// An attachment's lock; released when dropped, after removing the lock
+/// file (while still held) when the attachment has no record.
 #[derive(Debug)]
 pub struct AttachmentLock {
     path: PathBuf,
@@ -51,9 +39,7 @@ impl AttachmentLock {
     }
 
     /// Releases the lock and removes the lock file whether or not a record
-    /// exists (after a successful DEL: the attachment is gone, so should its
-    /// lock file be). Waiters holding the old file notice and retry on a
-    /// fresh one.
+    /// exists (after a successful DEL).
     pub fn release_and_remove(mut self) {
         if let Some(file) = self.file.take() {
             let _ = self.storage.remove(&self.path);
@@ -84,12 +70,9 @@ impl Drop for AttachmentLock {
     }
 }
 
-/// Releases a held lock file's `flock` now, then closes it.
-///
-/// Closing alone is not enough: `flock` belongs to the open file, and a
-/// child forked by any thread of this process (a plugin being spawned)
-/// holds a copy of it until the child execs, keeping the lock taken for
-/// that moment. `LOCK_UN` releases it for every copy at once.
+/// Releases a held lock file's `flock` now, then closes it: closing alone
+/// leaves it taken in a child forked meanwhile (a plugin being spawned)
+/// until that child execs; `LOCK_UN` releases every copy at once.
 fn unlock(file: File) {
     if let Err(e) = file.unlock() {
         tracing::debug!(error = %e, "cannot unlock an attachment lock file; closing it");
@@ -131,16 +114,10 @@ impl Store {
         )
     }
 
-    /// Removes what processes killed mid-operation left: the temp files
-    /// of record writes in `results/` (between a record's temp file and
-    /// its rename), only those named as this crate names them whose
-    /// writer's pid is gone and that are at least `min_age` old
-    /// ([`durable::remove_abandoned`]), for the dir is shared with other
-    /// tools; and the lock files of attachments that have no record (a
-    /// CHECK or a failed ADD killed before it removed its lock file),
-    /// each taken first and removed while held, as a holder removes it
-    /// ([`AttachmentLock`]): one held by anyone is left. Returns how many
-    /// files went.
+    /// See [`crate::cache::ResultCache::remove_abandoned`]: the temp files
+    /// of [`durable::remove_abandoned`] in `results/`, then the lock files
+    /// of attachments without a record, each taken first and removed while
+    /// held, as a holder removes it. Returns how many files went.
     pub(crate) fn remove_abandoned(&self, min_age: Duration) -> Result<usize, Error> {
         let temps = durable::remove_abandoned(&*self.storage, &self.results_dir(), min_age)
             .map_err(durable_err)?;

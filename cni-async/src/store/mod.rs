@@ -4,20 +4,7 @@
 //! `daemon`) reaches the rest (the storage seam, deferred flushes, the
 //! index of attachments by netns and interface).
 //!
-//! One concept per file:
-//!
-//! | file | holds |
-//! |---|---|
-//! | `durable.rs` | the storage seam and the atomic write (re-exported from `cni-durable`), and what a writer owes the dirs its files go in |
-//! | `entry.rs` | one attachment's entry: read as that attachment sees it, written, removed; corrupt files moved aside |
-//! | `listed.rs` | the one reader of a record file found in `results/` (listing, scan, owner lookup) |
-//! | `lock.rs` | the per-attachment `flock` files, and the sweep of unused ones |
-//! | `flush.rs` | when records become durable: at once, or later by file or by `syncfs` |
-//! | `scan.rs` | following `results/` from one scan to the next (`watch.rs`: its inotify watch) |
-//! | `page.rs` | listing and paging records |
-//! | `owners.rs` | which attachments hold a namespace's interface (an index kept up to date by a scan) |
-//!
-//! Invariants, each kept in the file named:
+//! One concept per file. Invariants, each kept in the file named:
 //! - Every write, flush, rename and removal goes through the store's
 //!   [`Storage`] (`durable.rs`, [`Disk`] but in tests): a simulated disk
 //!   sees every I/O point.
@@ -29,14 +16,15 @@
 //!   evidence (`entry.rs`, [`Prior::Corrupt`]).
 //! - A lock file lives as long as its attachment's record, and only a
 //!   holder removes it (`lock.rs`).
+//! - An attachment holds its netns and ifname in the owner index until
+//!   its record is seen gone; a refresh that fails or a record that cannot
+//!   be read takes nobody out (`owners.rs`, `scan.rs`).
 //!
 //! # Caveats
 //! - Everything here blocks: the async face runs it on tokio's blocking
 //!   pool or, on request, inline.
-//! - A store without flushes ([`Store::durable`] false) keeps writes
-//!   atomic across a crash of the process, not across a power loss: its
-//!   caller owes the flushes of `flush.rs` before it forgets which records
-//!   are not durable yet (cnid's journal does).
+//! - A store without flushes ([`Store::durable`] false) owes those of
+//!   `flush.rs` later.
 
 // Without the feature `daemon`, the parts only a daemon reaches (deferred
 // flushes, the sweep, the few-changes scan, the seam's re-exports) are
@@ -172,26 +160,28 @@ pub(crate) fn durable_err(f: durable::Failure) -> Error {
 /// found wrong.
 pub(crate) fn create_private_dir(dir: &Path) -> Result<(), Error> {
     report_private_dir(
+        "cache directory",
         dir,
         ensure_private_dir(dir).map_err(|e| io_err(dir, "create directory", e))?,
     );
     Ok(())
 }
 
-/// Warns about what [`ensure_private_dir`] found wrong with `dir`.
-pub(crate) fn report_private_dir(dir: &Path, found: PrivateDir) {
+/// Warns about what [`ensure_private_dir`] found wrong with `dir` (`what`
+/// names it: `cache directory`).
+pub(crate) fn report_private_dir(what: &str, dir: &Path, found: PrivateDir) {
     match found {
         PrivateDir::Private => {}
         PrivateDir::Tightened { was } => tracing::warn!(
             dir = %dir.display(),
             was = %format_args!("{was:04o}"),
-            "cache directory was open to other users; made it 0700"
+            "{what} was open to other users; made it 0700"
         ),
         PrivateDir::Foreign { owner, mode } => tracing::warn!(
             dir = %dir.display(),
             owner,
             mode = %format_args!("{mode:04o}"),
-            "cache directory belongs to another user, who can plant records; left as it is"
+            "{what} belongs to another user, who can plant files in it; left as it is"
         ),
         _ => {}
     }

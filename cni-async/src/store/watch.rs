@@ -2,32 +2,20 @@
 //! (feature `watch`): which record files changed since the last scan, so
 //! that a scan reads those instead of listing the whole dir.
 //!
-//! # Why inotify, not the dir's mtime
-//! Every create, rename and unlink in `results/` changes the dir's mtime,
-//! and cnid's own ADDs and DELs do that on every request: a scan gated on
-//! "mtime unchanged" would list the dir after each of them, so a busy
-//! daemon would still pay a listing per admission. The timestamps also
-//! come from a coarse clock (a change in the same tick as a listing leaves
-//! the mtime as it was) and, on a network file system, from another
-//! host's clock. inotify names the entries that changed, so a scan costs
-//! the number of changes, not the number of records; and an event is
-//! queued by the writer's own syscall, before that syscall returns, so a
-//! record another tool finished writing before a scan began is in the
-//! queue when the scan drains it.
+//! Not the dir's mtime: cnid's own ADDs and DELs change it on every
+//! request, and it comes from a coarse clock. inotify names the entries
+//! that changed, queued by the writer's own syscall before it returns, so a
+//! scan costs the number of changes, not the number of records.
 //!
 //! # Invariants
 //! - The watch is added before the listing that starts from it, so a
-//!   change after the listing's start is either in the listing or queued
-//!   (or both: reading a name twice is harmless, a name is read as it is
-//!   now, whatever the event said).
+//!   change after the listing's start is in the listing or queued (or
+//!   both: a name is read as it is now, whatever the event said).
 //! - Events are not trusted for what they say happened: each named file is
-//!   looked at again (gone, replaced, rewritten in place all come out the
-//!   same way), so their order and coalescing do not matter.
+//!   looked at again, so their order and coalescing do not matter.
 //! - Whenever events may have been lost (queue overflow, a read error, the
-//!   watched dir deleted or moved, `results/` now another dir than the one
-//!   watched), the next scan lists the dir again from a new watch and
-//!   reads every entry again: one rewritten in place, or read half
-//!   written, keeps its inode, and its event may be among those lost.
+//!   watched dir deleted, moved or replaced), the next scan lists the dir
+//!   again from a new watch and reads every entry again.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;

@@ -27,6 +27,13 @@ pub fn boot_time() -> Option<SystemTime> {
     parse_btime(&stat)
 }
 
+/// Whether `t` is more than two seconds before `boot` (`false` without
+/// one): the boot time is whole seconds and moves by one with clock
+/// adjustments; a reboot takes longer than the margin.
+pub(crate) fn before_boot(t: SystemTime, boot: Option<SystemTime>) -> bool {
+    boot.is_some_and(|b| t + Duration::from_secs(2) < b)
+}
+
 fn parse_btime(stat: &str) -> Option<SystemTime> {
     let secs = stat
         .lines()

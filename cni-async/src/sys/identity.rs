@@ -43,10 +43,8 @@ pub(crate) fn netns_id(path: &Path) -> io::Result<Option<(u64, u64)>> {
 }
 
 /// The nsfs file handle of the namespace at `path` (`name_to_handle_at`,
-/// a final symbolic link followed: `/proc/PID/ns/net` and a runtime's link
-/// lead to the namespace, whose handle this is, not the link's): its type
-/// and bytes; `None` where the kernel has none for nsfs (before Linux
-/// 6.18) or the path cannot be looked at.
+/// a final link followed): its type and bytes; `None` before Linux 6.18
+/// or when the path cannot be looked at.
 pub(crate) fn ns_handle(path: &Path) -> Option<(i32, Vec<u8>)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
@@ -206,11 +204,9 @@ pub(crate) fn unchanged(id: Option<NetnsIdentity>, netns: &str) -> Option<NetnsI
 }
 
 /// Whether the caller sees what the host sees: it is in the initial pid
-/// namespace (its `/proc` lists every process) and in the mount namespace
-/// of pid 1 (its paths are the host's). The mount namespaces are compared
-/// by inode, or, where pid 1's is not ours to look at, by their mount
-/// tables (mount ids are unique across namespaces: a copy of a namespace
-/// gets new ones). `false` when neither can be read.
+/// namespace and in the mount namespace of pid 1, compared by inode or,
+/// where pid 1's is not ours to look at, by their mount tables (mount ids
+/// are unique across namespaces). `false` when neither can be read.
 pub fn sees_host_mounts() -> bool {
     if !sees_all_processes() {
         return false;
@@ -315,6 +311,11 @@ impl Search {
         }
     }
 
+    /// `r`'s value, or `None` with its error recorded ([`Search::unreadable`]).
+    fn read<T>(&mut self, r: io::Result<T>) -> Option<T> {
+        r.map_err(|e| self.unreadable(&e)).ok()
+    }
+
     /// Whether the task at `/proc/{task}` is in the namespace. Its link
     /// is read (`net:[INO]`), which needs less than following it; a task
     /// whose link is not ours to read is placed later by its `net/dev`.
@@ -343,9 +344,8 @@ impl Search {
                 if e.raw_os_error() == Some(libc::EACCES)
                     || e.raw_os_error() == Some(libc::EPERM) =>
             {
-                match proc_net {
-                    Ok(pn) => self.unplaced.push(pn),
-                    Err(e) => self.unreadable(&e),
+                if let Some(pn) = self.read(proc_net) {
+                    self.unplaced.push(pn);
                 }
                 false
             }
@@ -361,12 +361,8 @@ impl Search {
         if self.same(&format!("/proc/{pid}")) {
             return true;
         }
-        let tasks = match std::fs::read_dir(format!("/proc/{pid}/task")) {
-            Ok(t) => t,
-            Err(e) => {
-                self.unreadable(&e);
-                return false;
-            }
+        let Some(tasks) = self.read(std::fs::read_dir(format!("/proc/{pid}/task"))) else {
+            return false;
         };
         for t in tasks.filter_map(Result::ok) {
             let tid = t.file_name();
@@ -389,12 +385,9 @@ impl Search {
         if mnt.is_some_and(|m| self.mnt_seen.contains(&m)) {
             return false;
         }
-        let info = match std::fs::read_to_string(format!("/proc/{pid}/mountinfo")) {
-            Ok(info) => info,
-            Err(e) => {
-                self.unreadable(&e);
-                return false;
-            }
+        let Some(info) = self.read(std::fs::read_to_string(format!("/proc/{pid}/mountinfo")))
+        else {
+            return false;
         };
         // Mount ids are unique across mount namespaces: the first one
         // names the table where the namespace's inode is not ours to read.
@@ -414,12 +407,8 @@ impl Search {
     /// made in it (a socket holds its namespace: a tool that entered it,
     /// opened one and left).
     fn open(&mut self, pid: &str) -> bool {
-        let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
-            Ok(f) => f,
-            Err(e) => {
-                self.unreadable(&e);
-                return false;
-            }
+        let Some(fds) = self.read(std::fs::read_dir(format!("/proc/{pid}/fd"))) else {
+            return false;
         };
         let want = format!("net:[{}]", self.ns.1);
         for fd in fds.filter_map(Result::ok) {

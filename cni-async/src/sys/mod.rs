@@ -1,28 +1,8 @@
 //! The few raw system calls of this workspace, each behind a small safe
-//! wrapper (nix). Everything that signals processes or switches namespaces
-//! lives here and nowhere else; cnid calls the part it needs through the
-//! daemon API (`crate::daemon`, feature `daemon`: process-group signals
-//! for its orphaned plugins, whether its state dir is in memory, the boot
-//! id, `/proc/PID/stat`) rather than making such system calls of its own. What a program tunes
-//! of its own process (umask, open-file limit, allocator) is its own
-//! business, not this library's: cnid's is in `cnid::daemon`.
-//!
-//! - `process`: signalling process groups ([`signal_group`],
-//!   [`group_alive`], [`own_process_group`]), the executable check of
-//!   plugin lookup.
-//! - `fs`: whether a path is on a file system held in memory
-//!   ([`on_memory_fs`]).
-//! - `netns` (feature `netns`): setns, unshare, mount for network namespaces.
-//! - `inotify` (feature `watch`): the conf-dir watcher's inotify instance.
-//! - `spawn`: starting a plugin (`clone3`, vfork style, with a pidfd) and
-//!   reaping it by its pidfd.
-//! - `nsfs`: whether a path is a network namespace (statfs, `NS_GET_NSTYPE`).
-//! - `boot`: this boot's id ([`boot_id`]) and when it began ([`boot_time`]).
-//! - `procstat`: the one reader of `/proc/PID/stat` ([`proc_stat`]: state,
-//!   process group, session, start time).
-//! - `identity`: a namespace's nsfs device and inode, a process's start
-//!   time, whether the caller sees the host's mounts ([`sees_host_mounts`])
-//!   and whether anything holds a namespace.
+//! wrapper (nix), one concern per file. Everything that signals processes
+//! or switches namespaces lives here and nowhere else; cnid calls the part
+//! it needs through the daemon API (`crate::daemon`, feature `daemon`)
+//! rather than making such system calls of its own.
 
 // Without the feature `daemon`, the helpers only a daemon calls are
 // compiled but not public.
@@ -43,6 +23,7 @@ pub(crate) mod process;
 mod procstat;
 pub(crate) mod spawn;
 
+pub(crate) use boot::before_boot;
 pub use boot::{boot_id, boot_time};
 pub use fs::on_memory_fs;
 pub use identity::sees_host_mounts;

@@ -62,14 +62,13 @@ pub(crate) fn umount_detach(path: &Path) -> Result<(), Errno> {
 /// Creates `path` as an empty file with mode 0, failing when it exists
 /// (`O_CREAT | O_EXCL`), as iproute2 does for a namespace's mount target.
 pub(crate) fn create_empty_exclusive(path: &Path) -> io::Result<()> {
-    let fd: OwnedFd = open(
+    open(
         path,
         OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
-    .map_err(io::Error::from)?;
-    drop(fd);
-    Ok(())
+    .map(drop::<OwnedFd>)
+    .map_err(io::Error::from)
 }
 
 /// Opens a namespace file read-only, close-on-exec.

@@ -17,13 +17,8 @@
 //! older kernel: EINVAL or E2BIG) [`spawn`] returns
 //! [`Spawn::Unsupported`] and the caller falls back to `tokio::process`.
 //!
-//! Why a spawner of our own, measured: `make bench`'s noop loops run the
-//! in-process runtime with this spawn and with `tokio::process`
-//! (`RawExec::with_posix_spawn`) in the same shuffled iterations; on this
-//! project's machine kind (2 vCPUs, KVM, Linux 6.18) an ADD+DEL took
-//! 0.94–0.97x as long with ours (median of the per-iteration ratios, three
-//! runs), 45–81 µs less per plugin run (BENCHMARKS.md, "The plugins'
-//! spawn").
+//! Why a spawner of our own: 45–81 µs less per plugin run than
+//! `tokio::process` (BENCHMARKS.md, "The plugins' spawn").
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
