@@ -346,24 +346,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .max_blocking_threads(16)
-        .thread_name("cnid")
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
+    match daemon::block_on(workers, daemon::EXIT_GRACE, daemon::run(config)) {
+        Ok(Ok(true)) => ExitCode::SUCCESS,
+        Ok(Ok(false)) => ExitCode::FAILURE,
+        Ok(Err(e)) => {
+            eprintln!("cnid: {:#}", anyhow::Error::from(e));
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("cnid: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(daemon::run(config)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("cnid: {:#}", anyhow::Error::from(e));
             ExitCode::FAILURE
         }
     }

@@ -521,6 +521,37 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     Ok(drained)
 }
 
+/// How long the exit waits for the runtime's blocking-pool threads once
+/// [`run`] has returned.
+pub const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs `daemon` (the future of [`run`]) on a runtime of `workers` worker
+/// threads, then shuts the runtime down, waiting at most `grace` for its
+/// blocking-pool threads.
+///
+/// Dropping a runtime waits for every blocking-pool thread: one stuck in a
+/// read or an fsync on a hung disk would hold the exit forever, after
+/// SIGTERM too. Past `grace` such a thread is left to the process's exit.
+/// A journal flush cut off so is a crash to the next start, the case the
+/// journal recovers from (`intents`): its operation was not answered, and
+/// its ADD is rolled back. (A thread in uninterruptible disk sleep still
+/// delays the kernel's end of the process; what this bounds is our wait.)
+pub fn block_on<T>(
+    workers: usize,
+    grace: Duration,
+    daemon: impl std::future::Future<Output = T>,
+) -> std::io::Result<T> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .max_blocking_threads(16)
+        .thread_name("cnid")
+        .enable_all()
+        .build()?;
+    let out = runtime.block_on(daemon);
+    runtime.shutdown_timeout(grace);
+    Ok(out)
+}
+
 /// The ADD journal and the result cache.
 ///
 /// The result cache is written without fsync and on the calling worker:
@@ -807,4 +838,33 @@ async fn shut_down(
         tracing::info!("all operations finished; bye");
     }
     drained
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    /// A blocking-pool thread stuck for good (a read on a hung disk) does
+    /// not hold the exit: [`super::block_on`] returns once its grace is
+    /// over. Dropping the runtime instead waits for the thread forever.
+    #[test]
+    fn a_stuck_blocking_thread_does_not_hold_the_exit() {
+        let (gate, stuck) = mpsc::channel::<()>();
+        let (done, returned) = mpsc::channel();
+        std::thread::spawn(move || {
+            let out = super::block_on(1, super::Duration::from_millis(50), async move {
+                let (started, running) = tokio::sync::oneshot::channel();
+                tokio::task::spawn_blocking(move || {
+                    let _ = started.send(());
+                    // Never released while the runtime shuts down.
+                    let _ = stuck.recv();
+                });
+                running.await.is_ok()
+            });
+            let _ = done.send(out.map_err(|e| e.to_string()));
+        });
+        let out = returned.recv_timeout(super::Duration::from_secs(60));
+        assert_eq!(out, Ok(Ok(true)), "the exit waited for the stuck thread");
+        drop(gate);
+    }
 }
