@@ -5,10 +5,6 @@
 //!   definitions, behind the hidden `--generate` (for `make install`).
 //! - [`logfmt`]: the log-field formatter that escapes control characters in
 //!   every field, so plugin output never reaches a terminal raw.
-//!
-//! Neither talks to cnid nor runs plugins: cnitool uses this crate without
-//! the daemon, and `cnid` re-exports both modules (`cnid::generate`,
-//! `cnid::logfmt`).
 #![warn(missing_docs)]
 
 pub mod generate;

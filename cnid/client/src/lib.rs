@@ -54,6 +54,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cni_async::Timeouts;
 use cni_core::ErrorObject;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
@@ -78,6 +79,7 @@ const IDLE_MAX: usize = 16;
 /// The largest answer read.
 const RESPONSE_MAX: usize = 64 * 1024 * 1024;
 use crate::api::retry::{Failure, Retries};
+
 pub use crate::api::retry::{MAX_UNANSWERED, MISSING_SOCKET_GRACE};
 
 /// How long connecting and the reads (health, listings, metrics) try
@@ -117,11 +119,6 @@ async fn again(retries: &mut Retries, e: ClientError) -> Result<(), ClientError>
         "cnid unreachable or restarting; trying again");
     tokio::time::sleep(pause).await;
     Ok(())
-}
-
-/// The retry window of a request with `timeout_ms`, else `default`.
-fn window(timeout_ms: Option<u64>, default: Duration) -> Duration {
-    timeout_ms.map_or(default, Duration::from_millis)
 }
 
 /// What can go wrong talking to cnid.
@@ -510,17 +507,44 @@ impl Client {
         })
     }
 
-    fn body<T: Serialize>(v: &T) -> Result<Bytes, ClientError> {
-        serde_json::to_vec(v)
-            .map(Bytes::from)
-            .map_err(|e| ClientError::Decode {
-                what: "request".into(),
-                reason: format!("cannot encode: {e}"),
-            })
+    /// `POST path` with `req` as its body, sent again while
+    /// cnid restarts until the request's deadline (`timeout_ms`, else
+    /// cnid's `default` for the verb).
+    async fn post_within<T: Serialize>(
+        &self,
+        path: &str,
+        req: &T,
+        timeout_ms: Option<u64>,
+        default: Duration,
+    ) -> Result<RawResponse, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Decode {
+            what: "request".into(),
+            reason: format!("cannot encode: {e}"),
+        })?;
+        let within = timeout_ms.map_or(default, Duration::from_millis);
+        self.request_within(Method::POST, path, Some(body.into()), within)
+            .await
+    }
+
+    /// [`Client::post_within`], an error status as [`ClientError::Api`].
+    async fn post<T: Serialize>(
+        &self,
+        path: &str,
+        req: &T,
+        timeout_ms: Option<u64>,
+    ) -> Result<RawResponse, ClientError> {
+        Self::answered(
+            self.post_within(path, req, timeout_ms, Timeouts::DEFAULT_LONG)
+                .await?,
+        )
     }
 
     fn network_path(network: &str, verb: &str) -> String {
         format!("{}/networks/{}/{verb}", api::PREFIX, encode(network))
+    }
+
+    fn sandbox_path(verb: &str) -> String {
+        format!("{}/sandboxes/{verb}", api::PREFIX)
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
@@ -549,9 +573,8 @@ impl Client {
     /// ADD: the CNI result, exactly as the daemon sent it.
     pub async fn add(&self, network: &str, req: &AttachmentRequest) -> Result<Value, ClientError> {
         let path = Self::network_path(network, "add");
-        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .request_within(Method::POST, &path, Some(Self::body(req)?), within)
+            .post_within(&path, req, req.timeout_ms, Timeouts::DEFAULT_LONG)
             .await?;
         // Sent again after cnid closed the connection without answering
         // (restarted?) and refused as attached: the first one was done
@@ -563,8 +586,7 @@ impl Client {
         {
             return Ok(result);
         }
-        let r = Self::answered(r)?;
-        Self::decode(&path, &r.body)
+        Self::decode(&path, &Self::answered(r)?.body)
     }
 
     /// The result of `req`'s attachment on `network`, if it exists and was
@@ -593,25 +615,14 @@ impl Client {
         network: &str,
         req: &AttachmentRequest,
     ) -> Result<RawResponse, ClientError> {
-        self.call(
-            Method::POST,
-            &Self::network_path(network, "del"),
-            Some(Self::body(req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
-        )
-        .await
+        let path = Self::network_path(network, "del");
+        self.post(&path, req, req.timeout_ms).await
     }
 
     /// CHECK.
     pub async fn check(&self, network: &str, req: &AttachmentRequest) -> Result<(), ClientError> {
-        self.call(
-            Method::POST,
-            &Self::network_path(network, "check"),
-            Some(Self::body(req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
-        )
-        .await
-        .map(|_| ())
+        let path = Self::network_path(network, "check");
+        self.post(&path, req, req.timeout_ms).await.map(|_| ())
     }
 
     /// STATUS.
@@ -623,78 +634,53 @@ impl Client {
         let req = StatusRequest {
             timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         };
-        self.call(
-            Method::POST,
-            &Self::network_path(network, "status"),
-            Some(Self::body(&req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_SHORT),
-        )
-        .await
-        .map(|_| ())
+        let path = Self::network_path(network, "status");
+        let r = self
+            .post_within(&path, &req, req.timeout_ms, Timeouts::DEFAULT_SHORT)
+            .await?;
+        Self::answered(r).map(|_| ())
     }
 
     /// GC with the attachments that are still valid.
     pub async fn gc(&self, network: &str, req: &GcRequest) -> Result<GcResponse, ClientError> {
         let path = Self::network_path(network, "gc");
-        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
-        let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?), within)
-            .await?;
+        let r = self.post(&path, req, req.timeout_ms).await?;
         Self::decode(&path, &r.body)
-    }
-
-    fn sandbox_path(verb: &str) -> String {
-        format!("{}/sandboxes/{verb}", api::PREFIX)
     }
 
     /// Sets up a sandbox on its networks (`POST /v1/sandboxes/add`): the
     /// merged result; on failure nothing of it is left (the networks set up
     /// before the failing one are deleted again).
     pub async fn sandbox_add(&self, req: &SandboxRequest) -> Result<SandboxResult, ClientError> {
-        let path = Self::sandbox_path("add");
-        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?), within)
+            .post(&Self::sandbox_path("add"), req, req.timeout_ms)
             .await?;
-        Self::decode(&path, &r.body)
+        Self::decode(&Self::sandbox_path("add"), &r.body)
     }
 
     /// Tears a sandbox down (`POST /v1/sandboxes/del`), every network even
     /// when one fails.
     pub async fn sandbox_del(&self, req: &SandboxRequest) -> Result<(), ClientError> {
-        self.call(
-            Method::POST,
-            &Self::sandbox_path("del"),
-            Some(Self::body(req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
-        )
-        .await
-        .map(|_| ())
+        self.post(&Self::sandbox_path("del"), req, req.timeout_ms)
+            .await
+            .map(|_| ())
     }
 
     /// CHECK of a sandbox's networks (`POST /v1/sandboxes/check`).
     pub async fn sandbox_check(&self, req: &SandboxRequest) -> Result<(), ClientError> {
-        self.call(
-            Method::POST,
-            &Self::sandbox_path("check"),
-            Some(Self::body(req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
-        )
-        .await
-        .map(|_| ())
+        self.post(&Self::sandbox_path("check"), req, req.timeout_ms)
+            .await
+            .map(|_| ())
     }
 
     /// STATUS of a sandbox's networks (`POST /v1/sandboxes/status`): ready
     /// iff all are.
     pub async fn sandbox_status(&self, req: &SandboxRequest) -> Result<(), ClientError> {
-        self.call(
-            Method::POST,
-            &Self::sandbox_path("status"),
-            Some(Self::body(req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_SHORT),
-        )
-        .await
-        .map(|_| ())
+        let path = Self::sandbox_path("status");
+        let r = self
+            .post_within(&path, req, req.timeout_ms, Timeouts::DEFAULT_SHORT)
+            .await?;
+        Self::answered(r).map(|_| ())
     }
 
     fn filtered(what: &str, container_id: Option<&str>) -> String {

@@ -23,7 +23,6 @@
 //! - Answers larger than [`MAX_ANSWER`] are refused: a CNI result is a few
 //!   KiB, and the shim must stay small.
 
-use std::fmt;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -55,10 +54,11 @@ impl Answer {
 }
 
 /// Why a request got no usable answer.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HttpError {
     /// Nothing listens on the socket (missing file, refused, not a socket).
+    #[error("cannot connect to {}: {source}", socket.display())]
     Connect {
         /// The socket.
         socket: PathBuf,
@@ -67,6 +67,7 @@ pub enum HttpError {
     },
     /// The connection failed or closed before the answer was complete (the
     /// daemon stopped or restarted).
+    #[error("the connection to {} ended before a complete answer: {what}", socket.display())]
     Closed {
         /// The socket.
         socket: PathBuf,
@@ -74,6 +75,7 @@ pub enum HttpError {
         what: String,
     },
     /// No complete answer within the deadline.
+    #[error("no answer on {} within {}ms", socket.display(), after.as_millis())]
     Timeout {
         /// The socket.
         socket: PathBuf,
@@ -81,45 +83,13 @@ pub enum HttpError {
         after: Duration,
     },
     /// Bytes that are not an HTTP/1.1 answer.
+    #[error("malformed answer on {}: {what}", socket.display())]
     Malformed {
         /// The socket.
         socket: PathBuf,
         /// What is wrong.
         what: String,
     },
-}
-
-impl fmt::Display for HttpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HttpError::Connect { socket, source } => {
-                write!(f, "cannot connect to {}: {source}", socket.display())
-            }
-            HttpError::Closed { socket, what } => write!(
-                f,
-                "the connection to {} ended before a complete answer: {what}",
-                socket.display()
-            ),
-            HttpError::Timeout { socket, after } => write!(
-                f,
-                "no answer on {} within {}ms",
-                socket.display(),
-                after.as_millis()
-            ),
-            HttpError::Malformed { socket, what } => {
-                write!(f, "malformed answer on {}: {what}", socket.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for HttpError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            HttpError::Connect { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// Sends `method path` with an optional JSON body and extra headers on a

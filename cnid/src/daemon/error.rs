@@ -68,7 +68,8 @@ pub(crate) enum ErrorKind {
 
 /// An operation's (or a request's) failure: its kind, the CNI error object
 /// answered, and the plugin's evidence.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", error.msg)]
 pub(crate) struct ApiError {
     pub(crate) kind: ErrorKind,
     pub(crate) error: ErrorObject,
@@ -249,14 +250,6 @@ impl From<RequestError> for ApiError {
         }
     }
 }
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.error.msg)
-    }
-}
-
-impl std::error::Error for ApiError {}
 
 /// cnid's refusals in a sandbox's steps (`engine`'s `SandboxSteps`): the
 /// library carries them untouched ([`cni_async::Error::hook`]) and writes
