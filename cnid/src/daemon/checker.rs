@@ -27,6 +27,7 @@
 //! CHECK deadline): a runtime request of its container arriving then
 //! waits for it, as behind any operation of the container.
 
+use crate::daemon::lock;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -124,10 +125,7 @@ impl Checker {
             || rec.netns.is_empty()
             || std::fs::symlink_metadata(&rec.netns).is_err()
             || self.submit.busy(cid)
-            || self
-                .inflight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+            || lock(&self.inflight)
                 .contains(&k)
         {
             return;
@@ -145,10 +143,7 @@ impl Checker {
         else {
             return;
         };
-        self.inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(k.clone());
+        lock(&self.inflight).insert(k.clone());
         let (inflight, drift) = (self.inflight.clone(), self.drift.clone());
         let (cache, metrics) = (self.cache.clone(), self.metrics.clone());
         self.submit.spawn(async move {

@@ -3,6 +3,7 @@
 //! engine (the listing; a DEL or ADD of the attachment forgets its
 //! drift).
 
+use crate::daemon::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
@@ -30,7 +31,7 @@ pub(crate) struct Drift {
 
 impl DriftView {
     fn lock(&self) -> MutexGuard<'_, HashMap<AttachmentKey, Drift>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
     /// The attachment's drift, if its last periodic CHECK failed.

@@ -2,6 +2,7 @@
 //! their own (never on the request's task, so a client that goes away
 //! cannot stop an operation half way).
 
+use crate::daemon::lock;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
@@ -648,11 +649,7 @@ impl Engine {
         };
         // Records this start kept for the next are attachments too: put
         // back, so the library's GC sees (and deletes) the stale ones.
-        let kept: Vec<(String, String)> = self
-            .p
-            .kept
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let kept: Vec<(String, String)> = lock(&self.p.kept)
             .iter()
             .filter(|r| r.network_name == list.name())
             .map(|r| (r.container_id.clone(), r.if_name.clone()))
@@ -790,12 +787,7 @@ impl Engine {
             if let Err(e) = self.p.owners.refresh().await {
                 tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
             }
-            let kept = self
-                .p
-                .kept
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            let kept = lock(&self.p.kept).clone();
             for rec in kept {
                 let rt = RuntimeConf::new(&rec.container_id, &rec.netns, &rec.if_name);
                 self.p.owners.insert(&rec.network_name, &rt);
@@ -1033,7 +1025,7 @@ impl Engine {
     /// kept.
     async fn restore_kept(&self, network: &str, container_id: &str, ifname: &str) {
         let rec = {
-            let kept = self.p.kept.lock().unwrap_or_else(|e| e.into_inner());
+            let kept = lock(&self.p.kept);
             if kept.is_empty() {
                 return;
             }
@@ -1058,15 +1050,9 @@ impl Engine {
                 "restored the cached result of an ADD answered before the machine went down (kept since the start)"
             );
         }
-        self.p
-            .kept
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|r| {
-                !(r.network_name == network
-                    && r.container_id == container_id
-                    && r.if_name == ifname)
-            });
+        lock(&self.p.kept).retain(|r| {
+            !(r.network_name == network && r.container_id == container_id && r.if_name == ifname)
+        });
     }
 
     /// `GET /v1/attachments`: one page, from the owners' scan of the
@@ -1179,10 +1165,7 @@ impl StepHook for SandboxSteps<'_> {
         };
         let _permit = self.engine.p.sched.permit().await;
         let result = self.engine.add_result(list, step.rt, opts).await?;
-        self.set_up
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(step.network.to_owned());
+        lock(&self.set_up).push(step.network.to_owned());
         Ok(result)
     }
 

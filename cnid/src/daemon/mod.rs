@@ -1,41 +1,18 @@
 //! The cnid daemon: CNI operations over HTTP/1.1 + JSON on a Unix socket.
 //!
-//! This module holds the whole lifecycle in [`run`]: state dir lock,
-//! networks, the listening socket (bound or socket-activated), recovery of
-//! unfinished ADDs, the conf dir watcher, `sd_notify`, signals and the
-//! graceful drain. The parts:
-//!
-//! - `http`: the only part that speaks HTTP: `accept` (accept loop, peer
-//!   credential checks, each connection's watchdog), `conns` (the
-//!   connection cap, request and idle deadlines, rate-limited warnings),
-//!   `routes` (request bodies within the shared budget, routing),
-//!   `responses` (statuses, bodies, headers);
-//! - `operation`: what an operation is (`Work`, `NewOp`) and ends with
-//!   (`Outcome`, `Done`);
-//! - `queue`: the scheduler: per-container FIFO, GC gates, parallelism
-//!   limit, coalescing;
-//! - `engine`: what each verb does around `cni-async`; `engine/admit.rs`
-//!   the checks before queueing (network, netns, owner, deadline);
-//! - `memory`: glibc's allocator tuned, free heap trimmed after a burst;
-//! - `intents`: durable ADD intents (crash safety); `orphans`: plugins a
-//!   killed daemon left running, waited for (until their deadlines) at the
-//!   next start while only their containers' queues wait;
-//! - `networks`: the loaded conf dir and its reloading (inotify, SIGHUP);
-//! - `metrics`: Prometheus text, per-plugin timing via a wrapping executor;
-//! - `auth`: the peer policy; `listen`: the socket and systemd; `error`:
-//!   the HTTP status of every error.
+//! This module holds the whole lifecycle in [`run`], one function per
+//! step; ARCHITECTURE.md ("Lifecycle") lists the steps in order and what
+//! each submodule owns. Only `http` speaks HTTP.
 //!
 //! # Caveats
 //! - **Shutdown** (SIGTERM, SIGINT): the socket stops accepting, queued
 //!   operations are answered 503 (nothing of them ran), running ones finish
 //!   (an ADD completes or rolls back) and their answers are written;
-//!   connections with no operation in progress (idle, or still sending a
-//!   request) are closed at once and never hold the shutdown. Then the
-//!   socket file is removed
-//!   (unless systemd owns it). If they take longer than
-//!   [`Config::shutdown_timeout`] (or a second signal arrives) the daemon
-//!   exits anyway; an ADD cut off that way is rolled back at the next start
-//!   from its intent.
+//!   connections with no operation in progress are closed at once. Then
+//!   the socket file is removed (unless systemd owns it). If they take
+//!   longer than [`Config::shutdown_timeout`] (or a second signal arrives)
+//!   the daemon exits anyway; an ADD cut off that way is rolled back at the
+//!   next start from its intent.
 //! - **Plugins inherit the daemon's environment** (as with libcni); the
 //!   systemd variables are removed first ([`SystemdEnv::take_from_env`]),
 //!   and `CNID_STATE_DIR` (the canonical state dir) and `CNID_DEADLINE_MS`
@@ -92,6 +69,12 @@ mod tuning;
 
 pub use auth::PeerPolicy;
 pub use listen::SystemdEnv;
+
+/// `m`'s guard, also after a panic of another holder (whose state every
+/// user of these locks leaves consistent at each step).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The default socket path.
 pub const DEFAULT_SOCKET: &str = "/run/cnid/cnid.sock";
@@ -415,17 +398,6 @@ fn warn_missing_plugin_dirs(dirs: &[std::path::PathBuf]) {
 /// Runs the daemon until SIGTERM or SIGINT. Returns `Ok(true)` after a
 /// clean drain, `Ok(false)` when operations were still running when the
 /// shutdown bound expired (or a second signal came).
-///
-/// The steps, in order: the state dir's lock, the journal and the cache
-/// (`open_journal`), process tuning and signals, the networks, the
-/// plugin executor and `Cni` (`build_cni`), the socket
-/// (`take_listener`), the engine, what must happen before any request
-/// (`before_requests`: the orphans found and their containers held, the
-/// owners, the rollbacks queued, the orphans' settling started in the
-/// background), the stale-attachment reaper (`start_reaper`),
-/// the conf dir watcher, the background tasks and the HTTP server
-/// (`start_serving`), readiness (`announce_ready`), then the shutdown
-/// (`shut_down`).
 pub async fn run(config: Config) -> Result<bool, Error> {
     let _state_lock = lock_state_dir(&config.state_dir).await?;
     let (intents, cache) = open_journal(&config)?;
@@ -641,11 +613,9 @@ fn take_listener(config: &Config) -> Result<(UnixListener, Option<PathBuf>), Err
 }
 
 /// What must be done before any request is served: the plugins a killed
-/// predecessor left running are found (their containers held, the owners
-/// read, the ADDs that never completed queued for their rollback, first
-/// in their containers' queues: `Engine::recover`); those an orphan works
-/// on wait (held) until it is gone, in a task of their own, while
-/// everything else is served.
+/// predecessor left running found, the ADDs that never completed queued
+/// for their rollback (`Engine::recover`), and the orphans' containers
+/// held until they are gone, in a task of their own (`orphans`).
 async fn before_requests(
     engine: &Arc<engine::Engine>,
     mark: &str,
@@ -793,11 +763,8 @@ async fn announce_ready(engine: &engine::Engine, config: &Config, socket: &Path)
     }
 }
 
-/// The shutdown after the first signal: stop accepting (the listener is
-/// dropped with the accept loop), answer queued operations with 503, let
-/// idle connections go, remove the socket we `created`, then wait for the
-/// running operations up to the shutdown bound or a second signal.
-/// Returns whether they all finished.
+/// The shutdown after the first signal (the module's caveats): returns
+/// whether every running operation finished.
 async fn shut_down(
     (engine, journal): (&engine::Engine, &intents::Intents),
     config: &Config,

@@ -12,6 +12,7 @@
 //! inotify does not see changes on some network filesystems; use SIGHUP
 //! there (`--no-watch` turns the watcher off).
 
+use crate::daemon::lock;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -143,7 +144,7 @@ impl Networks {
             Ok(ready) => &ready.unusable,
             Err(not) => &not.unusable,
         };
-        let mut last = self.last_unusable.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.last_unusable);
         if *last != *unusable {
             for u in unusable.iter().filter(|u| !last.contains(u)) {
                 tracing::warn!(network = %u.network, default = u.default, reason = %u.reason, "network unusable");

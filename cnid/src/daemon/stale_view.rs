@@ -6,6 +6,7 @@
 //! has one place: a retry's backoff, the bounded memory of reaps
 //! ([`REAPED_MAX`]), a refusal kept until its record changes.
 
+use crate::daemon::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
@@ -97,7 +98,7 @@ pub(crate) struct ReapState {
 
 impl StaleView {
     fn lock(&self) -> MutexGuard<'_, View> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
     /// What the last scan found about the attachment (`None`: its

@@ -26,6 +26,7 @@
 //! connections and stalling them evicts other stalled (or idle keep-alive)
 //! connections, never one with an operation in progress.
 
+use crate::daemon::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -183,7 +184,7 @@ impl Conns {
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.table)
     }
 
     /// Admits a new connection, in `Head` phase: below the cap as is; at
@@ -298,7 +299,7 @@ impl Throttle {
     /// `Some(n)` when this occurrence is to be logged: `n` occurrences
     /// since the last one logged were not.
     pub(crate) fn pass(&self) -> Option<u64> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = lock(&self.state);
         let now = Instant::now();
         match st.0 {
             Some(last) if now.duration_since(last) < LOG_INTERVAL => {

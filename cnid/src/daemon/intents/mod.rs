@@ -105,6 +105,7 @@ mod log;
 mod record;
 mod recover;
 
+use crate::daemon::lock;
 pub(crate) use files::IntentFile;
 use log::*;
 pub(crate) use record::Intent;
@@ -330,10 +331,7 @@ impl Intents {
 
     #[cfg(test)]
     fn with_compact_at(self, bytes: u64) -> Self {
-        self.journal
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .compact_at = bytes;
+        lock(&self.journal).compact_at = bytes;
         self
     }
 
@@ -370,7 +368,7 @@ impl Intents {
                 return Ok(BeginAnswer::Open);
             }
             let (seq, ticket) = {
-                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let mut j = lock(&this.journal);
                 if j.open.values().any(|(open, _)| *open == k) {
                     return Ok(BeginAnswer::Open);
                 }
@@ -391,7 +389,7 @@ impl Intents {
                 // flushed, as any `end`), so that a later flush that makes
                 // the `begin` durable makes its end durable with it (else
                 // the next start would DEL an attachment never made).
-                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let mut j = lock(&this.journal);
                 let _ = this.end_open(&mut j, seq);
                 return Err(BeginError::Journal(e));
             }
@@ -427,7 +425,7 @@ impl Intents {
         blocking(move || {
             let k = key(&attachment[0], &attachment[1], &attachment[2]);
             let (ticket, due_now, n) = {
-                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let mut j = lock(&this.journal);
                 j.open.remove(&pending.0);
                 let file = this.journal_file(&mut j)?;
                 this.append(&mut j, &file, &line)?;
@@ -454,7 +452,7 @@ impl Intents {
                 // flush that makes it durable makes its end durable too
                 // (else a reboot would restore the record of an ADD
                 // answered as failed, refusing the attachment's next ADD).
-                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let mut j = lock(&this.journal);
                 j.committed.remove(&n);
                 if let Ok(file) = this.journal_file(&mut j) {
                     let _ = this.append(&mut j, &file, &gone_line(&k));
@@ -477,7 +475,7 @@ impl Intents {
     /// the next start.
     pub(crate) async fn finish(&self, pending: Pending) -> io::Result<()> {
         {
-            let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+            let mut j = lock(&self.journal);
             self.end_open(&mut j, pending.0)?;
             if !due(&j) {
                 return Ok(());
@@ -507,7 +505,7 @@ impl Intents {
     /// drain), or commit lines carried from the start ([`Journal::carried`]:
     /// records still to restore), it stays for the next start.
     pub(crate) fn close(&self) {
-        let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let mut j = lock(&self.journal);
         if !j.open.is_empty() {
             return;
         }
@@ -573,7 +571,7 @@ impl Intents {
         let this = self.clone();
         blocking(move || {
             {
-                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let mut j = lock(&this.journal);
                 let has = j.committed.values().any(|c| {
                     let (n, c, i) = c.names();
                     key(n, c, i) == k
@@ -621,7 +619,7 @@ impl Intents {
                             .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
                     })
             };
-            let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+            let mut j = lock(&this.journal);
             let mut gone: Vec<String> = j
                 .committed
                 .values()

@@ -10,6 +10,7 @@
 //! converges (`a_crash_during_recovery_repeated_converges`).
 
 use super::*;
+use crate::daemon::lock;
 
 /// A temp file in the cache's `results/` whose writer's pid is gone is
 /// removed once it is this old ([`Intents::remove_abandoned_cache_temps`]).
@@ -77,7 +78,7 @@ impl Intents {
         // earlier run (a `begin` left there would be rolled back again at
         // every start, and an `end` would end a new `begin` of the same
         // number).
-        let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let mut j = lock(&self.journal);
         j.next_seq = max_seq(&bytes) + 1;
         if unsettled.is_empty() {
             if !bytes.is_empty() {
@@ -241,7 +242,7 @@ impl Intents {
     /// went down whose records the cache does not hold until a later
     /// start restores them. The owner check counts them as attachments.
     pub(crate) fn carried_records(&self) -> Vec<CacheRecord> {
-        let j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let j = lock(&self.journal);
         let lines: Vec<u8> = j.carried.iter().flat_map(|c| c.line.clone()).collect();
         committed_records(&lines)
             .into_iter()
