@@ -146,6 +146,12 @@ pub(crate) struct Unfinished {
     list: Arc<NetworkConfigList>,
 }
 
+/// The outcome of a verb that answers nothing; its error in `version`.
+fn nothing(res: Result<(), cni_async::Error>, version: Version) -> Outcome {
+    res.map(|()| Done::Nothing)
+        .map_err(|e| ApiError::from_cni(&e, version))
+}
+
 /// The wire form of a sandbox's merged result.
 fn sandbox_result(m: &MultiResult) -> SandboxResult {
     let values: Vec<serde_json::Value> = m.networks.iter().map(|n| n.result.to_value()).collect();
@@ -319,27 +325,18 @@ impl Engine {
             }
             match work {
                 Work::Add { list, rt } => self.add(&list, &rt, opts).await,
-                Work::Del { list, rt } => self
-                    .del(&op.network, list.as_deref(), &rt, opts)
-                    .await
-                    .map(|()| Done::Nothing)
-                    .map_err(|e| ApiError::from_cni(&e, op.version)),
-                Work::Check { list, rt } | Work::PeriodicCheck { list, rt } => self
-                    .p
-                    .cni
-                    .check_network_list(&list, &rt)
-                    .options(&opts)
-                    .await
-                    .map(|()| Done::Nothing)
-                    .map_err(|e| ApiError::from_cni(&e, list.version())),
-                Work::Status { list } => self
-                    .p
-                    .cni
-                    .status_network_list(&list)
-                    .options(&opts)
-                    .await
-                    .map(|()| Done::Nothing)
-                    .map_err(|e| ApiError::from_cni(&e, list.version())),
+                Work::Del { list, rt } => {
+                    let deleted = self.del(&op.network, list.as_deref(), &rt, opts);
+                    nothing(deleted.await, op.version)
+                }
+                Work::Check { list, rt } | Work::PeriodicCheck { list, rt } => {
+                    let checked = self.p.cni.check_network_list(&list, &rt).options(&opts);
+                    nothing(checked.await, list.version())
+                }
+                Work::Status { list } => {
+                    let ready = self.p.cni.status_network_list(&list).options(&opts);
+                    nothing(ready.await, list.version())
+                }
                 Work::Gc { list, valid } => self.gc(&list, &valid, opts).await,
                 Work::Reap { candidate, .. } => self.reap(&candidate, opts).await,
                 Work::Sandbox {
@@ -382,21 +379,13 @@ impl Engine {
         let intent = Intent::new(net, rt, list.cache_bytes());
         let pending = match self.p.intents.begin(&intent).await {
             Ok(BeginAnswer::Recorded(p)) => p,
-            Ok(BeginAnswer::Cached) => {
-                return Err(cni_async::Error::hook(ApiError::already_attached(
-                    net,
-                    cid,
-                    ifname,
-                    "a cached ADD result exists",
-                )));
-            }
-            Ok(BeginAnswer::Open) => {
-                return Err(cni_async::Error::hook(ApiError::already_attached(
-                    net,
-                    cid,
-                    ifname,
-                    "an earlier ADD failed and could not be rolled back",
-                )));
+            Ok(other) => {
+                let why = match other {
+                    BeginAnswer::Cached => "a cached ADD result exists",
+                    _ => "an earlier ADD failed and could not be rolled back",
+                };
+                let refused = ApiError::already_attached(net, cid, ifname, why);
+                return Err(cni_async::Error::hook(refused));
             }
             Err(BeginError::Cache(e)) => return Err(e),
             Err(BeginError::Journal(e)) => {
@@ -589,13 +578,9 @@ impl Engine {
                 other => other,
             },
         };
-        match res {
-            Ok(()) => {
-                self.deleted(network, rt).await;
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
+        res?;
+        self.deleted(network, rt).await;
+        Ok(())
     }
 
     /// After a successful DEL of an attachment (a runtime's or the

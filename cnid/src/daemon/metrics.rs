@@ -29,6 +29,7 @@
 //! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
 //! the real executor and times every run.
 
+use crate::daemon::lock;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::future::Future;
@@ -192,10 +193,6 @@ pub(crate) struct Metrics {
     pub(crate) host_mounts_visible: AtomicI64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Metrics {
     pub(crate) fn operation_done(
         &self,
@@ -287,44 +284,29 @@ impl Metrics {
                 VERBS[*verb]
             );
         }
-        header(
-            out,
-            "cnid_operation_duration_seconds",
-            "Time operations ran (after leaving the queue).",
-            "histogram",
-        );
-        for (i, verb) in VERBS.iter().enumerate() {
-            self.verbs[i].duration.write(
-                out,
+        type Of = fn(&VerbMetrics) -> &Histogram;
+        let histograms: [(&str, &str, Of); 3] = [
+            (
                 "cnid_operation_duration_seconds",
-                &format!("verb=\"{verb}\""),
-            );
-        }
-        header(
-            out,
-            "cnid_operation_queue_seconds",
-            "Time operations waited for their turn.",
-            "histogram",
-        );
-        for (i, verb) in VERBS.iter().enumerate() {
-            self.verbs[i].queue.write(
-                out,
+                "Time operations ran (after leaving the queue).",
+                |v| &v.duration,
+            ),
+            (
                 "cnid_operation_queue_seconds",
-                &format!("verb=\"{verb}\""),
-            );
-        }
-        header(
-            out,
-            "cnid_admission_duration_seconds",
-            "Time to admit a request before it is queued (network, netns and owner checks, the owners' claim), admitted or refused.",
-            "histogram",
-        );
-        for (i, verb) in VERBS.iter().enumerate() {
-            self.verbs[i].admission.write(
-                out,
+                "Time operations waited for their turn.",
+                |v| &v.queue,
+            ),
+            (
                 "cnid_admission_duration_seconds",
-                &format!("verb=\"{verb}\""),
-            );
+                "Time to admit a request before it is queued (network, netns and owner checks, the owners' claim), admitted or refused.",
+                |v| &v.admission,
+            ),
+        ];
+        for (name, help, histogram) in histograms {
+            header(out, name, help, "histogram");
+            for (v, verb) in self.verbs.iter().zip(VERBS) {
+                histogram(v).write(out, name, &format!("verb=\"{verb}\""));
+            }
         }
     }
 
