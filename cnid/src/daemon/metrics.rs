@@ -1,30 +1,6 @@
 //! Prometheus metrics, hand-written text exposition format 0.0.4.
 //!
-//! | metric | type | labels |
-//! |---|---|---|
-//! | `cnid_operations_total` | counter | `verb`, `outcome` (`ok`, `error`, `coalesced`) |
-//! | `cnid_operation_errors_total` | counter | `verb`, `code` (CNI code) |
-//! | `cnid_operation_duration_seconds` | histogram | `verb` (time running, after the queue) |
-//! | `cnid_operation_queue_seconds` | histogram | `verb` (time queued) |
-//! | `cnid_admission_duration_seconds` | histogram | `verb` (`Engine::admit`, before the queue; buckets from 10 µs) |
-//! | `cnid_plugin_exec_duration_seconds` | histogram | `plugin`, `command` |
-//! | `cnid_plugin_exec_errors_total` | counter | `plugin`, `command` |
-//! | `cnid_operations_in_flight` | gauge | |
-//! | `cnid_operations_queued` | gauge | |
-//! | `cnid_connections` | gauge | |
-//! | `cnid_connections_refused_total` | counter | (peer not allowed) |
-//! | `cnid_connections_timed_out_total` | counter | (request not complete within `--request-timeout`) |
-//! | `cnid_connections_replaced_total` | counter | (closed at the cap to make room) |
-//! | `cnid_connections_rejected_total` | counter | (over the cap, all busy: 503) |
-//! | `cnid_http_responses_total` | counter | `status` |
-//! | `cnid_networks` / `cnid_config_errors` | gauge | |
-//! | `cnid_config_reloads_total` | counter | |
-//! | `cnid_recovered_intents_total` | counter | `outcome` |
-//! | `cnid_stale_reaped_total` | counter | `reason` (`rebooted`, `namespace_gone`), `outcome` (`ok`, `error`) |
-//! | `cnid_periodic_checks_total` | counter | `outcome` (`ok`, `drift`) (`--check-every`) |
-//! | `cnid_drifted_attachments` | gauge | (attachments whose last periodic CHECK failed) |
-//! | `cnid_stale_attachments` | gauge | `state` (`gone`: namespace gone, waiting for `--stale-after`; `stale`: to be reaped), as `/v1/attachments` lists them |
-//! | `cnid_stale_host_mounts_visible` | gauge | (1 when the reaper sees the host's mounts and processes; 0: only an earlier boot's attachments are reaped) |
+//! Every metric, its type and labels: `cnid/API.md` ("Metrics").
 //!
 //! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
 //! the real executor and times every run.
