@@ -31,14 +31,11 @@
 //!
 //! # Restarts
 //! A restart of cnid (`kill -9` and a new start, a crash, an upgrade) is
-//! not an error: a request that cnid cannot have acted on is sent again,
-//! with a short backoff, until its deadline (the request's `timeoutMs`,
-//! else cnid's default for the verb; [`DEFAULT_RETRY_WINDOW`] for
-//! connecting and the reads), and one whose connection ended before any
-//! answer up to [`MAX_UNANSWERED`] times. [`crate::api::retry`] has the
-//! rules and why they are safe for every verb; an ADD sent again that cnid
-//! refuses as attached is answered with that attachment's result when it
-//! was made with the same parameters, else the 409 says it was sent again.
+//! not an error: a request cnid cannot have acted on is sent again until
+//! its deadline (the request's `timeoutMs`, else cnid's default for the
+//! verb; [`DEFAULT_RETRY_WINDOW`] for connecting and the reads), by the
+//! rules of [`crate::api::retry`], which says why they are safe for every
+//! verb.
 //!
 //! # Caveats
 //! Dropping a call's future closes its connection; the daemon then cancels

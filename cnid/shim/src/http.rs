@@ -8,13 +8,9 @@
 //! `BENCHMARKS.md`, "cnid-shim").
 //!
 //! # Restarts
-//! A restart of cnid is not an error: [`request`] sends a request again,
-//! with a short backoff and within its deadline, by the rules of
-//! `cnid_api::retry` (the same as `cnid::client`'s): when cnid cannot have
-//! acted on it, and at most 3 times when the connection ended before any
-//! answer. An ADD sent again that cnid refuses as attached is answered by
-//! the shim with that attachment's result when its parameters are the
-//! same.
+//! A restart of cnid is not an error: [`request`] sends a request again
+//! within its deadline by the rules of `cnid_api::retry`, the same as
+//! `cnid-client`'s.
 //!
 //! # Caveats
 //! - The deadline bounds each blocking read and write, not their sum: a
