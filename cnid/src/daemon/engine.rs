@@ -503,14 +503,10 @@ impl Engine {
         };
         let outcome = match verb {
             Command::Add => {
-                match cni_async::multi::setup_steps(&hook, container_id, &steps, SetupMode::Serial)
-                    .await
-                {
-                    Ok(results) => {
-                        return Ok(Done::Sandbox(sandbox_result(&MultiResult::from_results(
-                            results,
-                        ))));
-                    }
+                let setup =
+                    cni_async::multi::setup_steps(&hook, container_id, &steps, SetupMode::Serial);
+                match setup.await.map(MultiResult::from_results) {
+                    Ok(m) => return Ok(Done::Sandbox(sandbox_result(&m))),
                     Err(e) => Err(e),
                 }
             }
