@@ -27,7 +27,6 @@
 //! CHECK deadline): a runtime request of its container arriving then
 //! waits for it, as behind any operation of the container.
 
-use crate::daemon::lock;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,6 +42,7 @@ use super::metrics::Metrics;
 use super::networks::Networks;
 use super::operation::Work;
 use super::stale_view::{StaleView, key};
+use crate::daemon::lock;
 
 /// The periodic CHECK's rounds.
 #[derive(Debug)]

@@ -3,7 +3,6 @@
 //! engine (the listing; a DEL or ADD of the attachment forgets its
 //! drift).
 
-use crate::daemon::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
@@ -15,6 +14,7 @@ use super::error::ErrorKind;
 use super::metrics::Metrics;
 use super::operation::Outcome;
 use super::stale_view::key;
+use crate::daemon::lock;
 
 /// Drifted attachments (see the module docs).
 #[derive(Debug, Default)]

@@ -2,7 +2,6 @@
 //! their own (never on the request's task, so a client that goes away
 //! cannot stop an operation half way).
 
-use crate::daemon::lock;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
@@ -28,6 +27,7 @@ use super::stale_view::{StaleView, key};
 use crate::api::{
     GcFailed, GcResponse, SandboxInterface, SandboxIp, SandboxNetworkResult, SandboxResult,
 };
+use crate::daemon::lock;
 
 mod admit;
 mod reap;

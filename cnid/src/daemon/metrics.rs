@@ -5,7 +5,6 @@
 //! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
 //! the real executor and times every run.
 
-use crate::daemon::lock;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::future::Future;
@@ -14,6 +13,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::daemon::lock;
 use cni_async::exec::{ExecOutput, ExecRequest, PluginExec};
 use cni_core::Command;
 

@@ -12,7 +12,6 @@
 //! inotify does not see changes on some network filesystems; use SIGHUP
 //! there (`--no-watch` turns the watcher off).
 
-use crate::daemon::lock;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
 use crate::api::{ConfigError, NetworkInfo, NetworksResponse};
+use crate::daemon::lock;
 
 /// One usable network.
 pub(crate) type Loaded = LoadedNetwork;

@@ -6,7 +6,6 @@
 //! has one place: a retry's backoff, the bounded memory of reaps
 //! ([`REAPED_MAX`]), a refusal kept until its record changes.
 
-use crate::daemon::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
@@ -17,6 +16,7 @@ use cni_async::stale::Candidate;
 use tokio::sync::Notify;
 
 use super::metrics::Metrics;
+use crate::daemon::lock;
 
 /// An attachment's key (network, container ID, ifname).
 pub(crate) fn key(network: &str, container_id: &str, ifname: &str) -> AttachmentKey {

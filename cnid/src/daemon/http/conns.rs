@@ -26,12 +26,12 @@
 //! connections and stalling them evicts other stalled (or idle keep-alive)
 //! connections, never one with an operation in progress.
 
-use crate::daemon::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::daemon::lock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::Notify;

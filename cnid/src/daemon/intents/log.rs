@@ -24,7 +24,6 @@
 //! replaced still answers for them truly.
 
 use super::*;
-use crate::daemon::lock;
 
 /// Past this size the journal is rewritten with only its open records.
 pub(super) const COMPACT_AT: u64 = 1 << 20;

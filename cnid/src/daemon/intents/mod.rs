@@ -105,7 +105,6 @@ mod log;
 mod record;
 mod recover;
 
-use crate::daemon::lock;
 pub(crate) use files::IntentFile;
 use log::*;
 pub(crate) use record::Intent;
@@ -119,6 +118,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::daemon::lock;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use cni_async::cache::ResultCache;

@@ -10,7 +10,6 @@
 //! converges (`a_crash_during_recovery_repeated_converges`).
 
 use super::*;
-use crate::daemon::lock;
 
 /// A temp file in the cache's `results/` whose writer's pid is gone is
 /// removed once it is this old ([`Intents::remove_abandoned_cache_temps`]).
