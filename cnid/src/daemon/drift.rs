@@ -4,8 +4,8 @@
 //! drift).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use cni_async::daemon::AttachmentKey;
@@ -30,20 +30,16 @@ pub(crate) struct Drift {
 }
 
 impl DriftView {
-    fn lock(&self) -> MutexGuard<'_, HashMap<AttachmentKey, Drift>> {
-        lock(&self.inner)
-    }
-
     /// The attachment's drift, if its last periodic CHECK failed.
     pub(crate) fn state(&self, network: &str, container_id: &str, ifname: &str) -> Option<Drift> {
-        self.lock()
+        lock(&self.inner)
             .get(&key(network, container_id, ifname))
             .cloned()
     }
 
     /// The attachment was deleted or attached again: its drift is gone.
     pub(crate) fn forget(&self, k: &AttachmentKey, metrics: &Metrics) {
-        let mut v = self.lock();
+        let mut v = lock(&self.inner);
         if v.remove(k).is_some() {
             metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
         }
@@ -55,7 +51,7 @@ impl DriftView {
             .iter()
             .map(|r| key(&r.network_name, &r.container_id, &r.if_name))
             .collect();
-        let mut v = self.lock();
+        let mut v = lock(&self.inner);
         v.retain(|k, _| cached.contains(k));
         metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
     }
@@ -77,7 +73,7 @@ impl DriftView {
         match outcome {
             Ok(_) => {
                 metrics.checks[0].fetch_add(1, Ordering::Relaxed);
-                let mut v = self.lock();
+                let mut v = lock(&self.inner);
                 if v.remove(k).is_some() {
                     metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
                     drop(v);
@@ -91,7 +87,7 @@ impl DriftView {
                     None => e.error.msg.clone(),
                     Some(plugin) => format!("plugin {plugin}: {}", e.error.msg),
                 };
-                let mut v = self.lock();
+                let mut v = lock(&self.inner);
                 // Gone or replaced meanwhile (a DEL ran after the CHECK):
                 // no drift.
                 if !cached() {
