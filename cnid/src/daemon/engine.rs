@@ -1002,20 +1002,13 @@ impl Engine {
     /// so that the operation finds it (a DEL its `prevResult`, a CHECK its
     /// result, an ADD "already attached"). Written like any record: the
     /// kept journal line stays the durable copy until the attachment's DEL
-    /// forgets it or a start settles it. An empty check when nothing is
-    /// kept.
+    /// forgets it or a start settles it.
     async fn restore_kept(&self, network: &str, container_id: &str, ifname: &str) {
-        let rec = {
-            let kept = lock(&self.p.kept);
-            if kept.is_empty() {
-                return;
-            }
-            match kept.iter().find(|r| {
-                r.network_name == network && r.container_id == container_id && r.if_name == ifname
-            }) {
-                Some(r) => r.clone(),
-                None => return,
-            }
+        let this = |r: &CacheRecord| {
+            r.network_name == network && r.container_id == container_id && r.if_name == ifname
+        };
+        let Some(rec) = lock(&self.p.kept).iter().find(|r| this(r)).cloned() else {
+            return;
         };
         let cache = self.p.cni.cache();
         let Ok(path) = cache.path(network, container_id, ifname) else {
@@ -1031,9 +1024,7 @@ impl Engine {
                 "restored the cached result of an ADD answered before the machine went down (kept since the start)"
             );
         }
-        lock(&self.p.kept).retain(|r| {
-            !(r.network_name == network && r.container_id == container_id && r.if_name == ifname)
-        });
+        lock(&self.p.kept).retain(|r| !this(r));
     }
 
     /// `GET /v1/attachments`: one page, from the owners' scan of the
@@ -1107,6 +1098,13 @@ struct SandboxSteps<'e> {
     set_up: std::sync::Mutex<Vec<String>>,
 }
 
+/// A step's configuration; an ADD or CHECK of a network not loaded is
+/// refused.
+fn loaded<'a>(step: &SandboxStep<'a>) -> Result<&'a NetworkConfigList, cni_async::Error> {
+    step.list
+        .ok_or_else(|| cni_async::Error::hook(ApiError::unknown_network(step.network)))
+}
+
 impl StepHook for SandboxSteps<'_> {
     fn cni(&self) -> &Cni {
         &self.engine.p.cni
@@ -1139,11 +1137,7 @@ impl StepHook for SandboxSteps<'_> {
         step: SandboxStep<'_>,
         opts: CallOptions,
     ) -> Result<CniResult, cni_async::Error> {
-        let Some(list) = step.list else {
-            return Err(cni_async::Error::hook(ApiError::unknown_network(
-                step.network,
-            )));
-        };
+        let list = loaded(&step)?;
         let _permit = self.engine.p.sched.permit().await;
         let result = self.engine.add_result(list, step.rt, opts).await?;
         lock(&self.set_up).push(step.network.to_owned());
@@ -1162,11 +1156,7 @@ impl StepHook for SandboxSteps<'_> {
         step: SandboxStep<'_>,
         opts: CallOptions,
     ) -> Result<(), cni_async::Error> {
-        let Some(list) = step.list else {
-            return Err(cni_async::Error::hook(ApiError::unknown_network(
-                step.network,
-            )));
-        };
+        let list = loaded(&step)?;
         let _permit = self.engine.p.sched.permit().await;
         self.engine
             .p
