@@ -2,7 +2,6 @@
 //! and the wire types it speaks ([`api`], the package `cnid-api`,
 //! re-exported): what an embedder or a command line (cnitool's
 //! `--socket`) needs to talk to a running cnid, without the daemon's code.
-//! `cnid` re-exports this crate as `cnid::client`.
 //!
 //! Every endpoint has a method; an error answer of the daemon comes back as
 //! [`ClientError::Api`] with the HTTP status and the CNI error object
