@@ -138,6 +138,10 @@ fn attempt(
         socket: socket.to_owned(),
         what,
     };
+    let malformed = |what: String| HttpError::Malformed {
+        socket: socket.to_owned(),
+        what,
+    };
     let timed_out = || HttpError::Timeout {
         socket: socket.to_owned(),
         after: timeout,
@@ -156,14 +160,13 @@ fn attempt(
     let unread = |e: &io::Error| Failure::of_exchange(e.kind());
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: cnid\r\nConnection: close\r\n");
     for (k, v) in headers {
-        head.push_str(k);
-        head.push_str(": ");
-        head.push_str(v);
-        head.push_str("\r\n");
+        head += &format!("{k}: {v}\r\n");
     }
     if let Some(b) = body {
-        head.push_str("Content-Type: application/json\r\n");
-        head.push_str(&format!("Content-Length: {}\r\n", b.len()));
+        head += &format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        );
     }
     head.push_str("\r\n");
     let mut out = head.into_bytes();
@@ -196,20 +199,12 @@ fn attempt(
     let mut buf: Vec<u8> = Vec::with_capacity(8 * 1024);
     let mut chunk = [0u8; 8 * 1024];
     loop {
-        if let Some(answer) = parse(&buf, false)
-            .map_err(|what| HttpError::Malformed {
-                socket: socket.to_owned(),
-                what,
-            })
-            .map_err(no)?
-        {
+        if let Some(answer) = parse(&buf, false).map_err(|w| no(malformed(w)))? {
             return Ok(answer);
         }
         if buf.len() > MAX_ANSWER {
-            return Err(no(HttpError::Malformed {
-                socket: socket.to_owned(),
-                what: format!("answer larger than {MAX_ANSWER} bytes"),
-            }));
+            let what = format!("answer larger than {MAX_ANSWER} bytes");
+            return Err(no(malformed(what)));
         }
         let left = remaining(started).ok_or_else(timed_out).map_err(no)?;
         stream
@@ -236,10 +231,7 @@ fn attempt(
                     "closed after {} bytes of an incomplete answer",
                     buf.len()
                 )))),
-                Err(what) => Err(no(HttpError::Malformed {
-                    socket: socket.to_owned(),
-                    what,
-                })),
+                Err(what) => Err(no(malformed(what))),
             };
         }
         buf.extend_from_slice(&chunk[..n]);
