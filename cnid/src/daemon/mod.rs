@@ -524,16 +524,10 @@ pub fn block_on<T>(
     Ok(out)
 }
 
-/// The ADD journal and the result cache.
-///
-/// The result cache is written without fsync and on the calling worker:
-/// each ADD's record is made durable by the one flushed commit line of
-/// the journal ([`intents`]), not by the cache's own two flushes; the
-/// per-attachment calls without a flush are a few short system calls,
-/// cheaper than a hand-off to the blocking pool (listings still go
-/// there). Unless the journal cannot stand for the cache: on a file
-/// system a reboot empties while the cache's is not, or when a restart
-/// could not tell a reboot from a crash (no boot id).
+/// The ADD journal and the result cache, which the journal's commit lines
+/// make durable (the cache then writes without fsync, on the calling
+/// worker: `intents`) unless the journal cannot stand for it: on a file
+/// system a reboot empties while the cache's is not, or without a boot id.
 fn open_journal(config: &Config) -> Result<(intents::Intents, ResultCache), Error> {
     let intents = intents::Intents::new(&config.state_dir);
     let deferred = match journal_outlives_cache(config) {

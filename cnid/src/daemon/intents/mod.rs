@@ -75,18 +75,9 @@
 //! never collide, and `<network>:` picks exactly one network's intents.
 //!
 //! # Caveats
-//! A journal append is one `write` with `O_APPEND`, so concurrent ADDs'
-//! records never interleave; only the last line can be torn (by a crash
-//! during the append, before any plugin of that ADD ran), and unparsable
-//! lines are skipped. A failed append is cut off again at once.
-//!
-//! A write of an intent file in progress shows as a dot-file (`.<name>.tmp-<pid>-<n>`,
-//! [`durable::temp_path`]) in the same dir. Such files are removed as crash leftovers at start only
-//! ([`Intents::remove_leftovers`], before any request runs); while the
-//! daemon serves, nothing but the writer touches them, and GC of a network
-//! reads that network's files only ([`Intents::of_network`]), never
-//! removing or moving any.
-
+//! A crash during an append tears at most the last line (its ADD ran no
+//! plugin yet), which is skipped: `log` and `record` keep this. Intent
+//! files, their temp files and what a GC may touch of them: `files`.
 //!
 //! # Rooms
 //! Behind the [`Intents`] front (`begin`, `commit`, `finish`, `keep`,
