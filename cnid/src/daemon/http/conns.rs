@@ -31,11 +31,12 @@ use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::daemon::lock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+use crate::daemon::lock;
 
 /// How often each kind of warning is logged at most.
 pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -180,11 +181,7 @@ impl Conns {
 
     /// How many connections are open.
     pub(crate) fn open(&self) -> usize {
-        self.table().len()
-    }
-
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
-        lock(&self.table)
+        lock(&self.table).len()
     }
 
     /// Admits a new connection, in `Head` phase: below the cap as is; at
@@ -204,7 +201,7 @@ impl Conns {
             closed: CancellationToken::new(),
         });
         slot.enter(Phase::Head);
-        let mut table = self.table();
+        let mut table = lock(&self.table);
         if table.len() < self.cap {
             table.insert(slot.id, slot.clone());
             return Admit::Admitted(slot);
@@ -239,7 +236,7 @@ impl Conns {
     /// Forgets a connection whose socket is closed (the table no longer
     /// has it when it was replaced).
     pub(crate) fn remove(&self, slot: &Conn) {
-        self.table().remove(&slot.id);
+        lock(&self.table).remove(&slot.id);
         slot.closed.cancel();
     }
 
