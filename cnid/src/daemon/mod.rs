@@ -125,9 +125,8 @@ pub struct Config {
     pub peers: PeerPolicy,
     /// Operations running plugins at once, across containers.
     pub max_parallel: usize,
-    /// Operations running their plugins at once before others wait for
-    /// one of them (each a bounded while: `daemon::pace`); 0 turns pacing
-    /// off (the default, [`pace::DEFAULT_SLOTS`]).
+    /// Operations running their plugins at once before others wait
+    /// (`pace`; 0, the default, turns pacing off).
     pub plugin_slots: usize,
     /// Default deadline per verb (queueing included).
     pub timeouts: Timeouts,
@@ -148,20 +147,17 @@ pub struct Config {
     /// Ready (`GET /v1/health/ready`) once at least this many networks are
     /// loaded whose plugins answer VERSION (go-cni's `WithMinNetworkCount`).
     pub min_networks: usize,
-    /// Refuse (409) an ADD, CHECK or DEL whose netns and ifname belong to
-    /// another attached container, unless the request sets `force`
-    /// (on by default; `--no-check-netns-owner` turns it off).
+    /// Refuse (409) an ADD, CHECK or DEL on another attached container's
+    /// netns and ifname unless the request sets `force` (on by default).
     pub check_netns_owner: bool,
     /// How long a cached attachment's namespace must be gone before the
-    /// running reaper deletes it (`None`: the running reaper is off). An
-    /// attachment cached in an earlier boot whose namespace is gone is
-    /// deleted at start regardless (docs/reliability.md).
+    /// running reaper deletes it (`None`: off; an earlier boot's are
+    /// deleted at start regardless: `reaper`).
     pub stale_after: Option<Duration>,
     /// How often each cached attachment is CHECKed (`--check-every`;
     /// `None`: never, the default). Drift is reported, not repaired.
     pub check_every: Option<Duration>,
-    /// Socket activation and readiness notification, from
-    /// [`SystemdEnv::take_from_env`].
+    /// Socket activation and readiness ([`SystemdEnv::take_from_env`]).
     pub systemd: SystemdEnv,
 }
 
