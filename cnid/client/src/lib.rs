@@ -717,22 +717,6 @@ impl Client {
     /// One page of `GET /v1/attachments`: at most `limit` attachments
     /// (the daemon's default without one) whose cache file names sort
     /// after `after` (the `next` of the previous page).
-    ///
-    /// ```no_run
-    /// # async fn demo(client: cnid_client::Client) -> Result<(), cnid_client::ClientError> {
-    /// let mut after = None;
-    /// loop {
-    ///     let page = client.attachments_page(None, after.as_deref(), Some(500)).await?;
-    ///     for a in &page.attachments {
-    ///         println!("{} {} {}", a.network, a.container_id, a.ifname);
-    ///     }
-    ///     match page.next {
-    ///         Some(next) => after = Some(next),
-    ///         None => break,
-    ///     }
-    /// }
-    /// # Ok(()) }
-    /// ```
     pub async fn attachments_page(
         &self,
         container_id: Option<&str>,
