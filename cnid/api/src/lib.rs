@@ -45,10 +45,9 @@ pub const BAGGAGE_HEADER: &str = "baggage";
 pub const COALESCED_HEADER: &str = "cnid-coalesced";
 
 /// The response header naming the plugin (its `type`) whose failure an
-/// error answer reports, for clients that pass errors on and want to say
-/// which plugin failed (`cnid-shim`, the typed client and `cnitool
-/// --socket` put it in the message). The error object itself stays the plugin's own. Absent when
-/// the error is not a plugin's.
+/// error answer reports (`cnid-shim`, the typed client and `cnitool
+/// --socket` put it in the message; the error object stays the plugin's
+/// own). Absent when the error is not a plugin's.
 pub const PLUGIN_HEADER: &str = "cnid-plugin";
 
 /// With [`PLUGIN_HEADER`]: the verb the plugin ran (`ADD`, `DEL`, `CHECK`,
