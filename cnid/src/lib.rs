@@ -4,10 +4,9 @@
 //! [`client`] (`cnid-client`: what an embedder that only talks to a running
 //! cnid depends on), [`api`] (`cnid-api`: the wire types, and [`decode`],
 //! the daemon's pure request decoding), [`generate`] and [`logfmt`]
-//! (`cnid-cli`, shared with cnitool) and [`shim`] (`cnid-shim`). cnitool
-//! (`cnid/cnitool`) depends on `cnid-client` and `cnid-cli`, not on this
-//! crate. `cnid/API.md` documents the endpoints, `ARCHITECTURE.md` the path
-//! of a request.
+//! (`cnid-cli`, shared with cnitool) and [`shim`] (`cnid-shim`).
+//! `cnid/API.md` documents the endpoints, `ARCHITECTURE.md` the path of a
+//! request.
 #![warn(missing_docs)]
 
 pub use cnid_api as api;

@@ -10,10 +10,10 @@
 //!   running, one whose network is not loaded, has `disableCheck`, or a
 //!   version before 0.4.0 (no CHECK), and one whose namespace the reaper
 //!   found gone (or whose netns path is not there now), is skipped this
-//!   round. A periodic CHECK is background
-//!   work (`Work::PeriodicCheck`): it takes a background slot (`slots`,
-//!   the share reaps use), and one still queued when a runtime request of
-//!   its container arrives is dropped (`queue`).
+//!   round. A periodic CHECK is background work (`Work::PeriodicCheck`):
+//!   it takes a background slot (`slots`, the share reaps use), and one
+//!   still queued when a runtime request of its container arrives is
+//!   dropped (`queue`).
 //! - **Reporting** (`drift`): a failed CHECK marks the attachment drifted
 //!   (`/v1/attachments`: `"state": "drifted"`, `checkError`), counted in
 //!   `cnid_drifted_attachments`, with one log line when it drifts and one

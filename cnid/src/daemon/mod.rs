@@ -500,10 +500,10 @@ pub const EXIT_GRACE: Duration = Duration::from_secs(5);
 /// Dropping a runtime waits for every blocking-pool thread: one stuck in a
 /// read or an fsync on a hung disk would hold the exit forever, after
 /// SIGTERM too. Past `grace` such a thread is left to the process's exit.
-/// A journal flush cut off so is a crash to the next start, the case the
-/// journal recovers from (`intents`): its operation was not answered, and
-/// its ADD is rolled back. (A thread in uninterruptible disk sleep still
-/// delays the kernel's end of the process; what this bounds is our wait.)
+/// A journal flush cut off so is a crash to the next start, which the
+/// journal recovers from (`intents`: the operation was not answered, its
+/// ADD is rolled back). A thread in uninterruptible disk sleep still
+/// delays the kernel's end of the process; this bounds our own wait.
 pub fn block_on<T>(
     workers: usize,
     grace: Duration,

@@ -17,9 +17,9 @@
 //! was never complete has nothing to answer). When the table is full, a new
 //! connection takes the place of the one that has been `Idle` longest, else
 //! of the one that has waited longest in `Head` or `Body`: a flood of
-//! stalled connections cannot lock out a health probe. When every
-//! connection is `Busy`, the new one is answered 503 without being read. Shutdown closes `Head` and `Body`
-//! connections at once and lets `Busy` ones finish.
+//! stalled connections cannot lock out a health probe. When every one is
+//! `Busy`, the new one is answered 503 without being read. Shutdown closes
+//! `Head` and `Body` connections at once and lets `Busy` ones finish.
 //!
 //! # Caveats
 //! Eviction picks by age, not by peer: an allowed peer that keeps opening
