@@ -1,5 +1,4 @@
-//! What cnid's binaries (`cnid`, `cnitool`) share on their command lines,
-//! apart from what they do:
+//! What cnid's binaries (`cnid`, `cnitool`) share on their command lines:
 //!
 //! - [`generate`]: man pages and shell completions from a binary's clap
 //!   definitions, behind the hidden `--generate` (for `make install`).

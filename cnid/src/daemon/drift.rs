@@ -1,7 +1,6 @@
 //! Drifted attachments: those whose periodic CHECK (`checker`) fails,
 //! shared by the checker (which records each CHECK's outcome) and the
-//! engine (the listing; a DEL or ADD of the attachment forgets its
-//! drift).
+//! engine (the listing, and a DEL or ADD that forgets it).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
