@@ -1,12 +1,8 @@
-//! The wire types of cnid's HTTP API (version 1), shared by the daemon
-//! (`cnid::daemon`), its typed client (`cnid-client`, `cnid/client`),
-//! `cnid-shim` and cnitool; [`decode`], the daemon's request decoding and
-//! validation; and [`retry`], when the clients send a request again while
-//! cnid restarts. `cnid/API.md` documents every endpoint. The crate is
-//! pure (cni-core, serde, serde_json, thiserror: no async runtime, no
-//! I/O); `cnid` re-exports it as `cnid::api` and [`decode`] as
-//! `cnid::decode`, and `cnid-client` as `cnid_client::api`. Its fuzz
-//! target lives in `cnid/api/fuzz`.
+//! The wire types of cnid's HTTP API (version 1), shared by the daemon,
+//! `cnid-client`, `cnid-shim` and cnitool; [`decode`], the daemon's pure
+//! request decoding and validation (fuzzed in `cnid/api/fuzz`); and
+//! [`retry`], when the clients send a request again while cnid restarts.
+//! `cnid/API.md` documents every endpoint.
 //!
 //! Requests are JSON objects with camel-case keys; unknown keys are refused
 //! (HTTP 400), so a typo such as `"containerID"` in an ADD body never goes
@@ -49,10 +45,9 @@ pub const BAGGAGE_HEADER: &str = "baggage";
 pub const COALESCED_HEADER: &str = "cnid-coalesced";
 
 /// The response header naming the plugin (its `type`) whose failure an
-/// error answer reports, for clients that pass errors on and want to say
-/// which plugin failed (`cnid-shim`, the typed client and `cnitool
-/// --socket` put it in the message). The error object itself stays the plugin's own. Absent when
-/// the error is not a plugin's.
+/// error answer reports (`cnid-shim`, the typed client and `cnitool
+/// --socket` put it in the message; the error object stays the plugin's
+/// own). Absent when the error is not a plugin's.
 pub const PLUGIN_HEADER: &str = "cnid-plugin";
 
 /// With [`PLUGIN_HEADER`]: the verb the plugin ran (`ADD`, `DEL`, `CHECK`,

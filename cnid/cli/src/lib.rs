@@ -1,14 +1,9 @@
-//! What cnid's binaries (`cnid`, `cnitool`) share on their command lines,
-//! apart from what they do:
+//! What cnid's binaries (`cnid`, `cnitool`) share on their command lines:
 //!
 //! - [`generate`]: man pages and shell completions from a binary's clap
 //!   definitions, behind the hidden `--generate` (for `make install`).
 //! - [`logfmt`]: the log-field formatter that escapes control characters in
 //!   every field, so plugin output never reaches a terminal raw.
-//!
-//! Neither talks to cnid nor runs plugins: cnitool uses this crate without
-//! the daemon, and `cnid` re-exports both modules (`cnid::generate`,
-//! `cnid::logfmt`).
 #![warn(missing_docs)]
 
 pub mod generate;

@@ -2,7 +2,6 @@
 //! and the wire types it speaks ([`api`], the package `cnid-api`,
 //! re-exported): what an embedder or a command line (cnitool's
 //! `--socket`) needs to talk to a running cnid, without the daemon's code.
-//! `cnid` re-exports this crate as `cnid::client`.
 //!
 //! Every endpoint has a method; an error answer of the daemon comes back as
 //! [`ClientError::Api`] with the HTTP status and the CNI error object
@@ -31,14 +30,11 @@
 //!
 //! # Restarts
 //! A restart of cnid (`kill -9` and a new start, a crash, an upgrade) is
-//! not an error: a request that cnid cannot have acted on is sent again,
-//! with a short backoff, until its deadline (the request's `timeoutMs`,
-//! else cnid's default for the verb; [`DEFAULT_RETRY_WINDOW`] for
-//! connecting and the reads), and one whose connection ended before any
-//! answer up to [`MAX_UNANSWERED`] times. [`crate::api::retry`] has the
-//! rules and why they are safe for every verb; an ADD sent again that cnid
-//! refuses as attached is answered with that attachment's result when it
-//! was made with the same parameters, else the 409 says it was sent again.
+//! not an error: a request cnid cannot have acted on is sent again until
+//! its deadline (the request's `timeoutMs`, else cnid's default for the
+//! verb; [`DEFAULT_RETRY_WINDOW`] for connecting and the reads), by the
+//! rules of [`crate::api::retry`], which says why they are safe for every
+//! verb.
 //!
 //! # Caveats
 //! Dropping a call's future closes its connection; the daemon then cancels
@@ -54,6 +50,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cni_async::Timeouts;
 use cni_core::ErrorObject;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
@@ -78,6 +75,7 @@ const IDLE_MAX: usize = 16;
 /// The largest answer read.
 const RESPONSE_MAX: usize = 64 * 1024 * 1024;
 use crate::api::retry::{Failure, Retries};
+
 pub use crate::api::retry::{MAX_UNANSWERED, MISSING_SOCKET_GRACE};
 
 /// How long connecting and the reads (health, listings, metrics) try
@@ -117,11 +115,6 @@ async fn again(retries: &mut Retries, e: ClientError) -> Result<(), ClientError>
         "cnid unreachable or restarting; trying again");
     tokio::time::sleep(pause).await;
     Ok(())
-}
-
-/// The retry window of a request with `timeout_ms`, else `default`.
-fn window(timeout_ms: Option<u64>, default: Duration) -> Duration {
-    timeout_ms.map_or(default, Duration::from_millis)
 }
 
 /// What can go wrong talking to cnid.
@@ -510,17 +503,44 @@ impl Client {
         })
     }
 
-    fn body<T: Serialize>(v: &T) -> Result<Bytes, ClientError> {
-        serde_json::to_vec(v)
-            .map(Bytes::from)
-            .map_err(|e| ClientError::Decode {
-                what: "request".into(),
-                reason: format!("cannot encode: {e}"),
-            })
+    /// `POST path` with `req` as its body, sent again while
+    /// cnid restarts until the request's deadline (`timeout_ms`, else
+    /// cnid's `default` for the verb).
+    async fn post_within<T: Serialize>(
+        &self,
+        path: &str,
+        req: &T,
+        timeout_ms: Option<u64>,
+        default: Duration,
+    ) -> Result<RawResponse, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Decode {
+            what: "request".into(),
+            reason: format!("cannot encode: {e}"),
+        })?;
+        let within = timeout_ms.map_or(default, Duration::from_millis);
+        self.request_within(Method::POST, path, Some(body.into()), within)
+            .await
+    }
+
+    /// [`Client::post_within`], an error status as [`ClientError::Api`].
+    async fn post<T: Serialize>(
+        &self,
+        path: &str,
+        req: &T,
+        timeout_ms: Option<u64>,
+    ) -> Result<RawResponse, ClientError> {
+        Self::answered(
+            self.post_within(path, req, timeout_ms, Timeouts::DEFAULT_LONG)
+                .await?,
+        )
     }
 
     fn network_path(network: &str, verb: &str) -> String {
         format!("{}/networks/{}/{verb}", api::PREFIX, encode(network))
+    }
+
+    fn sandbox_path(verb: &str) -> String {
+        format!("{}/sandboxes/{verb}", api::PREFIX)
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
@@ -549,9 +569,8 @@ impl Client {
     /// ADD: the CNI result, exactly as the daemon sent it.
     pub async fn add(&self, network: &str, req: &AttachmentRequest) -> Result<Value, ClientError> {
         let path = Self::network_path(network, "add");
-        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .request_within(Method::POST, &path, Some(Self::body(req)?), within)
+            .post_within(&path, req, req.timeout_ms, Timeouts::DEFAULT_LONG)
             .await?;
         // Sent again after cnid closed the connection without answering
         // (restarted?) and refused as attached: the first one was done
@@ -563,8 +582,7 @@ impl Client {
         {
             return Ok(result);
         }
-        let r = Self::answered(r)?;
-        Self::decode(&path, &r.body)
+        Self::decode(&path, &Self::answered(r)?.body)
     }
 
     /// The result of `req`'s attachment on `network`, if it exists and was
@@ -593,25 +611,14 @@ impl Client {
         network: &str,
         req: &AttachmentRequest,
     ) -> Result<RawResponse, ClientError> {
-        self.call(
-            Method::POST,
-            &Self::network_path(network, "del"),
-            Some(Self::body(req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
-        )
-        .await
+        let path = Self::network_path(network, "del");
+        self.post(&path, req, req.timeout_ms).await
     }
 
     /// CHECK.
     pub async fn check(&self, network: &str, req: &AttachmentRequest) -> Result<(), ClientError> {
-        self.call(
-            Method::POST,
-            &Self::network_path(network, "check"),
-            Some(Self::body(req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
-        )
-        .await
-        .map(|_| ())
+        let path = Self::network_path(network, "check");
+        self.post(&path, req, req.timeout_ms).await.map(|_| ())
     }
 
     /// STATUS.
@@ -623,78 +630,53 @@ impl Client {
         let req = StatusRequest {
             timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         };
-        self.call(
-            Method::POST,
-            &Self::network_path(network, "status"),
-            Some(Self::body(&req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_SHORT),
-        )
-        .await
-        .map(|_| ())
+        let path = Self::network_path(network, "status");
+        let r = self
+            .post_within(&path, &req, req.timeout_ms, Timeouts::DEFAULT_SHORT)
+            .await?;
+        Self::answered(r).map(|_| ())
     }
 
     /// GC with the attachments that are still valid.
     pub async fn gc(&self, network: &str, req: &GcRequest) -> Result<GcResponse, ClientError> {
         let path = Self::network_path(network, "gc");
-        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
-        let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?), within)
-            .await?;
+        let r = self.post(&path, req, req.timeout_ms).await?;
         Self::decode(&path, &r.body)
-    }
-
-    fn sandbox_path(verb: &str) -> String {
-        format!("{}/sandboxes/{verb}", api::PREFIX)
     }
 
     /// Sets up a sandbox on its networks (`POST /v1/sandboxes/add`): the
     /// merged result; on failure nothing of it is left (the networks set up
     /// before the failing one are deleted again).
     pub async fn sandbox_add(&self, req: &SandboxRequest) -> Result<SandboxResult, ClientError> {
-        let path = Self::sandbox_path("add");
-        let within = window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG);
         let r = self
-            .call(Method::POST, &path, Some(Self::body(req)?), within)
+            .post(&Self::sandbox_path("add"), req, req.timeout_ms)
             .await?;
-        Self::decode(&path, &r.body)
+        Self::decode(&Self::sandbox_path("add"), &r.body)
     }
 
     /// Tears a sandbox down (`POST /v1/sandboxes/del`), every network even
     /// when one fails.
     pub async fn sandbox_del(&self, req: &SandboxRequest) -> Result<(), ClientError> {
-        self.call(
-            Method::POST,
-            &Self::sandbox_path("del"),
-            Some(Self::body(req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
-        )
-        .await
-        .map(|_| ())
+        self.post(&Self::sandbox_path("del"), req, req.timeout_ms)
+            .await
+            .map(|_| ())
     }
 
     /// CHECK of a sandbox's networks (`POST /v1/sandboxes/check`).
     pub async fn sandbox_check(&self, req: &SandboxRequest) -> Result<(), ClientError> {
-        self.call(
-            Method::POST,
-            &Self::sandbox_path("check"),
-            Some(Self::body(req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_LONG),
-        )
-        .await
-        .map(|_| ())
+        self.post(&Self::sandbox_path("check"), req, req.timeout_ms)
+            .await
+            .map(|_| ())
     }
 
     /// STATUS of a sandbox's networks (`POST /v1/sandboxes/status`): ready
     /// iff all are.
     pub async fn sandbox_status(&self, req: &SandboxRequest) -> Result<(), ClientError> {
-        self.call(
-            Method::POST,
-            &Self::sandbox_path("status"),
-            Some(Self::body(req)?),
-            window(req.timeout_ms, cni_async::Timeouts::DEFAULT_SHORT),
-        )
-        .await
-        .map(|_| ())
+        let path = Self::sandbox_path("status");
+        let r = self
+            .post_within(&path, req, req.timeout_ms, Timeouts::DEFAULT_SHORT)
+            .await?;
+        Self::answered(r).map(|_| ())
     }
 
     fn filtered(what: &str, container_id: Option<&str>) -> String {
@@ -735,22 +717,6 @@ impl Client {
     /// One page of `GET /v1/attachments`: at most `limit` attachments
     /// (the daemon's default without one) whose cache file names sort
     /// after `after` (the `next` of the previous page).
-    ///
-    /// ```no_run
-    /// # async fn demo(client: cnid_client::Client) -> Result<(), cnid_client::ClientError> {
-    /// let mut after = None;
-    /// loop {
-    ///     let page = client.attachments_page(None, after.as_deref(), Some(500)).await?;
-    ///     for a in &page.attachments {
-    ///         println!("{} {} {}", a.network, a.container_id, a.ifname);
-    ///     }
-    ///     match page.next {
-    ///         Some(next) => after = Some(next),
-    ///         None => break,
-    ///     }
-    /// }
-    /// # Ok(()) }
-    /// ```
     pub async fn attachments_page(
         &self,
         container_id: Option<&str>,

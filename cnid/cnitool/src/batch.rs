@@ -1,102 +1,41 @@
 //! `cnitool batch up|down <network>`: many network namespaces on one network
-//! at once, for shell-based test harnesses.
+//! at once, for shell-based test harnesses. README.md ("`cnitool batch`")
+//! is the user's reference: the summaries `up` and `down` print, the exit
+//! statuses, signals, what a failed member leaves, the bridge's fixed MAC.
 //!
-//! `batch up NETWORK --count N` creates the named namespaces `PREFIX0` ..
-//! `PREFIX<N-1>` (`/run/netns/NAME`, so `ip netns` and `ip -n NAME` see
-//! them), attaches each to the network, at most `--concurrency` at a time,
-//! and prints a JSON summary on stdout:
-//!
-//! ```json
-//! {"network": "net", "prefix": "cnitool-batch-", "attached": 2, "failed": 0,
-//!  "namespaces": [{"namespace": "cnitool-batch-0", "path": "/run/netns/cnitool-batch-0",
-//!                  "containerId": "cnitool-…", "ifname": "eth0",
-//!                  "ips": ["10.22.0.2/24"], "error": null}, …],
-//!  "elapsedMs": 412}
-//! ```
-//!
-//! - Each member is an attachment as `cnitool add NETWORK /run/netns/NAME`
-//!   would make it: the container ID is derived from the netns path as the
-//!   reference cnitool derives it, so `cnitool check|del NETWORK PATH` (ours
-//!   or the reference's) work on a member, and `CNI_ARGS`, `CAP_ARGS`,
-//!   `-i`/`CNI_IFNAME`, `CNI_CACHE_DIR` and `CNI_TIMEOUT` mean what they mean
-//!   for `add`.
-//! - The namespaces and attachments outlive the command: `batch down`
-//!   removes them.
-//! - `cnitool check` of a member on a bridge network passes only when the
-//!   bridge has a fixed MAC: a bridge without one takes the lowest MAC of
-//!   its ports, which moves as members join, and the bridge plugin's CHECK
-//!   of the earlier ones fails ("Bridge interface X Mac doesn't match";
-//!   cnitool adds a hint). Create the bridge with a fixed MAC first.
-//! - A member that fails is undone (each ADD runs with rollback: the plugins
-//!   that ran get a DEL) and its namespace deleted; it is listed with its
-//!   `error` and empty `ips`, and the exit status is 1. The members that
-//!   attached stay up. If undoing a failed member fails too, its namespace
-//!   is kept so that `batch down` can DEL it again.
-//! - `up` refuses to start when a namespace `PREFIX<number>` exists already:
-//!   the prefix names the batch, and `down` deletes every such namespace.
-//! - SIGINT or SIGTERM during `up` stops it: the plugins in flight are
-//!   killed, everything set up so far is torn down, the partial summary is
-//!   printed (`"interrupted": "SIGINT"`, `"namespacesMade"`: the attached
-//!   members and those being set up, `"tornDown"`: whether all of them are
-//!   gone; members stopped before they attached have an `error`; stderr
-//!   gives the same counts), and the exit status is 128 +
-//!   the signal (130, 143), as a shell reports it. A second signal stops
-//!   the teardown; `batch down` finishes it.
-//!
-//! `up` is a thin layer over the library's batch ([`cni_async::batch`]):
+//! `up` creates the named namespaces `PREFIX0` .. `PREFIX<N-1>` and attaches
+//! each as `cnitool add NETWORK /run/netns/NAME` would (the container ID
+//! derived from the path, `-i`, `CNI_ARGS`, `CAP_ARGS`, `CNI_TIMEOUT`), a
+//! thin layer over the library's batch ([`cni_async::batch`]):
 //! [`BatchBuilder`] with the container IDs derived from the paths
-//! (`container_ids`), failed members undone at once (`release_failed`),
-//! stopped by a signal (`setup_until`, `teardown_until`), the attached
-//! members kept (`keep`).
+//! (`container_ids`), failed members undone at once (`release_failed`; a
+//! namespace whose undo failed is kept for `down`), stopped by a signal
+//! (`setup_until`, `teardown_until`), the attached members kept (`keep`).
 //!
-//! `batch down NETWORK` tears a batch down: every cached attachment of the
-//! network whose netns is `/run/netns/PREFIX<number>` (and whose container
-//! ID is the one derived from that path) gets a DEL with its cached
-//! arguments, with the network's configuration or, when that is gone, the
-//! configuration cached at ADD. A namespace `PREFIX<number>` without such
-//! an entry (an `up` killed mid-ADD, a member whose undo failed) gets a DEL
-//! with the current configuration, the interface name of `-i`/`CNI_IFNAME`
-//! and `CNI_ARGS`/`CAP_ARGS`, as `cnitool del` would run it. Then each
-//! namespace whose DELs succeeded is deleted; one whose DEL failed is kept,
-//! so that running `down` again retries with the same inputs. A member's
-//! teardown also DELs the cached attachments of its container to other
-//! networks. It prints `{"network", "prefix", "detached", "deleted",
-//! "namespaces": [{"namespace", "detached": [{"network", "ifname",
-//! "cached"}], "deleted"}], "errors": [{"namespace", "error"}],
-//! "elapsedMs"}` (one error per namespace; `detached` counts the DELs of
-//! the namespaces torn down, and `namespaces` says which network each was
-//! of, and whether it came from the cache); the exit status is 1 when
-//! `errors` is not empty. With nothing left to do it succeeds, saying on
-//! stderr that nothing matched the prefix (a typo would otherwise leak the
-//! batch silently). When
-//! namespaces `PREFIX<number>` exist but the network has neither a
-//! configuration nor cached attachments in them (a typo?), `down` refuses
-//! and leaves them. SIGINT or SIGTERM stops `down`: the DELs in flight are
-//! killed, the rest is left for the next `down`, and the exit status is 1
-//! with nothing on stdout.
-//!
-//! `down` is a thin layer over the library's batch too:
-//! [`BatchBuilder::adopt`] (the namespaces and their cached attachments;
-//! a `MultiNetwork` without networks, `allow_empty`, when the network's
+//! `down` DELs every cached attachment of the network in a namespace
+//! `PREFIX<number>` whose container ID is the one derived from its path
+//! (with the network's configuration, else the one cached at ADD), and a
+//! namespace without one as `cnitool del` would; a namespace is deleted
+//! once its DELs succeeded, so running `down` again retries with the same
+//! inputs. Namespaces of the prefix in which the network has neither a
+//! configuration nor cached attachments (a typo?) are refused and left.
+//! It is a thin layer over the library's batch too: [`BatchBuilder::adopt`]
+//! (a `MultiNetwork` without networks, `allow_empty`, when the network's
 //! file is gone) and `teardown_until`.
 //!
-//! Progress goes to stderr (see [`crate::progress`]); `--quiet` turns it
-//! off. Failures follow the failure contract of [`crate::report`] (message
-//! or error JSON on stderr, status 1); the JSON summary is printed on stdout
-//! first whenever the batch ran.
+//! Progress goes to stderr ([`crate::progress`]); failures follow
+//! [`crate::report`]'s contract, the summary printed on stdout first
+//! whenever the batch ran.
 //!
 //! # Caveats
 //!
-//! - **SIGKILL** (a CI job's hard timeout) runs nothing: namespaces and
-//!   attachments stay until `batch down` with the same network, prefix and
-//!   `-i`.
+//! - **SIGKILL** runs nothing: namespaces and attachments stay until
+//!   `batch down` with the same network, prefix and `-i`.
 //! - **The prefix owns its names.** `down` deletes every namespace
-//!   `PREFIX<number>`, whoever made it. Prefixes cannot end with a digit, so
-//!   two prefixes never claim each other's names (were `t1` allowed, `t`
-//!   would claim its `t10`).
+//!   `PREFIX<number>`, whoever made it; prefixes cannot end with a digit, so
+//!   that `t` never claims `t1`'s `t10`.
 //! - **Paths are `/run/netns/NAME`.** The container ID is derived from that
-//!   exact string; `cnitool del NETWORK /var/run/netns/NAME` names another
-//!   container. Use the `path` of the summary.
+//!   exact string; `/var/run/netns/NAME` names another container.
 //! - Runs the plugins in this process; there is no daemon variant.
 
 use std::collections::{BTreeMap, BTreeSet};

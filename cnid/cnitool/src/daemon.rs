@@ -1,11 +1,9 @@
 //! The daemon backend: with `--socket PATH` (or `CNID_SOCKET`), `add`,
 //! `check`, `del`, `gc` and `status` are sent to cnid on that socket with
 //! the typed client ([`cnid_client::Client`]) instead of running plugins
-//! here. Its code (and hyper's) is touched only by these runs, so it adds
-//! nothing to the memory of a local `cnitool add`. The daemon loads the
-//! network from its own conf dir and runs the
-//! plugins from its own plugin dirs with its own cache; `NETCONFPATH`,
-//! `CNI_PATH` and `CNI_CACHE_DIR` do not matter to these commands then.
+//! here; cnid loads the network and runs the plugins with its own conf
+//! dir, plugin dirs and cache (`NETCONFPATH`, `CNI_PATH` and
+//! `CNI_CACHE_DIR` do not matter then).
 //!
 //! What cnitool sends is what it would have run: the container ID derived
 //! from the netns path, the interface (`-i`, `CNI_IFNAME`), `CNI_ARGS`,
@@ -22,12 +20,8 @@
 //! reached, the code is 5 (I/O failure).
 //!
 //! A connection is opened by the first request, not before, so a command
-//! that stays local never touches the socket. A cnid that restarts
-//! meanwhile (or is down when the command starts and comes back within
-//! the request's deadline, `CNI_TIMEOUT` or cnid's default) is not a
-//! failure: the client sends again what cnid cannot have acted on
-//! (`cnid_client`'s crate docs); a socket file that stays missing for a
-//! second is a cnid that is not running, reported as such.
+//! that stays local never touches the socket; a restart of cnid meanwhile
+//! is the client's to ride out (`cnid_client`'s crate docs).
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,12 +1,5 @@
-//! `cnitool`: a drop-in for the reference Go cnitool, on `cni-async`.
-//!
-//! ```text
-//! cnitool [-i IFNAME] [--json-errors] [--socket PATH] add|check|del|gc|status NETWORK NETNS
-//! cnitool version PLUGIN
-//! cnitool validate NETWORK
-//! cnitool [-i IFNAME] batch up NETWORK --count N [--concurrency C] [--prefix P] [-q]
-//! cnitool [-i IFNAME] batch down NETWORK [--concurrency C] [--prefix P] [-q]
-//! ```
+//! `cnitool`: a drop-in for the reference Go cnitool, on `cni-async`
+//! (`cnitool --help`, README.md).
 //!
 //! Environment as the reference (`NETCONFPATH`, `CNI_PATH`, `CNI_ARGS`,
 //! `CAP_ARGS`, `CNI_IFNAME`) plus `CNI_CACHE_DIR`, `CNI_TIMEOUT`,

@@ -32,14 +32,8 @@ use crate::report::ToolError;
 
 /// `NETCONFPATH`: the conf dir.
 pub(crate) const ENV_NET_DIR: &str = "NETCONFPATH";
-/// `CNI_PATH`: plugin dirs, `:`-separated.
-pub(crate) const ENV_CNI_PATH: &str = "CNI_PATH";
-/// `CNI_ARGS`: `K=V;K=V`.
-pub(crate) const ENV_CNI_ARGS: &str = "CNI_ARGS";
 /// `CAP_ARGS`: a JSON object.
 pub(crate) const ENV_CAP_ARGS: &str = "CAP_ARGS";
-/// `CNI_IFNAME`: the interface name when `-i` is not given.
-pub(crate) const ENV_IFNAME: &str = "CNI_IFNAME";
 /// `CNI_CACHE_DIR`: the result cache dir (not in the reference).
 pub(crate) const ENV_CACHE_DIR: &str = "CNI_CACHE_DIR";
 /// `CNI_TIMEOUT`: seconds per operation (not in the reference).
@@ -47,8 +41,6 @@ pub(crate) const ENV_TIMEOUT: &str = "CNI_TIMEOUT";
 
 /// The reference cnitool's default conf dir.
 pub(crate) const DEFAULT_NET_DIR: &str = "/etc/cni/net.d";
-/// The default interface name.
-pub(crate) const DEFAULT_IFNAME: &str = "eth0";
 /// Prefix of the container IDs cnitool derives.
 pub(crate) const CONTAINER_ID_PREFIX: &str = "cnitool-";
 
@@ -96,7 +88,7 @@ impl Settings {
     pub(crate) fn from_env(env: Env<'_>) -> Result<Self, ToolError> {
         let net_dir = non_empty(env, ENV_NET_DIR)
             .map_or_else(|| PathBuf::from(DEFAULT_NET_DIR), PathBuf::from);
-        let plugin_dirs = match non_empty(env, ENV_CNI_PATH) {
+        let plugin_dirs = match non_empty(env, cni_core::env::CNI_PATH) {
             // Like Go's filepath.SplitList: empty components are kept (and
             // skipped at lookup).
             Some(v) => std::env::split_paths(&v).collect(),
@@ -210,14 +202,15 @@ pub(crate) fn runtime_conf(
         }
         None => CapabilityArgs::new(),
     };
-    let args = match non_empty_text(env, ENV_CNI_ARGS)? {
+    let args = match non_empty_text(env, cni_core::env::CNI_ARGS)? {
         // The message names the pair, as the reference's does.
         Some(v) => CniArgs::parse(&v)?,
         None => CniArgs::new(),
     };
     let ifname = match ifname_flag.filter(|i| !i.is_empty()) {
         Some(i) => i.to_owned(),
-        None => non_empty_text(env, ENV_IFNAME)?.unwrap_or_else(|| DEFAULT_IFNAME.to_owned()),
+        None => non_empty_text(env, cni_core::env::CNI_IFNAME)?
+            .unwrap_or_else(|| cnid_api::DEFAULT_IFNAME.to_owned()),
     };
     let netns = absolute_path(env, netns)?;
     let mut rt = RuntimeConf::new(container_id(&netns), netns, ifname);
@@ -252,10 +245,6 @@ pub(crate) fn absolute_path(env: Env<'_>, path: &str) -> Result<String, ToolErro
     let wd = working_dir(env)?;
     Ok(clean(&format!("{wd}/{path}")))
 }
-
-/// Where `ip netns add NAME` puts a named network namespace.
-#[allow(dead_code)] // not in cnitool-batch
-pub(crate) const NETNS_RUN_DIR: &str = "/run/netns";
 
 /// A hint for a failure to use the result cache for lack of permission
 /// (a non-root cnitool on `/var/lib/cni`, say): the error says only
@@ -360,7 +349,6 @@ pub(crate) fn typo_netns_hint(netns: &str, resolved: &str) -> Option<String> {
 /// [`bare_netns_hint`] or [`typo_netns_hint`] when a named namespace is
 /// near), instead of the plugin's `failed to Statfs` (code 999). DEL takes
 /// a gone netns, as the spec says.
-#[allow(dead_code)] // not in cnitool-batch
 pub(crate) fn runtime_conf_for_add(
     env: Env<'_>,
     netns: &str,
@@ -370,7 +358,7 @@ pub(crate) fn runtime_conf_for_add(
     if rt.netns.is_empty() || Path::new(&rt.netns).exists() {
         return Ok(rt);
     }
-    let why = bare_netns_hint(netns, &rt.netns, Path::new(NETNS_RUN_DIR))
+    let why = bare_netns_hint(netns, &rt.netns, Path::new(cni_async::netns::NETNS_RUN_DIR))
         .or_else(|| typo_netns_hint(&rt.netns, &rt.netns))
         .unwrap_or_else(|| format!("netns {:?} does not exist", rt.netns));
     Err(ToolError::new(code::INVALID_ENVIRONMENT_VARIABLES, why).into())
@@ -380,7 +368,6 @@ pub(crate) fn runtime_conf_for_add(
 /// (the error names the path: the bridge's `failed to Statfs
 /// "/run/netns/nope"`, code 999): the error led by that cause; the
 /// plugin's words and code follow.
-#[allow(dead_code)] // not in cnitool-batch
 pub(crate) fn missing_netns(e: anyhow::Error, rt: &RuntimeConf) -> anyhow::Error {
     if rt.netns.is_empty()
         || Path::new(&rt.netns).exists()

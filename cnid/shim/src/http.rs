@@ -8,13 +8,9 @@
 //! `BENCHMARKS.md`, "cnid-shim").
 //!
 //! # Restarts
-//! A restart of cnid is not an error: [`request`] sends a request again,
-//! with a short backoff and within its deadline, by the rules of
-//! `cnid_api::retry` (the same as `cnid::client`'s): when cnid cannot have
-//! acted on it, and at most 3 times when the connection ended before any
-//! answer. An ADD sent again that cnid refuses as attached is answered by
-//! the shim with that attachment's result when its parameters are the
-//! same.
+//! A restart of cnid is not an error: [`request`] sends a request again
+//! within its deadline by the rules of `cnid_api::retry`, the same as
+//! `cnid-client`'s.
 //!
 //! # Caveats
 //! - The deadline bounds each blocking read and write, not their sum: a
@@ -23,7 +19,6 @@
 //! - Answers larger than [`MAX_ANSWER`] are refused: a CNI result is a few
 //!   KiB, and the shim must stay small.
 
-use std::fmt;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -55,10 +50,11 @@ impl Answer {
 }
 
 /// Why a request got no usable answer.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HttpError {
     /// Nothing listens on the socket (missing file, refused, not a socket).
+    #[error("cannot connect to {}: {source}", socket.display())]
     Connect {
         /// The socket.
         socket: PathBuf,
@@ -67,6 +63,7 @@ pub enum HttpError {
     },
     /// The connection failed or closed before the answer was complete (the
     /// daemon stopped or restarted).
+    #[error("the connection to {} ended before a complete answer: {what}", socket.display())]
     Closed {
         /// The socket.
         socket: PathBuf,
@@ -74,6 +71,7 @@ pub enum HttpError {
         what: String,
     },
     /// No complete answer within the deadline.
+    #[error("no answer on {} within {}ms", socket.display(), after.as_millis())]
     Timeout {
         /// The socket.
         socket: PathBuf,
@@ -81,45 +79,13 @@ pub enum HttpError {
         after: Duration,
     },
     /// Bytes that are not an HTTP/1.1 answer.
+    #[error("malformed answer on {}: {what}", socket.display())]
     Malformed {
         /// The socket.
         socket: PathBuf,
         /// What is wrong.
         what: String,
     },
-}
-
-impl fmt::Display for HttpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HttpError::Connect { socket, source } => {
-                write!(f, "cannot connect to {}: {source}", socket.display())
-            }
-            HttpError::Closed { socket, what } => write!(
-                f,
-                "the connection to {} ended before a complete answer: {what}",
-                socket.display()
-            ),
-            HttpError::Timeout { socket, after } => write!(
-                f,
-                "no answer on {} within {}ms",
-                socket.display(),
-                after.as_millis()
-            ),
-            HttpError::Malformed { socket, what } => {
-                write!(f, "malformed answer on {}: {what}", socket.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for HttpError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            HttpError::Connect { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// Sends `method path` with an optional JSON body and extra headers on a
@@ -172,6 +138,10 @@ fn attempt(
         socket: socket.to_owned(),
         what,
     };
+    let malformed = |what: String| HttpError::Malformed {
+        socket: socket.to_owned(),
+        what,
+    };
     let timed_out = || HttpError::Timeout {
         socket: socket.to_owned(),
         after: timeout,
@@ -190,14 +160,13 @@ fn attempt(
     let unread = |e: &io::Error| Failure::of_exchange(e.kind());
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: cnid\r\nConnection: close\r\n");
     for (k, v) in headers {
-        head.push_str(k);
-        head.push_str(": ");
-        head.push_str(v);
-        head.push_str("\r\n");
+        head += &format!("{k}: {v}\r\n");
     }
     if let Some(b) = body {
-        head.push_str("Content-Type: application/json\r\n");
-        head.push_str(&format!("Content-Length: {}\r\n", b.len()));
+        head += &format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        );
     }
     head.push_str("\r\n");
     let mut out = head.into_bytes();
@@ -230,20 +199,12 @@ fn attempt(
     let mut buf: Vec<u8> = Vec::with_capacity(8 * 1024);
     let mut chunk = [0u8; 8 * 1024];
     loop {
-        if let Some(answer) = parse(&buf, false)
-            .map_err(|what| HttpError::Malformed {
-                socket: socket.to_owned(),
-                what,
-            })
-            .map_err(no)?
-        {
+        if let Some(answer) = parse(&buf, false).map_err(|w| no(malformed(w)))? {
             return Ok(answer);
         }
         if buf.len() > MAX_ANSWER {
-            return Err(no(HttpError::Malformed {
-                socket: socket.to_owned(),
-                what: format!("answer larger than {MAX_ANSWER} bytes"),
-            }));
+            let what = format!("answer larger than {MAX_ANSWER} bytes");
+            return Err(no(malformed(what)));
         }
         let left = remaining(started).ok_or_else(timed_out).map_err(no)?;
         stream
@@ -270,10 +231,7 @@ fn attempt(
                     "closed after {} bytes of an incomplete answer",
                     buf.len()
                 )))),
-                Err(what) => Err(no(HttpError::Malformed {
-                    socket: socket.to_owned(),
-                    what,
-                })),
+                Err(what) => Err(no(malformed(what))),
             };
         }
         buf.extend_from_slice(&chunk[..n]);

@@ -12,9 +12,8 @@
 //! - [`setup`]: `cnid-shim config|install|uninstall|health`, which write
 //!   the runtime's list from a cnid network and probe cnid.
 //!
-//! The package (`cnid/shim`, re-exported as `cnid::shim`) needs no async
-//! runtime: it runs on `std`, `serde_json`, `cni-core`, `cnid-api` (the
-//! wire types) and `cni_durable` (blocking file writes) only.
+//! It needs no async runtime: `std`, `serde_json` and the workspace's
+//! blocking crates (`cni-core`, `cnid-api`, `cni-durable`) only.
 //!
 //! # The two conf dirs
 //! cnid must not read the runtime's conf dir: the runtime would run the

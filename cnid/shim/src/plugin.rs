@@ -179,21 +179,18 @@ impl Shim<'_> {
 
     fn call(&self, env: &PluginEnv) -> Result<Output, ErrorObject> {
         let timeout_ms = u64::try_from(self.conf.timeout.as_millis()).unwrap_or(u64::MAX);
-        match self.command {
+        let ans = match self.command {
             Command::Add | Command::Check | Command::Del => {
                 let req = self.attachment_request(env, timeout_ms)?;
                 let ans = self.post(&req)?;
-                match self.command {
-                    Command::Add => self.add_answer(&req, ans),
-                    _ => self.expect_success(ans).map(|_| Output::ok(Vec::new())),
+                if self.command == Command::Add {
+                    return self.add_answer(&req, ans);
                 }
+                ans
             }
-            Command::Status => {
-                let ans = self.post(&StatusRequest {
-                    timeout_ms: Some(timeout_ms),
-                })?;
-                self.expect_success(ans).map(|_| Output::ok(Vec::new()))
-            }
+            Command::Status => self.post(&StatusRequest {
+                timeout_ms: Some(timeout_ms),
+            })?,
             Command::Gc => {
                 let Some(valid) = self.conf.valid_attachments.clone() else {
                     return Err(self.err(
@@ -206,14 +203,14 @@ impl Shim<'_> {
                         "",
                     ));
                 };
-                let ans = self.post(&GcRequest {
+                self.post(&GcRequest {
                     valid_attachments: valid,
                     timeout_ms: Some(timeout_ms),
-                })?;
-                self.expect_success(ans).map(|_| Output::ok(Vec::new()))
+                })?
             }
-            Command::Version => Ok(Output::ok(Vec::new())),
-        }
+            Command::Version => return Ok(Output::ok(Vec::new())),
+        };
+        self.expect_success(ans).map(|_| Output::ok(Vec::new()))
     }
 
     fn attachment_request(

@@ -2,14 +2,7 @@
 //! runtime's network list for a cnid network, `install` copies the shim
 //! into the runtime's plugin dir and writes that list into the runtime's
 //! conf dir once cnid is ready, `uninstall` takes both away, `health` is a
-//! probe.
-//!
-//! ```text
-//! cnid-shim config    [--socket S] [--network N] [--name NAME] [--cni-version V] [--timeout T]
-//! cnid-shim install   --conf-dir DIR [--plugin-dir DIR] [--file NAME] [--wait T] [--stay [--refresh T]] [config flags]
-//! cnid-shim uninstall --conf-dir DIR [--plugin-dir DIR] [--file NAME]
-//! cnid-shim health    [--socket S] [--live] [--timeout T]
-//! ```
+//! probe (`cnid-shim --help` prints their flags).
 //!
 //! The list names the shim, cnid's socket and network, and declares every
 //! capability some plugin of cnid's network declares (`GET

@@ -115,12 +115,12 @@ struct Cli {
     /// this long (its runtime never sent DEL); 0 turns this off. Cached
     /// attachments of an earlier boot whose namespaces are gone are
     /// deleted regardless (at start, then checked every 30 s).
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_stale_after)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = cnid::shim::conf::parse_duration)]
     stale_after: Duration,
     /// CHECK each cached attachment about this often, spread over the
     /// interval, and report those whose CHECK fails ("drifted" in
     /// /v1/attachments; nothing is repaired). 0 (the default) turns it off.
-    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_stale_after)]
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = cnid::shim::conf::parse_duration)]
     check_every: Duration,
     /// Runtime worker threads.
     #[arg(long, value_name = "N", default_value_t = 2)]
@@ -136,28 +136,10 @@ fn parse_mode(s: &str) -> Result<u32, String> {
     Ok(m)
 }
 
-/// A duration, or `0` (off).
-fn parse_stale_after(s: &str) -> Result<Duration, String> {
-    if s.trim_end_matches(|c: char| c.is_ascii_alphabetic()) == "0" {
-        return Ok(Duration::ZERO);
-    }
-    parse_duration(s)
-}
-
+/// A positive duration (`N`, `Nms`, `Ns`, `Nm`), parsed as cnid-shim's
+/// `timeout`.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?} (examples: 60s, 500ms, 2m)"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        _ => return Err(format!("invalid duration unit in {s:?} (ms, s or m)")),
-    };
+    let d = cnid::shim::conf::parse_duration(s)?;
     if d.is_zero() {
         return Err("duration must be positive".into());
     }
@@ -346,24 +328,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .max_blocking_threads(16)
-        .thread_name("cnid")
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
+    match daemon::block_on(workers, daemon::EXIT_GRACE, daemon::run(config)) {
+        Ok(Ok(true)) => ExitCode::SUCCESS,
+        Ok(Ok(false)) => ExitCode::FAILURE,
+        Ok(Err(e)) => {
+            eprintln!("cnid: {:#}", anyhow::Error::from(e));
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("cnid: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(daemon::run(config)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("cnid: {:#}", anyhow::Error::from(e));
             ExitCode::FAILURE
         }
     }

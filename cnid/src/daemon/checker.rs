@@ -10,10 +10,10 @@
 //!   running, one whose network is not loaded, has `disableCheck`, or a
 //!   version before 0.4.0 (no CHECK), and one whose namespace the reaper
 //!   found gone (or whose netns path is not there now), is skipped this
-//!   round. A periodic CHECK is background
-//!   work (`Work::PeriodicCheck`): it takes a background slot (`slots`,
-//!   the share reaps use), and one still queued when a runtime request of
-//!   its container arrives is dropped (`queue`).
+//!   round. A periodic CHECK is background work (`Work::PeriodicCheck`):
+//!   it takes a background slot (`slots`, the share reaps use), and one
+//!   still queued when a runtime request of its container arrives is
+//!   dropped (`queue`).
 //! - **Reporting** (`drift`): a failed CHECK marks the attachment drifted
 //!   (`/v1/attachments`: `"state": "drifted"`, `checkError`), counted in
 //!   `cnid_drifted_attachments`, with one log line when it drifts and one
@@ -42,6 +42,7 @@ use super::metrics::Metrics;
 use super::networks::Networks;
 use super::operation::Work;
 use super::stale_view::{StaleView, key};
+use crate::daemon::lock;
 
 /// The periodic CHECK's rounds.
 #[derive(Debug)]
@@ -124,10 +125,7 @@ impl Checker {
             || rec.netns.is_empty()
             || std::fs::symlink_metadata(&rec.netns).is_err()
             || self.submit.busy(cid)
-            || self
-                .inflight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+            || lock(&self.inflight)
                 .contains(&k)
         {
             return;
@@ -145,10 +143,7 @@ impl Checker {
         else {
             return;
         };
-        self.inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(k.clone());
+        lock(&self.inflight).insert(k.clone());
         let (inflight, drift) = (self.inflight.clone(), self.drift.clone());
         let (cache, metrics) = (self.cache.clone(), self.metrics.clone());
         self.submit.spawn(async move {

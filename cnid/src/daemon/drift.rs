@@ -1,11 +1,10 @@
 //! Drifted attachments: those whose periodic CHECK (`checker`) fails,
 //! shared by the checker (which records each CHECK's outcome) and the
-//! engine (the listing; a DEL or ADD of the attachment forgets its
-//! drift).
+//! engine (the listing, and a DEL or ADD that forgets it).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use cni_async::daemon::AttachmentKey;
@@ -14,6 +13,7 @@ use super::error::ErrorKind;
 use super::metrics::Metrics;
 use super::operation::Outcome;
 use super::stale_view::key;
+use crate::daemon::lock;
 
 /// Drifted attachments (see the module docs).
 #[derive(Debug, Default)]
@@ -29,20 +29,16 @@ pub(crate) struct Drift {
 }
 
 impl DriftView {
-    fn lock(&self) -> MutexGuard<'_, HashMap<AttachmentKey, Drift>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The attachment's drift, if its last periodic CHECK failed.
     pub(crate) fn state(&self, network: &str, container_id: &str, ifname: &str) -> Option<Drift> {
-        self.lock()
+        lock(&self.inner)
             .get(&key(network, container_id, ifname))
             .cloned()
     }
 
     /// The attachment was deleted or attached again: its drift is gone.
     pub(crate) fn forget(&self, k: &AttachmentKey, metrics: &Metrics) {
-        let mut v = self.lock();
+        let mut v = lock(&self.inner);
         if v.remove(k).is_some() {
             metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
         }
@@ -54,7 +50,7 @@ impl DriftView {
             .iter()
             .map(|r| key(&r.network_name, &r.container_id, &r.if_name))
             .collect();
-        let mut v = self.lock();
+        let mut v = lock(&self.inner);
         v.retain(|k, _| cached.contains(k));
         metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
     }
@@ -76,7 +72,7 @@ impl DriftView {
         match outcome {
             Ok(_) => {
                 metrics.checks[0].fetch_add(1, Ordering::Relaxed);
-                let mut v = self.lock();
+                let mut v = lock(&self.inner);
                 if v.remove(k).is_some() {
                     metrics.drifted.store(v.len() as i64, Ordering::Relaxed);
                     drop(v);
@@ -90,7 +86,7 @@ impl DriftView {
                     None => e.error.msg.clone(),
                     Some(plugin) => format!("plugin {plugin}: {}", e.error.msg),
                 };
-                let mut v = self.lock();
+                let mut v = lock(&self.inner);
                 // Gone or replaced meanwhile (a DEL ran after the CHECK):
                 // no drift.
                 if !cached() {

@@ -27,6 +27,7 @@ use super::stale_view::{StaleView, key};
 use crate::api::{
     GcFailed, GcResponse, SandboxInterface, SandboxIp, SandboxNetworkResult, SandboxResult,
 };
+use crate::daemon::lock;
 
 mod admit;
 mod reap;
@@ -143,6 +144,12 @@ impl Submitter {
 pub(crate) struct Unfinished {
     intent: Box<Intent>,
     list: Arc<NetworkConfigList>,
+}
+
+/// The outcome of a verb that answers nothing; its error in `version`.
+fn nothing(res: Result<(), cni_async::Error>, version: Version) -> Outcome {
+    res.map(|()| Done::Nothing)
+        .map_err(|e| ApiError::from_cni(&e, version))
 }
 
 /// The wire form of a sandbox's merged result.
@@ -318,27 +325,18 @@ impl Engine {
             }
             match work {
                 Work::Add { list, rt } => self.add(&list, &rt, opts).await,
-                Work::Del { list, rt } => self
-                    .del(&op.network, list.as_deref(), &rt, opts)
-                    .await
-                    .map(|()| Done::Nothing)
-                    .map_err(|e| ApiError::from_cni(&e, op.version)),
-                Work::Check { list, rt } | Work::PeriodicCheck { list, rt } => self
-                    .p
-                    .cni
-                    .check_network_list(&list, &rt)
-                    .options(&opts)
-                    .await
-                    .map(|()| Done::Nothing)
-                    .map_err(|e| ApiError::from_cni(&e, list.version())),
-                Work::Status { list } => self
-                    .p
-                    .cni
-                    .status_network_list(&list)
-                    .options(&opts)
-                    .await
-                    .map(|()| Done::Nothing)
-                    .map_err(|e| ApiError::from_cni(&e, list.version())),
+                Work::Del { list, rt } => {
+                    let deleted = self.del(&op.network, list.as_deref(), &rt, opts);
+                    nothing(deleted.await, op.version)
+                }
+                Work::Check { list, rt } | Work::PeriodicCheck { list, rt } => {
+                    let checked = self.p.cni.check_network_list(&list, &rt).options(&opts);
+                    nothing(checked.await, list.version())
+                }
+                Work::Status { list } => {
+                    let ready = self.p.cni.status_network_list(&list).options(&opts);
+                    nothing(ready.await, list.version())
+                }
                 Work::Gc { list, valid } => self.gc(&list, &valid, opts).await,
                 Work::Reap { candidate, .. } => self.reap(&candidate, opts).await,
                 Work::Sandbox {
@@ -381,21 +379,13 @@ impl Engine {
         let intent = Intent::new(net, rt, list.cache_bytes());
         let pending = match self.p.intents.begin(&intent).await {
             Ok(BeginAnswer::Recorded(p)) => p,
-            Ok(BeginAnswer::Cached) => {
-                return Err(cni_async::Error::hook(ApiError::already_attached(
-                    net,
-                    cid,
-                    ifname,
-                    "a cached ADD result exists",
-                )));
-            }
-            Ok(BeginAnswer::Open) => {
-                return Err(cni_async::Error::hook(ApiError::already_attached(
-                    net,
-                    cid,
-                    ifname,
-                    "an earlier ADD failed and could not be rolled back",
-                )));
+            Ok(other) => {
+                let why = match other {
+                    BeginAnswer::Cached => "a cached ADD result exists",
+                    _ => "an earlier ADD failed and could not be rolled back",
+                };
+                let refused = ApiError::already_attached(net, cid, ifname, why);
+                return Err(cni_async::Error::hook(refused));
             }
             Err(BeginError::Cache(e)) => return Err(e),
             Err(BeginError::Journal(e)) => {
@@ -513,14 +503,10 @@ impl Engine {
         };
         let outcome = match verb {
             Command::Add => {
-                match cni_async::multi::setup_steps(&hook, container_id, &steps, SetupMode::Serial)
-                    .await
-                {
-                    Ok(results) => {
-                        return Ok(Done::Sandbox(sandbox_result(&MultiResult::from_results(
-                            results,
-                        ))));
-                    }
+                let setup =
+                    cni_async::multi::setup_steps(&hook, container_id, &steps, SetupMode::Serial);
+                match setup.await.map(MultiResult::from_results) {
+                    Ok(m) => return Ok(Done::Sandbox(sandbox_result(&m))),
                     Err(e) => Err(e),
                 }
             }
@@ -588,13 +574,9 @@ impl Engine {
                 other => other,
             },
         };
-        match res {
-            Ok(()) => {
-                self.deleted(network, rt).await;
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
+        res?;
+        self.deleted(network, rt).await;
+        Ok(())
     }
 
     /// After a successful DEL of an attachment (a runtime's or the
@@ -648,11 +630,7 @@ impl Engine {
         };
         // Records this start kept for the next are attachments too: put
         // back, so the library's GC sees (and deletes) the stale ones.
-        let kept: Vec<(String, String)> = self
-            .p
-            .kept
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let kept: Vec<(String, String)> = lock(&self.p.kept)
             .iter()
             .filter(|r| r.network_name == list.name())
             .map(|r| (r.container_id.clone(), r.if_name.clone()))
@@ -790,12 +768,7 @@ impl Engine {
             if let Err(e) = self.p.owners.refresh().await {
                 tracing::warn!(error = %cni_core::error::Chain(&e), "cannot list the cached attachments; netns owners unknown until the cache can be read");
             }
-            let kept = self
-                .p
-                .kept
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            let kept = lock(&self.p.kept).clone();
             for rec in kept {
                 let rt = RuntimeConf::new(&rec.container_id, &rec.netns, &rec.if_name);
                 self.p.owners.insert(&rec.network_name, &rt);
@@ -1029,20 +1002,13 @@ impl Engine {
     /// so that the operation finds it (a DEL its `prevResult`, a CHECK its
     /// result, an ADD "already attached"). Written like any record: the
     /// kept journal line stays the durable copy until the attachment's DEL
-    /// forgets it or a start settles it. An empty check when nothing is
-    /// kept.
+    /// forgets it or a start settles it.
     async fn restore_kept(&self, network: &str, container_id: &str, ifname: &str) {
-        let rec = {
-            let kept = self.p.kept.lock().unwrap_or_else(|e| e.into_inner());
-            if kept.is_empty() {
-                return;
-            }
-            match kept.iter().find(|r| {
-                r.network_name == network && r.container_id == container_id && r.if_name == ifname
-            }) {
-                Some(r) => r.clone(),
-                None => return,
-            }
+        let this = |r: &CacheRecord| {
+            r.network_name == network && r.container_id == container_id && r.if_name == ifname
+        };
+        let Some(rec) = lock(&self.p.kept).iter().find(|r| this(r)).cloned() else {
+            return;
         };
         let cache = self.p.cni.cache();
         let Ok(path) = cache.path(network, container_id, ifname) else {
@@ -1058,15 +1024,7 @@ impl Engine {
                 "restored the cached result of an ADD answered before the machine went down (kept since the start)"
             );
         }
-        self.p
-            .kept
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|r| {
-                !(r.network_name == network
-                    && r.container_id == container_id
-                    && r.if_name == ifname)
-            });
+        lock(&self.p.kept).retain(|r| !this(r));
     }
 
     /// `GET /v1/attachments`: one page, from the owners' scan of the
@@ -1140,6 +1098,13 @@ struct SandboxSteps<'e> {
     set_up: std::sync::Mutex<Vec<String>>,
 }
 
+/// A step's configuration; an ADD or CHECK of a network not loaded is
+/// refused.
+fn loaded<'a>(step: &SandboxStep<'a>) -> Result<&'a NetworkConfigList, cni_async::Error> {
+    step.list
+        .ok_or_else(|| cni_async::Error::hook(ApiError::unknown_network(step.network)))
+}
+
 impl StepHook for SandboxSteps<'_> {
     fn cni(&self) -> &Cni {
         &self.engine.p.cni
@@ -1172,17 +1137,10 @@ impl StepHook for SandboxSteps<'_> {
         step: SandboxStep<'_>,
         opts: CallOptions,
     ) -> Result<CniResult, cni_async::Error> {
-        let Some(list) = step.list else {
-            return Err(cni_async::Error::hook(ApiError::unknown_network(
-                step.network,
-            )));
-        };
+        let list = loaded(&step)?;
         let _permit = self.engine.p.sched.permit().await;
         let result = self.engine.add_result(list, step.rt, opts).await?;
-        self.set_up
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(step.network.to_owned());
+        lock(&self.set_up).push(step.network.to_owned());
         Ok(result)
     }
 
@@ -1198,11 +1156,7 @@ impl StepHook for SandboxSteps<'_> {
         step: SandboxStep<'_>,
         opts: CallOptions,
     ) -> Result<(), cni_async::Error> {
-        let Some(list) = step.list else {
-            return Err(cni_async::Error::hook(ApiError::unknown_network(
-                step.network,
-            )));
-        };
+        let list = loaded(&step)?;
         let _permit = self.engine.p.sched.permit().await;
         self.engine
             .p

@@ -16,7 +16,7 @@
 //! | ADD, CHECK or DEL on the netns and ifname of another attached container (without `force`) | `Conflict` | 909 |
 //! | request body too large | `TooLarge` | 913 |
 //! | plugin failed, printed garbage, could not be executed | `PluginFailed` | the plugin's code (or 5, 6, 999) |
-//! | STATUS: plugin not ready | `NotReady` | 50 or 51 |
+//! | STATUS: plugin not ready, or not installed | `NotReady` | 50 or 51 |
 //! | attachment locked by another process (cnitool), all connections busy | `Busy` | 11 |
 //! | shutting down | `ShuttingDown` | 11 |
 //! | plugin timed out, deadline expired while queued | `DeadlineExpired` | 11 |
@@ -30,45 +30,31 @@ use crate::api::code;
 use crate::decode::{self, RequestError};
 
 /// What kind of failure an operation or a request ended with: what a
-/// caller branches on. Declared in the order of their severity (the
-/// answer's status: `responses::status_of` keeps that order), so the most
-/// severe of several failures is their maximum.
+/// caller branches on (the module's table lists what each covers).
+/// Declared in the order of their severity (the answer's status:
+/// `responses::status_of` keeps that order), so the most severe of several
+/// failures is their maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum ErrorKind {
-    /// A request that does not decode or names an invalid value.
     InvalidRequest,
-    /// The peer may not use the socket.
     Forbidden,
-    /// No such network, attachment or endpoint.
     NotFound,
-    /// The endpoint does not take that method.
     MethodNotAllowed,
-    /// The attachment exists, or belongs to another container.
     Conflict,
-    /// The request body is over the cap.
     TooLarge,
-    /// A daemon-side failure: a bad network configuration, an operation
-    /// that ran twice.
     Internal,
-    /// The cache or the state dir could not be read or written.
     Io,
-    /// A plugin failed, printed garbage or could not be executed.
     PluginFailed,
-    /// STATUS: a plugin says it is not ready; or a plugin of the network
-    /// is not installed (the node is not ready for it).
     NotReady,
-    /// Try again: the attachment is locked by another process, or every
-    /// connection has an operation in progress.
     Busy,
-    /// cnid is shutting down.
     ShuttingDown,
-    /// A plugin timed out, or the deadline expired while queued.
     DeadlineExpired,
 }
 
 /// An operation's (or a request's) failure: its kind, the CNI error object
 /// answered, and the plugin's evidence.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", error.msg)]
 pub(crate) struct ApiError {
     pub(crate) kind: ErrorKind,
     pub(crate) error: ErrorObject,
@@ -249,14 +235,6 @@ impl From<RequestError> for ApiError {
         }
     }
 }
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.error.msg)
-    }
-}
-
-impl std::error::Error for ApiError {}
 
 /// cnid's refusals in a sandbox's steps (`engine`'s `SandboxSteps`): the
 /// library carries them untouched ([`cni_async::Error::hook`]) and writes

@@ -97,15 +97,11 @@ fn listener_pid(conn: &std::os::unix::net::UnixStream) -> Option<u32> {
     u32::try_from(cred.pid()).ok().filter(|p| *p > 0)
 }
 
-/// Whether process `pid` is gone (or a zombie: dead, not yet reaped).
+/// Whether process `pid` is gone (or a zombie: dead, not yet reaped), by
+/// the library's one reader of `/proc/PID/stat`; one that cannot be read
+/// is taken as gone.
 fn process_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X"),
-        Err(_) => true,
-    }
+    cni_async::daemon::proc_stat(pid).map_or(true, |s| s.is_none_or(|s| s.is_dead()))
 }
 
 /// Binds the socket at `path` with `mode`, owned by our uid and `group`.

@@ -66,10 +66,8 @@ pub(crate) async fn trim_heap(trim: Arc<HeapTrim>, conns: Arc<Conns>, stop: Canc
 /// freed.
 pub(crate) const MMAP_THRESHOLD: i32 = 256 * 1024;
 
-/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`]. By default it grows
-/// to the size of the largest mapped block freed (up to 32 MiB), after
-/// which request bodies and answers of that size come from the heap and
-/// stay in the RSS once freed.
+/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`], where glibc would
+/// grow it ([`super::tuning::set_mmap_threshold`]).
 pub(crate) fn tune_allocator() {
     super::tuning::set_mmap_threshold(MMAP_THRESHOLD);
 }

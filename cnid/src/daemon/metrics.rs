@@ -1,30 +1,6 @@
 //! Prometheus metrics, hand-written text exposition format 0.0.4.
 //!
-//! | metric | type | labels |
-//! |---|---|---|
-//! | `cnid_operations_total` | counter | `verb`, `outcome` (`ok`, `error`, `coalesced`) |
-//! | `cnid_operation_errors_total` | counter | `verb`, `code` (CNI code) |
-//! | `cnid_operation_duration_seconds` | histogram | `verb` (time running, after the queue) |
-//! | `cnid_operation_queue_seconds` | histogram | `verb` (time queued) |
-//! | `cnid_admission_duration_seconds` | histogram | `verb` (`Engine::admit`, before the queue; buckets from 10 µs) |
-//! | `cnid_plugin_exec_duration_seconds` | histogram | `plugin`, `command` |
-//! | `cnid_plugin_exec_errors_total` | counter | `plugin`, `command` |
-//! | `cnid_operations_in_flight` | gauge | |
-//! | `cnid_operations_queued` | gauge | |
-//! | `cnid_connections` | gauge | |
-//! | `cnid_connections_refused_total` | counter | (peer not allowed) |
-//! | `cnid_connections_timed_out_total` | counter | (request not complete within `--request-timeout`) |
-//! | `cnid_connections_replaced_total` | counter | (closed at the cap to make room) |
-//! | `cnid_connections_rejected_total` | counter | (over the cap, all busy: 503) |
-//! | `cnid_http_responses_total` | counter | `status` |
-//! | `cnid_networks` / `cnid_config_errors` | gauge | |
-//! | `cnid_config_reloads_total` | counter | |
-//! | `cnid_recovered_intents_total` | counter | `outcome` |
-//! | `cnid_stale_reaped_total` | counter | `reason` (`rebooted`, `namespace_gone`), `outcome` (`ok`, `error`) |
-//! | `cnid_periodic_checks_total` | counter | `outcome` (`ok`, `drift`) (`--check-every`) |
-//! | `cnid_drifted_attachments` | gauge | (attachments whose last periodic CHECK failed) |
-//! | `cnid_stale_attachments` | gauge | `state` (`gone`: namespace gone, waiting for `--stale-after`; `stale`: to be reaped), as `/v1/attachments` lists them |
-//! | `cnid_stale_host_mounts_visible` | gauge | (1 when the reaper sees the host's mounts and processes; 0: only an earlier boot's attachments are reaped) |
+//! Every metric, its type and labels: `cnid/API.md` ("Metrics").
 //!
 //! Per-plugin figures come from [`TimedExec`], a [`PluginExec`] that wraps
 //! the real executor and times every run.
@@ -37,6 +13,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::daemon::lock;
 use cni_async::exec::{ExecOutput, ExecRequest, PluginExec};
 use cni_core::Command;
 
@@ -192,10 +169,6 @@ pub(crate) struct Metrics {
     pub(crate) host_mounts_visible: AtomicI64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Metrics {
     pub(crate) fn operation_done(
         &self,
@@ -287,44 +260,29 @@ impl Metrics {
                 VERBS[*verb]
             );
         }
-        header(
-            out,
-            "cnid_operation_duration_seconds",
-            "Time operations ran (after leaving the queue).",
-            "histogram",
-        );
-        for (i, verb) in VERBS.iter().enumerate() {
-            self.verbs[i].duration.write(
-                out,
+        type Of = fn(&VerbMetrics) -> &Histogram;
+        let histograms: [(&str, &str, Of); 3] = [
+            (
                 "cnid_operation_duration_seconds",
-                &format!("verb=\"{verb}\""),
-            );
-        }
-        header(
-            out,
-            "cnid_operation_queue_seconds",
-            "Time operations waited for their turn.",
-            "histogram",
-        );
-        for (i, verb) in VERBS.iter().enumerate() {
-            self.verbs[i].queue.write(
-                out,
+                "Time operations ran (after leaving the queue).",
+                |v| &v.duration,
+            ),
+            (
                 "cnid_operation_queue_seconds",
-                &format!("verb=\"{verb}\""),
-            );
-        }
-        header(
-            out,
-            "cnid_admission_duration_seconds",
-            "Time to admit a request before it is queued (network, netns and owner checks, the owners' claim), admitted or refused.",
-            "histogram",
-        );
-        for (i, verb) in VERBS.iter().enumerate() {
-            self.verbs[i].admission.write(
-                out,
+                "Time operations waited for their turn.",
+                |v| &v.queue,
+            ),
+            (
                 "cnid_admission_duration_seconds",
-                &format!("verb=\"{verb}\""),
-            );
+                "Time to admit a request before it is queued (network, netns and owner checks, the owners' claim), admitted or refused.",
+                |v| &v.admission,
+            ),
+        ];
+        for (name, help, histogram) in histograms {
+            header(out, name, help, "histogram");
+            for (v, verb) in self.verbs.iter().zip(VERBS) {
+                histogram(v).write(out, name, &format!("verb=\"{verb}\""));
+            }
         }
     }
 

@@ -1,41 +1,18 @@
 //! The cnid daemon: CNI operations over HTTP/1.1 + JSON on a Unix socket.
 //!
-//! This module holds the whole lifecycle in [`run`]: state dir lock,
-//! networks, the listening socket (bound or socket-activated), recovery of
-//! unfinished ADDs, the conf dir watcher, `sd_notify`, signals and the
-//! graceful drain. The parts:
-//!
-//! - `http`: the only part that speaks HTTP: `accept` (accept loop, peer
-//!   credential checks, each connection's watchdog), `conns` (the
-//!   connection cap, request and idle deadlines, rate-limited warnings),
-//!   `routes` (request bodies within the shared budget, routing),
-//!   `responses` (statuses, bodies, headers);
-//! - `operation`: what an operation is (`Work`, `NewOp`) and ends with
-//!   (`Outcome`, `Done`);
-//! - `queue`: the scheduler: per-container FIFO, GC gates, parallelism
-//!   limit, coalescing;
-//! - `engine`: what each verb does around `cni-async`; `engine/admit.rs`
-//!   the checks before queueing (network, netns, owner, deadline);
-//! - `memory`: glibc's allocator tuned, free heap trimmed after a burst;
-//! - `intents`: durable ADD intents (crash safety); `orphans`: plugins a
-//!   killed daemon left running, waited for (until their deadlines) at the
-//!   next start while only their containers' queues wait;
-//! - `networks`: the loaded conf dir and its reloading (inotify, SIGHUP);
-//! - `metrics`: Prometheus text, per-plugin timing via a wrapping executor;
-//! - `auth`: the peer policy; `listen`: the socket and systemd; `error`:
-//!   the HTTP status of every error.
+//! This module holds the whole lifecycle in [`run`], one function per
+//! step; ARCHITECTURE.md ("Lifecycle") lists the steps in order and what
+//! each submodule owns. Only `http` speaks HTTP.
 //!
 //! # Caveats
 //! - **Shutdown** (SIGTERM, SIGINT): the socket stops accepting, queued
 //!   operations are answered 503 (nothing of them ran), running ones finish
 //!   (an ADD completes or rolls back) and their answers are written;
-//!   connections with no operation in progress (idle, or still sending a
-//!   request) are closed at once and never hold the shutdown. Then the
-//!   socket file is removed
-//!   (unless systemd owns it). If they take longer than
-//!   [`Config::shutdown_timeout`] (or a second signal arrives) the daemon
-//!   exits anyway; an ADD cut off that way is rolled back at the next start
-//!   from its intent.
+//!   connections with no operation in progress are closed at once. Then
+//!   the socket file is removed (unless systemd owns it). If they take
+//!   longer than [`Config::shutdown_timeout`] (or a second signal arrives)
+//!   the daemon exits anyway; an ADD cut off that way is rolled back at the
+//!   next start from its intent.
 //! - **Plugins inherit the daemon's environment** (as with libcni); the
 //!   systemd variables are removed first ([`SystemdEnv::take_from_env`]),
 //!   and `CNID_STATE_DIR` (the canonical state dir) and `CNID_DEADLINE_MS`
@@ -93,6 +70,12 @@ mod tuning;
 pub use auth::PeerPolicy;
 pub use listen::SystemdEnv;
 
+/// `m`'s guard, also after a panic of another holder (whose state every
+/// user of these locks leaves consistent at each step).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The default socket path.
 pub const DEFAULT_SOCKET: &str = "/run/cnid/cnid.sock";
 /// The default state dir (ADD intents, the daemon's lock).
@@ -142,9 +125,8 @@ pub struct Config {
     pub peers: PeerPolicy,
     /// Operations running plugins at once, across containers.
     pub max_parallel: usize,
-    /// Operations running their plugins at once before others wait for
-    /// one of them (each a bounded while: `daemon::pace`); 0 turns pacing
-    /// off (the default, [`pace::DEFAULT_SLOTS`]).
+    /// Operations running their plugins at once before others wait
+    /// (`pace`; 0, the default, turns pacing off).
     pub plugin_slots: usize,
     /// Default deadline per verb (queueing included).
     pub timeouts: Timeouts,
@@ -165,20 +147,17 @@ pub struct Config {
     /// Ready (`GET /v1/health/ready`) once at least this many networks are
     /// loaded whose plugins answer VERSION (go-cni's `WithMinNetworkCount`).
     pub min_networks: usize,
-    /// Refuse (409) an ADD, CHECK or DEL whose netns and ifname belong to
-    /// another attached container, unless the request sets `force`
-    /// (on by default; `--no-check-netns-owner` turns it off).
+    /// Refuse (409) an ADD, CHECK or DEL on another attached container's
+    /// netns and ifname unless the request sets `force` (on by default).
     pub check_netns_owner: bool,
     /// How long a cached attachment's namespace must be gone before the
-    /// running reaper deletes it (`None`: the running reaper is off). An
-    /// attachment cached in an earlier boot whose namespace is gone is
-    /// deleted at start regardless (docs/reliability.md).
+    /// running reaper deletes it (`None`: off; an earlier boot's are
+    /// deleted at start regardless: `reaper`).
     pub stale_after: Option<Duration>,
     /// How often each cached attachment is CHECKed (`--check-every`;
     /// `None`: never, the default). Drift is reported, not repaired.
     pub check_every: Option<Duration>,
-    /// Socket activation and readiness notification, from
-    /// [`SystemdEnv::take_from_env`].
+    /// Socket activation and readiness ([`SystemdEnv::take_from_env`]).
     pub systemd: SystemdEnv,
 }
 
@@ -415,17 +394,6 @@ fn warn_missing_plugin_dirs(dirs: &[std::path::PathBuf]) {
 /// Runs the daemon until SIGTERM or SIGINT. Returns `Ok(true)` after a
 /// clean drain, `Ok(false)` when operations were still running when the
 /// shutdown bound expired (or a second signal came).
-///
-/// The steps, in order: the state dir's lock, the journal and the cache
-/// (`open_journal`), process tuning and signals, the networks, the
-/// plugin executor and `Cni` (`build_cni`), the socket
-/// (`take_listener`), the engine, what must happen before any request
-/// (`before_requests`: the orphans found and their containers held, the
-/// owners, the rollbacks queued, the orphans' settling started in the
-/// background), the stale-attachment reaper (`start_reaper`),
-/// the conf dir watcher, the background tasks and the HTTP server
-/// (`start_serving`), readiness (`announce_ready`), then the shutdown
-/// (`shut_down`).
 pub async fn run(config: Config) -> Result<bool, Error> {
     let _state_lock = lock_state_dir(&config.state_dir).await?;
     let (intents, cache) = open_journal(&config)?;
@@ -521,16 +489,41 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     Ok(drained)
 }
 
-/// The ADD journal and the result cache.
+/// How long the exit waits for the runtime's blocking-pool threads once
+/// [`run`] has returned.
+pub const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs `daemon` (the future of [`run`]) on a runtime of `workers` worker
+/// threads, then shuts the runtime down, waiting at most `grace` for its
+/// blocking-pool threads.
 ///
-/// The result cache is written without fsync and on the calling worker:
-/// each ADD's record is made durable by the one flushed commit line of
-/// the journal ([`intents`]), not by the cache's own two flushes; the
-/// per-attachment calls without a flush are a few short system calls,
-/// cheaper than a hand-off to the blocking pool (listings still go
-/// there). Unless the journal cannot stand for the cache: on a file
-/// system a reboot empties while the cache's is not, or when a restart
-/// could not tell a reboot from a crash (no boot id).
+/// Dropping a runtime waits for every blocking-pool thread: one stuck in a
+/// read or an fsync on a hung disk would hold the exit forever, after
+/// SIGTERM too. Past `grace` such a thread is left to the process's exit.
+/// A journal flush cut off so is a crash to the next start, which the
+/// journal recovers from (`intents`: the operation was not answered, its
+/// ADD is rolled back). A thread in uninterruptible disk sleep still
+/// delays the kernel's end of the process; this bounds our own wait.
+pub fn block_on<T>(
+    workers: usize,
+    grace: Duration,
+    daemon: impl std::future::Future<Output = T>,
+) -> std::io::Result<T> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .max_blocking_threads(16)
+        .thread_name("cnid")
+        .enable_all()
+        .build()?;
+    let out = runtime.block_on(daemon);
+    runtime.shutdown_timeout(grace);
+    Ok(out)
+}
+
+/// The ADD journal and the result cache, which the journal's commit lines
+/// make durable (the cache then writes without fsync, on the calling
+/// worker: `intents`) unless the journal cannot stand for it: on a file
+/// system a reboot empties while the cache's is not, or without a boot id.
 fn open_journal(config: &Config) -> Result<(intents::Intents, ResultCache), Error> {
     let intents = intents::Intents::new(&config.state_dir);
     let deferred = match journal_outlives_cache(config) {
@@ -610,11 +603,9 @@ fn take_listener(config: &Config) -> Result<(UnixListener, Option<PathBuf>), Err
 }
 
 /// What must be done before any request is served: the plugins a killed
-/// predecessor left running are found (their containers held, the owners
-/// read, the ADDs that never completed queued for their rollback, first
-/// in their containers' queues: `Engine::recover`); those an orphan works
-/// on wait (held) until it is gone, in a task of their own, while
-/// everything else is served.
+/// predecessor left running found, the ADDs that never completed queued
+/// for their rollback (`Engine::recover`), and the orphans' containers
+/// held until they are gone, in a task of their own (`orphans`).
 async fn before_requests(
     engine: &Arc<engine::Engine>,
     mark: &str,
@@ -762,11 +753,8 @@ async fn announce_ready(engine: &engine::Engine, config: &Config, socket: &Path)
     }
 }
 
-/// The shutdown after the first signal: stop accepting (the listener is
-/// dropped with the accept loop), answer queued operations with 503, let
-/// idle connections go, remove the socket we `created`, then wait for the
-/// running operations up to the shutdown bound or a second signal.
-/// Returns whether they all finished.
+/// The shutdown after the first signal (the module's caveats): returns
+/// whether every running operation finished.
 async fn shut_down(
     (engine, journal): (&engine::Engine, &intents::Intents),
     config: &Config,
@@ -807,4 +795,33 @@ async fn shut_down(
         tracing::info!("all operations finished; bye");
     }
     drained
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    /// A blocking-pool thread stuck for good (a read on a hung disk) does
+    /// not hold the exit: [`super::block_on`] returns once its grace is
+    /// over. Dropping the runtime instead waits for the thread forever.
+    #[test]
+    fn a_stuck_blocking_thread_does_not_hold_the_exit() {
+        let (gate, stuck) = mpsc::channel::<()>();
+        let (done, returned) = mpsc::channel();
+        std::thread::spawn(move || {
+            let out = super::block_on(1, super::Duration::from_millis(50), async move {
+                let (started, running) = tokio::sync::oneshot::channel();
+                tokio::task::spawn_blocking(move || {
+                    let _ = started.send(());
+                    // Never released while the runtime shuts down.
+                    let _ = stuck.recv();
+                });
+                running.await.is_ok()
+            });
+            let _ = done.send(out.map_err(|e| e.to_string()));
+        });
+        let out = returned.recv_timeout(super::Duration::from_secs(60));
+        assert_eq!(out, Ok(Ok(true)), "the exit waited for the stuck thread");
+        drop(gate);
+    }
 }

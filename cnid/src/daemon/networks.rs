@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
 use crate::api::{ConfigError, NetworkInfo, NetworksResponse};
+use crate::daemon::lock;
 
 /// One usable network.
 pub(crate) type Loaded = LoadedNetwork;
@@ -143,7 +144,7 @@ impl Networks {
             Ok(ready) => &ready.unusable,
             Err(not) => &not.unusable,
         };
-        let mut last = self.last_unusable.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.last_unusable);
         if *last != *unusable {
             for u in unusable.iter().filter(|u| !last.contains(u)) {
                 tracing::warn!(network = %u.network, default = u.default, reason = %u.reason, "network unusable");

@@ -221,12 +221,11 @@ fn orphan(pid: u32, entry: &[u8]) -> Option<Orphan> {
     if !vars.contains(&entry) {
         return None;
     }
-    let var = |name: &str| -> Option<String> {
+    let raw = |name: &str| -> Option<&[u8]> {
         let prefix = format!("{name}=");
-        vars.iter()
-            .find_map(|v| v.strip_prefix(prefix.as_bytes()))
-            .map(|v| String::from_utf8_lossy(v).into_owned())
+        vars.iter().find_map(|v| v.strip_prefix(prefix.as_bytes()))
     };
+    let var = |name: &str| raw(name).map(|v| String::from_utf8_lossy(v).into_owned());
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     // The daemon ran the plugin by its path: its `argv[0]`, or a later
@@ -234,11 +233,8 @@ fn orphan(pid: u32, entry: &[u8]) -> Option<Orphan> {
     // sh`). A process with the environment and another command is what a
     // plugin started in a group of its own: no plugin of ours. (Without
     // the variable, a plugin of an older cnid: taken as one.)
-    let plugin_var = format!("{PLUGIN}=");
-    if let Some(path) = vars
-        .iter()
-        .find_map(|v| v.strip_prefix(plugin_var.as_bytes()))
-        && !argv.iter().take(3).any(|a| a == &path)
+    if let Some(path) = raw(PLUGIN)
+        && !argv.iter().take(3).any(|a| *a == path)
     {
         return None;
     }

@@ -62,6 +62,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
+use super::lock;
 use super::metrics::Metrics;
 use super::operation::{NewOp, Outcome, Work};
 use super::slots::{Slot, Slots};
@@ -118,10 +119,6 @@ pub(crate) struct Op {
     /// Background work a runtime request of its container waits behind:
     /// it takes a runtime slot from then on, not a background one.
     promoted: CancellationToken,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Op {

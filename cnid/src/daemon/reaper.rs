@@ -25,9 +25,8 @@
 //!   answers success without running the plugins again
 //!   (`Engine::reaped_already`); one queued ahead of it leaves the reap
 //!   nothing to do. Either way one DEL runs.
-//! - **Background work.** A reap runs in a background slot (`slots`): at
-//!   most a quarter of `--max-parallel` (at least one) reaps run at once,
-//!   and a reap never takes a slot a runtime request waits for.
+//! - **Background work.** A reap runs in a background slot (`slots`; the
+//!   queue's module docs).
 //! - **Reaped means reaped until attached again.** A reaped attachment is
 //!   remembered (whatever the time since) until a runtime's DEL of it
 //!   answered, or an ADD of it succeeded (`Engine::add_result`): from
@@ -43,12 +42,9 @@
 //!   error and counted; the attachment stays listed as `stale` with the
 //!   error and is not tried again until its record changes or cnid
 //!   restarts.
-//! - **Listing.** `/v1/attachments` shows what the last scan found: an
-//!   attachment whose namespace is gone is `"state": "gone"` while it
-//!   waits for `--stale-after`, then `"stale"` until it is reaped (with
-//!   the last error once a reap failed), each with `goneSince` (when the
-//!   reaper first saw the namespace gone). The gauge
-//!   `cnid_stale_attachments{state}` counts the same.
+//! - **Listing.** `/v1/attachments` shows what the last scan found
+//!   (`state` `gone` or `stale`, `goneSince`, `reapError`: `cnid/API.md`),
+//!   and the gauge `cnid_stale_attachments{state}` counts the same.
 //! - **Safety.** Nothing is reaped while the conf dir (also a missing
 //!   one) or the cache cannot be read (a pass is skipped, with a warning).
 //!   Only an attachment proven gone is reaped (`cni_async::stale`: another

@@ -7,8 +7,8 @@
 //! ([`REAPED_MAX`]), a refusal kept until its record changes.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use cni_async::daemon::AttachmentKey;
@@ -16,6 +16,7 @@ use cni_async::stale::Candidate;
 use tokio::sync::Notify;
 
 use super::metrics::Metrics;
+use crate::daemon::lock;
 
 /// An attachment's key (network, container ID, ifname).
 pub(crate) fn key(network: &str, container_id: &str, ifname: &str) -> AttachmentKey {
@@ -96,10 +97,6 @@ pub(crate) struct ReapState {
 }
 
 impl StaleView {
-    fn lock(&self) -> MutexGuard<'_, View> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// What the last scan found about the attachment (`None`: its
     /// namespace was not seen gone).
     pub(crate) fn state(
@@ -109,7 +106,7 @@ impl StaleView {
         ifname: &str,
     ) -> Option<ReapState> {
         let k = key(network, container_id, ifname);
-        let v = self.lock();
+        let v = lock(&self.inner);
         let gone_since = v.gone.get(&k).copied();
         if v.stale.contains(&k) {
             let error = v
@@ -132,26 +129,26 @@ impl StaleView {
 
     /// Whether the reaper sees the host's mounts and processes.
     pub(crate) fn sees_host_mounts(&self) -> bool {
-        !self.lock().limited
+        !lock(&self.inner).limited
     }
 
     pub(crate) fn set_sees_host_mounts(&self, sees: bool) {
-        self.lock().limited = !sees;
+        lock(&self.inner).limited = !sees;
     }
 
     pub(crate) fn was_reaped(&self, k: &AttachmentKey) -> bool {
-        self.lock().reaped.contains_key(k)
+        lock(&self.inner).reaped.contains_key(k)
     }
 
     /// The attachment was attached again, or its late DEL answered: a
     /// later DEL runs its plugins.
     pub(crate) fn forget(&self, k: &AttachmentKey) {
-        self.lock().reaped.remove(k);
+        lock(&self.inner).reaped.remove(k);
     }
 
     /// When the next retry is due.
     pub(crate) fn next_retry(&self) -> Option<Instant> {
-        self.lock().retry.values().filter_map(|r| r.due).min()
+        lock(&self.inner).retry.values().filter_map(|r| r.due).min()
     }
 
     /// Notified when a retry was scheduled.
@@ -170,7 +167,7 @@ impl StaleView {
         metrics: &Metrics,
     ) -> Vec<Candidate> {
         let due = Instant::now();
-        let mut v = self.lock();
+        let mut v = lock(&self.inner);
         // Seen gone before: since then (the first sighting stays).
         for (k, since) in &mut gone {
             if let Some(first) = v.gone.get(k) {
@@ -218,14 +215,14 @@ impl StaleView {
 
     /// A reap of `k` was queued.
     pub(crate) fn queued(&self, k: AttachmentKey) {
-        self.lock().inflight.insert(k);
+        lock(&self.inner).inflight.insert(k);
     }
 
     /// The reap of `k` ended (or never ran): a retry of it that never ran
     /// (out of time while queued, cancelled) is due again after its
     /// backoff.
     pub(crate) fn settled(&self, k: &AttachmentKey) {
-        let mut v = self.lock();
+        let mut v = lock(&self.inner);
         v.inflight.remove(k);
         if let Some(r) = v.retry.get_mut(k)
             && r.due.is_none()
@@ -238,7 +235,7 @@ impl StaleView {
 
     /// The reap's DEL succeeded: remembered as reaped.
     pub(crate) fn reaped(&self, k: AttachmentKey, metrics: &Metrics) {
-        let mut v = self.lock();
+        let mut v = lock(&self.inner);
         v.stale.remove(&k);
         v.gone.remove(&k);
         v.failed.remove(&k);
@@ -249,7 +246,7 @@ impl StaleView {
 
     /// The record changed since the scan: nothing was reaped.
     pub(crate) fn changed(&self, k: &AttachmentKey, metrics: &Metrics) {
-        let mut v = self.lock();
+        let mut v = lock(&self.inner);
         v.stale.remove(k);
         v.gone.remove(k);
         v.retry.remove(k);
@@ -259,7 +256,7 @@ impl StaleView {
     /// A transient failure: tried again after a backoff. Returns the
     /// attempts so far and the wait.
     pub(crate) fn retry_later(&self, k: AttachmentKey, error: String) -> (u32, Duration) {
-        let mut v = self.lock();
+        let mut v = lock(&self.inner);
         let attempts = v.retry.get(&k).map_or(0, |r| r.attempts) + 1;
         let wait = backoff(attempts);
         let due = Some(Instant::now() + wait);
@@ -279,7 +276,7 @@ impl StaleView {
     /// A refusal: not tried again until the record (its mtime `written`)
     /// changes.
     pub(crate) fn refused(&self, k: AttachmentKey, written: Option<SystemTime>, error: String) {
-        let mut v = self.lock();
+        let mut v = lock(&self.inner);
         v.retry.remove(&k);
         v.failed.insert(k, (written, error));
     }

@@ -59,19 +59,13 @@ impl Engine {
             ifname = %c.ifname, netns = %c.netns, why = %reason);
         let res =
             tracing::Instrument::instrument(self.p.cni.reap_stale(c, &opts), span.clone()).await;
+        if let Ok(Reaped::Deleted) = &res {
+            let rt = RuntimeConf::new(&c.container_id, &c.netns, &c.ifname);
+            tracing::Instrument::instrument(self.deleted(&c.network, &rt), span.clone()).await;
+        }
         let _enter = span.enter();
         match res {
             Ok(Reaped::Deleted) => {
-                drop(_enter);
-                tracing::Instrument::instrument(
-                    self.deleted(
-                        &c.network,
-                        &RuntimeConf::new(&c.container_id, &c.netns, &c.ifname),
-                    ),
-                    span.clone(),
-                )
-                .await;
-                let _enter = span.enter();
                 self.p.stale.reaped(k, &self.p.metrics);
                 self.p.metrics.reaped[why][0].fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("stale attachment deleted: its namespace is gone ({reason})");

@@ -17,9 +17,9 @@
 //! was never complete has nothing to answer). When the table is full, a new
 //! connection takes the place of the one that has been `Idle` longest, else
 //! of the one that has waited longest in `Head` or `Body`: a flood of
-//! stalled connections cannot lock out a health probe. When every
-//! connection is `Busy`, the new one is answered 503 without being read. Shutdown closes `Head` and `Body`
-//! connections at once and lets `Busy` ones finish.
+//! stalled connections cannot lock out a health probe. When every one is
+//! `Busy`, the new one is answered 503 without being read. Shutdown closes
+//! `Head` and `Body` connections at once and lets `Busy` ones finish.
 //!
 //! # Caveats
 //! Eviction picks by age, not by peer: an allowed peer that keeps opening
@@ -35,6 +35,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+use crate::daemon::lock;
 
 /// How often each kind of warning is logged at most.
 pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -179,11 +181,7 @@ impl Conns {
 
     /// How many connections are open.
     pub(crate) fn open(&self) -> usize {
-        self.table().len()
-    }
-
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.table).len()
     }
 
     /// Admits a new connection, in `Head` phase: below the cap as is; at
@@ -203,7 +201,7 @@ impl Conns {
             closed: CancellationToken::new(),
         });
         slot.enter(Phase::Head);
-        let mut table = self.table();
+        let mut table = lock(&self.table);
         if table.len() < self.cap {
             table.insert(slot.id, slot.clone());
             return Admit::Admitted(slot);
@@ -238,7 +236,7 @@ impl Conns {
     /// Forgets a connection whose socket is closed (the table no longer
     /// has it when it was replaced).
     pub(crate) fn remove(&self, slot: &Conn) {
-        self.table().remove(&slot.id);
+        lock(&self.table).remove(&slot.id);
         slot.closed.cancel();
     }
 
@@ -298,7 +296,7 @@ impl Throttle {
     /// `Some(n)` when this occurrence is to be logged: `n` occurrences
     /// since the last one logged were not.
     pub(crate) fn pass(&self) -> Option<u64> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = lock(&self.state);
         let now = Instant::now();
         match st.0 {
             Some(last) if now.duration_since(last) < LOG_INTERVAL => {

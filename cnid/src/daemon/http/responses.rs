@@ -44,19 +44,6 @@ pub(super) fn to_json<T: Serialize>(status: StatusCode, v: &T) -> Resp {
 /// The HTTP status of each kind of failure: the one place where kinds
 /// become statuses. A more severe kind never has a lower status (the
 /// engine takes the maximum kind of several failures).
-///
-/// | kind | HTTP |
-/// |---|---|
-/// | `InvalidRequest` | 400 |
-/// | `Forbidden` | 403 |
-/// | `NotFound` | 404 |
-/// | `MethodNotAllowed` | 405 |
-/// | `Conflict` | 409 |
-/// | `TooLarge` | 413 |
-/// | `Internal`, `Io` | 500 |
-/// | `PluginFailed` | 502 |
-/// | `NotReady`, `Busy`, `ShuttingDown` | 503 (with `Retry-After: 1`) |
-/// | `DeadlineExpired` | 504 |
 pub(crate) fn status_of(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,

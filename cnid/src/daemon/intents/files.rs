@@ -67,10 +67,7 @@ impl Intents {
     #[cfg(test)]
     pub(crate) async fn exists(&self, network: &str, container_id: &str, ifname: &str) -> bool {
         let k = key(network, container_id, ifname);
-        if self
-            .journal
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        if lock(&self.journal)
             .open
             .values()
             .any(|(open, _)| *open == k)

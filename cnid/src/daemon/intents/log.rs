@@ -150,7 +150,7 @@ impl Intents {
     /// records costs one or two `fdatasync`s, not one each. Blocking.
     pub(super) fn flush_through(&self, ticket: &Ticket) -> io::Result<()> {
         let path = self.dir.join(JOURNAL);
-        let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let mut j = lock(&self.journal);
         loop {
             if let Some(outcome) = ticket.0.get() {
                 return outcome
@@ -173,7 +173,7 @@ impl Intents {
                     None => Ok(()),
                 }))
                 .unwrap_or_else(|_| Err(io::Error::other("the flush panicked")));
-                j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+                j = lock(&self.journal);
                 j.flush.running = false;
                 let res = res.map_err(|e| {
                     let e = ctx(&path, "fdatasync", e);
@@ -267,14 +267,7 @@ impl Intents {
                     continue;
                 }
             };
-            if old
-                && self
-                    .journal
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .committed
-                    .is_empty()
-            {
+            if old && lock(&self.journal).committed.is_empty() {
                 // An idle daemon wakes no pool thread.
                 continue;
             }
@@ -295,7 +288,7 @@ impl Intents {
 
     pub(super) fn compact_when(&self, when: impl Fn(&Journal) -> bool) -> io::Result<()> {
         let (upto, attachments) = {
-            let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+            let mut j = lock(&self.journal);
             if j.compacting || !when(&j) {
                 return Ok(());
             }
@@ -316,7 +309,7 @@ impl Intents {
                     .map(|[n, c, i]| (n.as_str(), c.as_str(), i.as_str())),
             )
         });
-        let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let mut j = lock(&self.journal);
         j.compacting = false;
         let _files = match synced {
             Ok(n) => n,

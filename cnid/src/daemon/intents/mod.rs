@@ -75,18 +75,9 @@
 //! never collide, and `<network>:` picks exactly one network's intents.
 //!
 //! # Caveats
-//! A journal append is one `write` with `O_APPEND`, so concurrent ADDs'
-//! records never interleave; only the last line can be torn (by a crash
-//! during the append, before any plugin of that ADD ran), and unparsable
-//! lines are skipped. A failed append is cut off again at once.
-//!
-//! A write of an intent file in progress shows as a dot-file (`.<name>.tmp-<pid>-<n>`,
-//! [`durable::temp_path`]) in the same dir. Such files are removed as crash leftovers at start only
-//! ([`Intents::remove_leftovers`], before any request runs); while the
-//! daemon serves, nothing but the writer touches them, and GC of a network
-//! reads that network's files only ([`Intents::of_network`]), never
-//! removing or moving any.
-
+//! A crash during an append tears at most the last line (its ADD ran no
+//! plugin yet), which is skipped: `log` and `record` keep this. Intent
+//! files, their temp files and what a GC may touch of them: `files`.
 //!
 //! # Rooms
 //! Behind the [`Intents`] front (`begin`, `commit`, `finish`, `keep`,
@@ -118,6 +109,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::daemon::lock;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use cni_async::cache::ResultCache;
@@ -330,10 +322,7 @@ impl Intents {
 
     #[cfg(test)]
     fn with_compact_at(self, bytes: u64) -> Self {
-        self.journal
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .compact_at = bytes;
+        lock(&self.journal).compact_at = bytes;
         self
     }
 
@@ -370,7 +359,7 @@ impl Intents {
                 return Ok(BeginAnswer::Open);
             }
             let (seq, ticket) = {
-                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let mut j = lock(&this.journal);
                 if j.open.values().any(|(open, _)| *open == k) {
                     return Ok(BeginAnswer::Open);
                 }
@@ -391,7 +380,7 @@ impl Intents {
                 // flushed, as any `end`), so that a later flush that makes
                 // the `begin` durable makes its end durable with it (else
                 // the next start would DEL an attachment never made).
-                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let mut j = lock(&this.journal);
                 let _ = this.end_open(&mut j, seq);
                 return Err(BeginError::Journal(e));
             }
@@ -427,7 +416,7 @@ impl Intents {
         blocking(move || {
             let k = key(&attachment[0], &attachment[1], &attachment[2]);
             let (ticket, due_now, n) = {
-                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let mut j = lock(&this.journal);
                 j.open.remove(&pending.0);
                 let file = this.journal_file(&mut j)?;
                 this.append(&mut j, &file, &line)?;
@@ -454,7 +443,7 @@ impl Intents {
                 // flush that makes it durable makes its end durable too
                 // (else a reboot would restore the record of an ADD
                 // answered as failed, refusing the attachment's next ADD).
-                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let mut j = lock(&this.journal);
                 j.committed.remove(&n);
                 if let Ok(file) = this.journal_file(&mut j) {
                     let _ = this.append(&mut j, &file, &gone_line(&k));
@@ -477,7 +466,7 @@ impl Intents {
     /// the next start.
     pub(crate) async fn finish(&self, pending: Pending) -> io::Result<()> {
         {
-            let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+            let mut j = lock(&self.journal);
             self.end_open(&mut j, pending.0)?;
             if !due(&j) {
                 return Ok(());
@@ -507,7 +496,7 @@ impl Intents {
     /// drain), or commit lines carried from the start ([`Journal::carried`]:
     /// records still to restore), it stays for the next start.
     pub(crate) fn close(&self) {
-        let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let mut j = lock(&self.journal);
         if !j.open.is_empty() {
             return;
         }
@@ -573,7 +562,7 @@ impl Intents {
         let this = self.clone();
         blocking(move || {
             {
-                let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+                let mut j = lock(&this.journal);
                 let has = j.committed.values().any(|c| {
                     let (n, c, i) = c.names();
                     key(n, c, i) == k
@@ -621,7 +610,7 @@ impl Intents {
                             .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
                     })
             };
-            let mut j = this.journal.lock().unwrap_or_else(|e| e.into_inner());
+            let mut j = lock(&this.journal);
             let mut gone: Vec<String> = j
                 .committed
                 .values()

@@ -77,7 +77,7 @@ impl Intents {
         // earlier run (a `begin` left there would be rolled back again at
         // every start, and an `end` would end a new `begin` of the same
         // number).
-        let mut j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let mut j = lock(&self.journal);
         j.next_seq = max_seq(&bytes) + 1;
         if unsettled.is_empty() {
             if !bytes.is_empty() {
@@ -241,7 +241,7 @@ impl Intents {
     /// went down whose records the cache does not hold until a later
     /// start restores them. The owner check counts them as attachments.
     pub(crate) fn carried_records(&self) -> Vec<CacheRecord> {
-        let j = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let j = lock(&self.journal);
         let lines: Vec<u8> = j.carried.iter().flat_map(|c| c.line.clone()).collect();
         committed_records(&lines)
             .into_iter()
