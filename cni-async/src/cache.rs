@@ -105,14 +105,13 @@ impl ResultCache {
         }
     }
 
-    /// Whether the per-attachment disk work (lock, read, write, removal)
-    /// runs on the calling thread instead of tokio's blocking pool (default
-    /// false; listings always run on the pool). For a one-shot process
-    /// (cnitool: about 0.1 ms per run saved), or a server whose flushes are
-    /// deferred (cnid), so that a call is a few short system calls.
-    pub fn with_inline_io(mut self, inline: bool) -> Self {
-        self.inline = inline;
-        self
+    setters! {
+        /// Whether the per-attachment disk work (lock, read, write, removal)
+        /// runs on the calling thread instead of tokio's blocking pool (default
+        /// false; listings always run on the pool). For a one-shot process
+        /// (cnitool: about 0.1 ms per run saved), or a server whose flushes are
+        /// deferred (cnid), so that a call is a few short system calls.
+        pub fn with_inline_io(inline: bool);
     }
 
     /// The cache dir.

@@ -41,13 +41,12 @@ impl ResultCache {
         self
     }
 
-    /// Whether writes are flushed (default true). Turned off, writes stay
-    /// atomic but not durable across a power loss: the caller owes
-    /// [`ResultCache::sync_records_blocking`] (or the `syncfs` form) before
-    /// it forgets which records it wrote.
-    pub fn with_durable(mut self, durable: bool) -> Self {
-        self.store.durable = durable;
-        self
+    setters! {
+        /// Whether writes are flushed (default true). Turned off, writes stay
+        /// atomic but not durable across a power loss: the caller owes
+        /// [`ResultCache::sync_records_blocking`] (or the `syncfs` form) before
+        /// it forgets which records it wrote.
+        pub fn with_durable(store.durable: bool);
     }
 
     /// [`ResultCache::read`] on the calling thread, for a caller already

@@ -127,10 +127,9 @@ impl<'a> ExecRequest<'a> {
         }
     }
 
-    /// The same request with other output limits.
-    pub fn with_limits(mut self, limits: OutputLimits) -> Self {
-        self.limits = limits;
-        self
+    setters! {
+        /// The same request with other output limits.
+        pub fn with_limits(limits: OutputLimits);
     }
 }
 

@@ -148,17 +148,13 @@ impl MultiNetworkBuilder {
         self
     }
 
-    /// How [`MultiNetwork::setup`] runs (default [`SetupMode::Serial`]).
-    pub fn mode(mut self, mode: SetupMode) -> Self {
-        self.mode = mode;
-        self
-    }
+    setters! {
+        /// How [`MultiNetwork::setup`] runs (default [`SetupMode::Serial`]).
+        pub fn mode(mode: SetupMode);
 
-    /// The deadline of each network's operation (each ADD, DEL, CHECK,
-    /// STATUS of one network list); default: the `Cni`'s per-verb deadlines.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
+        /// The deadline of each network's operation (each ADD, DEL, CHECK,
+        /// STATUS of one network list); default: the `Cni`'s per-verb deadlines.
+        pub fn timeout(timeout: Duration, Some);
     }
 
     /// Reads the conf dirs and checks the set: at least one network, valid

@@ -166,10 +166,9 @@ impl Sandbox {
         self
     }
 
-    /// Whether to add `IgnoreUnknown=1` (see [`Sandbox::ignore_unknown`]).
-    pub fn with_ignore_unknown(mut self, on: bool) -> Self {
-        self.ignore_unknown = on;
-        self
+    setters! {
+        /// Whether to add `IgnoreUnknown=1` (see [`Sandbox::ignore_unknown`]).
+        pub fn with_ignore_unknown(ignore_unknown: bool);
     }
 
     /// The `CNI_ARGS` pairs sent to plugins: the labels, with

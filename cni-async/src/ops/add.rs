@@ -473,11 +473,10 @@ impl<'a> AddRequest<'a> {
 }
 
 impl<Out> Request<'_, AddOp<'_, Out>> {
-    /// When the chain fails part way, DEL the plugins that ran (see
-    /// [`CallOptions::rollback`]).
-    pub fn rollback(mut self, rollback: bool) -> Self {
-        self.opts.rollback = rollback;
-        self
+    setters! {
+        /// When the chain fails part way, DEL the plugins that ran (see
+        /// [`CallOptions::rollback`]).
+        pub fn rollback(opts.rollback: bool);
     }
 
     /// Refuses an attachment the cache holds already: fails with

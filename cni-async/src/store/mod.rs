@@ -97,10 +97,9 @@ impl Store {
         }
     }
 
-    /// Every write, flush, rename and removal through `storage`.
-    pub(crate) fn with_storage(mut self, storage: Arc<dyn Storage>) -> Self {
-        self.storage = storage;
-        self
+    setters! {
+        /// Every write, flush, rename and removal through `storage`.
+        pub(crate) fn with_storage(storage: Arc<dyn Storage>);
     }
 
     /// `<dir>/results`.
