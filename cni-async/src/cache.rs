@@ -56,8 +56,8 @@ use std::time::{Duration, Instant};
 use cni_core::cache::{self as record, CacheEntry, CacheRecord};
 
 use crate::error::Error;
+use crate::store::{AttachmentKey, Names, Prior, Store};
 pub use crate::store::{AttachmentLock, ListPage};
-use crate::store::{Prior, Store};
 
 /// The result cache rooted at one directory (default `/var/lib/cni`).
 #[derive(Debug, Clone)]
@@ -92,8 +92,14 @@ fn lost_task(e: tokio::task::JoinError) -> Error {
     )
 }
 
-fn owned(network: &str, container_id: &str, ifname: &str) -> (String, String, String) {
-    (network.into(), container_id.into(), ifname.into())
+/// An attachment's names, owned (for a closure sent to the blocking pool).
+pub(crate) fn owned((network, cid, ifname): Names<'_>) -> AttachmentKey {
+    (network.into(), cid.into(), ifname.into())
+}
+
+/// The names of an owned key.
+fn borrowed(key: &AttachmentKey) -> Names<'_> {
+    (&key.0, &key.1, &key.2)
 }
 
 impl ResultCache {
@@ -126,7 +132,7 @@ impl ResultCache {
 
     /// The record file of an attachment (names validated).
     pub fn path(&self, network: &str, container_id: &str, ifname: &str) -> Result<PathBuf, Error> {
-        self.store.path(network, container_id, ifname)
+        self.store.path((network, container_id, ifname))
     }
 
     /// Takes the attachment's lock, waiting up to `timeout` for another
@@ -138,9 +144,8 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<AttachmentLock, Error> {
-        let (lock, ()) = self
-            .lock_then(network, container_id, ifname, timeout, |_, _| Ok(()))
-            .await?;
+        let names = (network, container_id, ifname);
+        let (lock, ()) = self.lock_then(names, timeout, |_, _, _| Ok(())).await?;
         Ok(lock)
     }
 
@@ -154,20 +159,13 @@ impl ResultCache {
     /// must leave alone; a corrupt file is left in place.
     pub(crate) async fn lock_for_add(
         &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
+        names: Names<'_>,
         timeout: Duration,
         fresh: bool,
     ) -> Result<(AttachmentLock, Prior), Error> {
-        let (net, cid, ifn) = owned(network, container_id, ifname);
-        self.lock_then(
-            network,
-            container_id,
-            ifname,
-            timeout,
-            move |store, path| store.check_not_taken(path, (&net, &cid, &ifn), fresh, true),
-        )
+        self.lock_then(names, timeout, move |store, path, names| {
+            store.check_not_taken(path, names, fresh, true)
+        })
         .await
     }
 
@@ -182,7 +180,7 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
-        self.lock_and_read_with(network, container_id, ifname, timeout, true)
+        self.lock_and_read_with((network, container_id, ifname), timeout, true)
             .await
     }
 
@@ -192,46 +190,38 @@ impl ResultCache {
     /// was attached ([`Prior::Corrupt`]).
     pub(crate) async fn lock_and_read_with(
         &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
+        names: Names<'_>,
         timeout: Duration,
         move_corrupt: bool,
     ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
-        let (net, cid, ifn) = owned(network, container_id, ifname);
-        self.lock_then(
-            network,
-            container_id,
-            ifname,
-            timeout,
-            move |store, path| Ok(store.read_entry(path, (&net, &cid, &ifn), move_corrupt)),
-        )
+        self.lock_then(names, timeout, move |store, path, names| {
+            Ok(store.read_entry(path, names, move_corrupt))
+        })
         .await
     }
 
     /// The lock loop: each try takes the lock and, when it got it, runs
-    /// `then(store, record path)` in the same blocking call; between tries
+    /// `then(store, record path, names)` in the same blocking call; between tries
     /// a doubling backoff (1 ms up to 50 ms); past `timeout`,
     /// [`Error::CacheLocked`]. When `then` fails, the lock is released.
     async fn lock_then<T: Send + 'static>(
         &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
+        names: Names<'_>,
         timeout: Duration,
-        then: impl Fn(&Store, &Path) -> Result<T, Error> + Clone + Send + 'static,
+        then: impl Fn(&Store, &Path, Names<'_>) -> Result<T, Error> + Clone + Send + 'static,
     ) -> Result<(AttachmentLock, T), Error> {
-        let at = self.store.lock_paths(network, container_id, ifname)?;
+        let (at, key) = (self.store.lock_paths(names)?, owned(names));
         let start = Instant::now();
         let mut backoff = Duration::from_millis(1);
         loop {
-            let (try_at, store, then) = (at.clone(), self.store.clone(), then.clone());
+            let (try_at, store, then, key) =
+                (at.clone(), self.store.clone(), then.clone(), key.clone());
             let held = blocking(self.inline, move || {
                 let Some(lock) = store.try_lock(&try_at)? else {
                     return Ok(None);
                 };
                 // On an error, `lock` is dropped (and so released) here.
-                let value = then(&store, &lock.record)?;
+                let value = then(&store, &lock.record, borrowed(&key))?;
                 Ok(Some((lock, value)))
             })
             .await?;
@@ -261,7 +251,7 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
-        self.read_with(network, container_id, ifname, true).await
+        self.read_with((network, container_id, ifname), true).await
     }
 
     /// Writes an attachment's record atomically (temp file, `fdatasync`,
@@ -326,24 +316,17 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
     ) -> Result<(), Error> {
-        self.path(network, container_id, ifname)?;
-        let (net, cid, ifn) = owned(network, container_id, ifname);
-        let store = self.store.clone();
-        blocking(self.inline, move || store.remove(&net, &cid, &ifn)).await
+        let (store, key) = (self.store.clone(), owned((network, container_id, ifname)));
+        store.path(borrowed(&key))?;
+        blocking(self.inline, move || store.remove(borrowed(&key))).await
     }
 
     /// Every cached attachment (only `cniCacheV1` records), optionally only
     /// those of one container, sorted by file name. Unreadable or corrupt
     /// files are skipped with a warning (not moved: listing changes nothing).
     pub async fn list(&self, container_id: Option<&str>) -> Result<Vec<CacheRecord>, Error> {
-        let store = self.store.clone();
-        let filter = container_id.map(str::to_owned);
-        blocking(false, move || {
-            store
-                .list_page(filter.as_deref(), &ListPage::ALL)
-                .map(|(recs, _)| recs)
-        })
-        .await
+        let page = self.list_page(container_id, ListPage::ALL).await;
+        page.map(|(recs, _)| recs)
     }
 
     /// One page of [`ResultCache::list`] (see [`ListPage`]): memory is
@@ -363,17 +346,11 @@ impl ResultCache {
     /// cached getters), as [`ResultCache::lock_and_read_with`] says.
     pub(crate) async fn read_with(
         &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
+        names: Names<'_>,
         move_aside: bool,
     ) -> Result<Option<CacheEntry>, Error> {
-        let store = self.store.clone();
-        let (net, cid, ifn) = owned(network, container_id, ifname);
-        blocking(self.inline, move || {
-            store.read(&net, &cid, &ifn, move_aside)
-        })
-        .await
+        let (store, key) = (self.store.clone(), owned(names));
+        blocking(self.inline, move || store.read(borrowed(&key), move_aside)).await
     }
 
     /// The cached attachments of containers other than `container_id` on
@@ -453,7 +430,7 @@ mod tests {
             let before = std::fs::read(dir.join("results/a-b-c-eth0")).unwrap();
 
             let err = cache
-                .lock_for_add("a", "b-c", "eth0", SECOND, false)
+                .lock_for_add(("a", "b-c", "eth0"), SECOND, false)
                 .await
                 .unwrap_err();
             assert!(matches!(err, Error::AttachmentCollision { .. }), "{err}");
@@ -481,7 +458,7 @@ mod tests {
     fn the_add_lock_step_holds_the_lock_on_a_free_or_own_slot() {
         both_modes(async |cache, dir| {
             let (lock, _) = cache
-                .lock_for_add("n", "c1", "eth0", SECOND, false)
+                .lock_for_add(("n", "c1", "eth0"), SECOND, false)
                 .await
                 .unwrap();
             let busy = cache
@@ -497,7 +474,7 @@ mod tests {
 
             cache.write(&record("n", "c1", "eth0")).await.unwrap();
             let (lock, _) = cache
-                .lock_for_add("n", "c1", "eth0", SECOND, false)
+                .lock_for_add(("n", "c1", "eth0"), SECOND, false)
                 .await
                 .unwrap();
             drop(lock);
@@ -522,7 +499,7 @@ mod tests {
 
             let started = Instant::now();
             let err = cache
-                .lock_for_add("n", "c1", "eth0", timeout, false)
+                .lock_for_add(("n", "c1", "eth0"), timeout, false)
                 .await
                 .unwrap_err();
             let Error::CacheLocked { waited, .. } = err else {

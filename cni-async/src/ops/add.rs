@@ -134,9 +134,7 @@ impl Cni {
                 .inner
                 .cache
                 .lock_for_add(
-                    net.name,
-                    &rt.container_id,
-                    &rt.ifname,
+                    (net.name, &rt.container_id, &rt.ifname),
                     deadline.remaining(),
                     exclusive,
                 )

@@ -65,9 +65,7 @@ impl Cni {
                 .inner
                 .cache
                 .lock_and_read_with(
-                    net.name,
-                    &rt.container_id,
-                    &rt.ifname,
+                    (net.name, &rt.container_id, &rt.ifname),
                     deadline.remaining(),
                     false,
                 )

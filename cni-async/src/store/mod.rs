@@ -70,6 +70,9 @@ pub const LOCKS_DIR: &str = "locks";
 /// Subdirectory of the cache dir where corrupt entries are moved.
 pub const CORRUPT_DIR: &str = "corrupt";
 
+/// An attachment by its names: network, container ID, interface.
+pub(crate) type Names<'a> = (&'a str, &'a str, &'a str);
+
 /// The result cache's files under one dir (default `/var/lib/cni`).
 #[derive(Debug, Clone)]
 pub(crate) struct Store {
@@ -108,13 +111,8 @@ impl Store {
     }
 
     /// The record file of an attachment (names validated).
-    pub(crate) fn path(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-    ) -> Result<PathBuf, Error> {
-        Ok(record::file_path(&self.dir, network, container_id, ifname)?)
+    pub(crate) fn path(&self, (network, cid, ifname): Names<'_>) -> Result<PathBuf, Error> {
+        Ok(record::file_path(&self.dir, network, cid, ifname)?)
     }
 
     /// See [`crate::cache::ResultCache::tighten_dirs`].
