@@ -258,13 +258,8 @@ impl ResultCache {
     /// rename, `fsync` of the dir, as `cni_durable::write_atomic`), and,
     /// the first time, the cache's dirs durable in their parents.
     pub async fn write(&self, rec: &CacheRecord) -> Result<(), Error> {
-        let path = self.path(&rec.network_name, &rec.container_id, &rec.if_name)?;
-        let bytes = rec.encode();
-        let store = self.store.clone();
-        blocking(self.inline, move || {
-            store.write_file(&path, &bytes, store.durable)
-        })
-        .await
+        let (store, rec) = (self.store.clone(), rec.clone());
+        blocking(self.inline, move || store.write_record(&rec, store.durable)).await
     }
 
     /// Like [`ResultCache::write`], but the attachment's lock travels with

@@ -75,9 +75,7 @@ impl NetworkRequest {
 
     /// Adds capability arguments for this network, replacing those of the same key.
     pub fn with_capabilities(mut self, caps: impl Into<CapabilityArgs>) -> Self {
-        for (k, v) in caps.into().0 {
-            self.capability_args.insert(k, v);
-        }
+        self.capability_args.0.extend(caps.into().0);
         self
     }
 }
@@ -160,9 +158,7 @@ impl Sandbox {
 
     /// Adds capability arguments, replacing those of the same key.
     pub fn with_capabilities(mut self, caps: impl Into<CapabilityArgs>) -> Self {
-        for (k, v) in caps.into().0 {
-            self.capability_args.insert(k, v);
-        }
+        self.capability_args.0.extend(caps.into().0);
         self
     }
 
