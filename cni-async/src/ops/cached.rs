@@ -63,7 +63,7 @@ impl Cni {
         rt: &RuntimeConf,
     ) -> Result<Option<CniResult>, Error> {
         let net = Net::single(plugin)?;
-        self.cached_result_of(net.name, net.version, rt).await
+        self.cached_result_of(&net.name, net.version, rt).await
     }
 
     async fn cached_result_of(
