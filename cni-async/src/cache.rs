@@ -50,6 +50,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -79,17 +80,16 @@ pub(crate) async fn blocking<T: Send + 'static>(
     if inline {
         return f();
     }
+    let lost = |e| {
+        crate::store::io_err(
+            Path::new(""),
+            "run blocking cache task",
+            io::Error::other(e),
+        )
+    };
     tokio::task::spawn_blocking(f)
         .await
-        .unwrap_or_else(|e| Err(lost_task(e)))
-}
-
-fn lost_task(e: tokio::task::JoinError) -> Error {
-    crate::store::io_err(
-        Path::new(""),
-        "run blocking cache task",
-        std::io::Error::other(e),
-    )
+        .unwrap_or_else(|e| Err(lost(e)))
 }
 
 /// An attachment's names, owned (for a closure sent to the blocking pool).
@@ -277,28 +277,20 @@ impl ResultCache {
             Ok(p) => p,
             Err(e) => return (Some(lock), Err(e)),
         };
-        let bytes = rec.encode();
-        let write = move |store: &Store| {
+        let (bytes, store) = (rec.encode(), self.store.clone());
+        let written = blocking(self.inline, move || {
             // Replaced by the rename, never moved aside first: if the
             // write fails, it stays as the sign that something is attached.
             let written = store.write_file(&path, &bytes, store.durable);
             if written.is_ok() && prior == Prior::Corrupt {
                 tracing::warn!(file = %path.display(), "corrupt cache entry replaced by this ADD's record");
             }
-            written
-        };
-        if self.inline {
-            let r = write(&self.store);
-            return (Some(lock), r);
-        }
-        let store = self.store.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            let r = write(&store);
-            (lock, r)
+            Ok((lock, written))
         });
-        match task.await {
+        match written.await {
             Ok((lock, r)) => (Some(lock), r),
-            Err(e) => (None, Err(lost_task(e))),
+            // The blocking task itself was lost, and the lock with it.
+            Err(e) => (None, Err(e)),
         }
     }
 

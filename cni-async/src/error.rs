@@ -804,6 +804,18 @@ impl Error {
         }
     }
 
+    /// [`Error::NotAttached`] for `network` and `rt`'s container and
+    /// interface.
+    pub(crate) fn not_attached(network: &str, rt: &cni_core::RuntimeConf) -> Error {
+        let (container_id, ifname) = (rt.container_id.clone(), rt.ifname.clone());
+        let network = network.to_owned();
+        Error::NotAttached {
+            network,
+            container_id,
+            ifname,
+        }
+    }
+
     /// `e` as an [`Error::Operation`] of `command` on `network` and
     /// `ifname`; one already stays as it is, and so does an [`Error::Core`],
     /// which names its input itself (and may come before the names were

@@ -74,11 +74,7 @@ impl Cni {
                 )
                 .await?;
             let Some(cached) = result_of_entry(read?, net.version)? else {
-                return Err(Error::NotAttached {
-                    network: net.name.to_string(),
-                    container_id: rt.container_id.clone(),
-                    ifname: rt.ifname.clone(),
-                });
+                return Err(Error::not_attached(&net.name, rt));
             };
             let prev = cached.to_value();
             for plugin in net.plugins.iter() {

@@ -73,11 +73,7 @@ impl Cni {
             .read(network, &rt.container_id, &rt.ifname)
             .await?
         else {
-            return Err(Error::NotAttached {
-                network: network.to_owned(),
-                container_id: rt.container_id.clone(),
-                ifname: rt.ifname.clone(),
-            });
+            return Err(Error::not_attached(network, rt));
         };
         // The entry of a single-network ADD holds a plugin config, not a list.
         let mut list = NetworkConfigList::from_bytes(&rec.config, None)?;
@@ -154,11 +150,7 @@ impl Cni {
             if let Some(expect) = expect {
                 let same = matches!(&read, Some(Ok(Some(CacheEntry::Record(now)))) if expect(now));
                 if lock.is_none() || !same {
-                    return Err(Error::NotAttached {
-                        network: net.name.to_string(),
-                        container_id: cid.clone(),
-                        ifname: ifname.clone(),
-                    });
+                    return Err(Error::not_attached(&net.name, rt));
                 }
             }
             let prev = if with_prev {
