@@ -146,11 +146,7 @@ pub(crate) fn io_err(path: &Path, op: &'static str, source: std::io::Error) -> E
 }
 
 pub(crate) fn durable_err(f: durable::Failure) -> Error {
-    Error::Cache {
-        path: f.path,
-        op: f.op,
-        source: f.source,
-    }
+    io_err(&f.path, f.op, f.source)
 }
 
 /// Makes `dir` private ([`ensure_private_dir`]), warning about what it
