@@ -538,10 +538,13 @@ pub struct Errors {
 impl Errors {
     /// An empty collection for `operation` (named in [`Error::Multiple`]).
     pub fn new(operation: impl Into<String>) -> Self {
-        Errors {
-            operation: operation.into(),
-            errors: Vec::new(),
-        }
+        Errors::of(operation, Vec::new())
+    }
+
+    /// These errors of `operation`, in order.
+    pub(crate) fn of(operation: impl Into<String>, errors: Vec<Error>) -> Self {
+        let operation = operation.into();
+        Errors { operation, errors }
     }
 
     /// Adds one.
