@@ -50,14 +50,15 @@
 //! # Ok(()) }
 //! ```
 
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cni_core::cache::{self as record, CacheEntry, CacheRecord};
 
 use crate::error::Error;
+use crate::store::{AttachmentKey, Names, Prior, Store};
 pub use crate::store::{AttachmentLock, ListPage};
-use crate::store::{Prior, Store};
 
 /// The result cache rooted at one directory (default `/var/lib/cni`).
 #[derive(Debug, Clone)]
@@ -79,21 +80,26 @@ pub(crate) async fn blocking<T: Send + 'static>(
     if inline {
         return f();
     }
+    let lost = |e| {
+        crate::store::io_err(
+            Path::new(""),
+            "run blocking cache task",
+            io::Error::other(e),
+        )
+    };
     tokio::task::spawn_blocking(f)
         .await
-        .unwrap_or_else(|e| Err(lost_task(e)))
+        .unwrap_or_else(|e| Err(lost(e)))
 }
 
-fn lost_task(e: tokio::task::JoinError) -> Error {
-    crate::store::io_err(
-        Path::new(""),
-        "run blocking cache task",
-        std::io::Error::other(e),
-    )
+/// An attachment's names, owned (for a closure sent to the blocking pool).
+pub(crate) fn owned((network, cid, ifname): Names<'_>) -> AttachmentKey {
+    (network.into(), cid.into(), ifname.into())
 }
 
-fn owned(network: &str, container_id: &str, ifname: &str) -> (String, String, String) {
-    (network.into(), container_id.into(), ifname.into())
+/// The names of an owned key.
+fn borrowed(key: &AttachmentKey) -> Names<'_> {
+    (&key.0, &key.1, &key.2)
 }
 
 impl ResultCache {
@@ -105,14 +111,13 @@ impl ResultCache {
         }
     }
 
-    /// Whether the per-attachment disk work (lock, read, write, removal)
-    /// runs on the calling thread instead of tokio's blocking pool (default
-    /// false; listings always run on the pool). For a one-shot process
-    /// (cnitool: about 0.1 ms per run saved), or a server whose flushes are
-    /// deferred (cnid), so that a call is a few short system calls.
-    pub fn with_inline_io(mut self, inline: bool) -> Self {
-        self.inline = inline;
-        self
+    setters! {
+        /// Whether the per-attachment disk work (lock, read, write, removal)
+        /// runs on the calling thread instead of tokio's blocking pool (default
+        /// false; listings always run on the pool). For a one-shot process
+        /// (cnitool: about 0.1 ms per run saved), or a server whose flushes are
+        /// deferred (cnid), so that a call is a few short system calls.
+        pub fn with_inline_io(inline: bool);
     }
 
     /// The cache dir.
@@ -127,7 +132,7 @@ impl ResultCache {
 
     /// The record file of an attachment (names validated).
     pub fn path(&self, network: &str, container_id: &str, ifname: &str) -> Result<PathBuf, Error> {
-        self.store.path(network, container_id, ifname)
+        self.store.path((network, container_id, ifname))
     }
 
     /// Takes the attachment's lock, waiting up to `timeout` for another
@@ -139,9 +144,8 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<AttachmentLock, Error> {
-        let (lock, ()) = self
-            .lock_then(network, container_id, ifname, timeout, |_, _| Ok(()))
-            .await?;
+        let names = (network, container_id, ifname);
+        let (lock, ()) = self.lock_then(names, timeout, |_, _, _| Ok(())).await?;
         Ok(lock)
     }
 
@@ -155,20 +159,13 @@ impl ResultCache {
     /// must leave alone; a corrupt file is left in place.
     pub(crate) async fn lock_for_add(
         &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
+        names: Names<'_>,
         timeout: Duration,
         fresh: bool,
     ) -> Result<(AttachmentLock, Prior), Error> {
-        let (net, cid, ifn) = owned(network, container_id, ifname);
-        self.lock_then(
-            network,
-            container_id,
-            ifname,
-            timeout,
-            move |store, path| store.check_not_taken(path, (&net, &cid, &ifn), fresh, true),
-        )
+        self.lock_then(names, timeout, move |store, path, names| {
+            store.check_not_taken(path, names, fresh, true)
+        })
         .await
     }
 
@@ -183,7 +180,7 @@ impl ResultCache {
         ifname: &str,
         timeout: Duration,
     ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
-        self.lock_and_read_with(network, container_id, ifname, timeout, true)
+        self.lock_and_read_with((network, container_id, ifname), timeout, true)
             .await
     }
 
@@ -193,46 +190,38 @@ impl ResultCache {
     /// was attached ([`Prior::Corrupt`]).
     pub(crate) async fn lock_and_read_with(
         &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
+        names: Names<'_>,
         timeout: Duration,
         move_corrupt: bool,
     ) -> Result<(AttachmentLock, Result<Option<CacheEntry>, Error>), Error> {
-        let (net, cid, ifn) = owned(network, container_id, ifname);
-        self.lock_then(
-            network,
-            container_id,
-            ifname,
-            timeout,
-            move |store, path| Ok(store.read_entry(path, (&net, &cid, &ifn), move_corrupt)),
-        )
+        self.lock_then(names, timeout, move |store, path, names| {
+            Ok(store.read_entry(path, names, move_corrupt))
+        })
         .await
     }
 
     /// The lock loop: each try takes the lock and, when it got it, runs
-    /// `then(store, record path)` in the same blocking call; between tries
+    /// `then(store, record path, names)` in the same blocking call; between tries
     /// a doubling backoff (1 ms up to 50 ms); past `timeout`,
     /// [`Error::CacheLocked`]. When `then` fails, the lock is released.
     async fn lock_then<T: Send + 'static>(
         &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
+        names: Names<'_>,
         timeout: Duration,
-        then: impl Fn(&Store, &Path) -> Result<T, Error> + Clone + Send + 'static,
+        then: impl Fn(&Store, &Path, Names<'_>) -> Result<T, Error> + Clone + Send + 'static,
     ) -> Result<(AttachmentLock, T), Error> {
-        let at = self.store.lock_paths(network, container_id, ifname)?;
+        let (at, key) = (self.store.lock_paths(names)?, owned(names));
         let start = Instant::now();
         let mut backoff = Duration::from_millis(1);
         loop {
-            let (try_at, store, then) = (at.clone(), self.store.clone(), then.clone());
+            let (try_at, store, then, key) =
+                (at.clone(), self.store.clone(), then.clone(), key.clone());
             let held = blocking(self.inline, move || {
                 let Some(lock) = store.try_lock(&try_at)? else {
                     return Ok(None);
                 };
                 // On an error, `lock` is dropped (and so released) here.
-                let value = then(&store, &lock.record)?;
+                let value = then(&store, &lock.record, borrowed(&key))?;
                 Ok(Some((lock, value)))
             })
             .await?;
@@ -262,20 +251,15 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
-        self.read_with(network, container_id, ifname, true).await
+        self.read_with((network, container_id, ifname), true).await
     }
 
     /// Writes an attachment's record atomically (temp file, `fdatasync`,
     /// rename, `fsync` of the dir, as `cni_durable::write_atomic`), and,
     /// the first time, the cache's dirs durable in their parents.
     pub async fn write(&self, rec: &CacheRecord) -> Result<(), Error> {
-        let path = self.path(&rec.network_name, &rec.container_id, &rec.if_name)?;
-        let bytes = rec.encode();
-        let store = self.store.clone();
-        blocking(self.inline, move || {
-            store.write_file(&path, &bytes, store.durable)
-        })
-        .await
+        let (store, rec) = (self.store.clone(), rec.clone());
+        blocking(self.inline, move || store.write_record(&rec, store.durable)).await
     }
 
     /// Like [`ResultCache::write`], but the attachment's lock travels with
@@ -293,28 +277,20 @@ impl ResultCache {
             Ok(p) => p,
             Err(e) => return (Some(lock), Err(e)),
         };
-        let bytes = rec.encode();
-        let write = move |store: &Store| {
+        let (bytes, store) = (rec.encode(), self.store.clone());
+        let written = blocking(self.inline, move || {
             // Replaced by the rename, never moved aside first: if the
             // write fails, it stays as the sign that something is attached.
             let written = store.write_file(&path, &bytes, store.durable);
             if written.is_ok() && prior == Prior::Corrupt {
                 tracing::warn!(file = %path.display(), "corrupt cache entry replaced by this ADD's record");
             }
-            written
-        };
-        if self.inline {
-            let r = write(&self.store);
-            return (Some(lock), r);
-        }
-        let store = self.store.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            let r = write(&store);
-            (lock, r)
+            Ok((lock, written))
         });
-        match task.await {
+        match written.await {
             Ok((lock, r)) => (Some(lock), r),
-            Err(e) => (None, Err(lost_task(e))),
+            // The blocking task itself was lost, and the lock with it.
+            Err(e) => (None, Err(e)),
         }
     }
 
@@ -327,24 +303,17 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
     ) -> Result<(), Error> {
-        self.path(network, container_id, ifname)?;
-        let (net, cid, ifn) = owned(network, container_id, ifname);
-        let store = self.store.clone();
-        blocking(self.inline, move || store.remove(&net, &cid, &ifn)).await
+        let (store, key) = (self.store.clone(), owned((network, container_id, ifname)));
+        store.path(borrowed(&key))?;
+        blocking(self.inline, move || store.remove(borrowed(&key))).await
     }
 
     /// Every cached attachment (only `cniCacheV1` records), optionally only
     /// those of one container, sorted by file name. Unreadable or corrupt
     /// files are skipped with a warning (not moved: listing changes nothing).
     pub async fn list(&self, container_id: Option<&str>) -> Result<Vec<CacheRecord>, Error> {
-        let store = self.store.clone();
-        let filter = container_id.map(str::to_owned);
-        blocking(false, move || {
-            store
-                .list_page(filter.as_deref(), &ListPage::ALL)
-                .map(|(recs, _)| recs)
-        })
-        .await
+        let page = self.list_page(container_id, ListPage::ALL).await;
+        page.map(|(recs, _)| recs)
     }
 
     /// One page of [`ResultCache::list`] (see [`ListPage`]): memory is
@@ -364,17 +333,11 @@ impl ResultCache {
     /// cached getters), as [`ResultCache::lock_and_read_with`] says.
     pub(crate) async fn read_with(
         &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
+        names: Names<'_>,
         move_aside: bool,
     ) -> Result<Option<CacheEntry>, Error> {
-        let store = self.store.clone();
-        let (net, cid, ifn) = owned(network, container_id, ifname);
-        blocking(self.inline, move || {
-            store.read(&net, &cid, &ifn, move_aside)
-        })
-        .await
+        let (store, key) = (self.store.clone(), owned(names));
+        blocking(self.inline, move || store.read(borrowed(&key), move_aside)).await
     }
 
     /// The cached attachments of containers other than `container_id` on
@@ -454,7 +417,7 @@ mod tests {
             let before = std::fs::read(dir.join("results/a-b-c-eth0")).unwrap();
 
             let err = cache
-                .lock_for_add("a", "b-c", "eth0", SECOND, false)
+                .lock_for_add(("a", "b-c", "eth0"), SECOND, false)
                 .await
                 .unwrap_err();
             assert!(matches!(err, Error::AttachmentCollision { .. }), "{err}");
@@ -482,7 +445,7 @@ mod tests {
     fn the_add_lock_step_holds_the_lock_on_a_free_or_own_slot() {
         both_modes(async |cache, dir| {
             let (lock, _) = cache
-                .lock_for_add("n", "c1", "eth0", SECOND, false)
+                .lock_for_add(("n", "c1", "eth0"), SECOND, false)
                 .await
                 .unwrap();
             let busy = cache
@@ -498,7 +461,7 @@ mod tests {
 
             cache.write(&record("n", "c1", "eth0")).await.unwrap();
             let (lock, _) = cache
-                .lock_for_add("n", "c1", "eth0", SECOND, false)
+                .lock_for_add(("n", "c1", "eth0"), SECOND, false)
                 .await
                 .unwrap();
             drop(lock);
@@ -523,7 +486,7 @@ mod tests {
 
             let started = Instant::now();
             let err = cache
-                .lock_for_add("n", "c1", "eth0", timeout, false)
+                .lock_for_add(("n", "c1", "eth0"), timeout, false)
                 .await
                 .unwrap_err();
             let Error::CacheLocked { waited, .. } = err else {

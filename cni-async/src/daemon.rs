@@ -41,13 +41,12 @@ impl ResultCache {
         self
     }
 
-    /// Whether writes are flushed (default true). Turned off, writes stay
-    /// atomic but not durable across a power loss: the caller owes
-    /// [`ResultCache::sync_records_blocking`] (or the `syncfs` form) before
-    /// it forgets which records it wrote.
-    pub fn with_durable(mut self, durable: bool) -> Self {
-        self.store.durable = durable;
-        self
+    setters! {
+        /// Whether writes are flushed (default true). Turned off, writes stay
+        /// atomic but not durable across a power loss: the caller owes
+        /// [`ResultCache::sync_records_blocking`] (or the `syncfs` form) before
+        /// it forgets which records it wrote.
+        pub fn with_durable(store.durable: bool);
     }
 
     /// [`ResultCache::read`] on the calling thread, for a caller already
@@ -58,7 +57,7 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
-        self.store.read(network, container_id, ifname, true)
+        self.store.read((network, container_id, ifname), true)
     }
 
     /// [`ResultCache::read_blocking`], but a corrupt file is left where it
@@ -70,7 +69,7 @@ impl ResultCache {
         container_id: &str,
         ifname: &str,
     ) -> Result<Option<CacheEntry>, Error> {
-        self.store.read(network, container_id, ifname, false)
+        self.store.read((network, container_id, ifname), false)
     }
 
     /// Writes `rec` atomically and durably (temp file, `fdatasync`,
@@ -135,21 +134,13 @@ impl ResultCache {
     /// Enters an attachment in the index (a successful ADD's, before the
     /// next refresh reads its record); `netns` empty: none.
     pub fn note_attachment(&self, network: &str, container_id: &str, ifname: &str, netns: &str) {
-        let key = (
-            network.to_owned(),
-            container_id.to_owned(),
-            ifname.to_owned(),
-        );
+        let key = crate::cache::owned((network, container_id, ifname));
         self.store.owners().insert(key, netns.to_owned());
     }
 
     /// Takes an attachment out of the index (a successful DEL's).
     pub fn forget_attachment(&self, network: &str, container_id: &str, ifname: &str) {
-        let key = (
-            network.to_owned(),
-            container_id.to_owned(),
-            ifname.to_owned(),
-        );
+        let key = crate::cache::owned((network, container_id, ifname));
         self.store.owners().remove(&key);
     }
 

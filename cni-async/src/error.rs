@@ -479,10 +479,8 @@ pub struct ErrorList(pub Vec<Error>);
 impl fmt::Display for ErrorList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, e) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            write!(f, "[{}] {}", i + 1, Chain(e))?;
+            let sep = if i > 0 { "; " } else { "" };
+            write!(f, "{sep}[{}] {}", i + 1, Chain(e))?;
         }
         Ok(())
     }
@@ -490,38 +488,16 @@ impl fmt::Display for ErrorList {
 
 impl std::error::Error for ErrorList {}
 
-impl std::ops::Deref for ErrorList {
-    type Target = Vec<Error>;
-    fn deref(&self) -> &Vec<Error> {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for ErrorList {
-    fn deref_mut(&mut self) -> &mut Vec<Error> {
-        &mut self.0
-    }
-}
-
 impl From<Vec<Error>> for ErrorList {
     fn from(errors: Vec<Error>) -> Self {
         ErrorList(errors)
     }
 }
 
-impl IntoIterator for ErrorList {
-    type Item = Error;
-    type IntoIter = std::vec::IntoIter<Error>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
-    }
-}
-
-impl<'a> IntoIterator for &'a ErrorList {
-    type Item = &'a Error;
-    type IntoIter = std::slice::Iter<'a, Error>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+impl std::ops::Deref for ErrorList {
+    type Target = Vec<Error>;
+    fn deref(&self) -> &Vec<Error> {
+        &self.0
     }
 }
 
@@ -562,10 +538,13 @@ pub struct Errors {
 impl Errors {
     /// An empty collection for `operation` (named in [`Error::Multiple`]).
     pub fn new(operation: impl Into<String>) -> Self {
-        Errors {
-            operation: operation.into(),
-            errors: Vec::new(),
-        }
+        Errors::of(operation, Vec::new())
+    }
+
+    /// These errors of `operation`, in order.
+    pub(crate) fn of(operation: impl Into<String>, errors: Vec<Error>) -> Self {
+        let operation = operation.into();
+        Errors { operation, errors }
     }
 
     /// Adds one.
@@ -576,7 +555,7 @@ impl Errors {
     /// Adds one; an [`Error::Multiple`] adds its errors one by one.
     pub fn push_flat(&mut self, e: Error) {
         match e {
-            Error::Multiple { errors, .. } => self.errors.extend(errors),
+            Error::Multiple { errors, .. } => self.errors.extend(errors.0),
             e => self.errors.push(e),
         }
     }
@@ -825,6 +804,18 @@ impl Error {
         match self {
             Error::Hook(hook) => (&**hook as &(dyn std::error::Error + 'static)).downcast_ref(),
             _ => None,
+        }
+    }
+
+    /// [`Error::NotAttached`] for `network` and `rt`'s container and
+    /// interface.
+    pub(crate) fn not_attached(network: &str, rt: &cni_core::RuntimeConf) -> Error {
+        let (container_id, ifname) = (rt.container_id.clone(), rt.ifname.clone());
+        let network = network.to_owned();
+        Error::NotAttached {
+            network,
+            container_id,
+            ifname,
         }
     }
 

@@ -82,6 +82,19 @@
 //! - `daemon`: `daemon`, what only a daemon (cnid) needs.
 #![warn(missing_docs)]
 
+/// Builder setters, each with its docs: `fn name(mut self, value: T) ->
+/// Self` that stores `value` (wrapped in `Some` when asked) in the field
+/// named and returns `self`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $vis:vis fn $name:ident($($field:ident).+ : $ty:ty $(, $wrap:ident)?);)*) => {$(
+        $(#[$doc])*
+        $vis fn $name(mut self, value: $ty) -> Self {
+            self.$($field).+ = $($wrap)?(value);
+            self
+        }
+    )*};
+}
+
 #[cfg(feature = "netns")]
 pub mod batch;
 pub mod cache;

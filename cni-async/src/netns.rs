@@ -430,10 +430,7 @@ impl NetnsGuard {
 
     /// Deletes the namespace now, reporting errors.
     pub fn delete(mut self) -> Result<(), Error> {
-        match self.netns.take() {
-            Some(netns) => netns.delete(),
-            None => Ok(()),
-        }
+        self.netns.take().map_or(Ok(()), Netns::delete)
     }
 
     /// Disarms the guard: the namespace is kept, and returned.
@@ -463,10 +460,9 @@ impl AsFd for NetnsGuard {
 
 impl Drop for NetnsGuard {
     fn drop(&mut self) {
-        if let Some(netns) = self.netns.take() {
-            if netns.name.is_none() {
-                return;
-            }
+        if let Some(netns) = self.netns.take()
+            && netns.name.is_some()
+        {
             let path = netns.path.clone();
             if let Err(e) = netns.delete() {
                 tracing::warn!(path = %path.display(), error = %cni_core::error::Chain(&e), "cannot delete network namespace");
@@ -541,12 +537,11 @@ fn netns_err(path: &Path, op: impl Into<String>, source: io::Error) -> Error {
 
 /// `program arg arg` for messages.
 fn show_command(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for arg in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&arg.to_string_lossy());
-    }
-    s
+    let words = std::iter::once(cmd.get_program()).chain(cmd.get_args());
+    words
+        .map(OsStr::to_string_lossy)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

@@ -67,10 +67,9 @@ impl BatchBuilder {
         self
     }
 
-    /// How many namespaces.
-    pub fn count(mut self, count: usize) -> Self {
-        self.count = count;
-        self
+    setters! {
+        /// How many namespaces.
+        pub fn count(count: usize);
     }
 
     /// How many namespaces are set up (or torn down) at once, at least 1.
@@ -79,12 +78,11 @@ impl BatchBuilder {
         self
     }
 
-    /// Labels, capability arguments and `ignore_unknown` for every
-    /// namespace; its container ID and netns path are replaced by each
-    /// member's.
-    pub fn sandbox_template(mut self, template: Sandbox) -> Self {
-        self.template = template;
-        self
+    setters! {
+        /// Labels, capability arguments and `ignore_unknown` for every
+        /// namespace; its container ID and netns path are replaced by each
+        /// member's.
+        pub fn sandbox_template(template: Sandbox);
     }
 
     /// Derives each member's container ID from its namespace path instead
@@ -99,13 +97,12 @@ impl BatchBuilder {
         self
     }
 
-    /// Whether the namespace of a member whose setup failed is deleted at
-    /// once, so that only the attached members remain (default: kept until
-    /// teardown). Not when its rollback failed ([`Error::RollbackFailed`]):
-    /// teardown DELs it again.
-    pub fn release_failed(mut self, on: bool) -> Self {
-        self.release_failed = on;
-        self
+    setters! {
+        /// Whether the namespace of a member whose setup failed is deleted at
+        /// once, so that only the attached members remain (default: kept until
+        /// teardown). Not when its rollback failed ([`Error::RollbackFailed`]):
+        /// teardown DELs it again.
+        pub fn release_failed(release_failed: bool);
     }
 
     /// Calls `callback` for every [`BatchEvent`], from the task (or, for a

@@ -8,8 +8,8 @@ use cni_core::error::Chain;
 use futures::stream::{self, StreamExt};
 
 use super::*;
-use crate::Error;
 use crate::netns::{NETNS_RUN_DIR, Netns};
+use crate::{Error, Errors};
 
 /// How [`Batch::teardown_until`] ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,14 +71,8 @@ impl Batch {
             return Ok(TeardownEnd::Stopped { left });
         };
         drop(stage);
-        if errors.is_empty() {
-            Ok(TeardownEnd::Done)
-        } else {
-            Err(Error::Multiple {
-                operation: "batch teardown".into(),
-                errors: errors.into(),
-            })
-        }
+        let listed = Errors::of("batch teardown", errors).into_result_listed();
+        listed.map(|()| TeardownEnd::Done)
     }
 
     /// Leaves everything in place (namespaces and attachments) and returns
@@ -172,14 +166,8 @@ async fn teardown_one(job: &Job, slots: &Mutex<Members>, index: usize) -> Vec<Er
     }
     let error = Error::Context {
         context: format!("network namespace {name}"),
-        source: Box::new(if errors.len() == 1 {
-            errors.remove(0)
-        } else {
-            Error::Multiple {
-                operation: "teardown".into(),
-                errors: errors.into(),
-            }
-        }),
+        // One error as it is, more as one `Error::Multiple`.
+        source: Box::new(Errors::of("teardown", errors).into_result().unwrap_err()),
     };
     tracing::warn!(netns = %name, error = %Chain(&error), "batch: teardown failed");
     job.progress.emit(

@@ -127,10 +127,9 @@ impl<'a> ExecRequest<'a> {
         }
     }
 
-    /// The same request with other output limits.
-    pub fn with_limits(mut self, limits: OutputLimits) -> Self {
-        self.limits = limits;
-        self
+    setters! {
+        /// The same request with other output limits.
+        pub fn with_limits(limits: OutputLimits);
     }
 }
 
@@ -233,12 +232,9 @@ impl Timeouts {
 impl Default for Timeouts {
     fn default() -> Self {
         Timeouts {
-            add: Self::DEFAULT_LONG,
-            del: Self::DEFAULT_LONG,
-            check: Self::DEFAULT_LONG,
             status: Self::DEFAULT_SHORT,
-            gc: Self::DEFAULT_LONG,
             version: Self::DEFAULT_SHORT,
+            ..Self::uniform(Self::DEFAULT_LONG)
         }
     }
 }
@@ -260,12 +256,10 @@ pub fn find_plugin(plugin_type: &str, dirs: &[PathBuf]) -> Result<PathBuf, Error
         let candidate = dir.join(plugin_type);
         // metadata follows symlinks: a link to a binary is fine.
         match std::fs::metadata(&candidate) {
-            Ok(meta) if meta.is_file() => {
-                if crate::sys::process::is_executable(&candidate) {
-                    return Ok(candidate);
-                }
-                skipped.push(candidate);
+            Ok(meta) if meta.is_file() && crate::sys::process::is_executable(&candidate) => {
+                return Ok(candidate);
             }
+            Ok(meta) if meta.is_file() => skipped.push(candidate),
             _ => {}
         }
     }

@@ -76,27 +76,20 @@ impl RawExec {
         }
     }
 
-    /// Sets the time between SIGTERM and SIGKILL to the plugin's group on
-    /// timeout, cancellation or output overflow.
-    pub fn with_kill_grace(mut self, grace: Duration) -> Self {
-        self.kill_grace = grace;
-        self
-    }
+    setters! {
+        /// Sets the time between SIGTERM and SIGKILL to the plugin's group on
+        /// timeout, cancellation or output overflow.
+        pub fn with_kill_grace(kill_grace: Duration);
 
-    /// Sets how long we keep reading stdout and stderr after the plugin
-    /// exited (see the module's caveats).
-    pub fn with_drain_window(mut self, window: Duration) -> Self {
-        self.drain_window = window;
-        self
-    }
+        /// Sets how long we keep reading stdout and stderr after the plugin
+        /// exited (see the module's caveats).
+        pub fn with_drain_window(drain_window: Duration);
 
-    /// Starts plugins through `tokio::process` (std's `posix_spawn`)
-    /// instead of our own `clone3` spawn (off by default; the fallback
-    /// anyway where `clone3` is refused): for a seccomp filter that kills a
-    /// process calling `clone3` instead of refusing the call.
-    pub fn with_posix_spawn(mut self, on: bool) -> Self {
-        self.posix_spawn = on;
-        self
+        /// Starts plugins through `tokio::process` (std's `posix_spawn`)
+        /// instead of our own `clone3` spawn (off by default; the fallback
+        /// anyway where `clone3` is refused): for a seccomp filter that kills a
+        /// process calling `clone3` instead of refusing the call.
+        pub fn with_posix_spawn(posix_spawn: bool);
     }
 
     /// The time between SIGTERM and SIGKILL.

@@ -99,47 +99,38 @@ impl MultiNetworkBuilder {
         self
     }
 
+    fn source(mut self, source: Source) -> Self {
+        self.sources.push(source);
+        self
+    }
+
     /// Adds the loopback network: network `cni-loopback`, one `loopback`
     /// plugin at CNI 1.0.0, interface `lo`. Call it first so that `lo` is
     /// set up first and removed last.
-    pub fn loopback(mut self) -> Self {
-        self.sources.push(Source::Loopback);
-        self
+    pub fn loopback(self) -> Self {
+        self.source(Source::Loopback)
     }
 
     /// Adds the first `max` networks (`0`: all) of the conf dir `dir`, read
     /// when [`build`](Self::build) runs, each with the next generated
     /// interface name. Files that do not parse are skipped with a warning;
     /// a dir without any usable network makes `build` fail.
-    pub fn conf_dir(mut self, dir: impl Into<PathBuf>, max: usize) -> Self {
-        self.sources.push(Source::ConfDir {
-            dir: dir.into(),
-            max,
-        });
-        self
+    pub fn conf_dir(self, dir: impl Into<PathBuf>, max: usize) -> Self {
+        let dir = dir.into();
+        self.source(Source::ConfDir { dir, max })
     }
 
     /// Adds a network with the next generated interface name.
-    pub fn network(mut self, list: NetworkConfigList) -> Self {
-        self.sources.push(Source::List {
-            list: Box::new(list),
-            ifname: None,
-        });
-        self
+    pub fn network(self, list: NetworkConfigList) -> Self {
+        let list = Box::new(list);
+        self.source(Source::List { list, ifname: None })
     }
 
     /// Adds a network with an explicit interface name (not counted in the
     /// generated names).
-    pub fn network_with_ifname(
-        mut self,
-        list: NetworkConfigList,
-        ifname: impl Into<String>,
-    ) -> Self {
-        self.sources.push(Source::List {
-            list: Box::new(list),
-            ifname: Some(ifname.into()),
-        });
-        self
+    pub fn network_with_ifname(self, list: NetworkConfigList, ifname: impl Into<String>) -> Self {
+        let (list, ifname) = (Box::new(list), Some(ifname.into()));
+        self.source(Source::List { list, ifname })
     }
 
     /// The prefix of generated interface names (default `eth`).
@@ -148,17 +139,13 @@ impl MultiNetworkBuilder {
         self
     }
 
-    /// How [`MultiNetwork::setup`] runs (default [`SetupMode::Serial`]).
-    pub fn mode(mut self, mode: SetupMode) -> Self {
-        self.mode = mode;
-        self
-    }
+    setters! {
+        /// How [`MultiNetwork::setup`] runs (default [`SetupMode::Serial`]).
+        pub fn mode(mode: SetupMode);
 
-    /// The deadline of each network's operation (each ADD, DEL, CHECK,
-    /// STATUS of one network list); default: the `Cni`'s per-verb deadlines.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
+        /// The deadline of each network's operation (each ADD, DEL, CHECK,
+        /// STATUS of one network list); default: the `Cni`'s per-verb deadlines.
+        pub fn timeout(timeout: Duration, Some);
     }
 
     /// Reads the conf dirs and checks the set: at least one network, valid

@@ -75,9 +75,7 @@ impl NetworkRequest {
 
     /// Adds capability arguments for this network, replacing those of the same key.
     pub fn with_capabilities(mut self, caps: impl Into<CapabilityArgs>) -> Self {
-        for (k, v) in caps.into().0 {
-            self.capability_args.insert(k, v);
-        }
+        self.capability_args.0.extend(caps.into().0);
         self
     }
 }
@@ -160,16 +158,13 @@ impl Sandbox {
 
     /// Adds capability arguments, replacing those of the same key.
     pub fn with_capabilities(mut self, caps: impl Into<CapabilityArgs>) -> Self {
-        for (k, v) in caps.into().0 {
-            self.capability_args.insert(k, v);
-        }
+        self.capability_args.0.extend(caps.into().0);
         self
     }
 
-    /// Whether to add `IgnoreUnknown=1` (see [`Sandbox::ignore_unknown`]).
-    pub fn with_ignore_unknown(mut self, on: bool) -> Self {
-        self.ignore_unknown = on;
-        self
+    setters! {
+        /// Whether to add `IgnoreUnknown=1` (see [`Sandbox::ignore_unknown`]).
+        pub fn with_ignore_unknown(ignore_unknown: bool);
     }
 
     /// The `CNI_ARGS` pairs sent to plugins: the labels, with

@@ -1,7 +1,6 @@
 //! ADD: [`Cni::add_network_list`], [`Cni::add_network`], [`AddRequest`],
 //! the rollback of a partial chain and the ADD on a task of its own.
 
-use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::time::Instant;
 
@@ -9,7 +8,7 @@ use cni_core::cache::CacheRecord;
 use cni_core::error::Chain;
 use cni_core::result::CniResult;
 use cni_core::validate::Escaped;
-use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, Version};
+use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -18,38 +17,6 @@ use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, Errors, lossy_capp
 
 use super::request::{Operation, Request};
 use super::{CallOptions, Cni, Deadline, Net};
-
-/// A [`Net`] that owns its parts, for an ADD on a task of its own.
-#[derive(Debug)]
-struct OwnedNet {
-    name: String,
-    version: Version,
-    plugins: Vec<PluginConfig>,
-    cache_bytes: Vec<u8>,
-    disable_check: bool,
-}
-
-impl OwnedNet {
-    fn new(net: &Net<'_>) -> Self {
-        OwnedNet {
-            name: net.name.to_owned(),
-            version: net.version,
-            plugins: net.plugins.to_vec(),
-            cache_bytes: net.cache_bytes.to_vec(),
-            disable_check: net.disable_check,
-        }
-    }
-
-    fn net(&self) -> Net<'_> {
-        Net {
-            name: &self.name,
-            version: self.version,
-            plugins: &self.plugins,
-            cache_bytes: Cow::Borrowed(&self.cache_bytes),
-            disable_check: self.disable_check,
-        }
-    }
-}
 
 /// Counts one detached ADD in [`Inner::detached`] while it lives (also
 /// when its task panics).
@@ -116,15 +83,15 @@ impl Cni {
     /// plugins that ran are rolled back and the answer is `Ok(None)`.
     async fn add(
         &self,
-        net: Net<'_>,
+        net: &Net<'_>,
         rt: &RuntimeConf,
         opts: &CallOptions,
         exclusive: bool,
         gave_up: &(dyn Fn() -> bool + Sync),
     ) -> Result<Option<Added>, Error> {
-        self.validate_attachment(&net, rt, Command::Add)?;
+        self.validate_attachment(net, rt, Command::Add)?;
         let deadline = self.deadline(Command::Add, opts);
-        let span = tracing::info_span!("cni.add", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
+        let span = tracing::info_span!("cni.add", network = &*net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             let started = Instant::now();
             // `existed`: this attachment's record (or a corrupt file) was
@@ -134,9 +101,7 @@ impl Cni {
                 .inner
                 .cache
                 .lock_for_add(
-                    net.name,
-                    &rt.container_id,
-                    &rt.ifname,
+                    (&*net.name, &rt.container_id, &rt.ifname),
                     deadline.remaining(),
                     exclusive,
                 )
@@ -148,11 +113,11 @@ impl Cni {
             let mut prev_value: Option<Value> = None;
             for (index, plugin) in net.plugins.iter().enumerate() {
                 if gave_up() {
-                    self.roll_back_abandoned(&net, &net.plugins[..index], rt, prev_value.as_ref(), existed).await;
+                    self.roll_back_abandoned(net, &net.plugins[..index], rt, prev_value.as_ref(), existed).await;
                     return Ok(None);
                 }
                 let step = self
-                    .add_one(&net, plugin, rt, prev_value.as_ref(), deadline)
+                    .add_one(net, plugin, rt, prev_value.as_ref(), deadline)
                     .await;
                 match step {
                     Ok(result) => {
@@ -164,7 +129,7 @@ impl Cni {
                             "ADD over an attachment recorded before it failed; not rolled back, which would delete that attachment");
                         // That attachment (and whatever this chain made) is
                         // left to its DEL.
-                        return Err(Error::in_operation(net.name, &rt.ifname, Command::Add, true, e));
+                        return Err(Error::in_operation(&net.name, &rt.ifname, Command::Add, true, e));
                     }
                     Err(e) if opts.rollback => {
                         tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)), "ADD failed; rolling back the plugins that ran");
@@ -174,7 +139,7 @@ impl Cni {
                         let started = !matches!(e, Error::PluginNotFound { .. } | Error::Spawn { .. });
                         let ran = &net.plugins[..index + usize::from(started)];
                         let rb = self
-                            .rollback(&net, ran, rt, prev_value.as_ref())
+                            .rollback(net, ran, rt, prev_value.as_ref())
                             .await;
                         drop(lock);
                         return Err(match rb {
@@ -189,24 +154,24 @@ impl Cni {
                         // Not rolled back: owed a DEL once a plugin ran.
                         let started = !matches!(e, Error::PluginNotFound { .. } | Error::Spawn { .. });
                         let owed = index > 0 || started;
-                        return Err(Error::in_operation(net.name, &rt.ifname, Command::Add, owed, e));
+                        return Err(Error::in_operation(&net.name, &rt.ifname, Command::Add, owed, e));
                     }
                 }
             }
             let Some(result) = prev else {
                 return Err(Error::Core(cni_core::Error::InvalidConfig {
-                    origin: format!("network {}", net.name),
+                    origin: format!("network {}", &*net.name),
                     reason: "no plugins to run".into(),
                 }));
             };
             if gave_up() {
-                self.roll_back_abandoned(&net, net.plugins, rt, prev_value.as_ref(), existed).await;
+                self.roll_back_abandoned(net, &net.plugins, rt, prev_value.as_ref(), existed).await;
                 return Ok(None);
             }
             // A namespace replaced at the path while the plugins ran: the
             // record must not name the one that was there before them.
             let identity = crate::sys::identity::unchanged(identity, &rt.netns);
-            let rec = CacheRecord::new(net.name, rt, net.cache_bytes.to_vec(), prev_value)
+            let rec = CacheRecord::new(&net.name, rt, net.cache_bytes.to_vec(), prev_value)
                 .with_identity(identity);
             let (lock, written) = self.inner.cache.write_holding(&rec, lock, prior).await;
             if let Err(e) = written {
@@ -214,7 +179,7 @@ impl Cni {
                 // (unless it existed before); otherwise the caller owes a DEL.
                 if opts.rollback && !existed {
                     let value = result.to_value();
-                    if let Err(rb) = self.rollback(&net, net.plugins, rt, Some(&value)).await {
+                    if let Err(rb) = self.rollback(net, &net.plugins, rt, Some(&value)).await {
                         return Err(Error::RollbackFailed {
                             error: Box::new(e),
                             rollback: Box::new(rb),
@@ -222,7 +187,7 @@ impl Cni {
                     }
                 }
                 let owed = !opts.rollback;
-                return Err(Error::in_operation(net.name, &rt.ifname, Command::Add, owed, e));
+                return Err(Error::in_operation(&net.name, &rt.ifname, Command::Add, owed, e));
             }
             tracing::debug!(elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX), "ADD done");
             Ok(Some(Added {
@@ -272,7 +237,7 @@ impl Cni {
     /// dropped unsent).
     async fn add_detached(
         self,
-        owned: OwnedNet,
+        net: Net<'static>,
         rt: RuntimeConf,
         opts: CallOptions,
         exclusive: bool,
@@ -283,7 +248,7 @@ impl Cni {
         _counted: DetachedGuard,
     ) {
         let outcome = self
-            .add(owned.net(), &rt, &opts, exclusive, &|| tx.is_closed())
+            .add(&net, &rt, &opts, exclusive, &|| tx.is_closed())
             .await;
         // The attachment's lock stays held until the caller took the
         // result, or until the DEL below is done: a caller that gave up and
@@ -316,10 +281,7 @@ impl Cni {
         }
         tracing::info!("ADD given up by its caller after it finished; deleting it");
         let deadline = self.deadline(Command::Del, &CallOptions::default());
-        if let Err(e) = self
-            .del_expecting(&owned.net(), &rt, deadline, lock, None)
-            .await
-        {
+        if let Err(e) = self.del_expecting(&net, &rt, deadline, lock, None).await {
             tracing::warn!(error = %Escaped(Chain(&e)), "DEL of a given-up ADD failed");
         }
     }
@@ -372,7 +334,7 @@ impl Cni {
         };
         // Unlike DEL, a rollback goes on past a failing plugin: it is
         // cleanup, and every plugin undone is a leak avoided.
-        let mut errors = Errors::new(format!("rollback of network {}", net.name));
+        let mut errors = Errors::new(format!("rollback of network {}", &*net.name));
         for plugin in ran.iter().rev() {
             let undone = self.run_on_attachment(net, plugin, Command::Del, rt, prev, deadline);
             if let Err(e) = undone.await {
@@ -473,11 +435,10 @@ impl<'a> AddRequest<'a> {
 }
 
 impl<Out> Request<'_, AddOp<'_, Out>> {
-    /// When the chain fails part way, DEL the plugins that ran (see
-    /// [`CallOptions::rollback`]).
-    pub fn rollback(mut self, rollback: bool) -> Self {
-        self.opts.rollback = rollback;
-        self
+    setters! {
+        /// When the chain fails part way, DEL the plugins that ran (see
+        /// [`CallOptions::rollback`]).
+        pub fn rollback(opts.rollback: bool);
     }
 
     /// Refuses an attachment the cache holds already: fails with
@@ -538,9 +499,9 @@ impl<'a> Operation<'a> for AddOp<'a, Attached> {
 impl<'a, Out> AddOp<'a, Out> {
     /// [`Self::attach`], its error naming the network, interface and verb.
     async fn attach_in_operation(self, cni: &'a Cni, opts: CallOptions) -> Result<Attached, Error> {
-        let (network, rt) = (self.net.as_ref().ok().map(|n| n.name), self.rt);
+        let (network, rt) = (self.net.as_ref().ok().map(|n| n.name.clone()), self.rt);
         self.attach(cni, opts).await.map_err(|e| match network {
-            Some(network) => Error::in_operation(network, &rt.ifname, Command::Add, false, e),
+            Some(network) => Error::in_operation(&network, &rt.ifname, Command::Add, false, e),
             None => e,
         })
     }
@@ -550,7 +511,7 @@ impl<'a, Out> AddOp<'a, Out> {
         let net = self.net?;
         if !self.detach {
             let added = cni
-                .add(net, self.rt, &opts, self.exclusive, &|| false)
+                .add(&net, self.rt, &opts, self.exclusive, &|| false)
                 .await?;
             let added = added.expect("only a detached ADD is given up");
             return Ok(Attached {
@@ -564,7 +525,7 @@ impl<'a, Out> AddOp<'a, Out> {
         // after this future is dropped sees the task.
         let counted = DetachedGuard::new(cni);
         let task = cni.clone().add_detached(
-            OwnedNet::new(&net),
+            net.clone().into_owned(),
             self.rt.clone(),
             opts,
             self.exclusive,
@@ -585,12 +546,12 @@ impl<'a, Out> AddOp<'a, Out> {
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                 // Its plugins may have run, and no rollback: owed a DEL.
                 _ => Err(Error::in_operation(
-                    net.name,
+                    &net.name,
                     &self.rt.ifname,
                     Command::Add,
                     true,
                     Error::Core(cni_core::Error::InvalidConfig {
-                        origin: format!("network {}", net.name),
+                        origin: format!("network {}", &*net.name),
                         reason: "the ADD's task was cancelled (runtime shutting down)".into(),
                     }),
                 )),

@@ -39,38 +39,25 @@ impl CniBuilder {
         self
     }
 
-    /// A cache with non-default settings.
-    pub fn cache(mut self, cache: ResultCache) -> Self {
-        self.cache = cache;
-        self
-    }
+    setters! {
+        /// A cache with non-default settings.
+        pub fn cache(cache: ResultCache);
 
-    /// The executor (default [`RawExec`]).
-    pub fn exec(mut self, exec: Arc<dyn PluginExec>) -> Self {
-        self.exec = Some(exec);
-        self
-    }
+        /// The executor (default [`RawExec`]).
+        pub fn exec(exec: Arc<dyn PluginExec>, Some);
 
-    /// Per-verb deadlines.
-    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
-        self.timeouts = timeouts;
-        self
-    }
+        /// Per-verb deadlines.
+        pub fn timeouts(timeouts: Timeouts);
 
-    /// Caps on plugin output.
-    pub fn output_limits(mut self, limits: OutputLimits) -> Self {
-        self.limits = limits;
-        self
-    }
+        /// Caps on plugin output.
+        pub fn output_limits(limits: OutputLimits);
 
-    /// Whether ADD and CHECK also refuse a netns that is not a network
-    /// namespace ([`check_netns`](crate::check_netns)) before any plugin
-    /// runs (default on; a missing path fails with code 4 instead of deep
-    /// in a plugin). `false` leaves it to the plugins, as libcni does: for
-    /// fake plugins, or a path valid only in the plugins' mount namespace.
-    pub fn check_netns(mut self, check: bool) -> Self {
-        self.check_netns = check;
-        self
+        /// Whether ADD and CHECK also refuse a netns that is not a network
+        /// namespace ([`check_netns`](crate::check_netns)) before any plugin
+        /// runs (default on; a missing path fails with code 4 instead of deep
+        /// in a plugin). `false` leaves it to the plugins, as libcni does: for
+        /// fake plugins, or a path valid only in the plugins' mount namespace.
+        pub fn check_netns(check_netns: bool);
     }
 
     /// Where the stderr of plugins that succeed goes

@@ -30,7 +30,7 @@ impl Cni {
         match self
             .inner
             .cache
-            .read_with(network, &rt.container_id, &rt.ifname, false)
+            .read_with((network, &rt.container_id, &rt.ifname), false)
             .await?
         {
             Some(CacheEntry::Record(rec)) => {
@@ -63,7 +63,7 @@ impl Cni {
         rt: &RuntimeConf,
     ) -> Result<Option<CniResult>, Error> {
         let net = Net::single(plugin)?;
-        self.cached_result_of(net.name, net.version, rt).await
+        self.cached_result_of(&net.name, net.version, rt).await
     }
 
     async fn cached_result_of(
@@ -77,7 +77,7 @@ impl Cni {
         let entry = self
             .inner
             .cache
-            .read_with(network, &rt.container_id, &rt.ifname, false)
+            .read_with((network, &rt.container_id, &rt.ifname), false)
             .await?;
         result_of_entry(entry, version)
     }

@@ -47,17 +47,20 @@ impl Cni {
         self.validate_attachment(&net, rt, Command::Check)?;
         if !net.version.has_check() {
             return Err(Error::Unsupported {
-                network: net.name.to_owned(),
+                network: net.name.to_string(),
                 command: Command::Check,
                 version: net.version,
             });
         }
         if net.disable_check {
-            tracing::debug!(network = net.name, "disableCheck is set; CHECK is a no-op");
+            tracing::debug!(
+                network = &*net.name,
+                "disableCheck is set; CHECK is a no-op"
+            );
             return Ok(());
         }
         let deadline = self.deadline(Command::Check, opts);
-        let span = tracing::info_span!("cni.check", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
+        let span = tracing::info_span!("cni.check", network = &*net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             // The lock and the read take one trip to the blocking pool. A
             // corrupt record stays where it is: a CHECK changes nothing.
@@ -65,22 +68,16 @@ impl Cni {
                 .inner
                 .cache
                 .lock_and_read_with(
-                    net.name,
-                    &rt.container_id,
-                    &rt.ifname,
+                    (&*net.name, &rt.container_id, &rt.ifname),
                     deadline.remaining(),
                     false,
                 )
                 .await?;
             let Some(cached) = result_of_entry(read?, net.version)? else {
-                return Err(Error::NotAttached {
-                    network: net.name.to_owned(),
-                    container_id: rt.container_id.clone(),
-                    ifname: rt.ifname.clone(),
-                });
+                return Err(Error::not_attached(&net.name, rt));
             };
             let prev = cached.to_value();
-            for plugin in net.plugins {
+            for plugin in net.plugins.iter() {
                 self.run_on_attachment(&net, plugin, Command::Check, rt, Some(&prev), deadline)
                     .await?;
             }
@@ -107,9 +104,9 @@ impl<'a> Operation<'a> for CheckOp<'a> {
 
     async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
         let net = self.net?;
-        let network = net.name;
+        let network = net.name.clone();
         cni.check(net, self.rt, &opts)
             .await
-            .map_err(|e| Error::in_operation(network, &self.rt.ifname, Command::Check, false, e))
+            .map_err(|e| Error::in_operation(&network, &self.rt.ifname, Command::Check, false, e))
     }
 }

@@ -57,20 +57,8 @@ impl Cni {
     /// [`Error::NotAttached`], nothing run), and with `rt.netns` as given
     /// (empty: none): what a reap of a record scanned earlier needs
     /// ([`crate::stale`]).
+    /// Answers what the DEL went past.
     pub(crate) async fn del_cached_expecting(
-        &self,
-        network: &str,
-        rt: &RuntimeConf,
-        opts: &CallOptions,
-        expect: Option<&Expect<'_>>,
-    ) -> Result<(), Error> {
-        self.del_cached_outcome(network, rt, opts, expect)
-            .await
-            .map(drop)
-    }
-
-    /// [`Cni::del_cached_expecting`], answering what the DEL went past.
-    async fn del_cached_outcome(
         &self,
         network: &str,
         rt: &RuntimeConf,
@@ -85,11 +73,7 @@ impl Cni {
             .read(network, &rt.container_id, &rt.ifname)
             .await?
         else {
-            return Err(Error::NotAttached {
-                network: network.to_owned(),
-                container_id: rt.container_id.clone(),
-                ifname: rt.ifname.clone(),
-            });
+            return Err(Error::not_attached(network, rt));
         };
         // The entry of a single-network ADD holds a plugin config, not a list.
         let mut list = NetworkConfigList::from_bytes(&rec.config, None)?;
@@ -121,17 +105,6 @@ impl Cni {
         self.del_request(DelTarget::Net(Net::single(plugin)), rt)
     }
 
-    pub(super) async fn del(
-        &self,
-        net: &Net<'_>,
-        rt: &RuntimeConf,
-        deadline: Deadline,
-    ) -> Result<(), Error> {
-        self.del_expecting(net, rt, deadline, None, None)
-            .await
-            .map(drop)
-    }
-
     /// DEL; with `held`, the attachment's lock already held (as a detached
     /// ADD's task holds it from the ADD to the DEL of a result nobody
     /// took); with `expect`, only while the cache holds a record it accepts
@@ -146,7 +119,7 @@ impl Cni {
         expect: Option<&Expect<'_>>,
     ) -> Result<Deleted, Error> {
         self.validate_attachment(net, rt, Command::Del)?;
-        let span = tracing::info_span!("cni.del", network = net.name, container = ?rt.container_id, ifname = ?rt.ifname);
+        let span = tracing::info_span!("cni.del", network = &*net.name, container = ?rt.container_id, ifname = ?rt.ifname);
         async {
             // DEL must work when things are already gone (spec), also when
             // the cache dir is unusable: unlocked and without prevResult
@@ -159,11 +132,11 @@ impl Cni {
                 Ok((lock, None))
             } else if with_prev || expect.is_some() {
                 cache
-                    .lock_and_read(net.name, cid, ifname, timeout)
+                    .lock_and_read(&net.name, cid, ifname, timeout)
                     .await
                     .map(|(lock, read)| (lock, Some(read)))
             } else {
-                cache.lock(net.name, cid, ifname, timeout).await.map(|lock| (lock, None))
+                cache.lock(&net.name, cid, ifname, timeout).await.map(|lock| (lock, None))
             };
             let (lock, read) = match locked {
                 Ok((lock, read)) => (Some(lock), read),
@@ -177,17 +150,13 @@ impl Cni {
             if let Some(expect) = expect {
                 let same = matches!(&read, Some(Ok(Some(CacheEntry::Record(now)))) if expect(now));
                 if lock.is_none() || !same {
-                    return Err(Error::NotAttached {
-                        network: net.name.to_owned(),
-                        container_id: cid.clone(),
-                        ifname: ifname.clone(),
-                    });
+                    return Err(Error::not_attached(&net.name, rt));
                 }
             }
             let prev = if with_prev {
                 let read = match read {
                     Some(read) => read,
-                    None => cache.read(net.name, cid, ifname).await,
+                    None => cache.read(&net.name, cid, ifname).await,
                 };
                 read.and_then(|entry| result_of_entry(entry, net.version))
                     .unwrap_or_else(|e| {
@@ -210,7 +179,7 @@ impl Cni {
             if let Err(e) = self
                 .inner
                 .cache
-                .remove(net.name, &rt.container_id, &rt.ifname)
+                .remove(&net.name, &rt.container_id, &rt.ifname)
                 .await
             {
                 tracing::warn!(error = %Escaped(Chain(&e)), "DEL succeeded but its cache entry could not be removed");
@@ -293,10 +262,10 @@ impl<'a, Out> DelOp<'a, Out> {
                 let deadline = cni.deadline(Command::Del, &opts);
                 cni.del_expecting(&net, self.rt, deadline, None, None)
                     .await
-                    .map_err(|e| in_op(net.name, e))
+                    .map_err(|e| in_op(&net.name, e))
             }
             DelTarget::Cached(network) => cni
-                .del_cached_outcome(network, self.rt, &opts, None)
+                .del_cached_expecting(network, self.rt, &opts, None)
                 .await
                 .map_err(|e| in_op(network, e)),
         }

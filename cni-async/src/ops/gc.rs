@@ -115,10 +115,10 @@ impl Cni {
                     Some(first) if deadline.remaining().is_zero() => {
                         Err(not_started(first, Command::Del, deadline))
                     }
-                    _ => self.del(&net, &rt, deadline).await,
+                    _ => self.del_expecting(&net, &rt, deadline, None, None).await,
                 };
                 match res {
-                    Ok(()) => summary.deleted.push(key),
+                    Ok(_) => summary.deleted.push(key),
                     Err(error) => {
                         tracing::warn!(container = %rt.container_id, ifname = %rt.ifname, error = %Chain(&error), "GC could not delete a stale attachment; going on with the others");
                         summary.failed.push(GcFailure {

@@ -134,12 +134,13 @@ impl Default for Cni {
 }
 
 /// One network as the operations see it: a list, or a single plugin
-/// configuration used on its own (libcni's `AddNetwork` and friends).
-#[derive(Debug)]
+/// configuration used on its own (libcni's `AddNetwork` and friends);
+/// owned ([`Net::into_owned`]) for an ADD on a task of its own.
+#[derive(Debug, Clone)]
 struct Net<'a> {
-    name: &'a str,
+    name: Cow<'a, str>,
     version: Version,
-    plugins: &'a [PluginConfig],
+    plugins: Cow<'a, [PluginConfig]>,
     cache_bytes: Cow<'a, [u8]>,
     disable_check: bool,
 }
@@ -147,9 +148,9 @@ struct Net<'a> {
 impl<'a> Net<'a> {
     fn list(list: &'a NetworkConfigList) -> Self {
         Net {
-            name: list.name(),
+            name: Cow::Borrowed(list.name()),
             version: list.version(),
-            plugins: list.plugins(),
+            plugins: Cow::Borrowed(list.plugins()),
             cache_bytes: Cow::Owned(list.cache_bytes()),
             disable_check: list.disable_check(),
         }
@@ -158,12 +159,21 @@ impl<'a> Net<'a> {
     fn single(plugin: &'a PluginConfig) -> Result<Self, Error> {
         let version = cni_core::version::select_version(plugin.cni_version(), &[])?;
         Ok(Net {
-            name: plugin.name().unwrap_or_default(),
+            name: Cow::Borrowed(plugin.name().unwrap_or_default()),
             version,
-            plugins: std::slice::from_ref(plugin),
+            plugins: Cow::Borrowed(std::slice::from_ref(plugin)),
             cache_bytes: Cow::Borrowed(plugin.bytes()),
             disable_check: false,
         })
+    }
+
+    fn into_owned(self) -> Net<'static> {
+        Net {
+            name: Cow::Owned(self.name.into_owned()),
+            plugins: Cow::Owned(self.plugins.into_owned()),
+            cache_bytes: Cow::Owned(self.cache_bytes.into_owned()),
+            ..self
+        }
     }
 }
 
@@ -247,13 +257,13 @@ impl Cni {
         rt: &RuntimeConf,
         command: Command,
     ) -> Result<(), Error> {
-        validate::network_name(net.name)?;
+        validate::network_name(&net.name)?;
         rt.validate()?;
         // A list without plugins (no `plugins`, plugin files not loaded)
         // would make DEL drop the cache entry without running anything.
         if net.plugins.is_empty() {
             return Err(Error::Core(cni_core::Error::InvalidConfig {
-                origin: format!("network {}", net.name),
+                origin: format!("network {}", &*net.name),
                 reason: "no plugins to run".into(),
             }));
         }
@@ -276,7 +286,7 @@ impl Cni {
         deadline: Deadline,
     ) -> Result<crate::exec::ExecOutput, Error> {
         let stdin = plugin_stdin(
-            net.name,
+            &net.name,
             net.version,
             plugin,
             StdinInput::Attachment {
@@ -284,7 +294,7 @@ impl Cni {
                 prev_result: prev,
             },
         )?;
-        self.run_plugin(net.name, plugin, command, Some(rt), &stdin, deadline)
+        self.run_plugin(&net.name, plugin, command, Some(rt), &stdin, deadline)
             .await
     }
 

@@ -66,7 +66,7 @@ impl Cni {
             .del_cached_expecting(&c.network, &rt, opts, Some(&same_record))
             .await
         {
-            Ok(()) => Ok(Reaped::Deleted),
+            Ok(_) => Ok(Reaped::Deleted),
             Err(e) if e.kind() == crate::ErrorKind::NotAttached => Ok(Reaped::Changed),
             Err(e) => Err(e),
         }

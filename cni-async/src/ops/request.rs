@@ -39,11 +39,10 @@ impl<'a, Op> Request<'a, Op> {
         self
     }
 
-    /// The deadline for the whole operation (instead of the
-    /// per-verb default of [`Timeouts`]).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.opts.timeout = Some(timeout);
-        self
+    setters! {
+        /// The deadline for the whole operation (instead of the
+        /// per-verb default of [`Timeouts`]).
+        pub fn timeout(opts.timeout: Duration, Some);
     }
 }
 

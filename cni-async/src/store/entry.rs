@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::error::Chain;
 
-use super::{CORRUPT_DIR, Store, durable, durable_err, io_err, report_private_dir};
+use super::{CORRUPT_DIR, Names, Store, durable, durable_err, io_err, report_private_dir};
 use crate::error::Error;
 
 /// What an attachment's cache file holds, as seen by that attachment.
@@ -67,7 +67,7 @@ impl Store {
 
     /// Writes `rec` atomically, flushed when `fsync`.
     pub(crate) fn write_record(&self, rec: &CacheRecord, fsync: bool) -> Result<(), Error> {
-        let path = self.path(&rec.network_name, &rec.container_id, &rec.if_name)?;
+        let path = self.path((&rec.network_name, &rec.container_id, &rec.if_name))?;
         self.write_file(&path, &rec.encode(), fsync)
     }
 
@@ -102,7 +102,7 @@ impl Store {
     fn read_slot(
         &self,
         path: &Path,
-        (network, container_id, ifname): (&str, &str, &str),
+        (network, container_id, ifname): Names<'_>,
         move_corrupt: bool,
     ) -> Result<Slot, Error> {
         let corrupt = |reason: &str| {
@@ -141,7 +141,7 @@ impl Store {
     pub(crate) fn check_not_taken(
         &self,
         path: &Path,
-        (network, container_id, ifname): (&str, &str, &str),
+        (network, container_id, ifname): Names<'_>,
         fresh: bool,
         keep_corrupt: bool,
     ) -> Result<Prior, Error> {
@@ -174,7 +174,7 @@ impl Store {
     pub(crate) fn read_entry(
         &self,
         path: &Path,
-        attachment: (&str, &str, &str),
+        attachment: Names<'_>,
         move_corrupt: bool,
     ) -> Result<Option<CacheEntry>, Error> {
         Ok(match self.read_slot(path, attachment, move_corrupt)? {
@@ -186,29 +186,18 @@ impl Store {
     /// This attachment's entry, by names; see [`Store::read_entry`].
     pub(crate) fn read(
         &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
+        names: Names<'_>,
         move_corrupt: bool,
     ) -> Result<Option<CacheEntry>, Error> {
-        let path = self.path(network, container_id, ifname)?;
-        self.read_entry(&path, (network, container_id, ifname), move_corrupt)
+        self.read_entry(&self.path(names)?, names, move_corrupt)
     }
 
     /// Removes an attachment's record, if the file holds that attachment's
     /// record (or a legacy bare result). A missing file is fine.
-    pub(crate) fn remove(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-    ) -> Result<(), Error> {
-        let path = self.path(network, container_id, ifname)?;
+    pub(crate) fn remove(&self, names: Names<'_>) -> Result<(), Error> {
+        let path = self.path(names)?;
         // Check ownership first: never delete another attachment's record.
-        if self
-            .read_entry(&path, (network, container_id, ifname), true)?
-            .is_none()
-        {
+        if self.read_entry(&path, names, true)?.is_none() {
             return Ok(());
         }
         // Not flushed (see the module docs of `store`).

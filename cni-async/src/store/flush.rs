@@ -21,8 +21,8 @@ impl Store {
         attachments: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
     ) -> Result<usize, Error> {
         let mut n = 0;
-        for (network, container_id, ifname) in attachments {
-            let path = self.path(network, container_id, ifname)?;
+        for names in attachments {
+            let path = self.path(names)?;
             if durable::sync_file(&*self.storage, &path).map_err(durable_err)? {
                 n += 1;
             }
@@ -42,8 +42,8 @@ impl Store {
         &self,
         attachments: impl IntoIterator<Item = (&'a str, &'a str, &'a str)> + Clone,
     ) -> Result<bool, Error> {
-        for (network, container_id, ifname) in attachments.clone() {
-            self.path(network, container_id, ifname)?;
+        for names in attachments.clone() {
+            self.path(names)?;
         }
         let results = self.results_dir();
         // A `results/` that is a link to a dir is flushed where it points:
@@ -202,7 +202,7 @@ mod tests {
         let mut later = Store::new(dir.clone()).with_storage(disk.clone());
         later.durable = false;
         for k in 0..2 {
-            let path = later.path("n", "c3", "eth0").unwrap();
+            let path = later.path(("n", "c3", "eth0")).unwrap();
             std::fs::write(path, rec("c3").encode()).unwrap();
             later.sync_records([("n", "c3", "eth0")]).unwrap();
             let want = if k == 0 { 5 } else { 2 };

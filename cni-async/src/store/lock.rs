@@ -88,16 +88,11 @@ pub(crate) struct LockPaths {
 
 impl Store {
     /// The lock file and record file of an attachment (names validated).
-    pub(crate) fn lock_paths(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-    ) -> Result<LockPaths, Error> {
-        let name = record::file_name(network, container_id, ifname)?;
+    pub(crate) fn lock_paths(&self, names: super::Names<'_>) -> Result<LockPaths, Error> {
+        let name = record::file_name(names.0, names.1, names.2)?;
         Ok(LockPaths {
             path: self.dir.join(LOCKS_DIR).join(format!("{name}.lock")),
-            record: self.path(network, container_id, ifname)?,
+            record: self.path(names)?,
         })
     }
 
@@ -226,7 +221,7 @@ mod tests {
         store
             .try_lock(&LockPaths {
                 path: path.to_owned(),
-                record: store.path("n", "c1", "eth0").unwrap(),
+                record: store.path(("n", "c1", "eth0")).unwrap(),
             })
             .unwrap()
     }
@@ -295,7 +290,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::new(tmp.path().to_owned());
         let path = tmp.path().join(LOCKS_DIR).join("n-c1-eth0.lock");
-        let record = store.path("n", "c1", "eth0").unwrap();
+        let record = store.path(("n", "c1", "eth0")).unwrap();
         create_private_dir(record.parent().unwrap()).unwrap();
         std::fs::write(&record, b"{}").unwrap();
 

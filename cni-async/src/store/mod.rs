@@ -70,6 +70,9 @@ pub const LOCKS_DIR: &str = "locks";
 /// Subdirectory of the cache dir where corrupt entries are moved.
 pub const CORRUPT_DIR: &str = "corrupt";
 
+/// An attachment by its names: network, container ID, interface.
+pub(crate) type Names<'a> = (&'a str, &'a str, &'a str);
+
 /// The result cache's files under one dir (default `/var/lib/cni`).
 #[derive(Debug, Clone)]
 pub(crate) struct Store {
@@ -97,10 +100,9 @@ impl Store {
         }
     }
 
-    /// Every write, flush, rename and removal through `storage`.
-    pub(crate) fn with_storage(mut self, storage: Arc<dyn Storage>) -> Self {
-        self.storage = storage;
-        self
+    setters! {
+        /// Every write, flush, rename and removal through `storage`.
+        pub(crate) fn with_storage(storage: Arc<dyn Storage>);
     }
 
     /// `<dir>/results`.
@@ -109,13 +111,8 @@ impl Store {
     }
 
     /// The record file of an attachment (names validated).
-    pub(crate) fn path(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-    ) -> Result<PathBuf, Error> {
-        Ok(record::file_path(&self.dir, network, container_id, ifname)?)
+    pub(crate) fn path(&self, (network, cid, ifname): Names<'_>) -> Result<PathBuf, Error> {
+        Ok(record::file_path(&self.dir, network, cid, ifname)?)
     }
 
     /// See [`crate::cache::ResultCache::tighten_dirs`].
@@ -149,11 +146,7 @@ pub(crate) fn io_err(path: &Path, op: &'static str, source: std::io::Error) -> E
 }
 
 pub(crate) fn durable_err(f: durable::Failure) -> Error {
-    Error::Cache {
-        path: f.path,
-        op: f.op,
-        source: f.source,
-    }
+    io_err(&f.path, f.op, f.source)
 }
 
 /// Makes `dir` private ([`ensure_private_dir`]), warning about what it
