@@ -501,6 +501,23 @@ impl std::ops::Deref for ErrorList {
     }
 }
 
+// `for e in list` and `for e in &list`, as with the Vec it wraps.
+impl IntoIterator for ErrorList {
+    type Item = Error;
+    type IntoIter = std::vec::IntoIter<Error>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a ErrorList {
+    type Item = &'a Error;
+    type IntoIter = std::slice::Iter<'a, Error>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
 /// Longest stdout kept in [`Error::Plugin`].
 pub(crate) const ERROR_STDOUT_MAX: usize = 4 * 1024;
 /// Longest stderr kept in [`Error::Plugin`] and [`Error::Timeout`].
