@@ -43,11 +43,12 @@ pub const SLOT_WAIT: Duration = Duration::from_secs(15);
 pub const SLOT_LEASE: Duration = Duration::from_secs(10);
 
 /// The default `--plugin-slots`: off. Pacing cuts the chains' CPU per
-/// pod in a burst (BENCHMARKS.md, the burst section), but on a node whose
-/// CPUs are also busy with other work the paced burst gets a smaller share
-/// of them and took longer at concurrency 32; until it is measured on a
-/// node of its own, it is an operator's choice (`2 × CPUs` is what was
-/// measured).
+/// pod in a burst, and through containerd's CRI on a node whose CPUs were
+/// the burst's it made RunPodSandbox faster than direct (4 slots on 2
+/// CPUs: p95 0.79, total 0.91 at concurrency 32); but where other work
+/// takes the CPUs it leaves idle, the paced burst took longer (1.16 at 32).
+/// Until a default can tell the two apart, it is an operator's choice
+/// (`2 × CPUs`; BENCHMARKS.md, "Pod sandboxes through containerd's CRI").
 pub const DEFAULT_SLOTS: usize = 0;
 
 /// The slots.
