@@ -42,11 +42,13 @@
 //!   cache cannot be read).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use cni_async::cache::{ListPage, ResultCache};
 use cni_core::RuntimeConf;
 use cni_core::cache::CacheRecord;
+
+use super::lock;
 
 /// Up to how many changed record files an admission's refresh reads on
 /// its own worker ([`Owners::refresh`]); more go to the blocking pool.
@@ -99,10 +101,6 @@ impl Drop for Claim {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Owners {
