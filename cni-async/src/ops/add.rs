@@ -18,21 +18,21 @@ use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, Errors, lossy_capp
 use super::request::{Operation, Request};
 use super::{CallOptions, Cni, Deadline, Net};
 
-/// Counts one detached ADD in [`Inner::detached`] while it lives (also
+/// Counts one detached ADD in [`Cni::detached`] while it lives (also
 /// when its task panics).
 #[derive(Debug)]
 struct DetachedGuard(Cni);
 
 impl DetachedGuard {
     fn new(cni: &Cni) -> Self {
-        cni.inner.detached.send_modify(|n| *n += 1);
+        cni.detached.send_modify(|n| *n += 1);
         DetachedGuard(cni.clone())
     }
 }
 
 impl Drop for DetachedGuard {
     fn drop(&mut self) {
-        self.0.inner.detached.send_modify(|n| *n -= 1);
+        self.0.detached.send_modify(|n| *n -= 1);
     }
 }
 
