@@ -35,14 +35,16 @@ impl PluginExit {
         if status.success() {
             return None;
         }
-        if let Some(c) = status.code() {
-            return Some(PluginExit::Code(c));
-        }
-        if let Some(s) = status.signal() {
-            return Some(PluginExit::Signal(s));
-        }
-        // Stopped/continued statuses are never returned by wait for an exit.
-        Some(PluginExit::Code(-1))
+        // Stopped/continued statuses (neither) are never returned by wait
+        // for an exit.
+        let signal = status.signal().map(PluginExit::Signal);
+        Some(
+            status
+                .code()
+                .map(PluginExit::Code)
+                .or(signal)
+                .unwrap_or(PluginExit::Code(-1)),
+        )
     }
 }
 
@@ -702,9 +704,10 @@ impl Error {
         match self {
             Error::Core(e) => e.code(),
             Error::PluginNotFound { .. } => code::INVALID_NETWORK_CONFIG,
-            Error::Spawn { .. } | Error::OutputTooLarge { .. } | Error::Io { .. } => {
-                code::IO_FAILURE
-            }
+            Error::Spawn { .. }
+            | Error::OutputTooLarge { .. }
+            | Error::Io { .. }
+            | Error::Cache { .. } => code::IO_FAILURE,
             Error::Plugin { error, stdout, .. } => match error {
                 Some(obj) => obj.code,
                 None if !stdout.is_empty() => code::DECODING_FAILURE,
@@ -716,7 +719,6 @@ impl Error {
             #[cfg(feature = "netns")]
             Error::NetnsName { .. } => code::INVALID_ENVIRONMENT_VARIABLES,
             Error::PluginOutput { .. } => code::DECODING_FAILURE,
-            Error::Cache { .. } => code::IO_FAILURE,
             Error::CacheLocked { .. } => code::TRY_AGAIN_LATER,
             Error::AttachmentCollision { .. } | Error::AlreadyAttached { .. } => {
                 code::INVALID_ENVIRONMENT_VARIABLES
@@ -827,12 +829,10 @@ impl Error {
     /// [`Error::NotAttached`] for `network` and `rt`'s container and
     /// interface.
     pub(crate) fn not_attached(network: &str, rt: &cni_core::RuntimeConf) -> Error {
-        let (container_id, ifname) = (rt.container_id.clone(), rt.ifname.clone());
-        let network = network.to_owned();
         Error::NotAttached {
-            network,
-            container_id,
-            ifname,
+            network: network.to_owned(),
+            container_id: rt.container_id.clone(),
+            ifname: rt.ifname.clone(),
         }
     }
 

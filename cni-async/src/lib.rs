@@ -104,6 +104,7 @@ pub mod confwatch;
 pub mod daemon;
 pub mod error;
 pub mod exec;
+mod hidden;
 pub mod multi;
 #[cfg(feature = "netns")]
 pub mod netns;

@@ -41,7 +41,7 @@ impl BatchBuilder {
                 reason: "a batch prefix must not end with a digit",
             });
         }
-        let derive = self.container_ids.clone();
+        let derive = self.container_ids.0.clone();
         let id_of = move |name: &str| match &derive {
             Some(f) => f(&member_path(name)),
             None => name.to_owned(),
@@ -146,7 +146,7 @@ impl BatchBuilder {
             multi: self.multi,
             template: self.template,
             concurrency: self.concurrency,
-            progress: Progress::new(members.len(), self.callback),
+            progress: Progress::new(members.len(), self.callback.0),
             release_failed: false,
         });
         Ok(Batch {

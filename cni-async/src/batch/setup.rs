@@ -1,6 +1,5 @@
 //! Setting a batch up: [`BatchBuilder`] and the work of each member.
 
-use std::fmt;
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -12,10 +11,12 @@ use futures::stream::{self, StreamExt};
 
 use super::*;
 use crate::Error;
+use crate::hidden::Hidden;
 use crate::multi::{MultiNetwork, Sandbox};
 use crate::netns::{NETNS_NAME_MAX, NETNS_RUN_DIR, Netns, NetnsGuard};
 
 /// Builder of a batch; [`BatchBuilder::setup`] runs it.
+#[derive(Debug)]
 #[must_use]
 pub struct BatchBuilder {
     pub(super) multi: MultiNetwork,
@@ -23,24 +24,9 @@ pub struct BatchBuilder {
     pub(super) count: usize,
     pub(super) concurrency: usize,
     pub(super) template: Sandbox,
-    pub(super) callback: Option<Arc<EventCallback>>,
-    pub(super) container_ids: Option<Arc<ContainerIdFn>>,
+    pub(super) callback: Hidden<Arc<EventCallback>>,
+    pub(super) container_ids: Hidden<Arc<ContainerIdFn>>,
     pub(super) release_failed: bool,
-}
-
-impl fmt::Debug for BatchBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BatchBuilder")
-            .field("multi", &self.multi)
-            .field("prefix", &self.prefix)
-            .field("count", &self.count)
-            .field("concurrency", &self.concurrency)
-            .field("template", &self.template)
-            .field("callback", &self.callback.is_some())
-            .field("container_ids", &self.container_ids.is_some())
-            .field("release_failed", &self.release_failed)
-            .finish()
-    }
 }
 
 impl BatchBuilder {
@@ -53,8 +39,8 @@ impl BatchBuilder {
             count: 1,
             concurrency: std::thread::available_parallelism().map_or(4, usize::from),
             template: Sandbox::new("", ""),
-            callback: None,
-            container_ids: None,
+            callback: Hidden(None),
+            container_ids: Hidden(None),
             release_failed: false,
         }
     }
@@ -93,7 +79,7 @@ impl BatchBuilder {
         mut self,
         derive: impl Fn(&str) -> String + Send + Sync + 'static,
     ) -> Self {
-        self.container_ids = Some(Arc::new(derive));
+        self.container_ids = Hidden(Some(Arc::new(derive)));
         self
     }
 
@@ -108,7 +94,7 @@ impl BatchBuilder {
     /// Calls `callback` for every [`BatchEvent`], from the task (or, for a
     /// teardown on drop, the thread) doing the work. Keep it short.
     pub fn on_event(mut self, callback: impl Fn(&BatchEvent<'_>) + Send + Sync + 'static) -> Self {
-        self.callback = Some(Arc::new(callback));
+        self.callback = Hidden(Some(Arc::new(callback)));
         self
     }
 
@@ -123,7 +109,7 @@ impl BatchBuilder {
     /// their members), and the [`Batch`] holds what was set up so far
     /// ([`Batch::stopped`]).
     pub async fn setup_until(self, stop: impl Future<Output = ()>) -> Result<Batch, Error> {
-        let derive = self.container_ids.clone();
+        let derive = self.container_ids.0.clone();
         let id_of = move |name: &str| match &derive {
             Some(f) => f(&member_path(name)),
             None => name.to_owned(),
@@ -155,7 +141,7 @@ impl BatchBuilder {
             multi: self.multi,
             template: self.template,
             concurrency: self.concurrency,
-            progress: Progress::new(self.count, self.callback),
+            progress: Progress::new(self.count, self.callback.0),
             release_failed: self.release_failed,
         });
         let slots = Arc::new(Mutex::new(Members {

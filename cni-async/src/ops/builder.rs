@@ -58,7 +58,7 @@ impl CniBuilder {
     /// caller's stderr). Default: none; it is logged at `info` either way.
     /// A failing plugin's stderr is part of its error instead.
     pub fn plugin_stderr(mut self, sink: StderrSink) -> Self {
-        self.inner.stderr_sink = SinkSlot(Some(sink));
+        self.inner.stderr_sink = crate::hidden::Hidden(Some(sink));
         self
     }
 

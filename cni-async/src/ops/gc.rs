@@ -158,14 +158,12 @@ impl Cni {
 /// The [`Error::Multiple`] of a GC: the stale DELs' failures first, each
 /// naming its attachment, then `more`.
 fn gc_failed(network: &str, failed: Vec<GcFailure>, more: Vec<Error>) -> Error {
-    let mut all = Errors::new(format!("GC of network {network}"));
-    for f in failed {
-        all.push(f.into_error(network));
-    }
-    for e in more {
-        all.push(e);
-    }
-    all.into_multiple()
+    let failed = failed.into_iter().map(|f| f.into_error(network));
+    Errors::of(
+        format!("GC of network {network}"),
+        failed.chain(more).collect(),
+    )
+    .into_multiple()
 }
 
 /// A GC ready to run ([`Cni::gc_network_list`]): `.await` it, after
