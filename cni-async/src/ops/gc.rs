@@ -80,79 +80,6 @@ impl Cni {
             },
         )
     }
-
-    async fn run_gc(
-        &self,
-        list: &NetworkConfigList,
-        valid_attachments: &[GcAttachment],
-        opts: &CallOptions,
-    ) -> Result<GcSummary, Error> {
-        validate::network_name(list.name())?;
-        if list.disable_gc() {
-            return Ok(GcSummary {
-                disabled: true,
-                ..Default::default()
-            });
-        }
-        // One deadline for everything below.
-        let deadline = self.deadline(Command::Gc, opts);
-        let span = tracing::info_span!("cni.gc", network = list.name());
-        async {
-            let net = Net::list(list);
-            let mut summary = GcSummary::default();
-            let mut plugin_errors = Vec::new();
-            let cached = self.inner.cache.list(None).await?;
-            for rec in cached.into_iter().filter(|r| r.network_name == list.name()) {
-                let key = GcAttachment {
-                    container_id: rec.container_id.clone(),
-                    ifname: rec.if_name.clone(),
-                };
-                if valid_attachments.contains(&key) {
-                    continue;
-                }
-                let rt = rec.runtime_conf();
-                let res = match net.plugins.last() {
-                    Some(first) if deadline.remaining().is_zero() => {
-                        Err(not_started(first, Command::Del, deadline))
-                    }
-                    _ => self.del_expecting(&net, &rt, deadline, None, None).await,
-                };
-                match res {
-                    Ok(_) => summary.deleted.push(key),
-                    Err(error) => {
-                        tracing::warn!(container = %rt.container_id, ifname = %rt.ifname, error = %Chain(&error), "GC could not delete a stale attachment; going on with the others");
-                        summary.failed.push(GcFailure {
-                            attachment: key,
-                            error,
-                        });
-                    }
-                }
-            }
-            if list.version().has_status_and_gc() {
-                summary.plugins_called = true;
-                for plugin in list.plugins() {
-                    let stdin = plugin_stdin(
-                        list.name(),
-                        list.version(),
-                        plugin,
-                        StdinInput::Gc { valid_attachments },
-                    )?;
-                    if let Err(e) = self
-                        .run_plugin(list.name(), plugin, Command::Gc, None, &stdin, deadline)
-                        .await
-                    {
-                        plugin_errors.push(e);
-                    }
-                }
-            }
-            if plugin_errors.is_empty() {
-                return Ok(summary);
-            }
-            Err(gc_failed(list.name(), summary.failed, plugin_errors))
-        }
-        .instrument(span)
-        .await
-    }
 }
 
 /// The [`Error::Multiple`] of a GC: the stale DELs' failures first, each
@@ -181,6 +108,71 @@ impl<'a> Operation<'a> for GcOp<'a> {
     type Output = GcSummary;
 
     async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<GcSummary, Error> {
-        cni.run_gc(self.list, self.valid_attachments, &opts).await
+        let (list, valid_attachments) = (self.list, self.valid_attachments);
+        validate::network_name(list.name())?;
+        if list.disable_gc() {
+            return Ok(GcSummary {
+                disabled: true,
+                ..Default::default()
+            });
+        }
+        // One deadline for everything below.
+        let deadline = cni.deadline(Command::Gc, &opts);
+        let span = tracing::info_span!("cni.gc", network = list.name());
+        async {
+            let net = Net::list(list);
+            let mut summary = GcSummary::default();
+            let mut plugin_errors = Vec::new();
+            let cached = cni.inner.cache.list(None).await?;
+            for rec in cached.into_iter().filter(|r| r.network_name == list.name()) {
+                let key = GcAttachment {
+                    container_id: rec.container_id.clone(),
+                    ifname: rec.if_name.clone(),
+                };
+                if valid_attachments.contains(&key) {
+                    continue;
+                }
+                let rt = rec.runtime_conf();
+                let res = match net.plugins.last() {
+                    Some(first) if deadline.remaining().is_zero() => {
+                        Err(not_started(first, Command::Del, deadline))
+                    }
+                    _ => cni.del_expecting(&net, &rt, deadline, None, None).await,
+                };
+                match res {
+                    Ok(_) => summary.deleted.push(key),
+                    Err(error) => {
+                        tracing::warn!(container = %rt.container_id, ifname = %rt.ifname, error = %Chain(&error), "GC could not delete a stale attachment; going on with the others");
+                        summary.failed.push(GcFailure {
+                            attachment: key,
+                            error,
+                        });
+                    }
+                }
+            }
+            if list.version().has_status_and_gc() {
+                summary.plugins_called = true;
+                for plugin in list.plugins() {
+                    let stdin = plugin_stdin(
+                        list.name(),
+                        list.version(),
+                        plugin,
+                        StdinInput::Gc { valid_attachments },
+                    )?;
+                    if let Err(e) = cni
+                        .run_plugin(list.name(), plugin, Command::Gc, None, &stdin, deadline)
+                        .await
+                    {
+                        plugin_errors.push(e);
+                    }
+                }
+            }
+            if plugin_errors.is_empty() {
+                return Ok(summary);
+            }
+            Err(gc_failed(list.name(), summary.failed, plugin_errors))
+        }
+        .instrument(span)
+        .await
     }
 }
