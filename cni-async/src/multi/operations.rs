@@ -7,7 +7,7 @@ use cni_core::{CapabilityArgs, CniArgs, Command, RuntimeConf, validate};
 use super::builder::invalid_set;
 use super::request::set_pair;
 use super::steps::{
-    SandboxStep, StepHook, check_steps, context, remove_into, setup_steps, unknown,
+    SandboxStep, StepHook, all_known, check_steps, context, remove_into, setup_steps,
 };
 use super::*;
 use crate::error::Errors;
@@ -127,14 +127,12 @@ impl MultiNetwork {
     fn known<'p, 'a>(
         planned: &'p [Planned<'a>],
     ) -> Result<Vec<(&'a NetworkAttachment, &'p RuntimeConf)>, Error> {
-        let missing: Vec<String> = planned
-            .iter()
-            .filter(|p| p.net.is_none())
-            .map(|p| p.name.clone())
-            .collect();
-        if !missing.is_empty() {
-            return Err(unknown(missing));
-        }
+        all_known(
+            planned
+                .iter()
+                .filter(|p| p.net.is_none())
+                .map(|p| p.name.clone()),
+        )?;
         Ok(planned
             .iter()
             .filter_map(|p| Some((p.net?, &p.rt)))
