@@ -45,30 +45,31 @@ impl BatchBuilder {
         }
     }
 
-    /// The namespace name prefix: names are the prefix plus the index. It
-    /// must make valid container IDs (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`) unless
-    /// [`Self::container_ids`] derives them otherwise.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
     setters! {
+        /// The namespace name prefix: names are the prefix plus the index. It
+        /// must make valid container IDs (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`) unless
+        /// [`Self::container_ids`] derives them otherwise.
+        pub fn prefix(prefix: impl Into<String>, Into::into);
+
         /// How many namespaces.
         pub fn count(count: usize);
+
+        /// Labels, capability arguments and `ignore_unknown` for every
+        /// namespace; its container ID and netns path are replaced by each
+        /// member's.
+        pub fn sandbox_template(template: Sandbox);
+
+        /// Whether the namespace of a member whose setup failed is deleted at
+        /// once, so that only the attached members remain (default: kept until
+        /// teardown). Not when its rollback failed ([`Error::RollbackFailed`]):
+        /// teardown DELs it again.
+        pub fn release_failed(release_failed: bool);
     }
 
     /// How many namespaces are set up (or torn down) at once, at least 1.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency.max(1);
         self
-    }
-
-    setters! {
-        /// Labels, capability arguments and `ignore_unknown` for every
-        /// namespace; its container ID and netns path are replaced by each
-        /// member's.
-        pub fn sandbox_template(template: Sandbox);
     }
 
     /// Derives each member's container ID from its namespace path instead
@@ -81,14 +82,6 @@ impl BatchBuilder {
     ) -> Self {
         self.container_ids = Hidden(Some(Arc::new(derive)));
         self
-    }
-
-    setters! {
-        /// Whether the namespace of a member whose setup failed is deleted at
-        /// once, so that only the attached members remain (default: kept until
-        /// teardown). Not when its rollback failed ([`Error::RollbackFailed`]):
-        /// teardown DELs it again.
-        pub fn release_failed(release_failed: bool);
     }
 
     /// Calls `callback` for every [`BatchEvent`], from the task (or, for a

@@ -133,13 +133,10 @@ impl MultiNetworkBuilder {
         self.source(Source::List { list, ifname })
     }
 
-    /// The prefix of generated interface names (default `eth`).
-    pub fn interface_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
     setters! {
+        /// The prefix of generated interface names (default `eth`).
+        pub fn interface_prefix(prefix: impl Into<String>, Into::into);
+
         /// How [`MultiNetwork::setup`] runs (default [`SetupMode::Serial`]).
         pub fn mode(mode: SetupMode);
 

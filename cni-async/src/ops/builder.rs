@@ -27,12 +27,10 @@ impl CniBuilder {
         self
     }
 
-    /// The cache dir (default `/var/lib/cni`).
-    pub fn cache_dir(self, dir: impl Into<PathBuf>) -> Self {
-        self.cache(ResultCache::new(dir))
-    }
-
     setters! {
+        /// The cache dir (default `/var/lib/cni`).
+        pub fn cache_dir(inner.cache: impl Into<PathBuf>, ResultCache::new);
+
         /// A cache with non-default settings.
         pub fn cache(inner.cache: ResultCache);
 
