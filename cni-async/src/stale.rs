@@ -386,12 +386,7 @@ impl StaleScanner {
                     state.records.remove(&k);
                 }
                 for r in changes.added {
-                    let k = (
-                        r.network_name.clone(),
-                        r.container_id.clone(),
-                        r.if_name.clone(),
-                    );
-                    state.records.insert(k, r);
+                    state.records.insert(r.key(), r);
                 }
                 judge(&cache, &mut state, &host, stale_after)
             });
