@@ -41,11 +41,7 @@ impl BatchBuilder {
                 reason: "a batch prefix must not end with a digit",
             });
         }
-        let derive = self.container_ids.0.clone();
-        let id_of = move |name: &str| match &derive {
-            Some(f) => f(&member_path(name)),
-            None => name.to_owned(),
-        };
+        let id_of = self.id_of();
         let networks: Vec<String> = if self.template.networks.is_empty() {
             self.multi
                 .networks()
@@ -62,11 +58,7 @@ impl BatchBuilder {
         let prefix = self.prefix.clone();
         let names = tokio::task::spawn_blocking(move || existing_namespaces(&prefix))
             .await
-            .map_err(|join| Error::Netns {
-                path: PathBuf::from(NETNS_RUN_DIR),
-                op: "list".into(),
-                source: io::Error::other(join.to_string()),
-            })??;
+            .map_err(|join| lost_task(PathBuf::from(NETNS_RUN_DIR), "list", join))??;
 
         // By (length, name): `P2` before `P10`.
         let mut found: BTreeMap<(usize, String), (bool, Vec<CacheRecord>)> = names
@@ -130,13 +122,7 @@ impl BatchBuilder {
                         if source.kind() == io::ErrorKind::NotFound => {}
                     // Not a namespace (an empty file): deleted by name.
                     Ok(Err(_)) => stale_name = true,
-                    Err(join) => {
-                        return Err(Error::Netns {
-                            path: member.path(),
-                            op: "open".into(),
-                            source: io::Error::other(join.to_string()),
-                        });
-                    }
+                    Err(join) => return Err(lost_task(member.path(), "open", join)),
                 }
             }
             member.adopted = Some(Adopted { cached, stale_name });

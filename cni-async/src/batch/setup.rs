@@ -1,6 +1,5 @@
 //! Setting a batch up: [`BatchBuilder`] and the work of each member.
 
-use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -91,6 +90,15 @@ impl BatchBuilder {
         self
     }
 
+    /// Each member's container ID, by its name ([`Self::container_ids`]).
+    pub(super) fn id_of(&self) -> impl Fn(&str) -> String + use<> {
+        let derive = self.container_ids.0.clone();
+        move |name: &str| match &derive {
+            Some(f) => f(&member_path(name)),
+            None => name.to_owned(),
+        }
+    }
+
     /// Creates and attaches the namespaces. Fails only when the settings are
     /// invalid; the failures of single namespaces are in the [`Batch`].
     pub async fn setup(self) -> Result<Batch, Error> {
@@ -102,11 +110,7 @@ impl BatchBuilder {
     /// their members), and the [`Batch`] holds what was set up so far
     /// ([`Batch::stopped`]).
     pub async fn setup_until(self, stop: impl Future<Output = ()>) -> Result<Batch, Error> {
-        let derive = self.container_ids.0.clone();
-        let id_of = move |name: &str| match &derive {
-            Some(f) => f(&member_path(name)),
-            None => name.to_owned(),
-        };
+        let id_of = self.id_of();
         if self.count > 0 {
             let first = format!("{}0", self.prefix);
             let last = format!("{}{}", self.prefix, self.count - 1);
@@ -208,11 +212,7 @@ async fn setup_one(job: Arc<Job>, slots: Shared, index: usize) {
         Ok(Ok(false)) => return,
         Ok(Err(e)) => return record_failure(&job, &slots, index, &name, e),
         Err(join) => {
-            let e = Error::Netns {
-                path: Path::new(NETNS_RUN_DIR).join(&name),
-                op: "create".into(),
-                source: io::Error::other(join.to_string()),
-            };
+            let e = lost_task(Path::new(NETNS_RUN_DIR).join(&name), "create", join);
             return record_failure(&job, &slots, index, &name, e);
         }
     }
