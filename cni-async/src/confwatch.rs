@@ -638,11 +638,7 @@ impl NetworkSet {
                 Err(e) => errors.push(e),
             }
         }
-        let outcome = if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("; "))
-        };
+        let outcome = errors.is_empty().then_some(()).ok_or(errors.join("; "));
         (outcome, found)
     }
 

@@ -65,10 +65,9 @@ pub fn check_netns_path(netns: &str, command: Command) -> Result<(), Error> {
 /// `netns path`, CNI code 4.
 pub fn check_netns(netns: &str, command: Command) -> Result<(), Error> {
     check_netns_path(netns, command)?;
-    if !matches!(command, Command::Add | Command::Check) {
-        return Ok(());
-    }
-    if !crate::sys::nsfs::is_network_namespace(Path::new(netns)) {
+    if matches!(command, Command::Add | Command::Check)
+        && !crate::sys::nsfs::is_network_namespace(Path::new(netns))
+    {
         return Err(bad(netns, NOT_A_NETWORK_NAMESPACE));
     }
     Ok(())
