@@ -826,6 +826,18 @@ impl Error {
         }
     }
 
+    /// This error after a rollback that ended as `rollback`: as it is, or
+    /// [`Error::RollbackFailed`] when the rollback failed too.
+    pub(crate) fn after_rollback(self, rollback: Result<(), Error>) -> Error {
+        match rollback {
+            Ok(()) => self,
+            Err(rb) => Error::RollbackFailed {
+                error: Box::new(self),
+                rollback: Box::new(rb),
+            },
+        }
+    }
+
     /// [`Error::NotAttached`] for `network` and `rt`'s container and
     /// interface.
     pub(crate) fn not_attached(network: &str, rt: &cni_core::RuntimeConf) -> Error {

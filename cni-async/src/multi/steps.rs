@@ -263,13 +263,7 @@ pub async fn setup_steps<'s>(
             rollback_errors.push(context(step.network, &step.rt.ifname, Command::Del, e));
         }
     }
-    match rollback_errors.into_result_listed() {
-        Ok(()) => Err(error),
-        Err(rollback) => Err(Error::RollbackFailed {
-            error: Box::new(error),
-            rollback: Box::new(rollback),
-        }),
-    }
+    Err(error.after_rollback(rollback_errors.into_result_listed()))
 }
 
 /// DEL of each of `steps`, last to first, each under its gate, going on
