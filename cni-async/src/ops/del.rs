@@ -4,7 +4,7 @@
 use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::error::Chain;
 use cni_core::validate::Escaped;
-use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, validate};
+use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf};
 use std::marker::PhantomData;
 
 use tracing::Instrument;
@@ -65,14 +65,7 @@ impl Cni {
         opts: &CallOptions,
         expect: Option<&Expect<'_>>,
     ) -> Result<Deleted, Error> {
-        validate::network_name(network)?;
-        rt.validate()?;
-        let Some(CacheEntry::Record(rec)) = self
-            .inner
-            .cache
-            .read(network, &rt.container_id, &rt.ifname)
-            .await?
-        else {
+        let Some(CacheEntry::Record(rec)) = self.read_cached(network, rt, true).await? else {
             return Err(Error::not_attached(network, rt));
         };
         // The entry of a single-network ADD holds a plugin config, not a list.
