@@ -162,15 +162,8 @@ impl MultiNetwork {
         mode: SetupMode,
     ) -> Result<MultiResult, Error> {
         let planned = self.plan(sandbox)?;
-        let networks = Self::known(&planned)?;
-        let steps: Vec<SandboxStep<'_>> = networks
-            .iter()
-            .map(|(n, rt)| SandboxStep {
-                network: n.name(),
-                list: Some(n.list()),
-                rt,
-            })
-            .collect();
+        Self::known(&planned)?;
+        let steps: Vec<SandboxStep<'_>> = planned.iter().map(Planned::step).collect();
         let results = setup_steps(&Plain(self), &sandbox.container_id, &steps, mode).await?;
         Ok(MultiResult::from_results(results))
     }
@@ -198,7 +191,7 @@ impl MultiNetwork {
         {
             Ok(records) => {
                 let mut gone = Vec::new();
-                for rec in records.iter().rev() {
+                for rec in &records {
                     let planned_here = planned
                         .iter()
                         .any(|p| p.name == rec.network_name && p.rt.ifname == rec.if_name);
@@ -206,23 +199,14 @@ impl MultiNetwork {
                         continue;
                     }
                     let rt = RuntimeConf {
-                        ifname: rec.if_name.clone(),
                         args: CniArgs::new(),
                         capability_args: CapabilityArgs::new(),
                         ..sandbox.runtime_conf(&rec.if_name)
                     };
-                    gone.push((rec.network_name.as_str(), rt));
+                    let (name, net) = (rec.network_name.clone(), None);
+                    gone.push(Planned { name, net, rt });
                 }
-                // Already last to first: `remove_into` reverses again.
-                let steps: Vec<SandboxStep<'_>> = gone
-                    .iter()
-                    .rev()
-                    .map(|(network, rt)| SandboxStep {
-                        network,
-                        list: None,
-                        rt,
-                    })
-                    .collect();
+                let steps: Vec<SandboxStep<'_>> = gone.iter().map(Planned::step).collect();
                 remove_into(&hook, &steps, &mut errors).await;
             }
             Err(e) => errors.push(e),
