@@ -55,8 +55,7 @@ pub fn check_netns_path(netns: &str, command: Command) -> Result<(), Error> {
     if !netns.starts_with('/') {
         return Err(bad(netns, "must be an absolute path"));
     }
-    cni_core::validate::netns_path(netns)?;
-    Ok(())
+    Ok(cni_core::validate::netns_path(netns)?)
 }
 
 /// Checks `netns` for `command` (see the [module docs](self)): what

@@ -497,20 +497,17 @@ impl Drop for RunGuard {
             "plugin run cancelled; killing its process group"
         );
         let _ = signal_group(reaper.pgid, SIGTERM);
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                // If the runtime is shutting down the task is dropped
-                // unpolled, and the Reaper's own Drop sends SIGKILL.
-                drop(handle.spawn(reaper.run(true)));
-            }
-            Err(_) => {
-                let spawned = std::thread::Builder::new()
-                    .name("cni-plugin-reaper".into())
-                    .spawn(move || reaper.run_blocking());
-                // When no thread can be made, the Reaper is dropped with the
-                // closure: SIGKILL at once.
-                drop(spawned);
-            }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            // If the runtime is shutting down the task is dropped
+            // unpolled, and the Reaper's own Drop sends SIGKILL.
+            drop(handle.spawn(reaper.run(true)));
+        } else {
+            let spawned = std::thread::Builder::new()
+                .name("cni-plugin-reaper".into())
+                .spawn(move || reaper.run_blocking());
+            // When no thread can be made, the Reaper is dropped with the
+            // closure: SIGKILL at once.
+            drop(spawned);
         }
     }
 }

@@ -211,10 +211,9 @@ impl Cni {
             plugins = ran.len(),
             "ADD given up by its caller; rolling back the plugins that ran"
         );
-        if ran.is_empty() {
-            return;
-        }
-        if let Err(e) = self.rollback(net, ran, rt, prev).await {
+        if !ran.is_empty()
+            && let Err(e) = self.rollback(net, ran, rt, prev).await
+        {
             tracing::warn!(error = %Escaped(Chain(&e)), "rollback of a given-up ADD failed");
         }
     }
