@@ -308,10 +308,7 @@ impl Cni {
         stdin: &[u8],
         deadline: Deadline,
     ) -> Result<crate::exec::ExecOutput, Error> {
-        let path = self
-            .inner
-            .exec
-            .find_plugin(plugin.plugin_type(), &self.inner.plugin_dirs)?;
+        let path = self.find_plugin(plugin.plugin_type())?;
         let mut env = env::plugin_env(command, rt, &self.inner.cni_path);
         env.extend(crate::trace::env());
         let remaining = deadline.remaining();
