@@ -184,8 +184,7 @@ impl MultiNetwork {
         remove_into(&hook, &steps, &mut errors).await;
         // Cached attachments of this container on networks we do not know.
         match self
-            .inner
-            .cni
+            .cni()
             .cached_attachments(Some(&sandbox.container_id))
             .await
         {
@@ -251,8 +250,7 @@ impl MultiNetwork {
                 continue;
             }
             if let Err(e) = self
-                .inner
-                .cni
+                .cni()
                 .status_network_list(n.list())
                 .options(&self.opts())
                 .await
@@ -301,8 +299,7 @@ impl MultiNetwork {
                 })
                 .collect();
             match self
-                .inner
-                .cni
+                .cni()
                 .gc_network_list(n.list(), &valid)
                 .options(&self.opts())
                 .await

@@ -98,8 +98,7 @@ impl Cni {
             // there before this ADD, so no rollback may DEL it: a DEL
             // cannot tell what this call made from what was there.
             let (lock, prior) = self
-                .inner
-                .cache
+                .cache()
                 .lock_for_add(
                     (&*net.name, &rt.container_id, &rt.ifname),
                     deadline.remaining(),
@@ -344,8 +343,7 @@ impl Cni {
             return rt.clone();
         }
         let others = match self
-            .inner
-            .cache
+            .cache()
             .others_on(&rt.netns, &rt.ifname, &rt.container_id)
             .await
         {

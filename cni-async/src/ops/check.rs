@@ -61,8 +61,7 @@ impl Cni {
             // The lock and the read take one trip to the blocking pool. A
             // corrupt record stays where it is: a CHECK changes nothing.
             let (_lock, read) = self
-                .inner
-                .cache
+                .cache()
                 .lock_and_read_with(
                     (&*net.name, &rt.container_id, &rt.ifname),
                     deadline.remaining(),

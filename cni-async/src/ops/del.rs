@@ -169,12 +169,7 @@ impl Cni {
             // The plugins are done: the attachment is gone. A cache entry we
             // cannot remove is stale, not an error of the DEL (a later DEL or
             // GC finds it again and repeats the harmless DEL).
-            if let Err(e) = self
-                .inner
-                .cache
-                .remove(&net.name, &rt.container_id, &rt.ifname)
-                .await
-            {
+            if let Err(e) = cache.remove(&net.name, cid, ifname).await {
                 tracing::warn!(error = %Escaped(Chain(&e)), "DEL succeeded but its cache entry could not be removed");
                 outcome.cache_warnings.push(e);
                 return Ok(outcome);

@@ -44,12 +44,8 @@ impl Cni {
         let stdin = version_stdin(Version::CURRENT);
         let timeout = self.inner.timeouts.version;
         let req = ExecRequest::new(&path, plugin_type, Command::Version, &env, &stdin, timeout);
-        let out = match self
-            .inner
-            .exec
-            .exec(req.with_limits(self.inner.limits))
-            .await
-        {
+        let req = req.with_limits(self.inner.limits);
+        let out = match self.inner.exec.exec(req).await {
             Ok(out) => out,
             // A plugin from before VERSION existed (spec 0.1.0) rejects it.
             Err(Error::Plugin { error, stderr, .. })
