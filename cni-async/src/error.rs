@@ -159,8 +159,8 @@ pub enum Error {
 
     /// The plugin binary could not be started (missing, not executable, bad
     /// format, still "text file busy" when the deadline came).
-    #[error("cannot execute plugin {} ({plugin_type} {command}){}",
-        path.display(), fmt_attempts(*attempts))]
+    #[error("cannot execute plugin {} ({plugin_type} {command}){}", path.display(),
+        if *attempts > 1 { format!(" after {attempts} attempts") } else { String::new() })]
     Spawn {
         /// The plugin type.
         plugin_type: String,
@@ -889,14 +889,6 @@ fn fmt_duration(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{}ms", d.as_millis())
-    }
-}
-
-fn fmt_attempts(attempts: u32) -> String {
-    if attempts > 1 {
-        format!(" after {attempts} attempts")
-    } else {
-        String::new()
     }
 }
 
