@@ -100,26 +100,6 @@ pub enum ErrorKind {
     Other,
 }
 
-impl ErrorKind {
-    fn of_core(e: &cni_core::Error) -> ErrorKind {
-        use cni_core::Error as C;
-        match e {
-            C::Io { .. } => ErrorKind::Io,
-            C::InvalidConfig { .. } | C::InvalidVersion { .. } => ErrorKind::InvalidConfig,
-            C::UnsupportedVersion { .. } => ErrorKind::Unsupported,
-            C::InvalidVersionReply { .. } => ErrorKind::Plugin,
-            C::NoConfigs { .. } | C::NetworkNotFound { .. } => ErrorKind::NetworkNotFound,
-            C::InvalidParameter { .. }
-            | C::InvalidCniArgs { .. }
-            | C::InvalidCapabilityArgs { .. } => ErrorKind::InvalidInput,
-            C::InvalidResult { .. } | C::Conversion { .. } | C::InvalidCacheRecord { .. } => {
-                ErrorKind::InvalidData
-            }
-            _ => ErrorKind::Other,
-        }
-    }
-}
-
 /// Everything that can go wrong in `cni-async`.
 ///
 /// Each message names only its own part (the plugin, file or value at
@@ -630,8 +610,22 @@ impl Error {
     /// assert_eq!(e.kind(), ErrorKind::NotAttached);
     /// ```
     pub fn kind(&self) -> ErrorKind {
+        use cni_core::Error as C;
         match self {
-            Error::Core(e) => ErrorKind::of_core(e),
+            Error::Core(e) => match e {
+                C::Io { .. } => ErrorKind::Io,
+                C::InvalidConfig { .. } | C::InvalidVersion { .. } => ErrorKind::InvalidConfig,
+                C::UnsupportedVersion { .. } => ErrorKind::Unsupported,
+                C::InvalidVersionReply { .. } => ErrorKind::Plugin,
+                C::NoConfigs { .. } | C::NetworkNotFound { .. } => ErrorKind::NetworkNotFound,
+                C::InvalidParameter { .. }
+                | C::InvalidCniArgs { .. }
+                | C::InvalidCapabilityArgs { .. } => ErrorKind::InvalidInput,
+                C::InvalidResult { .. } | C::Conversion { .. } | C::InvalidCacheRecord { .. } => {
+                    ErrorKind::InvalidData
+                }
+                _ => ErrorKind::Other,
+            },
             Error::PluginNotFound { .. } => ErrorKind::PluginNotFound,
             Error::Spawn { .. } | Error::Io { .. } | Error::Cache { .. } => ErrorKind::Io,
             Error::Plugin { .. } | Error::PluginOutput { .. } | Error::OutputTooLarge { .. } => {
