@@ -51,7 +51,11 @@ pub(crate) struct ScannedRecord {
 
 impl ScannedRecord {
     pub(crate) fn key(&self) -> AttachmentKey {
-        crate::cache::owned((&self.network_name, &self.container_id, &self.if_name))
+        (
+            self.network_name.clone(),
+            self.container_id.clone(),
+            self.if_name.clone(),
+        )
     }
 }
 
