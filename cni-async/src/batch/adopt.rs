@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use cni_core::cache::CacheRecord;
@@ -128,13 +127,7 @@ impl BatchBuilder {
             member.adopted = Some(Adopted { cached, stale_name });
             members.push(member);
         }
-        let job = Arc::new(Job {
-            multi: self.multi,
-            template: self.template,
-            concurrency: self.concurrency,
-            progress: Progress::new(members.len(), self.callback.0),
-            release_failed: false,
-        });
+        let job = self.into_job(members.len(), false);
         Ok(Batch {
             job,
             members,

@@ -99,6 +99,17 @@ impl BatchBuilder {
         }
     }
 
+    /// The work shared by the members of a batch of `total` namespaces.
+    pub(super) fn into_job(self, total: usize, release_failed: bool) -> Arc<Job> {
+        Arc::new(Job {
+            multi: self.multi,
+            template: self.template,
+            concurrency: self.concurrency,
+            progress: Progress::new(total, self.callback.0),
+            release_failed,
+        })
+    }
+
     /// Creates and attaches the namespaces. Fails only when the settings are
     /// invalid; the failures of single namespaces are in the [`Batch`].
     pub async fn setup(self) -> Result<Batch, Error> {
@@ -134,13 +145,8 @@ impl BatchBuilder {
                 Some(BatchMember::new(i, name, id))
             })
             .collect();
-        let job = Arc::new(Job {
-            multi: self.multi,
-            template: self.template,
-            concurrency: self.concurrency,
-            progress: Progress::new(self.count, self.callback.0),
-            release_failed: self.release_failed,
-        });
+        let (count, release_failed) = (self.count, self.release_failed);
+        let job = self.into_job(count, release_failed);
         let slots = Arc::new(Mutex::new(Members {
             members,
             closed: false,
@@ -150,7 +156,7 @@ impl BatchBuilder {
         let work = {
             let (c, s) = (job.clone(), slots.clone());
             Box::pin(
-                stream::iter(0..self.count)
+                stream::iter(0..count)
                     .map(move |i| setup_one(c.clone(), s.clone(), i))
                     .buffer_unordered(job.concurrency),
             )
