@@ -140,6 +140,16 @@ pub(crate) fn unknown(missing: Vec<String>) -> Error {
     })
 }
 
+/// Refuses, before any step runs, steps whose network is not known.
+fn steps_known(steps: &[SandboxStep<'_>]) -> Result<(), Error> {
+    all_known(
+        steps
+            .iter()
+            .filter(|s| s.list.is_none())
+            .map(|s| s.network.to_owned()),
+    )
+}
+
 /// An error naming the `missing` networks, if there are any.
 pub(crate) fn all_known(missing: impl Iterator<Item = String>) -> Result<(), Error> {
     let missing: Vec<String> = missing.collect();
@@ -191,12 +201,7 @@ pub async fn setup_steps<'s>(
     steps: &[SandboxStep<'s>],
     mode: SetupMode,
 ) -> Result<Vec<NetworkResult>, Error> {
-    all_known(
-        steps
-            .iter()
-            .filter(|s| s.list.is_none())
-            .map(|s| s.network.to_owned()),
-    )?;
+    steps_known(steps)?;
     let add = |step: SandboxStep<'s>| async move {
         gated(hook, step, Command::Add, |opts| hook.add(step, opts)).await
     };
@@ -301,12 +306,7 @@ pub async fn check_steps(
     container_id: &str,
     steps: &[SandboxStep<'_>],
 ) -> Result<(), Error> {
-    all_known(
-        steps
-            .iter()
-            .filter(|s| s.list.is_none())
-            .map(|s| s.network.to_owned()),
-    )?;
+    steps_known(steps)?;
     let mut errors = Errors::new(format!("check of container {container_id:?}"));
     for &step in steps {
         if let Err(e) = gated(hook, step, Command::Check, |opts| hook.check(step, opts)).await {
