@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use cni_core::cache::{self as record, CacheEntry, CacheRecord};
 
 use crate::error::Error;
-use crate::store::{AttachmentKey, Names, Prior, Store};
+use crate::store::{AttachmentKey, Names, Prior, Store, io_err};
 pub use crate::store::{AttachmentLock, ListPage};
 
 /// The result cache rooted at one directory (default `/var/lib/cni`).
@@ -80,16 +80,10 @@ pub(crate) async fn blocking<T: Send + 'static>(
     if inline {
         return f();
     }
-    let lost = |e| {
-        crate::store::io_err(
-            Path::new(""),
-            "run blocking cache task",
-            io::Error::other(e),
-        )
-    };
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(lost(e)))
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        let lost = io::Error::other(e);
+        Err(io_err(Path::new(""), "run blocking cache task", lost))
+    })
 }
 
 /// An attachment's names, owned (for a closure sent to the blocking pool).

@@ -221,36 +221,29 @@ impl Changes {
     }
 }
 
-fn changes(old: &ConfSnapshot, new: &ConfSnapshot) -> Changes {
+/// What changed from `old` to `new`, each change logged, and what else
+/// the reload found that is worth a line in the log.
+fn changes(dir: &Path, old: &ConfSnapshot, new: &ConfSnapshot) -> Changes {
     let mut out = Changes::default();
     for n in &new.networks {
-        let name = n.list.name();
+        let (name, file) = (n.list.name(), n.path.display());
         match old.get(name) {
-            None => out.loaded.push(name.to_owned()),
-            Some(o) if o.list != n.list || o.path != n.path => out.changed.push(name.to_owned()),
+            None => {
+                tracing::info!(network = name, file = %file, "network loaded");
+                out.loaded.push(name.to_owned());
+            }
+            Some(o) if o.list != n.list || o.path != n.path => {
+                tracing::info!(network = name, file = %file, "network changed");
+                out.changed.push(name.to_owned());
+            }
             Some(_) => {}
         }
     }
     for o in &old.networks {
         if new.get(o.list.name()).is_none() {
+            tracing::info!(network = o.list.name(), "network removed");
             out.removed.push(o.list.name().to_owned());
         }
-    }
-    out
-}
-
-fn log_reload(dir: &Path, old: &ConfSnapshot, new: &ConfSnapshot, changes: &Changes) {
-    for n in &new.networks {
-        let name = n.list.name();
-        let file = n.path.display();
-        if changes.loaded.iter().any(|c| c == name) {
-            tracing::info!(network = name, file = %file, "network loaded");
-        } else if changes.changed.iter().any(|c| c == name) {
-            tracing::info!(network = name, file = %file, "network changed");
-        }
-    }
-    for name in &changes.removed {
-        tracing::info!(network = name.as_str(), "network removed");
     }
     for s in &new.skipped {
         if !old.skipped.contains(s) {
@@ -276,6 +269,7 @@ fn log_reload(dir: &Path, old: &ConfSnapshot, new: &ConfSnapshot, changes: &Chan
     } else if newly_empty {
         tracing::warn!(dir = %dir.display(), "no usable network configuration in the conf dir");
     }
+    out
 }
 
 /// Why a [`NetworkSet`] is not ready ([`NetworkSet::readiness`]).
@@ -464,8 +458,7 @@ impl NetworkSet {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let old = self.snapshot();
         let new = ConfSnapshot::scan(&self.dir, old.generation + 1, self.refuse.as_deref(), &old);
-        let changes = changes(&old, &new);
-        log_reload(&self.dir, &old, &new, &changes);
+        let changes = changes(&self.dir, &old, &new);
         let generation = new.generation;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
         self.generation.send_replace(generation);
@@ -638,11 +631,7 @@ impl NetworkSet {
                 Err(e) => errors.push(e),
             }
         }
-        let outcome = if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("; "))
-        };
+        let outcome = errors.is_empty().then_some(()).ok_or(errors.join("; "));
         (outcome, found)
     }
 

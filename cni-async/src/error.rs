@@ -35,14 +35,16 @@ impl PluginExit {
         if status.success() {
             return None;
         }
-        if let Some(c) = status.code() {
-            return Some(PluginExit::Code(c));
-        }
-        if let Some(s) = status.signal() {
-            return Some(PluginExit::Signal(s));
-        }
-        // Stopped/continued statuses are never returned by wait for an exit.
-        Some(PluginExit::Code(-1))
+        // Stopped/continued statuses (neither) are never returned by wait
+        // for an exit.
+        let signal = status.signal().map(PluginExit::Signal);
+        Some(
+            status
+                .code()
+                .map(PluginExit::Code)
+                .or(signal)
+                .unwrap_or(PluginExit::Code(-1)),
+        )
     }
 }
 
@@ -98,26 +100,6 @@ pub enum ErrorKind {
     Other,
 }
 
-impl ErrorKind {
-    fn of_core(e: &cni_core::Error) -> ErrorKind {
-        use cni_core::Error as C;
-        match e {
-            C::Io { .. } => ErrorKind::Io,
-            C::InvalidConfig { .. } | C::InvalidVersion { .. } => ErrorKind::InvalidConfig,
-            C::UnsupportedVersion { .. } => ErrorKind::Unsupported,
-            C::InvalidVersionReply { .. } => ErrorKind::Plugin,
-            C::NoConfigs { .. } | C::NetworkNotFound { .. } => ErrorKind::NetworkNotFound,
-            C::InvalidParameter { .. }
-            | C::InvalidCniArgs { .. }
-            | C::InvalidCapabilityArgs { .. } => ErrorKind::InvalidInput,
-            C::InvalidResult { .. } | C::Conversion { .. } | C::InvalidCacheRecord { .. } => {
-                ErrorKind::InvalidData
-            }
-            _ => ErrorKind::Other,
-        }
-    }
-}
-
 /// Everything that can go wrong in `cni-async`.
 ///
 /// Each message names only its own part (the plugin, file or value at
@@ -157,8 +139,8 @@ pub enum Error {
 
     /// The plugin binary could not be started (missing, not executable, bad
     /// format, still "text file busy" when the deadline came).
-    #[error("cannot execute plugin {} ({plugin_type} {command}){}",
-        path.display(), fmt_attempts(*attempts))]
+    #[error("cannot execute plugin {} ({plugin_type} {command}){}", path.display(),
+        if *attempts > 1 { format!(" after {attempts} attempts") } else { String::new() })]
     Spawn {
         /// The plugin type.
         plugin_type: String,
@@ -628,8 +610,22 @@ impl Error {
     /// assert_eq!(e.kind(), ErrorKind::NotAttached);
     /// ```
     pub fn kind(&self) -> ErrorKind {
+        use cni_core::Error as C;
         match self {
-            Error::Core(e) => ErrorKind::of_core(e),
+            Error::Core(e) => match e {
+                C::Io { .. } => ErrorKind::Io,
+                C::InvalidConfig { .. } | C::InvalidVersion { .. } => ErrorKind::InvalidConfig,
+                C::UnsupportedVersion { .. } => ErrorKind::Unsupported,
+                C::InvalidVersionReply { .. } => ErrorKind::Plugin,
+                C::NoConfigs { .. } | C::NetworkNotFound { .. } => ErrorKind::NetworkNotFound,
+                C::InvalidParameter { .. }
+                | C::InvalidCniArgs { .. }
+                | C::InvalidCapabilityArgs { .. } => ErrorKind::InvalidInput,
+                C::InvalidResult { .. } | C::Conversion { .. } | C::InvalidCacheRecord { .. } => {
+                    ErrorKind::InvalidData
+                }
+                _ => ErrorKind::Other,
+            },
             Error::PluginNotFound { .. } => ErrorKind::PluginNotFound,
             Error::Spawn { .. } | Error::Io { .. } | Error::Cache { .. } => ErrorKind::Io,
             Error::Plugin { .. } | Error::PluginOutput { .. } | Error::OutputTooLarge { .. } => {
@@ -702,9 +698,10 @@ impl Error {
         match self {
             Error::Core(e) => e.code(),
             Error::PluginNotFound { .. } => code::INVALID_NETWORK_CONFIG,
-            Error::Spawn { .. } | Error::OutputTooLarge { .. } | Error::Io { .. } => {
-                code::IO_FAILURE
-            }
+            Error::Spawn { .. }
+            | Error::OutputTooLarge { .. }
+            | Error::Io { .. }
+            | Error::Cache { .. } => code::IO_FAILURE,
             Error::Plugin { error, stdout, .. } => match error {
                 Some(obj) => obj.code,
                 None if !stdout.is_empty() => code::DECODING_FAILURE,
@@ -716,7 +713,6 @@ impl Error {
             #[cfg(feature = "netns")]
             Error::NetnsName { .. } => code::INVALID_ENVIRONMENT_VARIABLES,
             Error::PluginOutput { .. } => code::DECODING_FAILURE,
-            Error::Cache { .. } => code::IO_FAILURE,
             Error::CacheLocked { .. } => code::TRY_AGAIN_LATER,
             Error::AttachmentCollision { .. } | Error::AlreadyAttached { .. } => {
                 code::INVALID_ENVIRONMENT_VARIABLES
@@ -824,15 +820,25 @@ impl Error {
         }
     }
 
+    /// This error after a rollback that ended as `rollback`: as it is, or
+    /// [`Error::RollbackFailed`] when the rollback failed too.
+    pub(crate) fn after_rollback(self, rollback: Result<(), Error>) -> Error {
+        match rollback {
+            Ok(()) => self,
+            Err(rb) => Error::RollbackFailed {
+                error: Box::new(self),
+                rollback: Box::new(rb),
+            },
+        }
+    }
+
     /// [`Error::NotAttached`] for `network` and `rt`'s container and
     /// interface.
     pub(crate) fn not_attached(network: &str, rt: &cni_core::RuntimeConf) -> Error {
-        let (container_id, ifname) = (rt.container_id.clone(), rt.ifname.clone());
-        let network = network.to_owned();
         Error::NotAttached {
-            network,
-            container_id,
-            ifname,
+            network: network.to_owned(),
+            container_id: rt.container_id.clone(),
+            ifname: rt.ifname.clone(),
         }
     }
 
@@ -877,14 +883,6 @@ fn fmt_duration(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{}ms", d.as_millis())
-    }
-}
-
-fn fmt_attempts(attempts: u32) -> String {
-    if attempts > 1 {
-        format!(" after {attempts} attempts")
-    } else {
-        String::new()
     }
 }
 

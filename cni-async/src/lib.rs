@@ -83,10 +83,11 @@
 #![warn(missing_docs)]
 
 /// Builder setters, each with its docs: `fn name(mut self, value: T) ->
-/// Self` that stores `value` (wrapped in `Some` when asked) in the field
-/// named and returns `self`.
+/// Self` that stores `value` (passed through the function named, such as
+/// `Some` or `Into::into`, when asked) in the field named and returns
+/// `self`.
 macro_rules! setters {
-    ($($(#[$doc:meta])* $vis:vis fn $name:ident($($field:ident).+ : $ty:ty $(, $wrap:ident)?);)*) => {$(
+    ($($(#[$doc:meta])* $vis:vis fn $name:ident($($field:ident).+ : $ty:ty $(, $wrap:path)?);)*) => {$(
         $(#[$doc])*
         $vis fn $name(mut self, value: $ty) -> Self {
             self.$($field).+ = $($wrap)?(value);
@@ -104,6 +105,7 @@ pub mod confwatch;
 pub mod daemon;
 pub mod error;
 pub mod exec;
+mod hidden;
 pub mod multi;
 #[cfg(feature = "netns")]
 pub mod netns;

@@ -200,10 +200,8 @@ impl Netns {
         };
         let mut names = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| netns_err(dir, "list", e))?;
-            if let Some(name) = entry.file_name().to_str() {
-                names.push(name.to_owned());
-            }
+            let name = entry.map_err(|e| netns_err(dir, "list", e))?.file_name();
+            names.extend(name.to_str().map(str::to_owned));
         }
         names.sort();
         Ok(names)
@@ -322,10 +320,7 @@ impl Netns {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let fd = self
-            .fd
-            .try_clone()
-            .map_err(|e| netns_err(&self.path, "dup", e))?;
+        let fd = self.try_clone()?.fd;
         let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name(THREAD_NAME.into())

@@ -55,8 +55,7 @@ pub fn check_netns_path(netns: &str, command: Command) -> Result<(), Error> {
     if !netns.starts_with('/') {
         return Err(bad(netns, "must be an absolute path"));
     }
-    cni_core::validate::netns_path(netns)?;
-    Ok(())
+    Ok(cni_core::validate::netns_path(netns)?)
 }
 
 /// Checks `netns` for `command` (see the [module docs](self)): what
@@ -65,10 +64,9 @@ pub fn check_netns_path(netns: &str, command: Command) -> Result<(), Error> {
 /// `netns path`, CNI code 4.
 pub fn check_netns(netns: &str, command: Command) -> Result<(), Error> {
     check_netns_path(netns, command)?;
-    if !matches!(command, Command::Add | Command::Check) {
-        return Ok(());
-    }
-    if !crate::sys::nsfs::is_network_namespace(Path::new(netns)) {
+    if matches!(command, Command::Add | Command::Check)
+        && !crate::sys::nsfs::is_network_namespace(Path::new(netns))
+    {
         return Err(bad(netns, NOT_A_NETWORK_NAMESPACE));
     }
     Ok(())

@@ -222,6 +222,17 @@ pub(crate) struct Host {
     pub(crate) sees_host_mounts: bool,
 }
 
+impl Host {
+    /// This host as it is now, with `boot_time` as given.
+    pub(crate) fn now(boot_time: Option<SystemTime>) -> Host {
+        Host {
+            boot_id: crate::sys::boot_id().map(str::to_owned),
+            boot_time,
+            sees_host_mounts: identity::sees_host_mounts(),
+        }
+    }
+}
+
 /// Whether a record's namespace is gone, and whether it was written in an
 /// earlier boot: the table of the [module docs](self).
 pub(crate) fn judge_one(
@@ -355,11 +366,7 @@ impl StaleScanner {
     /// a boot id).
     pub fn with_boot_time(boot: Option<SystemTime>, stale_after: Option<Duration>) -> Self {
         StaleScanner {
-            host: Host {
-                boot_id: crate::sys::boot_id().map(str::to_owned),
-                boot_time: boot,
-                sees_host_mounts: identity::sees_host_mounts(),
-            },
+            host: Host::now(boot),
             stale_after,
             state: ScanState::default(),
         }
@@ -386,12 +393,7 @@ impl StaleScanner {
                     state.records.remove(&k);
                 }
                 for r in changes.added {
-                    let k = (
-                        r.network_name.clone(),
-                        r.container_id.clone(),
-                        r.if_name.clone(),
-                    );
-                    state.records.insert(k, r);
+                    state.records.insert(r.key(), r);
                 }
                 judge(&cache, &mut state, &host, stale_after)
             });

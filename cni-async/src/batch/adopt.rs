@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use cni_core::cache::CacheRecord;
@@ -41,11 +40,7 @@ impl BatchBuilder {
                 reason: "a batch prefix must not end with a digit",
             });
         }
-        let derive = self.container_ids.clone();
-        let id_of = move |name: &str| match &derive {
-            Some(f) => f(&member_path(name)),
-            None => name.to_owned(),
-        };
+        let id_of = self.id_of();
         let networks: Vec<String> = if self.template.networks.is_empty() {
             self.multi
                 .networks()
@@ -62,11 +57,7 @@ impl BatchBuilder {
         let prefix = self.prefix.clone();
         let names = tokio::task::spawn_blocking(move || existing_namespaces(&prefix))
             .await
-            .map_err(|join| Error::Netns {
-                path: PathBuf::from(NETNS_RUN_DIR),
-                op: "list".into(),
-                source: io::Error::other(join.to_string()),
-            })??;
+            .map_err(|join| lost_task(PathBuf::from(NETNS_RUN_DIR), "list", join))??;
 
         // By (length, name): `P2` before `P10`.
         let mut found: BTreeMap<(usize, String), (bool, Vec<CacheRecord>)> = names
@@ -130,25 +121,13 @@ impl BatchBuilder {
                         if source.kind() == io::ErrorKind::NotFound => {}
                     // Not a namespace (an empty file): deleted by name.
                     Ok(Err(_)) => stale_name = true,
-                    Err(join) => {
-                        return Err(Error::Netns {
-                            path: member.path(),
-                            op: "open".into(),
-                            source: io::Error::other(join.to_string()),
-                        });
-                    }
+                    Err(join) => return Err(lost_task(member.path(), "open", join)),
                 }
             }
             member.adopted = Some(Adopted { cached, stale_name });
             members.push(member);
         }
-        let job = Arc::new(Job {
-            multi: self.multi,
-            template: self.template,
-            concurrency: self.concurrency,
-            progress: Progress::new(members.len(), self.callback),
-            release_failed: false,
-        });
+        let job = self.into_job(members.len(), false);
         Ok(Batch {
             job,
             members,

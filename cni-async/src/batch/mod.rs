@@ -344,6 +344,16 @@ struct Members {
 
 type Shared = Arc<Mutex<Members>>;
 
+/// The error of a blocking namespace task (`op` on `path`) that panicked
+/// or was cancelled.
+fn lost_task(path: PathBuf, op: &str, join: tokio::task::JoinError) -> Error {
+    Error::Netns {
+        path,
+        op: op.into(),
+        source: std::io::Error::other(join.to_string()),
+    }
+}
+
 fn lock(slots: &Mutex<Members>) -> MutexGuard<'_, Members> {
     slots.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -1,7 +1,5 @@
 //! Setting a batch up: [`BatchBuilder`] and the work of each member.
 
-use std::fmt;
-use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -12,10 +10,12 @@ use futures::stream::{self, StreamExt};
 
 use super::*;
 use crate::Error;
+use crate::hidden::Hidden;
 use crate::multi::{MultiNetwork, Sandbox};
 use crate::netns::{NETNS_NAME_MAX, NETNS_RUN_DIR, Netns, NetnsGuard};
 
 /// Builder of a batch; [`BatchBuilder::setup`] runs it.
+#[derive(Debug)]
 #[must_use]
 pub struct BatchBuilder {
     pub(super) multi: MultiNetwork,
@@ -23,24 +23,9 @@ pub struct BatchBuilder {
     pub(super) count: usize,
     pub(super) concurrency: usize,
     pub(super) template: Sandbox,
-    pub(super) callback: Option<Arc<EventCallback>>,
-    pub(super) container_ids: Option<Arc<ContainerIdFn>>,
+    pub(super) callback: Hidden<Arc<EventCallback>>,
+    pub(super) container_ids: Hidden<Arc<ContainerIdFn>>,
     pub(super) release_failed: bool,
-}
-
-impl fmt::Debug for BatchBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BatchBuilder")
-            .field("multi", &self.multi)
-            .field("prefix", &self.prefix)
-            .field("count", &self.count)
-            .field("concurrency", &self.concurrency)
-            .field("template", &self.template)
-            .field("callback", &self.callback.is_some())
-            .field("container_ids", &self.container_ids.is_some())
-            .field("release_failed", &self.release_failed)
-            .finish()
-    }
 }
 
 impl BatchBuilder {
@@ -53,36 +38,37 @@ impl BatchBuilder {
             count: 1,
             concurrency: std::thread::available_parallelism().map_or(4, usize::from),
             template: Sandbox::new("", ""),
-            callback: None,
-            container_ids: None,
+            callback: Hidden(None),
+            container_ids: Hidden(None),
             release_failed: false,
         }
     }
 
-    /// The namespace name prefix: names are the prefix plus the index. It
-    /// must make valid container IDs (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`) unless
-    /// [`Self::container_ids`] derives them otherwise.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
     setters! {
+        /// The namespace name prefix: names are the prefix plus the index. It
+        /// must make valid container IDs (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`) unless
+        /// [`Self::container_ids`] derives them otherwise.
+        pub fn prefix(prefix: impl Into<String>, Into::into);
+
         /// How many namespaces.
         pub fn count(count: usize);
+
+        /// Labels, capability arguments and `ignore_unknown` for every
+        /// namespace; its container ID and netns path are replaced by each
+        /// member's.
+        pub fn sandbox_template(template: Sandbox);
+
+        /// Whether the namespace of a member whose setup failed is deleted at
+        /// once, so that only the attached members remain (default: kept until
+        /// teardown). Not when its rollback failed ([`Error::RollbackFailed`]):
+        /// teardown DELs it again.
+        pub fn release_failed(release_failed: bool);
     }
 
     /// How many namespaces are set up (or torn down) at once, at least 1.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency.max(1);
         self
-    }
-
-    setters! {
-        /// Labels, capability arguments and `ignore_unknown` for every
-        /// namespace; its container ID and netns path are replaced by each
-        /// member's.
-        pub fn sandbox_template(template: Sandbox);
     }
 
     /// Derives each member's container ID from its namespace path instead
@@ -93,23 +79,35 @@ impl BatchBuilder {
         mut self,
         derive: impl Fn(&str) -> String + Send + Sync + 'static,
     ) -> Self {
-        self.container_ids = Some(Arc::new(derive));
+        self.container_ids = Hidden(Some(Arc::new(derive)));
         self
-    }
-
-    setters! {
-        /// Whether the namespace of a member whose setup failed is deleted at
-        /// once, so that only the attached members remain (default: kept until
-        /// teardown). Not when its rollback failed ([`Error::RollbackFailed`]):
-        /// teardown DELs it again.
-        pub fn release_failed(release_failed: bool);
     }
 
     /// Calls `callback` for every [`BatchEvent`], from the task (or, for a
     /// teardown on drop, the thread) doing the work. Keep it short.
     pub fn on_event(mut self, callback: impl Fn(&BatchEvent<'_>) + Send + Sync + 'static) -> Self {
-        self.callback = Some(Arc::new(callback));
+        self.callback = Hidden(Some(Arc::new(callback)));
         self
+    }
+
+    /// Each member's container ID, by its name ([`Self::container_ids`]).
+    pub(super) fn id_of(&self) -> impl Fn(&str) -> String + use<> {
+        let derive = self.container_ids.0.clone();
+        move |name: &str| match &derive {
+            Some(f) => f(&member_path(name)),
+            None => name.to_owned(),
+        }
+    }
+
+    /// The work shared by the members of a batch of `total` namespaces.
+    pub(super) fn into_job(self, total: usize, release_failed: bool) -> Arc<Job> {
+        Arc::new(Job {
+            multi: self.multi,
+            template: self.template,
+            concurrency: self.concurrency,
+            progress: Progress::new(total, self.callback.0),
+            release_failed,
+        })
     }
 
     /// Creates and attaches the namespaces. Fails only when the settings are
@@ -123,11 +121,7 @@ impl BatchBuilder {
     /// their members), and the [`Batch`] holds what was set up so far
     /// ([`Batch::stopped`]).
     pub async fn setup_until(self, stop: impl Future<Output = ()>) -> Result<Batch, Error> {
-        let derive = self.container_ids.clone();
-        let id_of = move |name: &str| match &derive {
-            Some(f) => f(&member_path(name)),
-            None => name.to_owned(),
-        };
+        let id_of = self.id_of();
         if self.count > 0 {
             let first = format!("{}0", self.prefix);
             let last = format!("{}{}", self.prefix, self.count - 1);
@@ -151,13 +145,8 @@ impl BatchBuilder {
                 Some(BatchMember::new(i, name, id))
             })
             .collect();
-        let job = Arc::new(Job {
-            multi: self.multi,
-            template: self.template,
-            concurrency: self.concurrency,
-            progress: Progress::new(self.count, self.callback),
-            release_failed: self.release_failed,
-        });
+        let (count, release_failed) = (self.count, self.release_failed);
+        let job = self.into_job(count, release_failed);
         let slots = Arc::new(Mutex::new(Members {
             members,
             closed: false,
@@ -167,7 +156,7 @@ impl BatchBuilder {
         let work = {
             let (c, s) = (job.clone(), slots.clone());
             Box::pin(
-                stream::iter(0..self.count)
+                stream::iter(0..count)
                     .map(move |i| setup_one(c.clone(), s.clone(), i))
                     .buffer_unordered(job.concurrency),
             )
@@ -229,11 +218,7 @@ async fn setup_one(job: Arc<Job>, slots: Shared, index: usize) {
         Ok(Ok(false)) => return,
         Ok(Err(e)) => return record_failure(&job, &slots, index, &name, e),
         Err(join) => {
-            let e = Error::Netns {
-                path: Path::new(NETNS_RUN_DIR).join(&name),
-                op: "create".into(),
-                source: io::Error::other(join.to_string()),
-            };
+            let e = lost_task(Path::new(NETNS_RUN_DIR).join(&name), "create", join);
             return record_failure(&job, &slots, index, &name, e);
         }
     }

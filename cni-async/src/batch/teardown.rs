@@ -149,11 +149,11 @@ async fn teardown_one(job: &Job, slots: &Mutex<Members>, index: usize) -> Vec<Er
         match outcome {
             Ok(Ok(())) => deleted = true,
             Ok(Err(e)) => errors.push(e),
-            Err(join) => errors.push(Error::Netns {
-                path: Path::new(NETNS_RUN_DIR).join(&name),
-                op: "delete".into(),
-                source: io::Error::other(join.to_string()),
-            }),
+            Err(join) => errors.push(lost_task(
+                Path::new(NETNS_RUN_DIR).join(&name),
+                "delete",
+                join,
+            )),
         }
     }
     if errors.is_empty() {

@@ -132,12 +132,11 @@ fn own_pipes(
     for fd in [&out_r, &err_r] {
         spawn::set_nonblocking(fd.as_fd())?;
     }
-    let stdin: Option<Writer> = match in_w {
-        Some(w) => Some(Box::new(pipe::Sender::from_owned_fd_unchecked(w)?)),
-        None => None,
-    };
+    let stdin = in_w
+        .map(pipe::Sender::from_owned_fd_unchecked)
+        .transpose()?;
     Ok((
-        stdin,
+        stdin.map(|w| Box::new(w) as Writer),
         Box::new(pipe::Receiver::from_owned_fd_unchecked(out_r)?),
         Box::new(pipe::Receiver::from_owned_fd_unchecked(err_r)?),
     ))

@@ -344,10 +344,10 @@ async fn end_run(
     stderr: &[u8],
     start: Instant,
 ) -> Result<(), Error> {
-    match end {
+    let outcome = match end {
         End::Done => {
             guard.settle();
-            Ok(())
+            return Ok(());
         }
         End::Drained => {
             tracing::warn!(
@@ -355,7 +355,6 @@ async fn end_run(
                 "plugin exited but a process it left behind holds its stdout or stderr open; \
                  killing its process group"
             );
-            guard.terminate().await;
             Ok(())
         }
         End::Timeout => {
@@ -364,7 +363,6 @@ async fn end_run(
                 elapsed_ms = elapsed.as_millis() as u64,
                 "plugin timed out; killing its process group"
             );
-            guard.terminate().await;
             Err(Error::Timeout {
                 plugin_type: req.plugin_type.to_owned(),
                 command: req.command,
@@ -378,18 +376,16 @@ async fn end_run(
                 limit = req.limits.stdout,
                 "plugin stdout over its cap; killing its process group"
             );
-            guard.terminate().await;
             Err(Error::OutputTooLarge {
                 plugin_type: req.plugin_type.to_owned(),
                 command: req.command,
                 limit: req.limits.stdout,
             })
         }
-        End::Io(during, e) => {
-            guard.terminate().await;
-            Err(io_error(req, during, e))
-        }
-    }
+        End::Io(during, e) => Err(io_error(req, during, e)),
+    };
+    guard.terminate().await;
+    outcome
 }
 
 /// The result of a plugin that exited: its output, or its failure decoded.
@@ -501,20 +497,17 @@ impl Drop for RunGuard {
             "plugin run cancelled; killing its process group"
         );
         let _ = signal_group(reaper.pgid, SIGTERM);
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                // If the runtime is shutting down the task is dropped
-                // unpolled, and the Reaper's own Drop sends SIGKILL.
-                drop(handle.spawn(reaper.run(true)));
-            }
-            Err(_) => {
-                let spawned = std::thread::Builder::new()
-                    .name("cni-plugin-reaper".into())
-                    .spawn(move || reaper.run_blocking());
-                // When no thread can be made, the Reaper is dropped with the
-                // closure: SIGKILL at once.
-                drop(spawned);
-            }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            // If the runtime is shutting down the task is dropped
+            // unpolled, and the Reaper's own Drop sends SIGKILL.
+            drop(handle.spawn(reaper.run(true)));
+        } else {
+            let spawned = std::thread::Builder::new()
+                .name("cni-plugin-reaper".into())
+                .spawn(move || reaper.run_blocking());
+            // When no thread can be made, the Reaper is dropped with the
+            // closure: SIGKILL at once.
+            drop(spawned);
         }
     }
 }

@@ -2,7 +2,7 @@
 //! ([`CniBuilder::plugin_stderr`](crate::ops::CniBuilder::plugin_stderr))
 //! and logged as a tracing event (`docs/decisions.md` D20).
 
-use std::fmt;
+use crate::hidden::Hidden;
 use std::sync::Arc;
 
 use cni_core::Command;
@@ -41,19 +41,8 @@ pub type StderrSink = Arc<dyn Fn(&PluginStderr<'_>) + Send + Sync>;
 /// total.
 pub const LOG_STDERR_MAX: usize = 4 * 1024;
 
-/// An optional sink with a `Debug` that the builder can derive.
-#[derive(Clone, Default)]
-pub(crate) struct SinkSlot(pub(crate) Option<StderrSink>);
-
-impl fmt::Debug for SinkSlot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "Some(<sink>)"
-        } else {
-            "None"
-        })
-    }
-}
+/// An optional sink, in a builder that derives `Debug`.
+pub(crate) type SinkSlot = Hidden<StderrSink>;
 
 impl SinkSlot {
     /// Logs non-empty stderr of a successful run and hands it to the sink.

@@ -68,11 +68,9 @@ enum Source {
 #[derive(Debug)]
 #[must_use]
 pub struct MultiNetworkBuilder {
-    cni: Cni,
+    /// The settings; its networks are filled in by [`Self::build`].
+    inner: Inner,
     sources: Vec<Source>,
-    prefix: String,
-    mode: SetupMode,
-    timeout: Option<Duration>,
     allow_empty: bool,
 }
 
@@ -81,11 +79,16 @@ impl MultiNetworkBuilder {
     /// `Cni`'s default deadlines.
     pub fn new(cni: Cni) -> Self {
         MultiNetworkBuilder {
-            cni,
+            inner: Inner {
+                cni,
+                networks: Vec::new(),
+                available: Vec::new(),
+                prefix: DEFAULT_INTERFACE_PREFIX.to_owned(),
+                mode: SetupMode::default(),
+                timeout: None,
+                gates: NetworkGates::new(),
+            },
             sources: Vec::new(),
-            prefix: DEFAULT_INTERFACE_PREFIX.to_owned(),
-            mode: SetupMode::default(),
-            timeout: None,
             allow_empty: false,
         }
     }
@@ -133,24 +136,21 @@ impl MultiNetworkBuilder {
         self.source(Source::List { list, ifname })
     }
 
-    /// The prefix of generated interface names (default `eth`).
-    pub fn interface_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
     setters! {
+        /// The prefix of generated interface names (default `eth`).
+        pub fn interface_prefix(inner.prefix: impl Into<String>, Into::into);
+
         /// How [`MultiNetwork::setup`] runs (default [`SetupMode::Serial`]).
-        pub fn mode(mode: SetupMode);
+        pub fn mode(inner.mode: SetupMode);
 
         /// The deadline of each network's operation (each ADD, DEL, CHECK,
         /// STATUS of one network list); default: the `Cni`'s per-verb deadlines.
-        pub fn timeout(timeout: Duration, Some);
+        pub fn timeout(inner.timeout: Duration, Some);
     }
 
     /// Reads the conf dirs and checks the set: at least one network, valid
     /// network and interface names, no interface name twice.
-    pub fn build(self) -> Result<MultiNetwork, Error> {
+    pub fn build(mut self) -> Result<MultiNetwork, Error> {
         let mut networks: Vec<NetworkAttachment> = Vec::new();
         let mut available: Vec<NetworkAttachment> = Vec::new();
         let mut generated = 0usize;
@@ -182,7 +182,7 @@ impl MultiNetworkBuilder {
                             path: Some(net.path.clone()),
                         };
                         if max == 0 || i < max {
-                            n.ifname = next_ifname(&self.prefix);
+                            n.ifname = next_ifname(&self.inner.prefix);
                             networks.push(n);
                         } else {
                             available.push(n);
@@ -190,7 +190,7 @@ impl MultiNetworkBuilder {
                     }
                 }
                 Source::List { list, ifname } => {
-                    let ifname = ifname.unwrap_or_else(|| next_ifname(&self.prefix));
+                    let ifname = ifname.unwrap_or_else(|| next_ifname(&self.inner.prefix));
                     networks.push(NetworkAttachment {
                         list: *list,
                         ifname,
@@ -218,16 +218,10 @@ impl MultiNetworkBuilder {
         for n in &available {
             validate::network_name(n.name())?;
         }
+        self.inner.networks = networks;
+        self.inner.available = available;
         Ok(MultiNetwork {
-            inner: Arc::new(Inner {
-                cni: self.cni,
-                networks,
-                available,
-                prefix: self.prefix,
-                mode: self.mode,
-                timeout: self.timeout,
-                gates: NetworkGates::new(),
-            }),
+            inner: Arc::new(self.inner),
         })
     }
 }

@@ -7,7 +7,7 @@ use cni_core::{CapabilityArgs, CniArgs, Command, RuntimeConf, validate};
 use super::builder::invalid_set;
 use super::request::set_pair;
 use super::steps::{
-    SandboxStep, StepHook, check_steps, context, remove_into, setup_steps, unknown,
+    SandboxStep, StepHook, all_known, check_steps, context, remove_into, setup_steps,
 };
 use super::*;
 use crate::error::Errors;
@@ -127,14 +127,12 @@ impl MultiNetwork {
     fn known<'p, 'a>(
         planned: &'p [Planned<'a>],
     ) -> Result<Vec<(&'a NetworkAttachment, &'p RuntimeConf)>, Error> {
-        let missing: Vec<String> = planned
-            .iter()
-            .filter(|p| p.net.is_none())
-            .map(|p| p.name.clone())
-            .collect();
-        if !missing.is_empty() {
-            return Err(unknown(missing));
-        }
+        all_known(
+            planned
+                .iter()
+                .filter(|p| p.net.is_none())
+                .map(|p| p.name.clone()),
+        )?;
         Ok(planned
             .iter()
             .filter_map(|p| Some((p.net?, &p.rt)))
@@ -164,15 +162,8 @@ impl MultiNetwork {
         mode: SetupMode,
     ) -> Result<MultiResult, Error> {
         let planned = self.plan(sandbox)?;
-        let networks = Self::known(&planned)?;
-        let steps: Vec<SandboxStep<'_>> = networks
-            .iter()
-            .map(|(n, rt)| SandboxStep {
-                network: n.name(),
-                list: Some(n.list()),
-                rt,
-            })
-            .collect();
+        Self::known(&planned)?;
+        let steps: Vec<SandboxStep<'_>> = planned.iter().map(Planned::step).collect();
         let results = setup_steps(&Plain(self), &sandbox.container_id, &steps, mode).await?;
         Ok(MultiResult::from_results(results))
     }
@@ -193,14 +184,13 @@ impl MultiNetwork {
         remove_into(&hook, &steps, &mut errors).await;
         // Cached attachments of this container on networks we do not know.
         match self
-            .inner
-            .cni
+            .cni()
             .cached_attachments(Some(&sandbox.container_id))
             .await
         {
             Ok(records) => {
                 let mut gone = Vec::new();
-                for rec in records.iter().rev() {
+                for rec in &records {
                     let planned_here = planned
                         .iter()
                         .any(|p| p.name == rec.network_name && p.rt.ifname == rec.if_name);
@@ -208,23 +198,14 @@ impl MultiNetwork {
                         continue;
                     }
                     let rt = RuntimeConf {
-                        ifname: rec.if_name.clone(),
                         args: CniArgs::new(),
                         capability_args: CapabilityArgs::new(),
                         ..sandbox.runtime_conf(&rec.if_name)
                     };
-                    gone.push((rec.network_name.as_str(), rt));
+                    let (name, net) = (rec.network_name.clone(), None);
+                    gone.push(Planned { name, net, rt });
                 }
-                // Already last to first: `remove_into` reverses again.
-                let steps: Vec<SandboxStep<'_>> = gone
-                    .iter()
-                    .rev()
-                    .map(|(network, rt)| SandboxStep {
-                        network,
-                        list: None,
-                        rt,
-                    })
-                    .collect();
+                let steps: Vec<SandboxStep<'_>> = gone.iter().map(Planned::step).collect();
                 remove_into(&hook, &steps, &mut errors).await;
             }
             Err(e) => errors.push(e),
@@ -269,8 +250,7 @@ impl MultiNetwork {
                 continue;
             }
             if let Err(e) = self
-                .inner
-                .cni
+                .cni()
                 .status_network_list(n.list())
                 .options(&self.opts())
                 .await
@@ -319,8 +299,7 @@ impl MultiNetwork {
                 })
                 .collect();
             match self
-                .inner
-                .cni
+                .cni()
                 .gc_network_list(n.list(), &valid)
                 .options(&self.opts())
                 .await

@@ -97,23 +97,14 @@ pub trait StepHook: Sync {
         opts: CallOptions,
     ) -> impl Future<Output = Result<(), Error>> + Send {
         async move {
-            match step.list {
-                Some(list) => {
-                    self.cni()
-                        .del_network_list(list, step.rt)
-                        .options(&opts)
-                        .await
-                }
-                None => match self
-                    .cni()
-                    .del_cached(step.network, step.rt)
-                    .options(&opts)
-                    .await
-                {
-                    // Nothing cached: nothing of ours to delete.
-                    Err(e) if e.kind() == ErrorKind::NotAttached => Ok(()),
-                    other => other,
-                },
+            let del = match step.list {
+                Some(list) => self.cni().del_network_list(list, step.rt),
+                None => self.cni().del_cached(step.network, step.rt),
+            };
+            match del.options(&opts).await {
+                // Not known, nothing cached: nothing of ours to delete.
+                Err(e) if step.list.is_none() && e.kind() == ErrorKind::NotAttached => Ok(()),
+                other => other,
             }
         }
     }
@@ -150,12 +141,18 @@ pub(crate) fn unknown(missing: Vec<String>) -> Error {
 }
 
 /// Refuses, before any step runs, steps whose network is not known.
-fn all_known(steps: &[SandboxStep<'_>]) -> Result<(), Error> {
-    let missing: Vec<String> = steps
-        .iter()
-        .filter(|s| s.list.is_none())
-        .map(|s| s.network.to_owned())
-        .collect();
+fn steps_known(steps: &[SandboxStep<'_>]) -> Result<(), Error> {
+    all_known(
+        steps
+            .iter()
+            .filter(|s| s.list.is_none())
+            .map(|s| s.network.to_owned()),
+    )
+}
+
+/// An error naming the `missing` networks, if there are any.
+pub(crate) fn all_known(missing: impl Iterator<Item = String>) -> Result<(), Error> {
+    let missing: Vec<String> = missing.collect();
     if missing.is_empty() {
         Ok(())
     } else {
@@ -204,7 +201,7 @@ pub async fn setup_steps<'s>(
     steps: &[SandboxStep<'s>],
     mode: SetupMode,
 ) -> Result<Vec<NetworkResult>, Error> {
-    all_known(steps)?;
+    steps_known(steps)?;
     let add = |step: SandboxStep<'s>| async move {
         gated(hook, step, Command::Add, |opts| hook.add(step, opts)).await
     };
@@ -271,13 +268,7 @@ pub async fn setup_steps<'s>(
             rollback_errors.push(context(step.network, &step.rt.ifname, Command::Del, e));
         }
     }
-    match rollback_errors.into_result_listed() {
-        Ok(()) => Err(error),
-        Err(rollback) => Err(Error::RollbackFailed {
-            error: Box::new(error),
-            rollback: Box::new(rollback),
-        }),
-    }
+    Err(error.after_rollback(rollback_errors.into_result_listed()))
 }
 
 /// DEL of each of `steps`, last to first, each under its gate, going on
@@ -315,7 +306,7 @@ pub async fn check_steps(
     container_id: &str,
     steps: &[SandboxStep<'_>],
 ) -> Result<(), Error> {
-    all_known(steps)?;
+    steps_known(steps)?;
     let mut errors = Errors::new(format!("check of container {container_id:?}"));
     for &step in steps {
         if let Err(e) = gated(hook, step, Command::Check, |opts| hook.check(step, opts)).await {

@@ -18,21 +18,21 @@ use crate::error::{ERROR_STDERR_MAX, ERROR_STDOUT_MAX, Error, Errors, lossy_capp
 use super::request::{Operation, Request};
 use super::{CallOptions, Cni, Deadline, Net};
 
-/// Counts one detached ADD in [`Inner::detached`] while it lives (also
+/// Counts one detached ADD in [`Cni::detached`] while it lives (also
 /// when its task panics).
 #[derive(Debug)]
 struct DetachedGuard(Cni);
 
 impl DetachedGuard {
     fn new(cni: &Cni) -> Self {
-        cni.inner.detached.send_modify(|n| *n += 1);
+        cni.detached.send_modify(|n| *n += 1);
         DetachedGuard(cni.clone())
     }
 }
 
 impl Drop for DetachedGuard {
     fn drop(&mut self) {
-        self.0.inner.detached.send_modify(|n| *n -= 1);
+        self.0.detached.send_modify(|n| *n -= 1);
     }
 }
 
@@ -98,8 +98,7 @@ impl Cni {
             // there before this ADD, so no rollback may DEL it: a DEL
             // cannot tell what this call made from what was there.
             let (lock, prior) = self
-                .inner
-                .cache
+                .cache()
                 .lock_for_add(
                     (&*net.name, &rt.container_id, &rt.ifname),
                     deadline.remaining(),
@@ -116,47 +115,35 @@ impl Cni {
                     self.roll_back_abandoned(net, &net.plugins[..index], rt, prev_value.as_ref(), existed).await;
                     return Ok(None);
                 }
-                let step = self
-                    .add_one(net, plugin, rt, prev_value.as_ref(), deadline)
-                    .await;
-                match step {
+                let e = match self.add_one(net, plugin, rt, prev_value.as_ref(), deadline).await {
                     Ok(result) => {
                         prev_value = Some(result.to_value());
                         prev = Some(result);
+                        continue;
                     }
-                    Err(e) if opts.rollback && existed => {
-                        tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)),
-                            "ADD over an attachment recorded before it failed; not rolled back, which would delete that attachment");
-                        // That attachment (and whatever this chain made) is
-                        // left to its DEL.
-                        return Err(Error::in_operation(&net.name, &rt.ifname, Command::Add, true, e));
-                    }
-                    Err(e) if opts.rollback => {
-                        tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)), "ADD failed; rolling back the plugins that ran");
-                        // A plugin that could not be found or started never
-                        // ran: its DEL would fail the same way and stop the
-                        // rollback of the plugins that did.
-                        let started = !matches!(e, Error::PluginNotFound { .. } | Error::Spawn { .. });
-                        let ran = &net.plugins[..index + usize::from(started)];
-                        let rb = self
-                            .rollback(net, ran, rt, prev_value.as_ref())
-                            .await;
-                        drop(lock);
-                        return Err(match rb {
-                            Ok(()) => e,
-                            Err(rb) => Error::RollbackFailed {
-                                error: Box::new(e),
-                                rollback: Box::new(rb),
-                            },
-                        });
-                    }
-                    Err(e) => {
-                        // Not rolled back: owed a DEL once a plugin ran.
-                        let started = !matches!(e, Error::PluginNotFound { .. } | Error::Spawn { .. });
-                        let owed = index > 0 || started;
-                        return Err(Error::in_operation(&net.name, &rt.ifname, Command::Add, owed, e));
-                    }
+                    Err(e) => e,
+                };
+                // A plugin that could not be found or started never ran:
+                // nothing of it to DEL, and its DEL would fail the same way
+                // and stop the rollback of the plugins that did.
+                let started = !matches!(e, Error::PluginNotFound { .. } | Error::Spawn { .. });
+                if opts.rollback && existed {
+                    tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)),
+                        "ADD over an attachment recorded before it failed; not rolled back, which would delete that attachment");
+                    // That attachment (and whatever this chain made) is
+                    // left to its DEL.
+                    return Err(Error::in_operation(&net.name, &rt.ifname, Command::Add, true, e));
                 }
+                if !opts.rollback {
+                    // Not rolled back: owed a DEL once a plugin ran.
+                    let owed = index > 0 || started;
+                    return Err(Error::in_operation(&net.name, &rt.ifname, Command::Add, owed, e));
+                }
+                tracing::warn!(plugin = plugin.plugin_type(), error = %Escaped(Chain(&e)), "ADD failed; rolling back the plugins that ran");
+                let ran = &net.plugins[..index + usize::from(started)];
+                let rb = self.rollback(net, ran, rt, prev_value.as_ref()).await;
+                drop(lock);
+                return Err(e.after_rollback(rb));
             }
             let Some(result) = prev else {
                 return Err(Error::Core(cni_core::Error::InvalidConfig {
@@ -223,10 +210,9 @@ impl Cni {
             plugins = ran.len(),
             "ADD given up by its caller; rolling back the plugins that ran"
         );
-        if ran.is_empty() {
-            return;
-        }
-        if let Err(e) = self.rollback(net, ran, rt, prev).await {
+        if !ran.is_empty()
+            && let Err(e) = self.rollback(net, ran, rt, prev).await
+        {
             tracing::warn!(error = %Escaped(Chain(&e)), "rollback of a given-up ADD failed");
         }
     }
@@ -357,8 +343,7 @@ impl Cni {
             return rt.clone();
         }
         let others = match self
-            .inner
-            .cache
+            .cache()
             .others_on(&rt.netns, &rt.ifname, &rt.container_id)
             .await
         {

@@ -10,16 +10,10 @@ use crate::exec::{OutputLimits, PluginExec, RawExec, SinkSlot, StderrSink, Timeo
 
 use super::{Cni, DEFAULT_PLUGIN_DIRS, Inner};
 
-/// Builder for [`Cni`].
+/// Builder for [`Cni`]: the settings the [`Cni`] will hold.
 #[derive(Debug, Clone)]
 pub struct CniBuilder {
-    plugin_dirs: Vec<PathBuf>,
-    cache: ResultCache,
-    exec: Option<Arc<dyn PluginExec>>,
-    timeouts: Timeouts,
-    limits: OutputLimits,
-    check_netns: bool,
-    stderr_sink: SinkSlot,
+    inner: Inner,
 }
 
 impl CniBuilder {
@@ -29,35 +23,32 @@ impl CniBuilder {
         I: IntoIterator<Item = P>,
         P: Into<PathBuf>,
     {
-        self.plugin_dirs = dirs.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// The cache dir (default `/var/lib/cni`).
-    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.cache = ResultCache::new(dir);
+        self.inner.plugin_dirs = dirs.into_iter().map(Into::into).collect();
         self
     }
 
     setters! {
+        /// The cache dir (default `/var/lib/cni`).
+        pub fn cache_dir(inner.cache: impl Into<PathBuf>, ResultCache::new);
+
         /// A cache with non-default settings.
-        pub fn cache(cache: ResultCache);
+        pub fn cache(inner.cache: ResultCache);
 
         /// The executor (default [`RawExec`]).
-        pub fn exec(exec: Arc<dyn PluginExec>, Some);
+        pub fn exec(inner.exec: Arc<dyn PluginExec>);
 
         /// Per-verb deadlines.
-        pub fn timeouts(timeouts: Timeouts);
+        pub fn timeouts(inner.timeouts: Timeouts);
 
         /// Caps on plugin output.
-        pub fn output_limits(limits: OutputLimits);
+        pub fn output_limits(inner.limits: OutputLimits);
 
         /// Whether ADD and CHECK also refuse a netns that is not a network
         /// namespace ([`check_netns`](crate::check_netns)) before any plugin
         /// runs (default on; a missing path fails with code 4 instead of deep
         /// in a plugin). `false` leaves it to the plugins, as libcni does: for
         /// fake plugins, or a path valid only in the plugins' mount namespace.
-        pub fn check_netns(check_netns: bool);
+        pub fn check_netns(inner.check_netns: bool);
     }
 
     /// Where the stderr of plugins that succeed goes
@@ -65,25 +56,16 @@ impl CniBuilder {
     /// caller's stderr). Default: none; it is logged at `info` either way.
     /// A failing plugin's stderr is part of its error instead.
     pub fn plugin_stderr(mut self, sink: StderrSink) -> Self {
-        self.stderr_sink = SinkSlot(Some(sink));
+        self.inner.stderr_sink = crate::hidden::Hidden(Some(sink));
         self
     }
 
     /// Builds the [`Cni`].
-    pub fn build(self) -> Cni {
-        let cni_path = env::join_path(&self.plugin_dirs);
+    pub fn build(mut self) -> Cni {
+        self.inner.cni_path = env::join_path(&self.inner.plugin_dirs);
         Cni {
-            inner: Arc::new(Inner {
-                plugin_dirs: self.plugin_dirs,
-                cni_path,
-                cache: self.cache,
-                exec: self.exec.unwrap_or_else(|| Arc::new(RawExec::new())),
-                timeouts: self.timeouts,
-                limits: self.limits,
-                check_netns: self.check_netns,
-                stderr_sink: self.stderr_sink,
-                detached: tokio::sync::watch::Sender::new(0),
-            }),
+            inner: Arc::new(self.inner),
+            detached: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 }
@@ -94,13 +76,16 @@ impl Cni {
     /// default deadlines.
     pub fn builder() -> CniBuilder {
         CniBuilder {
-            plugin_dirs: DEFAULT_PLUGIN_DIRS.iter().map(PathBuf::from).collect(),
-            cache: ResultCache::default(),
-            exec: None,
-            timeouts: Timeouts::default(),
-            limits: OutputLimits::default(),
-            check_netns: true,
-            stderr_sink: SinkSlot::default(),
+            inner: Inner {
+                plugin_dirs: DEFAULT_PLUGIN_DIRS.iter().map(PathBuf::from).collect(),
+                cni_path: String::new(),
+                cache: ResultCache::default(),
+                exec: Arc::new(RawExec::new()),
+                timeouts: Timeouts::default(),
+                limits: OutputLimits::default(),
+                check_netns: true,
+                stderr_sink: SinkSlot::default(),
+            },
         }
     }
 }

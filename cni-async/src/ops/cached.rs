@@ -25,14 +25,7 @@ impl Cni {
         network: &str,
         rt: &RuntimeConf,
     ) -> Result<Option<(Vec<u8>, RuntimeConf)>, Error> {
-        validate::network_name(network)?;
-        rt.validate()?;
-        match self
-            .inner
-            .cache
-            .read_with((network, &rt.container_id, &rt.ifname), false)
-            .await?
-        {
+        match self.read_cached(network, rt, false).await? {
             Some(CacheEntry::Record(rec)) => {
                 let mut out = rt.clone();
                 if !rec.cni_args.is_empty() {
@@ -72,14 +65,21 @@ impl Cni {
         version: Version,
         rt: &RuntimeConf,
     ) -> Result<Option<CniResult>, Error> {
+        result_of_entry(self.read_cached(network, rt, false).await?, version)
+    }
+
+    /// The cache entry of `rt`'s attachment to `network`, names validated
+    /// first; a corrupt file is moved aside only with `move_corrupt`.
+    pub(super) async fn read_cached(
+        &self,
+        network: &str,
+        rt: &RuntimeConf,
+        move_corrupt: bool,
+    ) -> Result<Option<CacheEntry>, Error> {
         validate::network_name(network)?;
         rt.validate()?;
-        let entry = self
-            .inner
-            .cache
-            .read_with((network, &rt.container_id, &rt.ifname), false)
-            .await?;
-        result_of_entry(entry, version)
+        let names = (network, rt.container_id.as_str(), rt.ifname.as_str());
+        self.inner.cache.read_with(names, move_corrupt).await
     }
 }
 

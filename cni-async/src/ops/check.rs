@@ -19,13 +19,7 @@ impl Cni {
         list: &'a NetworkConfigList,
         rt: &'a RuntimeConf,
     ) -> CheckRequest<'a> {
-        Request::new(
-            self,
-            CheckOp {
-                net: Ok(Net::list(list)),
-                rt,
-            },
-        )
+        self.check_request(Ok(Net::list(list)), rt)
     }
 
     /// CHECK of a single plugin configuration, libcni's `CheckNetwork`.
@@ -34,13 +28,15 @@ impl Cni {
         plugin: &'a PluginConfig,
         rt: &'a RuntimeConf,
     ) -> CheckRequest<'a> {
-        Request::new(
-            self,
-            CheckOp {
-                net: Net::single(plugin),
-                rt,
-            },
-        )
+        self.check_request(Net::single(plugin), rt)
+    }
+
+    fn check_request<'a>(
+        &'a self,
+        net: Result<Net<'a>, Error>,
+        rt: &'a RuntimeConf,
+    ) -> CheckRequest<'a> {
+        Request::new(self, CheckOp { net, rt })
     }
 
     async fn check(&self, net: Net<'_>, rt: &RuntimeConf, opts: &CallOptions) -> Result<(), Error> {
@@ -65,8 +61,7 @@ impl Cni {
             // The lock and the read take one trip to the blocking pool. A
             // corrupt record stays where it is: a CHECK changes nothing.
             let (_lock, read) = self
-                .inner
-                .cache
+                .cache()
                 .lock_and_read_with(
                     (&*net.name, &rt.container_id, &rt.ifname),
                     deadline.remaining(),

@@ -4,7 +4,7 @@
 use cni_core::cache::{CacheEntry, CacheRecord};
 use cni_core::error::Chain;
 use cni_core::validate::Escaped;
-use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf, validate};
+use cni_core::{Command, NetworkConfigList, PluginConfig, RuntimeConf};
 use std::marker::PhantomData;
 
 use tracing::Instrument;
@@ -65,14 +65,7 @@ impl Cni {
         opts: &CallOptions,
         expect: Option<&Expect<'_>>,
     ) -> Result<Deleted, Error> {
-        validate::network_name(network)?;
-        rt.validate()?;
-        let Some(CacheEntry::Record(rec)) = self
-            .inner
-            .cache
-            .read(network, &rt.container_id, &rt.ifname)
-            .await?
-        else {
+        let Some(CacheEntry::Record(rec)) = self.read_cached(network, rt, true).await? else {
             return Err(Error::not_attached(network, rt));
         };
         // The entry of a single-network ADD holds a plugin config, not a list.
@@ -176,12 +169,7 @@ impl Cni {
             // The plugins are done: the attachment is gone. A cache entry we
             // cannot remove is stale, not an error of the DEL (a later DEL or
             // GC finds it again and repeats the harmless DEL).
-            if let Err(e) = self
-                .inner
-                .cache
-                .remove(&net.name, &rt.container_id, &rt.ifname)
-                .await
-            {
+            if let Err(e) = cache.remove(&net.name, cid, ifname).await {
                 tracing::warn!(error = %Escaped(Chain(&e)), "DEL succeeded but its cache entry could not be removed");
                 outcome.cache_warnings.push(e);
                 return Ok(outcome);

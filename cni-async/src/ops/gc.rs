@@ -80,13 +80,35 @@ impl Cni {
             },
         )
     }
+}
 
-    async fn run_gc(
-        &self,
-        list: &NetworkConfigList,
-        valid_attachments: &[GcAttachment],
-        opts: &CallOptions,
-    ) -> Result<GcSummary, Error> {
+/// The [`Error::Multiple`] of a GC: the stale DELs' failures first, each
+/// naming its attachment, then `more`.
+fn gc_failed(network: &str, failed: Vec<GcFailure>, more: Vec<Error>) -> Error {
+    let failed = failed.into_iter().map(|f| f.into_error(network));
+    Errors::of(
+        format!("GC of network {network}"),
+        failed.chain(more).collect(),
+    )
+    .into_multiple()
+}
+
+/// A GC ready to run ([`Cni::gc_network_list`]): `.await` it, after
+/// setting options if needed.
+pub type GcRequest<'a> = Request<'a, GcOp<'a>>;
+
+/// What a [`GcRequest`] runs.
+#[derive(Debug)]
+pub struct GcOp<'a> {
+    list: &'a NetworkConfigList,
+    valid_attachments: &'a [GcAttachment],
+}
+
+impl<'a> Operation<'a> for GcOp<'a> {
+    type Output = GcSummary;
+
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<GcSummary, Error> {
+        let (list, valid_attachments) = (self.list, self.valid_attachments);
         validate::network_name(list.name())?;
         if list.disable_gc() {
             return Ok(GcSummary {
@@ -95,13 +117,13 @@ impl Cni {
             });
         }
         // One deadline for everything below.
-        let deadline = self.deadline(Command::Gc, opts);
+        let deadline = cni.deadline(Command::Gc, &opts);
         let span = tracing::info_span!("cni.gc", network = list.name());
         async {
             let net = Net::list(list);
             let mut summary = GcSummary::default();
             let mut plugin_errors = Vec::new();
-            let cached = self.inner.cache.list(None).await?;
+            let cached = cni.inner.cache.list(None).await?;
             for rec in cached.into_iter().filter(|r| r.network_name == list.name()) {
                 let key = GcAttachment {
                     container_id: rec.container_id.clone(),
@@ -115,7 +137,7 @@ impl Cni {
                     Some(first) if deadline.remaining().is_zero() => {
                         Err(not_started(first, Command::Del, deadline))
                     }
-                    _ => self.del_expecting(&net, &rt, deadline, None, None).await,
+                    _ => cni.del_expecting(&net, &rt, deadline, None, None).await,
                 };
                 match res {
                     Ok(_) => summary.deleted.push(key),
@@ -137,7 +159,7 @@ impl Cni {
                         plugin,
                         StdinInput::Gc { valid_attachments },
                     )?;
-                    if let Err(e) = self
+                    if let Err(e) = cni
                         .run_plugin(list.name(), plugin, Command::Gc, None, &stdin, deadline)
                         .await
                     {
@@ -152,37 +174,5 @@ impl Cni {
         }
         .instrument(span)
         .await
-    }
-}
-
-/// The [`Error::Multiple`] of a GC: the stale DELs' failures first, each
-/// naming its attachment, then `more`.
-fn gc_failed(network: &str, failed: Vec<GcFailure>, more: Vec<Error>) -> Error {
-    let mut all = Errors::new(format!("GC of network {network}"));
-    for f in failed {
-        all.push(f.into_error(network));
-    }
-    for e in more {
-        all.push(e);
-    }
-    all.into_multiple()
-}
-
-/// A GC ready to run ([`Cni::gc_network_list`]): `.await` it, after
-/// setting options if needed.
-pub type GcRequest<'a> = Request<'a, GcOp<'a>>;
-
-/// What a [`GcRequest`] runs.
-#[derive(Debug)]
-pub struct GcOp<'a> {
-    list: &'a NetworkConfigList,
-    valid_attachments: &'a [GcAttachment],
-}
-
-impl<'a> Operation<'a> for GcOp<'a> {
-    type Output = GcSummary;
-
-    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<GcSummary, Error> {
-        cni.run_gc(self.list, self.valid_attachments, &opts).await
     }
 }

@@ -105,7 +105,8 @@ impl CallOptions {
     }
 }
 
-#[derive(Debug)]
+/// What a [`Cni`] holds, as its [`CniBuilder`] sets it.
+#[derive(Debug, Clone)]
 struct Inner {
     plugin_dirs: Vec<PathBuf>,
     cni_path: String,
@@ -115,16 +116,16 @@ struct Inner {
     limits: OutputLimits,
     check_netns: bool,
     stderr_sink: SinkSlot,
-    /// How many ADDs run on tasks of their own
-    /// ([`AddRequest::rollback_on_cancel`]); [`Cni::wait_detached`] waits
-    /// for 0.
-    detached: tokio::sync::watch::Sender<usize>,
 }
 
 /// Runs CNI operations (see the module docs). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Cni {
     inner: Arc<Inner>,
+    /// How many ADDs run on tasks of their own
+    /// ([`AddRequest::rollback_on_cancel`]); [`Cni::wait_detached`] waits
+    /// for 0.
+    detached: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 impl Default for Cni {
@@ -244,7 +245,7 @@ impl Cni {
     /// [`AddRequest::rollback_on_cancel`] has ended on its task (handed to
     /// its caller, or rolled back): for a graceful shutdown.
     pub async fn wait_detached(&self) {
-        let mut rx = self.inner.detached.subscribe();
+        let mut rx = self.detached.subscribe();
         // The sender lives in `self`: the wait cannot fail.
         let _ = rx.wait_for(|n| *n == 0).await;
     }
@@ -307,10 +308,7 @@ impl Cni {
         stdin: &[u8],
         deadline: Deadline,
     ) -> Result<crate::exec::ExecOutput, Error> {
-        let path = self
-            .inner
-            .exec
-            .find_plugin(plugin.plugin_type(), &self.inner.plugin_dirs)?;
+        let path = self.find_plugin(plugin.plugin_type())?;
         let mut env = env::plugin_env(command, rt, &self.inner.cni_path);
         env.extend(crate::trace::env());
         let remaining = deadline.remaining();

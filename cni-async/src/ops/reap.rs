@@ -9,7 +9,6 @@ use cni_core::cache::{CacheEntry, CacheRecord};
 use super::{CallOptions, Cni};
 use crate::error::Error;
 use crate::stale::{Candidate, Host, Netns, Reaped, StaleReason, judge_one};
-use crate::sys::identity;
 
 impl Cni {
     /// DELs a stale attachment `c` found by
@@ -42,13 +41,9 @@ impl Cni {
         // Judged again: a namespace entered or opened since the scan is
         // not gone. The scan's clock (stale_after) is not rerun: only
         // whether the namespace is still proven gone.
-        let host = Host {
-            boot_id: crate::sys::boot_id().map(str::to_owned),
-            // A record without identity was dated by the scan (its mtime
-            // is unchanged); what is judged again is its path.
-            boot_time: None,
-            sees_host_mounts: identity::sees_host_mounts(),
-        };
+        // A record without identity was dated by the scan (its mtime is
+        // unchanged): no boot time, what is judged again is its path.
+        let host = Host::now(None);
         let (netns, identity_, written) = (c.netns.clone(), c.identity.clone(), c.written);
         let (ns, earlier) = tokio::task::spawn_blocking(move || {
             judge_one(&netns, identity_.as_ref(), written, &host)

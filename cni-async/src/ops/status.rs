@@ -18,19 +18,34 @@ impl Cni {
     pub fn status_network_list<'a>(&'a self, list: &'a NetworkConfigList) -> StatusRequest<'a> {
         Request::new(self, StatusOp { list })
     }
+}
 
-    async fn run_status(&self, list: &NetworkConfigList, opts: &CallOptions) -> Result<(), Error> {
+/// A STATUS ready to run ([`Cni::status_network_list`]): `.await` it,
+/// after setting options if needed.
+pub type StatusRequest<'a> = Request<'a, StatusOp<'a>>;
+
+/// What a [`StatusRequest`] runs.
+#[derive(Debug)]
+pub struct StatusOp<'a> {
+    list: &'a NetworkConfigList,
+}
+
+impl<'a> Operation<'a> for StatusOp<'a> {
+    type Output = ();
+
+    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
+        let list = self.list;
         validate::network_name(list.name())?;
         if !list.version().has_status_and_gc() {
             tracing::debug!(network = list.name(), version = %list.version(), "STATUS not defined before 1.1.0; nothing to do");
             return Ok(());
         }
-        let deadline = self.deadline(Command::Status, opts);
+        let deadline = cni.deadline(Command::Status, &opts);
         let span = tracing::info_span!("cni.status", network = list.name());
         async {
             for plugin in list.plugins() {
                 let stdin = plugin_stdin(list.name(), list.version(), plugin, StdinInput::Status)?;
-                let res = self
+                let res = cni
                     .run_plugin(list.name(), plugin, Command::Status, None, &stdin, deadline)
                     .await;
                 if let Err(e) = res {
@@ -67,23 +82,5 @@ impl Cni {
         }
         .instrument(span)
         .await
-    }
-}
-
-/// A STATUS ready to run ([`Cni::status_network_list`]): `.await` it,
-/// after setting options if needed.
-pub type StatusRequest<'a> = Request<'a, StatusOp<'a>>;
-
-/// What a [`StatusRequest`] runs.
-#[derive(Debug)]
-pub struct StatusOp<'a> {
-    list: &'a NetworkConfigList,
-}
-
-impl<'a> Operation<'a> for StatusOp<'a> {
-    type Output = ();
-
-    async fn run(self, cni: &'a Cni, opts: CallOptions) -> Result<(), Error> {
-        cni.run_status(self.list, &opts).await
     }
 }

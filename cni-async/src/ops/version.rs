@@ -31,10 +31,7 @@ impl Cni {
 
     /// Runs `VERSION` on a plugin.
     pub async fn version_info(&self, plugin_type: &str) -> Result<PluginInfo, Error> {
-        let path = self
-            .inner
-            .exec
-            .find_plugin(plugin_type, &self.inner.plugin_dirs)?;
+        let path = self.find_plugin(plugin_type)?;
         let mut env = env::plugin_env(Command::Version, None, &self.inner.cni_path);
         env.extend(crate::trace::env());
         // Plugins built on an old skel insist on these even for VERSION;
@@ -45,22 +42,10 @@ impl Cni {
             }
         }
         let stdin = version_stdin(Version::CURRENT);
-        let out = self
-            .inner
-            .exec
-            .exec(
-                ExecRequest::new(
-                    &path,
-                    plugin_type,
-                    Command::Version,
-                    &env,
-                    &stdin,
-                    self.inner.timeouts.version,
-                )
-                .with_limits(self.inner.limits),
-            )
-            .await;
-        let out = match out {
+        let timeout = self.inner.timeouts.version;
+        let req = ExecRequest::new(&path, plugin_type, Command::Version, &env, &stdin, timeout);
+        let req = req.with_limits(self.inner.limits);
+        let out = match self.inner.exec.exec(req).await {
             Ok(out) => out,
             // A plugin from before VERSION existed (spec 0.1.0) rejects it.
             Err(Error::Plugin { error, stderr, .. })

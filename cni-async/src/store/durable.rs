@@ -90,20 +90,14 @@ fn make_durable(storage: &(impl Storage + ?Sized), dir: &Path) -> io::Result<Mad
             .collect();
         created = made.len();
         // The parents of the created dirs, outermost first.
-        let mut parents: Vec<&Path> = made
-            .iter()
-            .copied()
-            .filter_map(Path::parent)
-            .map(|p| {
-                if p.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    p
-                }
-            })
-            .collect();
-        parents.reverse();
-        for (k, p) in parents.into_iter().enumerate() {
+        let parents = made.iter().rev().filter_map(|d| d.parent()).map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        });
+        for (k, p) in parents.enumerate() {
             // The outermost is a dir that was there (not ours, maybe not
             // open to us); the others were made here.
             let flushed = if k == 0 {

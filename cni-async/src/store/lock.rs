@@ -143,16 +143,14 @@ impl Store {
             {
                 continue;
             }
-            let path = locks.join(&name);
-            if let Some(file) = try_lock_once(&*self.storage, &locks, &path)? {
+            let at = LockPaths {
+                path: locks.join(&name),
+                record,
+            };
+            if let Some(lock) = self.try_lock(&at)? {
                 // Dropped: removed while held, as the record is missing.
-                drop(AttachmentLock {
-                    path: path.clone(),
-                    record,
-                    file: Some(file),
-                    storage: self.storage.clone(),
-                });
-                if std::fs::symlink_metadata(&path).is_err() {
+                drop(lock);
+                if std::fs::symlink_metadata(&at.path).is_err() {
                     n += 1;
                 }
             }

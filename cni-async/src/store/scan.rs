@@ -193,9 +193,7 @@ impl ScanChanges {
             None => None,
         };
         let Some(rec) = rec else {
-            if let Some(k) = &before {
-                self.unreadable.push(k.clone());
-            }
+            self.unreadable.extend(before.clone());
             self.removed.extend(before.clone());
             return before;
         };
@@ -260,15 +258,11 @@ impl Store {
                 // listing (a record we cannot read is left out anyway).
                 Err(_) => (entry.ino(), 0, 0),
             };
-            match scan.seen.remove(&name) {
-                Some((old, key)) if old == stamp && !reread_all => {
-                    now.insert(name, (stamp, key));
-                }
-                before => {
-                    let key = changes.read_again(&results, &name, before.and_then(|(_, k)| k));
-                    now.insert(name, (stamp, key));
-                }
-            }
+            let key = match scan.seen.remove(&name) {
+                Some((old, key)) if old == stamp && !reread_all => key,
+                before => changes.read_again(&results, &name, before.and_then(|(_, k)| k)),
+            };
+            now.insert(name, (stamp, key));
         }
         changes.removed.extend(
             std::mem::take(&mut scan.seen)

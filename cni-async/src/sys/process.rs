@@ -68,13 +68,10 @@ pub(crate) fn live_group_members(pgid: u32) -> io::Result<Vec<u32>> {
 }
 
 fn send(pgid: u32, signal: Option<Signal>) -> io::Result<bool> {
-    let Ok(raw) = i32::try_from(pgid) else {
+    // pgid 0 or 1 would signal our own group or every process: never.
+    let Some(raw) = i32::try_from(pgid).ok().filter(|raw| *raw > 1) else {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     };
-    // pgid 0 or 1 would signal our own group or every process: never.
-    if raw <= 1 {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
     match killpg(Pid::from_raw(raw), signal) {
         Ok(()) => Ok(true),
         Err(Errno::ESRCH) => Ok(false),
