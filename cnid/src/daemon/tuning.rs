@@ -78,17 +78,24 @@ pub(crate) fn with_thread_boost<T>(boost: i32, f: impl FnOnce() -> T) -> T {
     if boost <= 0 || (old == -1 && nix::errno::Errno::last_raw() != 0) {
         return f();
     }
-    let set = |nice: i32| {
-        // SAFETY: setpriority on our own thread; a refusal changes nothing.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS as _, tid, nice) == 0 }
-    };
-    if !set((old - boost).max(-20)) {
+    if !set_nice(tid, (old - boost).max(-20)) {
         return f();
     }
-    let out = f();
-    // Raising a nice value back is always allowed.
-    set(old);
-    out
+    // Put back also when `f` unwinds. Raising a nice value back is always
+    // allowed.
+    struct Back(libc::id_t, i32);
+    impl Drop for Back {
+        fn drop(&mut self) {
+            set_nice(self.0, self.1);
+        }
+    }
+    let _back = Back(tid, old);
+    f()
+}
+
+fn set_nice(tid: libc::id_t, nice: i32) -> bool {
+    // SAFETY: setpriority on one of our own threads; a refusal changes nothing.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS as _, tid, nice) == 0 }
 }
 
 // No unit test of `with_umask`: the mask is process-wide, and the other
