@@ -39,7 +39,7 @@
 //!   cgroup (where cnid runs in a cgroup of its own, as under systemd, the
 //!   burst's share against other services is the cgroup's). cnid needs
 //!   `CAP_SYS_NICE` to give it; without, plugins run at cnid's own.
-//! - 0 slots (the default, [`DEFAULT_SLOTS`]) turns pacing off.
+//! - 0 slots turns pacing off; the default is twice the CPUs ([`default_slots`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -62,14 +62,16 @@ pub const SLOT_WAIT: Duration = Duration::from_secs(15);
 /// CPUs): a shorter lease lets the burst run unpaced again.
 pub const SLOT_LEASE: Duration = Duration::from_secs(10);
 
-/// The default `--plugin-slots`: off. Pacing cuts the chains' CPU per
-/// pod in a burst, and through containerd's CRI on a node whose CPUs were
-/// the burst's it made RunPodSandbox faster than direct (4 slots on 2
-/// CPUs: p95 0.79, total 0.91 at concurrency 32); but where other work
-/// takes the CPUs it leaves idle, the paced burst took longer (1.16 at 32).
-/// Until a default can tell the two apart, it is an operator's choice
-/// (`2 × CPUs`; BENCHMARKS.md, "Pod sandboxes through containerd's CRI").
-pub const DEFAULT_SLOTS: usize = 0;
+/// The default `--plugin-slots`: twice the CPUs cnid may run on. Measured
+/// through containerd's CRI (4 slots on 2 CPUs, BENCHMARKS.md, "Pod
+/// sandboxes through containerd's CRI"): on a node whose CPUs were the
+/// burst's, RunPodSandbox faster than direct (p95 0.79, total 0.91 at
+/// concurrency 32); with other work taking the CPUs, and the plugins
+/// weighted ([`PacedExec`]), faster than unpaced (total 0.91 at 16, 0.94
+/// at 32).
+pub fn default_slots() -> usize {
+    2 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// The most a plugin's nice value is lowered (a weight of about 9 times).
 pub const MAX_BOOST: i32 = 10;
