@@ -297,8 +297,9 @@ bench: setup shim ## the benchmarks; writes the tables of BENCHMARKS.md (root)
 # registry). Release cnid and a dynamically linked release cnid-shim, as
 # the burst section runs them. About 15 minutes with the defaults on a busy
 # 2-CPU machine; BENCH_CRI_FLAGS="--concurrency 16 --reps 1" runs a quick one,
-# BENCH_CRI_FLAGS="--paced 4" adds a pacing cnid (--plugin-slots 4) as a
-# third way in the same repetitions.
+# BENCH_CRI_FLAGS="--paced 4" adds a second cnid (--plugin-slots 4) as a
+# third way in the same repetitions; with "--cnid-args=--plugin-slots=0"
+# the first cnid runs unpaced (cnid paces by default).
 BENCH_CRI_FLAGS ?=
 bench-cri: setup ## containerd's CRI: pod sandboxes via cnid against direct (root; installs containerd, runc)
 	@if command -v containerd >/dev/null && command -v ctr >/dev/null && command -v runc >/dev/null; then :; \

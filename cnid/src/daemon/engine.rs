@@ -95,7 +95,7 @@ pub(crate) struct Parts {
     /// Attachments whose periodic CHECK fails (`checker`).
     pub(crate) drift: Arc<DriftView>,
     /// The slots of operations running plugins in a burst (`pace`).
-    pub(crate) pace: super::pace::Pace,
+    pub(crate) pace: Arc<super::pace::Pace>,
 }
 
 /// What the engine hands its background workers (the reaper, the periodic

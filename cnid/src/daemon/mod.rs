@@ -126,7 +126,7 @@ pub struct Config {
     /// Operations running plugins at once, across containers.
     pub max_parallel: usize,
     /// Operations running their plugins at once before others wait
-    /// (`pace`; 0, the default, turns pacing off).
+    /// (`pace`; 0 turns pacing off; by default twice the CPUs).
     pub plugin_slots: usize,
     /// Default deadline per verb (queueing included).
     pub timeouts: Timeouts,
@@ -176,7 +176,7 @@ impl Default for Config {
             state_dir: DEFAULT_STATE_DIR.into(),
             peers: PeerPolicy::root_only(),
             max_parallel: DEFAULT_MAX_PARALLEL,
-            plugin_slots: pace::DEFAULT_SLOTS,
+            plugin_slots: pace::default_slots(),
             timeouts: Timeouts::default(),
             max_timeout: Duration::from_secs(300),
             body_limit: DEFAULT_BODY_LIMIT,
@@ -413,7 +413,8 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     // Plugins carry the state dir's mark, so that a restart after a crash
     // finds the ones still running and stops them before the recovery.
     let mark = orphans::mark_value(&config.state_dir);
-    let cni = build_cni(&config, cache, &metrics, &mark);
+    let pace = Arc::new(pace::Pace::new(config.plugin_slots));
+    let cni = build_cni(&config, cache, &metrics, &mark, &pace);
     let (listener, created) = take_listener(&config)?;
 
     let tracker = TaskTracker::new();
@@ -438,7 +439,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
         check_netns_owner: config.check_netns_owner,
         stale: Arc::clone(&stale),
         drift: Arc::clone(&drift),
-        pace: pace::Pace::new(config.plugin_slots),
+        pace,
     });
     before_requests(&engine, &mark, &tracker, &stop).await;
     let shared = (cni_cache, networks.clone(), metrics);
@@ -548,7 +549,8 @@ fn open_journal(config: &Config) -> Result<(intents::Intents, ResultCache), Erro
     Ok((intents, cache))
 }
 
-/// The `Cni` of the daemon: plugins run by [`RawExec`], timed for the
+/// The `Cni` of the daemon: plugins run by [`RawExec`] with the weight of
+/// a paced burst (`pace`), timed for the
 /// metrics and carrying the state dir's `mark` (`orphans`), looked up in
 /// the plugin dirs (those missing are warned about), with the netns check.
 fn build_cni(
@@ -556,12 +558,11 @@ fn build_cni(
     cache: ResultCache,
     metrics: &Arc<metrics::Metrics>,
     mark: &str,
+    pace: &Arc<pace::Pace>,
 ) -> Cni {
+    let raw = Arc::new(pace::PacedExec::new(Arc::new(RawExec::new()), pace.clone()));
     let exec: Arc<dyn PluginExec> = Arc::new(orphans::MarkedExec::new(
-        Arc::new(metrics::TimedExec::new(
-            Arc::new(RawExec::new()),
-            metrics.clone(),
-        )),
+        Arc::new(metrics::TimedExec::new(raw, metrics.clone())),
         mark.to_owned(),
     ));
     warn_missing_plugin_dirs(&config.plugin_dirs);

@@ -1,5 +1,6 @@
 //! What cnid tunes of its own process: the file mode creation mask around
-//! one call, the open-file limit, glibc's allocator. cnid's, not the
+//! one call, the open-file limit, glibc's allocator, a thread's CPU weight
+//! around one call. cnid's, not the
 //! library's: a program that links `cni-async` keeps its own process
 //! settings.
 //!
@@ -61,12 +62,74 @@ pub(crate) fn set_mmap_threshold(bytes: i32) {
     let _ = bytes;
 }
 
+/// Runs `f` with the calling thread's nice value lowered by `boost` (a
+/// larger share of the CPUs), then puts it back. Processes the thread
+/// starts meanwhile keep the lowered value for their life (a child
+/// inherits its parent thread's). Linux keeps a nice value per thread, so
+/// the rest of the process is untouched. Without the right to lower it
+/// (`CAP_SYS_NICE`), `f` runs as is.
+pub(crate) fn with_thread_boost<T>(boost: i32, f: impl FnOnce() -> T) -> T {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() } as libc::id_t;
+    nix::errno::Errno::clear();
+    // SAFETY: getpriority reads the nice value of a thread; -1 is also a
+    // nice value, told apart from an error by errno.
+    let old = unsafe { libc::getpriority(libc::PRIO_PROCESS as _, tid) };
+    if boost <= 0 || (old == -1 && nix::errno::Errno::last_raw() != 0) {
+        return f();
+    }
+    if !set_nice(tid, (old - boost).max(-20)) {
+        return f();
+    }
+    // Put back also when `f` unwinds. Raising a nice value back is always
+    // allowed.
+    struct Back(libc::id_t, i32);
+    impl Drop for Back {
+        fn drop(&mut self) {
+            set_nice(self.0, self.1);
+        }
+    }
+    let _back = Back(tid, old);
+    f()
+}
+
+fn set_nice(tid: libc::id_t, nice: i32) -> bool {
+    // SAFETY: setpriority on one of our own threads; a refusal changes nothing.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS as _, tid, nice) == 0 }
+}
+
 // No unit test of `with_umask`: the mask is process-wide, and the other
 // tests of this binary create files in parallel (cnid's security_modes
 // tests pin the socket's mode).
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn own_nice() -> i32 {
+        // SAFETY: as in `with_thread_boost`.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS as _, libc::gettid() as libc::id_t) }
+    }
+
+    #[test]
+    fn tuning_a_boost_lowers_the_nice_of_the_thread_and_its_children_then_puts_it_back() {
+        std::thread::spawn(|| {
+            let before = own_nice();
+            let (during, child) = with_thread_boost(3, || {
+                let out = std::process::Command::new("sh")
+                    .args(["-c", "cut -d' ' -f19 /proc/self/stat"])
+                    .output()
+                    .unwrap();
+                (own_nice(), String::from_utf8(out.stdout).unwrap())
+            });
+            if nix::unistd::geteuid().is_root() {
+                assert_eq!(during, (before - 3).max(-20));
+                assert_eq!(child.trim(), during.to_string(), "a child keeps it");
+            }
+            assert_eq!(own_nice(), before, "put back");
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn nofile_limit_is_readable() {

@@ -84,6 +84,10 @@ struct Args {
     /// alternating with the other two in every repetition (0: none).
     #[arg(long, default_value_t = 0)]
     paced: usize,
+    /// Arguments for the first cnid (the "via cnid" way), space-separated:
+    /// `--cnid-args=--plugin-slots=0` measures it unpaced.
+    #[arg(long, value_delimiter = ' ', allow_hyphen_values = true)]
+    cnid_args: Vec<String>,
 }
 
 fn main() {
@@ -180,7 +184,14 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     std::fs::write(direct_conf.join("40-bench.conflist"), &chain)?;
     std::fs::write(cnid_own_conf.join("40-bench.conflist"), &chain)?;
 
-    let daemon = cnid::Cnid::start(&cnid_bin, "cnid", &dir, &cnid_own_conf, PLUGINS, &[])?;
+    let daemon = cnid::Cnid::start(
+        &cnid_bin,
+        "cnid",
+        &dir,
+        &cnid_own_conf,
+        PLUGINS,
+        &args.cnid_args,
+    )?;
     cnid::shim_list(&shim_bin, &daemon.socket, NETWORK, &cnid_conf)?;
     // Both cnids read the same list and share host-local's dir: the rounds
     // run one at a time, each ending with every address released.
@@ -294,6 +305,9 @@ async fn measure(args: &Args, ctx: &Ctx<'_>, dir: &Path) -> anyhow::Result<Strin
             reps.push(got.into_iter().flatten().collect());
         }
         results.push((c, reps));
+    }
+    if !args.cnid_args.is_empty() {
+        version = format!("{version}; via cnid: cnid {}", args.cnid_args.join(" "));
     }
     Ok(report::markdown(&version, args.count, ways, &results))
 }
