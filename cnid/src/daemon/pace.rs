@@ -24,10 +24,12 @@
 //! took its network's gate and its `--max-parallel` permit.
 //!
 //! The burst's share of the CPUs stays what it would be unpaced: a plugin
-//! started while more operations want to run than there are slots runs
-//! with a larger CPU weight (a lower nice value, [`PacedExec`]): with 16
-//! operations on 4 slots, each slot's plugins weigh what four unpaced
-//! ones would. Without it a paced burst loses to the node's other work:
+//! started while operations wait for a slot runs with a larger CPU weight
+//! (a lower nice value, [`PacedExec`]): with 16 operations on 4 slots,
+//! each slot's plugins weigh what four unpaced ones would. Operations that
+//! run without a slot (they gave up waiting, or a lease ended) count as
+//! running: the weight spreads what wants to run over what runs, so a
+//! burst never weighs more than it would unpaced. Without it a paced burst loses to the node's other work:
 //! the scheduler shares the CPUs by runnable process, and pacing leaves
 //! fewer of the burst's runnable (measured: BENCHMARKS.md).
 //!
@@ -80,9 +82,11 @@ pub const MAX_BOOST: i32 = 10;
 #[derive(Debug)]
 pub(crate) struct Pace {
     slots: Option<Arc<Semaphore>>,
-    size: usize,
-    /// Operations in [`Pace::run`]: waiting for a slot or holding one.
+    /// Operations in [`Pace::run`]: waiting for a slot, or running (in a
+    /// slot or without one).
     wanting: AtomicUsize,
+    /// Operations waiting for a slot.
+    waiting: AtomicUsize,
 }
 
 impl Pace {
@@ -90,18 +94,22 @@ impl Pace {
     pub(crate) fn new(slots: usize) -> Pace {
         Pace {
             slots: (slots > 0).then(|| Arc::new(Semaphore::new(slots))),
-            size: slots,
             wanting: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
         }
     }
 
     /// How much lower than cnid's own the nice value of a plugin started
     /// now is: the weight of the operations that want to run spread over
-    /// the slots. A nice step is a factor of 1.25 in the scheduler's
-    /// weight, so `n` operations on `s` slots give log₁.₂₅(n / s) steps,
-    /// at most [`MAX_BOOST`]; 0 while they fit in the slots.
+    /// those that run. A nice step is a factor of 1.25 in the scheduler's
+    /// weight, so `n` operations of which `r` run give log₁.₂₅(n / r)
+    /// steps, at most [`MAX_BOOST`]; 0 while none waits (those that gave
+    /// up waiting, or whose slot's lease ended, run as many as unpaced).
     pub(crate) fn boost(&self) -> i32 {
-        boost(self.wanting.load(Ordering::Relaxed), self.size)
+        boost(
+            self.wanting.load(Ordering::Relaxed),
+            self.waiting.load(Ordering::Relaxed),
+        )
     }
 
     /// Runs `work()` in a slot: waits for one (at most [`SLOT_WAIT`] or a
@@ -117,12 +125,15 @@ impl Pace {
             return work().await;
         };
         self.wanting.fetch_add(1, Ordering::Relaxed);
-        let _wanting = Wanting(&self.wanting);
+        let _wanting = Counted(&self.wanting);
         let wait = SLOT_WAIT.min(remaining() / 4);
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let waiting = Counted(&self.waiting);
         let slot = tokio::time::timeout(wait, slots.clone().acquire_owned())
             .await
             .ok()
             .and_then(Result::ok);
+        drop(waiting);
         let run = work();
         tokio::pin!(run);
         if let Some(slot) = slot {
@@ -135,20 +146,23 @@ impl Pace {
     }
 }
 
-/// Counts an operation out of [`Pace::run`] however it ends.
-struct Wanting<'a>(&'a AtomicUsize);
+/// Counts an operation out of `Pace::wanting` or `Pace::waiting`
+/// however it leaves.
+struct Counted<'a>(&'a AtomicUsize);
 
-impl Drop for Wanting<'_> {
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-fn boost(wanting: usize, slots: usize) -> i32 {
-    if slots == 0 || wanting <= slots {
+fn boost(wanting: usize, waiting: usize) -> i32 {
+    if waiting == 0 {
         return 0;
     }
-    let steps = (wanting as f64 / slots as f64).ln() / 1.25f64.ln();
+    // The two counts are read apart: at least the caller runs.
+    let running = wanting.saturating_sub(waiting).max(1);
+    let steps = (wanting as f64 / running as f64).ln() / 1.25f64.ln();
     (steps.round() as i32).min(MAX_BOOST)
 }
 
@@ -330,14 +344,20 @@ mod tests {
 
     #[test]
     fn pace_the_boost_spreads_the_waiting_operations_weight_over_the_slots() {
-        assert_eq!(boost(0, 4), 0);
-        assert_eq!(boost(4, 4), 0, "all fit");
-        assert_eq!(boost(5, 4), 1, "1.25 times");
+        // (wanting, waiting): on 4 slots, 4 run and the rest wait.
+        assert_eq!(boost(0, 0), 0);
+        assert_eq!(boost(4, 0), 0, "all fit");
+        assert_eq!(boost(5, 1), 1, "1.25 times");
         assert_eq!(boost(8, 4), 3, "2 times: 1.25^3 = 1.95");
-        assert_eq!(boost(16, 4), 6, "4 times: 1.25^6 = 3.8");
-        assert_eq!(boost(32, 4), 9, "8 times: 1.25^9 = 7.5");
-        assert_eq!(boost(10_000, 4), MAX_BOOST);
-        assert_eq!(boost(100, 0), 0, "no pacing, no boost");
+        assert_eq!(boost(16, 12), 6, "4 times: 1.25^6 = 3.8");
+        assert_eq!(boost(32, 28), 9, "8 times: 1.25^9 = 7.5");
+        assert_eq!(boost(10_000, 9_996), MAX_BOOST);
+        assert_eq!(boost(100, 0), 0, "none waits (no pacing): no boost");
+        // 1 slot: one holds it, two gave up waiting and run without; the
+        // burst runs as wide as it is, no weight to make up.
+        assert_eq!(boost(3, 0), 0, "slotless runners are no waiters");
+        // One still waits: 4 want, 3 run.
+        assert_eq!(boost(4, 1), 1);
     }
 
     /// The nice value of the thread that calls it (Linux: per thread).
@@ -377,6 +397,7 @@ mod tests {
         assert_eq!(nice_of_run().await, own, "no operation waits: no boost");
         // 16 operations want to run on 4 slots: each slot weighs 4.
         pace.wanting.store(16, Ordering::Relaxed);
+        pace.waiting.store(12, Ordering::Relaxed);
         let boosted = nice_of_run().await;
         if nix::unistd::geteuid().is_root() {
             assert_eq!(boosted, (own - 6).max(-20));
