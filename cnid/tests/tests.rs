@@ -48,6 +48,7 @@ mod daemon_ordering;
 mod daemon_orphans;
 mod daemon_owner_claims;
 mod daemon_owner_conflict;
+mod daemon_pacing_background;
 mod daemon_pacing_nice;
 mod daemon_paging;
 mod daemon_periodic_check;

@@ -296,7 +296,7 @@ impl Engine {
     async fn run(&self, op: &Arc<Op>) -> Outcome {
         self.p
             .pace
-            .run(|| op.remaining(), || self.run_now(op))
+            .run(op.background(), || op.remaining(), || self.run_now(op))
             .await
     }
 

@@ -21,7 +21,10 @@
 //! deadline (the plugins run with what is left, as after any queueing).
 //! Per-container order, the journal and the owner checks are unchanged:
 //! the slot is taken after the operation left its container's queue and
-//! took its network's gate and its `--max-parallel` permit.
+//! took its network's gate and its `--max-parallel` permit. The daemon's
+//! own background work (reaps, periodic CHECKs) takes a slot as it takes
+//! a `--max-parallel` one (`slots`): at most a quarter of them, and never
+//! one a runtime operation waits for.
 //!
 //! The burst's share of the CPUs stays what it would be unpaced: a plugin
 //! started while operations wait for a slot runs with a larger CPU weight
@@ -51,7 +54,9 @@ use std::time::Duration;
 
 use cni_async::exec::{ExecOutput, ExecRequest, PluginExec};
 use futures::future::BoxFuture;
-use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::slots::Slots;
 
 use super::tuning::with_thread_boost;
 
@@ -81,7 +86,7 @@ pub const MAX_BOOST: i32 = 10;
 /// The slots.
 #[derive(Debug)]
 pub(crate) struct Pace {
-    slots: Option<Arc<Semaphore>>,
+    slots: Option<Arc<Slots>>,
     /// Operations in [`Pace::run`]: waiting for a slot, or running (in a
     /// slot or without one).
     wanting: AtomicUsize,
@@ -93,7 +98,7 @@ impl Pace {
     /// `slots` 0: no pacing.
     pub(crate) fn new(slots: usize) -> Pace {
         Pace {
-            slots: (slots > 0).then(|| Arc::new(Semaphore::new(slots))),
+            slots: (slots > 0).then(|| Slots::new(slots)),
             wanting: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
         }
@@ -116,8 +121,12 @@ impl Pace {
     /// quarter of `remaining()`, then runs without), calls `work` (which
     /// reads its deadline then, after the wait), and gives the slot back
     /// when the work ends or [`SLOT_LEASE`] passed, whichever comes first.
+    /// `background`: the daemon's own work, which takes a slot as it takes
+    /// a `--max-parallel` one ([`Slots::for_op`]): never one a runtime
+    /// operation waits for.
     pub(crate) async fn run<F: Future>(
         &self,
+        background: Option<&CancellationToken>,
         remaining: impl FnOnce() -> Duration,
         work: impl FnOnce() -> F,
     ) -> F::Output {
@@ -129,10 +138,10 @@ impl Pace {
         let wait = SLOT_WAIT.min(remaining() / 4);
         self.waiting.fetch_add(1, Ordering::Relaxed);
         let waiting = Counted(&self.waiting);
-        let slot = tokio::time::timeout(wait, slots.clone().acquire_owned())
+        let slot = tokio::time::timeout(wait, slots.for_op(background))
             .await
             .ok()
-            .and_then(Result::ok);
+            .flatten();
         drop(waiting);
         let run = work();
         tokio::pin!(run);
@@ -239,6 +248,7 @@ mod tests {
         let (pace, gated) = (pace.clone(), gated.clone());
         tokio::spawn(async move {
             pace.run(
+                None,
                 || deadline - Instant::now(),
                 || async {
                     // What an operation reads for its plugins.

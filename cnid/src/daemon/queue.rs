@@ -122,6 +122,13 @@ pub(crate) struct Op {
 }
 
 impl Op {
+    /// Background work's promotion token (cancelled once a runtime request
+    /// of its container waits behind it): how it takes a slot
+    /// ([`Slots::for_op`]); `None` for a runtime operation.
+    pub(crate) fn background(&self) -> Option<&CancellationToken> {
+        self.background.then_some(&self.promoted)
+    }
+
     /// Takes the work out (once).
     pub(crate) fn take_work(&self) -> Option<Work> {
         lock(&self.work).take()
@@ -594,13 +601,8 @@ impl Scheduler {
             // waits for a gate would wait for a GC that waits for it.
             let permit = if op.sandbox {
                 None
-            } else if op.background {
-                tokio::select! {
-                    slot = self.slots.background() => Some(slot?),
-                    () = op.promoted.cancelled() => Some(self.slots.runtime().await?),
-                }
             } else {
-                Some(self.slots.runtime().await?)
+                Some(self.slots.for_op(op.background()).await?)
             };
             Some((ticket, permit))
         };
