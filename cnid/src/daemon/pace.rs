@@ -21,7 +21,9 @@
 //! deadline (the plugins run with what is left, as after any queueing).
 //! Per-container order, the journal and the owner checks are unchanged:
 //! the slot is taken after the operation left its container's queue and
-//! took its network's gate and its `--max-parallel` permit. The daemon's
+//! took its network's gate and its `--max-parallel` permit (a sandbox
+//! operation's steps each take one after their gate and permit: a step
+//! waiting for a GC's gate never holds the slot the GC waits for). The daemon's
 //! own background work (reaps, periodic CHECKs) takes a slot as it takes
 //! a `--max-parallel` one (`slots`): at most a quarter of them, and never
 //! one a runtime operation waits for.

@@ -122,6 +122,11 @@ pub(crate) struct Op {
 }
 
 impl Op {
+    /// A sandbox operation (its steps take their gates and slots).
+    pub(crate) fn sandbox(&self) -> bool {
+        self.sandbox
+    }
+
     /// Background work's promotion token (cancelled once a runtime request
     /// of its container waits behind it): how it takes a slot
     /// ([`Slots::for_op`]); `None` for a runtime operation.
