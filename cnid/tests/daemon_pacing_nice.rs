@@ -118,6 +118,17 @@ fn req(dirs: &Dirs, cid: &str, timeout_ms: Option<u64>) -> AttachmentRequest {
     r
 }
 
+type Added = tokio::task::JoinHandle<Result<serde_json::Value, cnid::client::ClientError>>;
+
+/// Sends the ADD `r` on a connection of its own, in a task.
+fn spawn_add(daemon: &Daemon, r: AttachmentRequest) -> Added {
+    let socket = daemon.socket.clone();
+    tokio::spawn(async move {
+        let c = Client::connect(&socket).await.expect("connect");
+        c.add(NET, &r).await
+    })
+}
+
 /// Sends `n` ADDs of containers `gated-0..n` at once, each on a
 /// connection of its own, and waits until all of them are running (left
 /// their queues: in a slot or waiting for one) and `in_plugin` of them
@@ -129,16 +140,10 @@ async fn burst(
     n: usize,
     in_plugin: usize,
     timeout_ms: Option<u64>,
-) -> Vec<tokio::task::JoinHandle<Result<serde_json::Value, cnid::client::ClientError>>> {
-    let mut adds = Vec::new();
-    for i in 0..n {
-        let r = req(dirs, &format!("gated-{i}"), timeout_ms);
-        let socket = daemon.socket.clone();
-        adds.push(tokio::spawn(async move {
-            let c = Client::connect(&socket).await.expect("connect");
-            c.add(NET, &r).await
-        }));
-    }
+) -> Vec<Added> {
+    let adds: Vec<_> = (0..n)
+        .map(|i| spawn_add(daemon, req(dirs, &format!("gated-{i}"), timeout_ms)))
+        .collect();
     let client = daemon.client().await;
     eventually_async(WAIT, "every ADD of the burst running", || async {
         let ops = client.operations(None).await.unwrap();
@@ -246,14 +251,7 @@ async fn daemon_pacing_a_burst_cut_short_by_deadlines_and_disconnects_leaves_no_
     // Two operations hold the slots, their plugins hung until their
     // deadline kills them.
     let holders: Vec<_> = (0..2)
-        .map(|i| {
-            let r = req(&dirs, &format!("gated-hold-{i}"), Some(3_000));
-            let socket = daemon.socket.clone();
-            tokio::spawn(async move {
-                let c = Client::connect(&socket).await.expect("connect");
-                c.add(NET, &r).await
-            })
-        })
+        .map(|i| spawn_add(&daemon, req(&dirs, &format!("gated-hold-{i}"), Some(3_000))))
         .collect();
     gate.wait_started(2).await;
     let adds = burst(&dirs, &daemon, &gate, N, 2, None).await;
@@ -297,13 +295,8 @@ async fn daemon_pacing_a_burst_cut_short_by_deadlines_and_disconnects_leaves_no_
 
 /// Starts `gated-hold`, an ADD whose plugin holds the only slot until the
 /// gate opens.
-async fn hold_the_slot(dirs: &Dirs, daemon: &Daemon, gate: &Gate) -> tokio::task::JoinHandle<()> {
-    let r = req(dirs, "gated-hold", None);
-    let socket = daemon.socket.clone();
-    let held = tokio::spawn(async move {
-        let c = Client::connect(&socket).await.expect("connect");
-        c.add(NET, &r).await.expect("ADD holding the slot");
-    });
+async fn hold_the_slot(dirs: &Dirs, daemon: &Daemon, gate: &Gate) -> Added {
+    let held = spawn_add(daemon, req(dirs, "gated-hold", None));
     gate.wait_started(1).await;
     held
 }
@@ -336,7 +329,7 @@ async fn daemon_pacing_an_operation_that_gave_up_waiting_runs_unboosted_when_not
         "nothing waited when it started"
     );
     gate.release();
-    held.await.unwrap();
+    held.await.unwrap().expect("ADD holding the slot");
     assert_threads_at(&daemon, base);
 }
 
@@ -380,7 +373,7 @@ async fn burst_at_nice_5(no_cap: bool) -> (Vec<(String, i32, i32)>, String) {
     let held = hold_the_slot(&dirs, &daemon, &gate).await;
     let adds = burst(&dirs, &daemon, &gate, N, 1, None).await;
     gate.release();
-    held.await.unwrap();
+    held.await.unwrap().expect("ADD holding the slot");
     for a in adds {
         a.await.unwrap().expect("ADD of the burst");
     }
