@@ -30,7 +30,7 @@
 //!
 //! The burst's share of the CPUs stays what it would be unpaced: a plugin
 //! started while operations wait for a slot runs with a larger CPU weight
-//! (a lower nice value, [`PacedExec`]): with 16 operations on 4 slots,
+//! (a lower nice value, `PacedExec`): with 16 operations on 4 slots,
 //! each slot's plugins weigh what four unpaced ones would. Operations that
 //! run without a slot (they gave up waiting, or a lease ended) count as
 //! running: the weight spreads what wants to run over what runs, so a
@@ -76,7 +76,7 @@ pub const SLOT_LEASE: Duration = Duration::from_secs(10);
 /// sandboxes through containerd's CRI"): on a node whose CPUs were the
 /// burst's, RunPodSandbox faster than direct (p95 0.79, total 0.91 at
 /// concurrency 32); with other work taking the CPUs, and the plugins
-/// weighted ([`PacedExec`]), faster than unpaced (total 0.91 at 16, 0.94
+/// weighted (`PacedExec`), faster than unpaced (total 0.91 at 16, 0.94
 /// at 32).
 pub fn default_slots() -> usize {
     2 * std::thread::available_parallelism().map_or(1, |n| n.get())
