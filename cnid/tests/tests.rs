@@ -49,6 +49,7 @@ mod daemon_orphans;
 mod daemon_owner_claims;
 mod daemon_owner_conflict;
 mod daemon_pacing_background;
+mod daemon_pacing_cancel;
 mod daemon_pacing_deadlines;
 mod daemon_pacing_nice;
 mod daemon_pacing_sandbox;

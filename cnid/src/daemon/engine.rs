@@ -295,14 +295,30 @@ impl Engine {
     /// after the wait for one. A sandbox operation's steps take theirs,
     /// each after its network's gate (`SandboxSteps::paced`), so that a
     /// step waiting for a GC's gate never holds the slot the GC waits for.
+    /// One whose requests all left while it waited for its slot does not
+    /// run (none of its plugins has): a queued operation's cancellation.
     async fn run(&self, op: &Arc<Op>) -> Outcome {
         if op.sandbox() {
             return self.run_now(op).await;
         }
-        self.p
-            .pace
-            .run(op.background(), || op.remaining(), || self.run_now(op))
-            .await
+        let paced = self.p.pace.run(
+            op.background(),
+            || op.remaining(),
+            op.abandoned(),
+            || self.run_now(op),
+        );
+        match paced.await {
+            Ok(outcome) => outcome,
+            Err(super::pace::Abandoned) => {
+                // Its netns+ifname claims go now.
+                drop(op.take_claim());
+                tracing::debug!(id = op.id, request_id = %op.request_id, verb = %op.verb,
+                    "operation cancelled while it waited for a pacing slot: nobody waits for it");
+                Err(ApiError::internal(
+                    "cancelled before its plugins ran: every request for it left",
+                ))
+            }
+        }
     }
 
     async fn run_now(&self, op: &Arc<Op>) -> Outcome {
@@ -1126,7 +1142,20 @@ impl SandboxSteps<'_> {
             });
             run(CallOptions { timeout, ..opts })
         };
-        self.engine.p.pace.run(None, || remaining, work).await
+        // A step goes on while its sandbox operation runs.
+        let never = std::future::pending();
+        match self
+            .engine
+            .p
+            .pace
+            .run(None, || remaining, never, work)
+            .await
+        {
+            Ok(out) => out,
+            Err(super::pace::Abandoned) => Err(cni_async::Error::hook(ApiError::internal(
+                "sandbox step abandoned while it waited for a pacing slot",
+            ))),
+        }
     }
 }
 

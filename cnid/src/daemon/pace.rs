@@ -41,6 +41,10 @@
 //! # Caveats
 //!
 //! - A cancelled operation's future gives its slot back when dropped.
+//! - An operation waiting for a slot has run no plugin: when every request
+//!   for it leaves (clients disconnected), it ends without running, as a
+//!   queued one is cancelled. Once it has its slot (or gave up waiting) it
+//!   runs to its end. `/v1/operations` lists one waiting as `running`.
 //! - The weight is the nice value a plugin starts with, for its life and
 //!   that of what it forks; it acts against the processes of the same
 //!   cgroup (where cnid runs in a cgroup of its own, as under systemd, the
@@ -125,37 +129,44 @@ impl Pace {
     /// when the work ends or [`SLOT_LEASE`] passed, whichever comes first.
     /// `background`: the daemon's own work, which takes a slot as it takes
     /// a `--max-parallel` one ([`Slots::for_op`]): never one a runtime
-    /// operation waits for.
+    /// operation waits for. [`Abandoned`], without calling `work`, when
+    /// `abandoned` completes while it waits (nobody waits for the
+    /// operation any more: none of its plugins has run).
     pub(crate) async fn run<F: Future>(
         &self,
         background: Option<&CancellationToken>,
         remaining: impl FnOnce() -> Duration,
+        abandoned: impl Future<Output = ()>,
         work: impl FnOnce() -> F,
-    ) -> F::Output {
+    ) -> Result<F::Output, Abandoned> {
         let Some(slots) = &self.slots else {
-            return work().await;
+            return Ok(work().await);
         };
         self.wanting.fetch_add(1, Ordering::Relaxed);
         let _wanting = Counted(&self.wanting);
         let wait = SLOT_WAIT.min(remaining() / 4);
         self.waiting.fetch_add(1, Ordering::Relaxed);
         let waiting = Counted(&self.waiting);
-        let slot = tokio::time::timeout(wait, slots.for_op(background))
-            .await
-            .ok()
-            .flatten();
+        let slot = tokio::select! {
+            slot = tokio::time::timeout(wait, slots.for_op(background)) => slot.ok().flatten(),
+            () = abandoned => return Err(Abandoned),
+        };
         drop(waiting);
         let run = work();
         tokio::pin!(run);
         if let Some(slot) = slot {
             tokio::select! {
-                out = &mut run => return out,
+                out = &mut run => return Ok(out),
                 () = tokio::time::sleep(SLOT_LEASE) => drop(slot),
             }
         }
-        run.await
+        Ok(run.await)
     }
 }
+
+/// An operation nobody waits for any more left before its slot came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Abandoned;
 
 /// Counts an operation out of `Pace::wanting` or `Pace::waiting`
 /// however it leaves.
@@ -252,6 +263,7 @@ mod tests {
             pace.run(
                 None,
                 || deadline - Instant::now(),
+                std::future::pending(),
                 || async {
                     // What an operation reads for its plugins.
                     let left = deadline - Instant::now();
@@ -261,6 +273,7 @@ mod tests {
                 },
             )
             .await
+            .expect("never abandoned")
         })
     }
 
@@ -352,6 +365,31 @@ mod tests {
         for r in runs {
             r.await.unwrap();
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_an_operation_abandoned_while_it_waits_never_runs() {
+        let gated = Arc::new(Gated::default());
+        let pace = Arc::new(Pace::new(1));
+        let first = run(&pace, &gated, Instant::now() + Duration::from_secs(60));
+        settle().await;
+        let gone = CancellationToken::new();
+        let second = {
+            let (pace, gone) = (pace.clone(), gone.clone());
+            tokio::spawn(async move {
+                let abandoned = gone.cancelled_owned();
+                pace.run(None, || Duration::from_secs(60), abandoned, || async { 1 })
+                    .await
+            })
+        };
+        settle().await;
+        assert_eq!(pace.waiting.load(Ordering::SeqCst), 1);
+        gone.cancel();
+        assert_eq!(second.await.unwrap(), Err(Abandoned), "its work never ran");
+        assert_eq!(pace.waiting.load(Ordering::SeqCst), 0);
+        assert_eq!(pace.wanting.load(Ordering::SeqCst), 1, "the first runs");
+        gated.gate.notify_waiters();
+        first.await.unwrap();
     }
 
     #[test]
