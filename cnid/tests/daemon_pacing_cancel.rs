@@ -7,11 +7,10 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use crate::support::daemon::{Daemon, Dirs, eventually_async, recording_plugin, runs};
+use crate::support::daemon::{Daemon, Dirs, eventually_async, gated_network, runs};
 use crate::support::gate::Gate;
 use cnid::api::AttachmentRequest;
 use cnid::client::Client;
-use serde_json::json;
 
 const NET: &str = "pcancel";
 const WAIT: Duration = Duration::from_secs(60);
@@ -20,22 +19,12 @@ const WAIT: Duration = Duration::from_secs(60);
 async fn daemon_pacing_an_add_whose_client_left_while_it_waited_for_a_slot_never_runs() {
     crate::support::require_root!();
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
     let gate = Gate::new(dirs.root());
-    dirs.plugin(
-        "rec",
-        &recording_plugin(
-            &records,
-            &format!(
-                "if [ \"$CNI_COMMAND:$CNI_CONTAINERID\" = ADD:hold ]; then\n{}\nfi",
-                gate.shell_wait()
-            ),
-        ),
-    );
-    dirs.conf(
-        "10-pcancel.conflist",
-        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "rec"}]}),
+    let records = gated_network(
+        &dirs,
+        ("10-pcancel.conflist", NET, "rec"),
+        r#"[ "$CNI_COMMAND:$CNI_CONTAINERID" = ADD:hold ]"#,
+        &gate,
     );
     let daemon = Daemon::start(&dirs, &["--plugin-slots", "1"]);
     let client = daemon.client().await;

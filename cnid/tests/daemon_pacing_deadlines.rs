@@ -5,11 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::daemon::{Daemon, Dirs, raise_nofile, recording_plugin};
+use crate::support::daemon::{Daemon, Dirs, gated_network, raise_nofile};
 use crate::support::gate::{Gate, LOAD_MARGIN};
 use cnid::api::AttachmentRequest;
 use cnid::client::Client;
-use serde_json::json;
 
 const NET: &str = "pdead";
 
@@ -20,22 +19,12 @@ async fn daemon_pacing_a_burst_larger_than_the_slots_keeps_each_short_deadline()
     const N: usize = 8;
     const DEADLINE: Duration = Duration::from_secs(2);
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
     let gate = Gate::new(dirs.root());
-    dirs.plugin(
-        "rec",
-        &recording_plugin(
-            &records,
-            &format!(
-                "if [ \"$CNI_COMMAND\" = ADD ]; then\n{}\nfi",
-                gate.shell_wait()
-            ),
-        ),
-    );
-    dirs.conf(
-        "10-pdead.conflist",
-        &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "rec"}]}),
+    gated_network(
+        &dirs,
+        ("10-pdead.conflist", NET, "rec"),
+        r#"[ "$CNI_COMMAND" = ADD ]"#,
+        &gate,
     );
     let daemon = Daemon::start(&dirs, &["--plugin-slots", "1"]);
     let adds: Vec<_> = (0..N)

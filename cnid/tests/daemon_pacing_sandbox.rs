@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::daemon::{Daemon, Dirs, eventually_async, recording_plugin};
+use crate::support::daemon::{Daemon, Dirs, eventually_async, gated_network, recording_plugin};
 use crate::support::gate::{Gate, LOAD_MARGIN};
 use cnid::api::{GcRequest, SandboxNetwork, SandboxRequest};
 use cnid::client::Client;
@@ -19,29 +19,18 @@ const WAIT: Duration = Duration::from_secs(60);
 async fn daemon_pacing_a_sandbox_step_waiting_for_a_gc_does_not_hold_the_slot_the_gc_waits_for() {
     crate::support::require_root!();
     let dirs = Dirs::new();
-    let records = dirs.data.join("records");
-    std::fs::create_dir_all(&records).unwrap();
     let gate = Gate::new(dirs.root());
-    dirs.plugin(
-        "held",
-        &recording_plugin(
-            &records,
-            &format!(
-                "if [ \"$CNI_COMMAND\" = ADD ]; then\n{}\nfi",
-                gate.shell_wait()
-            ),
-        ),
+    let records = gated_network(
+        &dirs,
+        ("10-a.conflist", FIRST, "held"),
+        r#"[ "$CNI_COMMAND" = ADD ]"#,
+        &gate,
     );
     dirs.plugin("rec", &recording_plugin(&records, ""));
-    for (file, name, plugin) in [
-        ("10-a.conflist", FIRST, "held"),
-        ("20-b.conflist", SECOND, "rec"),
-    ] {
-        dirs.conf(
-            file,
-            &json!({"cniVersion": "1.1.0", "name": name, "plugins": [{"type": plugin}]}),
-        );
-    }
+    dirs.conf(
+        "20-b.conflist",
+        &json!({"cniVersion": "1.1.0", "name": SECOND, "plugins": [{"type": "rec"}]}),
+    );
     let daemon = Daemon::start(&dirs, &["--plugin-slots", "1"]);
     let client = daemon.client().await;
     // The sandbox's first step runs (its plugin held at the gate).
