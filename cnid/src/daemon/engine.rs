@@ -292,12 +292,33 @@ impl Engine {
     }
 
     /// Runs an operation in a pacing slot (`pace`): its deadline is read
-    /// after the wait for one.
+    /// after the wait for one. A sandbox operation's steps take theirs,
+    /// each after its network's gate (`SandboxSteps::paced`), so that a
+    /// step waiting for a GC's gate never holds the slot the GC waits for.
+    /// One whose requests all left while it waited for its slot does not
+    /// run (none of its plugins has): a queued operation's cancellation.
     async fn run(&self, op: &Arc<Op>) -> Outcome {
-        self.p
-            .pace
-            .run(|| op.remaining(), || self.run_now(op))
-            .await
+        if op.sandbox() {
+            return self.run_now(op).await;
+        }
+        let paced = self.p.pace.run(
+            op.background(),
+            || op.remaining(),
+            op.abandoned(),
+            || self.run_now(op),
+        );
+        match paced.await {
+            Ok(outcome) => outcome,
+            Err(super::pace::Abandoned) => {
+                // Its netns+ifname claims go now.
+                drop(op.take_claim());
+                tracing::debug!(id = op.id, request_id = %op.request_id, verb = %op.verb,
+                    "operation cancelled while it waited for a pacing slot: nobody waits for it");
+                Err(ApiError::internal(
+                    "cancelled before its plugins ran: every request for it left",
+                ))
+            }
+        }
     }
 
     async fn run_now(&self, op: &Arc<Op>) -> Outcome {
@@ -1098,6 +1119,46 @@ struct SandboxSteps<'e> {
     set_up: std::sync::Mutex<Vec<String>>,
 }
 
+impl SandboxSteps<'_> {
+    /// Runs a step's plugins (`run`, given the step's options) in a
+    /// `--max-parallel` slot and a pacing slot, both taken after the step's
+    /// gate, as every other operation takes its slots after its gate; the
+    /// wait for the pacing slot comes off the step's deadline.
+    async fn paced<T, F>(
+        &self,
+        opts: CallOptions,
+        run: impl FnOnce(CallOptions) -> F,
+    ) -> Result<T, cni_async::Error>
+    where
+        F: Future<Output = Result<T, cni_async::Error>>,
+    {
+        let _permit = self.engine.p.sched.permit().await;
+        let asked = Instant::now();
+        let remaining = opts.timeout.unwrap_or(Duration::MAX);
+        let work = || {
+            let timeout = opts.timeout.map(|t| {
+                t.saturating_sub(asked.elapsed())
+                    .max(Duration::from_millis(1))
+            });
+            run(CallOptions { timeout, ..opts })
+        };
+        // A step goes on while its sandbox operation runs.
+        let never = std::future::pending();
+        match self
+            .engine
+            .p
+            .pace
+            .run(None, || remaining, never, work)
+            .await
+        {
+            Ok(out) => out,
+            Err(super::pace::Abandoned) => Err(cni_async::Error::hook(ApiError::internal(
+                "sandbox step abandoned while it waited for a pacing slot",
+            ))),
+        }
+    }
+}
+
 /// A step's configuration; an ADD or CHECK of a network not loaded is
 /// refused.
 fn loaded<'a>(step: &SandboxStep<'a>) -> Result<&'a NetworkConfigList, cni_async::Error> {
@@ -1138,17 +1199,18 @@ impl StepHook for SandboxSteps<'_> {
         opts: CallOptions,
     ) -> Result<CniResult, cni_async::Error> {
         let list = loaded(&step)?;
-        let _permit = self.engine.p.sched.permit().await;
-        let result = self.engine.add_result(list, step.rt, opts).await?;
+        let result = self
+            .paced(opts, |opts| self.engine.add_result(list, step.rt, opts))
+            .await?;
         lock(&self.set_up).push(step.network.to_owned());
         Ok(result)
     }
 
     async fn del(&self, step: SandboxStep<'_>, opts: CallOptions) -> Result<(), cni_async::Error> {
-        let _permit = self.engine.p.sched.permit().await;
-        self.engine
-            .del(step.network, step.list, step.rt, opts)
-            .await
+        self.paced(opts, |opts| {
+            self.engine.del(step.network, step.list, step.rt, opts)
+        })
+        .await
     }
 
     async fn check(
@@ -1157,12 +1219,14 @@ impl StepHook for SandboxSteps<'_> {
         opts: CallOptions,
     ) -> Result<(), cni_async::Error> {
         let list = loaded(&step)?;
-        let _permit = self.engine.p.sched.permit().await;
-        self.engine
-            .p
-            .cni
-            .check_network_list(list, step.rt)
-            .options(&opts)
-            .await
+        self.paced(opts, |opts| async move {
+            self.engine
+                .p
+                .cni
+                .check_network_list(list, step.rt)
+                .options(&opts)
+                .await
+        })
+        .await
     }
 }

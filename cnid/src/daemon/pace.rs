@@ -21,19 +21,31 @@
 //! deadline (the plugins run with what is left, as after any queueing).
 //! Per-container order, the journal and the owner checks are unchanged:
 //! the slot is taken after the operation left its container's queue and
-//! took its network's gate and its `--max-parallel` permit.
+//! took its network's gate and its `--max-parallel` permit (a sandbox
+//! operation's steps each take one after their gate and permit: a step
+//! waiting for a GC's gate never holds the slot the GC waits for). The daemon's
+//! own background work (reaps, periodic CHECKs) takes a slot as it takes
+//! a `--max-parallel` one (`slots`): at most a quarter of them, and never
+//! one a runtime operation waits for.
 //!
 //! The burst's share of the CPUs stays what it would be unpaced: a plugin
-//! started while more operations want to run than there are slots runs
-//! with a larger CPU weight (a lower nice value, `PacedExec`): with 16
-//! operations on 4 slots, each slot's plugins weigh what four unpaced
-//! ones would. Without it a paced burst loses to the node's other work:
+//! started while operations wait for a slot runs with a larger CPU weight
+//! (a lower nice value, `PacedExec`): with 16 operations on 4 slots,
+//! each slot's plugins weigh what four unpaced ones would. Operations that
+//! run without a slot (they gave up waiting, or a lease ended) count as
+//! running: the weight spreads what wants to run over what runs, so a
+//! burst never weighs more than it would unpaced. Without it a paced burst
+//! loses to the node's other work:
 //! the scheduler shares the CPUs by runnable process, and pacing leaves
 //! fewer of the burst's runnable (measured: BENCHMARKS.md).
 //!
 //! # Caveats
 //!
 //! - A cancelled operation's future gives its slot back when dropped.
+//! - An operation waiting for a slot has run no plugin: when every request
+//!   for it leaves (clients disconnected), it ends without running, as a
+//!   queued one is cancelled. Once it has its slot (or gave up waiting) it
+//!   runs to its end. `/v1/operations` lists one waiting as `running`.
 //! - The weight is the nice value a plugin starts with, for its life and
 //!   that of what it forks; it acts against the processes of the same
 //!   cgroup (where cnid runs in a cgroup of its own, as under systemd, the
@@ -49,7 +61,9 @@ use std::time::Duration;
 
 use cni_async::exec::{ExecOutput, ExecRequest, PluginExec};
 use futures::future::BoxFuture;
-use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::slots::Slots;
 
 use super::tuning::with_thread_boost;
 
@@ -79,76 +93,99 @@ pub const MAX_BOOST: i32 = 10;
 /// The slots.
 #[derive(Debug)]
 pub(crate) struct Pace {
-    slots: Option<Arc<Semaphore>>,
-    size: usize,
-    /// Operations in [`Pace::run`]: waiting for a slot or holding one.
+    slots: Option<Arc<Slots>>,
+    /// Operations in [`Pace::run`]: waiting for a slot, or running (in a
+    /// slot or without one).
     wanting: AtomicUsize,
+    /// Operations waiting for a slot.
+    waiting: AtomicUsize,
 }
 
 impl Pace {
     /// `slots` 0: no pacing.
     pub(crate) fn new(slots: usize) -> Pace {
         Pace {
-            slots: (slots > 0).then(|| Arc::new(Semaphore::new(slots))),
-            size: slots,
+            slots: (slots > 0).then(|| Slots::new(slots)),
             wanting: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
         }
     }
 
     /// How much lower than cnid's own the nice value of a plugin started
     /// now is: the weight of the operations that want to run spread over
-    /// the slots. A nice step is a factor of 1.25 in the scheduler's
-    /// weight, so `n` operations on `s` slots give log₁.₂₅(n / s) steps,
-    /// at most [`MAX_BOOST`]; 0 while they fit in the slots.
+    /// those that run. A nice step is a factor of 1.25 in the scheduler's
+    /// weight, so `n` operations of which `r` run give log₁.₂₅(n / r)
+    /// steps, at most [`MAX_BOOST`]; 0 while none waits (those that gave
+    /// up waiting, or whose slot's lease ended, run as many as unpaced).
     pub(crate) fn boost(&self) -> i32 {
-        boost(self.wanting.load(Ordering::Relaxed), self.size)
+        boost(
+            self.wanting.load(Ordering::Relaxed),
+            self.waiting.load(Ordering::Relaxed),
+        )
     }
 
     /// Runs `work()` in a slot: waits for one (at most [`SLOT_WAIT`] or a
     /// quarter of `remaining()`, then runs without), calls `work` (which
     /// reads its deadline then, after the wait), and gives the slot back
     /// when the work ends or [`SLOT_LEASE`] passed, whichever comes first.
+    /// `background`: the daemon's own work, which takes a slot as it takes
+    /// a `--max-parallel` one ([`Slots::for_op`]): never one a runtime
+    /// operation waits for. [`Abandoned`], without calling `work`, when
+    /// `abandoned` completes while it waits (nobody waits for the
+    /// operation any more: none of its plugins has run).
     pub(crate) async fn run<F: Future>(
         &self,
+        background: Option<&CancellationToken>,
         remaining: impl FnOnce() -> Duration,
+        abandoned: impl Future<Output = ()>,
         work: impl FnOnce() -> F,
-    ) -> F::Output {
+    ) -> Result<F::Output, Abandoned> {
         let Some(slots) = &self.slots else {
-            return work().await;
+            return Ok(work().await);
         };
         self.wanting.fetch_add(1, Ordering::Relaxed);
-        let _wanting = Wanting(&self.wanting);
+        let _wanting = Counted(&self.wanting);
         let wait = SLOT_WAIT.min(remaining() / 4);
-        let slot = tokio::time::timeout(wait, slots.clone().acquire_owned())
-            .await
-            .ok()
-            .and_then(Result::ok);
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let waiting = Counted(&self.waiting);
+        let slot = tokio::select! {
+            slot = tokio::time::timeout(wait, slots.for_op(background)) => slot.ok().flatten(),
+            () = abandoned => return Err(Abandoned),
+        };
+        drop(waiting);
         let run = work();
         tokio::pin!(run);
         if let Some(slot) = slot {
             tokio::select! {
-                out = &mut run => return out,
+                out = &mut run => return Ok(out),
                 () = tokio::time::sleep(SLOT_LEASE) => drop(slot),
             }
         }
-        run.await
+        Ok(run.await)
     }
 }
 
-/// Counts an operation out of [`Pace::run`] however it ends.
-struct Wanting<'a>(&'a AtomicUsize);
+/// An operation nobody waits for any more left before its slot came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Abandoned;
 
-impl Drop for Wanting<'_> {
+/// Counts an operation out of `Pace::wanting` or `Pace::waiting`
+/// however it leaves.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-fn boost(wanting: usize, slots: usize) -> i32 {
-    if slots == 0 || wanting <= slots {
+fn boost(wanting: usize, waiting: usize) -> i32 {
+    if waiting == 0 {
         return 0;
     }
-    let steps = (wanting as f64 / slots as f64).ln() / 1.25f64.ln();
+    // The two counts are read apart: at least the caller runs.
+    let running = wanting.saturating_sub(waiting).max(1);
+    let steps = (wanting as f64 / running as f64).ln() / 1.25f64.ln();
     (steps.round() as i32).min(MAX_BOOST)
 }
 
@@ -225,7 +262,9 @@ mod tests {
         let (pace, gated) = (pace.clone(), gated.clone());
         tokio::spawn(async move {
             pace.run(
+                None,
                 || deadline - Instant::now(),
+                std::future::pending(),
                 || async {
                     // What an operation reads for its plugins.
                     let left = deadline - Instant::now();
@@ -235,6 +274,7 @@ mod tests {
                 },
             )
             .await
+            .expect("never abandoned")
         })
     }
 
@@ -328,16 +368,47 @@ mod tests {
         }
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn pace_an_operation_abandoned_while_it_waits_never_runs() {
+        let gated = Arc::new(Gated::default());
+        let pace = Arc::new(Pace::new(1));
+        let first = run(&pace, &gated, Instant::now() + Duration::from_secs(60));
+        settle().await;
+        let gone = CancellationToken::new();
+        let second = {
+            let (pace, gone) = (pace.clone(), gone.clone());
+            tokio::spawn(async move {
+                let abandoned = gone.cancelled_owned();
+                pace.run(None, || Duration::from_secs(60), abandoned, || async { 1 })
+                    .await
+            })
+        };
+        settle().await;
+        assert_eq!(pace.waiting.load(Ordering::SeqCst), 1);
+        gone.cancel();
+        assert_eq!(second.await.unwrap(), Err(Abandoned), "its work never ran");
+        assert_eq!(pace.waiting.load(Ordering::SeqCst), 0);
+        assert_eq!(pace.wanting.load(Ordering::SeqCst), 1, "the first runs");
+        gated.gate.notify_waiters();
+        first.await.unwrap();
+    }
+
     #[test]
     fn pace_the_boost_spreads_the_waiting_operations_weight_over_the_slots() {
-        assert_eq!(boost(0, 4), 0);
-        assert_eq!(boost(4, 4), 0, "all fit");
-        assert_eq!(boost(5, 4), 1, "1.25 times");
+        // (wanting, waiting): on 4 slots, 4 run and the rest wait.
+        assert_eq!(boost(0, 0), 0);
+        assert_eq!(boost(4, 0), 0, "all fit");
+        assert_eq!(boost(5, 1), 1, "1.25 times");
         assert_eq!(boost(8, 4), 3, "2 times: 1.25^3 = 1.95");
-        assert_eq!(boost(16, 4), 6, "4 times: 1.25^6 = 3.8");
-        assert_eq!(boost(32, 4), 9, "8 times: 1.25^9 = 7.5");
-        assert_eq!(boost(10_000, 4), MAX_BOOST);
-        assert_eq!(boost(100, 0), 0, "no pacing, no boost");
+        assert_eq!(boost(16, 12), 6, "4 times: 1.25^6 = 3.8");
+        assert_eq!(boost(32, 28), 9, "8 times: 1.25^9 = 7.5");
+        assert_eq!(boost(10_000, 9_996), MAX_BOOST);
+        assert_eq!(boost(100, 0), 0, "none waits (no pacing): no boost");
+        // 1 slot: one holds it, two gave up waiting and run without; the
+        // burst runs as wide as it is, no weight to make up.
+        assert_eq!(boost(3, 0), 0, "slotless runners are no waiters");
+        // One still waits: 4 want, 3 run.
+        assert_eq!(boost(4, 1), 1);
     }
 
     /// The nice value of the thread that calls it (Linux: per thread).
@@ -377,6 +448,7 @@ mod tests {
         assert_eq!(nice_of_run().await, own, "no operation waits: no boost");
         // 16 operations want to run on 4 slots: each slot weighs 4.
         pace.wanting.store(16, Ordering::Relaxed);
+        pace.waiting.store(12, Ordering::Relaxed);
         let boosted = nice_of_run().await;
         if nix::unistd::geteuid().is_root() {
             assert_eq!(boosted, (own - 6).max(-20));

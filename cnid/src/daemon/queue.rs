@@ -31,7 +31,8 @@
 //!   another.
 //! - **Cancellation**: an operation leaves the queue when every request
 //!   waiting for it is gone (client disconnected) or timed out. Once it has
-//!   started it runs to the end (ADD: to its end or its rollback).
+//!   started it runs to the end (ADD: to its end or its rollback), unless
+//!   every request left while it still waits for a pacing slot (`pace`).
 //! - **Holds**: at a start after a crash, the containers whose operation a
 //!   plugin of the dead daemon still runs (`orphans`) are held: their
 //!   operations queue, and none starts, until the start releases them
@@ -122,6 +123,25 @@ pub(crate) struct Op {
 }
 
 impl Op {
+    /// Completes once every request waiting for it has left: before it
+    /// started (it is cancelled then), or after (a running operation goes
+    /// on, unless it still waits for a pacing slot: `pace`).
+    pub(crate) fn abandoned(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.cancel.cancelled()
+    }
+
+    /// A sandbox operation (its steps take their gates and slots).
+    pub(crate) fn sandbox(&self) -> bool {
+        self.sandbox
+    }
+
+    /// Background work's promotion token (cancelled once a runtime request
+    /// of its container waits behind it): how it takes a slot
+    /// ([`Slots::for_op`]); `None` for a runtime operation.
+    pub(crate) fn background(&self) -> Option<&CancellationToken> {
+        self.background.then_some(&self.promoted)
+    }
+
     /// Takes the work out (once).
     pub(crate) fn take_work(&self) -> Option<Work> {
         lock(&self.work).take()
@@ -594,13 +614,8 @@ impl Scheduler {
             // waits for a gate would wait for a GC that waits for it.
             let permit = if op.sandbox {
                 None
-            } else if op.background {
-                tokio::select! {
-                    slot = self.slots.background() => Some(slot?),
-                    () = op.promoted.cancelled() => Some(self.slots.runtime().await?),
-                }
             } else {
-                Some(self.slots.runtime().await?)
+                Some(self.slots.for_op(op.background()).await?)
             };
             Some((ticket, permit))
         };
@@ -691,6 +706,9 @@ impl Scheduler {
             op.cancel.cancel();
             self.finish_queued(op);
             tracing::debug!(id = op.id, request_id = %op.request_id, verb = %op.verb, "operation cancelled before it started");
+        } else if s.waiters == 0 && s.phase == OpPhase::Running {
+            drop(s);
+            op.cancel.cancel();
         }
         queued
     }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio_util::sync::CancellationToken;
 
 /// How many of `max_parallel` slots background work may hold at once: a
 /// quarter, at least one.
@@ -92,6 +93,23 @@ impl Slots {
             _share: None,
             slots: self.clone(),
         })
+    }
+
+    /// A slot for an operation: a runtime one's ([`Slots::runtime`]) when
+    /// `background` is `None`; else background work's
+    /// ([`Slots::background`]) until the token is cancelled (a runtime
+    /// request waits behind it: promoted), then a runtime one's.
+    pub(crate) async fn for_op(
+        self: &Arc<Self>,
+        background: Option<&CancellationToken>,
+    ) -> Option<Slot> {
+        match background {
+            None => self.runtime().await,
+            Some(promoted) => tokio::select! {
+                slot = self.background() => slot,
+                () = promoted.cancelled() => self.runtime().await,
+            },
+        }
     }
 
     /// A slot for background work: within the background share, and only

@@ -697,6 +697,32 @@ pub fn del_gated_plugin(dirs: &Dirs, name: &str, gate: &crate::support::gate::Ga
     records
 }
 
+/// Installs network `name` (conf file `file`, CNI 1.1.0) of one recording
+/// plugin `plugin` ([`recording_plugin`]) whose runs for which the shell
+/// test `when` holds wait at `gate`; returns its records dir
+/// (`<data>/records`, for [`runs`]).
+pub fn gated_network(
+    dirs: &Dirs,
+    (file, name, plugin): (&str, &str, &str),
+    when: &str,
+    gate: &crate::support::gate::Gate,
+) -> PathBuf {
+    let records = dirs.data.join("records");
+    fs::create_dir_all(&records).expect("create records dir");
+    dirs.plugin(
+        plugin,
+        &recording_plugin(
+            &records,
+            &format!("if {when}; then\n{}\nfi", gate.shell_wait()),
+        ),
+    );
+    dirs.conf(
+        file,
+        &serde_json::json!({"cniVersion": "1.1.0", "name": name, "plugins": [{"type": plugin}]}),
+    );
+    records
+}
+
 /// A recording fake plugin's script: every invocation writes one line
 /// `COMMAND CONTAINER IFNAME SEQ START_NS END_NS` into its own file under
 /// `records` (no locks, no shared file), `SEQ` from `CNI_ARGS`
