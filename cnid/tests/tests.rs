@@ -53,6 +53,7 @@ mod daemon_pacing_cancel;
 mod daemon_pacing_deadlines;
 mod daemon_pacing_nice;
 mod daemon_pacing_sandbox;
+mod daemon_pacing_status;
 mod daemon_paging;
 mod daemon_periodic_check;
 mod daemon_plugin_errors;

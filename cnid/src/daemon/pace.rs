@@ -52,6 +52,8 @@
 //!   burst's share against other services is the cgroup's). cnid needs
 //!   `CAP_SYS_NICE` to give it; without, plugins run at cnid's own.
 //! - 0 slots turns pacing off; the default is twice the CPUs ([`default_slots`]).
+//! - STATUS is not paced (`Engine::run`): a readiness probe answers during
+//!   a burst.
 
 use std::pin::Pin;
 use std::sync::Arc;
