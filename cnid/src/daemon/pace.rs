@@ -80,11 +80,10 @@ pub const SLOT_LEASE: Duration = Duration::from_secs(10);
 
 /// The default `--plugin-slots`: twice the CPUs cnid may run on. Measured
 /// through containerd's CRI (4 slots on 2 CPUs, BENCHMARKS.md, "Pod
-/// sandboxes through containerd's CRI"): on a node whose CPUs were the
-/// burst's, RunPodSandbox faster than direct (p95 0.79, total 0.91 at
-/// concurrency 32); with other work taking the CPUs, and the plugins
-/// weighted (`PacedExec`), faster than unpaced (total 0.91 at 16, 0.94
-/// at 32).
+/// sandboxes through containerd's CRI"): 100 RunPodSandbox at
+/// concurrency 16 and 32, the median of three paired runs against the
+/// chain run by containerd itself, p50 / p95 / total 0.98 / 0.88 / 0.96 at
+/// 16 and 0.99 / 0.86 / 0.96 at 32, quiet and busy machines.
 pub fn default_slots() -> usize {
     2 * std::thread::available_parallelism().map_or(1, |n| n.get())
 }
