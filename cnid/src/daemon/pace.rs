@@ -52,6 +52,11 @@
 //!   burst's share against other services is the cgroup's). cnid needs
 //!   `CAP_SYS_NICE` to give it; without, plugins run at cnid's own.
 //! - 0 slots turns pacing off; the default is twice the CPUs ([`default_slots`]).
+//!   Pacing is for chains that compute (bridge, host-local, portmap: CPU
+//!   and kernel locks). Plugins that mostly wait (DHCP, an IPAM server
+//!   across the network) gain nothing from it, and at most that many of
+//!   them wait at once: give such a node `--plugin-slots 0` or a larger N
+//!   (a slot's 10 s lease bounds what one holds back).
 //! - STATUS is not paced (`Engine::run`): a readiness probe answers during
 //!   a burst.
 
