@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cni_async::multi::{MultiResult, NetworkGates, SandboxStep, SetupMode, StepHook};
+use cni_async::multi::{GateTicket, MultiResult, NetworkGates, SandboxStep, SetupMode, StepHook};
 use cni_async::{CallOptions, Cni, GcFailure};
 use cni_core::cache::CacheRecord;
 use cni_core::error::code as cni_code;
@@ -60,10 +60,10 @@ impl Deadlines {
 }
 
 /// The daemon's state shared by the server, the scheduler's tasks and the
-/// lifecycle: built from its [`Parts`], reached through its methods.
+/// lifecycle: built from its [`Parts`] (which the server reads directly).
 #[derive(Debug)]
 pub(crate) struct Engine {
-    p: Parts,
+    pub(crate) p: Parts,
     started: Instant,
     /// Rollbacks of unfinished ADDs queued by this start (their request
     /// ids).
@@ -219,31 +219,8 @@ impl Engine {
         }
     }
 
-    pub(crate) fn metrics(&self) -> &Metrics {
-        &self.p.metrics
-    }
-
-    pub(crate) fn networks(&self) -> &Networks {
-        &self.p.networks
-    }
-
-    pub(crate) fn scheduler(&self) -> &Scheduler {
-        &self.p.sched
-    }
-
-    /// The networks' readiness judge: the `Cni` that looks up their
-    /// plugins and how many networks must be usable.
-    pub(crate) fn readiness_of(&self) -> (&Cni, usize) {
-        (&self.p.cni, self.p.min_networks)
-    }
-
     pub(crate) fn uptime(&self) -> Duration {
         self.started.elapsed()
-    }
-
-    /// Whether the stale-attachment reaper sees the host's mounts.
-    pub(crate) fn sees_host_mounts(&self) -> bool {
-        self.p.stale.sees_host_mounts()
     }
 
     /// Queues an operation and starts what must run it.
@@ -253,28 +230,28 @@ impl Engine {
 
     /// [`Engine::submit`]; `first`: ahead of its container's queue.
     fn submit_at(self: &Arc<Self>, new: NewOp, first: bool) -> Result<Waiter, ApiError> {
-        let (waiter, start) = if first {
-            self.p.sched.enqueue_first(new)?
-        } else {
-            self.p.sched.enqueue(new)?
-        };
+        let (waiter, start) = self.p.sched.enqueue_at(new, first)?;
+        let this = self.clone();
         match start {
             Start::Nothing => {}
             Start::Driver(cid) => {
-                let this = self.clone();
                 self.p.tracker.spawn(async move { this.drive(cid).await });
             }
             Start::Network(op, ticket) => {
-                let this = self.clone();
-                self.p.tracker.spawn(async move {
-                    if let Some(claim) = this.p.sched.acquire(&op, ticket).await {
-                        let outcome = Box::pin(this.run(&op)).await;
-                        this.p.sched.complete(&op, claim, outcome);
-                    }
-                });
+                self.p
+                    .tracker
+                    .spawn(async move { this.run_turn(&op, ticket).await });
             }
         }
         Ok(waiter)
+    }
+
+    /// Runs `op` once it has its turn (none: it left while it waited).
+    async fn run_turn(&self, op: &Arc<Op>, ticket: Option<GateTicket>) {
+        if let Some(claim) = self.p.sched.acquire(op, ticket).await {
+            let outcome = Box::pin(self.run(op)).await;
+            self.p.sched.complete(op, claim, outcome);
+        }
     }
 
     /// A container's driver: runs its queue in order until it is empty.
@@ -284,10 +261,7 @@ impl Engine {
     /// container waiting for its turn.
     async fn drive(self: Arc<Self>, container_id: String) {
         while let Some((op, ticket)) = self.p.sched.next_for(&container_id) {
-            if let Some(claim) = self.p.sched.acquire(&op, ticket).await {
-                let outcome = Box::pin(self.run(&op)).await;
-                self.p.sched.complete(&op, claim, outcome);
-            }
+            self.run_turn(&op, ticket).await;
         }
     }
 
@@ -582,10 +556,7 @@ impl Engine {
                         .read(network, &rt.container_id, &rt.ifname)
                         .await
                     {
-                        Some(intent) => match NetworkConfigList::from_bytes(&intent.config, None) {
-                            Ok(l) => self.p.cni.del_network_list(&l, rt).options(&opts).await,
-                            Err(e) => Err(e.into()),
-                        },
+                        Some(intent) => self.del_as_recorded(&intent.config, rt, &opts).await,
                         None => {
                             tracing::info!(
                                 "network not loaded and nothing cached: nothing to delete"
@@ -600,6 +571,17 @@ impl Engine {
         res?;
         self.deleted(network, rt).await;
         Ok(())
+    }
+
+    /// DEL of `rt` with the configuration an intent recorded (`config`).
+    async fn del_as_recorded(
+        &self,
+        config: &[u8],
+        rt: &RuntimeConf,
+        opts: &CallOptions,
+    ) -> Result<(), cni_async::Error> {
+        let list = NetworkConfigList::from_bytes(config, None)?;
+        self.p.cni.del_network_list(&list, rt).options(opts).await
     }
 
     /// After a successful DEL of an attachment (a runtime's or the
@@ -682,17 +664,10 @@ impl Engine {
                     "GC leaves an unfinished ADD an orphaned plugin may still run to its rollback");
                 continue;
             }
-            let res = match NetworkConfigList::from_bytes(&intent.config, None) {
-                Ok(l) => {
-                    self.p
-                        .cni
-                        .del_network_list(&l, &intent.rt)
-                        .options(&left())
-                        .await
-                }
-                Err(e) => Err(e.into()),
-            };
-            match res {
+            match self
+                .del_as_recorded(&intent.config, &intent.rt, &left())
+                .await
+            {
                 Ok(()) => {
                     let _ = self
                         .p

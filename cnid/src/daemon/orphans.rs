@@ -103,14 +103,8 @@ fn monotonic_ms() -> u64 {
 /// environment.
 #[derive(Debug)]
 pub(crate) struct MarkedExec {
-    inner: Arc<dyn PluginExec>,
-    value: String,
-}
-
-impl MarkedExec {
-    pub(crate) fn new(inner: Arc<dyn PluginExec>, value: String) -> Self {
-        MarkedExec { inner, value }
-    }
+    pub(crate) inner: Arc<dyn PluginExec>,
+    pub(crate) value: String,
 }
 
 impl PluginExec for MarkedExec {

@@ -37,7 +37,7 @@
 //!   plugin of the dead daemon still runs (`orphans`) are held: their
 //!   operations queue, and none starts, until the start releases them
 //!   (the orphan is gone and its ADD's rollback was put first in the
-//!   queue, [`Scheduler::enqueue_first`]). A request of another container
+//!   queue, [`Scheduler::enqueue_at`]). A request of another container
 //!   on a held orphan's netns and ifname holds its container too, until
 //!   that orphan's release. Every other container runs meanwhile.
 //!
@@ -300,20 +300,28 @@ impl Scheduler {
         lock(&self.st)
     }
 
-    /// Queues an operation; returns the waiter for its outcome and what to
-    /// start. Refused with 503 once shutdown began.
+    /// [`Scheduler::enqueue_at`] last in the container's queue.
+    #[cfg(test)]
     pub(crate) fn enqueue(self: &Arc<Self>, new: NewOp) -> Result<(Waiter, Start), ApiError> {
         self.enqueue_at(new, false)
     }
 
-    /// Queues an operation first in its container's queue, ahead of what
-    /// is queued there (the rollback of an orphan's ADD at its release:
-    /// the container is held, so nothing of its queue has started).
+    /// [`Scheduler::enqueue_at`] first in the container's queue.
+    #[cfg(test)]
     pub(crate) fn enqueue_first(self: &Arc<Self>, new: NewOp) -> Result<(Waiter, Start), ApiError> {
         self.enqueue_at(new, true)
     }
 
-    fn enqueue_at(self: &Arc<Self>, new: NewOp, first: bool) -> Result<(Waiter, Start), ApiError> {
+    /// Queues an operation; returns the waiter for its outcome and what to
+    /// start. Refused with 503 once shutdown began. `first`: first in its
+    /// container's queue, ahead of what is queued there (the rollback of an orphan's ADD at
+    /// its release: the container is held, so nothing of its queue has
+    /// started).
+    pub(crate) fn enqueue_at(
+        self: &Arc<Self>,
+        new: NewOp,
+        first: bool,
+    ) -> Result<(Waiter, Start), ApiError> {
         let slots: Vec<Option<RuntimeConf>> = match &new.work {
             Work::Sandbox { networks, .. } => networks.iter().map(|n| Some(n.rt.clone())).collect(),
             w => vec![w.runtime_conf().cloned()],

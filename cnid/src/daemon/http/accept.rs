@@ -103,9 +103,20 @@ fn accept(
         }
     };
     let conns = &settings.conns;
+    // Answers `e` and closes the connection.
+    let refuse = |stream: UnixStream, e: &ApiError, retry_after: bool| {
+        let body = e.error.to_json();
+        let answer = raw_answer(
+            status_of(e.kind),
+            &fresh_request_id(),
+            body.as_bytes(),
+            retry_after,
+        );
+        tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
+    };
     if !settings.peers.allows(uid, gid) {
-        engine.metrics().refused.fetch_add(1, Ordering::Relaxed);
-        engine.metrics().http_response(403);
+        engine.p.metrics.refused.fetch_add(1, Ordering::Relaxed);
+        engine.p.metrics.http_response(403);
         if let Some(suppressed) = settings.warnings.refused.pass() {
             tracing::warn!(
                 uid,
@@ -115,14 +126,7 @@ fn accept(
                  (suppressed: refused connections not logged in the last 10 s)"
             );
         }
-        let e = ApiError::forbidden(uid, gid);
-        let answer = raw_answer(
-            status_of(e.kind),
-            &fresh_request_id(),
-            e.error.to_json().as_bytes(),
-            false,
-        );
-        tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
+        refuse(stream, &ApiError::forbidden(uid, gid), false);
         return None;
     }
     let (slot, victim) = match conns.admit() {
@@ -134,7 +138,8 @@ fn accept(
             waited,
         } => {
             engine
-                .metrics()
+                .p
+                .metrics
                 .conn_replaced
                 .fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = settings.warnings.replaced.pass() {
@@ -152,10 +157,11 @@ fn accept(
         }
         Admit::Full => {
             engine
-                .metrics()
+                .p
+                .metrics
                 .conn_rejected
                 .fetch_add(1, Ordering::Relaxed);
-            engine.metrics().http_response(503);
+            engine.p.metrics.http_response(503);
             if let Some(suppressed) = settings.warnings.full.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
@@ -164,14 +170,7 @@ fn accept(
                      answered 503 (suppressed: like refusals not logged in the last 10 s)"
                 );
             }
-            let e = ApiError::too_many_connections(conns.cap());
-            let answer = raw_answer(
-                status_of(e.kind),
-                &fresh_request_id(),
-                e.error.to_json().as_bytes(),
-                true,
-            );
-            tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
+            refuse(stream, &ApiError::too_many_connections(conns.cap()), true);
             return None;
         }
     };
@@ -195,7 +194,8 @@ impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.conns.remove(&self.slot);
         self.engine
-            .metrics()
+            .p
+            .metrics
             .connections
             .fetch_sub(1, Ordering::Relaxed);
     }
@@ -226,7 +226,7 @@ async fn connection(
     settings: Arc<HttpSettings>,
     stop: CancellationToken,
 ) {
-    let open = engine.metrics().connections.fetch_add(1, Ordering::Relaxed) + 1;
+    let open = engine.p.metrics.connections.fetch_add(1, Ordering::Relaxed) + 1;
     settings
         .trim
         .connections(usize::try_from(open).unwrap_or(0));
@@ -292,7 +292,8 @@ async fn connection(
     match end {
         ConnEnd::TimedOut => {
             engine
-                .metrics()
+                .p
+                .metrics
                 .conn_timed_out
                 .fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = settings.warnings.timed_out.pass() {
