@@ -148,10 +148,7 @@ impl Checker {
         let (cache, metrics) = (self.cache.clone(), self.metrics.clone());
         self.submit.spawn(async move {
             let outcome = waiter.wait().await;
-            inflight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&k);
+            lock(&inflight).remove(&k);
             recorded(&drift, &cache, &k, written, outcome.as_ref(), &metrics);
         });
     }

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cni_async::multi::{GateTicket, MultiResult, NetworkGates, SandboxStep, SetupMode, StepHook};
@@ -231,13 +232,11 @@ impl Engine {
     /// [`Engine::submit`]; `first`: ahead of its container's queue.
     fn submit_at(self: &Arc<Self>, new: NewOp, first: bool) -> Result<Waiter, ApiError> {
         let (waiter, start) = self.p.sched.enqueue_at(new, first)?;
-        let this = self.clone();
         match start {
             Start::Nothing => {}
-            Start::Driver(cid) => {
-                self.p.tracker.spawn(async move { this.drive(cid).await });
-            }
+            Start::Driver(cid) => self.start_drivers(vec![cid]),
             Start::Network(op, ticket) => {
+                let this = self.clone();
                 self.p
                     .tracker
                     .spawn(async move { this.run_turn(&op, ticket).await });
@@ -949,10 +948,7 @@ impl Engine {
                     .ok()
             })
             .flatten();
-        let n = self
-            .recoveries
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1;
+        let n = self.recoveries.fetch_add(1, Ordering::Relaxed) + 1;
         let waiter = self.submit_at(
             NewOp {
                 request_id: format!("recovery-{n}"),
@@ -975,12 +971,12 @@ impl Engine {
                     let out = w.wait().await;
                     match out.as_ref() {
                         Ok(_) => {
-                            metrics.recovered_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            metrics.recovered_ok.fetch_add(1, Ordering::Relaxed);
                             tracing::info!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
                                 plugin_killed_at_deadline = killed, "unfinished ADD rolled back");
                         }
                         Err(e) => {
-                            metrics.recovered_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            metrics.recovered_failed.fetch_add(1, Ordering::Relaxed);
                             tracing::error!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
                                 error = %e.error.msg, "cannot roll back an unfinished ADD; it stays recorded and is retried at the next start or by a DEL");
                         }

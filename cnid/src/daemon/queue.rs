@@ -694,14 +694,10 @@ impl Scheduler {
 
     /// A request stops waiting for `op`. When it was the last one and the
     /// operation has not started, the operation is cancelled. Returns
-    /// whether the operation had not started.
-    fn leave(&self, op: &Arc<Op>) -> bool {
-        self.leave_when(op, false)
-    }
-
-    /// [`Scheduler::leave`]; with `only_queued`, a running operation is not
-    /// left (decided under the same lock as the leaving).
-    fn leave_when(&self, op: &Arc<Op>, only_queued: bool) -> bool {
+    /// whether the operation had not started. With `only_queued` (a
+    /// request whose deadline passed), a running operation is not left
+    /// (decided under the same lock as the leaving).
+    fn leave(&self, op: &Arc<Op>, only_queued: bool) -> bool {
         let mut s = lock(&op.state);
         let queued = s.phase == OpPhase::Queued;
         if only_queued && !queued {
@@ -719,13 +715,6 @@ impl Scheduler {
             op.cancel.cancel();
         }
         queued
-    }
-
-    /// A request whose deadline passed stops waiting for `op` if it has not
-    /// started (returns true; cancelled when it was the last waiter); a
-    /// running one is not left (returns false).
-    fn leave_if_queued(&self, op: &Arc<Op>) -> bool {
-        self.leave_when(op, true)
     }
 
     /// Shutdown: refuse new operations and answer the queued ones with 503.
@@ -840,7 +829,7 @@ impl Waiter {
                 () = timer => {
                     // Queued: leave it (504). Running: keep listening, and
                     // stay counted as a listener until the answer comes.
-                    if self.sched.leave_if_queued(&self.op) {
+                    if self.sched.leave(&self.op, true) {
                         self.left = true;
                         let waited = self.op.arrived.elapsed().as_millis();
                         let op = &self.op;
@@ -862,7 +851,7 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         if !self.left {
-            self.sched.leave(&self.op);
+            self.sched.leave(&self.op, false);
         }
     }
 }
