@@ -137,10 +137,10 @@ impl Checker {
             rt: rec.runtime_conf(),
         };
         let request_id = format!("check-{}", self.queued);
-        let Ok(waiter) = self
+        let queued = self
             .submit
-            .submit(request_id, net.clone(), list.version(), work)
-        else {
+            .submit(request_id, net.clone(), list.version(), work);
+        let Ok(waiter) = queued else {
             return;
         };
         lock(&self.inflight).insert(k.clone());

@@ -237,9 +237,8 @@ impl Engine {
             Start::Driver(cid) => self.start_drivers(vec![cid]),
             Start::Network(op, ticket) => {
                 let this = self.clone();
-                self.p
-                    .tracker
-                    .spawn(async move { this.run_turn(&op, ticket).await });
+                let turn = async move { this.run_turn(&op, ticket).await };
+                self.p.tracker.spawn(turn);
             }
         }
         Ok(waiter)
@@ -396,12 +395,8 @@ impl Engine {
         // is made under the attachment's lock, so an attachment another
         // process recorded meanwhile (cnitool on the same cache) is refused
         // too, never run over, nor deleted by a sandbox's undo.
-        let add = self
-            .p
-            .cni
-            .add_network_list(list, rt)
-            .options(&opts)
-            .exclusive();
+        let add = self.p.cni.add_network_list(list, rt);
+        let add = add.options(&opts).exclusive();
         match add.with_record().await {
             // The cache wrote the record without fsync (see `run`): the
             // commit line carries the record the ADD wrote (the library
@@ -549,12 +544,8 @@ impl Engine {
             // Not in the conf dir: the configuration stored at ADD.
             None => match self.p.cni.del_cached(network, rt).options(&opts).await {
                 Err(e) if e.kind() == cni_async::ErrorKind::NotAttached => {
-                    match self
-                        .p
-                        .intents
-                        .read(network, &rt.container_id, &rt.ifname)
-                        .await
-                    {
+                    let (cid, ifname) = (&rt.container_id, &rt.ifname);
+                    match self.p.intents.read(network, cid, ifname).await {
                         Some(intent) => self.del_as_recorded(&intent.config, rt, &opts).await,
                         None => {
                             tracing::info!(
@@ -587,18 +578,14 @@ impl Engine {
     /// reaper's): its ADD intent and commit line are forgotten, its netns
     /// and ifname owned by nobody.
     async fn deleted(&self, network: &str, rt: &RuntimeConf) {
-        match self
-            .p
-            .intents
-            .remove(network, &rt.container_id, &rt.ifname)
-            .await
-        {
+        let (cid, ifname) = (&rt.container_id, &rt.ifname);
+        match self.p.intents.remove(network, cid, ifname).await {
             Ok(true) => tracing::info!("DEL resolved an unfinished ADD"),
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "cannot remove an ADD intent after DEL"),
         }
-        self.p.owners.remove(network, &rt.container_id, &rt.ifname);
-        let k = key(network, &rt.container_id, &rt.ifname);
+        self.p.owners.remove(network, cid, ifname);
+        let k = key(network, cid, ifname);
         self.p.drift.forget(&k, &self.p.metrics);
     }
 
@@ -663,16 +650,12 @@ impl Engine {
                     "GC leaves an unfinished ADD an orphaned plugin may still run to its rollback");
                 continue;
             }
-            match self
-                .del_as_recorded(&intent.config, &intent.rt, &left())
-                .await
-            {
+            let opts = left();
+            let del = self.del_as_recorded(&intent.config, &intent.rt, &opts);
+            match del.await {
                 Ok(()) => {
-                    let _ = self
-                        .p
-                        .intents
-                        .remove(list.name(), &key.container_id, &key.ifname)
-                        .await;
+                    let (cid, ifname) = (&key.container_id, &key.ifname);
+                    let _ = self.p.intents.remove(list.name(), cid, ifname).await;
                     deleted.push(key);
                 }
                 Err(error) => {
@@ -685,12 +668,8 @@ impl Engine {
                 }
             }
         }
-        let gc = self
-            .p
-            .cni
-            .gc_network_list(list, valid)
-            .options(&left())
-            .await;
+        let gc = self.p.cni.gc_network_list(list, valid);
+        let gc = gc.options(&left()).await;
         // What it deleted is forgotten as a DEL's attachment is.
         if let Err(e) = self.p.intents.forget_removed(list.name()).await {
             tracing::warn!(error = %e, "cannot forget the journal's commit lines of the attachments GC deleted");
@@ -703,10 +682,9 @@ impl Engine {
                     }
                 }
                 // Their netns and ifname are free now, as after a DEL.
+                let owners = &self.p.owners;
                 for d in &deleted {
-                    self.p
-                        .owners
-                        .remove(list.name(), &d.container_id, &d.ifname);
+                    owners.remove(list.name(), &d.container_id, &d.ifname);
                 }
                 for f in summary.failed {
                     if !failed.iter().any(|g| g.attachment == f.attachment) {
@@ -821,10 +799,9 @@ impl Engine {
             let unfinished = Unfinished { intent, list };
             match orphan {
                 Some(o) => {
-                    if o.container_id != unfinished.intent.rt.container_id {
-                        self.p
-                            .sched
-                            .hold_with(&o.container_id, &unfinished.intent.rt.container_id);
+                    let cid = &unfinished.intent.rt.container_id;
+                    if o.container_id != *cid {
+                        self.p.sched.hold_with(&o.container_id, cid);
                     }
                     tracing::warn!(network = %unfinished.intent.network, container = %unfinished.intent.rt.container_id,
                         ifname = %unfinished.intent.rt.ifname, orphan_pgid = o.pid,
@@ -920,14 +897,8 @@ impl Engine {
         // rollback does (`cni_async::ops`), and releases only what the
         // cut ADD held.
         let mut rt = intent.rt.clone();
-        if self.p.check_netns_owner
-            && let Some(owner) = self
-                .p
-                .owners
-                .others(&rt)
-                .into_iter()
-                .find(|o| !o.in_progress)
-        {
+        let (check, owners) = (self.p.check_netns_owner, &self.p.owners);
+        if check && let Some(owner) = owners.others(&rt).into_iter().find(|o| !o.in_progress) {
             tracing::warn!(network = %intent.network, container = %rt.container_id, ifname = %rt.ifname,
                 owner = %owner.container_id, owner_network = %owner.network,
                 "the netns and interface belong to another container's attachment; rolling back without the netns");
@@ -938,15 +909,8 @@ impl Engine {
         // run), so another container's request there gets 409 until it
         // is done, instead of running at once on the interface the
         // rollback tears down.
-        let claim = self
-            .p
-            .check_netns_owner
-            .then(|| {
-                self.p
-                    .owners
-                    .admit([(intent.network.as_str(), &rt)], true)
-                    .ok()
-            })
+        let claim = check
+            .then(|| owners.admit([(intent.network.as_str(), &rt)], true).ok())
             .flatten();
         let n = self.recoveries.fetch_add(1, Ordering::Relaxed) + 1;
         let waiter = self.submit_at(
@@ -1029,30 +993,20 @@ impl Engine {
         container_id: Option<&str>,
         page: cni_async::cache::ListPage,
     ) -> Result<crate::api::AttachmentsResponse, ApiError> {
-        let (recs, next) = self
-            .p
-            .owners
-            .page(container_id, page)
-            .await
-            .map_err(|e| ApiError::from_cni(&e, Version::CURRENT))?;
+        let paged = self.p.owners.page(container_id, page).await;
+        let (recs, next) = paged.map_err(|e| ApiError::from_cni(&e, Version::CURRENT))?;
         Ok(crate::api::AttachmentsResponse {
             next,
             attachments: recs
                 .into_iter()
                 .map(|r| {
-                    let reap = self
-                        .p
-                        .stale
-                        .state(&r.network_name, &r.container_id, &r.if_name);
+                    let (net, cid, ifname) = (&r.network_name, &r.container_id, &r.if_name);
+                    let reap = self.p.stale.state(net, cid, ifname);
                     // The reaper's word first: a CHECK of a namespace
                     // that is gone says nothing more.
                     let drift = reap
                         .is_none()
-                        .then(|| {
-                            self.p
-                                .drift
-                                .state(&r.network_name, &r.container_id, &r.if_name)
-                        })
+                        .then(|| self.p.drift.state(net, cid, ifname))
                         .flatten();
                     crate::api::AttachmentInfo {
                         state: reap
@@ -1117,13 +1071,8 @@ impl SandboxSteps<'_> {
         };
         // A step goes on while its sandbox operation runs.
         let never = std::future::pending();
-        match self
-            .engine
-            .p
-            .pace
-            .run(None, || remaining, never, work)
-            .await
-        {
+        let paced = self.engine.p.pace.run(None, || remaining, never, work);
+        match paced.await {
             Ok(out) => out,
             Err(super::pace::Abandoned) => Err(cni_async::Error::hook(ApiError::internal(
                 "sandbox step abandoned while it waited for a pacing slot",
@@ -1193,12 +1142,8 @@ impl StepHook for SandboxSteps<'_> {
     ) -> Result<(), cni_async::Error> {
         let list = loaded(&step)?;
         self.paced(opts, |opts| async move {
-            self.engine
-                .p
-                .cni
-                .check_network_list(list, step.rt)
-                .options(&opts)
-                .await
+            let check = self.engine.p.cni.check_network_list(list, step.rt);
+            check.options(&opts).await
         })
         .await
     }

@@ -192,9 +192,8 @@ impl Metrics {
     }
 
     pub(crate) fn coalesced(&self, verb: Command) {
-        self.verbs[verb_index(verb)]
-            .coalesced
-            .fetch_add(1, Ordering::Relaxed);
+        let v = &self.verbs[verb_index(verb)];
+        v.coalesced.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn http_response(&self, status: u16) {

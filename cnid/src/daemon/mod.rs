@@ -377,12 +377,8 @@ fn journal_outlives_cache(config: &Config) -> Result<(), String> {
 /// then says which plugins are missing.)
 fn warn_missing_plugin_dirs(dirs: &[std::path::PathBuf]) {
     let missing: Vec<&std::path::PathBuf> = dirs.iter().filter(|d| !d.is_dir()).collect();
-    let defaults = dirs
-        .iter()
-        .map(|d| d.as_os_str())
-        .eq(cni_async::ops::DEFAULT_PLUGIN_DIRS
-            .iter()
-            .map(std::ffi::OsStr::new));
+    let default_dirs = cni_async::ops::DEFAULT_PLUGIN_DIRS.map(std::ffi::OsStr::new);
+    let defaults = dirs.iter().map(|d| d.as_os_str()).eq(default_dirs);
     if missing.is_empty() || (defaults && missing.len() < dirs.len()) {
         return;
     }

@@ -102,7 +102,7 @@ fn accept(
             (u32::MAX, u32::MAX)
         }
     };
-    let conns = &settings.conns;
+    let (conns, metrics) = (&settings.conns, &engine.p.metrics);
     // Answers `e` and closes the connection.
     let refuse = |stream: UnixStream, e: &ApiError, retry_after: bool| {
         let body = e.error.to_json();
@@ -115,8 +115,8 @@ fn accept(
         tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
     };
     if !settings.peers.allows(uid, gid) {
-        engine.p.metrics.refused.fetch_add(1, Ordering::Relaxed);
-        engine.p.metrics.http_response(403);
+        metrics.refused.fetch_add(1, Ordering::Relaxed);
+        metrics.http_response(403);
         if let Some(suppressed) = settings.warnings.refused.pass() {
             tracing::warn!(
                 uid,
@@ -137,11 +137,7 @@ fn accept(
             phase,
             waited,
         } => {
-            engine
-                .p
-                .metrics
-                .conn_replaced
-                .fetch_add(1, Ordering::Relaxed);
+            metrics.conn_replaced.fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = settings.warnings.replaced.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
@@ -156,12 +152,8 @@ fn accept(
             (slot, Some(victim))
         }
         Admit::Full => {
-            engine
-                .p
-                .metrics
-                .conn_rejected
-                .fetch_add(1, Ordering::Relaxed);
-            engine.p.metrics.http_response(503);
+            metrics.conn_rejected.fetch_add(1, Ordering::Relaxed);
+            metrics.http_response(503);
             if let Some(suppressed) = settings.warnings.full.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
@@ -193,11 +185,8 @@ struct ConnGuard {
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.conns.remove(&self.slot);
-        self.engine
-            .p
-            .metrics
-            .connections
-            .fetch_sub(1, Ordering::Relaxed);
+        let metrics = &self.engine.p.metrics;
+        metrics.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -226,10 +215,10 @@ async fn connection(
     settings: Arc<HttpSettings>,
     stop: CancellationToken,
 ) {
-    let open = engine.p.metrics.connections.fetch_add(1, Ordering::Relaxed) + 1;
-    settings
-        .trim
-        .connections(usize::try_from(open).unwrap_or(0));
+    let metrics = &engine.p.metrics;
+    let open = metrics.connections.fetch_add(1, Ordering::Relaxed) + 1;
+    let open = usize::try_from(open).unwrap_or(0);
+    settings.trim.connections(open);
     let _guard = ConnGuard {
         engine: engine.clone(),
         conns: settings.conns.clone(),
@@ -291,11 +280,7 @@ async fn connection(
     };
     match end {
         ConnEnd::TimedOut => {
-            engine
-                .p
-                .metrics
-                .conn_timed_out
-                .fetch_add(1, Ordering::Relaxed);
+            metrics.conn_timed_out.fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = settings.warnings.timed_out.pass() {
                 tracing::warn!(
                     timeout_ms = settings.limits.request_timeout.as_millis() as u64,

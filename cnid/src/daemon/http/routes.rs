@@ -62,9 +62,8 @@ pub(super) async fn handle(
     let rid = request_id(&req);
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let mut resp = route(&engine, settings, slot, &rid, req)
-        .await
-        .unwrap_or_else(|e| error_response(&e));
+    let routed = route(&engine, settings, slot, &rid, req).await;
+    let mut resp = routed.unwrap_or_else(|e| error_response(&e));
     if let Ok(v) = HeaderValue::from_str(&rid) {
         resp.headers_mut().insert(api::REQUEST_ID_HEADER, v);
     }
@@ -129,11 +128,8 @@ async fn read_body(
             let owed = want.saturating_sub(BODY_FREE).saturating_sub(charged);
             if owed > 0 {
                 let owed = u32::try_from(owed).map_err(|_| ApiError::too_large(limit))?;
-                let more = budget
-                    .clone()
-                    .acquire_many_owned(owed)
-                    .await
-                    .map_err(|_| ApiError::shutting_down())?;
+                let more = budget.clone().acquire_many_owned(owed).await;
+                let more = more.map_err(|_| ApiError::shutting_down())?;
                 match permit.as_mut() {
                     Some(p) => p.merge(more),
                     None => permit = Some(more),
@@ -217,11 +213,10 @@ async fn route(
         ["networks", name] => {
             want(Method::GET)?;
             let name = decode_network_name(name)?;
-            let n = engine
-                .p
-                .networks
+            let networks = &engine.p.networks;
+            let n = networks
                 .get(&name)
-                .ok_or_else(|| engine.p.networks.not_found(&name))?;
+                .ok_or_else(|| networks.not_found(&name))?;
             let (cni, min) = (&engine.p.cni, engine.p.min_networks);
             let unusable = engine.p.networks.unusable(cni, min).await;
             Ok(to_json(
