@@ -156,27 +156,20 @@ fn nothing(res: Result<(), cni_async::Error>, version: Version) -> Outcome {
 /// The wire form of a sandbox's merged result.
 fn sandbox_result(m: &MultiResult) -> SandboxResult {
     let values: Vec<serde_json::Value> = m.networks.iter().map(|n| n.result.to_value()).collect();
+    let ip = |ip: &cni_async::multi::IpInfo| SandboxIp {
+        address: ip.address.to_string(),
+        gateway: ip.gateway.map(|g| g.to_string()),
+    };
+    let interface = |i: &cni_async::multi::InterfaceConfig| SandboxInterface {
+        ips: i.ip_configs.iter().map(ip).collect(),
+        mac: i.mac.clone(),
+        sandbox: i.sandbox.clone(),
+    };
     SandboxResult {
         interfaces: m
             .interfaces
             .iter()
-            .map(|(name, i)| {
-                (
-                    name.clone(),
-                    SandboxInterface {
-                        ips: i
-                            .ip_configs
-                            .iter()
-                            .map(|ip| SandboxIp {
-                                address: ip.address.to_string(),
-                                gateway: ip.gateway.map(|g| g.to_string()),
-                            })
-                            .collect(),
-                        mac: i.mac.clone(),
-                        sandbox: i.sandbox.clone(),
-                    },
-                )
-            })
+            .map(|(name, i)| (name.clone(), interface(i)))
             .collect(),
         routes: values
             .iter()
