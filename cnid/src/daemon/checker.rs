@@ -137,10 +137,10 @@ impl Checker {
             rt: rec.runtime_conf(),
         };
         let request_id = format!("check-{}", self.queued);
-        let Ok(waiter) = self
+        let queued = self
             .submit
-            .submit(request_id, net.clone(), list.version(), work)
-        else {
+            .submit(request_id, net.clone(), list.version(), work);
+        let Ok(waiter) = queued else {
             return;
         };
         lock(&self.inflight).insert(k.clone());
@@ -148,10 +148,7 @@ impl Checker {
         let (cache, metrics) = (self.cache.clone(), self.metrics.clone());
         self.submit.spawn(async move {
             let outcome = waiter.wait().await;
-            inflight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&k);
+            lock(&inflight).remove(&k);
             recorded(&drift, &cache, &k, written, outcome.as_ref(), &metrics);
         });
     }

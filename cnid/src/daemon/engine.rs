@@ -5,9 +5,10 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use cni_async::multi::{MultiResult, NetworkGates, SandboxStep, SetupMode, StepHook};
+use cni_async::multi::{GateTicket, MultiResult, NetworkGates, SandboxStep, SetupMode, StepHook};
 use cni_async::{CallOptions, Cni, GcFailure};
 use cni_core::cache::CacheRecord;
 use cni_core::error::code as cni_code;
@@ -60,10 +61,10 @@ impl Deadlines {
 }
 
 /// The daemon's state shared by the server, the scheduler's tasks and the
-/// lifecycle: built from its [`Parts`], reached through its methods.
+/// lifecycle: built from its [`Parts`] (which the server reads directly).
 #[derive(Debug)]
 pub(crate) struct Engine {
-    p: Parts,
+    pub(crate) p: Parts,
     started: Instant,
     /// Rollbacks of unfinished ADDs queued by this start (their request
     /// ids).
@@ -155,27 +156,20 @@ fn nothing(res: Result<(), cni_async::Error>, version: Version) -> Outcome {
 /// The wire form of a sandbox's merged result.
 fn sandbox_result(m: &MultiResult) -> SandboxResult {
     let values: Vec<serde_json::Value> = m.networks.iter().map(|n| n.result.to_value()).collect();
+    let ip = |ip: &cni_async::multi::IpInfo| SandboxIp {
+        address: ip.address.to_string(),
+        gateway: ip.gateway.map(|g| g.to_string()),
+    };
+    let interface = |i: &cni_async::multi::InterfaceConfig| SandboxInterface {
+        ips: i.ip_configs.iter().map(ip).collect(),
+        mac: i.mac.clone(),
+        sandbox: i.sandbox.clone(),
+    };
     SandboxResult {
         interfaces: m
             .interfaces
             .iter()
-            .map(|(name, i)| {
-                (
-                    name.clone(),
-                    SandboxInterface {
-                        ips: i
-                            .ip_configs
-                            .iter()
-                            .map(|ip| SandboxIp {
-                                address: ip.address.to_string(),
-                                gateway: ip.gateway.map(|g| g.to_string()),
-                            })
-                            .collect(),
-                        mac: i.mac.clone(),
-                        sandbox: i.sandbox.clone(),
-                    },
-                )
-            })
+            .map(|(name, i)| (name.clone(), interface(i)))
             .collect(),
         routes: values
             .iter()
@@ -219,31 +213,8 @@ impl Engine {
         }
     }
 
-    pub(crate) fn metrics(&self) -> &Metrics {
-        &self.p.metrics
-    }
-
-    pub(crate) fn networks(&self) -> &Networks {
-        &self.p.networks
-    }
-
-    pub(crate) fn scheduler(&self) -> &Scheduler {
-        &self.p.sched
-    }
-
-    /// The networks' readiness judge: the `Cni` that looks up their
-    /// plugins and how many networks must be usable.
-    pub(crate) fn readiness_of(&self) -> (&Cni, usize) {
-        (&self.p.cni, self.p.min_networks)
-    }
-
     pub(crate) fn uptime(&self) -> Duration {
         self.started.elapsed()
-    }
-
-    /// Whether the stale-attachment reaper sees the host's mounts.
-    pub(crate) fn sees_host_mounts(&self) -> bool {
-        self.p.stale.sees_host_mounts()
     }
 
     /// Queues an operation and starts what must run it.
@@ -253,28 +224,25 @@ impl Engine {
 
     /// [`Engine::submit`]; `first`: ahead of its container's queue.
     fn submit_at(self: &Arc<Self>, new: NewOp, first: bool) -> Result<Waiter, ApiError> {
-        let (waiter, start) = if first {
-            self.p.sched.enqueue_first(new)?
-        } else {
-            self.p.sched.enqueue(new)?
-        };
+        let (waiter, start) = self.p.sched.enqueue_at(new, first)?;
         match start {
             Start::Nothing => {}
-            Start::Driver(cid) => {
-                let this = self.clone();
-                self.p.tracker.spawn(async move { this.drive(cid).await });
-            }
+            Start::Driver(cid) => self.start_drivers(vec![cid]),
             Start::Network(op, ticket) => {
                 let this = self.clone();
-                self.p.tracker.spawn(async move {
-                    if let Some(claim) = this.p.sched.acquire(&op, ticket).await {
-                        let outcome = Box::pin(this.run(&op)).await;
-                        this.p.sched.complete(&op, claim, outcome);
-                    }
-                });
+                let turn = async move { this.run_turn(&op, ticket).await };
+                self.p.tracker.spawn(turn);
             }
         }
         Ok(waiter)
+    }
+
+    /// Runs `op` once it has its turn (none: it left while it waited).
+    async fn run_turn(&self, op: &Arc<Op>, ticket: Option<GateTicket>) {
+        if let Some(claim) = self.p.sched.acquire(op, ticket).await {
+            let outcome = Box::pin(self.run(op)).await;
+            self.p.sched.complete(op, claim, outcome);
+        }
     }
 
     /// A container's driver: runs its queue in order until it is empty.
@@ -284,10 +252,7 @@ impl Engine {
     /// container waiting for its turn.
     async fn drive(self: Arc<Self>, container_id: String) {
         while let Some((op, ticket)) = self.p.sched.next_for(&container_id) {
-            if let Some(claim) = self.p.sched.acquire(&op, ticket).await {
-                let outcome = Box::pin(self.run(&op)).await;
-                self.p.sched.complete(&op, claim, outcome);
-            }
+            self.run_turn(&op, ticket).await;
         }
     }
 
@@ -423,12 +388,8 @@ impl Engine {
         // is made under the attachment's lock, so an attachment another
         // process recorded meanwhile (cnitool on the same cache) is refused
         // too, never run over, nor deleted by a sandbox's undo.
-        let add = self
-            .p
-            .cni
-            .add_network_list(list, rt)
-            .options(&opts)
-            .exclusive();
+        let add = self.p.cni.add_network_list(list, rt);
+        let add = add.options(&opts).exclusive();
         match add.with_record().await {
             // The cache wrote the record without fsync (see `run`): the
             // commit line carries the record the ADD wrote (the library
@@ -576,16 +537,9 @@ impl Engine {
             // Not in the conf dir: the configuration stored at ADD.
             None => match self.p.cni.del_cached(network, rt).options(&opts).await {
                 Err(e) if e.kind() == cni_async::ErrorKind::NotAttached => {
-                    match self
-                        .p
-                        .intents
-                        .read(network, &rt.container_id, &rt.ifname)
-                        .await
-                    {
-                        Some(intent) => match NetworkConfigList::from_bytes(&intent.config, None) {
-                            Ok(l) => self.p.cni.del_network_list(&l, rt).options(&opts).await,
-                            Err(e) => Err(e.into()),
-                        },
+                    let (cid, ifname) = (&rt.container_id, &rt.ifname);
+                    match self.p.intents.read(network, cid, ifname).await {
+                        Some(intent) => self.del_as_recorded(&intent.config, rt, &opts).await,
                         None => {
                             tracing::info!(
                                 "network not loaded and nothing cached: nothing to delete"
@@ -602,22 +556,29 @@ impl Engine {
         Ok(())
     }
 
+    /// DEL of `rt` with the configuration an intent recorded (`config`).
+    async fn del_as_recorded(
+        &self,
+        config: &[u8],
+        rt: &RuntimeConf,
+        opts: &CallOptions,
+    ) -> Result<(), cni_async::Error> {
+        let list = NetworkConfigList::from_bytes(config, None)?;
+        self.p.cni.del_network_list(&list, rt).options(opts).await
+    }
+
     /// After a successful DEL of an attachment (a runtime's or the
     /// reaper's): its ADD intent and commit line are forgotten, its netns
     /// and ifname owned by nobody.
     async fn deleted(&self, network: &str, rt: &RuntimeConf) {
-        match self
-            .p
-            .intents
-            .remove(network, &rt.container_id, &rt.ifname)
-            .await
-        {
+        let (cid, ifname) = (&rt.container_id, &rt.ifname);
+        match self.p.intents.remove(network, cid, ifname).await {
             Ok(true) => tracing::info!("DEL resolved an unfinished ADD"),
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "cannot remove an ADD intent after DEL"),
         }
-        self.p.owners.remove(network, &rt.container_id, &rt.ifname);
-        let k = key(network, &rt.container_id, &rt.ifname);
+        self.p.owners.remove(network, cid, ifname);
+        let k = key(network, cid, ifname);
         self.p.drift.forget(&k, &self.p.metrics);
     }
 
@@ -682,23 +643,12 @@ impl Engine {
                     "GC leaves an unfinished ADD an orphaned plugin may still run to its rollback");
                 continue;
             }
-            let res = match NetworkConfigList::from_bytes(&intent.config, None) {
-                Ok(l) => {
-                    self.p
-                        .cni
-                        .del_network_list(&l, &intent.rt)
-                        .options(&left())
-                        .await
-                }
-                Err(e) => Err(e.into()),
-            };
-            match res {
+            let opts = left();
+            let del = self.del_as_recorded(&intent.config, &intent.rt, &opts);
+            match del.await {
                 Ok(()) => {
-                    let _ = self
-                        .p
-                        .intents
-                        .remove(list.name(), &key.container_id, &key.ifname)
-                        .await;
+                    let (cid, ifname) = (&key.container_id, &key.ifname);
+                    let _ = self.p.intents.remove(list.name(), cid, ifname).await;
                     deleted.push(key);
                 }
                 Err(error) => {
@@ -711,12 +661,8 @@ impl Engine {
                 }
             }
         }
-        let gc = self
-            .p
-            .cni
-            .gc_network_list(list, valid)
-            .options(&left())
-            .await;
+        let gc = self.p.cni.gc_network_list(list, valid);
+        let gc = gc.options(&left()).await;
         // What it deleted is forgotten as a DEL's attachment is.
         if let Err(e) = self.p.intents.forget_removed(list.name()).await {
             tracing::warn!(error = %e, "cannot forget the journal's commit lines of the attachments GC deleted");
@@ -729,10 +675,9 @@ impl Engine {
                     }
                 }
                 // Their netns and ifname are free now, as after a DEL.
+                let owners = &self.p.owners;
                 for d in &deleted {
-                    self.p
-                        .owners
-                        .remove(list.name(), &d.container_id, &d.ifname);
+                    owners.remove(list.name(), &d.container_id, &d.ifname);
                 }
                 for f in summary.failed {
                     if !failed.iter().any(|g| g.attachment == f.attachment) {
@@ -847,10 +792,9 @@ impl Engine {
             let unfinished = Unfinished { intent, list };
             match orphan {
                 Some(o) => {
-                    if o.container_id != unfinished.intent.rt.container_id {
-                        self.p
-                            .sched
-                            .hold_with(&o.container_id, &unfinished.intent.rt.container_id);
+                    let cid = &unfinished.intent.rt.container_id;
+                    if o.container_id != *cid {
+                        self.p.sched.hold_with(&o.container_id, cid);
                     }
                     tracing::warn!(network = %unfinished.intent.network, container = %unfinished.intent.rt.container_id,
                         ifname = %unfinished.intent.rt.ifname, orphan_pgid = o.pid,
@@ -946,14 +890,8 @@ impl Engine {
         // rollback does (`cni_async::ops`), and releases only what the
         // cut ADD held.
         let mut rt = intent.rt.clone();
-        if self.p.check_netns_owner
-            && let Some(owner) = self
-                .p
-                .owners
-                .others(&rt)
-                .into_iter()
-                .find(|o| !o.in_progress)
-        {
+        let (check, owners) = (self.p.check_netns_owner, &self.p.owners);
+        if check && let Some(owner) = owners.others(&rt).into_iter().find(|o| !o.in_progress) {
             tracing::warn!(network = %intent.network, container = %rt.container_id, ifname = %rt.ifname,
                 owner = %owner.container_id, owner_network = %owner.network,
                 "the netns and interface belong to another container's attachment; rolling back without the netns");
@@ -964,20 +902,10 @@ impl Engine {
         // run), so another container's request there gets 409 until it
         // is done, instead of running at once on the interface the
         // rollback tears down.
-        let claim = self
-            .p
-            .check_netns_owner
-            .then(|| {
-                self.p
-                    .owners
-                    .admit([(intent.network.as_str(), &rt)], true)
-                    .ok()
-            })
+        let claim = check
+            .then(|| owners.admit([(intent.network.as_str(), &rt)], true).ok())
             .flatten();
-        let n = self
-            .recoveries
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1;
+        let n = self.recoveries.fetch_add(1, Ordering::Relaxed) + 1;
         let waiter = self.submit_at(
             NewOp {
                 request_id: format!("recovery-{n}"),
@@ -1000,12 +928,12 @@ impl Engine {
                     let out = w.wait().await;
                     match out.as_ref() {
                         Ok(_) => {
-                            metrics.recovered_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            metrics.recovered_ok.fetch_add(1, Ordering::Relaxed);
                             tracing::info!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
                                 plugin_killed_at_deadline = killed, "unfinished ADD rolled back");
                         }
                         Err(e) => {
-                            metrics.recovered_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            metrics.recovered_failed.fetch_add(1, Ordering::Relaxed);
                             tracing::error!(network = %intent.network, container = %intent.rt.container_id, ifname = %intent.rt.ifname,
                                 error = %e.error.msg, "cannot roll back an unfinished ADD; it stays recorded and is retried at the next start or by a DEL");
                         }
@@ -1058,30 +986,20 @@ impl Engine {
         container_id: Option<&str>,
         page: cni_async::cache::ListPage,
     ) -> Result<crate::api::AttachmentsResponse, ApiError> {
-        let (recs, next) = self
-            .p
-            .owners
-            .page(container_id, page)
-            .await
-            .map_err(|e| ApiError::from_cni(&e, Version::CURRENT))?;
+        let paged = self.p.owners.page(container_id, page).await;
+        let (recs, next) = paged.map_err(|e| ApiError::from_cni(&e, Version::CURRENT))?;
         Ok(crate::api::AttachmentsResponse {
             next,
             attachments: recs
                 .into_iter()
                 .map(|r| {
-                    let reap = self
-                        .p
-                        .stale
-                        .state(&r.network_name, &r.container_id, &r.if_name);
+                    let (net, cid, ifname) = (&r.network_name, &r.container_id, &r.if_name);
+                    let reap = self.p.stale.state(net, cid, ifname);
                     // The reaper's word first: a CHECK of a namespace
                     // that is gone says nothing more.
                     let drift = reap
                         .is_none()
-                        .then(|| {
-                            self.p
-                                .drift
-                                .state(&r.network_name, &r.container_id, &r.if_name)
-                        })
+                        .then(|| self.p.drift.state(net, cid, ifname))
                         .flatten();
                     crate::api::AttachmentInfo {
                         state: reap
@@ -1146,13 +1064,8 @@ impl SandboxSteps<'_> {
         };
         // A step goes on while its sandbox operation runs.
         let never = std::future::pending();
-        match self
-            .engine
-            .p
-            .pace
-            .run(None, || remaining, never, work)
-            .await
-        {
+        let paced = self.engine.p.pace.run(None, || remaining, never, work);
+        match paced.await {
             Ok(out) => out,
             Err(super::pace::Abandoned) => Err(cni_async::Error::hook(ApiError::internal(
                 "sandbox step abandoned while it waited for a pacing slot",
@@ -1222,12 +1135,8 @@ impl StepHook for SandboxSteps<'_> {
     ) -> Result<(), cni_async::Error> {
         let list = loaded(&step)?;
         self.paced(opts, |opts| async move {
-            self.engine
-                .p
-                .cni
-                .check_network_list(list, step.rt)
-                .options(&opts)
-                .await
+            let check = self.engine.p.cni.check_network_list(list, step.rt);
+            check.options(&opts).await
         })
         .await
     }

@@ -82,13 +82,6 @@ impl Histogram {
         let count = self.count.load(Ordering::Relaxed).max(cumulative);
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
         let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let braces = |s: &str| {
-            if s.is_empty() {
-                String::new()
-            } else {
-                format!("{{{s}}}")
-            }
-        };
         let _ = writeln!(out, "{name}_sum{} {sum}", braces(labels));
         let _ = writeln!(out, "{name}_count{} {count}", braces(labels));
     }
@@ -104,7 +97,7 @@ pub(crate) const VERBS: [Command; 5] = [
 ];
 
 fn verb_index(c: Command) -> usize {
-    VERBS.iter().position(|v| *v == c).unwrap_or(0)
+    index_in(&VERBS, c)
 }
 
 #[derive(Debug)]
@@ -199,9 +192,8 @@ impl Metrics {
     }
 
     pub(crate) fn coalesced(&self, verb: Command) {
-        self.verbs[verb_index(verb)]
-            .coalesced
-            .fetch_add(1, Ordering::Relaxed);
+        let v = &self.verbs[verb_index(verb)];
+        v.coalesced.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn http_response(&self, status: u16) {
@@ -210,7 +202,7 @@ impl Metrics {
 
     fn plugin(&self, plugin_type: &str, command: Command) -> Arc<PluginMetrics> {
         let mut map = lock(&self.plugins);
-        let key = (plugin_type.to_owned(), command_index(command));
+        let key = (plugin_type.to_owned(), index_in(&Command::ALL, command));
         map.entry(key).or_default().clone()
     }
 
@@ -227,39 +219,32 @@ impl Metrics {
 
     /// Operations by verb: counts, errors by code, run and queue times.
     fn render_operations(&self, out: &mut String) {
-        header(
+        let outcomes = VERBS.iter().zip(&self.verbs).flat_map(|(verb, v)| {
+            [
+                ("ok", &v.ok),
+                ("error", &v.failed),
+                ("coalesced", &v.coalesced),
+            ]
+            .map(|(o, n)| (format!("verb=\"{verb}\",outcome=\"{o}\""), counter(n)))
+        });
+        family(
             out,
             "cnid_operations_total",
             "Operations finished, by verb and outcome.",
             "counter",
+            outcomes,
         );
-        for (i, verb) in VERBS.iter().enumerate() {
-            let v = &self.verbs[i];
-            for (outcome, n) in [
-                ("ok", &v.ok),
-                ("error", &v.failed),
-                ("coalesced", &v.coalesced),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "cnid_operations_total{{verb=\"{verb}\",outcome=\"{outcome}\"}} {}",
-                    n.load(Ordering::Relaxed)
-                );
-            }
-        }
-        header(
+        let errors = lock(&self.errors)
+            .iter()
+            .map(|((verb, code), n)| (format!("verb=\"{}\",code=\"{code}\"", VERBS[*verb]), *n))
+            .collect::<Vec<_>>();
+        family(
             out,
             "cnid_operation_errors_total",
             "Failed operations, by verb and CNI error code.",
             "counter",
+            errors,
         );
-        for ((verb, code), n) in lock(&self.errors).iter() {
-            let _ = writeln!(
-                out,
-                "cnid_operation_errors_total{{verb=\"{}\",code=\"{code}\"}} {n}",
-                VERBS[*verb]
-            );
-        }
         type Of = fn(&VerbMetrics) -> &Histogram;
         let histograms: [(&str, &str, Of); 3] = [
             (
@@ -290,51 +275,48 @@ impl Metrics {
     fn render_plugins(&self, out: &mut String) {
         let plugins: Vec<_> = lock(&self.plugins)
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|((plugin, cmd), m)| {
+                let labels = format!(
+                    "plugin=\"{}\",command=\"{}\"",
+                    escape_label(plugin),
+                    Command::ALL[*cmd]
+                );
+                (labels, m.clone())
+            })
             .collect();
+        let name = "cnid_plugin_exec_duration_seconds";
         header(
             out,
-            "cnid_plugin_exec_duration_seconds",
+            name,
             "Wall time of each plugin execution.",
             "histogram",
         );
-        for ((plugin, cmd), m) in &plugins {
-            let labels = format!(
-                "plugin=\"{}\",command=\"{}\"",
-                escape_label(plugin),
-                Command::ALL[*cmd]
-            );
-            m.duration
-                .write(out, "cnid_plugin_exec_duration_seconds", &labels);
+        for (labels, m) in &plugins {
+            m.duration.write(out, name, labels);
         }
-        header(
+        let errors = plugins.iter().map(|(l, m)| (l.clone(), counter(&m.errors)));
+        family(
             out,
             "cnid_plugin_exec_errors_total",
             "Plugin executions that failed or timed out.",
             "counter",
+            errors,
         );
-        for ((plugin, cmd), m) in &plugins {
-            let _ = writeln!(
-                out,
-                "cnid_plugin_exec_errors_total{{plugin=\"{}\",command=\"{}\"}} {}",
-                escape_label(plugin),
-                Command::ALL[*cmd],
-                m.errors.load(Ordering::Relaxed)
-            );
-        }
     }
 
     /// HTTP responses by status.
     fn render_http(&self, out: &mut String) {
-        header(
+        let statuses = lock(&self.http)
+            .iter()
+            .map(|(s, n)| (format!("status=\"{s}\""), *n))
+            .collect::<Vec<_>>();
+        family(
             out,
             "cnid_http_responses_total",
             "HTTP responses, by status.",
             "counter",
+            statuses,
         );
-        for (status, n) in lock(&self.http).iter() {
-            let _ = writeln!(out, "cnid_http_responses_total{{status=\"{status}\"}} {n}");
-        }
     }
 
     /// The single-value gauges and counters: operations, connections, networks.
@@ -401,86 +383,97 @@ impl Metrics {
                 counter(&self.reloads),
             ),
         ] {
-            header(out, name, help, kind);
-            let _ = writeln!(out, "{name} {value}");
+            family(out, name, help, kind, [("", value)]);
         }
     }
 
     /// What the start's recovery and the stale-attachment reaper did.
     fn render_recovery(&self, out: &mut String) {
-        header(
-            out,
-            "cnid_recovered_intents_total",
-            "Unfinished ADDs found at start and deleted, by outcome.",
-            "counter",
-        );
-        let _ = writeln!(
-            out,
-            "cnid_recovered_intents_total{{outcome=\"ok\"}} {}\ncnid_recovered_intents_total{{outcome=\"error\"}} {}",
-            counter(&self.recovered_ok),
-            counter(&self.recovered_failed)
-        );
-        header(
-            out,
-            "cnid_stale_reaped_total",
-            "Stale cached attachments (namespace gone) deleted by the reaper, by reason and outcome.",
-            "counter",
-        );
-        for (i, reason) in ["rebooted", "namespace_gone"].into_iter().enumerate() {
-            for (j, outcome) in ["ok", "error"].into_iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "cnid_stale_reaped_total{{reason=\"{reason}\",outcome=\"{outcome}\"}} {}",
-                    counter(&self.reaped[i][j])
-                );
-            }
+        let gauge = |g: &AtomicI64| g.load(Ordering::Relaxed);
+        let reaped = ["rebooted", "namespace_gone"]
+            .into_iter()
+            .zip(&self.reaped)
+            .flat_map(|(reason, r)| {
+                ["ok", "error"]
+                    .into_iter()
+                    .zip(r)
+                    .map(move |(o, n)| (format!("reason=\"{reason}\",outcome=\"{o}\""), counter(n)))
+            });
+        type Samples = Vec<(String, i64)>;
+        let families: [(&str, &str, &str, Samples); 6] = [
+            (
+                "cnid_recovered_intents_total",
+                "Unfinished ADDs found at start and deleted, by outcome.",
+                "counter",
+                vec![
+                    ("outcome=\"ok\"".into(), counter(&self.recovered_ok)),
+                    ("outcome=\"error\"".into(), counter(&self.recovered_failed)),
+                ],
+            ),
+            (
+                "cnid_stale_reaped_total",
+                "Stale cached attachments (namespace gone) deleted by the reaper, by reason and outcome.",
+                "counter",
+                reaped.collect(),
+            ),
+            (
+                "cnid_stale_attachments",
+                "Cached attachments whose namespace the reaper's last scan found gone, by state (gone: waiting for --stale-after; stale: to be reaped).",
+                "gauge",
+                vec![
+                    ("state=\"gone\"".into(), gauge(&self.gone)),
+                    ("state=\"stale\"".into(), gauge(&self.stale)),
+                ],
+            ),
+            (
+                "cnid_periodic_checks_total",
+                "Periodic CHECKs (--check-every) that came to a verdict, by outcome.",
+                "counter",
+                vec![
+                    ("outcome=\"ok\"".into(), counter(&self.checks[0])),
+                    ("outcome=\"drift\"".into(), counter(&self.checks[1])),
+                ],
+            ),
+            (
+                "cnid_drifted_attachments",
+                "Cached attachments whose last periodic CHECK failed.",
+                "gauge",
+                vec![(String::new(), gauge(&self.drifted))],
+            ),
+            (
+                "cnid_stale_host_mounts_visible",
+                "1 when the reaper sees the host's mounts and processes; 0: it reaps only attachments of an earlier boot.",
+                "gauge",
+                vec![(String::new(), gauge(&self.host_mounts_visible))],
+            ),
+        ];
+        for (name, help, kind, samples) in families {
+            family(out, name, help, kind, samples);
         }
-        header(
-            out,
-            "cnid_stale_attachments",
-            "Cached attachments whose namespace the reaper's last scan found gone, by state (gone: waiting for --stale-after; stale: to be reaped).",
-            "gauge",
-        );
-        let _ = writeln!(
-            out,
-            "cnid_stale_attachments{{state=\"gone\"}} {}\ncnid_stale_attachments{{state=\"stale\"}} {}",
-            self.gone.load(Ordering::Relaxed),
-            self.stale.load(Ordering::Relaxed)
-        );
-        header(
-            out,
-            "cnid_periodic_checks_total",
-            "Periodic CHECKs (--check-every) that came to a verdict, by outcome.",
-            "counter",
-        );
-        let _ = writeln!(
-            out,
-            "cnid_periodic_checks_total{{outcome=\"ok\"}} {}\ncnid_periodic_checks_total{{outcome=\"drift\"}} {}",
-            counter(&self.checks[0]),
-            counter(&self.checks[1])
-        );
-        header(
-            out,
-            "cnid_drifted_attachments",
-            "Cached attachments whose last periodic CHECK failed.",
-            "gauge",
-        );
-        let _ = writeln!(
-            out,
-            "cnid_drifted_attachments {}",
-            self.drifted.load(Ordering::Relaxed)
-        );
-        header(
-            out,
-            "cnid_stale_host_mounts_visible",
-            "1 when the reaper sees the host's mounts and processes; 0: it reaps only attachments of an earlier boot.",
-            "gauge",
-        );
-        let _ = writeln!(
-            out,
-            "cnid_stale_host_mounts_visible {}",
-            self.host_mounts_visible.load(Ordering::Relaxed)
-        );
+    }
+}
+
+/// Metric `name`'s header and one sample a `(labels, value)` (no braces
+/// where the labels are empty).
+fn family<L: AsRef<str>, V: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    kind: &str,
+    samples: impl IntoIterator<Item = (L, V)>,
+) {
+    header(out, name, help, kind);
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{} {value}", braces(labels.as_ref()));
+    }
+}
+
+/// `{labels}`, or nothing where there are none.
+fn braces(labels: &str) -> String {
+    if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
     }
 }
 
@@ -493,8 +486,9 @@ fn counter(c: &AtomicU64) -> i64 {
     i64::try_from(c.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
 }
 
-fn command_index(c: Command) -> usize {
-    Command::ALL.iter().position(|v| *v == c).unwrap_or(0)
+/// `c`'s index in `list` (0 when not there).
+fn index_in(list: &[Command], c: Command) -> usize {
+    list.iter().position(|v| *v == c).unwrap_or(0)
 }
 
 fn escape_label(s: &str) -> String {
@@ -506,14 +500,8 @@ fn escape_label(s: &str) -> String {
 /// A [`PluginExec`] that times every run of the executor it wraps.
 #[derive(Debug)]
 pub(crate) struct TimedExec {
-    inner: Arc<dyn PluginExec>,
-    metrics: Arc<Metrics>,
-}
-
-impl TimedExec {
-    pub(crate) fn new(inner: Arc<dyn PluginExec>, metrics: Arc<Metrics>) -> Self {
-        TimedExec { inner, metrics }
-    }
+    pub(crate) inner: Arc<dyn PluginExec>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl PluginExec for TimedExec {

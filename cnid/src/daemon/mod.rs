@@ -377,12 +377,8 @@ fn journal_outlives_cache(config: &Config) -> Result<(), String> {
 /// then says which plugins are missing.)
 fn warn_missing_plugin_dirs(dirs: &[std::path::PathBuf]) {
     let missing: Vec<&std::path::PathBuf> = dirs.iter().filter(|d| !d.is_dir()).collect();
-    let defaults = dirs
-        .iter()
-        .map(|d| d.as_os_str())
-        .eq(cni_async::ops::DEFAULT_PLUGIN_DIRS
-            .iter()
-            .map(std::ffi::OsStr::new));
+    let default_dirs = cni_async::ops::DEFAULT_PLUGIN_DIRS.map(std::ffi::OsStr::new);
+    let defaults = dirs.iter().map(|d| d.as_os_str()).eq(default_dirs);
     if missing.is_empty() || (defaults && missing.len() < dirs.len()) {
         return;
     }
@@ -561,10 +557,14 @@ fn build_cni(
     pace: &Arc<pace::Pace>,
 ) -> Cni {
     let raw = Arc::new(pace::PacedExec::new(Arc::new(RawExec::new()), pace.clone()));
-    let exec: Arc<dyn PluginExec> = Arc::new(orphans::MarkedExec::new(
-        Arc::new(metrics::TimedExec::new(raw, metrics.clone())),
-        mark.to_owned(),
-    ));
+    let timed = metrics::TimedExec {
+        inner: raw,
+        metrics: metrics.clone(),
+    };
+    let exec: Arc<dyn PluginExec> = Arc::new(orphans::MarkedExec {
+        inner: Arc::new(timed),
+        value: mark.to_owned(),
+    });
     warn_missing_plugin_dirs(&config.plugin_dirs);
     let cni = Cni::builder()
         .plugin_dirs(config.plugin_dirs.clone())
@@ -735,8 +735,8 @@ fn start_serving(
 /// Says whether cnid is ready (without running plugins: probes do that),
 /// in the log and to systemd.
 async fn announce_ready(engine: &engine::Engine, config: &Config, socket: &Path) {
-    let (cni, min) = engine.readiness_of();
-    match engine.networks().readiness_at_start(cni, min).await {
+    let (cni, min) = (&engine.p.cni, engine.p.min_networks);
+    match engine.p.networks.readiness_at_start(cni, min).await {
         Ok(_) => {
             tracing::info!(socket = %socket.display(), conf_dir = %config.conf_dir.display(),
             cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(), "cnid ready")
@@ -771,7 +771,7 @@ async fn shut_down(
         let _ = listen::notify(ns, "STOPPING=1");
     }
     stop.cancel();
-    let cancelled = engine.scheduler().stop_accepting();
+    let cancelled = engine.p.sched.stop_accepting();
     if cancelled > 0 {
         tracing::info!(count = cancelled, "queued operations refused");
     }

@@ -192,11 +192,8 @@ impl Networks {
     pub(crate) fn not_found(&self, name: &str) -> super::error::ApiError {
         let mut e = super::error::ApiError::unknown_network(name);
         let snap = self.snapshot();
-        if let Some(own) = snap
-            .skipped
-            .iter()
-            .find(|s| s.network.as_deref() == Some(name))
-        {
+        let skipped = &snap.skipped;
+        if let Some(own) = skipped.iter().find(|s| s.network.as_deref() == Some(name)) {
             e.error.msg = format!(
                 "network configuration with name {name:?} in {} is not usable: {}",
                 self.dir().display(),
@@ -210,18 +207,16 @@ impl Networks {
             .iter()
             .map(|n| n.list.name().to_owned())
             .collect();
-        e.error
-            .msg
-            .push_str(&cni_core::error::fmt_available(name, &known));
-        if snap.skipped.is_empty() {
+        let available = cni_core::error::fmt_available(name, &known);
+        e.error.msg.push_str(&available);
+        if skipped.is_empty() {
             return e;
         }
-        let files: Vec<String> = snap
-            .skipped
+        let files: Vec<String> = skipped
             .iter()
             .map(|s| s.path.display().to_string())
             .collect();
-        let reasons: Vec<String> = snap.skipped.iter().map(ToString::to_string).collect();
+        let reasons: Vec<String> = skipped.iter().map(ToString::to_string).collect();
         let mut e = e.with_details(reasons.join("; "));
         e.error.msg = format!(
             "{} (unusable files in {}: {})",
@@ -239,16 +234,12 @@ impl Networks {
 
     /// Updates the gauges from the current snapshot.
     fn count(&self) {
-        let snap = self.snapshot();
-        self.metrics
-            .networks
+        let (snap, m) = (self.snapshot(), &self.metrics);
+        m.networks
             .store(snap.networks.len() as i64, Ordering::Relaxed);
-        self.metrics
-            .config_errors
+        m.config_errors
             .store(errors(&snap).len() as i64, Ordering::Relaxed);
-        self.metrics
-            .reloads
-            .store(snap.generation, Ordering::Relaxed);
+        m.reloads.store(snap.generation, Ordering::Relaxed);
     }
 
     /// Re-reads the conf dir on the blocking pool (the library logs what

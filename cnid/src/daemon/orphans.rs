@@ -103,14 +103,8 @@ fn monotonic_ms() -> u64 {
 /// environment.
 #[derive(Debug)]
 pub(crate) struct MarkedExec {
-    inner: Arc<dyn PluginExec>,
-    value: String,
-}
-
-impl MarkedExec {
-    pub(crate) fn new(inner: Arc<dyn PluginExec>, value: String) -> Self {
-        MarkedExec { inner, value }
-    }
+    pub(crate) inner: Arc<dyn PluginExec>,
+    pub(crate) value: String,
 }
 
 impl PluginExec for MarkedExec {
@@ -265,13 +259,11 @@ fn find(value: &str) -> Vec<Orphan> {
         .collect()
 }
 
-fn signal(groups: &[u32], sig: Signal) {
-    let ours = cni_async::daemon::own_process_group();
-    for &g in groups {
-        // signal_group refuses 0 and 1 itself.
-        if g != ours {
-            let _ = signal_group(g, sig);
-        }
+/// Signals process group `g`, unless it is ours (`signal_group` refuses 0
+/// and 1 itself).
+fn signal(g: u32, sig: Signal) {
+    if g != cni_async::daemon::own_process_group() {
+        let _ = signal_group(g, sig);
     }
 }
 
@@ -370,7 +362,7 @@ pub(crate) async fn settle(
                         deadline_recorded = o.deadline_ms.is_some(),
                         "orphaned plugin still running at its deadline: killing its process group; \
                          what it left half made may outlive the rollback (docs/reliability.md)");
-                    signal(&[o.pid], Signal::SIGTERM);
+                    signal(o.pid, Signal::SIGTERM);
                     left.push((o, Phase::Terminated(now)));
                 }
                 Phase::Running => left.push((o, phase)),
@@ -383,7 +375,7 @@ pub(crate) async fn settle(
                         pgid = o.pid,
                         "orphaned plugin survived SIGTERM; sending SIGKILL"
                     );
-                    signal(&[o.pid], Signal::SIGKILL);
+                    signal(o.pid, Signal::SIGKILL);
                     left.push((o, Phase::Killed(now)));
                 }
                 Phase::Killed(at) if now.duration_since(at) >= KILL_WAIT => {

@@ -133,11 +133,8 @@ impl Owners {
         self.refresh().await?;
         let cache = self.cache.clone();
         let cid = container_id.map(str::to_owned);
-        match tokio::task::spawn_blocking(move || {
-            cache.list_page_indexed_blocking(cid.as_deref(), &page)
-        })
-        .await
-        {
+        let listed = move || cache.list_page_indexed_blocking(cid.as_deref(), &page);
+        match tokio::task::spawn_blocking(listed).await {
             Ok(r) => Ok(r),
             Err(e) => Err(cni_async::Error::Cache {
                 path: self.cache.results_dir(),

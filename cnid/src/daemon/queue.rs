@@ -37,7 +37,7 @@
 //!   plugin of the dead daemon still runs (`orphans`) are held: their
 //!   operations queue, and none starts, until the start releases them
 //!   (the orphan is gone and its ADD's rollback was put first in the
-//!   queue, [`Scheduler::enqueue_first`]). A request of another container
+//!   queue, [`Scheduler::enqueue_at`]). A request of another container
 //!   on a held orphan's netns and ifname holds its container too, until
 //!   that orphan's release. Every other container runs meanwhile.
 //!
@@ -300,20 +300,28 @@ impl Scheduler {
         lock(&self.st)
     }
 
-    /// Queues an operation; returns the waiter for its outcome and what to
-    /// start. Refused with 503 once shutdown began.
+    /// [`Scheduler::enqueue_at`] last in the container's queue.
+    #[cfg(test)]
     pub(crate) fn enqueue(self: &Arc<Self>, new: NewOp) -> Result<(Waiter, Start), ApiError> {
         self.enqueue_at(new, false)
     }
 
-    /// Queues an operation first in its container's queue, ahead of what
-    /// is queued there (the rollback of an orphan's ADD at its release:
-    /// the container is held, so nothing of its queue has started).
+    /// [`Scheduler::enqueue_at`] first in the container's queue.
+    #[cfg(test)]
     pub(crate) fn enqueue_first(self: &Arc<Self>, new: NewOp) -> Result<(Waiter, Start), ApiError> {
         self.enqueue_at(new, true)
     }
 
-    fn enqueue_at(self: &Arc<Self>, new: NewOp, first: bool) -> Result<(Waiter, Start), ApiError> {
+    /// Queues an operation; returns the waiter for its outcome and what to
+    /// start. Refused with 503 once shutdown began. `first`: first in its
+    /// container's queue, ahead of what is queued there (the rollback of an orphan's ADD at
+    /// its release: the container is held, so nothing of its queue has
+    /// started).
+    pub(crate) fn enqueue_at(
+        self: &Arc<Self>,
+        new: NewOp,
+        first: bool,
+    ) -> Result<(Waiter, Start), ApiError> {
         let slots: Vec<Option<RuntimeConf>> = match &new.work {
             Work::Sandbox { networks, .. } => networks.iter().map(|n| Some(n.rt.clone())).collect(),
             w => vec![w.runtime_conf().cloned()],
@@ -686,14 +694,10 @@ impl Scheduler {
 
     /// A request stops waiting for `op`. When it was the last one and the
     /// operation has not started, the operation is cancelled. Returns
-    /// whether the operation had not started.
-    fn leave(&self, op: &Arc<Op>) -> bool {
-        self.leave_when(op, false)
-    }
-
-    /// [`Scheduler::leave`]; with `only_queued`, a running operation is not
-    /// left (decided under the same lock as the leaving).
-    fn leave_when(&self, op: &Arc<Op>, only_queued: bool) -> bool {
+    /// whether the operation had not started. With `only_queued` (a
+    /// request whose deadline passed), a running operation is not left
+    /// (decided under the same lock as the leaving).
+    fn leave(&self, op: &Arc<Op>, only_queued: bool) -> bool {
         let mut s = lock(&op.state);
         let queued = s.phase == OpPhase::Queued;
         if only_queued && !queued {
@@ -711,13 +715,6 @@ impl Scheduler {
             op.cancel.cancel();
         }
         queued
-    }
-
-    /// A request whose deadline passed stops waiting for `op` if it has not
-    /// started (returns true; cancelled when it was the last waiter); a
-    /// running one is not left (returns false).
-    fn leave_if_queued(&self, op: &Arc<Op>) -> bool {
-        self.leave_when(op, true)
     }
 
     /// Shutdown: refuse new operations and answer the queued ones with 503.
@@ -832,7 +829,7 @@ impl Waiter {
                 () = timer => {
                     // Queued: leave it (504). Running: keep listening, and
                     // stay counted as a listener until the answer comes.
-                    if self.sched.leave_if_queued(&self.op) {
+                    if self.sched.leave(&self.op, true) {
                         self.left = true;
                         let waited = self.op.arrived.elapsed().as_millis();
                         let op = &self.op;
@@ -854,7 +851,7 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         if !self.left {
-            self.sched.leave(&self.op);
+            self.sched.leave(&self.op, false);
         }
     }
 }

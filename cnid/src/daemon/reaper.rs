@@ -189,10 +189,10 @@ impl Reaper {
                 rt,
             };
             let request_id = format!("reap-{}", self.queued);
-            match self
+            let queued = self
                 .submit
-                .submit(request_id, network, Version::CURRENT, work)
-            {
+                .submit(request_id, network, Version::CURRENT, work);
+            match queued {
                 Ok(w) => {
                     self.view.queued(k.clone());
                     let view = self.view.clone();

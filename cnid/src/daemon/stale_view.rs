@@ -300,11 +300,8 @@ impl View {
     /// The gauges: attachments listed `gone` and `stale`.
     fn publish(&self, metrics: &Metrics) {
         let stale = self.stale.len();
-        let gone = self
-            .gone
-            .keys()
-            .filter(|k| !self.stale.contains(*k))
-            .count();
+        let gone = self.gone.keys().filter(|k| !self.stale.contains(*k));
+        let gone = gone.count();
         metrics.stale.store(stale as i64, Ordering::Relaxed);
         metrics.gone.store(gone as i64, Ordering::Relaxed);
     }

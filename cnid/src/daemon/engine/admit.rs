@@ -49,11 +49,8 @@ impl Engine {
     /// The version error objects about `network` are written in: its list's,
     /// or the current one when it is not loaded.
     pub(crate) fn version_of(&self, network: &str) -> Version {
-        self.p
-            .networks
-            .get(network)
-            .as_ref()
-            .map_or(Version::CURRENT, |n| n.list.version())
+        let loaded = self.p.networks.get(network);
+        loaded.map_or(Version::CURRENT, |n| n.list.version())
     }
 
     /// Admits a request on one network (`POST /v1/networks/{network}/{verb}`):
@@ -101,10 +98,8 @@ impl Engine {
                 if verb == Command::Add || verb == Command::Check {
                     need()?;
                 }
-                claim = self
-                    .claim_owners(verb, &[(&network, &rt)], force)
-                    .await
-                    .map_err(|e| e.in_version(version))?;
+                let claimed = self.claim_owners(verb, &[(&network, &rt)], force).await;
+                claim = claimed.map_err(|e| e.in_version(version))?;
                 let work = match verb {
                     Command::Add => Work::Add { list: need()?, rt },
                     Command::Check => Work::Check { list: need()?, rt },
@@ -127,11 +122,8 @@ impl Engine {
                 timeout_ms,
             ),
         };
-        let timeout = self
-            .p
-            .deadlines
-            .for_request(verb, timeout_ms)
-            .map_err(|e| e.in_version(version))?;
+        let timeout = self.p.deadlines.for_request(verb, timeout_ms);
+        let timeout = timeout.map_err(|e| e.in_version(version))?;
         Ok(NewOp {
             request_id: request_id.to_owned(),
             network,
@@ -235,10 +227,8 @@ impl Engine {
             .unwrap_or(Version::CURRENT);
         let slots: Vec<(&str, &RuntimeConf)> =
             nets.iter().map(|n| (n.name.as_str(), &n.rt)).collect();
-        let claim = self
-            .claim_owners(verb, &slots, decoded.force)
-            .await
-            .map_err(|e| e.in_version(version))?;
+        let claim = self.claim_owners(verb, &slots, decoded.force).await;
+        let claim = claim.map_err(|e| e.in_version(version))?;
         drop(slots);
         Ok(SandboxOps::One(Box::new(NewOp {
             request_id: request_id.to_owned(),

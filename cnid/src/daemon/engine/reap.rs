@@ -19,26 +19,16 @@ impl Engine {
     /// failed and left its intent): then it answers success without
     /// running the plugins again.
     pub(super) async fn reaped_already(&self, network: &str, rt: &RuntimeConf) -> bool {
-        let k = key(network, &rt.container_id, &rt.ifname);
+        let (cid, ifname) = (&rt.container_id, &rt.ifname);
+        let k = key(network, cid, ifname);
         if !self.p.stale.was_reaped(&k) {
             return false;
         }
-        let cached = self
-            .p
-            .cni
-            .cache()
-            .path(network, &rt.container_id, &rt.ifname)
-            .is_ok_and(|p| std::fs::symlink_metadata(p).is_ok());
+        let path = self.p.cni.cache().path(network, cid, ifname);
+        let cached = path.is_ok_and(|p| std::fs::symlink_metadata(p).is_ok());
         // An ADD since the reap that failed and could not be rolled back
         // left its intent: that attachment's DEL must run.
-        if cached
-            || self
-                .p
-                .intents
-                .read(network, &rt.container_id, &rt.ifname)
-                .await
-                .is_some()
-        {
+        if cached || self.p.intents.read(network, cid, ifname).await.is_some() {
             return false;
         }
         self.p.stale.forget(&k);

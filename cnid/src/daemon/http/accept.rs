@@ -102,10 +102,21 @@ fn accept(
             (u32::MAX, u32::MAX)
         }
     };
-    let conns = &settings.conns;
+    let (conns, metrics) = (&settings.conns, &engine.p.metrics);
+    // Answers `e` and closes the connection.
+    let refuse = |stream: UnixStream, e: &ApiError, retry_after: bool| {
+        let body = e.error.to_json();
+        let answer = raw_answer(
+            status_of(e.kind),
+            &fresh_request_id(),
+            body.as_bytes(),
+            retry_after,
+        );
+        tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
+    };
     if !settings.peers.allows(uid, gid) {
-        engine.metrics().refused.fetch_add(1, Ordering::Relaxed);
-        engine.metrics().http_response(403);
+        metrics.refused.fetch_add(1, Ordering::Relaxed);
+        metrics.http_response(403);
         if let Some(suppressed) = settings.warnings.refused.pass() {
             tracing::warn!(
                 uid,
@@ -115,14 +126,7 @@ fn accept(
                  (suppressed: refused connections not logged in the last 10 s)"
             );
         }
-        let e = ApiError::forbidden(uid, gid);
-        let answer = raw_answer(
-            status_of(e.kind),
-            &fresh_request_id(),
-            e.error.to_json().as_bytes(),
-            false,
-        );
-        tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
+        refuse(stream, &ApiError::forbidden(uid, gid), false);
         return None;
     }
     let (slot, victim) = match conns.admit() {
@@ -133,10 +137,7 @@ fn accept(
             phase,
             waited,
         } => {
-            engine
-                .metrics()
-                .conn_replaced
-                .fetch_add(1, Ordering::Relaxed);
+            metrics.conn_replaced.fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = settings.warnings.replaced.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
@@ -151,11 +152,8 @@ fn accept(
             (slot, Some(victim))
         }
         Admit::Full => {
-            engine
-                .metrics()
-                .conn_rejected
-                .fetch_add(1, Ordering::Relaxed);
-            engine.metrics().http_response(503);
+            metrics.conn_rejected.fetch_add(1, Ordering::Relaxed);
+            metrics.http_response(503);
             if let Some(suppressed) = settings.warnings.full.pass() {
                 tracing::warn!(
                     cap = conns.cap(),
@@ -164,14 +162,7 @@ fn accept(
                      answered 503 (suppressed: like refusals not logged in the last 10 s)"
                 );
             }
-            let e = ApiError::too_many_connections(conns.cap());
-            let answer = raw_answer(
-                status_of(e.kind),
-                &fresh_request_id(),
-                e.error.to_json().as_bytes(),
-                true,
-            );
-            tracker.spawn(conns.clone().answer_and_close(stream, answer, stop.clone()));
+            refuse(stream, &ApiError::too_many_connections(conns.cap()), true);
             return None;
         }
     };
@@ -194,10 +185,8 @@ struct ConnGuard {
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.conns.remove(&self.slot);
-        self.engine
-            .metrics()
-            .connections
-            .fetch_sub(1, Ordering::Relaxed);
+        let metrics = &self.engine.p.metrics;
+        metrics.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -226,10 +215,10 @@ async fn connection(
     settings: Arc<HttpSettings>,
     stop: CancellationToken,
 ) {
-    let open = engine.metrics().connections.fetch_add(1, Ordering::Relaxed) + 1;
-    settings
-        .trim
-        .connections(usize::try_from(open).unwrap_or(0));
+    let metrics = &engine.p.metrics;
+    let open = metrics.connections.fetch_add(1, Ordering::Relaxed) + 1;
+    let open = usize::try_from(open).unwrap_or(0);
+    settings.trim.connections(open);
     let _guard = ConnGuard {
         engine: engine.clone(),
         conns: settings.conns.clone(),
@@ -291,10 +280,7 @@ async fn connection(
     };
     match end {
         ConnEnd::TimedOut => {
-            engine
-                .metrics()
-                .conn_timed_out
-                .fetch_add(1, Ordering::Relaxed);
+            metrics.conn_timed_out.fetch_add(1, Ordering::Relaxed);
             if let Some(suppressed) = settings.warnings.timed_out.pass() {
                 tracing::warn!(
                     timeout_ms = settings.limits.request_timeout.as_millis() as u64,

@@ -62,13 +62,12 @@ pub(super) async fn handle(
     let rid = request_id(&req);
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let mut resp = route(&engine, settings, slot, &rid, req)
-        .await
-        .unwrap_or_else(|e| error_response(&e));
+    let routed = route(&engine, settings, slot, &rid, req).await;
+    let mut resp = routed.unwrap_or_else(|e| error_response(&e));
     if let Ok(v) = HeaderValue::from_str(&rid) {
         resp.headers_mut().insert(api::REQUEST_ID_HEADER, v);
     }
-    engine.metrics().http_response(resp.status().as_u16());
+    engine.p.metrics.http_response(resp.status().as_u16());
     if hyper::body::Body::size_hint(resp.body()).exact() > Some(MMAP_THRESHOLD as u64) {
         // Building a large answer (a page of big results, say) fragments
         // the heap.
@@ -129,11 +128,8 @@ async fn read_body(
             let owed = want.saturating_sub(BODY_FREE).saturating_sub(charged);
             if owed > 0 {
                 let owed = u32::try_from(owed).map_err(|_| ApiError::too_large(limit))?;
-                let more = budget
-                    .clone()
-                    .acquire_many_owned(owed)
-                    .await
-                    .map_err(|_| ApiError::shutting_down())?;
+                let more = budget.clone().acquire_many_owned(owed).await;
+                let more = more.map_err(|_| ApiError::shutting_down())?;
                 match permit.as_mut() {
                     Some(p) => p.merge(more),
                     None => permit = Some(more),
@@ -171,7 +167,7 @@ async fn route(
     if path == "/metrics" {
         return match method {
             Method::GET => {
-                let mut r = Response::new(Full::new(Bytes::from(engine.metrics().render())));
+                let mut r = Response::new(Full::new(Bytes::from(engine.p.metrics.render())));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -208,54 +204,47 @@ async fn route(
         }
         ["networks"] => {
             want(Method::GET)?;
-            let (cni, min) = engine.readiness_of();
+            let (cni, min) = (&engine.p.cni, engine.p.min_networks);
             Ok(to_json(
                 StatusCode::OK,
-                &engine.networks().describe(cni, min).await,
+                &engine.p.networks.describe(cni, min).await,
             ))
         }
         ["networks", name] => {
             want(Method::GET)?;
             let name = decode_network_name(name)?;
-            let n = engine
-                .networks()
+            let networks = &engine.p.networks;
+            let n = networks
                 .get(&name)
-                .ok_or_else(|| engine.networks().not_found(&name))?;
-            let (cni, min) = engine.readiness_of();
-            let unusable = engine.networks().unusable(cni, min).await;
+                .ok_or_else(|| networks.not_found(&name))?;
+            let (cni, min) = (&engine.p.cni, engine.p.min_networks);
+            let unusable = engine.p.networks.unusable(cni, min).await;
             Ok(to_json(
                 StatusCode::OK,
                 &networks::mark(networks::info(&n, true), &unusable),
             ))
         }
-        ["networks", name, verb] => {
-            let verb = match *verb {
-                "add" => Command::Add,
-                "del" => Command::Del,
-                "check" => Command::Check,
-                "status" => Command::Status,
-                "gc" => Command::Gc,
-                _ => return Err(ApiError::no_endpoint(&path)),
-            };
+        ["networks", _, verb] | ["sandboxes", verb] => {
+            // A sandbox has no GC.
+            let of_sandbox = segs[0] == "sandboxes";
+            let verb = crate::daemon::metrics::VERBS
+                .into_iter()
+                .find(|c| {
+                    c.as_str().to_ascii_lowercase() == *verb && !(of_sandbox && *c == Command::Gc)
+                })
+                .ok_or_else(|| ApiError::no_endpoint(&path))?;
             want(Method::POST)?;
-            let name = decode_network_name(name)?;
+            let name = match segs.as_slice() {
+                ["networks", name, _] => Some(decode_network_name(name)?),
+                _ => None,
+            };
             let trace = trace_context(req.headers());
             let body = read_body(req, settings.body_limit, &settings.body_budget).await;
             slot.enter(Phase::Busy);
-            operation(engine, rid, verb, name, body?, trace).await
-        }
-        ["sandboxes", verb @ ("add" | "del" | "check" | "status")] => {
-            let verb = match *verb {
-                "add" => Command::Add,
-                "del" => Command::Del,
-                "check" => Command::Check,
-                _ => Command::Status,
-            };
-            want(Method::POST)?;
-            let trace = trace_context(req.headers());
-            let body = read_body(req, settings.body_limit, &settings.body_budget).await;
-            slot.enter(Phase::Busy);
-            sandbox(engine, rid, verb, body?, trace).await
+            match name {
+                Some(name) => operation(engine, rid, verb, name, body?, trace).await,
+                None => sandbox(engine, rid, verb, body?, trace).await,
+            }
         }
         ["attachments"] => {
             want(Method::GET)?;
@@ -276,7 +265,7 @@ async fn route(
             Ok(to_json(
                 StatusCode::OK,
                 &OperationsResponse {
-                    operations: engine.scheduler().list(cid.as_deref()),
+                    operations: engine.p.sched.list(cid.as_deref()),
                 },
             ))
         }
@@ -287,12 +276,12 @@ async fn route(
 /// `GET /v1/health` (liveness: 200 while serving) and, `with_readiness`,
 /// `GET /v1/health/ready` (200 when ready, else 503 with the reason).
 async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
-    let snap = engine.networks().snapshot();
-    let m = &engine.metrics();
-    let accepting = engine.scheduler().accepting();
+    let snap = engine.p.networks.snapshot();
+    let m = &engine.p.metrics;
+    let accepting = engine.p.sched.accepting();
     let (ready, reason) = if with_readiness {
-        let (cni, min) = engine.readiness_of();
-        match engine.networks().readiness(cni, min).await {
+        let (cni, min) = (&engine.p.cni, engine.p.min_networks);
+        match engine.p.networks.readiness(cni, min).await {
             Ok(r) if accepting => (Some(true), r.degraded()),
             Ok(_) => (Some(false), Some("shutting down".to_owned())),
             Err(e) => (Some(false), Some(e.reason)),
@@ -300,7 +289,7 @@ async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
     } else {
         (None, None)
     };
-    let stale_reaper = (with_readiness && !engine.sees_host_mounts()).then(|| {
+    let stale_reaper = (with_readiness && !engine.p.stale.sees_host_mounts()).then(|| {
         "limited: cnid does not see the host's mounts and processes; only attachments of an earlier boot are reaped".to_owned()
     });
     HealthResponse {
