@@ -61,10 +61,10 @@ impl Deadlines {
 }
 
 /// The daemon's state shared by the server, the scheduler's tasks and the
-/// lifecycle: built from its [`Parts`] (which the server reads directly).
+/// lifecycle: built from its [`Parts`], reached through its methods.
 #[derive(Debug)]
 pub(crate) struct Engine {
-    pub(crate) p: Parts,
+    p: Parts,
     started: Instant,
     /// Rollbacks of unfinished ADDs queued by this start (their request
     /// ids).
@@ -211,6 +211,29 @@ impl Engine {
         Submitter {
             engine: self.clone(),
         }
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.p.metrics
+    }
+
+    pub(crate) fn networks(&self) -> &Networks {
+        &self.p.networks
+    }
+
+    pub(crate) fn scheduler(&self) -> &Scheduler {
+        &self.p.sched
+    }
+
+    /// The networks' readiness judge: the `Cni` that looks up their
+    /// plugins and how many networks must be usable.
+    pub(crate) fn readiness_of(&self) -> (&Cni, usize) {
+        (&self.p.cni, self.p.min_networks)
+    }
+
+    /// Whether the stale-attachment reaper sees the host's mounts.
+    pub(crate) fn sees_host_mounts(&self) -> bool {
+        self.p.stale.sees_host_mounts()
     }
 
     pub(crate) fn uptime(&self) -> Duration {

@@ -735,8 +735,8 @@ fn start_serving(
 /// Says whether cnid is ready (without running plugins: probes do that),
 /// in the log and to systemd.
 async fn announce_ready(engine: &engine::Engine, config: &Config, socket: &Path) {
-    let (cni, min) = (&engine.p.cni, engine.p.min_networks);
-    match engine.p.networks.readiness_at_start(cni, min).await {
+    let (cni, min) = engine.readiness_of();
+    match engine.networks().readiness_at_start(cni, min).await {
         Ok(_) => {
             tracing::info!(socket = %socket.display(), conf_dir = %config.conf_dir.display(),
             cache_dir = %config.cache_dir.display(), state_dir = %config.state_dir.display(), "cnid ready")
@@ -771,7 +771,7 @@ async fn shut_down(
         let _ = listen::notify(ns, "STOPPING=1");
     }
     stop.cancel();
-    let cancelled = engine.p.sched.stop_accepting();
+    let cancelled = engine.scheduler().stop_accepting();
     if cancelled > 0 {
         tracing::info!(count = cancelled, "queued operations refused");
     }

@@ -102,7 +102,7 @@ fn accept(
             (u32::MAX, u32::MAX)
         }
     };
-    let (conns, metrics) = (&settings.conns, &engine.p.metrics);
+    let (conns, metrics) = (&settings.conns, engine.metrics());
     // Answers `e` and closes the connection.
     let refuse = |stream: UnixStream, e: &ApiError, retry_after: bool| {
         let body = e.error.to_json();
@@ -185,7 +185,7 @@ struct ConnGuard {
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         self.conns.remove(&self.slot);
-        let metrics = &self.engine.p.metrics;
+        let metrics = &self.engine.metrics();
         metrics.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -215,7 +215,7 @@ async fn connection(
     settings: Arc<HttpSettings>,
     stop: CancellationToken,
 ) {
-    let metrics = &engine.p.metrics;
+    let metrics = engine.metrics();
     let open = metrics.connections.fetch_add(1, Ordering::Relaxed) + 1;
     let open = usize::try_from(open).unwrap_or(0);
     settings.trim.connections(open);

@@ -67,7 +67,7 @@ pub(super) async fn handle(
     if let Ok(v) = HeaderValue::from_str(&rid) {
         resp.headers_mut().insert(api::REQUEST_ID_HEADER, v);
     }
-    engine.p.metrics.http_response(resp.status().as_u16());
+    engine.metrics().http_response(resp.status().as_u16());
     if hyper::body::Body::size_hint(resp.body()).exact() > Some(MMAP_THRESHOLD as u64) {
         // Building a large answer (a page of big results, say) fragments
         // the heap.
@@ -167,7 +167,7 @@ async fn route(
     if path == "/metrics" {
         return match method {
             Method::GET => {
-                let mut r = Response::new(Full::new(Bytes::from(engine.p.metrics.render())));
+                let mut r = Response::new(Full::new(Bytes::from(engine.metrics().render())));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -204,21 +204,21 @@ async fn route(
         }
         ["networks"] => {
             want(Method::GET)?;
-            let (cni, min) = (&engine.p.cni, engine.p.min_networks);
+            let (cni, min) = engine.readiness_of();
             Ok(to_json(
                 StatusCode::OK,
-                &engine.p.networks.describe(cni, min).await,
+                &engine.networks().describe(cni, min).await,
             ))
         }
         ["networks", name] => {
             want(Method::GET)?;
             let name = decode_network_name(name)?;
-            let networks = &engine.p.networks;
+            let networks = engine.networks();
             let n = networks
                 .get(&name)
                 .ok_or_else(|| networks.not_found(&name))?;
-            let (cni, min) = (&engine.p.cni, engine.p.min_networks);
-            let unusable = engine.p.networks.unusable(cni, min).await;
+            let (cni, min) = engine.readiness_of();
+            let unusable = engine.networks().unusable(cni, min).await;
             Ok(to_json(
                 StatusCode::OK,
                 &networks::mark(networks::info(&n, true), &unusable),
@@ -265,7 +265,7 @@ async fn route(
             Ok(to_json(
                 StatusCode::OK,
                 &OperationsResponse {
-                    operations: engine.p.sched.list(cid.as_deref()),
+                    operations: engine.scheduler().list(cid.as_deref()),
                 },
             ))
         }
@@ -276,12 +276,12 @@ async fn route(
 /// `GET /v1/health` (liveness: 200 while serving) and, `with_readiness`,
 /// `GET /v1/health/ready` (200 when ready, else 503 with the reason).
 async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
-    let snap = engine.p.networks.snapshot();
-    let m = &engine.p.metrics;
-    let accepting = engine.p.sched.accepting();
+    let snap = engine.networks().snapshot();
+    let m = engine.metrics();
+    let accepting = engine.scheduler().accepting();
     let (ready, reason) = if with_readiness {
-        let (cni, min) = (&engine.p.cni, engine.p.min_networks);
-        match engine.p.networks.readiness(cni, min).await {
+        let (cni, min) = engine.readiness_of();
+        match engine.networks().readiness(cni, min).await {
             Ok(r) if accepting => (Some(true), r.degraded()),
             Ok(_) => (Some(false), Some("shutting down".to_owned())),
             Err(e) => (Some(false), Some(e.reason)),
@@ -289,7 +289,7 @@ async fn health(engine: &Engine, with_readiness: bool) -> HealthResponse {
     } else {
         (None, None)
     };
-    let stale_reaper = (with_readiness && !engine.p.stale.sees_host_mounts()).then(|| {
+    let stale_reaper = (with_readiness && !engine.sees_host_mounts()).then(|| {
         "limited: cnid does not see the host's mounts and processes; only attachments of an earlier boot are reaped".to_owned()
     });
     HealthResponse {
