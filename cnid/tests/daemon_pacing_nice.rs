@@ -1,4 +1,4 @@
-//! The CPU weight of a paced burst (`--plugin-slots`, on by default):
+//! The CPU weight of a paced burst (`--plugin-slots`):
 //! while operations wait for a slot, the plugins started run with a lower
 //! nice value than cnid's own, and so does what they fork; nothing else
 //! does. After a burst (answered, cancelled or out of time) every thread
@@ -193,7 +193,8 @@ async fn assert_idle_add_at(dirs: &Dirs, daemon: &Daemon, records: &Path, nice: 
     );
 }
 
-fn default_slots() -> usize {
+/// The setting measured for a burst: twice the CPUs.
+fn twice_the_cpus() -> usize {
     2 * std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
@@ -206,10 +207,9 @@ async fn daemon_pacing_a_burst_leaves_every_thread_and_the_next_plugin_at_cnids_
     let gate = Gate::new(dirs.root());
     let records = setup(&dirs, &gate);
     let base = own_nice();
-    // Default pacing: no --plugin-slots.
-    let daemon = Daemon::start(&dirs, &[]);
+    let slots = twice_the_cpus();
+    let daemon = Daemon::start(&dirs, &["--plugin-slots", &slots.to_string()]);
     assert_threads_at(&daemon, base);
-    let slots = default_slots();
     let adds = burst(&dirs, &daemon, &gate, N, N.min(slots), None).await;
     gate.release();
     for a in adds {

@@ -126,7 +126,7 @@ pub struct Config {
     /// Operations running plugins at once, across containers.
     pub max_parallel: usize,
     /// Operations running their plugins at once before others wait
-    /// (`pace`; 0 turns pacing off; by default twice the CPUs).
+    /// (`pace`; 0, the default, turns pacing off).
     pub plugin_slots: usize,
     /// Default deadline per verb (queueing included).
     pub timeouts: Timeouts,
@@ -176,7 +176,7 @@ impl Default for Config {
             state_dir: DEFAULT_STATE_DIR.into(),
             peers: PeerPolicy::root_only(),
             max_parallel: DEFAULT_MAX_PARALLEL,
-            plugin_slots: pace::default_slots(),
+            plugin_slots: pace::DEFAULT_SLOTS,
             timeouts: Timeouts::default(),
             max_timeout: Duration::from_secs(300),
             body_limit: DEFAULT_BODY_LIMIT,

@@ -51,12 +51,12 @@
 //!   cgroup (where cnid runs in a cgroup of its own, as under systemd, the
 //!   burst's share against other services is the cgroup's). cnid needs
 //!   `CAP_SYS_NICE` to give it; without, plugins run at cnid's own.
-//! - 0 slots turns pacing off; the default is twice the CPUs ([`default_slots`]).
+//! - 0 slots turns pacing off, the default ([`DEFAULT_SLOTS`]).
 //!   Pacing is for chains that compute (bridge, host-local, portmap: CPU
 //!   and kernel locks). Plugins that mostly wait (DHCP, an IPAM server
 //!   across the network) gain nothing from it, and at most that many of
-//!   them wait at once: give such a node `--plugin-slots 0` or a larger N
-//!   (a slot's 10 s lease bounds what one holds back).
+//!   them wait at once, holding the others back while the CPUs idle (a
+//!   slot's 10 s lease and the 15 s wait bound it).
 //! - STATUS is not paced (`Engine::run`): a readiness probe answers during
 //!   a burst.
 
@@ -83,15 +83,18 @@ pub const SLOT_WAIT: Duration = Duration::from_secs(15);
 /// CPUs): a shorter lease lets the burst run unpaced again.
 pub const SLOT_LEASE: Duration = Duration::from_secs(10);
 
-/// The default `--plugin-slots`: twice the CPUs cnid may run on. Measured
-/// through containerd's CRI (4 slots on 2 CPUs, BENCHMARKS.md, "Pod
-/// sandboxes through containerd's CRI"): 100 RunPodSandbox at
-/// concurrency 16 and 32, the median of three paired runs against the
-/// chain run by containerd itself, p50 / p95 / total 0.98 / 0.88 / 0.96 at
-/// 16 and 0.99 / 0.86 / 0.96 at 32, quiet and busy machines.
-pub fn default_slots() -> usize {
-    2 * std::thread::available_parallelism().map_or(1, |n| n.get())
-}
+/// The default `--plugin-slots`: off. Twice the CPUs is the setting
+/// measured for a node whose chains compute (bridge, host-local, portmap):
+/// through containerd's CRI, 100 RunPodSandbox at concurrency 16 and 32,
+/// the median of three paired runs against the chain run by containerd
+/// itself was p50 / p95 / total 0.98 / 0.88 / 0.96 at 16 and 0.99 / 0.86 /
+/// 0.96 at 32 (BENCHMARKS.md). It is not the default because pacing is
+/// not work-conserving: slots held by plugins that wait (a slow DHCP
+/// server, a hung plugin) hold back every other operation of the node for
+/// up to [`SLOT_WAIT`] while the CPUs are idle (the restart soak, whose
+/// six ADDs wait in a gated plugin, took 1,265 s instead of 70 with 4
+/// slots on by default).
+pub const DEFAULT_SLOTS: usize = 0;
 
 /// The most a plugin's nice value is lowered (a weight of about 9 times).
 pub const MAX_BOOST: i32 = 10;
