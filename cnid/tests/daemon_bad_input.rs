@@ -408,6 +408,49 @@ fn malformed_unsafe_and_unknown_requests_are_refused_and_the_daemon_keeps_servin
     );
 }
 
+/// The verb routes answer in one order: an unknown verb is 404 before
+/// the method or the network's name is looked at (a sandbox has no GC,
+/// verbs are lower-case, VERSION is no endpoint), a known verb with the
+/// wrong method is 405 before the name is read, and a bad name is 400.
+#[test]
+fn verb_routes_answer_unknown_verb_then_method_then_name() {
+    let (dirs, records) = setup();
+    let daemon = Daemon::start(&dirs, &[]);
+    let s = &daemon.socket;
+    let body = json!({"containerId": "c1", "netns": NETNS}).to_string();
+    for (what, path) in [
+        ("sandbox GC", "/v1/sandboxes/gc"),
+        ("sandbox VERSION", "/v1/sandboxes/version"),
+        ("sandbox upper-case ADD", "/v1/sandboxes/ADD"),
+        ("network upper-case ADD", "/v1/networks/bad/ADD"),
+        ("network VERSION", "/v1/networks/bad/version"),
+        (
+            "unknown verb of a bad name",
+            "/v1/networks/..%2Fx/frobnicate",
+        ),
+    ] {
+        expect(what, &post(s, path, &body), 404, Some(904));
+        expect(what, &get(s, path), 404, Some(904));
+    }
+    for (what, path) in [
+        ("GET sandbox ADD", "/v1/sandboxes/add"),
+        ("GET sandbox STATUS", "/v1/sandboxes/status"),
+        ("GET network GC", "/v1/networks/bad/gc"),
+        ("GET ADD of a bad name", "/v1/networks/..%2Fx/add"),
+    ] {
+        expect(what, &get(s, path), 405, Some(905));
+    }
+    expect(
+        "ADD of a bad name",
+        &post(s, "/v1/networks/..%2Fx/add", &body),
+        400,
+        Some(7),
+    );
+    assert!(runs(&records).is_empty(), "{:?}", runs(&records));
+    assert!(dirs.cached().is_empty());
+    assert!(dirs.intents().is_empty());
+}
+
 fn curl_as(uid: u32, gid: u32, socket: &Path, method: &str, path: &str) -> (i32, u16, String) {
     let out = Command::new("curl")
         .args(["-s", "-o", "-", "-w", "\n%{http_code}", "-X", method])
