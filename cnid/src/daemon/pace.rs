@@ -152,11 +152,9 @@ impl Pace {
         let Some(slots) = &self.slots else {
             return Ok(work().await);
         };
-        self.wanting.fetch_add(1, Ordering::Relaxed);
-        let _wanting = Counted(&self.wanting);
+        let _wanting = Counted::enter(&self.wanting);
         let wait = SLOT_WAIT.min(remaining() / 4);
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        let waiting = Counted(&self.waiting);
+        let waiting = Counted::enter(&self.waiting);
         let slot = tokio::select! {
             slot = tokio::time::timeout(wait, slots.for_op(background)) => slot.ok().flatten(),
             () = abandoned => return Err(Abandoned),
@@ -178,9 +176,16 @@ impl Pace {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Abandoned;
 
-/// Counts an operation out of `Pace::wanting` or `Pace::waiting`
-/// however it leaves.
+/// An operation counted in `Pace::wanting` or `Pace::waiting` until it
+/// leaves, however it leaves.
 struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Counted(count)
+    }
+}
 
 impl Drop for Counted<'_> {
     fn drop(&mut self) {
@@ -422,8 +427,7 @@ mod tests {
 
     /// The nice value of the thread that calls it (Linux: per thread).
     fn thread_nice() -> i32 {
-        // SAFETY: getpriority of our own thread.
-        unsafe { libc::getpriority(libc::PRIO_PROCESS as _, libc::gettid() as libc::id_t) }
+        crate::daemon::tuning::thread_nice().expect("the thread's nice value")
     }
 
     #[tokio::test]

@@ -69,15 +69,10 @@ pub(crate) fn set_mmap_threshold(bytes: i32) {
 /// the rest of the process is untouched. Without the right to lower it
 /// (`CAP_SYS_NICE`), `f` runs as is.
 pub(crate) fn with_thread_boost<T>(boost: i32, f: impl FnOnce() -> T) -> T {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() } as libc::id_t;
-    nix::errno::Errno::clear();
-    // SAFETY: getpriority reads the nice value of a thread; -1 is also a
-    // nice value, told apart from an error by errno.
-    let old = unsafe { libc::getpriority(libc::PRIO_PROCESS as _, tid) };
-    if boost <= 0 || (old == -1 && nix::errno::Errno::last_raw() != 0) {
+    let Some(old) = thread_nice().filter(|_| boost > 0) else {
         return f();
-    }
+    };
+    let tid = own_tid();
     if !set_nice(tid, (old - boost).max(-20)) {
         return f();
     }
@@ -93,6 +88,21 @@ pub(crate) fn with_thread_boost<T>(boost: i32, f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// The calling thread's nice value (Linux keeps one per thread); `None`
+/// when it cannot be read.
+pub(crate) fn thread_nice() -> Option<i32> {
+    nix::errno::Errno::clear();
+    // SAFETY: getpriority reads the nice value of one of our threads; -1
+    // is also a nice value, told apart from an error by errno.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS as _, own_tid()) };
+    (nice != -1 || nix::errno::Errno::last_raw() == 0).then_some(nice)
+}
+
+fn own_tid() -> libc::id_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as libc::id_t }
+}
+
 fn set_nice(tid: libc::id_t, nice: i32) -> bool {
     // SAFETY: setpriority on one of our own threads; a refusal changes nothing.
     unsafe { libc::setpriority(libc::PRIO_PROCESS as _, tid, nice) == 0 }
@@ -106,8 +116,7 @@ mod tests {
     use super::*;
 
     fn own_nice() -> i32 {
-        // SAFETY: as in `with_thread_boost`.
-        unsafe { libc::getpriority(libc::PRIO_PROCESS as _, libc::gettid() as libc::id_t) }
+        thread_nice().expect("the thread's nice value")
     }
 
     #[test]
