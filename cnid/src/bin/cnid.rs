@@ -54,10 +54,10 @@ struct Cli {
     /// Operations running their plugins at once before the next waits for
     /// one of them to end (at most 15 s or a quarter of its deadline; a slot
     /// is held 10 s at most); while others wait, their plugins run with a
-    /// larger CPU weight. 0, the default: no pacing; twice the CPUs is what
-    /// was measured for chains that compute (bridge, host-local, portmap).
-    #[arg(long, value_name = "N", default_value_t = daemon::pace::DEFAULT_SLOTS)]
-    plugin_slots: usize,
+    /// larger CPU weight, and while a CPU idles a waiting one runs without a
+    /// slot. 0: no pacing. [default: twice the CPUs]
+    #[arg(long, value_name = "N")]
+    plugin_slots: Option<usize>,
     /// Default ADD deadline (queueing included): 60s, 500ms, 2m.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     timeout_add: Duration,
@@ -234,7 +234,7 @@ fn config(cli: Cli, systemd: SystemdEnv) -> anyhow::Result<(Config, usize)> {
             gids,
         },
         max_parallel: cli.max_parallel,
-        plugin_slots: cli.plugin_slots,
+        plugin_slots: cli.plugin_slots.unwrap_or_else(daemon::pace::default_slots),
         timeouts: cni_async::Timeouts {
             add: cli.timeout_add,
             del: cli.timeout_del,

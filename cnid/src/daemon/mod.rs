@@ -52,6 +52,7 @@ mod drift;
 mod engine;
 mod error;
 mod http;
+mod idle;
 mod intents;
 mod listen;
 mod memory;
@@ -125,8 +126,9 @@ pub struct Config {
     pub peers: PeerPolicy,
     /// Operations running plugins at once, across containers.
     pub max_parallel: usize,
-    /// Operations running their plugins at once before others wait
-    /// (`pace`; 0, the default, turns pacing off).
+    /// Operations running their plugins at once before others wait while
+    /// the CPUs are busy (`pace`; 0 turns pacing off; by default twice the
+    /// CPUs).
     pub plugin_slots: usize,
     /// Default deadline per verb (queueing included).
     pub timeouts: Timeouts,
@@ -176,7 +178,7 @@ impl Default for Config {
             state_dir: DEFAULT_STATE_DIR.into(),
             peers: PeerPolicy::root_only(),
             max_parallel: DEFAULT_MAX_PARALLEL,
-            plugin_slots: pace::DEFAULT_SLOTS,
+            plugin_slots: pace::default_slots(),
             timeouts: Timeouts::default(),
             max_timeout: Duration::from_secs(300),
             body_limit: DEFAULT_BODY_LIMIT,
@@ -415,6 +417,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
 
     let tracker = TaskTracker::new();
     let stop = CancellationToken::new();
+    tracker.spawn(pace.clone().lend(stop.clone()));
     let cni_cache = cni.cache().clone();
     let (stale, drift) = (Arc::default(), Arc::default());
     let journal = intents.clone();

@@ -39,6 +39,15 @@
 //! the scheduler shares the CPUs by runnable process, and pacing leaves
 //! fewer of the burst's runnable (measured: BENCHMARKS.md).
 //!
+//! Pacing holds operations back only while the CPUs are busy: it is
+//! work-conserving. While operations wait, [`Pace::lend`] looks every
+//! [`LEND_TICK`] at how many CPUs idled since its last look (`idle`) and
+//! lets as many waiting runtime operations run without a slot, the
+//! longest waiting first. Slots held by plugins that wait (DHCP, an IPAM
+//! server across the network, a hung plugin) so hold back nobody while a
+//! CPU has room; in a burst of chains that compute, the CPUs stay busy and
+//! the slots hold.
+//!
 //! # Caveats
 //!
 //! - A cancelled operation's future gives its slot back when dropped.
@@ -51,12 +60,13 @@
 //!   cgroup (where cnid runs in a cgroup of its own, as under systemd, the
 //!   burst's share against other services is the cgroup's). cnid needs
 //!   `CAP_SYS_NICE` to give it; without, plugins run at cnid's own.
-//! - 0 slots turns pacing off, the default ([`DEFAULT_SLOTS`]).
-//!   Pacing is for chains that compute (bridge, host-local, portmap: CPU
-//!   and kernel locks). Plugins that mostly wait (DHCP, an IPAM server
-//!   across the network) gain nothing from it, and at most that many of
-//!   them wait at once, holding the others back while the CPUs idle (a
-//!   slot's 10 s lease and the 15 s wait bound it).
+//! - 0 slots turns pacing off; the default is twice the CPUs
+//!   ([`default_slots`]).
+//! - Lending reads the whole node's CPUs: when other work keeps them busy,
+//!   slots held by plugins that wait still hold operations back, each at
+//!   most [`SLOT_WAIT`] (a slot's lease, [`SLOT_LEASE`], bounds what one
+//!   holds). A lent operation runs to its end without a slot, and counts as
+//!   running for the weight.
 //! - STATUS is not paced (`Engine::run`): a readiness probe answers during
 //!   a burst.
 
@@ -70,8 +80,10 @@ use cni_async::exec::{ExecOutput, ExecRequest, PluginExec};
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use super::slots::Slots;
+use tokio::sync::{Notify, Semaphore};
 
+use super::idle::{CpuProbe, ProcStat};
+use super::slots::Slots;
 use super::tuning::with_thread_boost;
 
 /// The longest an operation waits for a slot (less when a quarter of its
@@ -83,21 +95,23 @@ pub const SLOT_WAIT: Duration = Duration::from_secs(15);
 /// CPUs): a shorter lease lets the burst run unpaced again.
 pub const SLOT_LEASE: Duration = Duration::from_secs(10);
 
-/// The default `--plugin-slots`: off. Twice the CPUs is the setting
-/// measured for a node whose chains compute (bridge, host-local, portmap):
-/// through containerd's CRI, 100 RunPodSandbox at concurrency 16 and 32,
-/// the median of three paired runs against the chain run by containerd
-/// itself was p50 / p95 / total 0.98 / 0.88 / 0.96 at 16 and 0.99 / 0.86 /
-/// 0.96 at 32 (BENCHMARKS.md). It is not the default because pacing is
-/// not work-conserving: slots held by plugins that wait (a slow DHCP
-/// server, a hung plugin) hold back every other operation of the node for
-/// up to [`SLOT_WAIT`] while the CPUs are idle (the restart soak, whose
-/// six ADDs wait in a gated plugin, took 1,265 s instead of 70 with 4
-/// slots on by default).
-pub const DEFAULT_SLOTS: usize = 0;
+/// The default `--plugin-slots`: twice the CPUs cnid may run on. Measured
+/// through containerd's CRI (4 slots on 2 CPUs, BENCHMARKS.md, "Pod
+/// sandboxes through containerd's CRI"): 100 RunPodSandbox at concurrency
+/// 16 and 32 against the chain run by containerd itself. Safe as a default
+/// because pacing lends a run to a waiting operation while a CPU idles
+/// ([`Pace::lend`]): slots held by plugins that wait (a slow DHCP server, a
+/// hung plugin) do not hold the node's other operations back while the
+/// CPUs have room.
+pub fn default_slots() -> usize {
+    2 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// The most a plugin's nice value is lowered (a weight of about 9 times).
 pub const MAX_BOOST: i32 = 10;
+
+/// How often the lender looks at the CPUs while operations wait.
+pub const LEND_TICK: Duration = Duration::from_millis(100);
 
 /// The slots.
 #[derive(Debug)]
@@ -108,15 +122,68 @@ pub(crate) struct Pace {
     wanting: AtomicUsize,
     /// Operations waiting for a slot.
     waiting: AtomicUsize,
+    /// Runs lent while CPUs idle ([`Pace::lend`]): a runtime operation
+    /// waiting for a slot that takes one runs without a slot.
+    lent: Semaphore,
+    /// An operation began to wait (wakes the lender).
+    began_waiting: Notify,
+    probe: Arc<dyn CpuProbe>,
 }
 
 impl Pace {
     /// `slots` 0: no pacing.
     pub(crate) fn new(slots: usize) -> Pace {
+        Pace::with_probe(slots, Arc::new(ProcStat))
+    }
+
+    /// With the CPU times read from `probe`.
+    pub(crate) fn with_probe(slots: usize, probe: Arc<dyn CpuProbe>) -> Pace {
         Pace {
             slots: (slots > 0).then(|| Slots::new(slots)),
             wanting: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
+            lent: Semaphore::new(0),
+            began_waiting: Notify::new(),
+            probe,
+        }
+    }
+
+    /// Keeps pacing work-conserving until `stop`: while operations wait
+    /// for a slot, looks every [`LEND_TICK`] at how many CPUs idled since
+    /// the last look and lets that many (rounded) of the waiting runtime
+    /// operations run without a slot, the longest waiting first. Runs
+    /// lent and not taken within a tick lapse. Without CPU times (no
+    /// `/proc/stat`) it lends nothing: pacing as without it.
+    pub(crate) async fn lend(self: Arc<Self>, stop: CancellationToken) {
+        if self.slots.is_some() {
+            stop.run_until_cancelled(self.lend_while_idle()).await;
+        }
+    }
+
+    async fn lend_while_idle(&self) {
+        loop {
+            let began = self.began_waiting.notified();
+            if self.waiting.load(Ordering::SeqCst) == 0 {
+                began.await;
+                continue;
+            }
+            let Some(mut last) = self.probe.read() else {
+                return;
+            };
+            loop {
+                tokio::time::sleep(LEND_TICK).await;
+                self.lent.forget_permits(usize::MAX);
+                let waiting = self.waiting.load(Ordering::SeqCst);
+                if waiting == 0 {
+                    break;
+                }
+                let Some(now) = self.probe.read() else {
+                    return;
+                };
+                let idle = last.idle_cpus_until(now).round() as usize;
+                last = now;
+                self.lent.add_permits(idle.min(waiting));
+            }
         }
     }
 
@@ -155,8 +222,17 @@ impl Pace {
         let _wanting = Counted::enter(&self.wanting);
         let wait = SLOT_WAIT.min(remaining() / 4);
         let waiting = Counted::enter(&self.waiting);
+        self.began_waiting.notify_one();
+        let lent = async {
+            match background {
+                // The daemon's own work waits for its slot.
+                Some(_) => std::future::pending().await,
+                None => self.lent.acquire().await.map(|run| run.forget()),
+            }
+        };
         let slot = tokio::select! {
             slot = tokio::time::timeout(wait, slots.for_op(background)) => slot.ok().flatten(),
+            _ = lent => None,
             () = abandoned => return Err(Abandoned),
         };
         drop(waiting);
@@ -405,6 +481,175 @@ mod tests {
         assert_eq!(pace.wanting.load(Ordering::SeqCst), 1, "the first runs");
         gated.gate.notify_waiters();
         first.await.unwrap();
+    }
+
+    /// CPU times that advance by a step the test sets at each read.
+    #[derive(Debug)]
+    struct FakeCpus {
+        now: std::sync::Mutex<crate::daemon::idle::CpuTimes>,
+        /// (idle, total) ticks added per read, over 2 CPUs.
+        step: std::sync::Mutex<(u64, u64)>,
+    }
+
+    impl FakeCpus {
+        fn new() -> Arc<Self> {
+            Arc::new(FakeCpus {
+                now: std::sync::Mutex::new(crate::daemon::idle::CpuTimes {
+                    idle: 0,
+                    total: 0,
+                    cpus: 2,
+                }),
+                step: std::sync::Mutex::new((0, 20)),
+            })
+        }
+
+        /// From the next read on, `cpus` of the 2 idle.
+        fn idle(&self, cpus: u64) {
+            *self.step.lock().unwrap() = (cpus * 10, 20);
+        }
+    }
+
+    impl CpuProbe for FakeCpus {
+        fn read(&self) -> Option<crate::daemon::idle::CpuTimes> {
+            let (idle, total) = *self.step.lock().unwrap();
+            let mut now = self.now.lock().unwrap();
+            now.idle += idle;
+            now.total += total;
+            Some(*now)
+        }
+    }
+
+    /// A pace with `slots` and its lender, the CPUs busy until told.
+    fn lending(slots: usize) -> (Arc<Pace>, Arc<FakeCpus>, CancellationToken) {
+        let cpus = FakeCpus::new();
+        let pace = Arc::new(Pace::with_probe(slots, cpus.clone()));
+        let stop = CancellationToken::new();
+        tokio::spawn(pace.clone().lend(stop.clone()));
+        (pace, cpus, stop)
+    }
+
+    async fn tick() {
+        tokio::time::advance(LEND_TICK).await;
+        settle().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_a_waiting_operation_runs_without_a_slot_once_a_cpu_idles_and_not_before() {
+        let (pace, cpus, stop) = lending(1);
+        let gated = Arc::new(Gated::default());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let first = run(&pace, &gated, deadline);
+        settle().await;
+        let second = run(&pace, &gated, deadline);
+        settle().await;
+        for _ in 0..5 {
+            tick().await;
+        }
+        assert_eq!(started(&gated), 1, "the CPUs are busy: the slot holds");
+        cpus.idle(1);
+        tick().await;
+        assert_eq!(started(&gated), 2, "a CPU idled: the waiter runs");
+        assert_eq!(pace.waiting.load(Ordering::SeqCst), 0);
+        assert_eq!(pace.boost(), 0, "it counts as running");
+        gated.gate.notify_waiters();
+        first.await.unwrap();
+        assert_eq!(
+            second.await.unwrap(),
+            Duration::from_secs(60) - 6 * LEND_TICK,
+            "it waited six ticks"
+        );
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_each_look_lends_as_many_runs_as_cpus_idled_the_longest_waiting_first() {
+        let (pace, cpus, stop) = lending(1);
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let runs: Vec<_> = (0..5)
+            .map(|i| {
+                let (pace, order, gate) = (pace.clone(), order.clone(), gate.clone());
+                tokio::spawn(async move {
+                    pace.run(
+                        None,
+                        || Duration::from_secs(60),
+                        std::future::pending(),
+                        || async move {
+                            order.lock().unwrap().push(i);
+                            gate.notified().await;
+                        },
+                    )
+                    .await
+                })
+            })
+            .collect();
+        // One at a time, so that the order they wait in is theirs.
+        settle().await;
+        assert_eq!(*order.lock().unwrap(), [0], "one slot");
+        cpus.idle(1);
+        tick().await;
+        assert_eq!(*order.lock().unwrap(), [0, 1], "one CPU idled: one run");
+        cpus.idle(2);
+        tick().await;
+        assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3], "two: two runs");
+        cpus.idle(0);
+        tick().await;
+        assert_eq!(order.lock().unwrap().len(), 4, "busy again: none");
+        gate.notify_waiters();
+        settle().await;
+        assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4], "the slot freed");
+        gate.notify_waiters();
+        for r in runs {
+            r.await.unwrap().unwrap();
+        }
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_background_work_is_lent_no_run_and_runs_lent_to_nobody_lapse() {
+        let (pace, cpus, stop) = lending(1);
+        let gated = Arc::new(Gated::default());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let first = run(&pace, &gated, deadline);
+        settle().await;
+        cpus.idle(2);
+        let token = CancellationToken::new();
+        let background = {
+            let (pace, token, gated) = (pace.clone(), token.clone(), gated.clone());
+            tokio::spawn(async move {
+                pace.run(
+                    Some(&token),
+                    || Duration::from_secs(60),
+                    std::future::pending(),
+                    || async {
+                        gated.started.fetch_add(1, Ordering::SeqCst);
+                    },
+                )
+                .await
+            })
+        };
+        settle().await;
+        for _ in 0..3 {
+            tick().await;
+        }
+        assert_eq!(started(&gated), 1, "background work waits for its slot");
+        // Runs lent meanwhile went to nobody and lapse at the next look: a
+        // runtime operation arriving after it, the CPUs busy, waits.
+        cpus.idle(0);
+        tick().await;
+        let late = run(&pace, &gated, deadline);
+        settle().await;
+        assert_eq!(started(&gated), 1, "no run left over");
+        tick().await;
+        assert_eq!(started(&gated), 1);
+        gated.gate.notify_waiters();
+        first.await.unwrap();
+        settle().await;
+        gated.gate.notify_waiters();
+        late.await.unwrap();
+        background.await.unwrap().unwrap();
+        assert_eq!(started(&gated), 3);
+        stop.cancel();
     }
 
     #[test]
