@@ -43,10 +43,11 @@
 //! work-conserving. While operations wait, [`Pace::lend`] looks every
 //! [`LEND_TICK`] at how many CPUs idled since its last look (`idle`) and
 //! lets as many waiting runtime operations run without a slot, the
-//! longest waiting first. Slots held by plugins that wait (DHCP, an IPAM
-//! server across the network, a hung plugin) so hold back nobody while a
-//! CPU has room; in a burst of chains that compute, the CPUs stay busy and
-//! the slots hold.
+//! longest waiting first (background work once promoted: a runtime
+//! request of its container waits behind it). Slots held by plugins that
+//! wait (DHCP, an IPAM server across the network, a hung plugin) so hold
+//! back nobody while a CPU has room; in a burst of chains that compute,
+//! the CPUs stay busy and the slots hold.
 //!
 //! # Caveats
 //!
@@ -153,7 +154,9 @@ impl Pace {
     /// the last look and lets that many (rounded) of the waiting runtime
     /// operations run without a slot, the longest waiting first. Runs
     /// lent and not taken within a tick lapse. Without CPU times (no
-    /// `/proc/stat`) it lends nothing: pacing as without it.
+    /// `/proc/stat`) it lends nothing: pacing as without it. Background
+    /// work is lent a run once promoted (a runtime request of its
+    /// container waits behind it), as the runtime operation would be.
     pub(crate) async fn lend(self: Arc<Self>, stop: CancellationToken) {
         if self.slots.is_some() {
             stop.run_until_cancelled(self.lend_while_idle()).await;
@@ -224,11 +227,12 @@ impl Pace {
         let waiting = Counted::enter(&self.waiting);
         self.began_waiting.notify_one();
         let lent = async {
-            match background {
-                // The daemon's own work waits for its slot.
-                Some(_) => std::future::pending().await,
-                None => self.lent.acquire().await.map(|run| run.forget()),
+            if let Some(promoted) = background {
+                // The daemon's own work waits for its slot, until a runtime
+                // request of its container waits behind it.
+                promoted.cancelled().await;
             }
+            self.lent.acquire().await.map(|run| run.forget())
         };
         let slot = tokio::select! {
             slot = tokio::time::timeout(wait, slots.for_op(background)) => slot.ok().flatten(),
@@ -614,20 +618,7 @@ mod tests {
         settle().await;
         cpus.idle(2);
         let token = CancellationToken::new();
-        let background = {
-            let (pace, token, gated) = (pace.clone(), token.clone(), gated.clone());
-            tokio::spawn(async move {
-                pace.run(
-                    Some(&token),
-                    || Duration::from_secs(60),
-                    std::future::pending(),
-                    || async {
-                        gated.started.fetch_add(1, Ordering::SeqCst);
-                    },
-                )
-                .await
-            })
-        };
+        let background = run_background(&pace, &gated, &token);
         settle().await;
         for _ in 0..3 {
             tick().await;
@@ -649,6 +640,56 @@ mod tests {
         late.await.unwrap();
         background.await.unwrap().unwrap();
         assert_eq!(started(&gated), 3);
+        stop.cancel();
+    }
+
+    /// Background work with `token` as its promotion token, counted in
+    /// `gated` when it starts.
+    fn run_background(
+        pace: &Arc<Pace>,
+        gated: &Arc<Gated>,
+        token: &CancellationToken,
+    ) -> tokio::task::JoinHandle<Result<(), Abandoned>> {
+        let (pace, token, gated) = (pace.clone(), token.clone(), gated.clone());
+        tokio::spawn(async move {
+            pace.run(
+                Some(&token),
+                || Duration::from_secs(60),
+                std::future::pending(),
+                || async {
+                    gated.started.fetch_add(1, Ordering::SeqCst);
+                },
+            )
+            .await
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_background_work_promoted_while_it_waits_is_lent_a_run_as_a_runtime_operation() {
+        let (pace, cpus, stop) = lending(1);
+        let gated = Arc::new(Gated::default());
+        let first = run(&pace, &gated, Instant::now() + Duration::from_secs(60));
+        settle().await;
+        cpus.idle(2);
+        let token = CancellationToken::new();
+        let background = run_background(&pace, &gated, &token);
+        settle().await;
+        for _ in 0..3 {
+            tick().await;
+        }
+        assert_eq!(started(&gated), 1, "background work is lent no run");
+        // A runtime request of its container now waits behind it.
+        token.cancel();
+        settle().await;
+        tick().await;
+        assert_eq!(
+            started(&gated),
+            2,
+            "promoted, it is lent a run while the CPUs idle, as the runtime operation behind it would be"
+        );
+        background.await.unwrap().unwrap();
+        gated.gate.notify_waiters();
+        first.await.unwrap();
         stop.cancel();
     }
 
