@@ -68,6 +68,9 @@
 //!   most [`SLOT_WAIT`] (a slot's lease, [`SLOT_LEASE`], bounds what one
 //!   holds). A lent operation runs to its end without a slot, and counts as
 //!   running for the weight.
+//! - Without CPU times (`/proc/stat` unreadable, as when cnid is out of
+//!   descriptors) a look lends nothing; lending resumes at the second look
+//!   that reads them.
 //! - STATUS is not paced (`Engine::run`): a readiness probe answers during
 //!   a burst.
 
@@ -154,7 +157,8 @@ impl Pace {
     /// the last look and lets that many (rounded) of the waiting runtime
     /// operations run without a slot, the longest waiting first. Runs
     /// lent and not taken within a tick lapse. Without CPU times (no
-    /// `/proc/stat`) it lends nothing: pacing as without it. Background
+    /// `/proc/stat`) it lends nothing: pacing as without it; once they
+    /// can be read again, it lends from the second look on. Background
     /// work is lent a run once promoted (a runtime request of its
     /// container waits behind it), as the runtime operation would be.
     pub(crate) async fn lend(self: Arc<Self>, stop: CancellationToken) {
@@ -170,9 +174,7 @@ impl Pace {
                 began.await;
                 continue;
             }
-            let Some(mut last) = self.probe.read() else {
-                return;
-            };
+            let mut last = self.probe.read();
             loop {
                 tokio::time::sleep(LEND_TICK).await;
                 self.lent.forget_permits(usize::MAX);
@@ -180,12 +182,14 @@ impl Pace {
                 if waiting == 0 {
                     break;
                 }
-                let Some(now) = self.probe.read() else {
-                    return;
-                };
-                let idle = last.idle_cpus_until(now).round() as usize;
+                // A failed read (out of descriptors in a flood) lends
+                // nothing until two in a row succeed: it never ends lending.
+                let now = self.probe.read();
+                if let (Some(last), Some(now)) = (last, now) {
+                    let idle = last.idle_cpus_until(now).round() as usize;
+                    self.lent.add_permits(idle.min(waiting));
+                }
                 last = now;
-                self.lent.add_permits(idle.min(waiting));
             }
         }
     }
@@ -493,6 +497,8 @@ mod tests {
         now: std::sync::Mutex<crate::daemon::idle::CpuTimes>,
         /// (idle, total) ticks added per read, over 2 CPUs.
         step: std::sync::Mutex<(u64, u64)>,
+        /// Reads fail (as `/proc/stat` unreadable) while set.
+        unreadable: std::sync::atomic::AtomicBool,
     }
 
     impl FakeCpus {
@@ -504,6 +510,7 @@ mod tests {
                     cpus: 2,
                 }),
                 step: std::sync::Mutex::new((0, 20)),
+                unreadable: std::sync::atomic::AtomicBool::new(false),
             })
         }
 
@@ -511,10 +518,18 @@ mod tests {
         fn idle(&self, cpus: u64) {
             *self.step.lock().unwrap() = (cpus * 10, 20);
         }
+
+        /// Reads fail from now on while `unreadable`.
+        fn unreadable(&self, unreadable: bool) {
+            self.unreadable.store(unreadable, Ordering::SeqCst);
+        }
     }
 
     impl CpuProbe for FakeCpus {
         fn read(&self) -> Option<crate::daemon::idle::CpuTimes> {
+            if self.unreadable.load(Ordering::SeqCst) {
+                return None;
+            }
             let (idle, total) = *self.step.lock().unwrap();
             let mut now = self.now.lock().unwrap();
             now.idle += idle;
@@ -690,6 +705,46 @@ mod tests {
         background.await.unwrap().unwrap();
         gated.gate.notify_waiters();
         first.await.unwrap();
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_cpu_times_unreadable_for_a_while_lend_nothing_meanwhile_and_lending_resumes_after()
+     {
+        let (pace, cpus, stop) = lending(1);
+        let gated = Arc::new(Gated::default());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let first = run(&pace, &gated, deadline);
+        settle().await;
+        cpus.unreadable(true);
+        cpus.idle(2);
+        let second = run(&pace, &gated, deadline);
+        settle().await;
+        for _ in 0..5 {
+            tick().await;
+        }
+        assert_eq!(started(&gated), 1, "no CPU times: nothing lent");
+        // Readable again (a read failed for a while: out of descriptors).
+        cpus.unreadable(false);
+        tick().await;
+        tick().await;
+        assert_eq!(started(&gated), 2, "lending resumed once readable");
+        // Unreadable while a burst waits, then readable: the same.
+        let third = run(&pace, &gated, deadline);
+        cpus.unreadable(true);
+        settle().await;
+        for _ in 0..3 {
+            tick().await;
+        }
+        assert_eq!(started(&gated), 2);
+        cpus.unreadable(false);
+        tick().await;
+        tick().await;
+        assert_eq!(started(&gated), 3, "lending resumed again");
+        gated.gate.notify_waiters();
+        first.await.unwrap();
+        second.await.unwrap();
+        third.await.unwrap();
         stop.cancel();
     }
 
