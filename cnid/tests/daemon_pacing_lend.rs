@@ -14,12 +14,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::support::cpus::{Cpus, FakeCpus};
-use crate::support::daemon::{Daemon, Dirs, gated_network, runs};
+use crate::support::daemon::{Daemon, Dirs, eventually_async, gated_network, runs};
 use crate::support::gate::Gate;
 use cnid::api::AttachmentRequest;
 use cnid::client::{Client, ClientError};
 
 const NET: &str = "plend";
+const WAIT: Duration = Duration::from_secs(60);
 /// A slot's wait bound (`cnid::daemon::pace::SLOT_WAIT`).
 const SLOT_WAIT: Duration = Duration::from_secs(15);
 /// A slot's lease (`cnid::daemon::pace::SLOT_LEASE`).
@@ -83,6 +84,21 @@ async fn hold(daemon: &Daemon, dirs: &Dirs, gate: &Gate, n: usize) -> Vec<Added>
         .collect();
     gate.wait_started(n).await;
     held
+}
+
+/// Waits until `cid`'s operation runs (left its queue: in a slot or
+/// waiting for one).
+async fn until_running(daemon: &Daemon, cid: &str) {
+    let client = daemon.client().await;
+    eventually_async(WAIT, &format!("the ADD of {cid} running"), || async {
+        client
+            .operations(Some(cid))
+            .await
+            .unwrap()
+            .iter()
+            .any(|o| o.state == "running")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,4 +202,35 @@ async fn daemon_pacing_unreadable_cpu_times_lend_nothing_and_lending_resumes_onc
     );
     let log = daemon.log();
     assert!(!log.contains("panicked"), "cnid log:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_pacing_an_add_waiting_for_a_slot_at_shutdown_is_still_lent_a_run_in_the_drain() {
+    crate::support::require_root!();
+    let dirs = Dirs::new();
+    let gate = Gate::new(dirs.root());
+    let cpus = FakeCpus::new(dirs.root(), Cpus::Busy);
+    let (mut daemon, records) = start(&dirs, &gate, &cpus, 1);
+    let held = hold(&daemon, &dirs, &gate, 1).await;
+    let waiting = add(&daemon, &dirs, "drained", 120_000);
+    until_running(&daemon, "drained").await;
+    // SIGTERM: the daemon finishes what runs; then the CPUs idle.
+    daemon.signal(libc::SIGTERM);
+    daemon.wait_log("shutting down", WAIT);
+    cpus.set(Cpus::Idle);
+    let (out, took) = waiting.await.unwrap();
+    out.expect("the ADD that waited, answered in the drain");
+    assert!(took < SLOT_WAIT, "answered after {took:?}");
+    assert!(!held[0].is_finished(), "the holder still in its plugin");
+    gate.release();
+    for h in held {
+        h.await.unwrap().0.expect("the holder, released");
+    }
+    let drained = started_after_the_holders(&records, "drained");
+    assert!(
+        drained < LENT_BEFORE,
+        "its plugin started {drained:?} after the holder's (its slot's lease: {SLOT_LEASE:?}): nothing lent in the drain"
+    );
+    let status = daemon.wait(WAIT).expect("cnid exits after the drain");
+    assert!(status.success(), "{status}; log:\n{}", daemon.log());
 }

@@ -71,6 +71,9 @@
 //! - Without CPU times (`/proc/stat` unreadable, as when cnid is out of
 //!   descriptors) a look lends nothing; lending resumes at the second look
 //!   that reads them.
+//! - The daemon lends until its end (`run`), through the shutdown's
+//!   drain: an operation that still waits for a slot then is lent a run as
+//!   before it.
 //! - STATUS is not paced (`Engine::run`): a readiness probe answers during
 //!   a burst.
 
