@@ -14,7 +14,8 @@
 //! - Every process cnid starts (its plugins) sees the same `/proc/stat`,
 //!   and the mounts of the host made after cnid's start (a namespace a
 //!   test binds under `/run/netns` later) are not seen inside: for tests of
-//!   fake plugins.
+//!   fake plugins. cnid, no longer in pid 1's mount namespace, warns that
+//!   its reaper reaps only attachments of an earlier boot.
 //! - The FIFO blocks a reader until the test's thread opens it (it tries
 //!   every millisecond): keep the [`FakeCpus`] until the daemon is gone.
 //! - Needs root (`unshare`, `mount`).
