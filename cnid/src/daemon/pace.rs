@@ -751,6 +751,41 @@ mod tests {
         stop.cancel();
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn pace_the_lender_wakes_for_each_burst_leaves_no_run_between_them_and_ends_when_stopped()
+    {
+        let cpus = FakeCpus::new();
+        cpus.idle(2);
+        let pace = Arc::new(Pace::with_probe(1, cpus.clone()));
+        let stop = CancellationToken::new();
+        let lender = tokio::spawn(pace.clone().lend(stop.clone()));
+        let gated = Arc::new(Gated::default());
+        for burst in 0..3 {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let first = run(&pace, &gated, deadline);
+            settle().await;
+            let second = run(&pace, &gated, deadline);
+            settle().await;
+            assert_eq!(started(&gated), 2 * burst + 1);
+            tick().await;
+            tick().await;
+            assert_eq!(started(&gated), 2 * burst + 2, "burst {burst}: lent");
+            gated.gate.notify_waiters();
+            first.await.unwrap();
+            second.await.unwrap();
+            // Nobody waits: the lender waits for the next burst, and no
+            // run is left over for it.
+            for _ in 0..5 {
+                tick().await;
+            }
+            assert_eq!(pace.lent.available_permits(), 0, "after burst {burst}");
+            assert_eq!(pace.boost(), 0);
+        }
+        stop.cancel();
+        settle().await;
+        assert!(lender.is_finished(), "the lender ended when stopped");
+    }
+
     #[test]
     fn pace_the_boost_spreads_the_waiting_operations_weight_over_the_slots() {
         // (wanting, waiting): on 4 slots, 4 run and the rest wait.
