@@ -86,6 +86,26 @@ async fn hold(daemon: &Daemon, dirs: &Dirs, gate: &Gate, n: usize) -> Vec<Added>
     held
 }
 
+/// Opens the gate and waits for the holders' answers.
+async fn release(gate: &Gate, held: Vec<Added>) {
+    gate.release();
+    for h in held {
+        h.await.unwrap().0.expect("a holder, released");
+    }
+}
+
+/// The ADD of `cid` with a deadline of `deadline_ms`, nothing lent: it
+/// waits a quarter of its deadline for the held slot, then runs without.
+async fn waits_its_quarter(daemon: &Daemon, dirs: &Dirs, cid: &str, deadline_ms: u64) {
+    let (out, took) = add(daemon, dirs, cid, deadline_ms).await.unwrap();
+    out.expect("run without a slot after its wait");
+    let quarter = Duration::from_millis(deadline_ms / 4);
+    assert!(
+        took >= quarter,
+        "nothing to lend, the slot held: answered after {took:?}, before its wait ({quarter:?}) ended"
+    );
+}
+
 /// Waits until `cid`'s operation runs (left its queue: in a slot or
 /// waiting for one).
 async fn until_running(daemon: &Daemon, cid: &str) {
@@ -129,10 +149,7 @@ async fn daemon_pacing_while_the_cpus_idle_32_adds_behind_slots_held_by_waiting_
         held.iter().all(|h| !h.is_finished()),
         "the holders still in their plugins"
     );
-    gate.release();
-    for h in held {
-        h.await.unwrap().0.expect("a holder, released");
-    }
+    release(&gate, held).await;
     let last = (0..N)
         .map(|i| started_after_the_holders(&records, &format!("w-{i}")))
         .max()
@@ -154,18 +171,9 @@ async fn daemon_pacing_while_the_cpus_are_busy_an_add_waits_for_the_slot_its_ful
     let cpus = FakeCpus::new(dirs.root(), Cpus::Busy);
     let (daemon, _) = start(&dirs, &gate, &cpus, 1);
     let held = hold(&daemon, &dirs, &gate, 1).await;
-    // A 4 s deadline: it waits 1 s for the slot, then runs without.
-    let (out, took) = add(&daemon, &dirs, "late", 4_000).await.unwrap();
-    out.expect("run without a slot after its wait");
-    assert!(
-        took >= Duration::from_secs(1),
-        "the CPUs busy, the slot held: answered after {took:?}, before its wait ended"
-    );
+    waits_its_quarter(&daemon, &dirs, "late", 4_000).await;
     assert!(!held[0].is_finished());
-    gate.release();
-    for h in held {
-        h.await.unwrap().0.expect("the holder, released");
-    }
+    release(&gate, held).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,13 +184,8 @@ async fn daemon_pacing_unreadable_cpu_times_lend_nothing_and_lending_resumes_onc
     let cpus = FakeCpus::new(dirs.root(), Cpus::Unreadable);
     let (daemon, records) = start(&dirs, &gate, &cpus, 1);
     let held = hold(&daemon, &dirs, &gate, 1).await;
-    // Pacing as without lending: a quarter of a 2 s deadline.
-    let (out, took) = add(&daemon, &dirs, "late", 2_000).await.unwrap();
-    out.expect("run without a slot after its wait");
-    assert!(
-        took >= Duration::from_millis(500),
-        "answered after {took:?}"
-    );
+    // Pacing as without lending.
+    waits_its_quarter(&daemon, &dirs, "late", 2_000).await;
     // Readable again, the CPUs idle: the next waiter is lent a run.
     cpus.set(Cpus::Idle);
     add(&daemon, &dirs, "next", 120_000)
@@ -191,10 +194,7 @@ async fn daemon_pacing_unreadable_cpu_times_lend_nothing_and_lending_resumes_onc
         .0
         .expect("a lent ADD");
     assert!(!held[0].is_finished(), "the holder still in its plugin");
-    gate.release();
-    for h in held {
-        h.await.unwrap().0.expect("the holder, released");
-    }
+    release(&gate, held).await;
     let next = started_after_the_holders(&records, "next");
     assert!(
         next < LENT_BEFORE,
@@ -222,10 +222,7 @@ async fn daemon_pacing_an_add_waiting_for_a_slot_at_shutdown_is_still_lent_a_run
     out.expect("the ADD that waited, answered in the drain");
     assert!(took < SLOT_WAIT, "answered after {took:?}");
     assert!(!held[0].is_finished(), "the holder still in its plugin");
-    gate.release();
-    for h in held {
-        h.await.unwrap().0.expect("the holder, released");
-    }
+    release(&gate, held).await;
     let drained = started_after_the_holders(&records, "drained");
     assert!(
         drained < LENT_BEFORE,

@@ -627,12 +627,23 @@ mod tests {
         stop.cancel();
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn pace_background_work_is_lent_no_run_and_runs_lent_to_nobody_lapse() {
+    /// One slot, held by a gated runtime operation (`first`); background
+    /// work (`background`, promoted by `token`) waiting for it three looks
+    /// while both CPUs idle.
+    struct BackgroundWaits {
+        pace: Arc<Pace>,
+        cpus: Arc<FakeCpus>,
+        stop: CancellationToken,
+        gated: Arc<Gated>,
+        first: tokio::task::JoinHandle<Duration>,
+        token: CancellationToken,
+        background: tokio::task::JoinHandle<Result<(), Abandoned>>,
+    }
+
+    async fn background_waits() -> BackgroundWaits {
         let (pace, cpus, stop) = lending(1);
         let gated = Arc::new(Gated::default());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let first = run(&pace, &gated, deadline);
+        let first = run(&pace, &gated, Instant::now() + Duration::from_secs(60));
         settle().await;
         cpus.idle(2);
         let token = CancellationToken::new();
@@ -641,7 +652,30 @@ mod tests {
         for _ in 0..3 {
             tick().await;
         }
-        assert_eq!(started(&gated), 1, "background work waits for its slot");
+        assert_eq!(started(&gated), 1, "background work is lent no run");
+        BackgroundWaits {
+            pace,
+            cpus,
+            stop,
+            gated,
+            first,
+            token,
+            background,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_background_work_is_lent_no_run_and_runs_lent_to_nobody_lapse() {
+        let BackgroundWaits {
+            pace,
+            cpus,
+            stop,
+            gated,
+            first,
+            background,
+            ..
+        } = background_waits().await;
+        let deadline = Instant::now() + Duration::from_secs(60);
         // Runs lent meanwhile went to nobody and lapse at the next look: a
         // runtime operation arriving after it, the CPUs busy, waits.
         cpus.idle(0);
@@ -684,18 +718,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn pace_background_work_promoted_while_it_waits_is_lent_a_run_as_a_runtime_operation() {
-        let (pace, cpus, stop) = lending(1);
-        let gated = Arc::new(Gated::default());
-        let first = run(&pace, &gated, Instant::now() + Duration::from_secs(60));
-        settle().await;
-        cpus.idle(2);
-        let token = CancellationToken::new();
-        let background = run_background(&pace, &gated, &token);
-        settle().await;
-        for _ in 0..3 {
-            tick().await;
-        }
-        assert_eq!(started(&gated), 1, "background work is lent no run");
+        let BackgroundWaits {
+            stop,
+            gated,
+            first,
+            token,
+            background,
+            ..
+        } = background_waits().await;
         // A runtime request of its container now waits behind it.
         token.cancel();
         settle().await;
