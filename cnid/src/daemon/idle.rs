@@ -74,9 +74,11 @@ fn parse(text: &str) -> Option<CpuTimes> {
         .take_while(|l| l.starts_with("cpu"))
         .filter(|l| l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
         .count();
+    // Checked: counters that overflow are no reading (a panic in a debug
+    // build, and a wrapped total in a release one).
     Some(CpuTimes {
-        idle: ticks[3] + ticks[4],
-        total: ticks.iter().sum(),
+        idle: ticks[3].checked_add(ticks[4])?,
+        total: ticks.iter().try_fold(0u64, |sum, &t| sum.checked_add(t))?,
         cpus: u32::try_from(cpus).ok().filter(|&n| n > 0)?,
     })
 }
@@ -102,6 +104,19 @@ mod tests {
         assert_eq!(parse("intr 1 2\n"), None, "no cpu line");
         assert_eq!(parse("cpu  1 2 x 4 5\ncpu0 1 2 3 4 5\n"), None);
         assert_eq!(parse("cpu  1 2 3 4 5 0 0 0\n"), None, "no CPU counted");
+    }
+
+    #[test]
+    fn idle_counters_whose_sum_overflows_are_unreadable_not_a_panic() {
+        let max = u64::MAX;
+        assert_eq!(
+            parse(&format!("cpu  {max} 1 0 0 0 0 0 0\ncpu0 0 0 0 0 0\n")),
+            None
+        );
+        assert_eq!(
+            parse(&format!("cpu  0 0 0 {max} 1 0 0 0\ncpu0 0 0 0 0 0\n")),
+            None
+        );
     }
 
     #[test]
