@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::support::cpus::{Cpus, FakeCpus};
-use crate::support::daemon::{Daemon, Dirs, eventually_async, gated_network, runs};
+use crate::support::daemon::{Daemon, Dirs, Run, eventually_async, gated_network, runs};
 use crate::support::gate::Gate;
 use cnid::api::AttachmentRequest;
 use cnid::client::{Client, ClientError};
@@ -33,31 +33,40 @@ const LENT_BEFORE: Duration = Duration::from_secs(5);
 /// A daemon with `slots` slots seeing `cpus`, whose ADDs of containers
 /// named `hold-*` wait at `gate`; and the dir of its plugin's records.
 fn start(dirs: &Dirs, gate: &Gate, cpus: &FakeCpus, slots: usize) -> (Daemon, PathBuf) {
+    start_with(dirs, gate, cpus, &["--plugin-slots", &slots.to_string()])
+}
+
+/// [`start`] with the daemon's arguments `args`.
+fn start_with(dirs: &Dirs, gate: &Gate, cpus: &FakeCpus, args: &[&str]) -> (Daemon, PathBuf) {
     let records = gated_network(
         dirs,
         ("10-plend.conflist", NET, "rec"),
         r#"[ "$CNI_COMMAND" = ADD ] && case "$CNI_CONTAINERID" in hold-*) true;; *) false;; esac"#,
         gate,
     );
-    let daemon = Daemon::start_with(dirs, &["--plugin-slots", &slots.to_string()], |c| {
-        cpus.install(c)
-    });
+    let daemon = Daemon::start_with(dirs, args, |c| cpus.install(c));
     (daemon, records)
 }
 
 /// How long after the first holder's plugin the ADD plugin of `cid`
 /// started (from the plugin's records, once the holders ended).
 fn started_after_the_holders(records: &Path, cid: &str) -> Duration {
+    run_after_the_holders(records, cid, |r| r.command == "ADD")
+}
+
+/// How long after the first holder's plugin the first run of `cid` that
+/// `pick` picks started.
+fn run_after_the_holders(records: &Path, cid: &str, pick: impl Fn(&Run) -> bool) -> Duration {
     let r = runs(records);
-    let start = |pick: &dyn Fn(&str) -> bool| {
+    let first = |of: &dyn Fn(&Run) -> bool| {
         r.iter()
-            .filter(|x| x.command == "ADD" && pick(&x.container))
+            .filter(|x| of(x))
             .map(|x| x.start)
             .min()
-            .unwrap_or_else(|| panic!("no ADD of {cid} recorded: {r:?}"))
+            .unwrap_or_else(|| panic!("no run of {cid} recorded: {r:?}"))
     };
-    let held = start(&|c| c.starts_with("hold-"));
-    let ran = start(&|c| c == cid);
+    let held = first(&|x| x.command == "ADD" && x.container.starts_with("hold-"));
+    let ran = first(&|x| x.container == cid && pick(x));
     Duration::from_nanos(ran.saturating_sub(held) as u64)
 }
 
@@ -230,4 +239,54 @@ async fn daemon_pacing_an_add_waiting_for_a_slot_at_shutdown_is_still_lent_a_run
     );
     let status = daemon.wait(WAIT).expect("cnid exits after the drain");
     assert!(status.success(), "{status}; log:\n{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_pacing_a_periodic_check_waiting_for_a_slot_is_lent_a_run_once_a_request_of_its_container_waits_behind_it()
+ {
+    crate::support::require_root!();
+    let dirs = Dirs::new();
+    let gate = Gate::new(dirs.root());
+    // Busy while the scene is set: the holder holds the slot, not lent.
+    let cpus = FakeCpus::new(dirs.root(), Cpus::Busy);
+    let args = ["--plugin-slots", "1", "--check-every", "1s"];
+    let (daemon, records) = start_with(&dirs, &gate, &cpus, &args);
+    let client = daemon.client().await;
+    let bg = AttachmentRequest::new("bg", dirs.netns("bg"), "eth0");
+    client.add(NET, &bg).await.expect("ADD bg");
+    let held = hold(&daemon, &dirs, &gate, 1).await;
+    let holder = client.operations(Some("hold-0")).await.unwrap()[0].id;
+    // A periodic CHECK of bg that arrived after the holder took the only
+    // slot: out of its queue, it waits for the slot (background work is
+    // lent no run).
+    eventually_async(
+        WAIT,
+        "a periodic CHECK of bg waiting for the slot",
+        || async {
+            client
+                .operations(Some("bg"))
+                .await
+                .unwrap()
+                .iter()
+                .any(|o| o.verb == "CHECK" && o.state == "running" && o.id > holder)
+        },
+    )
+    .await;
+    // The CPUs idle; a runtime CHECK of bg waits behind the periodic one.
+    cpus.set(Cpus::Idle);
+    let mut check = bg.clone();
+    check.cni_args = "SEQ=7".into();
+    check.timeout_ms = Some(120_000);
+    client
+        .check(NET, &check)
+        .await
+        .expect("the runtime CHECK of bg");
+    assert!(!held[0].is_finished(), "the holder still in its plugin");
+    release(&gate, held).await;
+    let checked =
+        run_after_the_holders(&records, "bg", |r| r.command == "CHECK" && r.seq == Some(7));
+    assert!(
+        checked < LENT_BEFORE,
+        "the runtime CHECK of bg started {checked:?} after the holder (its slot's lease: {SLOT_LEASE:?}): the periodic CHECK ahead of it was lent no run"
+    );
 }
