@@ -40,7 +40,7 @@
 //! fewer of the burst's runnable (measured: BENCHMARKS.md).
 //!
 //! Pacing holds operations back only while the CPUs are busy: it is
-//! work-conserving. While operations wait, [`Pace::lend`] looks every
+//! work-conserving. While operations wait, `Pace::lend` looks every
 //! [`LEND_TICK`] at how many CPUs idled since its last look (`idle`) and
 //! lets as many waiting runtime operations run without a slot, the
 //! longest waiting first (background work once promoted: a runtime
@@ -107,7 +107,7 @@ pub const SLOT_LEASE: Duration = Duration::from_secs(10);
 /// sandboxes through containerd's CRI"): 100 RunPodSandbox at concurrency
 /// 16 and 32 against the chain run by containerd itself. Safe as a default
 /// because pacing lends a run to a waiting operation while a CPU idles
-/// ([`Pace::lend`]): slots held by plugins that wait (a slow DHCP server, a
+/// (`Pace::lend`): slots held by plugins that wait (a slow DHCP server, a
 /// hung plugin) do not hold the node's other operations back while the
 /// CPUs have room.
 pub fn default_slots() -> usize {
@@ -129,7 +129,7 @@ pub(crate) struct Pace {
     wanting: AtomicUsize,
     /// Operations waiting for a slot.
     waiting: AtomicUsize,
-    /// Runs lent while CPUs idle ([`Pace::lend`]): a runtime operation
+    /// Runs lent while CPUs idle (`Pace::lend`): a runtime operation
     /// waiting for a slot that takes one runs without a slot.
     lent: Semaphore,
     /// An operation began to wait (wakes the lender).
