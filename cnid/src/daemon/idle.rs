@@ -5,8 +5,9 @@
 //!
 //! # Caveats
 //! - `/proc/stat` counts the whole node (the host's CPUs, in a container):
-//!   a CPU quota of cnid's cgroup is not seen, nor whose work kept a CPU
-//!   busy.
+//!   a CPU quota or cpuset of cnid's cgroup (or its CPU affinity) is not
+//!   seen, nor whose work kept a CPU busy; a CPU idle outside cnid's
+//!   cpuset lends a run its plugins cannot use.
 //! - The kernel counts in ticks of 10 ms (`USER_HZ`), so a reading over
 //!   100 ms on 2 CPUs is 20 ticks: good to about a tenth of a CPU.
 //! - Time waiting for I/O (`iowait`) counts as idle: the CPU was free.
