@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::support::cpus::{Cpus, FakeCpus};
 use crate::support::daemon::{Daemon, Dirs, eventually_async, recording_plugin, runs};
 use crate::support::gate::Gate;
 use cnid::api::AttachmentRequest;
@@ -41,7 +42,14 @@ async fn daemon_pacing_a_periodic_check_never_takes_the_slot_a_runtime_request_w
         "10-pbg.conflist",
         &json!({"cniVersion": "1.0.0", "name": NET, "plugins": [{"type": "rec"}]}),
     );
-    let daemon = Daemon::start(&dirs, &["--plugin-slots", "1", "--check-every", "1s"]);
+    // The CPUs busy, whatever the machine does: the slots hold (nothing
+    // is lent a run), as this test needs.
+    let cpus = FakeCpus::new(dirs.root(), Cpus::Busy);
+    let daemon = Daemon::start_with(
+        &dirs,
+        &["--plugin-slots", "1", "--check-every", "1s"],
+        |c| cpus.install(c),
+    );
     let client = daemon.client().await;
     let req = |cid: &str| AttachmentRequest::new(cid, dirs.netns(cid), "eth0");
     client.add(NET, &req("bg")).await.expect("ADD bg");

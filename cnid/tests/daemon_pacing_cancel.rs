@@ -7,6 +7,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use crate::support::cpus::{Cpus, FakeCpus};
 use crate::support::daemon::{Daemon, Dirs, eventually_async, gated_network, runs};
 use crate::support::gate::Gate;
 use cnid::api::AttachmentRequest;
@@ -26,7 +27,10 @@ async fn daemon_pacing_an_add_whose_client_left_while_it_waited_for_a_slot_never
         r#"[ "$CNI_COMMAND:$CNI_CONTAINERID" = ADD:hold ]"#,
         &gate,
     );
-    let daemon = Daemon::start(&dirs, &["--plugin-slots", "1"]);
+    // The CPUs busy, whatever the machine does: the slots hold (nothing
+    // is lent a run), as this test needs.
+    let cpus = FakeCpus::new(dirs.root(), Cpus::Busy);
+    let daemon = Daemon::start_with(&dirs, &["--plugin-slots", "1"], |c| cpus.install(c));
     let client = daemon.client().await;
     let hold = {
         let (socket, r) = (

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::cpus::{Cpus, FakeCpus};
 use crate::support::daemon::{Daemon, Dirs, gated_network, raise_nofile};
 use crate::support::gate::{Gate, LOAD_MARGIN};
 use cnid::api::AttachmentRequest;
@@ -26,7 +27,10 @@ async fn daemon_pacing_a_burst_larger_than_the_slots_keeps_each_short_deadline()
         r#"[ "$CNI_COMMAND" = ADD ]"#,
         &gate,
     );
-    let daemon = Daemon::start(&dirs, &["--plugin-slots", "1"]);
+    // The CPUs busy, whatever the machine does: the slots hold (nothing
+    // is lent a run), as this test needs.
+    let cpus = FakeCpus::new(dirs.root(), Cpus::Busy);
+    let daemon = Daemon::start_with(&dirs, &["--plugin-slots", "1"], |c| cpus.install(c));
     let adds: Vec<_> = (0..N)
         .map(|i| {
             let cid = format!("d-{i}");

@@ -15,6 +15,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::support::cpus::{Cpus, FakeCpus};
 use crate::support::daemon::{Daemon, Dirs, eventually_async, raise_nofile};
 use crate::support::gate::Gate;
 use cnid::api::AttachmentRequest;
@@ -288,6 +289,51 @@ async fn daemon_pacing_a_burst_cut_short_by_deadlines_and_disconnects_leaves_no_
             .any(|r| r.0.starts_with("gated-") && !r.0.starts_with("gated-hold") && r.1 < base),
         "plugins started while the burst waited on 2 slots are boosted: {rec:?}"
     );
+    assert_threads_at(&daemon, base);
+    assert_idle_add_at(&dirs, &daemon, &records, base).await;
+    assert_threads_at(&daemon, base);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_pacing_a_burst_lent_runs_while_the_cpus_idle_leaves_no_boost_behind() {
+    crate::support::require_root!();
+    raise_nofile();
+    const N: usize = 16;
+    let dirs = Dirs::new();
+    let gate = Gate::new(dirs.root());
+    let records = setup(&dirs, &gate);
+    let base = own_nice();
+    // The CPUs busy until the whole burst waits behind the held slot; then
+    // idle: the waiting operations are lent runs, two (CPUs) at each look,
+    // while the others still wait.
+    let cpus = FakeCpus::new(dirs.root(), Cpus::Busy);
+    let daemon = Daemon::start_with(&dirs, &["--plugin-slots", "1"], |c| cpus.install(c));
+    let held = hold_the_slot(&dirs, &daemon, &gate).await;
+    let adds = burst(&dirs, &daemon, &gate, N, 1, None).await;
+    cpus.set(Cpus::Idle);
+    gate.wait_started(N + 1).await;
+    let burst: Vec<_> = recorded(&records)
+        .into_iter()
+        .filter(|r| r.0.starts_with("gated-") && r.0 != "gated-hold")
+        .collect();
+    assert_eq!(
+        burst.len(),
+        N,
+        "every ADD lent a run, the slot held: {burst:?}"
+    );
+    assert!(
+        burst.iter().any(|r| r.1 < base),
+        "plugins lent a run while others waited are boosted: {burst:?}"
+    );
+    for (cid, own, child) in &burst {
+        assert_eq!(own, child, "{cid}: a plugin's child starts with its nice");
+        assert!(*own <= base, "{cid}: never below cnid's weight");
+    }
+    gate.release();
+    held.await.unwrap().expect("ADD holding the slot");
+    for a in adds {
+        a.await.unwrap().expect("ADD of the burst");
+    }
     assert_threads_at(&daemon, base);
     assert_idle_add_at(&dirs, &daemon, &records, base).await;
     assert_threads_at(&daemon, base);

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::cpus::{Cpus, FakeCpus};
 use crate::support::daemon::{Daemon, Dirs, eventually_async, gated_network, recording_plugin};
 use crate::support::gate::{Gate, LOAD_MARGIN};
 use cnid::api::{GcRequest, SandboxNetwork, SandboxRequest};
@@ -31,7 +32,10 @@ async fn daemon_pacing_a_sandbox_step_waiting_for_a_gc_does_not_hold_the_slot_th
         "20-b.conflist",
         &json!({"cniVersion": "1.1.0", "name": SECOND, "plugins": [{"type": "rec"}]}),
     );
-    let daemon = Daemon::start(&dirs, &["--plugin-slots", "1"]);
+    // The CPUs busy, whatever the machine does: the slots hold (nothing
+    // is lent a run), as this test needs.
+    let cpus = FakeCpus::new(dirs.root(), Cpus::Busy);
+    let daemon = Daemon::start_with(&dirs, &["--plugin-slots", "1"], |c| cpus.install(c));
     let client = daemon.client().await;
     // The sandbox's first step runs (its plugin held at the gate).
     let sandbox = {

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::cpus::{Cpus, FakeCpus};
 use crate::support::daemon::{Daemon, Dirs, gated_network};
 use crate::support::gate::{Gate, LOAD_MARGIN};
 use cnid::api::AttachmentRequest;
@@ -21,7 +22,10 @@ async fn daemon_pacing_a_status_does_not_wait_for_a_slot_held_by_a_burst() {
         r#"[ "$CNI_COMMAND" = ADD ]"#,
         &gate,
     );
-    let daemon = Daemon::start(&dirs, &["--plugin-slots", "1"]);
+    // The CPUs busy, whatever the machine does: the slots hold (nothing
+    // is lent a run), as this test needs.
+    let cpus = FakeCpus::new(dirs.root(), Cpus::Busy);
+    let daemon = Daemon::start_with(&dirs, &["--plugin-slots", "1"], |c| cpus.install(c));
     let client = daemon.client().await;
     let add = {
         let client = daemon.client().await;

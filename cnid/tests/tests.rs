@@ -51,6 +51,7 @@ mod daemon_owner_conflict;
 mod daemon_pacing_background;
 mod daemon_pacing_cancel;
 mod daemon_pacing_deadlines;
+mod daemon_pacing_lend;
 mod daemon_pacing_nice;
 mod daemon_pacing_sandbox;
 mod daemon_pacing_status;

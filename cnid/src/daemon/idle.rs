@@ -5,8 +5,9 @@
 //!
 //! # Caveats
 //! - `/proc/stat` counts the whole node (the host's CPUs, in a container):
-//!   a CPU quota of cnid's cgroup is not seen, nor whose work kept a CPU
-//!   busy.
+//!   a CPU quota or cpuset of cnid's cgroup (or its CPU affinity) is not
+//!   seen, nor whose work kept a CPU busy; a CPU idle outside cnid's
+//!   cpuset lends a run its plugins cannot use.
 //! - The kernel counts in ticks of 10 ms (`USER_HZ`), so a reading over
 //!   100 ms on 2 CPUs is 20 ticks: good to about a tenth of a CPU.
 //! - Time waiting for I/O (`iowait`) counts as idle: the CPU was free.
@@ -74,9 +75,11 @@ fn parse(text: &str) -> Option<CpuTimes> {
         .take_while(|l| l.starts_with("cpu"))
         .filter(|l| l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
         .count();
+    // Checked: counters that overflow are no reading (a panic in a debug
+    // build, and a wrapped total in a release one).
     Some(CpuTimes {
-        idle: ticks[3] + ticks[4],
-        total: ticks.iter().sum(),
+        idle: ticks[3].checked_add(ticks[4])?,
+        total: ticks.iter().try_fold(0u64, |sum, &t| sum.checked_add(t))?,
         cpus: u32::try_from(cpus).ok().filter(|&n| n > 0)?,
     })
 }
@@ -102,6 +105,19 @@ mod tests {
         assert_eq!(parse("intr 1 2\n"), None, "no cpu line");
         assert_eq!(parse("cpu  1 2 x 4 5\ncpu0 1 2 3 4 5\n"), None);
         assert_eq!(parse("cpu  1 2 3 4 5 0 0 0\n"), None, "no CPU counted");
+    }
+
+    #[test]
+    fn idle_counters_whose_sum_overflows_are_unreadable_not_a_panic() {
+        let max = u64::MAX;
+        assert_eq!(
+            parse(&format!("cpu  {max} 1 0 0 0 0 0 0\ncpu0 0 0 0 0 0\n")),
+            None
+        );
+        assert_eq!(
+            parse(&format!("cpu  0 0 0 {max} 1 0 0 0\ncpu0 0 0 0 0 0\n")),
+            None
+        );
     }
 
     #[test]

@@ -417,7 +417,11 @@ pub async fn run(config: Config) -> Result<bool, Error> {
 
     let tracker = TaskTracker::new();
     let stop = CancellationToken::new();
-    tracker.spawn(pace.clone().lend(stop.clone()));
+    // Lending goes on through the shutdown's drain, where operations still
+    // wait for slots: it ends when `run` returns, not at `stop`.
+    let lending = CancellationToken::new();
+    let _lending = lending.clone().drop_guard();
+    tokio::spawn(pace.clone().lend(lending));
     let cni_cache = cni.cache().clone();
     let (stale, drift) = (Arc::default(), Arc::default());
     let journal = intents.clone();

@@ -40,13 +40,14 @@
 //! fewer of the burst's runnable (measured: BENCHMARKS.md).
 //!
 //! Pacing holds operations back only while the CPUs are busy: it is
-//! work-conserving. While operations wait, [`Pace::lend`] looks every
+//! work-conserving. While operations wait, `Pace::lend` looks every
 //! [`LEND_TICK`] at how many CPUs idled since its last look (`idle`) and
 //! lets as many waiting runtime operations run without a slot, the
-//! longest waiting first. Slots held by plugins that wait (DHCP, an IPAM
-//! server across the network, a hung plugin) so hold back nobody while a
-//! CPU has room; in a burst of chains that compute, the CPUs stay busy and
-//! the slots hold.
+//! longest waiting first (background work once promoted: a runtime
+//! request of its container waits behind it). Slots held by plugins that
+//! wait (DHCP, an IPAM server across the network, a hung plugin) so hold
+//! back nobody while a CPU has room; in a burst of chains that compute,
+//! the CPUs stay busy and the slots hold.
 //!
 //! # Caveats
 //!
@@ -67,6 +68,12 @@
 //!   most [`SLOT_WAIT`] (a slot's lease, [`SLOT_LEASE`], bounds what one
 //!   holds). A lent operation runs to its end without a slot, and counts as
 //!   running for the weight.
+//! - Without CPU times (`/proc/stat` unreadable, as when cnid is out of
+//!   descriptors) a look lends nothing; lending resumes at the second look
+//!   that reads them.
+//! - The daemon lends until its end (`run`), through the shutdown's
+//!   drain: an operation that still waits for a slot then is lent a run as
+//!   before it.
 //! - STATUS is not paced (`Engine::run`): a readiness probe answers during
 //!   a burst.
 
@@ -100,7 +107,7 @@ pub const SLOT_LEASE: Duration = Duration::from_secs(10);
 /// sandboxes through containerd's CRI"): 100 RunPodSandbox at concurrency
 /// 16 and 32 against the chain run by containerd itself. Safe as a default
 /// because pacing lends a run to a waiting operation while a CPU idles
-/// ([`Pace::lend`]): slots held by plugins that wait (a slow DHCP server, a
+/// (`Pace::lend`): slots held by plugins that wait (a slow DHCP server, a
 /// hung plugin) do not hold the node's other operations back while the
 /// CPUs have room.
 pub fn default_slots() -> usize {
@@ -122,7 +129,7 @@ pub(crate) struct Pace {
     wanting: AtomicUsize,
     /// Operations waiting for a slot.
     waiting: AtomicUsize,
-    /// Runs lent while CPUs idle ([`Pace::lend`]): a runtime operation
+    /// Runs lent while CPUs idle (`Pace::lend`): a runtime operation
     /// waiting for a slot that takes one runs without a slot.
     lent: Semaphore,
     /// An operation began to wait (wakes the lender).
@@ -153,7 +160,10 @@ impl Pace {
     /// the last look and lets that many (rounded) of the waiting runtime
     /// operations run without a slot, the longest waiting first. Runs
     /// lent and not taken within a tick lapse. Without CPU times (no
-    /// `/proc/stat`) it lends nothing: pacing as without it.
+    /// `/proc/stat`) it lends nothing: pacing as without it; once they
+    /// can be read again, it lends from the second look on. Background
+    /// work is lent a run once promoted (a runtime request of its
+    /// container waits behind it), as the runtime operation would be.
     pub(crate) async fn lend(self: Arc<Self>, stop: CancellationToken) {
         if self.slots.is_some() {
             stop.run_until_cancelled(self.lend_while_idle()).await;
@@ -167,9 +177,7 @@ impl Pace {
                 began.await;
                 continue;
             }
-            let Some(mut last) = self.probe.read() else {
-                return;
-            };
+            let mut last = self.probe.read();
             loop {
                 tokio::time::sleep(LEND_TICK).await;
                 self.lent.forget_permits(usize::MAX);
@@ -177,12 +185,14 @@ impl Pace {
                 if waiting == 0 {
                     break;
                 }
-                let Some(now) = self.probe.read() else {
-                    return;
-                };
-                let idle = last.idle_cpus_until(now).round() as usize;
+                // A failed read (out of descriptors in a flood) lends
+                // nothing until two in a row succeed: it never ends lending.
+                let now = self.probe.read();
+                if let (Some(last), Some(now)) = (last, now) {
+                    let idle = last.idle_cpus_until(now).round() as usize;
+                    self.lent.add_permits(idle.min(waiting));
+                }
                 last = now;
-                self.lent.add_permits(idle.min(waiting));
             }
         }
     }
@@ -224,11 +234,12 @@ impl Pace {
         let waiting = Counted::enter(&self.waiting);
         self.began_waiting.notify_one();
         let lent = async {
-            match background {
-                // The daemon's own work waits for its slot.
-                Some(_) => std::future::pending().await,
-                None => self.lent.acquire().await.map(|run| run.forget()),
+            if let Some(promoted) = background {
+                // The daemon's own work waits for its slot, until a runtime
+                // request of its container waits behind it.
+                promoted.cancelled().await;
             }
+            self.lent.acquire().await.map(|run| run.forget())
         };
         let slot = tokio::select! {
             slot = tokio::time::timeout(wait, slots.for_op(background)) => slot.ok().flatten(),
@@ -489,6 +500,8 @@ mod tests {
         now: std::sync::Mutex<crate::daemon::idle::CpuTimes>,
         /// (idle, total) ticks added per read, over 2 CPUs.
         step: std::sync::Mutex<(u64, u64)>,
+        /// Reads fail (as `/proc/stat` unreadable) while set.
+        unreadable: std::sync::atomic::AtomicBool,
     }
 
     impl FakeCpus {
@@ -500,6 +513,7 @@ mod tests {
                     cpus: 2,
                 }),
                 step: std::sync::Mutex::new((0, 20)),
+                unreadable: std::sync::atomic::AtomicBool::new(false),
             })
         }
 
@@ -507,10 +521,18 @@ mod tests {
         fn idle(&self, cpus: u64) {
             *self.step.lock().unwrap() = (cpus * 10, 20);
         }
+
+        /// Reads fail from now on while `unreadable`.
+        fn unreadable(&self, unreadable: bool) {
+            self.unreadable.store(unreadable, Ordering::SeqCst);
+        }
     }
 
     impl CpuProbe for FakeCpus {
         fn read(&self) -> Option<crate::daemon::idle::CpuTimes> {
+            if self.unreadable.load(Ordering::SeqCst) {
+                return None;
+            }
             let (idle, total) = *self.step.lock().unwrap();
             let mut now = self.now.lock().unwrap();
             now.idle += idle;
@@ -605,34 +627,55 @@ mod tests {
         stop.cancel();
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn pace_background_work_is_lent_no_run_and_runs_lent_to_nobody_lapse() {
+    /// One slot, held by a gated runtime operation (`first`); background
+    /// work (`background`, promoted by `token`) waiting for it three looks
+    /// while both CPUs idle.
+    struct BackgroundWaits {
+        pace: Arc<Pace>,
+        cpus: Arc<FakeCpus>,
+        stop: CancellationToken,
+        gated: Arc<Gated>,
+        first: tokio::task::JoinHandle<Duration>,
+        token: CancellationToken,
+        background: tokio::task::JoinHandle<Result<(), Abandoned>>,
+    }
+
+    async fn background_waits() -> BackgroundWaits {
         let (pace, cpus, stop) = lending(1);
         let gated = Arc::new(Gated::default());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let first = run(&pace, &gated, deadline);
+        let first = run(&pace, &gated, Instant::now() + Duration::from_secs(60));
         settle().await;
         cpus.idle(2);
         let token = CancellationToken::new();
-        let background = {
-            let (pace, token, gated) = (pace.clone(), token.clone(), gated.clone());
-            tokio::spawn(async move {
-                pace.run(
-                    Some(&token),
-                    || Duration::from_secs(60),
-                    std::future::pending(),
-                    || async {
-                        gated.started.fetch_add(1, Ordering::SeqCst);
-                    },
-                )
-                .await
-            })
-        };
+        let background = run_background(&pace, &gated, &token);
         settle().await;
         for _ in 0..3 {
             tick().await;
         }
-        assert_eq!(started(&gated), 1, "background work waits for its slot");
+        assert_eq!(started(&gated), 1, "background work is lent no run");
+        BackgroundWaits {
+            pace,
+            cpus,
+            stop,
+            gated,
+            first,
+            token,
+            background,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_background_work_is_lent_no_run_and_runs_lent_to_nobody_lapse() {
+        let BackgroundWaits {
+            pace,
+            cpus,
+            stop,
+            gated,
+            first,
+            background,
+            ..
+        } = background_waits().await;
+        let deadline = Instant::now() + Duration::from_secs(60);
         // Runs lent meanwhile went to nobody and lapse at the next look: a
         // runtime operation arriving after it, the CPUs busy, waits.
         cpus.idle(0);
@@ -650,6 +693,127 @@ mod tests {
         background.await.unwrap().unwrap();
         assert_eq!(started(&gated), 3);
         stop.cancel();
+    }
+
+    /// Background work with `token` as its promotion token, counted in
+    /// `gated` when it starts.
+    fn run_background(
+        pace: &Arc<Pace>,
+        gated: &Arc<Gated>,
+        token: &CancellationToken,
+    ) -> tokio::task::JoinHandle<Result<(), Abandoned>> {
+        let (pace, token, gated) = (pace.clone(), token.clone(), gated.clone());
+        tokio::spawn(async move {
+            pace.run(
+                Some(&token),
+                || Duration::from_secs(60),
+                std::future::pending(),
+                || async {
+                    gated.started.fetch_add(1, Ordering::SeqCst);
+                },
+            )
+            .await
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_background_work_promoted_while_it_waits_is_lent_a_run_as_a_runtime_operation() {
+        let BackgroundWaits {
+            stop,
+            gated,
+            first,
+            token,
+            background,
+            ..
+        } = background_waits().await;
+        // A runtime request of its container now waits behind it.
+        token.cancel();
+        settle().await;
+        tick().await;
+        assert_eq!(
+            started(&gated),
+            2,
+            "promoted, it is lent a run while the CPUs idle, as the runtime operation behind it would be"
+        );
+        background.await.unwrap().unwrap();
+        gated.gate.notify_waiters();
+        first.await.unwrap();
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_cpu_times_unreadable_for_a_while_lend_nothing_meanwhile_and_lending_resumes_after()
+     {
+        let (pace, cpus, stop) = lending(1);
+        let gated = Arc::new(Gated::default());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let first = run(&pace, &gated, deadline);
+        settle().await;
+        cpus.unreadable(true);
+        cpus.idle(2);
+        let second = run(&pace, &gated, deadline);
+        settle().await;
+        for _ in 0..5 {
+            tick().await;
+        }
+        assert_eq!(started(&gated), 1, "no CPU times: nothing lent");
+        // Readable again (a read failed for a while: out of descriptors).
+        cpus.unreadable(false);
+        tick().await;
+        tick().await;
+        assert_eq!(started(&gated), 2, "lending resumed once readable");
+        // Unreadable while a burst waits, then readable: the same.
+        let third = run(&pace, &gated, deadline);
+        cpus.unreadable(true);
+        settle().await;
+        for _ in 0..3 {
+            tick().await;
+        }
+        assert_eq!(started(&gated), 2);
+        cpus.unreadable(false);
+        tick().await;
+        tick().await;
+        assert_eq!(started(&gated), 3, "lending resumed again");
+        gated.gate.notify_waiters();
+        first.await.unwrap();
+        second.await.unwrap();
+        third.await.unwrap();
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pace_the_lender_wakes_for_each_burst_leaves_no_run_between_them_and_ends_when_stopped()
+    {
+        let cpus = FakeCpus::new();
+        cpus.idle(2);
+        let pace = Arc::new(Pace::with_probe(1, cpus.clone()));
+        let stop = CancellationToken::new();
+        let lender = tokio::spawn(pace.clone().lend(stop.clone()));
+        let gated = Arc::new(Gated::default());
+        for burst in 0..3 {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let first = run(&pace, &gated, deadline);
+            settle().await;
+            let second = run(&pace, &gated, deadline);
+            settle().await;
+            assert_eq!(started(&gated), 2 * burst + 1);
+            tick().await;
+            tick().await;
+            assert_eq!(started(&gated), 2 * burst + 2, "burst {burst}: lent");
+            gated.gate.notify_waiters();
+            first.await.unwrap();
+            second.await.unwrap();
+            // Nobody waits: the lender waits for the next burst, and no
+            // run is left over for it.
+            for _ in 0..5 {
+                tick().await;
+            }
+            assert_eq!(pace.lent.available_permits(), 0, "after burst {burst}");
+            assert_eq!(pace.boost(), 0);
+        }
+        stop.cancel();
+        settle().await;
+        assert!(lender.is_finished(), "the lender ended when stopped");
     }
 
     #[test]

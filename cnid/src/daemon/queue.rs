@@ -23,7 +23,9 @@
 //!   started yet when a runtime request of its container arrives (which
 //!   would wait behind it for a background slot), a periodic CHECK is
 //!   dropped and a reap takes a runtime slot instead: the runtime request
-//!   may depend on it (an ADD of the reaped attachment).
+//!   may depend on it (an ADD of the reaped attachment). Either, once it
+//!   took its turn, is promoted: it takes a runtime pacing slot, and is
+//!   lent a run as runtime operations are (`pace`).
 //! - **Coalescing**: a DEL identical to the last queued operation of its
 //!   container (also a DEL, same network, interface, netns and arguments,
 //!   not started yet) does not queue again; it waits for that one and gets
@@ -422,13 +424,15 @@ impl Scheduler {
         };
         drop(st);
         for o in superseded {
-            if o.periodic {
-                self.cancel_queued(&o, || {
+            // A periodic CHECK that took its turn (it may still wait for a
+            // pacing slot) is promoted as a reap is.
+            let dropped = o.periodic
+                && self.cancel_queued(&o, || {
                     ApiError::internal(
                         "periodic CHECK dropped: a runtime request of its container arrived",
                     )
                 });
-            } else {
+            if !dropped {
                 o.promoted.cancel();
             }
         }
@@ -951,6 +955,24 @@ mod tests {
         s.state().background.get(cid).map_or(0, Vec::len)
     }
 
+    /// A periodic CHECK out of its queue (it took its turn, and may wait
+    /// for a pacing slot, its plugins not run) is promoted by a runtime
+    /// request of its container, as a reap is: the request waits behind it,
+    /// so it takes a runtime slot and pacing may lend it a run (`pace`).
+    #[tokio::test]
+    async fn a_periodic_check_that_took_its_turn_is_promoted_by_a_runtime_request() {
+        let s = sched(4);
+        let (_w, _) = s.enqueue(periodic("c1")).unwrap();
+        let (op, ticket) = s.next_for("c1").unwrap();
+        let _turn = s.acquire(&op, ticket).await.unwrap();
+        assert!(!op.promoted.is_cancelled());
+        let (_runtime, _) = s.enqueue(del("c1", "m")).unwrap();
+        assert!(
+            op.promoted.is_cancelled(),
+            "a runtime request waits behind it: promoted"
+        );
+    }
+
     /// The count of background operations per container follows every way
     /// an operation leaves: dropped by a runtime request, cancelled by its
     /// waiter, out of time while queued, run to its end, refused at
@@ -1081,6 +1103,11 @@ mod tests {
                                 assert!(
                                     !op.periodic || phase == OpPhase::Running,
                                     "round {round} step {step}: a superseded periodic CHECK stayed"
+                                );
+                                // One that took its turn is promoted.
+                                assert!(
+                                    !op.periodic || op.promoted.is_cancelled(),
+                                    "round {round} step {step}: a running periodic CHECK not promoted"
                                 );
                                 // A reap not started takes a runtime slot.
                                 assert!(

@@ -4,11 +4,13 @@
 //! [`require_root!`]), plus what is cnid's own: the daemon as a real process
 //! ([`daemon`]), running the built cnitool in a sandbox ([`tool`]), and
 //! `cnid-shim` as a runtime runs it, with the Go clients ([`shim`]), and
-//! what the crash soaks share ([`soak`]), cnitool as `nobody` ([`nobody`]).
+//! what the crash soaks share ([`soak`]), cnitool as `nobody` ([`nobody`]),
+//! the CPU times a cnid's pacing sees ([`cpus`]).
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub use cni_test_support::{executable, fake, gate, netns, noop, require_root};
 
+pub mod cpus;
 pub mod daemon;
 pub mod nobody;
 pub mod reaper;
