@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::support::cpus::{Cpus, FakeCpus};
 use crate::support::daemon::{Daemon, Dirs, Run, eventually_async, gated_network, runs};
 use crate::support::gate::Gate;
+use crate::support::reaper::metric;
 use cnid::api::AttachmentRequest;
 use cnid::client::{Client, ClientError};
 
@@ -157,6 +158,18 @@ async fn daemon_pacing_while_the_cpus_idle_32_adds_behind_slots_held_by_waiting_
     assert!(
         held.iter().all(|h| !h.is_finished()),
         "the holders still in their plugins"
+    );
+    let m = daemon.client().await.metrics().await.unwrap();
+    let paced = |how: &str| {
+        metric(
+            &m,
+            &format!("cnid_paced_operations_total{{how=\"{how}\"}} "),
+        )
+    };
+    assert_eq!(
+        (paced("slot"), paced("lent"), paced("waited_out")),
+        (2, N as u64, 0),
+        "the holders in their slots, every other one lent a run"
     );
     release(&gate, held).await;
     let last = (0..N)

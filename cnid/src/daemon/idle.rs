@@ -11,6 +11,9 @@
 //! - The kernel counts in ticks of 10 ms (`USER_HZ`), so a reading over
 //!   100 ms on 2 CPUs is 20 ticks: good to about a tenth of a CPU.
 //! - Time waiting for I/O (`iowait`) counts as idle: the CPU was free.
+//! - The read runs on the lender's runtime thread (a procfs read does not
+//!   wait). Where `/proc/stat` is a FUSE file (lxcfs in a container), a
+//!   hung lxcfs would hold that thread.
 
 use std::fmt::Debug;
 

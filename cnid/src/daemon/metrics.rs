@@ -160,6 +160,9 @@ pub(crate) struct Metrics {
     pub(crate) drifted: AtomicI64,
     /// 1 when the reaper sees the host's mounts and processes.
     pub(crate) host_mounts_visible: AtomicI64,
+    /// Paced operations by how they ran: `[in a slot, lent a run while a
+    /// CPU idled, without a slot after waiting out the bound]` (`pace`).
+    pub(crate) paced: [AtomicU64; 3],
 }
 
 impl Metrics {
@@ -214,6 +217,16 @@ impl Metrics {
         self.render_http(&mut out);
         self.render_gauges(&mut out);
         self.render_recovery(&mut out);
+        family(
+            &mut out,
+            "cnid_paced_operations_total",
+            "Operations paced by --plugin-slots, by how they ran: in a slot, lent a run while a CPU idled, or without a slot once their wait was up.",
+            "counter",
+            ["slot", "lent", "waited_out"]
+                .iter()
+                .zip(&self.paced)
+                .map(|(how, n)| (format!("how=\"{how}\""), counter(n))),
+        );
         out
     }
 

@@ -411,7 +411,7 @@ pub async fn run(config: Config) -> Result<bool, Error> {
     // Plugins carry the state dir's mark, so that a restart after a crash
     // finds the ones still running and stops them before the recovery.
     let mark = orphans::mark_value(&config.state_dir);
-    let pace = Arc::new(pace::Pace::new(config.plugin_slots));
+    let pace = Arc::new(pace::Pace::new(config.plugin_slots, metrics.clone()));
     let cni = build_cni(&config, cache, &metrics, &mark, &pace);
     let (listener, created) = take_listener(&config)?;
 

@@ -90,6 +90,7 @@ use tokio_util::sync::CancellationToken;
 use tokio::sync::{Notify, Semaphore};
 
 use super::idle::{CpuProbe, ProcStat};
+use super::metrics::Metrics;
 use super::slots::Slots;
 use super::tuning::with_thread_boost;
 
@@ -135,16 +136,22 @@ pub(crate) struct Pace {
     /// An operation began to wait (wakes the lender).
     began_waiting: Notify,
     probe: Arc<dyn CpuProbe>,
+    /// Where how each operation ran is counted.
+    metrics: Arc<Metrics>,
 }
 
 impl Pace {
     /// `slots` 0: no pacing.
-    pub(crate) fn new(slots: usize) -> Pace {
-        Pace::with_probe(slots, Arc::new(ProcStat))
+    pub(crate) fn new(slots: usize, metrics: Arc<Metrics>) -> Pace {
+        Pace::with_probe(slots, Arc::new(ProcStat), metrics)
     }
 
     /// With the CPU times read from `probe`.
-    pub(crate) fn with_probe(slots: usize, probe: Arc<dyn CpuProbe>) -> Pace {
+    pub(crate) fn with_probe(
+        slots: usize,
+        probe: Arc<dyn CpuProbe>,
+        metrics: Arc<Metrics>,
+    ) -> Pace {
         Pace {
             slots: (slots > 0).then(|| Slots::new(slots)),
             wanting: AtomicUsize::new(0),
@@ -152,6 +159,7 @@ impl Pace {
             lent: Semaphore::new(0),
             began_waiting: Notify::new(),
             probe,
+            metrics,
         }
     }
 
@@ -241,12 +249,18 @@ impl Pace {
             }
             self.lent.acquire().await.map(|run| run.forget())
         };
-        let slot = tokio::select! {
-            slot = tokio::time::timeout(wait, slots.for_op(background)) => slot.ok().flatten(),
-            _ = lent => None,
+        // How it runs: in a slot, lent a run, or without once its wait is up.
+        let (slot, how) = tokio::select! {
+            slot = tokio::time::timeout(wait, slots.for_op(background)) => {
+                let slot = slot.ok().flatten();
+                let how = if slot.is_some() { 0 } else { 2 };
+                (slot, how)
+            }
+            _ = lent => (None, 1),
             () = abandoned => return Err(Abandoned),
         };
         drop(waiting);
+        self.metrics.paced[how].fetch_add(1, Ordering::Relaxed);
         let run = work();
         tokio::pin!(run);
         if let Some(slot) = slot {
@@ -386,6 +400,14 @@ mod tests {
         }
     }
 
+    /// How the paced operations ran: in a slot, lent, waited out.
+    fn paced(pace: &Pace) -> [u64; 3] {
+        pace.metrics
+            .paced
+            .each_ref()
+            .map(|n| n.load(Ordering::SeqCst))
+    }
+
     fn started(g: &Gated) -> usize {
         g.started.load(Ordering::SeqCst)
     }
@@ -393,7 +415,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn pace_a_full_set_of_slots_makes_the_next_operation_wait_until_one_ends() {
         let gated = Arc::new(Gated::default());
-        let pace = Arc::new(Pace::new(2));
+        let pace = Arc::new(Pace::new(2, Arc::default()));
         let deadline = Instant::now() + Duration::from_secs(60);
         let runs: Vec<_> = (0..3).map(|_| run(&pace, &gated, deadline)).collect();
         settle().await;
@@ -412,7 +434,7 @@ mod tests {
     async fn pace_a_hung_operation_keeps_its_slot_no_longer_than_the_lease_and_the_wait_counts_against_the_deadline()
      {
         let gated = Arc::new(Gated::default());
-        let pace = Arc::new(Pace::new(1));
+        let pace = Arc::new(Pace::new(1, Arc::default()));
         let deadline = Instant::now() + Duration::from_secs(60);
         let first = run(&pace, &gated, deadline);
         settle().await;
@@ -442,7 +464,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn pace_a_short_deadline_waits_a_quarter_of_it_at_most_and_zero_slots_is_no_pacing() {
         let gated = Arc::new(Gated::default());
-        let pace = Arc::new(Pace::new(1));
+        let pace = Arc::new(Pace::new(1, Arc::default()));
         let first = run(&pace, &gated, Instant::now() + Duration::from_secs(60));
         settle().await;
         let second = run(&pace, &gated, Instant::now() + Duration::from_millis(400));
@@ -453,12 +475,13 @@ mod tests {
         tokio::time::advance(Duration::from_millis(2)).await;
         settle().await;
         assert_eq!(started(&gated), 2, "ran without a slot after 100 ms");
+        assert_eq!(paced(&pace), [1, 0, 1], "one in its slot, one waited out");
         gated.gate.notify_waiters();
         first.await.unwrap();
         second.await.unwrap();
 
         let free = Arc::new(Gated::default());
-        let pace = Arc::new(Pace::new(0));
+        let pace = Arc::new(Pace::new(0, Arc::default()));
         let deadline = Instant::now() + Duration::from_secs(60);
         let runs: Vec<_> = (0..8).map(|_| run(&pace, &free, deadline)).collect();
         settle().await;
@@ -472,7 +495,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn pace_an_operation_abandoned_while_it_waits_never_runs() {
         let gated = Arc::new(Gated::default());
-        let pace = Arc::new(Pace::new(1));
+        let pace = Arc::new(Pace::new(1, Arc::default()));
         let first = run(&pace, &gated, Instant::now() + Duration::from_secs(60));
         settle().await;
         let gone = CancellationToken::new();
@@ -544,7 +567,7 @@ mod tests {
     /// A pace with `slots` and its lender, the CPUs busy until told.
     fn lending(slots: usize) -> (Arc<Pace>, Arc<FakeCpus>, CancellationToken) {
         let cpus = FakeCpus::new();
-        let pace = Arc::new(Pace::with_probe(slots, cpus.clone()));
+        let pace = Arc::new(Pace::with_probe(slots, cpus.clone(), Arc::default()));
         let stop = CancellationToken::new();
         tokio::spawn(pace.clone().lend(stop.clone()));
         (pace, cpus, stop)
@@ -571,6 +594,7 @@ mod tests {
         cpus.idle(1);
         tick().await;
         assert_eq!(started(&gated), 2, "a CPU idled: the waiter runs");
+        assert_eq!(paced(&pace), [1, 1, 0], "one in its slot, one lent");
         assert_eq!(pace.waiting.load(Ordering::SeqCst), 0);
         assert_eq!(pace.boost(), 0, "it counts as running");
         gated.gate.notify_waiters();
@@ -786,7 +810,7 @@ mod tests {
     {
         let cpus = FakeCpus::new();
         cpus.idle(2);
-        let pace = Arc::new(Pace::with_probe(1, cpus.clone()));
+        let pace = Arc::new(Pace::with_probe(1, cpus.clone(), Arc::default()));
         let stop = CancellationToken::new();
         let lender = tokio::spawn(pace.clone().lend(stop.clone()));
         let gated = Arc::new(Gated::default());
@@ -848,7 +872,7 @@ mod tests {
         std::fs::write(&plugin, "#!/bin/sh\ncut -d' ' -f19 /proc/$$/stat\n").unwrap();
         std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        let pace = Arc::new(Pace::new(4));
+        let pace = Arc::new(Pace::new(4, Arc::default()));
         let exec = PacedExec::new(Arc::new(cni_async::exec::RawExec::new()), pace.clone());
         let nice_of_run = || async {
             let req = ExecRequest::new(
