@@ -69,6 +69,27 @@ impl Cnid {
         self.child.id() as i32
     }
 
+    /// How its paced operations ran (`cnid_paced_operations_total`, the
+    /// whole run, warm-ups included), as `slot N, lent N, waited_out N`.
+    pub(crate) fn paced_counts(&self) -> anyhow::Result<String> {
+        use std::io::{Read, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(&self.socket)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: cnid\r\nConnection: close\r\n\r\n")?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        let counts: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("cnid_paced_operations_total{how=\""))
+            .filter_map(|l| l.split_once("\"} "))
+            .map(|(how, n)| format!("{how} {n}"))
+            .collect();
+        if counts.is_empty() {
+            bail!("no cnid_paced_operations_total in cnid's /metrics");
+        }
+        Ok(counts.join(", "))
+    }
+
     pub(crate) fn log_tail(&self) -> String {
         crate::log_tail(&self.log)
     }
