@@ -71,13 +71,11 @@ impl Cnid {
 
     /// How its paced operations ran (`cnid_paced_operations_total`, the
     /// whole run, warm-ups included), as `slot N, lent N, waited_out N`.
-    pub(crate) fn paced_counts(&self) -> anyhow::Result<String> {
-        use std::io::{Read, Write};
-        let mut s = std::os::unix::net::UnixStream::connect(&self.socket)?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: cnid\r\nConnection: close\r\n\r\n")?;
-        let mut text = String::new();
-        s.read_to_string(&mut text)?;
+    pub(crate) async fn paced_counts(&self) -> anyhow::Result<String> {
+        let text = cnid_client::Client::connect(&self.socket)
+            .await?
+            .metrics()
+            .await?;
         let counts: Vec<String> = text
             .lines()
             .filter_map(|l| l.strip_prefix("cnid_paced_operations_total{how=\""))

@@ -220,19 +220,19 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         host_ip,
         leases: &dir.join("host-local").join(NETWORK),
     };
-    let res = measure(args, &ctx, &dir).await.map(|mut md| {
+    let mut res = measure(args, &ctx, &dir).await;
+    if let Ok(md) = &mut res {
         // How pacing ran the operations: in slots, or lent runs while a
         // CPU idled (work-conserving), or without once their wait was up.
         for (way, d) in [("via cnid", Some(&daemon)), ("paced", paced.as_ref())] {
             if let Some(d) = d {
-                let counts = d.paced_counts().unwrap_or_else(|e| e.to_string());
+                let counts = d.paced_counts().await.unwrap_or_else(|e| e.to_string());
                 md.push_str(&format!(
                     "\nPaced operations of the {way} cnid: {counts}.\n"
                 ));
             }
         }
-        md
-    });
+    }
     let res = res.map_err(|e| {
         let paced = paced.as_ref().map(|d| d.log_tail()).unwrap_or_default();
         e.context(format!("cnid's log:\n{}\n{paced}", daemon.log_tail()))
