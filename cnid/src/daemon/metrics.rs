@@ -217,8 +217,14 @@ impl Metrics {
         self.render_http(&mut out);
         self.render_gauges(&mut out);
         self.render_recovery(&mut out);
+        self.render_pacing(&mut out);
+        out
+    }
+
+    /// How paced operations ran (`pace`).
+    fn render_pacing(&self, out: &mut String) {
         family(
-            &mut out,
+            out,
             "cnid_paced_operations_total",
             "Operations paced by --plugin-slots, by how they ran: in a slot, lent a run while a CPU idled, or without a slot once their wait was up.",
             "counter",
@@ -227,7 +233,6 @@ impl Metrics {
                 .zip(&self.paced)
                 .map(|(how, n)| (format!("how=\"{how}\""), counter(n))),
         );
-        out
     }
 
     /// Operations by verb: counts, errors by code, run and queue times.
